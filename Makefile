@@ -1,0 +1,40 @@
+# Thin wrapper over CMake.  `make check` and `make build` install missing
+# Debian packages first (deploy/install-deps.sh), so a fresh machine needs
+# nothing else.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build check bench fuzz sanitize clean
+
+all: build
+
+deps:
+	@./deploy/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+bench: build
+	./benchmarks/run-all.sh $(BUILD)
+
+# libFuzzer targets, built with clang into build-fuzz/fuzz/.
+fuzz: deps
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DFEDAGG_FUZZ=ON -DFEDAGG_CUDA=OFF
+	cmake --build build-fuzz -j $(JOBS)
+	./tests/fuzz/run-all.sh build-fuzz/fuzz $(FUZZ_SECONDS)
+
+# The unit tests under ASan + UBSan.
+sanitize: deps
+	cmake -S . -B build-asan -DFEDAGG_SANITIZE=ON -DFEDAGG_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|fuzz'
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,0 +1,241 @@
+#include "common/fa_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct fa_atomic_file {
+    int fd;
+    char *path;
+    char *tmp;
+};
+
+static char *dir_of(const char *path)
+{
+    char *copy = strdup(path), *d;
+    if (!copy)
+        return NULL;
+    d = strdup(dirname(copy));
+    free(copy);
+    return d;
+}
+
+int fa_file_sync_dir(const char *path, fa_error *err)
+{
+    char *dir = dir_of(path);
+    int fd, rc = 0;
+
+    if (!dir)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+        rc = fa_errorf(err, FA_ERR_IO, "%s: cannot sync directory: %s", dir, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(dir);
+    return rc;
+}
+
+int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, fa_error *err)
+{
+    fa_atomic_file *f;
+    size_t n = strlen(path) + 32;
+
+    *out = NULL;
+    f = calloc(1, sizeof(*f));
+    if (!f)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    f->fd = -1;
+    f->path = strdup(path);
+    f->tmp = malloc(n);
+    if (!f->path || !f->tmp) {
+        fa_atomic_file_abort(f);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
+    snprintf(f->tmp, n, "%s.tmp.XXXXXX", path);
+    f->fd = mkostemp(f->tmp, O_CLOEXEC);
+    if (f->fd < 0) {
+        int e = errno;
+        free(f->tmp);
+        f->tmp = NULL;
+        fa_atomic_file_abort(f);
+        return fa_errorf(err, FA_ERR_IO, "%s: cannot create temporary file: %s", path, strerror(e));
+    }
+    if (fchmod(f->fd, mode) != 0) {
+        int e = errno;
+        fa_atomic_file_abort(f);
+        return fa_errorf(err, FA_ERR_IO, "%s: chmod: %s", path, strerror(e));
+    }
+    *out = f;
+    return 0;
+}
+
+int fa_atomic_file_fd(const fa_atomic_file *f) { return f->fd; }
+
+int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t w = write(f->fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return fa_errorf(err, FA_ERR_IO, "%s: write: %s", f->path, strerror(errno));
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int fa_atomic_file_commit(fa_atomic_file *f, fa_error *err)
+{
+    int rc = 0;
+
+    if (fsync(f->fd) != 0) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: fsync: %s", f->path, strerror(errno));
+        goto fail;
+    }
+    if (close(f->fd) != 0) {
+        f->fd = -1;
+        rc = fa_errorf(err, FA_ERR_IO, "%s: close: %s", f->path, strerror(errno));
+        goto fail;
+    }
+    f->fd = -1;
+    if (rename(f->tmp, f->path) != 0) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: rename: %s", f->path, strerror(errno));
+        goto fail;
+    }
+    free(f->tmp);
+    f->tmp = NULL;
+    rc = fa_file_sync_dir(f->path, err);
+    fa_atomic_file_abort(f);
+    return rc;
+fail:
+    fa_atomic_file_abort(f);
+    return rc;
+}
+
+void fa_atomic_file_abort(fa_atomic_file *f)
+{
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    free(f);
+}
+
+int fa_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
+                         fa_error *err)
+{
+    fa_atomic_file *f;
+    int rc = fa_atomic_file_open(&f, path, mode, err);
+    if (rc != 0)
+        return rc;
+    rc = fa_atomic_file_write(f, data, len, err);
+    if (rc != 0) {
+        fa_atomic_file_abort(f);
+        return rc;
+    }
+    return fa_atomic_file_commit(f, err);
+}
+
+int fa_file_read_all(const char *path, uint8_t **data, size_t *len, size_t max_len,
+                     fa_error *err)
+{
+    struct stat st;
+    uint8_t *buf = NULL;
+    size_t cap, n = 0;
+    int fd, rc = 0;
+
+    *data = NULL;
+    *len = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
+                         strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: not a regular file", path);
+        goto out;
+    }
+    if ((uint64_t)st.st_size > max_len) {
+        rc = fa_errorf(err, FA_ERR_TOOBIG, "%s: %lld bytes, more than the limit of %zu", path,
+                       (long long)st.st_size, max_len);
+        goto out;
+    }
+    cap = (size_t)st.st_size + 1;
+    buf = malloc(cap);
+    if (!buf) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", path, strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n == cap - 1)
+            break; /* the file grew since fstat: read what it had */
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int fa_file_mkdirs(const char *path, unsigned mode, fa_error *err)
+{
+    char *p = strdup(path), *s;
+    int rc = 0;
+
+    if (!p)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    for (s = p + 1; ; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, mode) != 0 && errno != EEXIST) {
+                rc = fa_errorf(err, FA_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+                break;
+            }
+            *s = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    free(p);
+    return rc;
+}
+
+int fa_file_check_private(const char *path, fa_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
+                         strerror(errno));
+    if (st.st_mode & (S_IRWXG | S_IRWXO))
+        return fa_errorf(err, FA_ERR_AUTH,
+                         "%s: key file is accessible by group or others (mode %03o); "
+                         "run: chmod 600 %s",
+                         path, (unsigned)(st.st_mode & 0777), path);
+    return 0;
+}

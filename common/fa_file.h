@@ -1,0 +1,57 @@
+/* fa_file.h - whole-file reads and crash-safe (atomic) file replacement.
+ *
+ * An atomic write goes to a temporary file in the same directory, is fsync'ed,
+ * renamed over the destination, and the directory is fsync'ed: after a crash
+ * the destination holds either the old or the new content, never a mix.
+ */
+#ifndef FA_FILE_H
+#define FA_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+
+/* A file being written atomically.  Opaque. */
+typedef struct fa_atomic_file fa_atomic_file;
+
+/* Starts an atomic replacement of `path` (created with `mode`, e.g. 0644;
+ * 0600 for secrets).  Returns 0, FA_ERR_IO or FA_ERR_NOMEM. */
+int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, fa_error *err);
+
+/* Appends len bytes.  Returns 0 or FA_ERR_IO. */
+int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err);
+
+/* The file descriptor of the temporary file (for writers that need one). */
+int fa_atomic_file_fd(const fa_atomic_file *f);
+
+/* fsync, rename over the destination, fsync the directory, free f.
+ * On failure the destination is untouched and f is freed.  Returns 0 or FA_ERR_IO. */
+int fa_atomic_file_commit(fa_atomic_file *f, fa_error *err);
+
+/* Removes the temporary file and frees f.  NULL is a no-op. */
+void fa_atomic_file_abort(fa_atomic_file *f);
+
+/* One-shot atomic write of a buffer. */
+int fa_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
+                         fa_error *err);
+
+/* Reads a whole regular file into a malloc'ed buffer (NUL-terminated for
+ * convenience, the NUL not counted in *len).  Refuses files over max_len
+ * bytes with FA_ERR_TOOBIG.  Returns 0, FA_ERR_IO, FA_ERR_NOTFOUND,
+ * FA_ERR_TOOBIG or FA_ERR_NOMEM. */
+int fa_file_read_all(const char *path, uint8_t **data, size_t *len, size_t max_len,
+                     fa_error *err);
+
+/* fsyncs the directory containing path.  Returns 0 or FA_ERR_IO. */
+int fa_file_sync_dir(const char *path, fa_error *err);
+
+/* Creates a directory and its parents (like mkdir -p) with mode.  Returns 0 or FA_ERR_IO. */
+int fa_file_mkdirs(const char *path, unsigned mode, fa_error *err);
+
+/* Returns 0 when the file at path is not readable or writable by group or
+ * others (a key file), FA_ERR_AUTH with a message otherwise, FA_ERR_NOTFOUND
+ * when missing. */
+int fa_file_check_private(const char *path, fa_error *err);
+
+#endif

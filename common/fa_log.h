@@ -1,0 +1,46 @@
+/* fa_log.h - one logfmt line per event on stderr.
+ *
+ *   ts=2026-11-30T03:45:54.123Z level=info msg="round started" round=12 region=eu-west
+ *
+ * The caller passes the message and a printf-style tail of key=value pairs.
+ * Values that may contain spaces or quotes go through fa_log_quote().  Never
+ * pass a secret (key, seed, share) to any of these functions.
+ */
+#ifndef FA_LOG_H
+#define FA_LOG_H
+
+#include <stddef.h>
+
+enum fa_log_level { FA_LOG_DEBUG = 0, FA_LOG_INFO = 1, FA_LOG_WARN = 2, FA_LOG_ERROR = 3 };
+
+/* Sets the minimum level written (default info; the environment variable
+ * FEDAGG_LOG_LEVEL=debug|info|warn|error overrides at the first log call).
+ * Called from main only. */
+void fa_log_set_level(int level);
+
+/* Parses "debug", "info", "warn", "error"; returns the level or -1. */
+int fa_log_level_parse(const char *name);
+
+/* Sets a key=value prefix added to every line of this process after the
+ * message, e.g. "proc=aggregator" or "region=eu-west rank=0".  Called from
+ * main only; the string is copied. */
+void fa_log_set_context(const char *kv);
+
+int fa_log_enabled(int level);
+
+/* Writes one line with a single write(2), so concurrent processes sharing
+ * stderr do not interleave within a line.  kvfmt may be NULL. */
+void fa_log(int level, const char *msg, const char *kvfmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define fa_log_debug(msg, ...) fa_log(FA_LOG_DEBUG, msg, __VA_ARGS__)
+#define fa_log_info(msg, ...) fa_log(FA_LOG_INFO, msg, __VA_ARGS__)
+#define fa_log_warn(msg, ...) fa_log(FA_LOG_WARN, msg, __VA_ARGS__)
+#define fa_log_error(msg, ...) fa_log(FA_LOG_ERROR, msg, __VA_ARGS__)
+
+/* Writes s into buf as a logfmt value: bare when it has no space, quote,
+ * '=' or control character, otherwise double-quoted with \" \\ \n escapes.
+ * Always NUL-terminates (truncating); returns buf. */
+char *fa_log_quote(char *buf, size_t n, const char *s);
+
+#endif

@@ -1,0 +1,180 @@
+/* Unit tests of common/: errors, logging, atomic files. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fa_err.h"
+#include "common/fa_file.h"
+#include "common/fa_log.h"
+
+static char tmpdir[256];
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/fa_test_common.XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_errorf_and_prefix(void **state)
+{
+    fa_error err;
+    fa_error_clear(&err);
+    assert_int_equal(fa_errorf(&err, FA_ERR_PARSE, "line %d: bad", 7), FA_ERR_PARSE);
+    assert_string_equal(err.msg, "line 7: bad");
+    assert_int_equal(fa_error_prefix(&err, FA_ERR_IO, "cfg.textproto"), FA_ERR_PARSE);
+    assert_string_equal(err.msg, "cfg.textproto: line 7: bad");
+    assert_int_equal(fa_errorf(NULL, FA_ERR_NOMEM, "x"), FA_ERR_NOMEM);
+    assert_string_equal(fa_strerror(FA_ERR_NOMEM), "out of memory");
+    assert_string_equal(fa_strerror(-9999), "unknown error");
+    fa_error_clear(&err);
+    assert_string_equal(fa_error_msg(&err, FA_ERR_TIMEOUT), "timed out");
+}
+
+static void test_log_quote(void **state)
+{
+    char buf[64];
+    assert_string_equal(fa_log_quote(buf, sizeof(buf), "eu-west"), "eu-west");
+    assert_string_equal(fa_log_quote(buf, sizeof(buf), "a b"), "\"a b\"");
+    assert_string_equal(fa_log_quote(buf, sizeof(buf), "say \"hi\"\n"), "\"say \\\"hi\\\"\\n\"");
+    assert_string_equal(fa_log_quote(buf, sizeof(buf), ""), "\"\"");
+    /* truncation always terminates */
+    assert_true(strlen(fa_log_quote(buf, 8, "a long value with spaces")) < 8);
+    assert_int_equal(fa_log_level_parse("WARN"), FA_LOG_WARN);
+    assert_int_equal(fa_log_level_parse("loud"), -1);
+}
+
+static void test_log_line_format(void **state)
+{
+    int fds[2], saved;
+    char out[1024] = {0};
+    ssize_t n;
+
+    assert_int_equal(pipe(fds), 0);
+    saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    fa_log_set_level(FA_LOG_INFO);
+    fa_log(FA_LOG_DEBUG, "hidden", NULL);
+    fa_log(FA_LOG_INFO, "round started", "round=%d region=%s", 12, "eu-west");
+    dup2(saved, STDERR_FILENO);
+    close(fds[1]);
+    n = read(fds[0], out, sizeof(out) - 1);
+    close(fds[0]);
+    assert_true(n > 0);
+    assert_non_null(strstr(out, "level=info msg=\"round started\" round=12 region=eu-west\n"));
+    assert_memory_equal(out, "ts=", 3);
+    assert_null(strstr(out, "hidden"));
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+static void test_atomic_write_replace_and_abort(void **state)
+{
+    char path[300];
+    uint8_t *data;
+    size_t len;
+    fa_atomic_file *f;
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/model.bin", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, "first", 5, 0644, NULL), 0);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_int_equal(len, 5);
+    assert_memory_equal(data, "first", 5);
+    free(data);
+
+    /* An aborted write leaves the old content and no temporary file. */
+    assert_int_equal(fa_atomic_file_open(&f, path, 0600, NULL), 0);
+    assert_int_equal(fa_atomic_file_write(f, "half-written", 12, NULL), 0);
+    fa_atomic_file_abort(f);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_memory_equal(data, "first", 5);
+    free(data);
+    assert_int_equal(count_entries(tmpdir), 1);
+
+    /* A committed write replaces it and keeps the mode asked for. */
+    assert_int_equal(fa_atomic_file_open(&f, path, 0600, NULL), 0);
+    assert_int_equal(fa_atomic_file_write(f, "second!", 7, NULL), 0);
+    assert_int_equal(fa_atomic_file_commit(f, NULL), 0);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_int_equal(len, 7);
+    assert_memory_equal(data, "second!", 7);
+    free(data);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(count_entries(tmpdir), 1);
+    fa_atomic_file_abort(NULL);
+}
+
+static void test_read_all_errors(void **state)
+{
+    char path[300];
+    uint8_t *data;
+    size_t len;
+    fa_error err;
+
+    snprintf(path, sizeof(path), "%s/missing", tmpdir);
+    fa_error_clear(&err);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 100, &err), FA_ERR_NOTFOUND);
+    assert_non_null(strstr(err.msg, "missing"));
+    snprintf(path, sizeof(path), "%s/big", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, "0123456789", 10, 0644, NULL), 0);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 9, &err), FA_ERR_TOOBIG);
+    assert_non_null(strstr(err.msg, "limit"));
+    assert_int_equal(fa_file_read_all(tmpdir, &data, &len, 9, &err), FA_ERR_IO);
+}
+
+static void test_private_and_mkdirs(void **state)
+{
+    char path[300];
+    fa_error err;
+
+    snprintf(path, sizeof(path), "%s/a/b/c", tmpdir);
+    assert_int_equal(fa_file_mkdirs(path, 0755, NULL), 0);
+    assert_int_equal(fa_file_mkdirs(path, 0755, NULL), 0);
+    snprintf(path, sizeof(path), "%s/a/key", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, "k", 1, 0644, NULL), 0);
+    assert_int_equal(fa_file_check_private(path, &err), FA_ERR_AUTH);
+    assert_non_null(strstr(err.msg, "chmod 600"));
+    chmod(path, 0600);
+    assert_int_equal(fa_file_check_private(path, &err), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errorf_and_prefix),
+        cmocka_unit_test(test_log_quote),
+        cmocka_unit_test(test_log_line_format),
+        cmocka_unit_test(test_atomic_write_replace_and_abort),
+        cmocka_unit_test(test_read_all_errors),
+        cmocka_unit_test(test_private_and_mkdirs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
