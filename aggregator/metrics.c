@@ -1,0 +1,483 @@
+#include "aggregator/metrics.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct series {
+    char *labels;       /* "" when none */
+    double value;       /* counter / gauge; histogram sum */
+    uint64_t count;     /* histogram */
+    uint64_t *buckets;  /* histogram: cumulative counts are computed when rendering */
+    struct series *next;
+};
+
+struct family {
+    char *name;
+    char *help;
+    int type;
+    double *bounds;
+    size_t nbounds;
+    struct series *series;
+    struct family *next;
+};
+
+struct fa_metrics {
+    pthread_mutex_t lock;
+    struct family *families, *last;
+};
+
+int fa_metrics_new(fa_metrics **out, fa_error *err)
+{
+    fa_metrics *m = calloc(1, sizeof(*m));
+    *out = NULL;
+    if (!m)
+        return fa_errorf(err, FA_ERR_NOMEM, "metrics: out of memory");
+    pthread_mutex_init(&m->lock, NULL);
+    *out = m;
+    return 0;
+}
+
+void fa_metrics_del(fa_metrics *m)
+{
+    struct family *f, *fn;
+    if (!m)
+        return;
+    for (f = m->families; f; f = fn) {
+        struct series *s, *sn;
+        fn = f->next;
+        for (s = f->series; s; s = sn) {
+            sn = s->next;
+            free(s->labels);
+            free(s->buckets);
+            free(s);
+        }
+        free(f->name);
+        free(f->help);
+        free(f->bounds);
+        free(f);
+    }
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static int valid_name(const char *s)
+{
+    if (!s || !*s || !(*s == '_' || *s == ':' || ((*s | 32) >= 'a' && (*s | 32) <= 'z')))
+        return 0;
+    for (s++; *s; s++)
+        if (!(*s == '_' || *s == ':' || ((*s | 32) >= 'a' && (*s | 32) <= 'z') ||
+              (*s >= '0' && *s <= '9')))
+            return 0;
+    return 1;
+}
+
+static struct family *find_family(fa_metrics *m, const char *name)
+{
+    struct family *f;
+    for (f = m->families; f; f = f->next)
+        if (!strcmp(f->name, name))
+            return f;
+    return NULL;
+}
+
+int fa_metrics_define(fa_metrics *m, const char *name, int type, const char *help,
+                      const double *buckets, size_t nbuckets, fa_error *err)
+{
+    struct family *f;
+    int rc = 0;
+
+    if (!valid_name(name))
+        return fa_errorf(err, FA_ERR_INVAL, "metrics: invalid metric name '%s'", name ? name : "");
+    if (type == FA_METRIC_HISTOGRAM) {
+        if (nbuckets == 0)
+            return fa_errorf(err, FA_ERR_INVAL, "metrics: histogram %s needs buckets", name);
+        for (size_t i = 1; i < nbuckets; i++)
+            if (!(buckets[i] > buckets[i - 1]))
+                return fa_errorf(err, FA_ERR_INVAL,
+                                 "metrics: histogram %s buckets must ascend", name);
+    }
+    pthread_mutex_lock(&m->lock);
+    f = find_family(m, name);
+    if (f) {
+        if (f->type != type)
+            rc = fa_errorf(err, FA_ERR_INVAL, "metrics: %s already declared with another type",
+                           name);
+        goto out;
+    }
+    f = calloc(1, sizeof(*f));
+    if (!f || !(f->name = strdup(name)) || !(f->help = strdup(help ? help : ""))) {
+        if (f) {
+            free(f->name);
+            free(f);
+        }
+        rc = fa_errorf(err, FA_ERR_NOMEM, "metrics: out of memory");
+        goto out;
+    }
+    f->type = type;
+    if (type == FA_METRIC_HISTOGRAM) {
+        f->bounds = malloc(nbuckets * sizeof(double));
+        if (!f->bounds) {
+            free(f->name);
+            free(f->help);
+            free(f);
+            rc = fa_errorf(err, FA_ERR_NOMEM, "metrics: out of memory");
+            goto out;
+        }
+        memcpy(f->bounds, buckets, nbuckets * sizeof(double));
+        f->nbounds = nbuckets;
+    }
+    if (m->last)
+        m->last->next = f;
+    else
+        m->families = f;
+    m->last = f;
+out:
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+/* Called with the lock held. */
+static struct series *get_series(struct family *f, const char *labels)
+{
+    struct series *s, **tail = &f->series;
+    if (!labels)
+        labels = "";
+    for (s = f->series; s; s = s->next) {
+        if (!strcmp(s->labels, labels))
+            return s;
+        tail = &s->next;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->labels = strdup(labels);
+    if (f->type == FA_METRIC_HISTOGRAM)
+        s->buckets = calloc(f->nbounds, sizeof(uint64_t));
+    if (!s->labels || (f->type == FA_METRIC_HISTOGRAM && !s->buckets)) {
+        free(s->labels);
+        free(s->buckets);
+        free(s);
+        return NULL;
+    }
+    *tail = s;
+    return s;
+}
+
+static void update(fa_metrics *m, const char *name, const char *labels, double v, int op)
+{
+    struct family *f;
+    struct series *s;
+
+    pthread_mutex_lock(&m->lock);
+    f = find_family(m, name);
+    if (!f)
+        goto out;
+    if ((op == 2) != (f->type == FA_METRIC_HISTOGRAM))
+        goto out;
+    if (op == 1 && f->type != FA_METRIC_GAUGE)
+        goto out;
+    s = get_series(f, labels);
+    if (!s)
+        goto out;
+    if (op == 0) {
+        if (f->type == FA_METRIC_COUNTER && v < 0)
+            goto out; /* counters only go up */
+        s->value += v;
+    } else if (op == 1) {
+        s->value = v;
+    } else {
+        s->value += v;
+        s->count++;
+        for (size_t i = 0; i < f->nbounds; i++)
+            if (v <= f->bounds[i]) {
+                s->buckets[i]++;
+                break;
+            }
+    }
+out:
+    pthread_mutex_unlock(&m->lock);
+}
+
+void fa_metrics_add(fa_metrics *m, const char *name, const char *labels, double v)
+{
+    update(m, name, labels, v, 0);
+}
+
+void fa_metrics_set(fa_metrics *m, const char *name, const char *labels, double v)
+{
+    update(m, name, labels, v, 1);
+}
+
+void fa_metrics_observe(fa_metrics *m, const char *name, const char *labels, double v)
+{
+    update(m, name, labels, v, 2);
+}
+
+void fa_metrics_label(char *buf, size_t n, const char *key, const char *value)
+{
+    size_t i = strlen(buf);
+    int w;
+
+    if (i >= n)
+        return;
+    w = snprintf(buf + i, n - i, "%s%s=\"", i ? "," : "", key);
+    if (w < 0 || (size_t)w >= n - i) {
+        buf[i] = '\0';
+        return;
+    }
+    i += (size_t)w;
+    for (; *value && i + 3 < n; value++) {
+        if (*value == '\\' || *value == '"') {
+            buf[i++] = '\\';
+            buf[i++] = *value;
+        } else if (*value == '\n') {
+            buf[i++] = '\\';
+            buf[i++] = 'n';
+        } else {
+            buf[i++] = *value;
+        }
+    }
+    if (i + 1 < n)
+        buf[i++] = '"';
+    buf[i] = '\0';
+}
+
+/* A growable output buffer for rendering. */
+struct out {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void outf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outf(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (o->oom)
+        return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            o->oom = 1;
+            return;
+        }
+        if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (o->cap + (size_t)n + 1) * 2;
+        char *np = realloc(o->p, ncap);
+        if (!np) {
+            o->oom = 1;
+            return;
+        }
+        o->p = np;
+        o->cap = ncap;
+    }
+}
+
+static void fmt_value(char *buf, size_t n, double v)
+{
+    if (isinf(v))
+        snprintf(buf, n, v > 0 ? "+Inf" : "-Inf");
+    else if (isnan(v))
+        snprintf(buf, n, "NaN");
+    else
+        for (int prec = 6; prec <= 17; prec++) { /* shortest form that reads back exactly */
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v)
+                break;
+        }
+}
+
+int fa_metrics_render(fa_metrics *m, char **out, size_t *len)
+{
+    static const char *type_names[] = {"counter", "gauge", "histogram"};
+    struct out o = {malloc(4096), 0, 4096, 0};
+    struct family *f;
+    char v[64];
+
+    *out = NULL;
+    *len = 0;
+    if (!o.p)
+        return FA_ERR_NOMEM;
+    o.p[0] = '\0';
+    pthread_mutex_lock(&m->lock);
+    for (f = m->families; f; f = f->next) {
+        struct series *s;
+        outf(&o, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, type_names[f->type]);
+        for (s = f->series; s; s = s->next) {
+            const char *sep = s->labels[0] ? "," : "";
+            if (f->type != FA_METRIC_HISTOGRAM) {
+                fmt_value(v, sizeof(v), s->value);
+                if (s->labels[0])
+                    outf(&o, "%s{%s} %s\n", f->name, s->labels, v);
+                else
+                    outf(&o, "%s %s\n", f->name, v);
+                continue;
+            }
+            uint64_t cum = 0;
+            for (size_t i = 0; i < f->nbounds; i++) {
+                cum += s->buckets[i];
+                fmt_value(v, sizeof(v), f->bounds[i]);
+                outf(&o, "%s_bucket{%s%sle=\"%s\"} %llu\n", f->name, s->labels, sep, v,
+                     (unsigned long long)cum);
+            }
+            outf(&o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", f->name, s->labels, sep,
+                 (unsigned long long)s->count);
+            fmt_value(v, sizeof(v), s->value);
+            if (s->labels[0]) {
+                outf(&o, "%s_sum{%s} %s\n%s_count{%s} %llu\n", f->name, s->labels, v, f->name,
+                     s->labels, (unsigned long long)s->count);
+            } else {
+                outf(&o, "%s_sum %s\n%s_count %llu\n", f->name, v, f->name,
+                     (unsigned long long)s->count);
+            }
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (o.oom) {
+        free(o.p);
+        return FA_ERR_NOMEM;
+    }
+    *out = o.p;
+    *len = o.len;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+
+struct fa_metrics_server {
+    struct MHD_Daemon *daemon;
+    fa_metrics *m;
+    fa_metrics_ready_fn ready;
+    void *ready_ctx;
+    uint16_t port;
+};
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+                             char *body, size_t len, enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+    enum MHD_Result ret;
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_data_size, void **req_cls)
+{
+    fa_metrics_server *s = cls;
+
+    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n", 19,
+                     MHD_RESPMEM_PERSISTENT);
+    if (!strcmp(url, "/metrics")) {
+        char *body;
+        size_t len;
+        if (fa_metrics_render(s->m, &body, &len) != 0)
+            return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14,
+                         MHD_RESPMEM_PERSISTENT);
+        return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", body, len,
+                     MHD_RESPMEM_MUST_FREE);
+    }
+    if (!strcmp(url, "/healthz"))
+        return reply(c, MHD_HTTP_OK, "text/plain", "ok\n", 3, MHD_RESPMEM_PERSISTENT);
+    if (!strcmp(url, "/readyz")) {
+        char why[256] = "";
+        if (!s->ready || s->ready(s->ready_ctx, why, sizeof(why)))
+            return reply(c, MHD_HTTP_OK, "text/plain", "ready\n", 6, MHD_RESPMEM_PERSISTENT);
+        size_t n = strlen(why);
+        if (n + 1 < sizeof(why))
+            why[n++] = '\n';
+        return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", why, n,
+                     MHD_RESPMEM_MUST_COPY);
+    }
+    return reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10, MHD_RESPMEM_PERSISTENT);
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *ss, fa_error *err)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    struct addrinfo hints = {0}, *ai = NULL;
+    size_t hl;
+
+    if (!colon || colon == listen || !colon[1])
+        return fa_errorf(err, FA_ERR_INVAL, "metrics_listen '%s': expected host:port", listen);
+    hl = (size_t)(colon - listen);
+    if (listen[0] == '[' && colon[-1] == ']') {
+        listen++;
+        hl -= 2;
+    }
+    if (hl >= sizeof(host))
+        return fa_errorf(err, FA_ERR_INVAL, "metrics_listen '%s': host too long", listen);
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai)
+        return fa_errorf(err, FA_ERR_INVAL, "metrics_listen '%s': cannot resolve", listen);
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    return 0;
+}
+
+int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *listen,
+                            fa_metrics_ready_fn ready, void *ready_ctx, fa_error *err)
+{
+    fa_metrics_server *s;
+    struct sockaddr_storage ss;
+    const union MHD_DaemonInfo *info;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    int rc;
+
+    *out = NULL;
+    rc = parse_listen(listen, &ss, err);
+    if (rc != 0)
+        return rc;
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return fa_errorf(err, FA_ERR_NOMEM, "metrics: out of memory");
+    s->m = m;
+    s->ready = ready;
+    s->ready_ctx = ready_ctx;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, &ss,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    if (!s->daemon) {
+        free(s);
+        return fa_errorf(err, FA_ERR_IO, "metrics: cannot listen on %s (in use?)", listen);
+    }
+    info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : 0;
+    *out = s;
+    return 0;
+}
+
+uint16_t fa_metrics_server_port(const fa_metrics_server *s) { return s->port; }
+
+void fa_metrics_server_stop(fa_metrics_server *s)
+{
+    if (!s)
+        return;
+    MHD_stop_daemon(s->daemon);
+    free(s);
+}
