@@ -1,0 +1,371 @@
+#include "aggregator/model_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fa_file.h"
+#include "common/fa_log.h"
+
+#define MANIFEST_MAGIC "fedagg-model-store 1"
+#define MAX_KEEP 1000
+
+struct entry {
+    struct fa_model_version v;
+};
+
+struct fa_model_store {
+    char *dir;
+    unsigned keep;
+    struct entry *entries; /* retained versions, ascending; the last is current */
+    size_t n;
+};
+
+void fa_model_store_hex(const uint8_t sha[32], char hex[65])
+{
+    sodium_bin2hex(hex, 65, sha, 32);
+}
+
+char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/model-%08" PRIu64 ".safetensors", s->dir, version);
+    return buf;
+}
+
+char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/state-%08" PRIu64 ".safetensors", s->dir, version);
+    return buf;
+}
+
+static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error *err)
+{
+    crypto_hash_sha256_state st;
+    uint8_t buf[1 << 16];
+    FILE *f = fopen(path, "rb");
+    uint64_t total = 0;
+    size_t r;
+
+    if (!f)
+        return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
+                         strerror(errno));
+    crypto_hash_sha256_init(&st);
+    while ((r = fread(buf, 1, sizeof(buf), f)) > 0) {
+        crypto_hash_sha256_update(&st, buf, r);
+        total += r;
+    }
+    if (ferror(f)) {
+        fclose(f);
+        return fa_errorf(err, FA_ERR_IO, "%s: read error", path);
+    }
+    fclose(f);
+    crypto_hash_sha256_final(&st, out);
+    if (size)
+        *size = total;
+    return 0;
+}
+
+/* MANIFEST: the magic line, then one line per retained version, ascending:
+ *   v <version> <round> <model-size> <model-sha256-hex> <state-sha256-hex> */
+static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa_error *err)
+{
+    char path[4096], *text;
+    size_t cap = 64 + n * 200, len = 0;
+    int rc;
+
+    text = malloc(cap);
+    if (!text)
+        return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    len += (size_t)snprintf(text, cap, "%s\n", MANIFEST_MAGIC);
+    for (size_t i = 0; i < n; i++) {
+        char mh[65], sh[65];
+        fa_model_store_hex(e[i].v.model_sha256, mh);
+        fa_model_store_hex(e[i].v.state_sha256, sh);
+        len += (size_t)snprintf(text + len, cap - len, "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s\n",
+                                e[i].v.version, e[i].v.round, e[i].v.model_size, mh, sh);
+    }
+    snprintf(path, sizeof(path), "%s/MANIFEST", s->dir);
+    rc = fa_file_write_atomic(path, text, len, 0644, err);
+    free(text);
+    return rc;
+}
+
+static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_error *err)
+{
+    char *save = NULL, *line;
+    int lineno = 0;
+
+    for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        struct entry e = {0};
+        char mh[65], sh[65];
+        int used = 0;
+        lineno++;
+        if (lineno == 1) {
+            if (strcmp(line, MANIFEST_MAGIC))
+                return fa_errorf(err, FA_ERR_CORRUPT, "%s:1: not a model store manifest", path);
+            continue;
+        }
+        if (sscanf(line, "v %" SCNu64 " %" SCNu64 " %" SCNu64 " %64s %64s%n", &e.v.version,
+                   &e.v.round, &e.v.model_size, mh, sh, &used) != 5 ||
+            line[used] != '\0' ||
+            sodium_hex2bin(e.v.model_sha256, 32, mh, 64, NULL, NULL, NULL) != 0 ||
+            sodium_hex2bin(e.v.state_sha256, 32, sh, 64, NULL, NULL, NULL) != 0)
+            return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);
+        if (s->n > 0 && e.v.version <= s->entries[s->n - 1].v.version)
+            return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: versions not ascending", path, lineno);
+        if (s->n >= MAX_KEEP + 1)
+            return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: too many versions", path, lineno);
+        struct entry *ne = realloc(s->entries, (s->n + 1) * sizeof(*ne));
+        if (!ne)
+            return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+        s->entries = ne;
+        s->entries[s->n++] = e;
+    }
+    if (lineno == 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s: empty manifest", path);
+    return 0;
+}
+
+/* Removes temporary files and files of versions newer than the current one
+ * (written by a commit that crashed before its MANIFEST rename). */
+static void remove_leftovers(fa_model_store *s)
+{
+    uint64_t current = s->n ? s->entries[s->n - 1].v.version : 0;
+    int have = s->n > 0;
+    DIR *d = opendir(s->dir);
+    struct dirent *de;
+
+    if (!d)
+        return;
+    while ((de = readdir(d))) {
+        char path[4096];
+        uint64_t v;
+        int end = 0, stale = 0;
+        if (strstr(de->d_name, ".tmp."))
+            stale = 1;
+        else if ((sscanf(de->d_name, "model-%" SCNu64 ".safetensors%n", &v, &end) == 1 ||
+                  sscanf(de->d_name, "state-%" SCNu64 ".safetensors%n", &v, &end) == 1) &&
+                 de->d_name[end] == '\0' && (!have || v > current))
+            stale = 1;
+        if (stale) {
+            snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
+            fa_log(FA_LOG_WARN, "model store: removing leftover of an interrupted commit",
+                   "file=%s", path);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
+static int verify_current(fa_model_store *s, fa_error *err)
+{
+    const struct fa_model_version *v = &s->entries[s->n - 1].v;
+    char path[4096];
+    uint8_t sha[32];
+    uint64_t size;
+    int rc;
+
+    fa_model_store_model_path(s, v->version, path, sizeof(path));
+    rc = hash_file(path, sha, &size, err);
+    if (rc != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s: current model file unreadable: %s", path,
+                         fa_error_msg(err, rc));
+    if (sodium_memcmp(sha, v->model_sha256, 32) != 0 || size != v->model_size)
+        return fa_errorf(err, FA_ERR_CORRUPT,
+                         "%s: SHA-256 does not match MANIFEST: the model file is damaged", path);
+    fa_model_store_state_path(s, v->version, path, sizeof(path));
+    rc = hash_file(path, sha, NULL, err);
+    if (rc != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s: optimizer state file unreadable: %s", path,
+                         fa_error_msg(err, rc));
+    if (sodium_memcmp(sha, v->state_sha256, 32) != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT,
+                         "%s: SHA-256 does not match MANIFEST: the optimizer state is damaged",
+                         path);
+    return 0;
+}
+
+int fa_model_store_open(fa_model_store **out, const char *dir, unsigned keep, fa_error *err)
+{
+    fa_model_store *s;
+    char path[4096];
+    uint8_t *text = NULL;
+    size_t len;
+    int rc;
+
+    *out = NULL;
+    if (keep < 1 || keep > MAX_KEEP)
+        return fa_errorf(err, FA_ERR_INVAL, "model store: keep_versions must be 1..%d, not %u",
+                         MAX_KEEP, keep);
+    if (sodium_init() < 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "libsodium initialisation failed");
+    rc = fa_file_mkdirs(dir, 0755, err);
+    if (rc != 0)
+        return rc;
+    s = calloc(1, sizeof(*s));
+    if (!s || !(s->dir = strdup(dir))) {
+        free(s);
+        return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    }
+    s->keep = keep;
+    snprintf(path, sizeof(path), "%s/MANIFEST", dir);
+    rc = fa_file_read_all(path, &text, &len, 1 << 20, err);
+    if (rc == FA_ERR_NOTFOUND) {
+        rc = 0; /* a new store */
+    } else if (rc == 0) {
+        if (memchr(text, '\0', len))
+            rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: binary data in manifest", path);
+        else
+            rc = parse_manifest(s, path, (char *)text, err);
+        if (rc == 0 && s->n == 0)
+            rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: no version listed", path);
+    }
+    free(text);
+    if (rc == 0) {
+        remove_leftovers(s);
+        if (s->n > 0)
+            rc = verify_current(s, err);
+    }
+    if (rc != 0) {
+        fa_model_store_del(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void fa_model_store_del(fa_model_store *s)
+{
+    if (!s)
+        return;
+    free(s->entries);
+    free(s->dir);
+    free(s);
+}
+
+int fa_model_store_current(const fa_model_store *s, struct fa_model_version *out)
+{
+    if (s->n == 0)
+        return FA_ERR_NOTFOUND;
+    *out = s->entries[s->n - 1].v;
+    return 0;
+}
+
+int fa_model_store_has(const fa_model_store *s, uint64_t version)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->entries[i].v.version == version)
+            return 1;
+    return 0;
+}
+
+int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], fa_error *err)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->entries[i].v.version == version) {
+            memcpy(out, s->entries[i].v.model_sha256, 32);
+            return 0;
+        }
+    return fa_errorf(err, FA_ERR_NOTFOUND, "model version %" PRIu64 " is not retained", version);
+}
+
+/* Writes one safetensors file atomically, hashing exactly the bytes written. */
+static int write_tensors(const char *path, const fa_st_view *t, size_t n, const char *const *meta,
+                         size_t n_meta, uint8_t sha[32], uint64_t *size, fa_error *err)
+{
+    crypto_hash_sha256_state st;
+    fa_st_writer *w = NULL;
+    const uint8_t *hdr;
+    size_t hdr_len;
+    int rc;
+
+    crypto_hash_sha256_init(&st);
+    rc = fa_st_writer_new(&w, err);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = fa_st_writer_add(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape, err);
+    for (size_t i = 0; rc == 0 && i < n_meta; i++)
+        rc = fa_st_writer_metadata(w, meta[2 * i], meta[2 * i + 1], err);
+    if (rc == 0)
+        rc = fa_st_writer_header(w, &hdr, &hdr_len, err);
+    if (rc == 0) {
+        crypto_hash_sha256_update(&st, hdr, hdr_len);
+        *size = fa_st_writer_total_size(w);
+        rc = fa_st_writer_open(w, path, 0644, err);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t numel = 1;
+        for (unsigned k = 0; k < t[i].ndim; k++)
+            numel *= t[i].shape[k];
+        size_t bytes = (size_t)(numel * fa_st_dtype_size(t[i].dtype));
+        crypto_hash_sha256_update(&st, t[i].data, bytes);
+        rc = fa_st_writer_write(w, t[i].data, bytes, err);
+    }
+    if (rc == 0)
+        rc = fa_st_writer_commit(w, err);
+    fa_st_writer_del(w);
+    crypto_hash_sha256_final(&st, sha);
+    return rc;
+}
+
+int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
+                          const fa_st_view *model, size_t n_model, const char *const *meta,
+                          size_t n_meta, const fa_st_view *state, size_t n_state,
+                          const char *const *state_meta, size_t n_state_meta, fa_error *err)
+{
+    struct entry e = {0}, *all;
+    char mpath[4096], spath[4096];
+    uint64_t state_size;
+    size_t first;
+    int rc;
+
+    if (s->n > 0 && version <= s->entries[s->n - 1].v.version)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "model store: version %" PRIu64 " is not after the current %" PRIu64,
+                         version, s->entries[s->n - 1].v.version);
+    e.v.version = version;
+    e.v.round = round;
+    fa_model_store_model_path(s, version, mpath, sizeof(mpath));
+    fa_model_store_state_path(s, version, spath, sizeof(spath));
+    rc = write_tensors(mpath, model, n_model, meta, n_meta, e.v.model_sha256, &e.v.model_size, err);
+    if (rc == 0)
+        rc = write_tensors(spath, state, n_state, state_meta, n_state_meta, e.v.state_sha256,
+                           &state_size, err);
+    if (rc != 0)
+        goto fail;
+
+    /* The new MANIFEST lists the last `keep` versions including this one. */
+    all = malloc((s->n + 1) * sizeof(*all));
+    if (!all) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+        goto fail;
+    }
+    memcpy(all, s->entries, s->n * sizeof(*all));
+    all[s->n] = e;
+    first = s->n + 1 > s->keep ? s->n + 1 - s->keep : 0;
+    rc = write_manifest(s, all + first, s->n + 1 - first, err);
+    if (rc != 0) {
+        free(all);
+        goto fail;
+    }
+    /* Committed.  Retire versions that fell out of the window. */
+    for (size_t i = 0; i < first; i++) {
+        char p[4096];
+        unlink(fa_model_store_model_path(s, all[i].v.version, p, sizeof(p)));
+        unlink(fa_model_store_state_path(s, all[i].v.version, p, sizeof(p)));
+    }
+    memmove(all, all + first, (s->n + 1 - first) * sizeof(*all));
+    free(s->entries);
+    s->entries = all;
+    s->n = s->n + 1 - first;
+    return 0;
+fail:
+    unlink(mpath);
+    unlink(spath);
+    return rc;
+}

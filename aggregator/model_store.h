@@ -1,0 +1,74 @@
+/* model_store.h - the aggregator's durable store of global model versions.
+ *
+ * Layout of the storage directory:
+ *   model-<version>.safetensors   the global weights (PyTorch nn.Linear names),
+ *                                 what workers download
+ *   state-<version>.safetensors   the server optimizer's state after producing
+ *                                 that version (empty for FedAvg)
+ *   MANIFEST                      names the latest committed version and the
+ *                                 SHA-256 of both files
+ *
+ * A commit writes both files atomically (temporary file, fsync, rename,
+ * directory fsync), then replaces MANIFEST atomically: the MANIFEST rename is
+ * the commit point.  A crash before it leaves the previous version current;
+ * files of versions newer than MANIFEST and temporary files are removed on
+ * open.  Open verifies the SHA-256 of the current files, so a damaged model
+ * is never served or trained on.  The last `keep` versions are retained.
+ */
+#ifndef FA_MODEL_STORE_H
+#define FA_MODEL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+#include "common/fa_safetensors.h"
+
+typedef struct fa_model_store fa_model_store;
+
+/* The current version, as MANIFEST records it. */
+struct fa_model_version {
+    uint64_t version;     /* 0 is the initial model */
+    uint64_t round;       /* the round that produced it (0 for the initial model) */
+    uint8_t model_sha256[32];
+    uint8_t state_sha256[32];
+    uint64_t model_size;  /* bytes */
+};
+
+/* Opens (creating when missing) the store in dir, keeping `keep` >= 1
+ * versions.  Removes leftovers of an interrupted commit and verifies the
+ * current files.  Returns 0, FA_ERR_IO, FA_ERR_CORRUPT (MANIFEST malformed,
+ * or a file missing or not matching its SHA-256: the message names it) or
+ * FA_ERR_NOMEM. */
+int fa_model_store_open(fa_model_store **out, const char *dir, unsigned keep, fa_error *err);
+void fa_model_store_del(fa_model_store *s);
+
+/* The current version; FA_ERR_NOTFOUND when nothing was ever committed. */
+int fa_model_store_current(const fa_model_store *s, struct fa_model_version *out);
+
+/* Commits a new version: the model tensors (with metadata pairs meta[2i],
+ * meta[2i+1]) and the optimizer state tensors (n_state may be 0, with
+ * state_meta pairs).  version must be greater than the current one.
+ * Returns 0, FA_ERR_INVAL (version not increasing), FA_ERR_IO; on failure the
+ * current version is unchanged. */
+int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
+                          const fa_st_view *model, size_t n_model, const char *const *meta,
+                          size_t n_meta, const fa_st_view *state, size_t n_state,
+                          const char *const *state_meta, size_t n_state_meta, fa_error *err);
+
+/* Path of a version's model or state file (it may have been retired).
+ * Writes into buf (n bytes); returns buf. */
+char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
+char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
+
+/* Whether a version's model file is still retained. */
+int fa_model_store_has(const fa_model_store *s, uint64_t version);
+
+/* SHA-256 of a retained version's model file (from MANIFEST history or by
+ * hashing it).  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
+int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], fa_error *err);
+
+/* Hex helper: writes 64 lowercase hex digits and a NUL into hex. */
+void fa_model_store_hex(const uint8_t sha[32], char hex[65]);
+
+#endif
