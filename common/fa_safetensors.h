@@ -1,0 +1,212 @@
+/* fa_safetensors.h - reading and writing safetensors files.
+ *
+ * The Hugging Face safetensors format
+ * (https://github.com/huggingface/safetensors, "Format"):
+ *
+ *   8 bytes   N, unsigned little-endian: the header length
+ *   N bytes   UTF-8 JSON object: for every tensor
+ *               "name": {"dtype": "F32", "shape": [256, 784], "data_offsets": [begin, end]}
+ *             and optionally "__metadata__": {"key": "string value", ...};
+ *             may be padded at the end with spaces
+ *   rest      the tensor bytes (little-endian, row-major); offsets are
+ *             relative to the start of this data section
+ *
+ * Validation is strict, as the reference implementation's: N is bounded
+ * (FA_ST_MAX_HEADER) and inside the file; the header is valid JSON (jansson)
+ * with no duplicate names; every dtype is known; shape x dtype size equals
+ * end - begin without overflow; the tensors, sorted by offset, tile the data
+ * section exactly (first begins at 0, each begins where the previous ended,
+ * the last ends at the end of the file): no gap, no overlap, nothing outside.
+ * Every error message names the file (when known) and the tensor.
+ *
+ * A reader holds the parsed header and either a caller-owned buffer (the
+ * whole file in memory, e.g. an HTTP body) or an open file descriptor (the
+ * header alone is read; tensor bytes are read on demand with pread).
+ * A writer declares the tensors first, then streams their bytes in order,
+ * into an atomically replaced file (fa_atomic_file) or any sink the caller
+ * drives with the serialised header.
+ */
+#ifndef FA_SAFETENSORS_H
+#define FA_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+
+/* Largest header accepted (the reference implementation's limit). */
+#define FA_ST_MAX_HEADER (100u * 1000u * 1000u)
+/* Most dimensions of one tensor. */
+#define FA_ST_MAX_DIMS 8
+/* Longest tensor name or metadata key, in bytes. */
+#define FA_ST_MAX_NAME 1024
+
+typedef enum fa_st_dtype {
+    FA_ST_F32 = 0,
+    FA_ST_F16 = 1,
+    FA_ST_BF16 = 2,
+    FA_ST_I32 = 3,
+    FA_ST_I64 = 4,
+    FA_ST_U8 = 5,
+} fa_st_dtype;
+
+/* "F32", "F16", "BF16", "I32", "I64", "U8"; NULL for an unknown value. */
+const char *fa_st_dtype_name(fa_st_dtype dtype);
+/* Bytes per element (4, 2, 2, 4, 8, 1); 0 for an unknown value. */
+size_t fa_st_dtype_size(fa_st_dtype dtype);
+/* Parses a dtype name; returns 0 or FA_ERR_UNSUPPORTED. */
+int fa_st_dtype_parse(const char *name, fa_st_dtype *out);
+
+/* One tensor of a parsed header.  Pointers stay valid until fa_st_del. */
+typedef struct fa_st_tensor {
+    const char *name;
+    fa_st_dtype dtype;
+    unsigned ndim;                   /* 0 for a scalar */
+    uint64_t shape[FA_ST_MAX_DIMS];  /* shape[0..ndim) */
+    uint64_t numel;                  /* product of the shape (1 for a scalar) */
+    uint64_t begin, end;             /* byte offsets in the data section */
+} fa_st_tensor;
+
+/* A parsed safetensors file (header, and a data source).  Opaque. */
+typedef struct fa_safetensors fa_safetensors;
+
+/* Parses a whole file held in memory (len bytes at buf).  The buffer is
+ * borrowed: it must outlive *out.  Returns 0, FA_ERR_PARSE (malformed
+ * header: message names the tensor and what is wrong), FA_ERR_UNSUPPORTED
+ * (unknown dtype), FA_ERR_TOOBIG (header over FA_ST_MAX_HEADER) or
+ * FA_ERR_NOMEM.  `what` names the source in messages (a path, "model v3");
+ * NULL means "safetensors". */
+int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char *what,
+                fa_error *err);
+
+/* Opens a file and reads its header only; tensor data is read later with
+ * fa_st_read.  The file size bounds the offsets.  Returns 0, FA_ERR_NOTFOUND,
+ * FA_ERR_IO, or the errors of fa_st_parse. */
+int fa_st_open(fa_safetensors **out, const char *path, fa_error *err);
+
+/* Parses a header alone: hdr is the JSON text (hdr_len bytes, without the
+ * 8-byte length prefix), data_len the length of the data section that
+ * follows it.  The result has no data source (fa_st_read fails with
+ * FA_ERR_STATE).  For receivers that stream, and for the fuzz target. */
+int fa_st_parse_header(fa_safetensors **out, const uint8_t *hdr, size_t hdr_len,
+                       uint64_t data_len, const char *what, fa_error *err);
+
+/* Frees st (closes its file).  NULL is a no-op. */
+void fa_st_del(fa_safetensors *st);
+
+/* Tensors in file (offset) order. */
+size_t fa_st_count(const fa_safetensors *st);
+const fa_st_tensor *fa_st_at(const fa_safetensors *st, size_t i);
+/* The tensor called name, or NULL. */
+const fa_st_tensor *fa_st_find(const fa_safetensors *st, const char *name);
+
+/* __metadata__ entries (string to string), in header order. */
+size_t fa_st_metadata_count(const fa_safetensors *st);
+/* Key and value of entry i (i < count). */
+void fa_st_metadata_at(const fa_safetensors *st, size_t i, const char **key, const char **value);
+/* The value of key, or NULL. */
+const char *fa_st_metadata_get(const fa_safetensors *st, const char *key);
+
+/* Byte offset of the data section in the file (8 + N), and its length. */
+uint64_t fa_st_data_offset(const fa_safetensors *st);
+uint64_t fa_st_data_len(const fa_safetensors *st);
+
+/* Pointer to the bytes of t when st came from fa_st_parse (in-memory), else
+ * NULL.  The bytes may be unaligned for the dtype: memcpy them. */
+const uint8_t *fa_st_data(const fa_safetensors *st, const fa_st_tensor *t);
+
+/* Copies the raw bytes of t (t->end - t->begin of them) into dst, which has
+ * room for dst_len bytes.  Returns 0, FA_ERR_INVAL (dst too small),
+ * FA_ERR_IO (short read: the file changed), FA_ERR_STATE (no data source). */
+int fa_st_read(const fa_safetensors *st, const fa_st_tensor *t, void *dst, size_t dst_len,
+               fa_error *err);
+
+/* Reads t converted to float32 into dst[0..n): F32 as is, F16 and BF16
+ * widened exactly.  n must equal t->numel.  Returns 0, FA_ERR_INVAL (n
+ * wrong, or an integer dtype: message names the tensor), or fa_st_read's
+ * errors. */
+int fa_st_read_f32(const fa_safetensors *st, const fa_st_tensor *t, float *dst, size_t n,
+                   fa_error *err);
+
+/* Conversions used by the readers and writers (round to nearest even). */
+float fa_st_f16_to_f32(uint16_t h);
+uint16_t fa_st_f32_to_f16(float f);
+float fa_st_bf16_to_f32(uint16_t h);
+uint16_t fa_st_f32_to_bf16(float f);
+
+/* ---------------------------------------------------------------------- */
+/* Writing                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* A streaming writer.  Opaque.  Usage:
+ *
+ *   fa_st_writer_new(&w, err);
+ *   fa_st_writer_add(w, "fc1.weight", FA_ST_F32, 2, (uint64_t[]){256, 784}, err);
+ *   fa_st_writer_add(w, "fc1.bias", FA_ST_F32, 1, (uint64_t[]){256}, err);
+ *   fa_st_writer_metadata(w, "format", "pt", err);
+ *   fa_st_writer_open(w, "model.safetensors", 0644, err);  // header written
+ *   fa_st_writer_write(w, w1, 256 * 784 * 4, err);          // tensor bytes, in
+ *   fa_st_writer_write(w, b1, 256 * 4, err);                // declaration order,
+ *   fa_st_writer_commit(w, err);                            // in any chunking
+ *   fa_st_writer_del(w);
+ *
+ * The data section holds the tensors in the order they were added; the
+ * header is padded with spaces to a multiple of 8 bytes so that the data
+ * section starts 8-byte aligned (as the reference implementation does).
+ */
+typedef struct fa_st_writer fa_st_writer;
+
+int fa_st_writer_new(fa_st_writer **out, fa_error *err);
+
+/* Declares the next tensor (little-endian bytes, row-major).  Returns 0,
+ * FA_ERR_INVAL (empty, over-long or duplicate name, "__metadata__", too
+ * many dims, size overflow: message names the tensor), FA_ERR_STATE (after
+ * the header was produced) or FA_ERR_NOMEM. */
+int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsigned ndim,
+                     const uint64_t *shape, fa_error *err);
+
+/* Adds a __metadata__ entry (a key set twice keeps the last value).
+ * Returns 0, FA_ERR_INVAL, FA_ERR_STATE or FA_ERR_NOMEM. */
+int fa_st_writer_metadata(fa_st_writer *w, const char *key, const char *value, fa_error *err);
+
+/* Produces the serialised header: the 8-byte length prefix, the JSON and
+ * its padding (*len bytes at *hdr, owned by w).  After this no tensor or
+ * metadata can be added.  For callers that send the file elsewhere than a
+ * local file (then they send the tensor bytes after it themselves). */
+int fa_st_writer_header(fa_st_writer *w, const uint8_t **hdr, size_t *len, fa_error *err);
+
+/* Total size of the file being written: header plus data. */
+uint64_t fa_st_writer_total_size(fa_st_writer *w);
+
+/* Starts the atomic replacement of path (fa_atomic_file, mode e.g. 0644)
+ * and writes the header.  Returns 0, FA_ERR_IO, FA_ERR_STATE, FA_ERR_NOMEM. */
+int fa_st_writer_open(fa_st_writer *w, const char *path, unsigned mode, fa_error *err);
+
+/* Appends len bytes of tensor data.  Returns 0, FA_ERR_IO, FA_ERR_STATE (not
+ * open) or FA_ERR_RANGE (more bytes than the declared tensors hold). */
+int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *err);
+
+/* Checks that exactly the declared bytes were written, fsyncs and renames
+ * over the destination.  On any failure the destination is untouched.
+ * Returns 0, FA_ERR_RANGE (bytes missing), FA_ERR_STATE or FA_ERR_IO. */
+int fa_st_writer_commit(fa_st_writer *w, fa_error *err);
+
+/* Frees w; an uncommitted file is removed.  NULL is a no-op. */
+void fa_st_writer_del(fa_st_writer *w);
+
+/* One tensor held in memory, for fa_st_save. */
+typedef struct fa_st_view {
+    const char *name;
+    fa_st_dtype dtype;
+    unsigned ndim;
+    const uint64_t *shape;
+    const void *data; /* numel x dtype size bytes */
+} fa_st_view;
+
+/* One-shot atomic save of n tensors with n_meta metadata pairs
+ * (meta[2i] = key, meta[2i+1] = value; meta may be NULL when n_meta is 0).
+ * Returns 0 or the errors of the writer functions. */
+int fa_st_save(const char *path, unsigned mode, const fa_st_view *tensors, size_t n,
+               const char *const *meta, size_t n_meta, fa_error *err);
+
+#endif

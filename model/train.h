@@ -1,0 +1,95 @@
+/* train.h - the training loop of the built-in trainer, and one local round.
+ *
+ * One step (rank r of R, each rank holding the SAME data set):
+ *
+ *   perm = shuffle of 0..n-1, seeded by (seed, epoch): identical on every rank
+ *   global batch  = perm[s*B .. s*B + B)                 (B = batch_size; the
+ *                                                          last batch of an epoch may be short)
+ *   this rank's part = contiguous slice r of R of that batch
+ *   forward/backward on the part, grads scaled by 1/|global batch|
+ *   allreduce(grads)          <- the hook: must leave the SUM over ranks in grads
+ *   SGD step (momentum, weight decay)
+ *
+ * So 1, 2 or 4 ranks with the same seed and global batch follow the same
+ * trajectory up to float summation order.  Without a hook (one process), the
+ * local gradient is already the batch mean.
+ *
+ * The hook is where the distributed worker plugs in its collectives
+ * (MPI on host memory, NCCL on device memory) and gradient compression
+ * (per layer, using fa_mlp_layout_of(m)->tensors for names/shapes/offsets).
+ */
+#ifndef FA_MODEL_TRAIN_H
+#define FA_MODEL_TRAIN_H
+
+#include <stdint.h>
+
+#include "common/fa_err.h"
+#include "model/mlp.h"
+
+/* Gradient all-reduce hook, called after every backward pass and before the
+ * optimizer step.  grads is the network's gradient block (n floats, layout
+ * fa_mlp_layout_of(m)); on_device says whether it is CUDA device memory
+ * (then work must be ordered on fa_mlp_cuda_stream(m) or synchronised before
+ * returning).  step counts from 0 over the whole run (the PowerSGD start step).
+ * On return grads must hold the SUM over ranks of their gradient blocks
+ * (possibly compressed and decompressed).  Returns 0, or a negative FA_ERR_*
+ * code (with err filled) that stops training and is returned to the caller. */
+typedef int (*fa_train_allreduce_fn)(void *user, fa_mlp *m, float *grads, size_t n,
+                                     int on_device, uint64_t step, fa_error *err);
+
+/* Called after every epoch (or, in steps mode, every `report_every` steps and
+ * at the end), e.g. to evaluate and log.  A negative return stops training
+ * and is returned to the caller. */
+typedef int (*fa_train_report_fn)(void *user, fa_mlp *m, uint32_t epoch, uint64_t step,
+                                  double mean_loss, fa_error *err);
+
+enum { FA_LR_CONSTANT = 0, FA_LR_COSINE = 1 };
+
+typedef struct fa_train_opts {
+    uint32_t epochs;        /* passes over the data set; used when steps == 0.  Default 1 */
+    uint32_t steps;         /* optimizer steps; 0 = use epochs.  Default 0 */
+    uint32_t batch_size;    /* GLOBAL batch across all ranks.  Default 64 */
+    fa_sgd sgd;             /* default lr 0.05, momentum 0.9, weight decay 0 */
+    int lr_schedule;        /* FA_LR_CONSTANT (default) or FA_LR_COSINE: lr * (1 + cos(pi t/T)) / 2
+                               over the run's T steps, after `warmup_steps` of linear warm-up */
+    uint32_t warmup_steps;  /* default 0 */
+    uint64_t seed;          /* shuffling.  Default 1 */
+    uint32_t rank, world;   /* this process's part of each global batch.  Default 0 of 1 */
+    fa_train_allreduce_fn allreduce; /* NULL: one process, no all-reduce */
+    void *allreduce_user;
+    fa_train_report_fn report;       /* optional */
+    void *report_user;
+    uint32_t report_every;  /* steps mode: report every N steps (0 = only at the end) */
+} fa_train_opts;
+
+void fa_train_opts_default(fa_train_opts *o);
+
+typedef struct fa_train_result {
+    uint64_t steps;        /* optimizer steps taken */
+    uint64_t samples;      /* example-gradients computed, all ranks together (sum of global batches) */
+    uint64_t num_examples; /* distinct examples of the data set used: n for >= 1 epoch,
+                              min(n, samples) in steps mode; the FedAvg weight n_u */
+    double mean_loss;      /* mean training loss of this rank's examples over the last epoch
+                              (steps mode: over the last min(steps, n/B) steps) */
+} fa_train_result;
+
+/* Trains m from its current parameters and momentum on data with opts.
+ * res may be NULL.  Returns 0, FA_ERR_INVAL (empty data set, dim or a
+ * label not matching the model, batch of 0, rank >= world, a part larger than
+ * the network's max_batch: message says which), FA_ERR_NOMEM, or the
+ * hook's / backend's error. */
+int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *opts,
+                 fa_train_result *res, fa_error *err);
+
+/* One single-process (or one rank's) local round of federated training:
+ *
+ *   params = global; momentum = 0; fa_train_run(...); delta = params - global
+ *
+ * global and delta are host arrays of n_params floats (delta may not alias
+ * global).  On failure delta is unspecified and res untouched.  Returns as
+ * fa_train_run. */
+int fa_train_local_round(fa_mlp *m, const float *global, const fa_dataset *data,
+                         const fa_train_opts *opts, float *delta, fa_train_result *res,
+                         fa_error *err);
+
+#endif
