@@ -1,0 +1,848 @@
+/* fa_safetensors.c - safetensors reader and streaming writer (see the header
+ * for the format and the validation rules). */
+#include "common/fa_safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fa_file.h"
+
+/* ---------------------------------------------------------------------- */
+/* dtypes                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {
+    [FA_ST_F32] = {"F32", 4}, [FA_ST_F16] = {"F16", 2}, [FA_ST_BF16] = {"BF16", 2},
+    [FA_ST_I32] = {"I32", 4}, [FA_ST_I64] = {"I64", 8}, [FA_ST_U8] = {"U8", 1},
+};
+#define N_DTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
+
+const char *fa_st_dtype_name(fa_st_dtype dtype)
+{
+    return (unsigned)dtype < N_DTYPES ? dtypes[dtype].name : NULL;
+}
+
+size_t fa_st_dtype_size(fa_st_dtype dtype)
+{
+    return (unsigned)dtype < N_DTYPES ? dtypes[dtype].size : 0;
+}
+
+int fa_st_dtype_parse(const char *name, fa_st_dtype *out)
+{
+    for (unsigned i = 0; i < N_DTYPES; i++)
+        if (strcmp(name, dtypes[i].name) == 0) {
+            *out = (fa_st_dtype)i;
+            return 0;
+        }
+    return FA_ERR_UNSUPPORTED;
+}
+
+/* IEEE 754 binary16 <-> binary32.  Subnormals, infinities and NaN kept. */
+float fa_st_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+    float f;
+
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        /* subnormal: normalise */
+        exp = 113;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t fa_st_f32_to_f16(float f)
+{
+    uint32_t x, sign, exp, man;
+    memcpy(&x, &f, 4);
+    sign = (x >> 16) & 0x8000u;
+    exp = (x >> 23) & 0xffu;
+    man = x & 0x7fffffu;
+
+    if (exp == 0xff) /* inf / nan (keep a quiet nan) */
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        /* subnormal result: shift the full mantissa, round to nearest even */
+        man |= 0x800000u;
+        unsigned shift = (unsigned)(14 - e);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+        h++; /* may carry into the exponent, which is the correct rounding */
+    return (uint16_t)h;
+}
+
+float fa_st_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t fa_st_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu))
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Reader                                                                  */
+/* ---------------------------------------------------------------------- */
+
+struct fa_safetensors {
+    fa_st_tensor *tensors; /* sorted by offset */
+    size_t n;
+    char **meta;           /* 2 * n_meta strings: key, value */
+    size_t n_meta;
+    uint64_t data_offset, data_len;
+    const uint8_t *buf;    /* in-memory source, or NULL */
+    int fd;                /* file source, or -1 */
+    char what[256];
+};
+
+void fa_st_del(fa_safetensors *st)
+{
+    if (!st)
+        return;
+    for (size_t i = 0; i < st->n; i++)
+        free((char *)st->tensors[i].name);
+    free(st->tensors);
+    for (size_t i = 0; i < 2 * st->n_meta; i++)
+        free(st->meta[i]);
+    free(st->meta);
+    if (st->fd >= 0)
+        close(st->fd);
+    free(st);
+}
+
+size_t fa_st_count(const fa_safetensors *st) { return st->n; }
+
+const fa_st_tensor *fa_st_at(const fa_safetensors *st, size_t i)
+{
+    return i < st->n ? &st->tensors[i] : NULL;
+}
+
+const fa_st_tensor *fa_st_find(const fa_safetensors *st, const char *name)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (strcmp(st->tensors[i].name, name) == 0)
+            return &st->tensors[i];
+    return NULL;
+}
+
+size_t fa_st_metadata_count(const fa_safetensors *st) { return st->n_meta; }
+
+void fa_st_metadata_at(const fa_safetensors *st, size_t i, const char **key, const char **value)
+{
+    *key = st->meta[2 * i];
+    *value = st->meta[2 * i + 1];
+}
+
+const char *fa_st_metadata_get(const fa_safetensors *st, const char *key)
+{
+    for (size_t i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta[2 * i], key) == 0)
+            return st->meta[2 * i + 1];
+    return NULL;
+}
+
+uint64_t fa_st_data_offset(const fa_safetensors *st) { return st->data_offset; }
+uint64_t fa_st_data_len(const fa_safetensors *st) { return st->data_len; }
+
+const uint8_t *fa_st_data(const fa_safetensors *st, const fa_st_tensor *t)
+{
+    return st->buf ? st->buf + st->data_offset + t->begin : NULL;
+}
+
+/* Reads a non-negative JSON integer. */
+static int json_u64(const json_t *v, uint64_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int cmp_offsets(const void *a, const void *b)
+{
+    const fa_st_tensor *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Parses and checks one tensor entry of the header. */
+static int parse_tensor(fa_safetensors *st, const char *name, json_t *v, fa_st_tensor *t,
+                        fa_error *err)
+{
+    const char *w = st->what, *key;
+    json_t *dtype = NULL, *shape = NULL, *offs = NULL, *x;
+    size_t esize, i;
+    uint64_t numel = 1, bytes;
+
+    if (strlen(name) == 0 || strlen(name) > FA_ST_MAX_NAME)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor name of %zu bytes (must be 1..%u)", w,
+                         strlen(name), FA_ST_MAX_NAME);
+    if (!json_is_object(v))
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': entry is not a JSON object", w, name);
+    json_object_foreach(v, key, x) {
+        if (strcmp(key, "dtype") == 0)
+            dtype = x;
+        else if (strcmp(key, "shape") == 0)
+            shape = x;
+        else if (strcmp(key, "data_offsets") == 0)
+            offs = x;
+        else
+            return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': unknown field '%s'", w, name, key);
+    }
+    if (!dtype || !shape || !offs)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': missing '%s'", w, name,
+                         !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+    if (!json_is_string(dtype))
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': dtype is not a string", w, name);
+    if (fa_st_dtype_parse(json_string_value(dtype), &t->dtype) != 0)
+        return fa_errorf(err, FA_ERR_UNSUPPORTED,
+                         "%s: tensor '%s': unsupported dtype '%s' (supported: F32, F16, BF16, I32, "
+                         "I64, U8)",
+                         w, name, json_string_value(dtype));
+    esize = fa_st_dtype_size(t->dtype);
+
+    if (!json_is_array(shape))
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': shape is not an array", w, name);
+    if (json_array_size(shape) > FA_ST_MAX_DIMS)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': %zu dimensions (at most %d)", w,
+                         name, json_array_size(shape), FA_ST_MAX_DIMS);
+    t->ndim = (unsigned)json_array_size(shape);
+    json_array_foreach(shape, i, x) {
+        if (json_u64(x, &t->shape[i]) != 0)
+            return fa_errorf(err, FA_ERR_PARSE,
+                             "%s: tensor '%s': shape[%zu] is not a non-negative integer", w, name,
+                             i);
+        if (t->shape[i] != 0 && numel > UINT64_MAX / t->shape[i])
+            return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': shape overflows", w, name);
+        numel *= t->shape[i];
+    }
+    if (numel > UINT64_MAX / esize)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': shape overflows", w, name);
+    t->numel = numel;
+    bytes = numel * esize;
+
+    if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+        json_u64(json_array_get(offs, 0), &t->begin) != 0 ||
+        json_u64(json_array_get(offs, 1), &t->end) != 0)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: tensor '%s': data_offsets is not [begin, end] of non-negative "
+                         "integers",
+                         w, name);
+    if (t->end < t->begin)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", w, name,
+                         (unsigned long long)t->begin, (unsigned long long)t->end);
+    if (t->end - t->begin != bytes)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: tensor '%s': %s shape of %llu elements needs %llu bytes but "
+                         "data_offsets [%llu, %llu] hold %llu",
+                         w, name, fa_st_dtype_name(t->dtype), (unsigned long long)numel,
+                         (unsigned long long)bytes, (unsigned long long)t->begin,
+                         (unsigned long long)t->end, (unsigned long long)(t->end - t->begin));
+    if (t->end > st->data_len)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data "
+                         "(%llu bytes)",
+                         w, name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                         (unsigned long long)st->data_len);
+    t->name = strdup(name);
+    return t->name ? 0 : fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", w);
+}
+
+static int parse_metadata(fa_safetensors *st, json_t *v, fa_error *err)
+{
+    const char *key;
+    json_t *x;
+    size_t n = json_object_size(v), i = 0;
+
+    if (!json_is_object(v))
+        return fa_errorf(err, FA_ERR_PARSE, "%s: __metadata__ is not a JSON object", st->what);
+    st->meta = calloc(2 * n + 1, sizeof(char *));
+    if (!st->meta)
+        return fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", st->what);
+    json_object_foreach(v, key, x) {
+        if (!json_is_string(x))
+            return fa_errorf(err, FA_ERR_PARSE, "%s: __metadata__ '%s': value is not a string",
+                             st->what, key);
+        if (strlen(key) > FA_ST_MAX_NAME)
+            return fa_errorf(err, FA_ERR_PARSE, "%s: __metadata__ key of %zu bytes (at most %u)",
+                             st->what, strlen(key), FA_ST_MAX_NAME);
+        st->meta[2 * i] = strdup(key);
+        st->meta[2 * i + 1] = strdup(json_string_value(x));
+        st->n_meta = ++i;
+        if (!st->meta[2 * i - 2] || !st->meta[2 * i - 1])
+            return fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", st->what);
+    }
+    return 0;
+}
+
+/* Parses the JSON header into st (whose what, data_len are set). */
+static int parse_json(fa_safetensors *st, const uint8_t *hdr, size_t hdr_len, fa_error *err)
+{
+    json_error_t jerr;
+    json_t *root, *v;
+    const char *key;
+    int rc = 0;
+
+    if (hdr_len == 0 || hdr[0] != '{')
+        return fa_errorf(err, FA_ERR_PARSE, "%s: header does not start with '{'", st->what);
+    root = json_loadb((const char *)hdr, hdr_len, JSON_REJECT_DUPLICATES | JSON_PRESERVE_ORDER,
+                      &jerr);
+    if (!root)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: header is not valid JSON: %s (line %d, column %d)",
+                         st->what, jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        rc = fa_errorf(err, FA_ERR_PARSE, "%s: header is not a JSON object", st->what);
+        goto out;
+    }
+    st->tensors = calloc(json_object_size(root) + 1, sizeof(fa_st_tensor));
+    if (!st->tensors) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", st->what);
+        goto out;
+    }
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, "__metadata__") == 0)
+            rc = parse_metadata(st, v, err);
+        else if ((rc = parse_tensor(st, key, v, &st->tensors[st->n], err)) == 0)
+            st->n++;
+        if (rc != 0)
+            goto out;
+    }
+
+    /* The tensors, in offset order, must tile the data section exactly. */
+    qsort(st->tensors, st->n, sizeof(fa_st_tensor), cmp_offsets);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        const fa_st_tensor *t = &st->tensors[i];
+        if (t->begin < pos) {
+            rc = fa_errorf(err, FA_ERR_PARSE,
+                           "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s'",
+                           st->what, t->name, (unsigned long long)t->begin,
+                           (unsigned long long)t->end, st->tensors[i - 1].name);
+            goto out;
+        }
+        if (t->begin > pos) {
+            rc = fa_errorf(err, FA_ERR_PARSE,
+                           "%s: tensor '%s': data_offsets [%llu, %llu] leave a gap of %llu bytes "
+                           "after %s",
+                           st->what, t->name, (unsigned long long)t->begin,
+                           (unsigned long long)t->end, (unsigned long long)(t->begin - pos),
+                           i ? st->tensors[i - 1].name : "the start of the data");
+            goto out;
+        }
+        pos = t->end;
+    }
+    if (pos != st->data_len)
+        rc = fa_errorf(err, FA_ERR_PARSE,
+                       "%s: the tensors cover %llu bytes but the data section has %llu "
+                       "(truncated file or trailing garbage)",
+                       st->what, (unsigned long long)pos, (unsigned long long)st->data_len);
+out:
+    json_decref(root);
+    return rc;
+}
+
+static fa_safetensors *st_alloc(const char *what)
+{
+    fa_safetensors *st = calloc(1, sizeof(*st));
+    if (st) {
+        st->fd = -1;
+        snprintf(st->what, sizeof(st->what), "%s", what ? what : "safetensors");
+    }
+    return st;
+}
+
+int fa_st_parse_header(fa_safetensors **out, const uint8_t *hdr, size_t hdr_len,
+                       uint64_t data_len, const char *what, fa_error *err)
+{
+    fa_safetensors *st;
+    int rc;
+
+    *out = NULL;
+    if (hdr_len > FA_ST_MAX_HEADER)
+        return fa_errorf(err, FA_ERR_TOOBIG, "%s: header of %zu bytes exceeds the limit of %u",
+                         what ? what : "safetensors", hdr_len, FA_ST_MAX_HEADER);
+    st = st_alloc(what);
+    if (!st)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    st->data_offset = 8 + (uint64_t)hdr_len;
+    st->data_len = data_len;
+    rc = parse_json(st, hdr, hdr_len, err);
+    if (rc != 0) {
+        fa_st_del(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Checks the 8-byte prefix against the total size; returns N. */
+static int check_prefix(const uint8_t p[8], uint64_t total, const char *what, uint64_t *n,
+                        fa_error *err)
+{
+    *n = le64(p);
+    if (*n > FA_ST_MAX_HEADER)
+        return fa_errorf(err, FA_ERR_TOOBIG,
+                         "%s: header length %llu exceeds the limit of %u bytes (not a safetensors "
+                         "file?)",
+                         what, (unsigned long long)*n, FA_ST_MAX_HEADER);
+    if (*n > total - 8)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: header length %llu runs past the end of the file (%llu bytes)", what,
+                         (unsigned long long)*n, (unsigned long long)total);
+    return 0;
+}
+
+int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char *what,
+                fa_error *err)
+{
+    uint64_t n;
+    int rc;
+
+    *out = NULL;
+    what = what ? what : "safetensors";
+    if (len < 8)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: %zu bytes, too short for a safetensors file",
+                         what, len);
+    if ((rc = check_prefix(buf, len, what, &n, err)) != 0)
+        return rc;
+    rc = fa_st_parse_header(out, buf + 8, (size_t)n, len - 8 - n, what, err);
+    if (rc == 0)
+        (*out)->buf = buf;
+    return rc;
+}
+
+static int pread_full(int fd, void *dst, size_t len, uint64_t off)
+{
+    uint8_t *p = dst;
+    while (len > 0) {
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO;
+        p += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
+{
+    uint8_t prefix[8], *hdr = NULL;
+    struct stat sb;
+    uint64_t n;
+    int fd, rc, e;
+
+    *out = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        e = errno;
+        return fa_errorf(err, e == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
+                         strerror(e));
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    if (sb.st_size < 8) {
+        rc = fa_errorf(err, FA_ERR_PARSE, "%s: %lld bytes, too short for a safetensors file",
+                       path, (long long)sb.st_size);
+        goto fail;
+    }
+    if ((e = pread_full(fd, prefix, 8, 0)) != 0) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", path, strerror(-e));
+        goto fail;
+    }
+    if ((rc = check_prefix(prefix, (uint64_t)sb.st_size, path, &n, err)) != 0)
+        goto fail;
+    hdr = malloc(n ? n : 1);
+    if (!hdr) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory for a header of %llu bytes", path,
+                       (unsigned long long)n);
+        goto fail;
+    }
+    if ((e = pread_full(fd, hdr, n, 8)) != 0) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", path, strerror(-e));
+        goto fail;
+    }
+    rc = fa_st_parse_header(out, hdr, n, (uint64_t)sb.st_size - 8 - n, path, err);
+    if (rc != 0)
+        goto fail;
+    (*out)->fd = fd;
+    free(hdr);
+    return 0;
+fail:
+    free(hdr);
+    close(fd);
+    return rc;
+}
+
+int fa_st_read(const fa_safetensors *st, const fa_st_tensor *t, void *dst, size_t dst_len,
+               fa_error *err)
+{
+    uint64_t len = t->end - t->begin;
+    int e;
+
+    if (len > dst_len)
+        return fa_errorf(err, FA_ERR_INVAL, "%s: tensor '%s' has %llu bytes, buffer holds %zu",
+                         st->what, t->name, (unsigned long long)len, dst_len);
+    if (st->buf) {
+        memcpy(dst, st->buf + st->data_offset + t->begin, (size_t)len);
+        return 0;
+    }
+    if (st->fd < 0)
+        return fa_errorf(err, FA_ERR_STATE, "%s: header only, no tensor data to read", st->what);
+    if ((e = pread_full(st->fd, dst, (size_t)len, st->data_offset + t->begin)) != 0)
+        return fa_errorf(err, FA_ERR_IO, "%s: tensor '%s': read: %s%s", st->what, t->name,
+                         strerror(-e), e == -EIO ? " (file shrank while open?)" : "");
+    return 0;
+}
+
+int fa_st_read_f32(const fa_safetensors *st, const fa_st_tensor *t, float *dst, size_t n,
+                   fa_error *err)
+{
+    int rc;
+
+    if (n != t->numel)
+        return fa_errorf(err, FA_ERR_INVAL, "%s: tensor '%s' has %llu elements, expected %zu",
+                         st->what, t->name, (unsigned long long)t->numel, n);
+    if (t->dtype == FA_ST_F32)
+        return fa_st_read(st, t, dst, n * sizeof(float), err);
+    if (t->dtype != FA_ST_F16 && t->dtype != FA_ST_BF16)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "%s: tensor '%s' has dtype %s, expected a float type (F32, F16, BF16)",
+                         st->what, t->name, fa_st_dtype_name(t->dtype));
+    /* Read the 16-bit values into the upper half of dst, widen in place
+     * front to back (element i is read from byte 2n + 2i >= 4i). */
+    uint8_t *half = (uint8_t *)dst + 2 * n;
+    if ((rc = fa_st_read(st, t, half, 2 * n, err)) != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(half[2 * i] | (half[2 * i + 1] << 8));
+        dst[i] = t->dtype == FA_ST_F16 ? fa_st_f16_to_f32(h) : fa_st_bf16_to_f32(h);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Writer                                                                  */
+/* ---------------------------------------------------------------------- */
+
+struct wtensor {
+    char *name;
+    fa_st_dtype dtype;
+    unsigned ndim;
+    uint64_t shape[FA_ST_MAX_DIMS];
+    uint64_t bytes;
+};
+
+enum { W_ADDING, W_HEADER, W_OPEN, W_DONE };
+
+struct fa_st_writer {
+    struct wtensor *t;
+    size_t n, cap;
+    json_t *meta;    /* object, insertion order */
+    uint8_t *header; /* prefix + JSON + padding */
+    size_t header_len;
+    uint64_t data_len, written;
+    fa_atomic_file *file;
+    int state;
+};
+
+int fa_st_writer_new(fa_st_writer **out, fa_error *err)
+{
+    fa_st_writer *w = calloc(1, sizeof(*w));
+    *out = NULL;
+    if (!w || !(w->meta = json_object())) {
+        free(w);
+        return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
+    }
+    *out = w;
+    return 0;
+}
+
+void fa_st_writer_del(fa_st_writer *w)
+{
+    if (!w)
+        return;
+    fa_atomic_file_abort(w->file);
+    for (size_t i = 0; i < w->n; i++)
+        free(w->t[i].name);
+    free(w->t);
+    json_decref(w->meta);
+    free(w->header);
+    free(w);
+}
+
+int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsigned ndim,
+                     const uint64_t *shape, fa_error *err)
+{
+    struct wtensor *t;
+    uint64_t numel = 1;
+    size_t esize = fa_st_dtype_size(dtype);
+
+    if (w->state != W_ADDING)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: tensor '%s' added after the header",
+                         name);
+    if (!name || !*name || strlen(name) > FA_ST_MAX_NAME || strcmp(name, "__metadata__") == 0)
+        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid tensor name '%s'",
+                         name ? name : "(null)");
+    if (esize == 0)
+        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': unknown dtype %d",
+                         name, (int)dtype);
+    if (ndim > FA_ST_MAX_DIMS)
+        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': %u dimensions (at "
+                         "most %d)", name, ndim, FA_ST_MAX_DIMS);
+    for (size_t i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0)
+            return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: duplicate tensor '%s'", name);
+    for (unsigned i = 0; i < ndim; i++) {
+        if (shape[i] > (uint64_t)INT64_MAX || (shape[i] != 0 && numel > UINT64_MAX / shape[i]))
+            return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': shape overflows",
+                             name);
+        numel *= shape[i];
+    }
+    if (numel > (UINT64_MAX >> 4) / esize || w->data_len + numel * esize < w->data_len)
+        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': size overflows",
+                         name);
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        struct wtensor *nt = realloc(w->t, cap * sizeof(*nt));
+        if (!nt)
+            return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
+        w->t = nt;
+        w->cap = cap;
+    }
+    t = &w->t[w->n];
+    memset(t, 0, sizeof(*t));
+    if (!(t->name = strdup(name)))
+        return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
+    t->dtype = dtype;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, ndim * sizeof(uint64_t));
+    t->bytes = numel * esize;
+    w->data_len += t->bytes;
+    w->n++;
+    return 0;
+}
+
+int fa_st_writer_metadata(fa_st_writer *w, const char *key, const char *value, fa_error *err)
+{
+    json_t *s;
+
+    if (w->state != W_ADDING)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: metadata '%s' after the header",
+                         key);
+    if (!key || !value || strlen(key) > FA_ST_MAX_NAME)
+        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid metadata key");
+    if (!(s = json_string(value)))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: metadata '%s': value is not valid UTF-8", key);
+    if (json_object_set_new(w->meta, key, s) != 0)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: metadata key '%s' is not valid UTF-8", key);
+    return 0;
+}
+
+static int build_header(fa_st_writer *w, fa_error *err)
+{
+    json_t *root = json_object(), *e;
+    char *text = NULL;
+    uint64_t off = 0;
+    size_t len, padded;
+    int rc = 0;
+
+    if (!root)
+        return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
+    if (json_object_size(w->meta) > 0 && json_object_set(root, "__metadata__", w->meta) != 0)
+        goto nomem;
+    for (size_t i = 0; i < w->n; i++) {
+        const struct wtensor *t = &w->t[i];
+        json_t *shape = json_array();
+        if (!(e = json_object()) || json_object_set_new(root, t->name, e) != 0) {
+            json_decref(shape);
+            rc = fa_errorf(err, FA_ERR_INVAL,
+                           "safetensors writer: tensor name '%s' is not valid UTF-8", t->name);
+            goto out;
+        }
+        if (!shape)
+            goto nomem;
+        for (unsigned k = 0; k < t->ndim; k++)
+            json_array_append_new(shape, json_integer((json_int_t)t->shape[k]));
+        json_object_set_new(e, "dtype", json_string(fa_st_dtype_name(t->dtype)));
+        json_object_set_new(e, "shape", shape);
+        json_object_set_new(e, "data_offsets",
+                            json_pack("[II]", (json_int_t)off, (json_int_t)(off + t->bytes)));
+        off += t->bytes;
+    }
+    text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text)
+        goto nomem;
+    len = strlen(text);
+    padded = (len + 7) & ~(size_t)7; /* 8 + padded is a multiple of 8 */
+    if (padded > FA_ST_MAX_HEADER) {
+        rc = fa_errorf(err, FA_ERR_TOOBIG, "safetensors writer: header of %zu bytes exceeds %u",
+                       padded, FA_ST_MAX_HEADER);
+        goto out;
+    }
+    w->header = malloc(8 + padded);
+    if (!w->header)
+        goto nomem;
+    for (int i = 0; i < 8; i++)
+        w->header[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(w->header + 8, text, len);
+    memset(w->header + 8 + len, ' ', padded - len);
+    w->header_len = 8 + padded;
+    w->state = W_HEADER;
+    goto out;
+nomem:
+    rc = fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
+out:
+    free(text);
+    json_decref(root);
+    return rc;
+}
+
+int fa_st_writer_header(fa_st_writer *w, const uint8_t **hdr, size_t *len, fa_error *err)
+{
+    int rc;
+    if (w->state == W_ADDING && (rc = build_header(w, err)) != 0)
+        return rc;
+    *hdr = w->header;
+    *len = w->header_len;
+    return 0;
+}
+
+uint64_t fa_st_writer_total_size(fa_st_writer *w)
+{
+    if (w->state == W_ADDING && build_header(w, NULL) != 0)
+        return 0;
+    return w->header_len + w->data_len;
+}
+
+int fa_st_writer_open(fa_st_writer *w, const char *path, unsigned mode, fa_error *err)
+{
+    int rc;
+
+    if (w->state == W_ADDING && (rc = build_header(w, err)) != 0)
+        return rc;
+    if (w->state != W_HEADER)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: %s: already opened", path);
+    if ((rc = fa_atomic_file_open(&w->file, path, mode, err)) != 0)
+        return rc;
+    if ((rc = fa_atomic_file_write(w->file, w->header, w->header_len, err)) != 0) {
+        fa_atomic_file_abort(w->file);
+        w->file = NULL;
+        return rc;
+    }
+    w->state = W_OPEN;
+    return 0;
+}
+
+int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *err)
+{
+    if (w->state != W_OPEN)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: write before open or after commit");
+    if (len > w->data_len - w->written)
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "safetensors writer: %zu more bytes than the declared tensors hold", len -
+                         (size_t)(w->data_len - w->written));
+    w->written += len;
+    return fa_atomic_file_write(w->file, data, len, err);
+}
+
+int fa_st_writer_commit(fa_st_writer *w, fa_error *err)
+{
+    int rc;
+
+    if (w->state != W_OPEN)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: commit before open");
+    if (w->written != w->data_len) {
+        /* name the first tensor not fully written */
+        uint64_t pos = 0;
+        size_t i = 0;
+        while (i < w->n && pos + w->t[i].bytes <= w->written)
+            pos += w->t[i++].bytes;
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "safetensors writer: %llu of %llu data bytes written (tensor '%s' "
+                         "incomplete)",
+                         (unsigned long long)w->written, (unsigned long long)w->data_len,
+                         i < w->n ? w->t[i].name : "?");
+    }
+    rc = fa_atomic_file_commit(w->file, err);
+    w->file = NULL; /* freed by commit, on success and failure */
+    w->state = W_DONE;
+    return rc;
+}
+
+int fa_st_save(const char *path, unsigned mode, const fa_st_view *tensors, size_t n,
+               const char *const *meta, size_t n_meta, fa_error *err)
+{
+    fa_st_writer *w;
+    int rc = fa_st_writer_new(&w, err);
+
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = fa_st_writer_add(w, tensors[i].name, tensors[i].dtype, tensors[i].ndim,
+                              tensors[i].shape, err);
+    for (size_t i = 0; rc == 0 && i < n_meta; i++)
+        rc = fa_st_writer_metadata(w, meta[2 * i], meta[2 * i + 1], err);
+    if (rc == 0)
+        rc = fa_st_writer_open(w, path, mode, err);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = fa_st_writer_write(w, tensors[i].data, (size_t)w->t[i].bytes, err);
+    if (rc == 0)
+        rc = fa_st_writer_commit(w, err);
+    fa_st_writer_del(w);
+    return rc;
+}
