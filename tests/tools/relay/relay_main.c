@@ -68,6 +68,8 @@ typedef struct edge {
     unsigned hash_mask;
     unsigned nsessions;
     uint64_t clients_total, clients_refused, clients_expired;
+    uint64_t gro_split;         /* GRO super-datagrams split back */
+    uint64_t truncated;         /* datagrams larger than the buffer */
     uint64_t armed_ns, next_hk_ns, next_stats_ns;
     /* receive batch */
     uint8_t *rbuf;
@@ -362,8 +364,10 @@ static void receive(edge *e, int fd, int sess)
             int slot = sess;
             struct cmsghdr *c;
 
-            if (h->msg_flags & MSG_TRUNC)
+            if (h->msg_flags & MSG_TRUNC) {
+                e->truncated++;
                 continue;
+            }
             for (c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c))
                 if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
                     int g;
@@ -380,6 +384,8 @@ static void receive(edge *e, int fd, int sess)
             }
             /* A GRO super-datagram is back-to-back segments of gso_size
              * bytes, the last one possibly shorter: the sender's datagrams. */
+            if (seg < len)
+                e->gro_split++;
             for (size_t off = 0; off < len; off += seg) {
                 size_t l = len - off < seg ? len - off : seg;
                 push_datagram(e, sess < 0 ? FA_RELAY_C2S : FA_RELAY_S2C, now, p + off, l,
@@ -466,9 +472,12 @@ static void log_stats(edge *e, const char *msg)
 {
     char buf[2048];
     fa_relay_stats_format(e->core, buf, sizeof(buf));
-    fa_log(FA_LOG_INFO, msg, "%s queued=%zu clients=%u clients_total=%llu clients_refused=%llu",
+    fa_log(FA_LOG_INFO, msg,
+           "%s queued=%zu clients=%u clients_total=%llu clients_refused=%llu "
+           "clients_expired=%llu gro_split=%llu truncated=%llu",
            buf, fa_relay_queued(e->core), e->nsessions, (unsigned long long)e->clients_total,
-           (unsigned long long)e->clients_refused);
+           (unsigned long long)e->clients_refused, (unsigned long long)e->clients_expired,
+           (unsigned long long)e->gro_split, (unsigned long long)e->truncated);
 }
 
 static void housekeeping(edge *e, uint64_t now)
