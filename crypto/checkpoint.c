@@ -367,6 +367,15 @@ int fa_note_verifier_parse(fa_note_verifier *out, const uint8_t *data, size_t le
     if (as_text(data, len, &s, &n)) {
         const char *p = (const char *)s, *end = p + n;
         const char *plus1 = memchr(p, '+', n);
+        /* base64 and hex first: base64 may contain '+' too */
+        if (n == 64 && all_hex(s, n)) {
+            hex_decode(s, n, out->pk);
+            return 0;
+        }
+        if (b64_decode(p, n, key, sizeof(key), &klen) == 0 && klen == 32) {
+            memcpy(out->pk, key, 32);
+            return 0;
+        }
         if (plus1) {
             /* Go verifier key <name>+<hex id>+<base64(0x01 || pk)> */
             const char *plus2 = memchr(plus1 + 1, '+', (size_t)(end - plus1 - 1));
@@ -386,14 +395,6 @@ int fa_note_verifier_parse(fa_note_verifier *out, const uint8_t *data, size_t le
             if (fa_note_key_id(out->name, out->pk) != id)
                 return fa_errorf(err, FA_ERR_PARSE,
                                  "verifier key id %08" PRIx32 " does not match its key", id);
-            return 0;
-        }
-        if (n == 64 && all_hex(s, n)) {
-            hex_decode(s, n, out->pk);
-            return 0;
-        }
-        if (b64_decode(p, n, key, sizeof(key), &klen) == 0 && klen == 32) {
-            memcpy(out->pk, key, 32);
             return 0;
         }
     }
