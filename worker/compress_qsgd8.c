@@ -62,8 +62,13 @@ static int qsgd8_run(fa_compress *c, fa_comm *comm, float *grad, fa_error *err)
 
     for (size_t j = 0; j < n; j++) {
         float a = fabsf(grad[j]);
-        if (!(a <= amax)) /* also catches NaN, which then wins */
-            amax = a;
+        amax = a > amax ? a : amax;
+        if (isnan(a)) {
+            /* Infinity survives any max reduction (NaN may not), so every
+             * rank sees the trouble in the shared scale. */
+            amax = INFINITY;
+            break;
+        }
     }
     rc = fa_comm_allreduce_max_f32(comm, &amax, 1, err);
     if (rc != 0)
