@@ -1,0 +1,268 @@
+/* backend_cpu.c - the MLP on the CPU: OpenBLAS sgemm for the three matmuls
+ * of each layer (forward, weight gradient, input gradient) and plain loops,
+ * written for the compiler to vectorise, for everything elementwise.
+ *
+ * Row-major throughout, W_l is (out, in) as in PyTorch:
+ *   forward   Z (n, out) = A (n, in) . W^T          sgemm(N, T)
+ *   dW        (out, in)  = dZ^T (out, n) . A (n, in)  sgemm(T, N)
+ *   dA        (n, in)    = dZ (n, out) . W (out, in)  sgemm(N, N)
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/backend.h"
+
+struct fa_backend {
+    fa_mlp_layout l;
+    uint32_t max_batch;
+    float *params;  /* (n_params) */
+    float *grads;   /* (n_params) */
+    float *mom;     /* (n_params) */
+    float *act[FA_MLP_MAX_LAYERS + 1]; /* act[l] (max_batch, dims[l]) for l >= 1; act[0] is the input */
+    float *dz[2];   /* (max_batch, max dim) ping-pong gradients w.r.t. pre-activations */
+};
+
+static void cpu_destroy(fa_backend *b)
+{
+    if (!b)
+        return;
+    free(b->params);
+    free(b->grads);
+    free(b->mom);
+    for (uint32_t i = 0; i <= FA_MLP_MAX_LAYERS; i++)
+        free(b->act[i]);
+    free(b->dz[0]);
+    free(b->dz[1]);
+    free(b);
+}
+
+static float *falloc(size_t n)
+{
+    /* 64-byte aligned for the vector loops and sgemm. */
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
+        return NULL;
+    memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+static int cpu_create(fa_backend **out, const fa_mlp_layout *l, const fa_mlp_opts *o,
+                      fa_error *err)
+{
+    fa_backend *b = calloc(1, sizeof(*b));
+    const fa_mlp_config *c = &l->config;
+    size_t maxd = 0;
+    int ok;
+
+    *out = NULL;
+    if (!b)
+        return fa_errorf(err, FA_ERR_NOMEM, "mlp: out of memory");
+    b->l = *l;
+    b->max_batch = o->max_batch;
+    for (uint32_t i = 0; i <= c->n_layers; i++)
+        maxd = c->dims[i] > maxd ? c->dims[i] : maxd;
+    b->params = falloc(l->n_params);
+    b->grads = falloc(l->n_params);
+    b->mom = falloc(l->n_params);
+    b->dz[0] = falloc((size_t)o->max_batch * maxd);
+    b->dz[1] = falloc((size_t)o->max_batch * maxd);
+    ok = b->params && b->grads && b->mom && b->dz[0] && b->dz[1];
+    for (uint32_t i = 1; ok && i <= c->n_layers; i++)
+        ok = (b->act[i] = falloc((size_t)o->max_batch * c->dims[i])) != NULL;
+    if (!ok) {
+        cpu_destroy(b);
+        return fa_errorf(err, FA_ERR_NOMEM, "mlp: out of memory for %zu parameters, batch %u",
+                         l->n_params, o->max_batch);
+    }
+    if (o->cpu_threads > 0)
+        openblas_set_num_threads(o->cpu_threads);
+    *out = b;
+    return 0;
+}
+
+static int cpu_set_params(fa_backend *b, const float *host, fa_error *err)
+{
+    memcpy(b->params, host, b->l.n_params * sizeof(float));
+    return 0;
+}
+
+static int cpu_get_params(fa_backend *b, float *host, fa_error *err)
+{
+    memcpy(host, b->params, b->l.n_params * sizeof(float));
+    return 0;
+}
+
+/* z (n, out) += bias, then ReLU when relu is set. */
+static void bias_act(float *restrict z, const float *restrict bias, uint32_t n, uint32_t out,
+                     int relu)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        float *restrict row = z + (size_t)i * out;
+        if (relu)
+            for (uint32_t j = 0; j < out; j++) {
+                float v = row[j] + bias[j];
+                row[j] = v > 0.0f ? v : 0.0f;
+            }
+        else
+            for (uint32_t j = 0; j < out; j++)
+                row[j] += bias[j];
+    }
+}
+
+/* Softmax cross-entropy over logits (n, C): statistics, and when dz is not
+ * NULL, dz = scale * (softmax - onehot). */
+static void softmax_xent(const float *restrict logits, const uint8_t *restrict y, uint32_t n,
+                         uint32_t C, float scale, float *restrict dz, fa_mlp_stats *st)
+{
+    double loss = 0.0;
+    uint32_t correct = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        const float *restrict z = logits + (size_t)i * C;
+        float mx = z[0], sum = 0.0f;
+        uint32_t arg = 0;
+        for (uint32_t j = 1; j < C; j++)
+            if (z[j] > mx) {
+                mx = z[j];
+                arg = j;
+            }
+        for (uint32_t j = 0; j < C; j++)
+            sum += expf(z[j] - mx);
+        loss += (double)(logf(sum) + mx - z[y[i]]);
+        correct += arg == y[i];
+        if (dz) {
+            float *restrict d = dz + (size_t)i * C, inv = scale / sum;
+            for (uint32_t j = 0; j < C; j++)
+                d[j] = expf(z[j] - mx) * inv;
+            d[y[i]] -= scale;
+        }
+    }
+    st->loss_sum = loss;
+    st->correct = correct;
+    st->n = n;
+}
+
+static int cpu_run(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, int train,
+                   float scale, float *logits, fa_mlp_stats *st, fa_error *err)
+{
+    const fa_mlp_config *c = &b->l.config;
+    const uint32_t L = c->n_layers;
+    const float *a[FA_MLP_MAX_LAYERS + 1];
+    fa_mlp_stats dummy;
+
+    if (!st)
+        st = &dummy;
+    if (n == 0) {
+        memset(st, 0, sizeof(*st));
+        if (train)
+            memset(b->grads, 0, b->l.n_params * sizeof(float));
+        return 0;
+    }
+
+    /* Forward: a[l] (n, dims[l]). */
+    a[0] = x;
+    for (uint32_t l = 1; l <= L; l++) {
+        const uint32_t in = c->dims[l - 1], out = c->dims[l];
+        const fa_mlp_tensor *wt = &b->l.tensors[2 * (l - 1)], *bt = wt + 1;
+        float *z = b->act[l];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f,
+                    a[l - 1], (int)in, b->params + wt->offset, (int)in, 0.0f, z, (int)out);
+        bias_act(z, b->params + bt->offset, n, out, l < L);
+        a[l] = z;
+    }
+    if (logits)
+        memcpy(logits, a[L], (size_t)n * c->dims[L] * sizeof(float));
+
+    /* Loss, and dz_L (n, C) when training. */
+    float *dz = b->dz[0], *dnext = b->dz[1];
+    softmax_xent(a[L], y, n, c->dims[L], scale, train ? dz : NULL, st);
+    if (!train)
+        return 0;
+
+    /* Backward, layer L down to 1. */
+    for (uint32_t l = L; l >= 1; l--) {
+        const uint32_t in = c->dims[l - 1], out = c->dims[l];
+        const fa_mlp_tensor *wt = &b->l.tensors[2 * (l - 1)], *bt = wt + 1;
+        float *restrict db = b->grads + bt->offset;
+
+        /* dW (out, in) = dz^T (out, n) . a[l-1] (n, in) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f, dz,
+                    (int)out, a[l - 1], (int)in, 0.0f, b->grads + wt->offset, (int)in);
+        /* db (out) = column sums of dz */
+        memset(db, 0, out * sizeof(float));
+        for (uint32_t i = 0; i < n; i++) {
+            const float *restrict row = dz + (size_t)i * out;
+            for (uint32_t j = 0; j < out; j++)
+                db[j] += row[j];
+        }
+        if (l == 1)
+            break;
+        /* dz_{l-1} (n, in) = (dz (n, out) . W (out, in)) * [a[l-1] > 0] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out, 1.0f,
+                    dz, (int)out, b->params + wt->offset, (int)in, 0.0f, dnext, (int)in);
+        const float *restrict act = a[l - 1];
+        float *restrict d = dnext;
+        for (size_t k = 0, m = (size_t)n * in; k < m; k++)
+            d[k] = act[k] > 0.0f ? d[k] : 0.0f;
+        float *t = dz;
+        dz = dnext;
+        dnext = t;
+    }
+    return 0;
+}
+
+static float *cpu_grads(fa_backend *b) { return b->grads; }
+
+static int cpu_grads_to_host(fa_backend *b, float *dst, fa_error *err)
+{
+    if (dst != b->grads)
+        memcpy(dst, b->grads, b->l.n_params * sizeof(float));
+    return 0;
+}
+
+static int cpu_grads_from_host(fa_backend *b, const float *src, fa_error *err)
+{
+    if (src != b->grads)
+        memcpy(b->grads, src, b->l.n_params * sizeof(float));
+    return 0;
+}
+
+static int cpu_sgd_step(fa_backend *b, const fa_sgd *o, fa_error *err)
+{
+    float *restrict w = b->params, *restrict v = b->mom;
+    const float *restrict g = b->grads;
+    const float lr = o->lr, mu = o->momentum, wd = o->weight_decay;
+
+    for (size_t i = 0, n = b->l.n_params; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        v[i] = mu * v[i] + gi;
+        w[i] -= lr * v[i];
+    }
+    return 0;
+}
+
+static int cpu_reset_momentum(fa_backend *b, fa_error *err)
+{
+    memset(b->mom, 0, b->l.n_params * sizeof(float));
+    return 0;
+}
+
+static void *cpu_stream(fa_backend *b) { return NULL; }
+
+const struct fa_backend_ops fa_backend_cpu = {
+    .name = "cpu-openblas",
+    .kind = FA_MLP_CPU,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .set_params = cpu_set_params,
+    .get_params = cpu_get_params,
+    .run = cpu_run,
+    .grads = cpu_grads,
+    .grads_to_host = cpu_grads_to_host,
+    .grads_from_host = cpu_grads_from_host,
+    .sgd_step = cpu_sgd_step,
+    .reset_momentum = cpu_reset_momentum,
+    .stream = cpu_stream,
+};
