@@ -367,13 +367,22 @@ static int read_output(const char *path, const fa_mlp_layout *l, float *updated,
     rc = fa_st_open(&st, path, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "external trainer output");
-        return rc == FA_ERR_NOTFOUND ? FA_ERR_PARSE : rc;
+        /* whatever is wrong with the file (header too big, unknown dtype...)
+         * it is not valid safetensors */
+        rc = rc == FA_ERR_NOMEM || rc == FA_ERR_IO ? rc : FA_ERR_PARSE;
+        if (err)
+            err->code = rc;
+        return rc;
     }
     rc = fa_mlp_load_st(st, l, updated, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "external trainer output %s does not match the model", path);
         /* a missing tensor is a mismatch, not a missing file */
-        rc = rc == FA_ERR_NOTFOUND ? FA_ERR_INVAL : rc;
+        if (rc == FA_ERR_NOTFOUND) {
+            rc = FA_ERR_INVAL;
+            if (err)
+                err->code = rc;
+        }
         goto out;
     }
     ne = fa_st_metadata_get(st, "num_examples");
