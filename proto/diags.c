@@ -1,0 +1,81 @@
+#include "proto/diags.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fa_diags {
+    char **items; /* NULL entries are diagnostics lost to out of memory */
+    size_t n, cap;
+};
+
+int fa_diags_new(fa_diags **out)
+{
+    *out = calloc(1, sizeof(**out));
+    return *out ? 0 : FA_ERR_NOMEM;
+}
+
+void fa_diags_del(fa_diags *d)
+{
+    if (!d)
+        return;
+    for (size_t i = 0; i < d->n; i++)
+        free(d->items[i]);
+    free(d->items);
+    free(d);
+}
+
+int fa_diags_addf(fa_diags *d, const char *file, unsigned line, unsigned col, const char *fmt, ...)
+{
+    char prefix[600], body[1024];
+    char *s;
+    size_t n;
+    va_list ap;
+
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 8;
+        char **items = realloc(d->items, cap * sizeof(*items));
+        if (!items)
+            return FA_ERR_NOMEM; /* cannot even remember it */
+        d->items = items;
+        d->cap = cap;
+    }
+    if (!file)
+        file = "<input>";
+    if (line == 0)
+        snprintf(prefix, sizeof(prefix), "%s", file);
+    else
+        snprintf(prefix, sizeof(prefix), "%s:%u:%u", file, line, col);
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof(body), fmt, ap);
+    va_end(ap);
+    n = strlen(prefix) + 2 + strlen(body) + 1;
+    s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s: %s", prefix, body);
+    d->items[d->n++] = s;
+    return s ? 0 : FA_ERR_NOMEM;
+}
+
+size_t fa_diags_count(const fa_diags *d)
+{
+    return d ? d->n : 0;
+}
+
+const char *fa_diags_get(const fa_diags *d, size_t i)
+{
+    return d && i < d->n ? d->items[i] : NULL;
+}
+
+int fa_diags_to_error(const fa_diags *d, int code, fa_error *err)
+{
+    const char *first = fa_diags_get(d, 0);
+    size_t n = fa_diags_count(d);
+
+    if (!first)
+        first = fa_strerror(n ? FA_ERR_NOMEM : code);
+    if (n > 1)
+        return fa_errorf(err, code, "%s (and %zu more)", first, n - 1);
+    return fa_errorf(err, code, "%s", first);
+}
