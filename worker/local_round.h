@@ -1,0 +1,92 @@
+/* local_round.h - one local round of the built-in trainer across the local
+ * ranks of a region (DESIGN 4.4): the library entry point the worker daemon
+ * and the federation call.
+ *
+ *   rank 0 holds the global weights  --broadcast-->  every rank
+ *   every rank: params = global, momentum = 0, then E epochs or S steps of
+ *     data-parallel SGD (model/train.h): rank r computes the gradient of its
+ *     slice of each global batch, the gradients are summed through the
+ *     compressor (worker/compress.h) over the communicator
+ *     (worker/comm.h), and every rank applies the same step
+ *   rank 0 returns delta = w_local - w_global and the examples used (n_u)
+ *
+ * Every rank must hold the same shard (the region's data set; each trains
+ * on its slice of every batch) and the same options; this is checked at the
+ * start, and a mismatch fails on every rank alike.  With no compression, 1,
+ * 2 or 4 ranks with the same global batch follow the same trajectory up to
+ * float summation order.
+ *
+ * The compressor's state (error feedback, PowerSGD's warm-start Q, its step
+ * count) lives in the fa_local_round and carries over from one round to
+ * the next, so powersgd_start_step counts steps since the worker started.
+ *
+ * Where the gradient lives: on a CPU model the compressor works in place;
+ * on a GPU model with no compression and the NCCL backend the all-reduce runs
+ * on the device, on the model's CUDA stream; otherwise the gradient is copied
+ * to host memory, compressed, and copied back.  Create the communicator
+ * before the model: the NCCL backend selects each rank's GPU.
+ *
+ * Failure: an error found before training (a rank with another shard size,
+ * options or model size) is returned on every rank.  A rank that fails in
+ * the middle of a round leaves the others waiting in a collective: the
+ * worker then exits and the launcher (mpirun) ends the job.
+ */
+#ifndef FA_WORKER_LOCAL_ROUND_H
+#define FA_WORKER_LOCAL_ROUND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+#include "model/mlp.h"
+#include "model/train.h"
+#include "worker/comm.h"
+#include "worker/compress.h"
+
+struct Fedagg__BuiltinTrainer;
+
+/* Fills o from the worker config's builtin trainer (NULL: defaults):
+ * epochs, steps, global batch size, SGD settings and seed.  Returns 0 or
+ * FA_ERR_INVAL naming the field (batch_size 0, learning_rate <= 0 or not
+ * finite, momentum outside [0, 1), negative weight_decay). */
+int fa_local_round_train_opts_from_proto(fa_train_opts *o, const struct Fedagg__BuiltinTrainer *pb,
+                                         fa_error *err);
+
+typedef struct fa_local_round fa_local_round;
+
+/* Creates the round runner of this rank for model m over comm (both
+ * borrowed, both must outlive it), compressing with cc (NULL: none).
+ * Not collective.  Returns 0, FA_ERR_INVAL or FA_ERR_NOMEM. */
+int fa_local_round_new(fa_local_round **out, fa_comm *comm, fa_mlp *m,
+                       const fa_compress_config *cc, fa_error *err);
+
+/* NULL is a no-op. */
+void fa_local_round_del(fa_local_round *lr);
+
+typedef struct fa_local_round_result {
+    uint64_t num_examples;  /* distinct examples of the shard used (the FedAvg weight n_u) */
+    uint64_t steps;         /* optimizer steps */
+    double mean_loss;       /* mean training loss over the last epoch, over all ranks */
+    uint64_t payload_bytes; /* bytes this rank contributed to the gradient all-reduces */
+    uint64_t wire_bytes;    /* bytes it put on the wire for them (ring model, comm.h) */
+    double seconds;         /* wall time of the round on this rank */
+} fa_local_round_result;
+
+/* Runs one round.  Collective: every rank calls it with the same shard and
+ * opts.  global: rank 0's n_params floats (ignored elsewhere; may be NULL).
+ * delta: rank 0's output, n_params floats (others may pass NULL; on rank 0
+ * it is written only on success).  opts: epochs/steps, batch size (global,
+ * across ranks), SGD, seed, schedule, report hook; its rank, world and
+ * allreduce fields are set here.  res may be NULL.
+ * Returns 0, FA_ERR_INVAL (bad arguments; ranks disagree on the shard size,
+ * model size or options: the message says which), FA_ERR_RANGE (the delta
+ * is not finite: training diverged, nothing to send), or the errors of the
+ * model, the compressor and the communicator. */
+int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset *shard,
+                       const fa_train_opts *opts, float *delta, fa_local_round_result *res,
+                       fa_error *err);
+
+/* The compressor (for its statistics). */
+const fa_compress *fa_local_round_compressor(const fa_local_round *lr);
+
+#endif
