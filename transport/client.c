@@ -1,0 +1,897 @@
+/* client.c - the blocking HTTP/3 client of a region's worker.
+ *
+ * One connection at a time, one request at a time, no threads: a request
+ * pumps the socket (ppoll with ngtcp2's next expiry) until its response is
+ * complete.  Between requests nothing runs; a connection that died
+ * meanwhile (idle timeout, server restart) is noticed at the next request
+ * and replaced.  Connecting retries with exponential back-off and jitter;
+ * a request is sent again on a fresh connection only when it provably never
+ * reached the server (the handshake failed, a stateless reset, GOAWAY or
+ * H3_REQUEST_REJECTED), or when the caller marked it idempotent.
+ */
+#include "transport/h3_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+
+#include "common/fa_log.h"
+
+/* Request attempts after a retryable failure, beyond the first. */
+#define MAX_REQUEST_RETRIES 3
+
+typedef struct creq {
+    const fa_h3_client_req *req;
+    fa_h3_response *resp;
+    int64_t sid;
+    fa_bodyq body;
+    size_t cap;         /* allocated bytes of resp->body */
+    int closed;         /* the stream is closed */
+    int complete;       /* the whole response arrived */
+    int err;            /* FA_ERR_* decided locally */
+    uint64_t close_code;
+    int hdrs_in_block;  /* headers of the current block (interim ones are dropped) */
+} creq;
+
+struct fa_h3_client {
+    fa_h3_client_config cfg;
+    char *server, *server_name, *ca, *cert, *key, *qlog_dir;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char authority[300];
+    fa_tls_ctx tls;
+    fa_udp udp;
+    int udp_open;
+    fa_qconn q;
+    int confirmed; /* handshake confirmed: the server accepted our certificate */
+    int dead;      /* the connection cannot carry requests any more */
+    int dead_err;  /* ngtcp2 error that killed it */
+    int stateless_reset;
+    int goaway;
+    int64_t goaway_id;
+    uint8_t token[256];
+    size_t tokenlen;
+    uint32_t backoff_ms;
+    creq *cur;
+    fa_h3_client_stats st;
+};
+
+void fa_h3_client_config_default(fa_h3_client_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    fa_h3_quic_default(&c->quic);
+    c->connect_timeout_ms = 10000;
+    c->reconnect_initial_ms = 500;
+    c->reconnect_max_ms = 30000;
+    c->connect_attempts = 5;
+}
+
+const char *fa_h3_response_header(const fa_h3_response *resp, const char *name)
+{
+    for (size_t i = 0; i < resp->nheaders; i++)
+        if (fa_h3_streq_nocase(resp->headers[i].name, name))
+            return resp->headers[i].value;
+    return NULL;
+}
+
+void fa_h3_response_free(fa_h3_response *resp)
+{
+    if (!resp)
+        return;
+    for (size_t i = 0; i < resp->nheaders; i++) {
+        free((char *)resp->headers[i].name);
+        free((char *)resp->headers[i].value);
+    }
+    free(resp->headers);
+    free(resp->body);
+    memset(resp, 0, sizeof(*resp));
+}
+
+/* ------------------------------------------------------ HTTP/3 callbacks */
+
+static void creq_cancel(fa_h3_client *c, creq *r, int err)
+{
+    if (!r->err)
+        r->err = err;
+    if (c->q.h3)
+        nghttp3_conn_shutdown_stream_write(c->q.h3, r->sid);
+    ngtcp2_conn_shutdown_stream(c->q.conn, r->sid, FA_H3_REQUEST_CANCELLED);
+}
+
+static int add_header(fa_h3_response *resp, const uint8_t *n, size_t nl, const uint8_t *v,
+                      size_t vl)
+{
+    fa_h3_header *h = realloc(resp->headers, (resp->nheaders + 1) * sizeof(*h));
+    char *name, *value;
+    if (!h)
+        return -1;
+    resp->headers = h;
+    name = malloc(nl + 1);
+    value = malloc(vl + 1);
+    if (!name || !value) {
+        free(name);
+        free(value);
+        return -1;
+    }
+    memcpy(name, n, nl);
+    name[nl] = '\0';
+    memcpy(value, v, vl);
+    value[vl] = '\0';
+    h[resp->nheaders].name = name;
+    h[resp->nheaders].value = value;
+    resp->nheaders++;
+    return 0;
+}
+
+static int h3_begin_headers(nghttp3_conn *h3, int64_t sid, void *ud, void *sud)
+{
+    creq *r = sud;
+    if (r && r->resp->status < 200) {
+        /* a new header block: forget an interim (1xx) one */
+        fa_h3_response *resp = r->resp;
+        for (size_t i = 0; i < resp->nheaders; i++) {
+            free((char *)resp->headers[i].name);
+            free((char *)resp->headers[i].value);
+        }
+        resp->nheaders = 0;
+        resp->status = 0;
+    }
+    return 0;
+}
+
+static int h3_recv_header(nghttp3_conn *h3, int64_t sid, int32_t token, nghttp3_rcbuf *name,
+                          nghttp3_rcbuf *value, uint8_t flags, void *ud, void *sud)
+{
+    creq *r = sud;
+    nghttp3_vec n = nghttp3_rcbuf_get_buf(name), v = nghttp3_rcbuf_get_buf(value);
+    if (!r)
+        return 0;
+    if (token == NGHTTP3_QPACK_TOKEN__STATUS) {
+        int st = 0;
+        for (size_t i = 0; i < v.len && i < 3; i++)
+            st = st * 10 + (v.base[i] - '0');
+        r->resp->status = st;
+        return 0;
+    }
+    if (n.len && n.base[0] == ':')
+        return 0;
+    return add_header(r->resp, n.base, n.len, v.base, v.len) == 0 ? 0
+                                                                  : NGHTTP3_ERR_CALLBACK_FAILURE;
+}
+
+static int h3_recv_data(nghttp3_conn *h3, int64_t sid, const uint8_t *data, size_t len, void *ud,
+                        void *sud)
+{
+    fa_h3_client *c = ud;
+    creq *r = sud;
+    fa_h3_response *resp;
+
+    if (!r || r->err) {
+        fa_qconn_consume(&c->q, sid, len);
+        return 0;
+    }
+    resp = r->resp;
+    resp->body_received += len;
+    c->st.bytes_received += len;
+    if (r->req->on_body) {
+        /* synchronous: the window only reopens once this returns, so a slow
+         * consumer throttles the server */
+        int rv = r->req->on_body(r->req->on_body_arg, data, len);
+        fa_qconn_consume(&c->q, sid, len);
+        if (rv < 0)
+            creq_cancel(c, r, rv < -1 && rv > -100 ? rv : FA_ERR_CANCELLED);
+        return 0;
+    }
+    fa_qconn_consume(&c->q, sid, len);
+    {
+        uint64_t max = r->req->max_response_bytes ? r->req->max_response_bytes : (64u << 20);
+        if (resp->body_len + len > max) {
+            creq_cancel(c, r, FA_ERR_TOOBIG);
+            return 0;
+        }
+        if (resp->body_len + len + 1 > r->cap) {
+            size_t cap = r->cap ? r->cap : 16384;
+            uint8_t *nb;
+            while (cap < resp->body_len + len + 1)
+                cap *= 2;
+            nb = realloc(resp->body, cap);
+            if (!nb) {
+                creq_cancel(c, r, FA_ERR_NOMEM);
+                return 0;
+            }
+            resp->body = nb;
+            r->cap = cap;
+        }
+        memcpy(resp->body + resp->body_len, data, len);
+        resp->body_len += len;
+        resp->body[resp->body_len] = '\0';
+    }
+    return 0;
+}
+
+static int h3_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t consumed, void *ud,
+                               void *sud)
+{
+    fa_h3_client *c = ud;
+    fa_qconn_consume(&c->q, sid, consumed);
+    return 0;
+}
+
+static int h3_end_stream(nghttp3_conn *h3, int64_t sid, void *ud, void *sud)
+{
+    creq *r = sud;
+    if (r && r->resp->status >= 200)
+        r->complete = 1;
+    return 0;
+}
+
+static int h3_stream_close(nghttp3_conn *h3, int64_t sid, uint64_t code, void *ud, void *sud)
+{
+    creq *r = sud;
+    if (r) {
+        r->closed = 1;
+        r->close_code = code;
+    }
+    return 0;
+}
+
+static int h3_acked_stream_data(nghttp3_conn *h3, int64_t sid, uint64_t datalen, void *ud,
+                                void *sud)
+{
+    creq *r = sud;
+    if (r && fa_bodyq_acked(&r->body, datalen))
+        nghttp3_conn_resume_stream(h3, sid);
+    return 0;
+}
+
+static int h3_stop_sending(nghttp3_conn *h3, int64_t sid, uint64_t code, void *ud, void *sud)
+{
+    fa_h3_client *c = ud;
+    ngtcp2_conn_shutdown_stream_read(c->q.conn, sid, code);
+    return 0;
+}
+
+static int h3_reset_stream(nghttp3_conn *h3, int64_t sid, uint64_t code, void *ud, void *sud)
+{
+    fa_h3_client *c = ud;
+    ngtcp2_conn_shutdown_stream_write(c->q.conn, sid, code);
+    return 0;
+}
+
+static int h3_shutdown(nghttp3_conn *h3, int64_t id, void *ud)
+{
+    fa_h3_client *c = ud;
+    /* GOAWAY: streams >= id will not be processed (RFC 9114 5.2) */
+    c->goaway = 1;
+    c->goaway_id = id;
+    return 0;
+}
+
+static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *vec,
+                                   size_t veccnt, uint32_t *pflags, void *ud, void *sud)
+{
+    fa_h3_client *c = ud;
+    creq *r = sud;
+    nghttp3_ssize n = fa_bodyq_read(&r->body, vec, veccnt, pflags);
+    if (n == NGHTTP3_ERR_CALLBACK_FAILURE) {
+        int e = r->body.error;
+        creq_cancel(c, r, e < -1 && e > -100 ? e : FA_ERR_CANCELLED);
+        return NGHTTP3_ERR_WOULDBLOCK;
+    }
+    if (n > 0)
+        for (nghttp3_ssize i = 0; i < n; i++)
+            c->st.bytes_sent += vec[i].len;
+    return n;
+}
+
+/* ------------------------------------------------------- QUIC hooks */
+
+static int qc_h3_setup(fa_qconn *qc)
+{
+    fa_h3_client *c = qc->owner;
+    nghttp3_callbacks cb;
+    nghttp3_settings set;
+
+    memset(&cb, 0, sizeof(cb));
+    cb.acked_stream_data = h3_acked_stream_data;
+    cb.stream_close = h3_stream_close;
+    cb.recv_data = h3_recv_data;
+    cb.deferred_consume = h3_deferred_consume;
+    cb.begin_headers = h3_begin_headers;
+    cb.recv_header = h3_recv_header;
+    cb.stop_sending = h3_stop_sending;
+    cb.end_stream = h3_end_stream;
+    cb.reset_stream = h3_reset_stream;
+    cb.shutdown = h3_shutdown;
+    nghttp3_settings_default(&set);
+    set.qpack_max_dtable_capacity = 4096;
+    set.qpack_blocked_streams = 16;
+    if (nghttp3_conn_client_new(&qc->h3, &cb, &set, NULL, c) != 0)
+        return -1;
+    return fa_qconn_h3_bind(qc);
+}
+
+static void qc_new_token(fa_qconn *qc, const uint8_t *tok, size_t len)
+{
+    fa_h3_client *c = qc->owner;
+    if (len <= sizeof(c->token)) {
+        memcpy(c->token, tok, len);
+        c->tokenlen = len;
+    }
+}
+
+static const fa_qconn_ops client_ops = {
+    .h3_setup = qc_h3_setup,
+    .new_token = qc_new_token,
+};
+
+static int cb_handshake_confirmed(ngtcp2_conn *conn, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    fa_h3_client *c = qc->owner;
+    c->confirmed = 1;
+    return 0;
+}
+
+static int cb_recv_stateless_reset(ngtcp2_conn *conn, const ngtcp2_pkt_stateless_reset *sr,
+                                   void *user_data)
+{
+    fa_qconn *qc = user_data;
+    fa_h3_client *c = qc->owner;
+    c->stateless_reset = 1;
+    return 0;
+}
+
+static int cb_recv_retry(ngtcp2_conn *conn, const ngtcp2_pkt_hd *hd, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    fa_h3_client *c = qc->owner;
+    c->st.retry_seen = 1;
+    return ngtcp2_crypto_recv_retry_cb(conn, hd, user_data);
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
+
+int fa_h3_client_new(fa_h3_client **out, const fa_h3_client_config *cfg, fa_error *err)
+{
+    fa_h3_client *c;
+    char host[256];
+    int rv, port = 0;
+
+    *out = NULL;
+    if (!cfg || !cfg->server)
+        return fa_errorf(err, FA_ERR_INVAL, "h3 client: server address required");
+    if (cfg->quic.max_stream_window < 16384 || cfg->quic.max_connection_window < 16384 ||
+        cfg->quic.idle_timeout_ms < 100)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "h3 client: windows must be >= 16384 bytes and idle timeout >= 100 ms "
+                         "(start from fa_h3_client_config_default)");
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    c->cfg = *cfg;
+    c->udp.fd = -1;
+    rv = fa_udp_parse_addr(cfg->server, &c->addr, &c->addrlen, host, sizeof(host), err);
+    if (rv != 0)
+        goto fail;
+    if (c->addr.ss_family == AF_INET)
+        port = ntohs(((struct sockaddr_in *)&c->addr)->sin_port);
+    else
+        port = ntohs(((struct sockaddr_in6 *)&c->addr)->sin6_port);
+    c->server = sdup(cfg->server);
+    c->server_name = sdup(cfg->server_name && *cfg->server_name ? cfg->server_name : host);
+    c->ca = sdup(cfg->ca_file);
+    c->cert = sdup(cfg->cert_file);
+    c->key = sdup(cfg->key_file);
+    c->qlog_dir = sdup(cfg->quic.qlog_dir);
+    if (!c->server || !c->server_name || (cfg->ca_file && !c->ca) ||
+        (cfg->cert_file && !c->cert) || (cfg->key_file && !c->key) ||
+        (cfg->quic.qlog_dir && !c->qlog_dir)) {
+        rv = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    c->cfg.server = c->server;
+    c->cfg.server_name = c->server_name;
+    c->cfg.ca_file = c->ca;
+    c->cfg.cert_file = c->cert;
+    c->cfg.key_file = c->key;
+    c->cfg.quic.qlog_dir = c->qlog_dir;
+    if (strchr(c->server_name, ':'))
+        snprintf(c->authority, sizeof(c->authority), "[%s]:%d", c->server_name, port);
+    else
+        snprintf(c->authority, sizeof(c->authority), "%s:%d", c->server_name, port);
+    if (!c->cfg.reconnect_initial_ms)
+        c->cfg.reconnect_initial_ms = 500;
+    if (c->cfg.reconnect_max_ms < c->cfg.reconnect_initial_ms)
+        c->cfg.reconnect_max_ms = c->cfg.reconnect_initial_ms;
+    if (!c->cfg.connect_timeout_ms)
+        c->cfg.connect_timeout_ms = 10000;
+    c->backoff_ms = c->cfg.reconnect_initial_ms;
+    rv = fa_tls_ctx_init(&c->tls, 0, c->cert, c->key, c->ca, err);
+    if (rv != 0)
+        goto fail;
+    *out = c;
+    return 0;
+fail:
+    fa_h3_client_del(c);
+    return rv;
+}
+
+static void conn_teardown(fa_h3_client *c)
+{
+    fa_qconn_free(&c->q);
+    memset(&c->q, 0, sizeof(c->q));
+    c->confirmed = 0;
+    c->dead = 0;
+    c->dead_err = 0;
+    c->stateless_reset = 0;
+    c->goaway = 0;
+    if (c->udp_open) {
+        /* a fresh socket (new source port) per connection: a server that
+         * reset us will not confuse the new connection with the old one */
+        fa_udp_close(&c->udp);
+        c->udp_open = 0;
+    }
+}
+
+void fa_h3_client_close(fa_h3_client *c)
+{
+    if (!c)
+        return;
+    if (c->q.conn && !c->dead) {
+        uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
+        size_t n;
+        ngtcp2_connection_close_error_set_application_error(&c->q.last_error,
+                                                            NGHTTP3_H3_NO_ERROR, NULL, 0);
+        n = fa_qconn_close_pkt(&c->q, buf, sizeof(buf));
+        if (n) {
+            const ngtcp2_path *p = ngtcp2_conn_get_path(c->q.conn);
+            (void)fa_udp_flush(&c->udp);
+            (void)fa_udp_send(&c->udp, p->remote.addr, p->remote.addrlen, 0, buf, n, 0);
+        }
+    }
+    conn_teardown(c);
+}
+
+void fa_h3_client_del(fa_h3_client *c)
+{
+    if (!c)
+        return;
+    fa_h3_client_close(c);
+    fa_tls_ctx_free(&c->tls);
+    free(c->server);
+    free(c->server_name);
+    free(c->ca);
+    free(c->cert);
+    free(c->key);
+    free(c->qlog_dir);
+    free(c);
+}
+
+void fa_h3_client_get_stats(const fa_h3_client *c, fa_h3_client_stats *st)
+{
+    *st = c->st;
+    st->key_updates = c->st.key_updates + c->q.key_updates;
+    if (c->udp_open) {
+        st->datagrams_sent = c->udp.dgrams_sent;
+        st->datagrams_received = c->udp.dgrams_recv;
+        st->send_calls = c->udp.send_calls;
+        st->recv_calls = c->udp.recv_calls;
+    }
+}
+
+/* --------------------------------------------------------------- the pump */
+
+static int same_addr(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+    if (a->sa_family != b->ss_family)
+        return 0;
+    if (a->sa_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+    }
+    return 0;
+}
+
+static void on_datagram(void *arg, uint8_t *data, size_t len, const struct sockaddr *from,
+                        socklen_t fromlen, unsigned ecn)
+{
+    fa_h3_client *c = arg;
+    int rv;
+    if (c->dead || !same_addr(from, &c->addr))
+        return; /* only the server speaks to us */
+    rv = fa_qconn_read(&c->q, from, fromlen, ecn, data, len, fa_h3_now());
+    if (rv != 0) {
+        c->dead = 1;
+        c->dead_err = rv;
+    }
+}
+
+/* One turn: send what is due, wait for input or the next expiry (at most
+ * until deadline), read, handle timers.  Returns 0, or FA_ERR_TIMEOUT when
+ * deadline passed. */
+static int pump(fa_h3_client *c, uint64_t deadline)
+{
+    struct pollfd pfd;
+    struct timespec ts;
+    uint64_t now, expiry, until;
+    int rv, more = 0;
+
+    if (c->dead)
+        return 0;
+    rv = fa_qconn_write(&c->q, 16);
+    if (rv < 0 && rv != FA_ERR_AGAIN) {
+        c->dead = 1;
+        c->dead_err = rv;
+        return 0;
+    }
+    more = rv == 1;
+    now = fa_h3_now();
+    if (now >= deadline)
+        return FA_ERR_TIMEOUT;
+    expiry = ngtcp2_conn_get_expiry(c->q.conn);
+    until = expiry < deadline ? expiry : deadline;
+    if (more || until <= now) {
+        ts.tv_sec = 0;
+        ts.tv_nsec = 0;
+    } else {
+        uint64_t d = until - now;
+        ts.tv_sec = (time_t)(d / 1000000000u);
+        ts.tv_nsec = (long)(d % 1000000000u);
+    }
+    pfd.fd = c->udp.fd;
+    pfd.events = POLLIN | (c->udp.blocked ? POLLOUT : 0);
+    pfd.revents = 0;
+    rv = ppoll(&pfd, 1, &ts, NULL);
+    if (rv > 0) {
+        if (pfd.revents & POLLOUT)
+            (void)fa_udp_flush(&c->udp);
+        if (pfd.revents & POLLIN)
+            fa_udp_recv(&c->udp, on_datagram, c, 16);
+    }
+    if (c->dead)
+        return 0;
+    now = fa_h3_now();
+    if (ngtcp2_conn_get_expiry(c->q.conn) <= now) {
+        rv = fa_qconn_expiry(&c->q, now);
+        if (rv != 0) {
+            c->dead = 1;
+            c->dead_err = rv;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- connecting */
+
+/* Why the handshake failed, and whether trying again can help. */
+static int handshake_error(fa_h3_client *c, int timed_out, fa_error *err)
+{
+    char why[300];
+    ngtcp2_connection_close_error peer;
+
+    if (timed_out)
+        return fa_errorf(err, FA_ERR_TIMEOUT, "%s: no QUIC handshake within %u ms", c->server,
+                         c->cfg.connect_timeout_ms);
+    fa_qconn_describe_error(&c->q, c->dead_err, why, sizeof(why));
+    if (c->q.verify_fail[0])
+        return fa_errorf(err, FA_ERR_TLS, "%s: %s", c->server, why);
+    ngtcp2_conn_get_connection_close_error(c->q.conn, &peer);
+    if (peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT &&
+        peer.error_code >= 0x100 && peer.error_code < 0x200)
+        return fa_errorf(err, FA_ERR_TLS,
+                         "%s: %s (check that the client certificate is issued by the "
+                         "federation CA, current, and names this region)",
+                         c->server, why);
+    if (c->dead_err == NGTCP2_ERR_CRYPTO)
+        return fa_errorf(err, FA_ERR_TLS, "%s: %s", c->server, why);
+    return fa_errorf(err, FA_ERR_QUIC, "%s: %s", c->server, why);
+}
+
+static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
+{
+    ngtcp2_callbacks cb;
+    ngtcp2_settings set;
+    ngtcp2_transport_params params;
+    ngtcp2_cid dcid, scid;
+    ngtcp2_path path;
+    struct sockaddr_storage any;
+    uint64_t now = fa_h3_now(), limit;
+    int rv;
+
+    conn_teardown(c);
+    memset(&any, 0, sizeof(any));
+    any.ss_family = c->addr.ss_family;
+    rv = fa_udp_open(&c->udp, (struct sockaddr *)&any,
+                     any.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                               : sizeof(struct sockaddr_in),
+                     c->cfg.quic.gso, c->cfg.quic.gro, err);
+    if (rv != 0)
+        return rv;
+    c->udp_open = 1;
+    c->q.is_server = 0;
+    c->q.ops = &client_ops;
+    c->q.owner = c;
+    c->q.udp = &c->udp;
+    c->q.opts = &c->cfg.quic;
+    c->q.server_name = c->server_name;
+    memcpy(&c->q.remote, &c->addr, c->addrlen);
+    c->q.remote_len = c->addrlen;
+    ngtcp2_connection_close_error_default(&c->q.last_error);
+    c->q.txbuf = malloc(FA_UDP_MAX_GSO_BYTES + 4096);
+    if (!c->q.txbuf)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    dcid.datalen = 18;
+    fa_h3_random(dcid.data, dcid.datalen);
+    scid.datalen = 17;
+    fa_h3_random(scid.data, scid.datalen);
+    fa_qconn_settings(&c->q, &set, &params, &c->cfg.quic, now);
+    set.handshake_timeout = (uint64_t)c->cfg.connect_timeout_ms * NGTCP2_MILLISECONDS;
+    if (c->tokenlen) {
+        set.token.base = c->token;
+        set.token.len = c->tokenlen;
+    }
+    fa_qconn_qlog_open(&c->q, &set, &scid, &dcid);
+    fa_qconn_callbacks(&cb);
+    cb.client_initial = ngtcp2_crypto_client_initial_cb;
+    cb.recv_retry = cb_recv_retry;
+    cb.handshake_confirmed = cb_handshake_confirmed;
+    cb.recv_stateless_reset = cb_recv_stateless_reset;
+    path.local.addr = (struct sockaddr *)&c->udp.local;
+    path.local.addrlen = c->udp.local_len;
+    path.remote.addr = (struct sockaddr *)&c->q.remote;
+    path.remote.addrlen = c->q.remote_len;
+    path.user_data = NULL;
+    if (ngtcp2_conn_client_new(&c->q.conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &set,
+                               &params, NULL, &c->q) != 0)
+        return fa_errorf(err, FA_ERR_NOMEM, "ngtcp2_conn_client_new failed");
+    rv = fa_tls_session_new(&c->tls, &c->q, c->server_name, err);
+    if (rv != 0)
+        return rv;
+    ngtcp2_conn_set_tls_native_handle(c->q.conn, c->q.tls);
+    c->tokenlen = 0; /* a token is good for one connection attempt */
+    limit = now + (uint64_t)c->cfg.connect_timeout_ms * NGTCP2_MILLISECONDS;
+    if (limit > deadline)
+        limit = deadline;
+    while (!c->confirmed && !c->dead) {
+        if (pump(c, limit) == FA_ERR_TIMEOUT)
+            return handshake_error(c, 1, err);
+    }
+    if (c->dead)
+        return handshake_error(c, 0, err);
+    c->st.connects++;
+    fa_log(FA_LOG_DEBUG, "connected", "server=%s peer=%s", c->server, c->q.peer_id);
+    return 0;
+}
+
+/* Is the current connection usable?  Reads what arrived while we were away. */
+static int conn_alive(fa_h3_client *c)
+{
+    if (!c->q.conn || !c->confirmed || c->dead || c->goaway)
+        return 0;
+    (void)pump(c, fa_h3_now()); /* zero wait */
+    return !c->dead && !c->goaway && !ngtcp2_conn_is_in_closing_period(c->q.conn) &&
+           !ngtcp2_conn_is_in_draining_period(c->q.conn);
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int ensure_connected(fa_h3_client *c, uint64_t deadline, fa_error *err)
+{
+    uint32_t attempt = 0;
+    int rv;
+
+    if (conn_alive(c))
+        return 0;
+    for (;;) {
+        attempt++;
+        rv = connect_once(c, deadline, err);
+        if (rv == 0) {
+            c->backoff_ms = c->cfg.reconnect_initial_ms;
+            return 0;
+        }
+        c->st.connect_failures++;
+        conn_teardown(c);
+        if (rv == FA_ERR_TLS || rv == FA_ERR_INVAL || rv == FA_ERR_NOMEM)
+            return rv; /* certificates do not fix themselves */
+        if (c->cfg.connect_attempts && attempt >= c->cfg.connect_attempts)
+            return rv;
+        {
+            /* exponential back-off with +-50 % jitter, so regions that lost
+             * the aggregator together do not return in lockstep */
+            uint32_t rnd;
+            uint64_t d, now = fa_h3_now();
+            fa_h3_random((uint8_t *)&rnd, sizeof(rnd));
+            d = (uint64_t)c->backoff_ms * NGTCP2_MILLISECONDS / 2 +
+                (uint64_t)(rnd % (c->backoff_ms + 1u)) * NGTCP2_MILLISECONDS;
+            if (now + d >= deadline)
+                return rv == FA_ERR_TIMEOUT ? rv
+                                            : fa_error_prefix(err, FA_ERR_TIMEOUT,
+                                                              "gave up before the deadline");
+            fa_log(FA_LOG_WARN, "connect failed, retrying", "server=%s attempt=%u backoff_ms=%llu "
+                   "error=\"%s\"", c->server, attempt, (unsigned long long)(d / 1000000u),
+                   err ? err->msg : fa_strerror(rv));
+            sleep_ns(d);
+            c->backoff_ms = c->backoff_ms * 2 > c->cfg.reconnect_max_ms ? c->cfg.reconnect_max_ms
+                                                                        : c->backoff_ms * 2;
+        }
+    }
+}
+
+int fa_h3_client_connect(fa_h3_client *c, uint32_t timeout_ms, fa_error *err)
+{
+    uint64_t deadline = timeout_ms ? fa_h3_now() + (uint64_t)timeout_ms * NGTCP2_MILLISECONDS
+                                   : UINT64_MAX;
+    return ensure_connected(c, deadline, err);
+}
+
+/* --------------------------------------------------------------- requests */
+
+enum { SENT_OK = 0, SENT_RETRY = 1 };
+
+/* One attempt on the current connection.  Returns 0, SENT_RETRY (safe to
+ * send again), or a negative code. */
+static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_response *resp,
+                        uint64_t deadline, fa_error *err)
+{
+    creq r;
+    nghttp3_nv nva[64 + 5];
+    char lname[64][64];
+    nghttp3_data_reader dr = {req_read_data};
+    char cl[24];
+    size_t n = 0;
+    int has_body, rv, timed_out = 0;
+    uint64_t idle = (uint64_t)c->cfg.quic.idle_timeout_ms * NGTCP2_MILLISECONDS;
+
+    memset(&r, 0, sizeof(r));
+    r.req = req;
+    r.resp = resp;
+    if (req->nheaders > 64)
+        return fa_errorf(err, FA_ERR_INVAL, "at most 64 request headers");
+    rv = ngtcp2_conn_open_bidi_stream(c->q.conn, &r.sid, NULL);
+    if (rv != 0) {
+        /* no stream credit left on this connection: a new one has it */
+        c->goaway = 1;
+        return SENT_RETRY;
+    }
+#define NV(nm, val)                                                                              \
+    nva[n++] = (nghttp3_nv){(uint8_t *)(nm), (uint8_t *)(val), strlen(nm), strlen(val),          \
+                            NGHTTP3_NV_FLAG_NONE}
+    NV(":method", req->method);
+    NV(":scheme", "https");
+    NV(":authority", c->authority);
+    NV(":path", req->path);
+    has_body = req->body_read || req->body_len;
+    if (req->body_read) {
+        fa_bodyq_init_pull(&r.body, req->body_read, req->body_arg, c->cfg.quic.max_stream_window);
+        if (req->body_length >= 0) {
+            snprintf(cl, sizeof(cl), "%lld", (long long)req->body_length);
+            NV("content-length", cl);
+        }
+    } else {
+        fa_bodyq_init_buf(&r.body, req->body, req->body_len, NULL);
+        if (req->body_len || strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0) {
+            snprintf(cl, sizeof(cl), "%zu", req->body_len);
+            NV("content-length", cl);
+        }
+    }
+    for (size_t i = 0; i < req->nheaders; i++) {
+        size_t l = strlen(req->headers[i].name);
+        if (l == 0 || l >= sizeof(lname[i]) || !req->headers[i].value) {
+            fa_bodyq_free(&r.body);
+            return fa_errorf(err, FA_ERR_INVAL, "request header %zu: empty or over 63 bytes", i);
+        }
+        for (size_t j = 0; j <= l; j++) {
+            char ch = req->headers[i].name[j];
+            lname[i][j] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+        }
+        NV(lname[i], req->headers[i].value);
+    }
+#undef NV
+    rv = nghttp3_conn_submit_request(c->q.h3, r.sid, nva, n, has_body ? &dr : NULL, &r);
+    if (rv != 0) {
+        fa_bodyq_free(&r.body);
+        return fa_errorf(err, FA_ERR_HTTP, "cannot submit request: %s", nghttp3_strerror(rv));
+    }
+    c->cur = &r;
+    if (!req->body_read)
+        c->st.bytes_sent += req->body_len;
+    /* a long-poll is silent for minutes: PING so no idle timer fires */
+    ngtcp2_conn_set_keep_alive_timeout(c->q.conn, idle / 3);
+    while (!r.closed && !c->dead) {
+        if (pump(c, deadline) == FA_ERR_TIMEOUT) {
+            timed_out = 1;
+            break;
+        }
+    }
+    if (timed_out && !c->dead && !r.closed) {
+        creq_cancel(c, &r, FA_ERR_TIMEOUT);
+        (void)fa_qconn_write(&c->q, 1);
+    }
+    if (c->q.conn && !c->dead)
+        ngtcp2_conn_set_keep_alive_timeout(c->q.conn, UINT64_MAX);
+    if (c->q.h3)
+        nghttp3_conn_set_stream_user_data(c->q.h3, r.sid, NULL);
+    c->cur = NULL;
+    c->st.key_updates += c->q.key_updates;
+    c->q.key_updates = 0;
+    fa_bodyq_free(&r.body);
+
+    if (timed_out)
+        return fa_errorf(err, FA_ERR_TIMEOUT, "%s %s: no complete response within %u ms",
+                         req->method, req->path, req->timeout_ms);
+    if (r.err)
+        return fa_errorf(err, r.err, "%s %s: %s", req->method, req->path,
+                         r.err == FA_ERR_TOOBIG ? "response body larger than the limit"
+                                                : "cancelled by the application");
+    if (r.complete)
+        return 0;
+    /* no complete response: decide whether sending again is safe */
+    {
+        int never_processed =
+            c->stateless_reset || (c->goaway && r.sid >= c->goaway_id) ||
+            (r.closed && r.close_code == NGHTTP3_H3_REQUEST_REJECTED);
+        int replayable = !req->body_read || r.body.produced == 0;
+        char why[300];
+        if (replayable && (never_processed || (req->idempotent && (c->dead || r.closed))))
+            return SENT_RETRY;
+        if (c->dead) {
+            fa_qconn_describe_error(&c->q, c->dead_err, why, sizeof(why));
+            return fa_errorf(err, FA_ERR_QUIC, "%s %s: connection lost mid-request: %s",
+                             req->method, req->path, why);
+        }
+        return fa_errorf(err, FA_ERR_HTTP, "%s %s: stream closed by the server (H3 error 0x%llx)",
+                         req->method, req->path, (unsigned long long)r.close_code);
+    }
+}
+
+int fa_h3_client_request(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_response *resp,
+                         fa_error *err)
+{
+    uint64_t deadline = req->timeout_ms
+                            ? fa_h3_now() + (uint64_t)req->timeout_ms * NGTCP2_MILLISECONDS
+                            : UINT64_MAX;
+    int rv;
+
+    memset(resp, 0, sizeof(*resp));
+    if (!req->method || !req->path || req->path[0] != '/')
+        return fa_errorf(err, FA_ERR_INVAL, "request needs a method and a path starting with /");
+    for (int attempt = 0;; attempt++) {
+        rv = ensure_connected(c, deadline, err);
+        if (rv != 0)
+            return rv;
+        rv = request_once(c, req, resp, deadline, err);
+        if (rv != SENT_RETRY)
+            break;
+        fa_h3_response_free(resp);
+        if (attempt >= MAX_REQUEST_RETRIES)
+            return fa_errorf(err, FA_ERR_QUIC, "%s %s: connection failed %d times", req->method,
+                             req->path, attempt + 1);
+        fa_log(FA_LOG_INFO, "request not processed by the server, sending again",
+               "method=%s path=%s attempt=%d", req->method, req->path, attempt + 2);
+        fa_h3_client_close(c);
+    }
+    if (c->goaway || c->dead)
+        conn_teardown(c); /* the next request starts a fresh connection */
+    if (rv != 0)
+        fa_h3_response_free(resp);
+    return rv;
+}

@@ -1,0 +1,367 @@
+/* h3.h - HTTP/3 over QUIC v1 (RFC 9000, RFC 9114) with mutual TLS: the
+ * transport of fedagg (DESIGN 4.2).
+ *
+ * Built on ngtcp2 0.12, nghttp3 0.8 and GnuTLS 3.7.  Knows nothing of rounds:
+ * the aggregator registers handlers on a server, the worker sends requests
+ * with a blocking client.
+ *
+ * Server model.  One UDP socket, one thread: fa_h3_server_run() runs an epoll
+ * loop until fa_h3_server_stop() or a graceful drain completes.  Every
+ * callback below runs on that loop thread, and every fa_h3_request_* /
+ * fa_h3_server_* function except the ones marked "thread-safe" must be called
+ * on it.  Other threads hand work to the loop with fa_h3_server_post().
+ *
+ * A request's life on the server:
+ *
+ *   on_request(req)          headers complete; route chosen by method + path prefix
+ *   on_body(req, data, len)  zero or more chunks of the request body, in order
+ *   on_body_end(req)         the body is complete (also for an empty body)
+ *   ...                      the application responds, now or later (deferred)
+ *   on_close(req, err)       always last: err 0 = response delivered, else why not
+ *
+ * The response may be submitted at any point after on_request (before the
+ * body ends too, e.g. 413), from any later callback, timer or posted task.
+ * After on_close returns, req is freed: drop every pointer to it there.
+ *
+ * Back-pressure.  QUIC flow-control credit for request-body bytes goes back
+ * to the sender only once the application has consumed them: when on_body
+ * returns 0 the chunk is consumed; when it returns FA_H3_HOLD, the application
+ * keeps the bytes (it copied them) and returns the credit later with
+ * fa_h3_request_consume().  A slow consumer therefore throttles the sender to
+ * at most one flow-control window ahead.  Response bodies pulled with a read
+ * callback are read only as fast as the peer and the network take them.
+ *
+ * Identity.  The server requires a client certificate chaining to the
+ * configured CA and verifies it during the handshake (expiry, signature,
+ * key usage); the region the certificate names (SAN URI
+ * `fedagg://region/<id>`, else the subject CN) reaches every handler through
+ * fa_h3_request_peer().  Handshakes that fail verification are refused with a
+ * TLS alert and one log line saying why.  The client verifies the server's
+ * certificate against its CA and the expected server name.  0-RTT is never
+ * offered nor accepted, so no request can be replayed by the network.
+ *
+ * Errors: every function returning int returns 0 or a negative FA_ERR_* code
+ * (common/fa_err.h) and fills the fa_error when one is given.
+ */
+#ifndef FA_TRANSPORT_H3_H
+#define FA_TRANSPORT_H3_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/fa_err.h"
+
+/* ------------------------------------------------------------------------ */
+/* Shared settings                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Congestion controllers (values match fedagg.CongestionControl). */
+enum fa_h3_cc { FA_H3_CC_CUBIC = 0, FA_H3_CC_BBR2 = 1, FA_H3_CC_RENO = 2 };
+
+/* When the server sends Retry (values match fedagg.RetryPolicy). */
+enum fa_h3_retry { FA_H3_RETRY_ABOVE_LOAD = 0, FA_H3_RETRY_ALWAYS = 1, FA_H3_RETRY_NEVER = 2 };
+
+/* QUIC tuning shared by client and server (fedagg.QuicConfig).  Fill with
+ * fa_h3_quic_default() and override. */
+typedef struct fa_h3_quic_opts {
+    uint64_t max_stream_window;     /* per-stream receive window, bytes (32 MiB) */
+    uint64_t max_connection_window; /* per-connection receive window, bytes (64 MiB) */
+    int cc;                         /* enum fa_h3_cc (CUBIC) */
+    uint32_t idle_timeout_ms;       /* close a silent connection after this (60000) */
+    uint32_t max_streams;           /* concurrent requests per connection (64) */
+    const char *qlog_dir;           /* one qlog file per connection here; NULL = none */
+    int gso;                        /* UDP GSO on send when the kernel has it (1) */
+    int gro;                        /* UDP GRO on receive when the kernel has it (1) */
+    /* Largest UDP payload sent, bytes.  0 = standard path MTU discovery from
+     * 1200 up to 1452 bytes (right for the Internet).  A larger value skips
+     * discovery and assumes the path carries it: only for known jumbo-frame
+     * links (e.g. 8952 for a 9000-byte MTU).  Clamped to the peer's limit. */
+    uint32_t max_udp_payload;
+    /* Test knob: initiate a QUIC key update after every this many bytes sent
+     * (0 = only when the AEAD limit requires one).  Lets tests cross many key
+     * phases in a short transfer. */
+    uint64_t key_update_bytes;
+    /* Initial RTT estimate, ms (0 = ngtcp2 default 333 ms). */
+    uint32_t initial_rtt_ms;
+} fa_h3_quic_opts;
+
+/* Fills o with the defaults above. */
+void fa_h3_quic_default(fa_h3_quic_opts *o);
+
+/* One HTTP field.  Names are lower case on the wire; lookups ignore case. */
+typedef struct fa_h3_header {
+    const char *name;
+    const char *value;
+} fa_h3_header;
+
+/* Pull callback for a body being sent: write up to cap bytes into buf and
+ * return how many (> 0), 0 at the end of the body, FA_ERR_AGAIN when no
+ * bytes are ready yet (server side: call fa_h3_request_resume() when they
+ * are), or another negative code to abort the stream. */
+typedef ssize_t (*fa_h3_read_fn)(void *arg, uint8_t *buf, size_t cap);
+
+/* Reads (or creates, with 32 random bytes, mode 0600) the static secret from
+ * which the server derives stateless-reset and Retry/NEW_TOKEN keys, so that
+ * they survive a restart.  The file holds 64 hex digits or 32 raw bytes and
+ * must not be readable by group or others.  Returns 0, FA_ERR_IO,
+ * FA_ERR_AUTH (mode), FA_ERR_PARSE. */
+int fa_h3_load_static_secret(const char *path, int create, uint8_t secret[32], fa_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Server                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fa_h3_server fa_h3_server;
+typedef struct fa_h3_request fa_h3_request;
+
+typedef struct fa_h3_server_config {
+    const char *listen;    /* "127.0.0.1:4433", "[::]:443"; port 0 = any free port */
+    const char *cert_file; /* PEM chain of the server */
+    const char *key_file;  /* its PEM private key */
+    const char *ca_file;   /* PEM CA(s) that client certificates must chain to */
+    fa_h3_quic_opts quic;
+    uint32_t max_connections;      /* further handshakes are refused (1024) */
+    uint64_t max_body_bytes;       /* larger request bodies get 413 (64 GiB) */
+    int retry;                     /* enum fa_h3_retry (RETRY_ABOVE_LOAD) */
+    uint32_t retry_load_threshold; /* connections above which Retry is sent (64) */
+    /* Static secret for stateless reset and address-validation tokens; when
+     * has_static_secret is 0 a random one is drawn (tokens then die with the
+     * process). */
+    uint8_t static_secret[32];
+    int has_static_secret;
+    /* How long a graceful drain waits for in-flight requests before closing
+     * the remaining connections, ms (30000). */
+    uint32_t drain_timeout_ms;
+    /* When nonzero, fa_h3_server_run() blocks SIGTERM and SIGINT in the
+     * calling thread and drains gracefully when one arrives (signalfd).  Block
+     * them in every other thread of the process too. */
+    int drain_on_signal;
+    /* Periodic tick for the application's deadlines: on_tick runs on the
+     * loop every tick_ms (0 = never). */
+    uint32_t tick_ms;
+    void (*on_tick)(fa_h3_server *srv, void *arg);
+    void *tick_arg;
+} fa_h3_server_config;
+
+/* Fills c with defaults (listen, files and callbacks NULL). */
+void fa_h3_server_config_default(fa_h3_server_config *c);
+
+/* What on_body returns to keep the credit of a chunk (see top of file). */
+#define FA_H3_HOLD 1
+
+typedef struct fa_h3_handler {
+    /* Headers complete.  Respond now, later, or reject.  A negative return
+     * answers 500 (unless a response was already submitted). */
+    int (*on_request)(fa_h3_request *req, void *arg);
+    /* A chunk of request body, valid during the call only.  Returns 0
+     * (consumed), FA_H3_HOLD (credit returned later by
+     * fa_h3_request_consume), or a negative code: stop reading and reset the
+     * request (on_close follows with that code).  NULL = discard bodies. */
+    int (*on_body)(fa_h3_request *req, const uint8_t *data, size_t len, void *arg);
+    /* The whole body has arrived.  Optional. */
+    void (*on_body_end)(fa_h3_request *req, void *arg);
+    /* Always the last call for req.  err: 0 response fully delivered;
+     * FA_ERR_CANCELLED the client reset the stream or the server drained;
+     * FA_ERR_QUIC the connection was lost or closed; FA_ERR_TOOBIG the body
+     * exceeded the limit (413 was sent); FA_ERR_TIMEOUT the drain timed out.
+     * Optional. */
+    void (*on_close)(fa_h3_request *req, int err, void *arg);
+} fa_h3_handler;
+
+/* Creates a server bound to cfg->listen (the socket is open on return, so
+ * fa_h3_server_port() is known).  Loads and checks the certificate, key and
+ * CA.  Returns 0, FA_ERR_INVAL, FA_ERR_IO, FA_ERR_TLS, FA_ERR_NOMEM. */
+int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_error *err);
+
+/* Frees the server, closing every connection without ceremony.  NULL is a
+ * no-op.  Not while fa_h3_server_run() runs. */
+void fa_h3_server_del(fa_h3_server *srv);
+
+/* The bound UDP port (useful with port 0). */
+int fa_h3_server_port(const fa_h3_server *srv);
+
+/* Registers h for requests whose method equals `method` ("*" = any) and whose
+ * path starts with `prefix`; the longest matching prefix wins.  A path that
+ * matches no prefix gets 404; one that matches only under other methods 405.
+ * Call before fa_h3_server_run().  Returns 0, FA_ERR_INVAL, FA_ERR_NOMEM. */
+int fa_h3_server_route(fa_h3_server *srv, const char *method, const char *prefix,
+                       const fa_h3_handler *h, void *arg);
+
+/* Runs the loop until fa_h3_server_stop(), or until a drain (signal or
+ * fa_h3_server_drain) has finished every in-flight request.  Returns 0 or
+ * FA_ERR_IO / FA_ERR_NOMEM on a fatal loop error. */
+int fa_h3_server_run(fa_h3_server *srv, fa_error *err);
+
+/* Thread-safe and async-signal-safe: starts a graceful drain: new
+ * connections are refused, clients are told (HTTP/3 GOAWAY) to open no new
+ * requests, requests in flight finish, then fa_h3_server_run() returns. */
+void fa_h3_server_drain(fa_h3_server *srv);
+
+/* Thread-safe and async-signal-safe: makes fa_h3_server_run() return soon,
+ * closing every connection. */
+void fa_h3_server_stop(fa_h3_server *srv);
+
+/* Thread-safe: runs fn(srv, arg) on the loop thread soon (an eventfd wakes
+ * the loop).  Returns 0 or FA_ERR_NOMEM. */
+int fa_h3_server_post(fa_h3_server *srv, void (*fn)(fa_h3_server *srv, void *arg), void *arg);
+
+/* Loop thread: runs fn once after delay_ms.  Returns a timer id > 0, or a
+ * negative code. */
+int64_t fa_h3_server_timer(fa_h3_server *srv, uint64_t delay_ms,
+                           void (*fn)(fa_h3_server *srv, void *arg), void *arg);
+
+/* Loop thread: cancels a timer that has not fired yet (unknown ids are ignored). */
+void fa_h3_server_timer_cancel(fa_h3_server *srv, int64_t id);
+
+/* Server statistics (loop thread, or after run returned). */
+typedef struct fa_h3_server_stats {
+    uint64_t connections_accepted, connections_refused, handshakes_failed;
+    uint64_t retries_sent, version_negotiations_sent, stateless_resets_sent;
+    uint64_t datagrams_dropped, requests, current_connections;
+} fa_h3_server_stats;
+void fa_h3_server_get_stats(const fa_h3_server *srv, fa_h3_server_stats *st);
+
+/* --- the request being served (loop thread only) --- */
+
+const char *fa_h3_request_method(const fa_h3_request *req);
+const char *fa_h3_request_path(const fa_h3_request *req);  /* without the query */
+const char *fa_h3_request_query(const fa_h3_request *req); /* after '?', or "" */
+/* Value of the first field named `name` (case-insensitive), or NULL. */
+const char *fa_h3_request_header(const fa_h3_request *req, const char *name);
+/* All fields except the pseudo-headers; *n receives the count. */
+const fa_h3_header *fa_h3_request_headers(const fa_h3_request *req, size_t *n);
+/* content-length of the request, or -1 when absent. */
+int64_t fa_h3_request_content_length(const fa_h3_request *req);
+/* Body bytes received so far. */
+uint64_t fa_h3_request_body_received(const fa_h3_request *req);
+/* The client's identity from its verified certificate: the region id of the
+ * SAN URI fedagg://region/<id>, else the subject CN. */
+const char *fa_h3_request_peer(const fa_h3_request *req);
+/* The client's address as "ip:port". */
+const char *fa_h3_request_peer_addr(const fa_h3_request *req);
+fa_h3_server *fa_h3_request_server(const fa_h3_request *req);
+
+void fa_h3_request_set_data(fa_h3_request *req, void *data);
+void *fa_h3_request_get_data(const fa_h3_request *req);
+
+/* Lowers (or raises) the body limit of this request below the server's
+ * max_body_bytes.  Call in on_request. */
+void fa_h3_request_set_max_body(fa_h3_request *req, uint64_t max);
+
+/* Returns n bytes of credit held by FA_H3_HOLD (see top of file). */
+void fa_h3_request_consume(fa_h3_request *req, size_t n);
+
+/* Responds with a body copied from a buffer (may be NULL/0).  `headers` are
+ * copied.  Returns 0, FA_ERR_STATE (already responded or closed),
+ * FA_ERR_INVAL, FA_ERR_NOMEM. */
+int fa_h3_respond(fa_h3_request *req, int status, const fa_h3_header *headers, size_t nheaders,
+                  const void *body, size_t len);
+
+/* Responds with a body pulled from read(arg, buf, cap) as the network takes
+ * it.  content_length >= 0 is sent as the content-length field.  done(arg, err)
+ * (may be NULL) runs once when the body is finished or abandoned, so arg can
+ * be released.  Same returns as fa_h3_respond. */
+int fa_h3_respond_stream(fa_h3_request *req, int status, const fa_h3_header *headers,
+                         size_t nheaders, int64_t content_length, fa_h3_read_fn read,
+                         void (*done)(void *arg, int err), void *arg);
+
+/* After a read callback returned FA_ERR_AGAIN: bytes are ready again. */
+void fa_h3_request_resume(fa_h3_request *req);
+
+/* Aborts the request: resets the stream in both directions (on_close follows
+ * with FA_ERR_CANCELLED). */
+void fa_h3_request_cancel(fa_h3_request *req);
+
+/* ------------------------------------------------------------------------ */
+/* Client (blocking, one request at a time per client object)               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fa_h3_client fa_h3_client;
+
+typedef struct fa_h3_client_config {
+    const char *server;      /* "host:port" or "[v6]:port" */
+    const char *server_name; /* name the server certificate must carry; NULL = host part */
+    const char *ca_file;     /* PEM CA that the server certificate must chain to */
+    const char *cert_file;   /* PEM chain of this client (region certificate) */
+    const char *key_file;    /* its private key */
+    fa_h3_quic_opts quic;
+    uint32_t connect_timeout_ms;   /* one handshake attempt (10000) */
+    uint32_t reconnect_initial_ms; /* first back-off after a failed connect (500) */
+    uint32_t reconnect_max_ms;     /* back-off cap; doubles with +-50% jitter (30000) */
+    uint32_t connect_attempts;     /* handshake attempts per request, 0 = until the
+                                      request's timeout (5) */
+} fa_h3_client_config;
+
+void fa_h3_client_config_default(fa_h3_client_config *c);
+
+typedef struct fa_h3_client_req {
+    const char *method; /* "GET", "POST"... */
+    const char *path;   /* with the query, e.g. "/v1/audit/proof?round=3" */
+    const fa_h3_header *headers;
+    size_t nheaders;
+    /* Request body: a buffer, or a pull callback (body_read), or neither. */
+    const void *body;
+    size_t body_len;
+    fa_h3_read_fn body_read;
+    void *body_arg;
+    int64_t body_length; /* with body_read: sent as content-length when >= 0 */
+    /* Response body: pushed to on_body as it arrives (a negative return
+     * cancels the request with that code), or, when on_body is NULL,
+     * collected into resp->body up to max_response_bytes (default 64 MiB when
+     * 0; larger gives FA_ERR_TOOBIG). */
+    int (*on_body)(void *arg, const uint8_t *data, size_t len);
+    void *on_body_arg;
+    uint64_t max_response_bytes;
+    /* Whole-request deadline, ms, including (re)connecting; 0 = none. */
+    uint32_t timeout_ms;
+    /* Nonzero when the request may be sent again after the connection broke
+     * mid-request (an idempotent request).  Requests that provably never
+     * reached the server are always retried. */
+    int idempotent;
+} fa_h3_client_req;
+
+typedef struct fa_h3_response {
+    int status;
+    fa_h3_header *headers; /* owned, freed by fa_h3_response_free */
+    size_t nheaders;
+    uint8_t *body; /* owned when collected; NUL-terminated for convenience */
+    size_t body_len;
+    uint64_t body_received; /* total body bytes, also when pushed to on_body */
+} fa_h3_response;
+
+/* Value of the first response field named `name`, or NULL. */
+const char *fa_h3_response_header(const fa_h3_response *resp, const char *name);
+void fa_h3_response_free(fa_h3_response *resp);
+
+/* Creates a client (no network traffic until the first request).  Loads the
+ * certificate, key and CA.  Returns 0, FA_ERR_INVAL, FA_ERR_TLS, FA_ERR_NOMEM. */
+int fa_h3_client_new(fa_h3_client **out, const fa_h3_client_config *cfg, fa_error *err);
+void fa_h3_client_del(fa_h3_client *c);
+
+/* Connects now (with back-off) if not connected.  Returns 0, FA_ERR_TLS (the
+ * server certificate or ours was refused: not retried), FA_ERR_TIMEOUT,
+ * FA_ERR_QUIC, FA_ERR_IO. */
+int fa_h3_client_connect(fa_h3_client *c, uint32_t timeout_ms, fa_error *err);
+
+/* Sends one request and waits for the whole response.  Returns 0 when a
+ * response arrived (any status: check resp->status), FA_ERR_TIMEOUT,
+ * FA_ERR_TLS, FA_ERR_QUIC (connection lost mid-request and not retried),
+ * FA_ERR_TOOBIG, FA_ERR_CANCELLED (on_body or body_read failed; that code
+ * is returned instead when it is an FA_ERR_*), FA_ERR_HTTP (malformed response).
+ * resp is filled on success; free it with fa_h3_response_free. */
+int fa_h3_client_request(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_response *resp,
+                         fa_error *err);
+
+/* Closes the connection politely (CONNECTION_CLOSE); the next request reconnects. */
+void fa_h3_client_close(fa_h3_client *c);
+
+/* Client statistics. */
+typedef struct fa_h3_client_stats {
+    uint64_t connects, connect_failures, key_updates, bytes_sent, bytes_received;
+    uint64_t datagrams_sent, datagrams_received, send_calls, recv_calls;
+    int retry_seen; /* the last handshake went through a Retry */
+} fa_h3_client_stats;
+void fa_h3_client_get_stats(const fa_h3_client *c, fa_h3_client_stats *st);
+
+#endif

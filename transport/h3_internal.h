@@ -1,0 +1,259 @@
+/* h3_internal.h - pieces shared by the HTTP/3 server and client: the UDP
+ * endpoint (udp.c), TLS setup and peer verification (tls.c), the QUIC
+ * connection core that moves bytes between ngtcp2, nghttp3 and the socket
+ * (qconn.c), and the send queue of a streamed body (bodyq.c).
+ * Not part of the public API (see h3.h).
+ */
+#ifndef FA_TRANSPORT_H3_INTERNAL_H
+#define FA_TRANSPORT_H3_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include <gnutls/gnutls.h>
+#include <nghttp3/nghttp3.h>
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include "common/fa_err.h"
+#include "transport/h3.h"
+
+/* ---------------------------------------------------------------- udp.c */
+
+/* Largest GSO batch: the kernel accepts at most 64 segments and a 64 KiB
+ * super-datagram. */
+#define FA_UDP_MAX_GSO_SEGS 64
+#define FA_UDP_MAX_GSO_BYTES 65000
+/* Receive buffers of one recvmmsg call, each large enough for a GRO batch. */
+#define FA_UDP_RX_BATCH 8
+#define FA_UDP_RX_BUFSZ 65536
+
+typedef struct fa_udp {
+    int fd;
+    int family;
+    struct sockaddr_storage local;
+    socklen_t local_len;
+    int gso; /* UDP_SEGMENT usable */
+    int gro; /* UDP_GRO enabled */
+    /* One send the kernel refused with EAGAIN, kept until the socket drains. */
+    int blocked;
+    uint8_t *pend;
+    size_t pend_len, pend_cap, pend_gso;
+    struct sockaddr_storage pend_to;
+    socklen_t pend_tolen;
+    unsigned pend_ecn;
+    /* Receive batch. */
+    uint8_t *rxbuf; /* FA_UDP_RX_BATCH * FA_UDP_RX_BUFSZ */
+    /* Counters. */
+    uint64_t send_calls, recv_calls, dgrams_sent, dgrams_recv, bytes_sent, bytes_recv;
+} fa_udp;
+
+/* Parses "host:port" / "[v6]:port" into a socket address (numeric host, or a
+ * name resolved with getaddrinfo).  Returns 0 or FA_ERR_INVAL. */
+int fa_udp_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len, char *host,
+                      size_t hostcap, fa_error *err);
+
+/* Opens a non-blocking UDP socket bound to addr (family from addr) with
+ * large buffers, ECN reporting, and GSO/GRO when asked and available. */
+int fa_udp_open(fa_udp *u, const struct sockaddr *addr, socklen_t len, int want_gso, int want_gro,
+                fa_error *err);
+void fa_udp_close(fa_udp *u);
+
+/* Sends len bytes as datagrams of gso bytes each (the last may be shorter;
+ * gso == len or 0 means one datagram).  Returns 0, FA_ERR_AGAIN (the unsent
+ * part is kept: call fa_udp_flush when writable), or FA_ERR_IO (dropped). */
+int fa_udp_send(fa_udp *u, const struct sockaddr *to, socklen_t tolen, unsigned ecn,
+                const uint8_t *data, size_t len, size_t gso);
+
+/* Retries a blocked send.  Returns 0 (nothing pending now) or FA_ERR_AGAIN. */
+int fa_udp_flush(fa_udp *u);
+
+/* Called per received datagram (GRO batches are split). */
+typedef void (*fa_udp_rx_fn)(void *arg, uint8_t *data, size_t len, const struct sockaddr *from,
+                             socklen_t fromlen, unsigned ecn);
+
+/* Reads what is queued, up to max_calls recvmmsg calls.  Returns the number
+ * of datagrams delivered (0 when none was queued). */
+int fa_udp_recv(fa_udp *u, fa_udp_rx_fn fn, void *arg, int max_calls);
+
+/* "ip:port" of an address. */
+void fa_udp_addr_str(const struct sockaddr *sa, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------- tls.c */
+
+typedef struct fa_tls_ctx {
+    gnutls_certificate_credentials_t cred;
+    gnutls_priority_t prio;
+    int server;
+} fa_tls_ctx;
+
+/* Loads cert/key/CA (all PEM).  Returns 0, FA_ERR_INVAL, FA_ERR_TLS. */
+int fa_tls_ctx_init(fa_tls_ctx *t, int server, const char *cert_file, const char *key_file,
+                    const char *ca_file, fa_error *err);
+void fa_tls_ctx_free(fa_tls_ctx *t);
+
+struct fa_qconn;
+
+/* Creates the TLS session of a connection (ALPN h3, TLS 1.3 only, no early
+ * data, peer certificate required and verified).  Client sessions check
+ * server_name.  The verdict and the peer identity land in qc. */
+int fa_tls_session_new(fa_tls_ctx *t, struct fa_qconn *qc, const char *server_name,
+                       fa_error *err);
+
+/* The alert name of a TLS alert code, e.g. "bad_certificate". */
+const char *fa_tls_alert_name(uint8_t alert);
+
+/* -------------------------------------------------------------- bodyq.c */
+
+/* The send side of one streamed body: bytes handed to nghttp3 stay here
+ * until the peer acknowledges them. */
+typedef struct fa_bodyq_chunk {
+    struct fa_bodyq_chunk *next;
+    size_t fill; /* bytes written into data */
+    size_t sent; /* bytes handed to nghttp3 */
+    uint8_t data[];
+} fa_bodyq_chunk;
+
+typedef struct fa_bodyq {
+    /* exactly one source */
+    const uint8_t *buf; /* borrowed or owned buffer body */
+    uint8_t *owned;
+    size_t buf_len, buf_off;
+    fa_h3_read_fn read;
+    void *read_arg;
+    /* chunks handed out and not yet acknowledged, oldest first */
+    fa_bodyq_chunk *head, *tail;
+    fa_bodyq_chunk *spare; /* recycled chunks */
+    int nspare;
+    uint64_t head_acked;   /* acknowledged bytes of head */
+    size_t chunk_size;
+    uint64_t unacked;   /* bytes handed to nghttp3, not yet acknowledged */
+    uint64_t max_unacked;
+    uint64_t produced;  /* total bytes read from the source */
+    int eof;            /* the source reported the end */
+    int wait_app;       /* read returned FA_ERR_AGAIN */
+    int wait_ack;       /* max_unacked reached */
+    int error;          /* read failed: this code */
+} fa_bodyq;
+
+void fa_bodyq_init_buf(fa_bodyq *q, const uint8_t *buf, size_t len, uint8_t *owned);
+void fa_bodyq_init_pull(fa_bodyq *q, fa_h3_read_fn read, void *arg, uint64_t max_unacked);
+void fa_bodyq_free(fa_bodyq *q);
+/* nghttp3 read_data: fills vec; returns count, NGHTTP3_ERR_WOULDBLOCK or
+ * NGHTTP3_ERR_CALLBACK_FAILURE (q->error set). */
+nghttp3_ssize fa_bodyq_read(fa_bodyq *q, nghttp3_vec *vec, size_t veccnt, uint32_t *pflags);
+/* Bytes acknowledged; returns 1 when a stream blocked on acks may resume. */
+int fa_bodyq_acked(fa_bodyq *q, uint64_t n);
+
+/* -------------------------------------------------------------- qconn.c */
+
+/* Side-specific hooks of a connection. */
+typedef struct fa_qconn_ops {
+    /* server: a new source CID to route (get_new_connection_id) */
+    void (*cid_add)(struct fa_qconn *qc, const ngtcp2_cid *cid);
+    void (*cid_remove)(struct fa_qconn *qc, const ngtcp2_cid *cid);
+    /* 1-RTT keys are in place: create the nghttp3 connection */
+    int (*h3_setup)(struct fa_qconn *qc);
+    int (*handshake_done)(struct fa_qconn *qc);
+    /* client: a NEW_TOKEN from the server */
+    void (*new_token)(struct fa_qconn *qc, const uint8_t *tok, size_t len);
+} fa_qconn_ops;
+
+typedef struct fa_qconn {
+    ngtcp2_conn *conn;
+    nghttp3_conn *h3;
+    gnutls_session_t tls;
+    ngtcp2_crypto_conn_ref conn_ref;
+    const fa_qconn_ops *ops;
+    void *owner; /* server connection or client */
+    int is_server;
+    fa_udp *udp;
+    struct sockaddr_storage remote;
+    socklen_t remote_len;
+    ngtcp2_connection_close_error last_error;
+    const fa_h3_quic_opts *opts;
+    /* TLS verdict */
+    char peer_id[128];      /* region id or CN of the verified peer */
+    char verify_fail[256];  /* why the peer certificate was refused */
+    const char *server_name; /* client: the name the server certificate must carry */
+    const uint8_t *reset_key; /* server: 32-byte key of stateless-reset tokens */
+    int verified;
+    /* key updates */
+    uint64_t since_key_update;
+    uint64_t key_updates;
+    int next_key_ready;
+    /* qlog */
+    FILE *qlog;
+    /* transmit buffer (one GSO batch) */
+    uint8_t *txbuf;
+    /* set while inside ngtcp2_conn_read_pkt: some APIs must wait */
+    int in_read;
+} fa_qconn;
+
+/* Random bytes (getrandom). */
+void fa_h3_random(uint8_t *p, size_t n);
+
+/* Monotonic timestamp in ns for ngtcp2. */
+uint64_t fa_h3_now(void);
+
+/* Fills the ngtcp2 settings/params common to both sides from opts. */
+void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params *p,
+                       const fa_h3_quic_opts *o, uint64_t now);
+
+/* The ngtcp2 callbacks shared by both sides (the caller sets
+ * client_initial / recv_client_initial / recv_retry etc.). */
+void fa_qconn_callbacks(ngtcp2_callbacks *cb);
+
+/* Opens qlog_dir/<hex cid>.sqlog and hooks it into s.  No-op without qlog_dir. */
+void fa_qconn_qlog_open(fa_qconn *qc, ngtcp2_settings *s, const ngtcp2_cid *scid,
+                        const ngtcp2_cid *odcid);
+
+/* Opens the control and QPACK streams of the nghttp3 connection. */
+int fa_qconn_h3_bind(fa_qconn *qc);
+
+/* Gives back n bytes of flow-control credit on a stream and the connection. */
+void fa_qconn_consume(fa_qconn *qc, int64_t stream_id, size_t n);
+
+/* Feeds one datagram.  Returns 0, or an ngtcp2 error code (negative, e.g.
+ * NGTCP2_ERR_DRAINING, NGTCP2_ERR_RETRY, NGTCP2_ERR_DROP_CONN, NGTCP2_ERR_CRYPTO);
+ * last_error is set for ones that need a CONNECTION_CLOSE. */
+int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, unsigned ecn,
+                  const uint8_t *data, size_t len, uint64_t now);
+
+/* Writes what ngtcp2 and nghttp3 have to send, in GSO batches, for at most
+ * `budget` send quanta.  Returns 0 (done until the next expiry or new data),
+ * 1 (budget used up, call again soon), FA_ERR_AGAIN (the socket is full), or
+ * a negative ngtcp2 error after which the connection must be closed
+ * (last_error set). */
+int fa_qconn_write(fa_qconn *qc, int budget);
+
+/* Handles an expired timer.  Returns 0 or an ngtcp2 error
+ * (NGTCP2_ERR_IDLE_CLOSE: drop silently). */
+int fa_qconn_expiry(fa_qconn *qc, uint64_t now);
+
+/* Writes a CONNECTION_CLOSE with last_error into buf.  Returns its length or 0. */
+size_t fa_qconn_close_pkt(fa_qconn *qc, uint8_t *buf, size_t cap);
+
+/* Frees everything but the struct itself. */
+void fa_qconn_free(fa_qconn *qc);
+
+/* A short phrase for why a connection ended, for logs. */
+void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap);
+
+/* server.c: processes one datagram as if it had arrived on the socket
+ * (fuzzing and tests). */
+void fa_h3_server_feed(fa_h3_server *s, uint8_t *data, size_t len, const struct sockaddr *from,
+                       socklen_t fromlen);
+
+/* Lower-case string compare helpers for header names. */
+int fa_h3_streq_nocase(const char *a, const char *b);
+
+/* HTTP/3 error codes we send (RFC 9114 8.1). */
+#define FA_H3_NO_ERROR 0x100
+#define FA_H3_INTERNAL_ERROR 0x102
+#define FA_H3_REQUEST_REJECTED 0x10b
+#define FA_H3_REQUEST_CANCELLED 0x10c
+#define FA_H3_MESSAGE_ERROR 0x10e
+
+#endif

@@ -1,0 +1,622 @@
+/* qconn.c - one QUIC connection carrying HTTP/3: the plumbing shared by the
+ * server and the client.
+ *
+ * Bytes flow: socket -> ngtcp2_conn_read_pkt -> recv_stream_data ->
+ * nghttp3_conn_read_stream -> the side's HTTP callbacks; and back:
+ * nghttp3_conn_writev_stream -> ngtcp2_conn_writev_stream -> a GSO batch ->
+ * one sendmsg.  Flow-control credit for HTTP framing bytes is returned at
+ * once; credit for body bytes only when the application has consumed them
+ * (fa_qconn_consume), which is what makes a slow consumer throttle its peer.
+ */
+#include "transport/h3_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+
+#include "common/fa_log.h"
+
+void fa_h3_random(uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            /* getrandom cannot fail on Linux >= 3.17 once seeded; if it
+             * somehow does, fail loudly rather than use weak bytes. */
+            abort();
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+uint64_t fa_h3_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int fa_h3_streq_nocase(const char *a, const char *b) { return strcasecmp(a, b) == 0; }
+
+void fa_h3_quic_default(fa_h3_quic_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_stream_window = 32u << 20;     /* >= 1 Gbit/s x 200 ms = 25 MB */
+    o->max_connection_window = 64u << 20;
+    o->cc = FA_H3_CC_CUBIC;
+    o->idle_timeout_ms = 60000;
+    o->max_streams = 64;
+    o->gso = 1;
+    o->gro = 1;
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+static void cb_rand(uint8_t *dest, size_t destlen, const ngtcp2_rand_ctx *ctx)
+{
+    (void)ctx;
+    fa_h3_random(dest, destlen);
+}
+
+static int cb_get_new_connection_id(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token,
+                                    size_t cidlen, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    fa_h3_random(cid->data, cidlen);
+    cid->datalen = cidlen;
+    if (qc->reset_key) {
+        /* derived from the static secret: a restarted server can still
+         * reset connections it forgot (RFC 9000 10.3) */
+        if (ngtcp2_crypto_generate_stateless_reset_token(token, qc->reset_key, 32, cid) != 0)
+            return NGTCP2_ERR_CALLBACK_FAILURE;
+    } else {
+        fa_h3_random(token, NGTCP2_STATELESS_RESET_TOKENLEN);
+    }
+    if (qc->ops->cid_add)
+        qc->ops->cid_add(qc, cid);
+    return 0;
+}
+
+static int cb_remove_connection_id(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->ops->cid_remove)
+        qc->ops->cid_remove(qc, cid);
+    return 0;
+}
+
+static int cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
+                         ngtcp2_crypto_aead_ctx *rx_aead_ctx, uint8_t *rx_iv,
+                         ngtcp2_crypto_aead_ctx *tx_aead_ctx, uint8_t *tx_iv,
+                         const uint8_t *current_rx_secret, const uint8_t *current_tx_secret,
+                         size_t secretlen, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    uint8_t rx_key[64], tx_key[64];
+    int rv = ngtcp2_crypto_update_key(conn, rx_secret, tx_secret, rx_aead_ctx, rx_key, rx_iv,
+                                      tx_aead_ctx, tx_key, tx_iv, current_rx_secret,
+                                      current_tx_secret, secretlen);
+    explicit_bzero(rx_key, sizeof(rx_key));
+    explicit_bzero(tx_key, sizeof(tx_key));
+    if (rv != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    /* ngtcp2 derives the next phase's keys ahead of time: the first call
+     * (at the handshake) is not a key update */
+    if (qc->next_key_ready)
+        qc->key_updates++;
+    qc->next_key_ready = 1;
+    return 0;
+}
+
+static int cb_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
+                               uint64_t offset, const uint8_t *data, size_t datalen,
+                               void *user_data, void *stream_user_data)
+{
+    fa_qconn *qc = user_data;
+    nghttp3_ssize n;
+
+    if (!qc->h3)
+        return 0;
+    n = nghttp3_conn_read_stream(qc->h3, stream_id, data, datalen,
+                                 (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0);
+    if (n < 0) {
+        ngtcp2_connection_close_error_set_application_error(
+            &qc->last_error, nghttp3_err_infer_quic_app_error_code((int)n), NULL, 0);
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    /* HTTP/3 framing and header bytes: consumed by nghttp3 right now */
+    fa_qconn_consume(qc, stream_id, (size_t)n);
+    return 0;
+}
+
+static int cb_acked_stream_data_offset(ngtcp2_conn *conn, int64_t stream_id, uint64_t offset,
+                                       uint64_t datalen, void *user_data, void *stream_user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->h3 && nghttp3_conn_add_ack_offset(qc->h3, stream_id, datalen) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int cb_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
+                           uint64_t app_error_code, void *user_data, void *stream_user_data)
+{
+    fa_qconn *qc = user_data;
+    int rv;
+
+    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) || app_error_code == 0)
+        app_error_code = NGHTTP3_H3_NO_ERROR;
+    if (!qc->h3)
+        return 0;
+    rv = nghttp3_conn_close_stream(qc->h3, stream_id, app_error_code);
+    if (rv == NGHTTP3_ERR_STREAM_NOT_FOUND) {
+        /* a stream nghttp3 never saw (e.g. reset before any byte) still
+         * counts against the peer's stream limit: give the slot back */
+        if (qc->is_server && ngtcp2_is_bidi_stream(stream_id) &&
+            !ngtcp2_conn_is_local_stream(conn, stream_id))
+            ngtcp2_conn_extend_max_streams_bidi(conn, 1);
+        return 0;
+    }
+    if (rv != 0) {
+        ngtcp2_connection_close_error_set_application_error(
+            &qc->last_error, nghttp3_err_infer_quic_app_error_code(rv), NULL, 0);
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    return 0;
+}
+
+static int cb_stream_reset(ngtcp2_conn *conn, int64_t stream_id, uint64_t final_size,
+                           uint64_t app_error_code, void *user_data, void *stream_user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->h3 && nghttp3_conn_shutdown_stream_read(qc->h3, stream_id) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int cb_stream_stop_sending(ngtcp2_conn *conn, int64_t stream_id, uint64_t app_error_code,
+                                  void *user_data, void *stream_user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->h3 && nghttp3_conn_shutdown_stream_read(qc->h3, stream_id) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int cb_extend_max_stream_data(ngtcp2_conn *conn, int64_t stream_id, uint64_t max_data,
+                                     void *user_data, void *stream_user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->h3 && nghttp3_conn_unblock_stream(qc->h3, stream_id) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int cb_extend_max_remote_streams_bidi(ngtcp2_conn *conn, uint64_t max_streams,
+                                             void *user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->h3)
+        nghttp3_conn_set_max_client_streams_bidi(qc->h3, max_streams);
+    return 0;
+}
+
+static int cb_recv_tx_key(ngtcp2_conn *conn, ngtcp2_crypto_level level, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    /* server: 1-RTT keys to send with: HTTP/3 can start (RFC 9114 6.2.1) */
+    if (level != NGTCP2_CRYPTO_LEVEL_APPLICATION || !qc->is_server || qc->h3)
+        return 0;
+    return qc->ops->h3_setup(qc) == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+static int cb_recv_rx_key(ngtcp2_conn *conn, ngtcp2_crypto_level level, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    if (level != NGTCP2_CRYPTO_LEVEL_APPLICATION || qc->is_server || qc->h3)
+        return 0;
+    return qc->ops->h3_setup(qc) == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+static int cb_handshake_completed(ngtcp2_conn *conn, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->ops->handshake_done && qc->ops->handshake_done(qc) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int cb_recv_new_token(ngtcp2_conn *conn, const ngtcp2_vec *token, void *user_data)
+{
+    fa_qconn *qc = user_data;
+    if (qc->ops->new_token)
+        qc->ops->new_token(qc, token->base, token->len);
+    return 0;
+}
+
+void fa_qconn_callbacks(ngtcp2_callbacks *cb)
+{
+    memset(cb, 0, sizeof(*cb));
+    cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+    cb->handshake_completed = cb_handshake_completed;
+    cb->encrypt = ngtcp2_crypto_encrypt_cb;
+    cb->decrypt = ngtcp2_crypto_decrypt_cb;
+    cb->hp_mask = ngtcp2_crypto_hp_mask_cb;
+    cb->recv_stream_data = cb_recv_stream_data;
+    cb->acked_stream_data_offset = cb_acked_stream_data_offset;
+    cb->stream_close = cb_stream_close;
+    cb->rand = cb_rand;
+    cb->get_new_connection_id = cb_get_new_connection_id;
+    cb->remove_connection_id = cb_remove_connection_id;
+    cb->update_key = cb_update_key;
+    cb->stream_reset = cb_stream_reset;
+    cb->extend_max_remote_streams_bidi = cb_extend_max_remote_streams_bidi;
+    cb->extend_max_stream_data = cb_extend_max_stream_data;
+    cb->recv_new_token = cb_recv_new_token;
+    cb->delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+    cb->delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+    cb->get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+    cb->stream_stop_sending = cb_stream_stop_sending;
+    cb->version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+    cb->recv_rx_key = cb_recv_rx_key;
+    cb->recv_tx_key = cb_recv_tx_key;
+}
+
+/* ------------------------------------------------------------- settings */
+
+static ngtcp2_cc_algo cc_algo(int cc)
+{
+    switch (cc) {
+    case FA_H3_CC_BBR2: return NGTCP2_CC_ALGO_BBR2;
+    case FA_H3_CC_RENO: return NGTCP2_CC_ALGO_RENO;
+    default: return NGTCP2_CC_ALGO_CUBIC;
+    }
+}
+
+void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params *p,
+                       const fa_h3_quic_opts *o, uint64_t now)
+{
+    ngtcp2_settings_default(s);
+    ngtcp2_transport_params_default(p);
+    s->initial_ts = now;
+    s->cc_algo = cc_algo(o->cc);
+    /* Full windows from the start (a WAN transfer should not spend its first
+     * seconds growing them); auto-tuning may not shrink below them. */
+    s->max_window = o->max_connection_window;
+    s->max_stream_window = o->max_stream_window;
+    /* Fewer ACKs: one per 8 packets instead of per 2 halves the receiver's
+     * sends and the sender's ACK processing on fast paths; loss detection
+     * keeps its timing through max_ack_delay. */
+    s->ack_thresh = 8;
+    s->handshake_timeout = 10 * NGTCP2_SECONDS;
+    if (o->initial_rtt_ms)
+        s->initial_rtt = (uint64_t)o->initial_rtt_ms * NGTCP2_MILLISECONDS;
+    if (o->max_udp_payload > 1452) {
+        s->max_tx_udp_payload_size = o->max_udp_payload;
+        s->no_tx_udp_payload_size_shaping = 1;
+        s->no_pmtud = 1;
+    }
+    p->initial_max_stream_data_bidi_local = o->max_stream_window;
+    p->initial_max_stream_data_bidi_remote = o->max_stream_window;
+    p->initial_max_stream_data_uni = 1u << 20; /* control and QPACK streams */
+    p->initial_max_data = o->max_connection_window;
+    p->initial_max_streams_bidi = qc->is_server ? o->max_streams : 0;
+    p->initial_max_streams_uni = 8; /* control, QPACK encoder and decoder, some slack */
+    p->max_idle_timeout = (uint64_t)o->idle_timeout_ms * NGTCP2_MILLISECONDS;
+    p->active_connection_id_limit = 7;
+}
+
+static void qlog_write(void *user_data, uint32_t flags, const void *data, size_t datalen)
+{
+    fa_qconn *qc = user_data;
+    if (qc->qlog) {
+        fwrite(data, 1, datalen, qc->qlog);
+        if (flags & NGTCP2_QLOG_WRITE_FLAG_FIN) {
+            fclose(qc->qlog);
+            qc->qlog = NULL;
+        }
+    }
+}
+
+void fa_qconn_qlog_open(fa_qconn *qc, ngtcp2_settings *s, const ngtcp2_cid *scid,
+                        const ngtcp2_cid *odcid)
+{
+    char path[4096], hex[2 * NGTCP2_MAX_CIDLEN + 1];
+    const fa_h3_quic_opts *o = qc->opts;
+
+    if (!o->qlog_dir || !*o->qlog_dir)
+        return;
+    for (size_t i = 0; i < scid->datalen; i++)
+        snprintf(hex + 2 * i, 3, "%02x", scid->data[i]);
+    hex[2 * scid->datalen] = '\0';
+    snprintf(path, sizeof(path), "%s/%s-%s.sqlog", o->qlog_dir, hex,
+             qc->is_server ? "server" : "client");
+    qc->qlog = fopen(path, "w");
+    if (!qc->qlog) {
+        fa_log(FA_LOG_WARN, "cannot open qlog file", "path=%s error=\"%s\"", path,
+               strerror(errno));
+        return;
+    }
+    s->qlog.write = qlog_write;
+    s->qlog.odcid = *odcid;
+}
+
+int fa_qconn_h3_bind(fa_qconn *qc)
+{
+    int64_t ctrl, qenc, qdec;
+    if (ngtcp2_conn_get_max_local_streams_uni(qc->conn) < 3)
+        return -1; /* the peer allows too few unidirectional streams for HTTP/3 */
+    if (ngtcp2_conn_open_uni_stream(qc->conn, &ctrl, NULL) != 0 ||
+        nghttp3_conn_bind_control_stream(qc->h3, ctrl) != 0 ||
+        ngtcp2_conn_open_uni_stream(qc->conn, &qenc, NULL) != 0 ||
+        ngtcp2_conn_open_uni_stream(qc->conn, &qdec, NULL) != 0 ||
+        nghttp3_conn_bind_qpack_streams(qc->h3, qenc, qdec) != 0)
+        return -1;
+    return 0;
+}
+
+void fa_qconn_consume(fa_qconn *qc, int64_t stream_id, size_t n)
+{
+    if (n == 0 || !qc->conn)
+        return;
+    ngtcp2_conn_extend_max_stream_offset(qc->conn, stream_id, n);
+    ngtcp2_conn_extend_max_offset(qc->conn, n);
+}
+
+/* ------------------------------------------------------------ read/write */
+
+int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, unsigned ecn,
+                  const uint8_t *data, size_t len, uint64_t now)
+{
+    ngtcp2_path path;
+    ngtcp2_pkt_info pi;
+    int rv;
+
+    memset(&pi, 0, sizeof(pi));
+    pi.ecn = ecn;
+    path.local.addr = (struct sockaddr *)&qc->udp->local;
+    path.local.addrlen = qc->udp->local_len;
+    path.remote.addr = (struct sockaddr *)from;
+    path.remote.addrlen = fromlen;
+    path.user_data = NULL;
+    qc->in_read = 1;
+    rv = ngtcp2_conn_read_pkt(qc->conn, &path, &pi, data, len, now);
+    qc->in_read = 0;
+    if (rv == 0)
+        return 0;
+    switch (rv) {
+    case NGTCP2_ERR_DRAINING:
+    case NGTCP2_ERR_RETRY:
+    case NGTCP2_ERR_DROP_CONN:
+        break;
+    case NGTCP2_ERR_CRYPTO:
+        if (!qc->last_error.error_code)
+            ngtcp2_connection_close_error_set_transport_error_tls_alert(
+                &qc->last_error, ngtcp2_conn_get_tls_alert(qc->conn), NULL, 0);
+        break;
+    default:
+        if (!qc->last_error.error_code)
+            ngtcp2_connection_close_error_set_transport_error_liberr(&qc->last_error, rv, NULL,
+                                                                     0);
+    }
+    return rv;
+}
+
+int fa_qconn_expiry(fa_qconn *qc, uint64_t now)
+{
+    int rv = ngtcp2_conn_handle_expiry(qc->conn, now);
+    if (rv != 0 && rv != NGTCP2_ERR_IDLE_CLOSE && !qc->last_error.error_code)
+        ngtcp2_connection_close_error_set_transport_error_liberr(&qc->last_error, rv, NULL, 0);
+    return rv;
+}
+
+size_t fa_qconn_close_pkt(fa_qconn *qc, uint8_t *buf, size_t cap)
+{
+    ngtcp2_path_storage ps;
+    ngtcp2_pkt_info pi;
+    ngtcp2_ssize n;
+
+    if (!qc->conn || ngtcp2_conn_is_in_closing_period(qc->conn) ||
+        ngtcp2_conn_is_in_draining_period(qc->conn))
+        return 0;
+    ngtcp2_path_storage_zero(&ps);
+    n = ngtcp2_conn_write_connection_close(qc->conn, &ps.path, &pi, buf, cap, &qc->last_error,
+                                           fa_h3_now());
+    return n > 0 ? (size_t)n : 0;
+}
+
+static int send_batch(fa_qconn *qc, const ngtcp2_path *path, unsigned ecn, const uint8_t *data,
+                      size_t len, size_t gso)
+{
+    int rv = fa_udp_send(qc->udp, path->remote.addr, path->remote.addrlen, ecn, data, len, gso);
+    return rv == FA_ERR_AGAIN ? FA_ERR_AGAIN : 0; /* other failures = loss */
+}
+
+int fa_qconn_write(fa_qconn *qc, int budget)
+{
+    ngtcp2_path_storage ps, prev;
+    ngtcp2_pkt_info pi;
+    nghttp3_vec vec[16];
+    ngtcp2_conn *conn = qc->conn;
+    uint64_t ts = fa_h3_now();
+    size_t mtu = ngtcp2_conn_get_max_tx_udp_payload_size(conn);
+    size_t path_mtu = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn);
+    int rounds = 0;
+
+    if (ngtcp2_conn_is_in_closing_period(conn) || ngtcp2_conn_is_in_draining_period(conn))
+        return 0;
+    if (fa_udp_flush(qc->udp) == FA_ERR_AGAIN)
+        return FA_ERR_AGAIN;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_path_storage_zero(&prev);
+    for (;;) {
+        size_t quantum = ngtcp2_conn_get_send_quantum(conn);
+        size_t max_pkts = quantum / mtu, npkts = 0, off = 0, gso = 0;
+        unsigned ecn = 0;
+        int idle = 0, rv = 0;
+
+        if (max_pkts < 1)
+            max_pkts = 1;
+        if (max_pkts > FA_UDP_MAX_GSO_SEGS)
+            max_pkts = FA_UDP_MAX_GSO_SEGS;
+        if (max_pkts * mtu > FA_UDP_MAX_GSO_BYTES)
+            max_pkts = FA_UDP_MAX_GSO_BYTES / mtu ? FA_UDP_MAX_GSO_BYTES / mtu : 1;
+        for (;;) {
+            int64_t sid = -1;
+            int fin = 0;
+            nghttp3_ssize nv = 0;
+            ngtcp2_ssize ndatalen = -1, n;
+            uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+
+            if (qc->h3 && ngtcp2_conn_get_max_data_left(conn)) {
+                nv = nghttp3_conn_writev_stream(qc->h3, &sid, &fin, vec, 16);
+                if (nv < 0) {
+                    ngtcp2_connection_close_error_set_application_error(
+                        &qc->last_error, nghttp3_err_infer_quic_app_error_code((int)nv), NULL,
+                        0);
+                    return NGTCP2_ERR_CALLBACK_FAILURE;
+                }
+            }
+            if (fin)
+                flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
+            n = ngtcp2_conn_writev_stream(conn, &ps.path, &pi, qc->txbuf + off, mtu, &ndatalen,
+                                          flags, sid, (const ngtcp2_vec *)vec, (size_t)nv, ts);
+            if (n < 0) {
+                switch (n) {
+                case NGTCP2_ERR_STREAM_DATA_BLOCKED:
+                    nghttp3_conn_block_stream(qc->h3, sid);
+                    continue;
+                case NGTCP2_ERR_STREAM_SHUT_WR:
+                    nghttp3_conn_shutdown_stream_write(qc->h3, sid);
+                    continue;
+                case NGTCP2_ERR_WRITE_MORE:
+                    if (nghttp3_conn_add_write_offset(qc->h3, sid, (size_t)ndatalen) != 0)
+                        goto h3_fail;
+                    qc->since_key_update += (uint64_t)ndatalen;
+                    continue;
+                default:
+                    if (!qc->last_error.error_code)
+                        ngtcp2_connection_close_error_set_transport_error_liberr(
+                            &qc->last_error, (int)n, NULL, 0);
+                    return (int)n;
+                }
+            }
+            if (ndatalen >= 0 && sid >= 0) {
+                if (nghttp3_conn_add_write_offset(qc->h3, sid, (size_t)ndatalen) != 0)
+                    goto h3_fail;
+                qc->since_key_update += (uint64_t)ndatalen;
+            }
+            if (n == 0) {
+                idle = 1; /* congestion, pacing, flow control, or nothing to send */
+                break;
+            }
+            if (npkts == 0) {
+                ngtcp2_path_copy(&prev.path, &ps.path);
+                ecn = pi.ecn;
+                gso = (size_t)n;
+            } else if (!ngtcp2_path_eq(&prev.path, &ps.path) || ecn != pi.ecn ||
+                       (size_t)n > gso || (gso > path_mtu && (size_t)n != gso)) {
+                /* this packet cannot join the batch: send the batch, start anew */
+                rv = send_batch(qc, &prev.path, ecn, qc->txbuf, off, gso);
+                if (rv == FA_ERR_AGAIN) {
+                    /* the socket is full: this one packet is lost, QUIC recovers */
+                    ngtcp2_conn_update_pkt_tx_time(conn, ts);
+                    return FA_ERR_AGAIN;
+                }
+                memmove(qc->txbuf, qc->txbuf + off, (size_t)n);
+                off = 0;
+                npkts = 0;
+                ngtcp2_path_copy(&prev.path, &ps.path);
+                ecn = pi.ecn;
+                gso = (size_t)n;
+            }
+            off += (size_t)n;
+            npkts++;
+            if (npkts >= max_pkts || (size_t)n < gso)
+                break;
+        }
+        if (off)
+            rv = send_batch(qc, &prev.path, ecn, qc->txbuf, off, gso);
+        ngtcp2_conn_update_pkt_tx_time(conn, ts);
+        if (qc->opts->key_update_bytes && qc->since_key_update >= qc->opts->key_update_bytes &&
+            ngtcp2_conn_get_handshake_completed(conn)) {
+            if (ngtcp2_conn_initiate_key_update(conn, ts) == 0)
+                qc->since_key_update = 0;
+        }
+        if (rv == FA_ERR_AGAIN)
+            return FA_ERR_AGAIN;
+        if (idle)
+            return 0;
+        if (++rounds >= budget)
+            return 1;
+        ts = fa_h3_now();
+    }
+h3_fail:
+    ngtcp2_connection_close_error_set_application_error(&qc->last_error, NGHTTP3_H3_INTERNAL_ERROR,
+                                                        NULL, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap)
+{
+    ngtcp2_connection_close_error peer;
+    uint8_t alert = qc->conn ? ngtcp2_conn_get_tls_alert(qc->conn) : 0;
+
+    if (qc->verify_fail[0]) {
+        snprintf(buf, cap, "%s", qc->verify_fail);
+        return;
+    }
+    if (liberr == NGTCP2_ERR_CRYPTO && alert) {
+        if (alert == GNUTLS_A_CERTIFICATE_REQUIRED && qc->is_server)
+            snprintf(buf, cap, "client presented no certificate (TLS alert %s)",
+                     fa_tls_alert_name(alert));
+        else
+            snprintf(buf, cap, "TLS handshake failed: alert %s", fa_tls_alert_name(alert));
+        return;
+    }
+    if (qc->conn) {
+        ngtcp2_conn_get_connection_close_error(qc->conn, &peer);
+        if (peer.error_code) {
+            if (peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT &&
+                peer.error_code >= 0x100 && peer.error_code < 0x200)
+                snprintf(buf, cap, "peer refused the TLS handshake: alert %s",
+                         fa_tls_alert_name((uint8_t)(peer.error_code - 0x100)));
+            else
+                snprintf(buf, cap, "peer closed the connection: %s error 0x%llx%s%.*s",
+                         peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION
+                             ? "application"
+                             : "transport",
+                         (unsigned long long)peer.error_code, peer.reasonlen ? ": " : "",
+                         (int)peer.reasonlen, peer.reason ? (const char *)peer.reason : "");
+            return;
+        }
+    }
+    snprintf(buf, cap, "%s", liberr ? ngtcp2_strerror(liberr) : "closed");
+}
+
+void fa_qconn_free(fa_qconn *qc)
+{
+    if (qc->h3)
+        nghttp3_conn_del(qc->h3);
+    if (qc->conn)
+        ngtcp2_conn_del(qc->conn);
+    if (qc->tls)
+        gnutls_deinit(qc->tls);
+    if (qc->qlog)
+        fclose(qc->qlog);
+    free(qc->txbuf);
+    qc->h3 = NULL;
+    qc->conn = NULL;
+    qc->tls = NULL;
+    qc->qlog = NULL;
+    qc->txbuf = NULL;
+}
