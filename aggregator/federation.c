@@ -1,0 +1,1886 @@
+/* federation.c - round orchestration of the aggregator.  See federation.h. */
+#include "aggregator/federation.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aggregator/audit_log.h"
+#include "aggregator/metrics.h"
+#include "aggregator/model_store.h"
+#include "aggregator/server_opt.h"
+#include "audit.pb-c.h"
+#include "common/fa_file.h"
+#include "common/fa_log.h"
+#include "common/fa_time.h"
+#include "crypto/checkpoint.h"
+#include "crypto/identity.h"
+#include "crypto/secagg.h"
+#include "fedagg.pb-c.h"
+#include "model/mlp.h"
+#include "secagg.pb-c.h"
+#include "worker/data.h"
+
+#define N_KINDS 5
+#define MAX_MSG_BYTES (64u << 20)
+
+struct region {
+    char id[FA_SECAGG_MAX_ID_LEN + 1];
+    uint8_t pk[32];
+    /* This attempt: SHA-256 of each accepted message, for idempotent retries. */
+    uint8_t msg_sha[N_KINDS][32];
+    uint8_t have_msg[N_KINDS];
+    int uploading; /* a masked upload is in flight */
+    int uploaded;  /* its masked upload completed */
+    /* Totals for status and metrics. */
+    uint64_t bytes_received, rounds_participated, dropouts;
+    uint64_t last_seen_ms;
+};
+
+struct fa_fed {
+    /* Settings (copied out of the config). */
+    char *federation_id;
+    char *storage_dir;
+    char *state_path;
+    uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
+    uint64_t deadline_ms[N_KINDS];
+    uint64_t advertise_grace_ms;
+    fa_secagg_quant quant;
+    uint64_t max_examples;
+    uint8_t config_digest[32];
+    Fedagg__ServerOptimizer opt_cfg;
+
+    struct region *regions; /* sorted by id */
+    size_t n_regions;
+    fa_secagg_member *members;
+
+    /* The model. */
+    fa_mlp_layout layout;
+    float *params; /* (n_params) current global weights */
+    fa_model_store *store;
+    struct fa_model_version cur;
+    fa_server_opt *opt;
+
+    /* The audit log. */
+    fa_audit_log *audit;
+    fa_note_signer *signer;
+
+    /* Evaluation on a public test set (optional). */
+    fa_data eval_data;
+    fa_mlp *eval_net;
+    uint32_t eval_every;
+    double eval_accuracy, eval_loss;
+    int have_eval;
+
+    /* The round in flight. */
+    uint64_t round;
+    uint32_t attempt;
+    int phase; /* Fedagg__Phase */
+    uint64_t phase_opened_ms;
+    uint64_t last_advertise_ms;
+    uint64_t attempt_start_unix_ms;
+    fa_secagg_config sa_cfg;
+    fa_secagg_server *sa;
+    uint64_t rounds_completed, rounds_aborted;
+
+    /* The last completed round's RoundResult, for late long-polls. */
+    uint64_t last_round;
+    uint32_t last_attempt;
+    uint8_t *last_result;
+    size_t last_result_len;
+    char **last_participants;
+    size_t n_last_participants;
+
+    struct fa_metrics *metrics;
+    int fatal; /* a committed round could not be recorded: restart to repair */
+};
+
+static const char *kind_names[N_KINDS] = {"advertise", "shares", "masked", "consistency",
+                                           "unmask"};
+
+/* ------------------------------------------------------------------------ */
+/* Replies                                                                   */
+/* ------------------------------------------------------------------------ */
+
+void fa_fed_reply_free(fa_fed_reply *r)
+{
+    if (!r)
+        return;
+    free(r->body);
+    r->body = NULL;
+    r->len = 0;
+}
+
+static int reply_error(const fa_fed *f, fa_fed_reply *r, int status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int reply_error(const fa_fed *f, fa_fed_reply *r, int status, int code, const char *fmt, ...)
+{
+    Fedagg__Error e = FEDAGG__ERROR__INIT;
+    va_list ap;
+
+    if (!r)
+        return code;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+    va_end(ap);
+    r->status = status;
+    e.code = (uint32_t)status;
+    e.message = r->msg;
+    e.round = f->round;
+    e.attempt = f->attempt;
+    free(r->body);
+    r->len = fedagg__error__get_packed_size(&e);
+    r->body = malloc(r->len ? r->len : 1);
+    if (r->body)
+        fedagg__error__pack(&e, r->body);
+    else
+        r->len = 0;
+    return code;
+}
+
+/* Maps a refusal of the secure-aggregation server to an HTTP status. */
+static int status_of(int code)
+{
+    switch (code) {
+    case FA_ERR_AUTH: return 403;
+    case FA_ERR_REPLAY:
+    case FA_ERR_STATE:
+    case FA_ERR_EXISTS:
+    case FA_ERR_THRESHOLD: return 409;
+    case FA_ERR_TOOBIG: return 413;
+    case FA_ERR_AGAIN: return 503;
+    case FA_ERR_NOMEM: return 500;
+    default: return 400;
+    }
+}
+
+static int reply_ok(fa_fed_reply *r, uint8_t *body, size_t len)
+{
+    r->status = 200;
+    free(r->body);
+    r->body = body;
+    r->len = len;
+    r->msg[0] = '\0';
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static struct region *find_region(const fa_fed *f, const char *id)
+{
+    size_t lo = 0, hi = f->n_regions;
+    if (!id)
+        return NULL;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(f->regions[mid].id, id);
+        if (c == 0)
+            return &f->regions[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+int fa_fed_is_member(const fa_fed *f, const char *region) { return find_region(f, region) != NULL; }
+
+static int cmp_region(const void *a, const void *b)
+{
+    return strcmp(((const struct region *)a)->id, ((const struct region *)b)->id);
+}
+
+static void metric_region(fa_fed *f, const char *name, const char *region, double v, int set)
+{
+    char labels[128] = "";
+    if (!f->metrics)
+        return;
+    fa_metrics_label(labels, sizeof(labels), "region", region);
+    if (set)
+        fa_metrics_set(f->metrics, name, labels, v);
+    else
+        fa_metrics_add(f->metrics, name, labels, v);
+}
+
+static void define_metrics(fa_fed *f)
+{
+    static const double round_buckets[] = {1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800};
+    static const double phase_buckets[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+    fa_metrics *m = f->metrics;
+    if (!m)
+        return;
+    fa_metrics_define(m, "fedagg_rounds_total", FA_METRIC_COUNTER,
+                      "Round attempts by outcome (completed, aborted).", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_round_duration_seconds", FA_METRIC_HISTOGRAM,
+                      "Wall time of completed rounds, advertise to commit.", round_buckets,
+                      sizeof(round_buckets) / sizeof(round_buckets[0]), NULL);
+    fa_metrics_define(m, "fedagg_phase_duration_seconds", FA_METRIC_HISTOGRAM,
+                      "Wall time of each secure-aggregation phase.", phase_buckets,
+                      sizeof(phase_buckets) / sizeof(phase_buckets[0]), NULL);
+    fa_metrics_define(m, "fedagg_region_bytes_received_total", FA_METRIC_COUNTER,
+                      "Request body bytes received per region.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_region_dropouts_total", FA_METRIC_COUNTER,
+                      "Round attempts a region advertised for but dropped out of.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_region_rounds_total", FA_METRIC_COUNTER,
+                      "Rounds whose sum includes the region's update.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_region_connected", FA_METRIC_GAUGE,
+                      "1 when the region made a request in the last 2 minutes.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_model_version", FA_METRIC_GAUGE, "Current global model version.",
+                      NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_round", FA_METRIC_GAUGE, "Current round.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_attempt", FA_METRIC_GAUGE, "Current attempt of the round.", NULL,
+                      0, NULL);
+    fa_metrics_define(m, "fedagg_phase", FA_METRIC_GAUGE,
+                      "Current phase (1 advertise ... 5 unmask, 6 finished).", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_eval_accuracy", FA_METRIC_GAUGE,
+                      "Accuracy of the current global model on the evaluation set.", NULL, 0,
+                      NULL);
+    fa_metrics_define(m, "fedagg_eval_loss", FA_METRIC_GAUGE,
+                      "Mean loss of the current global model on the evaluation set.", NULL, 0,
+                      NULL);
+    fa_metrics_define(m, "fedagg_audit_tree_size", FA_METRIC_GAUGE,
+                      "Records in the signed audit log.", NULL, 0, NULL);
+    for (size_t i = 0; i < f->n_regions; i++) {
+        metric_region(f, "fedagg_region_bytes_received_total", f->regions[i].id, 0, 0);
+        metric_region(f, "fedagg_region_dropouts_total", f->regions[i].id, 0, 0);
+        metric_region(f, "fedagg_region_rounds_total", f->regions[i].id, 0, 0);
+        metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
+    }
+}
+
+static void update_gauges(fa_fed *f)
+{
+    if (!f->metrics)
+        return;
+    fa_metrics_set(f->metrics, "fedagg_model_version", NULL, (double)f->cur.version);
+    fa_metrics_set(f->metrics, "fedagg_round", NULL, (double)f->round);
+    fa_metrics_set(f->metrics, "fedagg_attempt", NULL, (double)f->attempt);
+    fa_metrics_set(f->metrics, "fedagg_phase", NULL, (double)f->phase);
+    fa_metrics_set(f->metrics, "fedagg_audit_tree_size", NULL,
+                   (double)fa_audit_log_signed_size(f->audit));
+    if (f->have_eval) {
+        fa_metrics_set(f->metrics, "fedagg_eval_accuracy", NULL, f->eval_accuracy);
+        fa_metrics_set(f->metrics, "fedagg_eval_loss", NULL, f->eval_loss);
+    }
+}
+
+static void count_outcome(fa_fed *f, const char *outcome)
+{
+    char labels[64] = "";
+    if (!f->metrics)
+        return;
+    fa_metrics_label(labels, sizeof(labels), "outcome", outcome);
+    fa_metrics_add(f->metrics, "fedagg_rounds_total", labels, 1);
+}
+
+void fa_fed_count_bytes(fa_fed *f, const char *region, uint64_t n)
+{
+    struct region *r = find_region(f, region);
+    if (!r)
+        return;
+    r->bytes_received += n;
+    metric_region(f, "fedagg_region_bytes_received_total", region, (double)n, 0);
+}
+
+void fa_fed_region_seen(fa_fed *f, const char *region, uint64_t now_ms)
+{
+    struct region *r = find_region(f, region);
+    if (!r)
+        return;
+    r->last_seen_ms = now_ms;
+    metric_region(f, "fedagg_region_connected", region, 1, 1);
+}
+
+static int region_connected(const struct region *r, uint64_t now_ms)
+{
+    return r->last_seen_ms != 0 && now_ms - r->last_seen_ms < 120000;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Durable round state                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Writes round.state: called at every phase change, before any region can
+ * learn of it.  Failing to save is fatal for the attempt (the caller aborts
+ * it), never silently ignored. */
+static int save_state(fa_fed *f, fa_error *err)
+{
+    Fedagg__RoundState st = FEDAGG__ROUND_STATE__INIT;
+    uint8_t *blob = NULL, *buf;
+    size_t blob_len = 0, len;
+    int rc;
+
+    st.round = f->round;
+    st.attempt = f->attempt;
+    st.phase = (Fedagg__Phase)f->phase;
+    st.attempt_start_unix_ms = f->attempt_start_unix_ms;
+    st.base_version = f->cur.version;
+    st.rounds_completed = f->rounds_completed;
+    st.rounds_aborted = f->rounds_aborted;
+    if (f->phase != FEDAGG__PHASE__PHASE_ADVERTISE && f->sa) {
+        rc = fa_secagg_server_save(f->sa, &blob, &blob_len, err);
+        if (rc != 0)
+            return rc;
+        st.secagg_server.data = blob;
+        st.secagg_server.len = blob_len;
+    }
+    len = fedagg__round_state__get_packed_size(&st);
+    buf = malloc(len ? len : 1);
+    if (!buf) {
+        free(blob);
+        return fa_errorf(err, FA_ERR_NOMEM, "round state: out of memory");
+    }
+    fedagg__round_state__pack(&st, buf);
+    rc = fa_file_write_atomic(f->state_path, buf, len, 0600, err);
+    free(buf);
+    free(blob);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attempts                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void reset_region_attempt(fa_fed *f)
+{
+    for (size_t i = 0; i < f->n_regions; i++) {
+        struct region *r = &f->regions[i];
+        memset(r->have_msg, 0, sizeof(r->have_msg));
+        memset(r->msg_sha, 0, sizeof(r->msg_sha));
+        r->uploading = 0;
+        r->uploaded = 0;
+    }
+}
+
+static int new_secagg_server(fa_fed *f, fa_error *err)
+{
+    fa_secagg_server_del(f->sa);
+    f->sa = NULL;
+    f->sa_cfg.round = f->round;
+    f->sa_cfg.attempt = f->attempt;
+    return fa_secagg_server_new(&f->sa, &f->sa_cfg, f->members, f->n_regions, err);
+}
+
+/* Opens attempt `attempt` of round `round` in the advertise phase. */
+static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now_ms,
+                        fa_error *err)
+{
+    int rc;
+
+    f->round = round;
+    f->attempt = attempt;
+    f->phase = FEDAGG__PHASE__PHASE_ADVERTISE;
+    f->phase_opened_ms = now_ms;
+    f->last_advertise_ms = 0;
+    f->attempt_start_unix_ms = fa_time_unix_ms();
+    reset_region_attempt(f);
+    rc = new_secagg_server(f, err);
+    if (rc == 0)
+        rc = save_state(f, err);
+    if (rc == 0) {
+        fa_log(FA_LOG_INFO, "round attempt opened", "round=%" PRIu64 " attempt=%u version=%" PRIu64,
+               round, attempt, f->cur.version);
+        update_gauges(f);
+    }
+    return rc;
+}
+
+/* The next round, or the end of the federation. */
+static int open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
+{
+    if (f->rounds_limit && f->rounds_completed >= f->rounds_limit) {
+        f->round++;
+        f->attempt = 0;
+        f->phase = FEDAGG__PHASE__PHASE_DONE;
+        fa_secagg_server_del(f->sa);
+        f->sa = NULL;
+        fa_log(FA_LOG_INFO, "federation finished", "rounds=%" PRIu64 " version=%" PRIu64,
+               f->rounds_completed, f->cur.version);
+        update_gauges(f);
+        return save_state(f, err);
+    }
+    return open_attempt(f, f->round + 1, 0, now_ms, err);
+}
+
+static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
+{
+    fa_error err;
+    uint32_t next = f->attempt + 1;
+    uint64_t round = f->round;
+    int given_up = 0;
+
+    fa_log(FA_LOG_WARN, "round attempt aborted", "round=%" PRIu64 " attempt=%u phase=%s reason=%s",
+           f->round, f->attempt,
+           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "?", why);
+    f->rounds_aborted++;
+    count_outcome(f, "aborted");
+    /* Every region that advertised in this attempt and is not carried to its
+     * end is a dropout of the attempt. */
+    for (size_t i = 0; i < f->n_regions; i++)
+        if (f->regions[i].have_msg[FA_FED_ADVERTISE]) {
+            f->regions[i].dropouts++;
+            metric_region(f, "fedagg_region_dropouts_total", f->regions[i].id, 1, 0);
+        }
+    if (f->max_attempts && next >= f->max_attempts) {
+        fa_log(FA_LOG_WARN, "round given up after its last attempt",
+               "round=%" PRIu64 " attempts=%u", f->round, next);
+        round++;
+        next = 0;
+        given_up = 1;
+    }
+    fa_error_clear(&err);
+    if (open_attempt(f, round, next, now_ms, &err) != 0)
+        fa_log(FA_LOG_ERROR, "cannot open the next attempt", "error=\"%s\"", err.msg);
+    (void)given_up;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completing a round                                                        */
+/* ------------------------------------------------------------------------ */
+
+static const char *clip_name(int mode)
+{
+    return mode == FA_SECAGG_CLIP_COORDINATE ? "coordinate" : mode == FA_SECAGG_CLIP_BOTH ? "both"
+                                                                                           : "l2";
+}
+
+/* Builds the audit record of the completed attempt in f->sa. */
+static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha[32],
+                        uint64_t new_version, const uint8_t new_sha[32], uint64_t commit_ms,
+                        uint8_t **out, size_t *out_len, fa_error *err)
+{
+    Fedagg__AuditRecord rec = FEDAGG__AUDIT_RECORD__INIT;
+    Fedagg__OptimizerSettings opt = FEDAGG__OPTIMIZER_SETTINGS__INIT;
+    Fedagg__QuantizationSettings q = FEDAGG__QUANTIZATION_SETTINGS__INIT;
+    size_t ns = fa_secagg_server_survivor_count(f->sa);
+    size_t nd = fa_secagg_server_dropout_count(f->sa);
+    Fedagg__RegionCommitment *cm = calloc(ns ? ns : 1, sizeof(*cm));
+    Fedagg__RegionCommitment **cmp = calloc(ns ? ns : 1, sizeof(*cmp));
+    char **parts = calloc(ns ? ns : 1, sizeof(char *));
+    char **drops = calloc(nd ? nd : 1, sizeof(char *));
+    uint8_t (*shas)[32] = calloc(ns ? ns : 1, 32);
+    uint8_t (*sigs)[64] = calloc(ns ? ns : 1, 64);
+    int rc = 0;
+
+    if (!cm || !cmp || !parts || !drops || !shas || !sigs) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        const char *id;
+        int signed_ = 0;
+        fedagg__region_commitment__init(&cm[i]);
+        rc = fa_secagg_server_commitment(f->sa, i, &id, shas[i], sigs[i], &signed_);
+        if (rc != 0)
+            goto out;
+        parts[i] = (char *)fa_secagg_server_survivor(f->sa, i);
+        cm[i].region = (char *)id;
+        cm[i].upload_sha256.data = shas[i];
+        cm[i].upload_sha256.len = 32;
+        cm[i].signature.data = sigs[i];
+        cm[i].signature.len = 64;
+        cm[i].upload_bytes = fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits);
+        cmp[i] = &cm[i];
+    }
+    for (size_t i = 0; i < nd; i++)
+        drops[i] = (char *)fa_secagg_server_dropout(f->sa, i);
+
+    rec.version = 1;
+    rec.federation_id = f->federation_id;
+    rec.round = f->round;
+    rec.attempt = f->attempt;
+    rec.start_unix_ms = f->attempt_start_unix_ms;
+    rec.commit_unix_ms = commit_ms;
+    rec.config_digest.data = f->config_digest;
+    rec.config_digest.len = 32;
+    rec.n_participants = ns;
+    rec.participants = parts;
+    rec.n_dropped = nd;
+    rec.dropped = drops;
+    rec.n_commitments = ns;
+    rec.commitments = cmp;
+    rec.prev_model_sha256.data = (uint8_t *)prev_sha;
+    rec.prev_model_sha256.len = 32;
+    rec.new_model_sha256.data = (uint8_t *)new_sha;
+    rec.new_model_sha256.len = 32;
+    rec.prev_version = prev_version;
+    rec.new_version = new_version;
+    opt.kind = (char *)fa_server_opt_kind_name(f->opt_cfg.kind);
+    opt.learning_rate = f->opt_cfg.learning_rate;
+    opt.momentum = f->opt_cfg.momentum;
+    opt.beta1 = f->opt_cfg.beta1;
+    opt.beta2 = f->opt_cfg.beta2;
+    opt.tau = f->opt_cfg.tau;
+    rec.optimizer = &opt;
+    q.bits = f->quant.bits;
+    q.ring_bits = f->sa_cfg.ring_bits;
+    q.clip_mode = (char *)clip_name(f->quant.clip_mode);
+    q.clip_l2_norm = f->quant.clip_l2_norm;
+    q.clip_value = f->quant.clip_value;
+    q.max_examples = f->max_examples;
+    rec.quantization = &q;
+    rec.threshold = f->sa_cfg.threshold;
+    rec.neighbours = f->sa_cfg.neighbours;
+    rec.num_params = f->layout.n_params;
+    rec.software_version = FA_VERSION;
+
+    *out_len = fedagg__audit_record__get_packed_size(&rec);
+    *out = malloc(*out_len ? *out_len : 1);
+    if (!*out) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
+        goto out;
+    }
+    fedagg__audit_record__pack(&rec, *out);
+out:
+    free(cm);
+    free(cmp);
+    free(parts);
+    free(drops);
+    free(shas);
+    free(sigs);
+    return rc;
+}
+
+/* Appends the record of the completed attempt and remembers the RoundResult. */
+static int append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha[32],
+                         uint64_t commit_ms, fa_error *err)
+{
+    Fedagg__RoundResult res = FEDAGG__ROUND_RESULT__INIT;
+    Fedagg__AuditRecord *rec = NULL;
+    fa_audit_append_result ar;
+    uint8_t *enc = NULL;
+    size_t enc_len = 0;
+    ProtobufCBinaryData proof[FA_MERKLE_MAX_PROOF];
+    int rc;
+
+    memset(&ar, 0, sizeof(ar));
+    rc = build_record(f, prev_version, prev_sha, f->cur.version, f->cur.model_sha256, commit_ms,
+                      &enc, &enc_len, err);
+    if (rc != 0)
+        return rc;
+    rec = fedagg__audit_record__unpack(NULL, enc_len, enc);
+    if (!rec) {
+        free(enc);
+        return fa_errorf(err, FA_ERR_NOMEM, "audit record: cannot decode what was encoded");
+    }
+    rc = fa_audit_log_append(f->audit, rec, &ar, err);
+    fedagg__audit_record__free_unpacked(rec, NULL);
+    free(enc);
+    if (rc != 0)
+        return rc;
+
+    res.round = f->round;
+    res.attempt = f->attempt;
+    res.new_version = f->cur.version;
+    res.model_sha256.data = f->cur.model_sha256;
+    res.model_sha256.len = 32;
+    res.checkpoint = ar.checkpoint;
+    res.leaf_index = ar.index;
+    for (size_t i = 0; i < ar.proof_len; i++) {
+        proof[i].data = ar.proof + 32 * i;
+        proof[i].len = 32;
+    }
+    res.n_inclusion_proof = ar.proof_len;
+    res.inclusion_proof = proof;
+    free(f->last_result);
+    f->last_result_len = fedagg__round_result__get_packed_size(&res);
+    f->last_result = malloc(f->last_result_len ? f->last_result_len : 1);
+    if (f->last_result)
+        fedagg__round_result__pack(&res, f->last_result);
+    else
+        f->last_result_len = 0;
+    f->last_round = f->round;
+    f->last_attempt = f->attempt;
+    for (size_t i = 0; i < f->n_last_participants; i++)
+        free(f->last_participants[i]);
+    free(f->last_participants);
+    f->n_last_participants = fa_secagg_server_survivor_count(f->sa);
+    f->last_participants = calloc(f->n_last_participants ? f->n_last_participants : 1,
+                                  sizeof(char *));
+    for (size_t i = 0; f->last_participants && i < f->n_last_participants; i++)
+        f->last_participants[i] = strdup(fa_secagg_server_survivor(f->sa, i));
+    if (!f->last_participants)
+        f->n_last_participants = 0;
+    fa_log(FA_LOG_INFO, "audit record appended",
+           "round=%" PRIu64 " attempt=%u index=%" PRIu64 " tree_size=%" PRIu64, f->round,
+           f->attempt, ar.index, ar.tree_size);
+    fa_audit_append_result_free(&ar);
+    return 0;
+}
+
+static void evaluate(fa_fed *f)
+{
+    fa_mlp_eval ev;
+    fa_error err;
+
+    if (!f->eval_net || (f->eval_every > 1 && f->cur.version % f->eval_every != 0))
+        return;
+    fa_error_clear(&err);
+    if (fa_mlp_set_params(f->eval_net, f->params, &err) != 0 ||
+        fa_mlp_evaluate(f->eval_net, &f->eval_data.ds, &ev, &err) != 0) {
+        fa_log(FA_LOG_WARN, "evaluation failed", "error=\"%s\"", err.msg);
+        return;
+    }
+    f->eval_accuracy = ev.accuracy;
+    f->eval_loss = ev.mean_loss;
+    f->have_eval = 1;
+    fa_log(FA_LOG_INFO, "global model evaluated",
+           "version=%" PRIu64 " accuracy=%.4f loss=%.4f examples=%u", f->cur.version, ev.accuracy,
+           ev.mean_loss, ev.n);
+}
+
+/* Writes version cur+1 from new_params and the optimizer's state. */
+static int commit_version(fa_fed *f, const float *new_params, fa_error *err)
+{
+    fa_st_view model[2 * FA_MLP_MAX_LAYERS], state[2];
+    uint64_t shapes[2 * FA_MLP_MAX_LAYERS][2], sshape[2][1];
+    char round_s[32], attempt_s[32], version_s[32], prev_hex[65], steps_s[32], arch[128];
+    char optdesc[256];
+    uint64_t version = f->cur.version + 1;
+    size_t ns = fa_server_opt_state_count(f->opt);
+    int rc;
+
+    for (uint32_t i = 0; i < f->layout.n_tensors; i++) {
+        const fa_mlp_tensor *t = &f->layout.tensors[i];
+        shapes[i][0] = t->shape[0];
+        shapes[i][1] = t->shape[1];
+        model[i].name = t->name;
+        model[i].dtype = FA_ST_F32;
+        model[i].ndim = t->ndim;
+        model[i].shape = shapes[i];
+        model[i].data = new_params + t->offset;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        sshape[i][0] = f->layout.n_params;
+        state[i].name = fa_server_opt_state_name(f->opt, i);
+        state[i].dtype = FA_ST_F32;
+        state[i].ndim = 1;
+        state[i].shape = sshape[i];
+        state[i].data = fa_server_opt_state(f->opt, i);
+    }
+    snprintf(round_s, sizeof(round_s), "%" PRIu64, f->round);
+    snprintf(attempt_s, sizeof(attempt_s), "%u", f->attempt);
+    snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
+    fa_model_store_hex(f->cur.model_sha256, prev_hex);
+    fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
+    snprintf(steps_s, sizeof(steps_s), "%" PRIu64, fa_server_opt_steps(f->opt));
+    fa_server_opt_describe(f->opt, optdesc, sizeof(optdesc));
+    const char *meta[] = {"format",        "pt",     "fedagg.arch",          arch,
+                          "fedagg.version", version_s, "fedagg.round",        round_s,
+                          "fedagg.attempt", attempt_s, "fedagg.prev_sha256",  prev_hex,
+                          "fedagg.federation", f->federation_id};
+    const char *smeta[] = {"fedagg.optimizer", optdesc, "fedagg.steps", steps_s,
+                           "fedagg.version", version_s};
+    rc = fa_model_store_commit(f->store, version, f->round, model, f->layout.n_tensors, meta,
+                               sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
+                               sizeof(smeta) / sizeof(smeta[0]) / 2, err);
+    if (rc != 0)
+        return rc;
+    return fa_model_store_current(f->store, &f->cur);
+}
+
+/* The unmask phase closed: the sum is known.  Apply it and start the next round. */
+static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *err)
+{
+    size_t d = f->layout.n_params, ns = fa_server_opt_state_count(f->opt);
+    float *delta = malloc(d * sizeof(float)), *w = malloc(d * sizeof(float));
+    float *saved[2] = {NULL, NULL};
+    uint64_t prev_version = f->cur.version, saved_steps = fa_server_opt_steps(f->opt);
+    uint8_t prev_sha[32];
+    double wsum = 0;
+    double secs = (double)(fa_time_unix_ms() - f->attempt_start_unix_ms) / 1000.0;
+    int rc;
+
+    memcpy(prev_sha, f->cur.model_sha256, 32);
+    if (!delta || !w) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "round %" PRIu64 ": out of memory", f->round);
+        goto out;
+    }
+    rc = fa_secagg_server_result_f32(f->sa, delta, d, &wsum, err);
+    if (rc != 0)
+        goto out;
+    /* The optimizer works on a copy of the weights and a snapshot of its
+     * state, so a failed commit leaves both as they were. */
+    for (size_t i = 0; i < ns; i++) {
+        saved[i] = malloc(d * sizeof(float));
+        if (!saved[i]) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "round %" PRIu64 ": out of memory", f->round);
+            goto out;
+        }
+        memcpy(saved[i], fa_server_opt_state(f->opt, i), d * sizeof(float));
+    }
+    memcpy(w, f->params, d * sizeof(float));
+    fa_server_opt_step(f->opt, w, delta);
+    rc = commit_version(f, w, err);
+    if (rc != 0) {
+        for (size_t i = 0; i < ns; i++)
+            memcpy(fa_server_opt_state(f->opt, i), saved[i], d * sizeof(float));
+        fa_server_opt_set_steps(f->opt, saved_steps);
+        goto out;
+    }
+    memcpy(f->params, w, d * sizeof(float));
+    *committed = 1;
+    /* Committed.  From here on the round counts: the audit record follows;
+     * if appending fails, a restart appends it (see fa_fed_open). */
+    rc = append_record(f, prev_version, prev_sha, fa_time_unix_ms(), err);
+    if (rc != 0) {
+        fa_log(FA_LOG_ERROR, "audit append failed after the model was committed; "
+                             "the aggregator must restart to repair the log",
+               "round=%" PRIu64 " version=%" PRIu64 " error=\"%s\"", f->round, f->cur.version,
+               fa_error_msg(err, rc));
+        goto out;
+    }
+    for (size_t i = 0; i < fa_secagg_server_survivor_count(f->sa); i++) {
+        const char *id = fa_secagg_server_survivor(f->sa, i);
+        struct region *r = find_region(f, id);
+        if (r) {
+            r->rounds_participated++;
+            metric_region(f, "fedagg_region_rounds_total", id, 1, 0);
+        }
+    }
+    for (size_t i = 0; i < fa_secagg_server_dropout_count(f->sa); i++) {
+        const char *id = fa_secagg_server_dropout(f->sa, i);
+        struct region *r = find_region(f, id);
+        if (r) {
+            r->dropouts++;
+            metric_region(f, "fedagg_region_dropouts_total", id, 1, 0);
+        }
+    }
+    f->rounds_completed++;
+    count_outcome(f, "completed");
+    if (f->metrics)
+        fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", NULL, secs);
+    evaluate(f);
+    fa_log(FA_LOG_INFO, "round completed",
+           "round=%" PRIu64 " attempt=%u version=%" PRIu64 " participants=%zu dropped=%zu "
+           "weight_sum=%.4f seconds=%.2f",
+           f->round, f->attempt, f->cur.version, fa_secagg_server_survivor_count(f->sa),
+           fa_secagg_server_dropout_count(f->sa), wsum, secs);
+    rc = open_next_round(f, now_ms, err);
+out:
+    for (size_t i = 0; i < 2; i++)
+        free(saved[i]);
+    free(delta);
+    free(w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Phase closes                                                              */
+/* ------------------------------------------------------------------------ */
+
+static int phase_due(fa_fed *f, uint64_t now_ms)
+{
+    fa_secagg_server_status st;
+    int k = f->phase - 1;
+
+    if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_UNMASK)
+        return 0;
+    if (now_ms >= f->phase_opened_ms + f->deadline_ms[k])
+        return 1;
+    fa_secagg_server_status_get(f->sa, &st);
+    if (f->phase == FEDAGG__PHASE__PHASE_ADVERTISE)
+        return st.received == f->n_regions && now_ms >= f->last_advertise_ms + f->advertise_grace_ms;
+    return st.expected == 0 && st.in_flight == 0;
+}
+
+static int close_phase(fa_fed *f, uint64_t now_ms)
+{
+    fa_secagg_server_status st;
+    fa_error err;
+    int rc, closing = f->phase;
+    double secs = (double)(now_ms - f->phase_opened_ms) / 1000.0;
+
+    fa_error_clear(&err);
+    fa_secagg_server_status_get(f->sa, &st);
+    if (closing == FEDAGG__PHASE__PHASE_ADVERTISE) {
+        uint32_t need = f->min_regions > f->sa_cfg.threshold ? f->min_regions : f->sa_cfg.threshold;
+        if (st.received < need) {
+            if (st.received == 0) {
+                /* Nobody came: keep waiting in a fresh window rather than
+                 * counting an aborted attempt per deadline of silence. */
+                f->phase_opened_ms = now_ms;
+                return 0;
+            }
+            char why[128];
+            snprintf(why, sizeof(why), "%u regions advertised, %u needed", st.received, need);
+            abort_attempt(f, now_ms, why);
+            return 1;
+        }
+    }
+    rc = fa_secagg_server_close(f->sa, now_ms, &err);
+    if (rc != 0) {
+        abort_attempt(f, now_ms, err.msg[0] ? err.msg : fa_strerror(rc));
+        return 1;
+    }
+    if (f->metrics) {
+        char labels[64] = "";
+        fa_metrics_label(labels, sizeof(labels), "phase", kind_names[closing - 1]);
+        fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
+    }
+    fa_secagg_server_status_get(f->sa, &st);
+    fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
+           f->round, f->attempt, kind_names[closing - 1], secs);
+    if (st.phase == FA_SECAGG_DONE) {
+        f->phase = FEDAGG__PHASE__PHASE_DONE;
+        /* Saved before the model commit: a crash in between is repaired from
+         * this state on restart (fa_fed_open). */
+        int committed = 0;
+        rc = save_state(f, &err);
+        if (rc == 0)
+            rc = finish_round(f, now_ms, &committed, &err);
+        if (rc != 0 && !committed) {
+            char why[600];
+            snprintf(why, sizeof(why), "the new model could not be committed: %s",
+                     fa_error_msg(&err, rc));
+            abort_attempt(f, now_ms, why);
+        } else if (rc != 0) {
+            fa_log(FA_LOG_ERROR, "round committed but not recorded; restart the aggregator to "
+                                 "repair the audit log",
+                   "round=%" PRIu64 " error=\"%s\"", f->round, fa_error_msg(&err, rc));
+            f->fatal = 1;
+        }
+        return 1;
+    }
+    f->phase = closing + 1;
+    f->phase_opened_ms = now_ms;
+    rc = save_state(f, &err);
+    if (rc != 0) {
+        abort_attempt(f, now_ms, err.msg);
+        return 1;
+    }
+    update_gauges(f);
+    return 1;
+}
+
+int fa_fed_tick(fa_fed *f, uint64_t now_ms)
+{
+    int changed = 0;
+    /* A phase that closes may make the next one due at once (everybody
+     * already answered is impossible, but a zero deadline is not). */
+    for (int i = 0; i < 6 && phase_due(f, now_ms); i++)
+        changed |= close_phase(f, now_ms);
+    for (size_t i = 0; i < f->n_regions; i++)
+        if (f->regions[i].last_seen_ms && !region_connected(&f->regions[i], now_ms))
+            metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
+    return changed;
+}
+
+uint64_t fa_fed_next_deadline_in(const fa_fed *f, uint64_t now_ms)
+{
+    uint64_t due;
+    if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_UNMASK)
+        return 1000;
+    due = f->phase_opened_ms + f->deadline_ms[f->phase - 1];
+    return due > now_ms ? due - now_ms : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int check_position(fa_fed *f, int kind, const char *region, uint64_t round,
+                          uint32_t attempt, fa_fed_reply *reply)
+{
+    if (!find_region(f, region))
+        return reply_error(f, reply, 403, FA_ERR_AUTH,
+                           "region '%s' is not a member of federation %s", region,
+                           f->federation_id);
+    if (f->phase == FEDAGG__PHASE__PHASE_DONE)
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "the federation has finished its %u rounds", f->rounds_limit);
+    if (round != f->round || attempt != f->attempt)
+        return reply_error(f, reply, 409, FA_ERR_REPLAY,
+                           "%s for round %" PRIu64 " attempt %u, but the current one is round %" PRIu64
+                           " attempt %u",
+                           kind_names[kind], round, attempt, f->round, f->attempt);
+    return 0;
+}
+
+int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
+                  const uint8_t *body, size_t len, uint64_t now_ms, fa_fed_reply *reply)
+{
+    struct region *r;
+    uint8_t sha[32];
+    fa_error err;
+    int rc;
+
+    if (kind < 0 || kind >= N_KINDS || kind == FA_FED_MASKED)
+        return reply_error(f, reply, 400, FA_ERR_INVAL, "not a message phase");
+    rc = check_position(f, kind, region, round, attempt, reply);
+    if (rc != 0)
+        return rc;
+    r = find_region(f, region);
+    crypto_hash_sha256(sha, body, len);
+    if (r->have_msg[kind]) {
+        if (sodium_memcmp(sha, r->msg_sha[kind], 32) == 0)
+            return 0; /* a retry of what was accepted: wait for the close again */
+        return reply_error(f, reply, 409, FA_ERR_EXISTS,
+                           "region %s already sent a different %s message for round %" PRIu64
+                           " attempt %u",
+                           region, kind_names[kind], round, attempt);
+    }
+    if (f->phase > kind + 1)
+        return 0; /* the phase closed (maybe before a restart): the poll answers */
+    if (f->phase != kind + 1)
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           kind_names[kind], round, attempt,
+                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
+    fa_error_clear(&err);
+    switch (kind) {
+    case FA_FED_ADVERTISE:
+        rc = fa_secagg_server_advertise(f->sa, region, body, len, now_ms, &err);
+        break;
+    case FA_FED_SHARES:
+        rc = fa_secagg_server_share_keys(f->sa, region, body, len, now_ms, &err);
+        break;
+    case FA_FED_CONSISTENCY:
+        rc = fa_secagg_server_consistency(f->sa, region, body, len, now_ms, &err);
+        break;
+    default:
+        rc = fa_secagg_server_unmask(f->sa, region, body, len, now_ms, &err);
+        break;
+    }
+    if (rc != 0)
+        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+    memcpy(r->msg_sha[kind], sha, 32);
+    r->have_msg[kind] = 1;
+    if (kind == FA_FED_ADVERTISE)
+        f->last_advertise_ms = now_ms;
+    fa_log(FA_LOG_DEBUG, "message accepted", "region=%s round=%" PRIu64 " attempt=%u phase=%s",
+           region, round, attempt, kind_names[kind]);
+    return 0;
+}
+
+/* Whether `region` is in the set a phase's answer is for. */
+static int in_list(const char *region, const char *const *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(ids[i], region))
+            return 1;
+    return 0;
+}
+
+int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
+                fa_fed_reply *reply)
+{
+    uint8_t *out = NULL;
+    size_t len = 0;
+    fa_error err;
+    int rc;
+
+    /* The RoundResult of the round that just completed. */
+    if (kind == FA_FED_UNMASK && f->last_result && round == f->last_round &&
+        attempt == f->last_attempt) {
+        if (!in_list(region, (const char *const *)f->last_participants, f->n_last_participants)) {
+            reply_error(f, reply, 409, FA_ERR_STATE,
+                        "region %s is not among the participants of round %" PRIu64, region,
+                        round);
+            return 1;
+        }
+        out = malloc(f->last_result_len ? f->last_result_len : 1);
+        if (!out) {
+            reply_error(f, reply, 500, FA_ERR_NOMEM, "out of memory");
+            return 1;
+        }
+        memcpy(out, f->last_result, f->last_result_len);
+        return reply_ok(reply, out, f->last_result_len);
+    }
+    if (check_position(f, kind, region, round, attempt, reply) != 0)
+        return 1;
+    if (f->phase <= kind + 1)
+        return 0; /* still open */
+    fa_error_clear(&err);
+    switch (kind) {
+    case FA_FED_ADVERTISE:
+        rc = fa_secagg_server_peer_list(f->sa, &out, &len, &err);
+        if (rc == 0) {
+            Fedagg__PeerList *pl = fedagg__peer_list__unpack(NULL, len, out);
+            int member = 0;
+            for (size_t i = 0; pl && i < pl->n_peers; i++)
+                member |= !strcmp(pl->peers[i]->client_id, region);
+            if (pl)
+                fedagg__peer_list__free_unpacked(pl, NULL);
+            if (!member) {
+                free(out);
+                reply_error(f, reply, 409, FA_ERR_STATE,
+                            "region %s did not advertise in time for round %" PRIu64
+                            " attempt %u; it joins the next attempt",
+                            region, round, attempt);
+                return 1;
+            }
+        }
+        break;
+    case FA_FED_SHARES:
+        rc = fa_secagg_server_shares_for(f->sa, region, &out, &len, &err);
+        break;
+    case FA_FED_MASKED:
+        rc = fa_secagg_server_survivor_list(f->sa, &out, &len, &err);
+        if (rc == 0 && !find_region(f, region)->uploaded) {
+            free(out);
+            reply_error(f, reply, 409, FA_ERR_STATE,
+                        "region %s's masked upload did not complete before the deadline of "
+                        "round %" PRIu64 " attempt %u",
+                        region, round, attempt);
+            return 1;
+        }
+        break;
+    case FA_FED_CONSISTENCY:
+        rc = fa_secagg_server_survivor_signatures(f->sa, &out, &len, &err);
+        break;
+    default:
+        return 0; /* the RoundResult comes with the round's completion, above */
+    }
+    if (rc != 0) {
+        reply_error(f, reply, rc == FA_ERR_NOTFOUND ? 409 : 500, rc,
+                    "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
+                    kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+        return 1;
+    }
+    return reply_ok(reply, out, len);
+}
+
+int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                        int64_t content_length, uint64_t now_ms, int *discard,
+                        fa_fed_reply *reply)
+{
+    uint64_t want = fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits);
+    struct region *r;
+    fa_error err;
+    int rc;
+
+    *discard = 0;
+    rc = check_position(f, FA_FED_MASKED, region, round, attempt, reply);
+    if (rc != 0)
+        return rc;
+    r = find_region(f, region);
+    if (r->uploaded || r->uploading) {
+        /* A retry of an upload that completed (its answer was lost), or a
+         * second stream while the first still runs: read and drop it. */
+        *discard = 1;
+        return 0;
+    }
+    if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           round, attempt,
+                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
+    if (content_length >= 0 && (uint64_t)content_length > want)
+        return reply_error(f, reply, 413, FA_ERR_TOOBIG,
+                           "masked upload of %" PRId64 " bytes; this round's is %" PRIu64 " bytes",
+                           content_length, want);
+    if (content_length != (int64_t)want)
+        return reply_error(f, reply, 400, FA_ERR_PROTOCOL,
+                           "masked upload needs content-length %" PRIu64 " (got %" PRId64 ")",
+                           want, content_length);
+    fa_error_clear(&err);
+    rc = fa_secagg_server_masked_begin(f->sa, region, now_ms, &err);
+    if (rc != 0)
+        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+    r->uploading = 1;
+    return 0;
+}
+
+int fa_fed_masked_chunk(fa_fed *f, const char *region, const uint8_t *data, size_t len,
+                        uint64_t now_ms, fa_fed_reply *reply)
+{
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    rc = fa_secagg_server_masked_chunk(f->sa, region, data, len, now_ms, &err);
+    if (rc != 0)
+        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+    return 0;
+}
+
+int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t now_ms, fa_fed_reply *reply)
+{
+    struct region *r = find_region(f, region);
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    rc = fa_secagg_server_masked_end(f->sa, region, now_ms, &err);
+    if (rc != 0) {
+        fa_secagg_server_masked_abort(f->sa, region, now_ms, NULL);
+        if (r)
+            r->uploading = 0;
+        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+    }
+    if (r) {
+        r->uploading = 0;
+        r->uploaded = 1;
+    }
+    fa_log(FA_LOG_INFO, "masked upload received", "region=%s round=%" PRIu64 " attempt=%u", region,
+           f->round, f->attempt);
+    return 0;
+}
+
+void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t now_ms)
+{
+    struct region *r = find_region(f, region);
+    if (!r || !r->uploading)
+        return;
+    fa_secagg_server_masked_abort(f->sa, region, now_ms, NULL);
+    r->uploading = 0;
+    fa_log(FA_LOG_WARN, "masked upload broke off; its partial sum was removed",
+           "region=%s round=%" PRIu64 " attempt=%u", region, f->round, f->attempt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Information                                                               */
+/* ------------------------------------------------------------------------ */
+
+int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err)
+{
+    Fedagg__FederationInfo fi = FEDAGG__FEDERATION_INFO__INIT;
+    Fedagg__QuantParams q = FEDAGG__QUANT_PARAMS__INIT;
+    char **ids = calloc(f->n_regions ? f->n_regions : 1, sizeof(char *));
+    uint64_t deadline = 0;
+
+    if (!ids)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < f->n_regions; i++)
+        ids[i] = f->regions[i].id;
+    if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        deadline = fa_time_unix_ms() + fa_fed_next_deadline_in(f, now_ms);
+    fi.federation_id = f->federation_id;
+    fi.round = f->round;
+    fi.attempt = f->attempt;
+    fi.model_version = f->cur.version;
+    fi.model_sha256.data = f->cur.model_sha256;
+    fi.model_sha256.len = 32;
+    fi.config_digest.data = f->config_digest;
+    fi.config_digest.len = 32;
+    fi.aggregator_public_key.data = (uint8_t *)fa_note_signer_public_key(f->signer);
+    fi.aggregator_public_key.len = 32;
+    fi.phase = (Fedagg__Phase)f->phase;
+    fi.phase_deadline_unix_ms = deadline;
+    fi.threshold = f->sa_cfg.threshold;
+    fi.num_params = f->layout.n_params;
+    q.bits = f->quant.bits;
+    q.ring_bits = f->sa_cfg.ring_bits;
+    q.clip_mode = (uint32_t)f->quant.clip_mode;
+    q.clip_l2_norm = f->quant.clip_l2_norm;
+    q.clip_value = f->quant.clip_value;
+    q.max_examples = f->max_examples;
+    fi.quant = &q;
+    fi.n_regions = f->n_regions;
+    fi.regions = ids;
+    fi.neighbours = f->sa_cfg.neighbours;
+    fi.finished = f->phase == FEDAGG__PHASE__PHASE_DONE;
+    *len = fedagg__federation_info__get_packed_size(&fi);
+    *out = malloc(*len ? *len : 1);
+    if (!*out) {
+        free(ids);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
+    fedagg__federation_info__pack(&fi, *out);
+    free(ids);
+    return 0;
+}
+
+int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err)
+{
+    Fedagg__Status s = FEDAGG__STATUS__INIT;
+    Fedagg__RegionStatus *rs = calloc(f->n_regions ? f->n_regions : 1, sizeof(*rs));
+    Fedagg__RegionStatus **rsp = calloc(f->n_regions ? f->n_regions : 1, sizeof(*rsp));
+    uint64_t now = fa_time_mono_ns() / 1000000u;
+    int rc = 0;
+
+    if (!rs || !rsp) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < f->n_regions; i++) {
+        fedagg__region_status__init(&rs[i]);
+        rs[i].id = f->regions[i].id;
+        rs[i].connected = region_connected(&f->regions[i], now);
+        rs[i].rounds_participated = f->regions[i].rounds_participated;
+        rs[i].dropouts = f->regions[i].dropouts;
+        rs[i].bytes_received = f->regions[i].bytes_received;
+        rsp[i] = &rs[i];
+    }
+    s.federation_id = f->federation_id;
+    s.round = f->round;
+    s.attempt = f->attempt;
+    s.phase = (Fedagg__Phase)f->phase;
+    s.model_version = f->cur.version;
+    s.eval_accuracy = f->have_eval ? f->eval_accuracy : 0;
+    s.eval_loss = f->have_eval ? f->eval_loss : 0;
+    s.n_regions = f->n_regions;
+    s.regions = rsp;
+    s.rounds_completed = f->rounds_completed;
+    s.rounds_aborted = f->rounds_aborted;
+    s.audit_tree_size = fa_audit_log_signed_size(f->audit);
+    *len = fedagg__status__get_packed_size(&s);
+    *out = malloc(*len ? *len : 1);
+    if (!*out) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    fedagg__status__pack(&s, *out);
+out:
+    free(rs);
+    free(rsp);
+    return rc;
+}
+
+static const char *phase_name(int phase)
+{
+    switch (phase) {
+    case FEDAGG__PHASE__PHASE_ADVERTISE: return "advertise";
+    case FEDAGG__PHASE__PHASE_SHARES: return "shares";
+    case FEDAGG__PHASE__PHASE_MASKED: return "masked";
+    case FEDAGG__PHASE__PHASE_CONSISTENCY: return "consistency";
+    case FEDAGG__PHASE__PHASE_UNMASK: return "unmask";
+    case FEDAGG__PHASE__PHASE_DONE: return "finished";
+    default: return "idle";
+    }
+}
+
+int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
+{
+    size_t cap = 1024 + f->n_regions * 256, n = 0;
+    char *s = malloc(cap);
+    uint64_t now = fa_time_mono_ns() / 1000000u;
+
+    if (!s)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    /* Region ids are [a-z0-9-] and the federation id is checked by the
+     * config loader, so no JSON escaping is needed beyond what %s gives. */
+    n += (size_t)snprintf(s + n, cap - n,
+                          "{\"federation_id\":\"%s\",\"round\":%" PRIu64 ",\"attempt\":%u,"
+                          "\"phase\":\"%s\",\"model_version\":%" PRIu64 ",",
+                          f->federation_id, f->round, f->attempt, phase_name(f->phase),
+                          f->cur.version);
+    if (f->have_eval)
+        n += (size_t)snprintf(s + n, cap - n, "\"eval_accuracy\":%.6f,\"eval_loss\":%.6f,",
+                              f->eval_accuracy, f->eval_loss);
+    n += (size_t)snprintf(s + n, cap - n,
+                          "\"rounds_completed\":%" PRIu64 ",\"rounds_aborted\":%" PRIu64
+                          ",\"audit_tree_size\":%" PRIu64 ",\"regions\":[",
+                          f->rounds_completed, f->rounds_aborted,
+                          fa_audit_log_signed_size(f->audit));
+    for (size_t i = 0; i < f->n_regions && n < cap; i++) {
+        const struct region *r = &f->regions[i];
+        n += (size_t)snprintf(s + n, cap - n,
+                              "%s{\"id\":\"%s\",\"connected\":%s,\"rounds_participated\":%" PRIu64
+                              ",\"dropouts\":%" PRIu64 ",\"bytes_received\":%" PRIu64 "}",
+                              i ? "," : "", r->id, region_connected(r, now) ? "true" : "false",
+                              r->rounds_participated, r->dropouts, r->bytes_received);
+    }
+    if (n < cap)
+        snprintf(s + n, cap - n, "]}\n");
+    *out = s;
+    return 0;
+}
+
+int fa_fed_model(fa_fed *f, uint64_t version, char *path, size_t n, uint64_t *out_version,
+                 uint8_t sha256[32])
+{
+    if (version == UINT64_MAX)
+        version = f->cur.version;
+    if (!fa_model_store_has(f->store, version) ||
+        fa_model_store_sha256(f->store, version, sha256, NULL) != 0)
+        return FA_ERR_NOTFOUND;
+    fa_model_store_model_path(f->store, version, path, n);
+    *out_version = version;
+    return 0;
+}
+
+int fa_fed_audit_checkpoint(fa_fed *f, char **out, size_t *len, fa_error *err)
+{
+    return fa_audit_log_checkpoint(f->audit, out, len, err);
+}
+
+int fa_fed_audit_proof(fa_fed *f, uint64_t round, const char *region, char **out, size_t *len,
+                       fa_error *err)
+{
+    uint64_t index;
+    int rc = fa_audit_log_find(f->audit, round, region, &index, err);
+    if (rc != 0)
+        return rc;
+    return fa_audit_log_prove(f->audit, index, out, len, err);
+}
+
+int fa_fed_finished(const fa_fed *f) { return f->phase == FEDAGG__PHASE__PHASE_DONE; }
+
+int fa_fed_fatal(const fa_fed *f) { return f->fatal; }
+
+void fa_fed_position(const fa_fed *f, uint64_t *round, uint32_t *attempt, int *phase,
+                     uint64_t *version)
+{
+    if (round)
+        *round = f->round;
+    if (attempt)
+        *attempt = f->attempt;
+    if (phase)
+        *phase = f->phase;
+    if (version)
+        *version = f->cur.version;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int load_members(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
+{
+    f->n_regions = cfg->n_regions;
+    if (f->n_regions == 0 || f->n_regions > FA_SECAGG_MAX_CLIENTS)
+        return fa_errorf(err, FA_ERR_INVAL, "config: %zu regions; 1..%d are supported",
+                         f->n_regions, FA_SECAGG_MAX_CLIENTS);
+    f->regions = calloc(f->n_regions, sizeof(*f->regions));
+    f->members = calloc(f->n_regions, sizeof(*f->members));
+    if (!f->regions || !f->members)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < f->n_regions; i++) {
+        const Fedagg__Region *rg = cfg->regions[i];
+        struct region *r = &f->regions[i];
+        uint8_t *data = NULL;
+        size_t len = 0;
+        int rc;
+
+        if (!rg->id || !rg->id[0] || strlen(rg->id) > FA_SECAGG_MAX_ID_LEN)
+            return fa_errorf(err, FA_ERR_INVAL, "config: regions[%zu]: id missing or too long", i);
+        snprintf(r->id, sizeof(r->id), "%s", rg->id);
+        if (rg->identity_public_key && rg->identity_public_key[0]) {
+            rc = fa_identity_parse_public((const uint8_t *)rg->identity_public_key,
+                                          strlen(rg->identity_public_key), r->pk, err);
+        } else if (rg->identity_public_key_file && rg->identity_public_key_file[0]) {
+            rc = fa_file_read_all(rg->identity_public_key_file, &data, &len, 4096, err);
+            if (rc == 0)
+                rc = fa_identity_parse_public(data, len, r->pk, err);
+            free(data);
+        } else {
+            rc = fa_errorf(err, FA_ERR_INVAL, "region %s has no identity public key", r->id);
+        }
+        if (rc != 0)
+            return fa_error_prefix(err, rc, "config: region %s: identity public key", r->id);
+    }
+    qsort(f->regions, f->n_regions, sizeof(*f->regions), cmp_region);
+    for (size_t i = 0; i < f->n_regions; i++) {
+        if (i > 0 && !strcmp(f->regions[i].id, f->regions[i - 1].id))
+            return fa_errorf(err, FA_ERR_INVAL, "config: region %s listed twice", f->regions[i].id);
+        f->members[i].id = f->regions[i].id;
+        memcpy(f->members[i].identity_pk, f->regions[i].pk, 32);
+    }
+    return 0;
+}
+
+static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const char *origin,
+                       fa_error *err)
+{
+    const char *path = cfg->audit ? cfg->audit->signing_key_file : NULL;
+    uint8_t *data = NULL, seed[32];
+    size_t len = 0;
+    int rc;
+
+    if (!path || !path[0])
+        return fa_errorf(err, FA_ERR_INVAL, "config: audit.signing_key_file is required");
+    rc = fa_file_check_private(path, err);
+    if (rc != 0)
+        return rc;
+    rc = fa_file_read_all(path, &data, &len, 1 << 16, err);
+    if (rc != 0)
+        return rc;
+    /* `fedagg keygen` files first, then the raw and Go note key forms. */
+    if (fa_identity_parse_secret(data, len, seed, NULL) == 0) {
+        rc = fa_note_signer_new(&f->signer, origin, seed, sizeof(seed), err);
+        sodium_memzero(seed, sizeof(seed));
+    } else {
+        rc = fa_note_signer_parse(&f->signer, origin, data, len, err);
+    }
+    sodium_memzero(data, len);
+    free(data);
+    if (rc != 0)
+        return fa_error_prefix(err, rc, "%s", path);
+    return 0;
+}
+
+/* The model of version 0: from init_file, else He-initialised from the spec. */
+static int init_layout(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
+{
+    const Fedagg__ModelSpec *ms = cfg->model;
+    fa_mlp_config mc;
+    static const uint32_t default_hidden[] = {256, 128};
+    int rc;
+
+    if (ms && ms->init_file && ms->init_file[0]) {
+        fa_safetensors *st;
+        rc = fa_st_open(&st, ms->init_file, err);
+        if (rc != 0)
+            return rc;
+        rc = fa_mlp_config_from_st(st, &mc, err);
+        fa_st_del(st);
+        if (rc != 0)
+            return fa_error_prefix(err, rc, "%s", ms->init_file);
+    } else {
+        uint32_t input = ms && ms->has_input_dim ? ms->input_dim : 784;
+        uint32_t classes = ms && ms->has_output_dim ? ms->output_dim : 10;
+        const uint32_t *hidden = ms && ms->n_hidden ? ms->hidden : default_hidden;
+        uint32_t nh = ms && ms->n_hidden ? (uint32_t)ms->n_hidden : 2;
+        rc = fa_mlp_config_make(&mc, input, hidden, nh, classes, err);
+        if (rc != 0)
+            return fa_error_prefix(err, rc, "config: model");
+    }
+    return fa_mlp_layout_init(&f->layout, &mc, err);
+}
+
+static int init_model(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
+{
+    const Fedagg__ModelSpec *ms = cfg->model;
+    int rc;
+
+    f->params = malloc(f->layout.n_params * sizeof(float));
+    if (!f->params)
+        return fa_errorf(err, FA_ERR_NOMEM, "model of %zu parameters: out of memory",
+                         f->layout.n_params);
+    if (fa_model_store_current(f->store, &f->cur) == 0) {
+        char path[4096];
+        fa_model_store_model_path(f->store, f->cur.version, path, sizeof(path));
+        rc = fa_mlp_load(path, &f->layout, f->params, err);
+        if (rc != 0)
+            return fa_error_prefix(err, rc,
+                                   "%s does not match the configured model (was the model spec "
+                                   "changed?)",
+                                   path);
+        fa_log(FA_LOG_INFO, "model store opened", "version=%" PRIu64 " round=%" PRIu64,
+               f->cur.version, f->cur.round);
+        return 0;
+    }
+    if (ms && ms->init_file && ms->init_file[0]) {
+        rc = fa_mlp_load(ms->init_file, &f->layout, f->params, err);
+        if (rc != 0)
+            return rc;
+    } else {
+        fa_mlp_init_he(&f->layout, f->params, ms && ms->has_init_seed ? ms->init_seed : 1);
+    }
+    /* Version 0 has no previous model: its prev digest is all zeros. */
+    memset(f->cur.model_sha256, 0, 32);
+    f->cur.version = UINT64_MAX; /* so that commit_version writes version 0 */
+    {
+        fa_st_view model[2 * FA_MLP_MAX_LAYERS];
+        uint64_t shapes[2 * FA_MLP_MAX_LAYERS][2];
+        char arch[128];
+        for (uint32_t i = 0; i < f->layout.n_tensors; i++) {
+            const fa_mlp_tensor *t = &f->layout.tensors[i];
+            shapes[i][0] = t->shape[0];
+            shapes[i][1] = t->shape[1];
+            model[i] = (fa_st_view){t->name, FA_ST_F32, t->ndim, shapes[i], f->params + t->offset};
+        }
+        fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
+        const char *meta[] = {"format", "pt", "fedagg.arch", arch, "fedagg.version", "0",
+                              "fedagg.federation", f->federation_id};
+        rc = fa_model_store_commit(f->store, 0, 0, model, f->layout.n_tensors, meta, 4, NULL, 0,
+                                   NULL, 0, err);
+    }
+    if (rc == 0)
+        rc = fa_model_store_current(f->store, &f->cur);
+    if (rc == 0)
+        fa_log(FA_LOG_INFO, "initial model written", "version=0 params=%zu", f->layout.n_params);
+    return rc;
+}
+
+static int load_optimizer_state(fa_fed *f, fa_error *err)
+{
+    size_t ns = fa_server_opt_state_count(f->opt);
+    char path[4096];
+    fa_safetensors *st = NULL;
+    const char *steps;
+    int rc;
+
+    if (f->cur.version == 0)
+        return 0; /* nothing stepped yet */
+    fa_model_store_state_path(f->store, f->cur.version, path, sizeof(path));
+    rc = fa_st_open(&st, path, err);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < ns && rc == 0; i++) {
+        const char *name = fa_server_opt_state_name(f->opt, i);
+        const fa_st_tensor *t = fa_st_find(st, name);
+        if (!t) {
+            /* The optimizer kind changed in the config: start its state anew. */
+            fa_log(FA_LOG_WARN, "optimizer state missing from the checkpoint; starting it fresh",
+                   "file=%s tensor=%s", path, name);
+            break;
+        }
+        rc = fa_st_read_f32(st, t, fa_server_opt_state(f->opt, i), f->layout.n_params, err);
+    }
+    steps = fa_st_metadata_get(st, "fedagg.steps");
+    if (rc == 0 && steps)
+        fa_server_opt_set_steps(f->opt, strtoull(steps, NULL, 10));
+    fa_st_del(st);
+    return rc;
+}
+
+/* Reconciles the audit log with the model store after a restart: the store
+ * may be one version ahead when the aggregator died between the commit and
+ * the append (then the record is rebuilt from the saved round state). */
+static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
+{
+    uint64_t n = fa_audit_log_size(f->audit);
+    uint8_t *rec = NULL;
+    size_t len = 0;
+    Fedagg__AuditRecord *r;
+    int rc;
+
+    if (n == 0) {
+        *version = 0;
+        return 0;
+    }
+    rc = fa_audit_log_read(f->audit, n - 1, &rec, &len, err);
+    if (rc != 0)
+        return rc;
+    r = fedagg__audit_record__unpack(NULL, len, rec);
+    free(rec);
+    if (!r)
+        return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode", n - 1);
+    *version = r->new_version;
+    f->last_round = r->round;
+    fedagg__audit_record__free_unpacked(r, NULL);
+    return 0;
+}
+
+static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    Fedagg__RoundState *st = NULL;
+    uint64_t audited = 0;
+    int rc;
+
+    rc = last_audited_version(f, &audited, err);
+    if (rc != 0)
+        return rc;
+    rc = fa_file_read_all(f->state_path, &data, &len, (size_t)16 << 30, err);
+    if (rc == FA_ERR_NOTFOUND) {
+        if (f->cur.version != audited)
+            return fa_errorf(err, FA_ERR_CORRUPT,
+                             "model store is at version %" PRIu64 " but the audit log ends at "
+                             "version %" PRIu64 " and there is no round state to repair it from",
+                             f->cur.version, audited);
+        return open_attempt(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1,
+                            0, now_ms, err);
+    }
+    if (rc != 0)
+        return rc;
+    st = fedagg__round_state__unpack(NULL, len, data);
+    free(data);
+    if (!st)
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s: does not decode", f->state_path);
+    f->rounds_completed = st->rounds_completed;
+    f->rounds_aborted = st->rounds_aborted;
+    f->round = st->round;
+    f->attempt = st->attempt;
+    f->attempt_start_unix_ms = st->attempt_start_unix_ms;
+    f->sa_cfg.round = st->round;
+    f->sa_cfg.attempt = st->attempt;
+
+    if (f->cur.version == audited + 1 && st->phase == FEDAGG__PHASE__PHASE_DONE &&
+        st->base_version == audited) {
+        /* Died between the model commit and the audit append. */
+        uint8_t prev_sha[32];
+        char path[4096];
+        fa_safetensors *mst = NULL;
+        const char *prev_hex;
+        rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len,
+                                      &f->sa_cfg, f->members, f->n_regions, err);
+        if (rc == 0) {
+            fa_model_store_model_path(f->store, f->cur.version, path, sizeof(path));
+            rc = fa_st_open(&mst, path, err);
+        }
+        if (rc == 0) {
+            prev_hex = fa_st_metadata_get(mst, "fedagg.prev_sha256");
+            if (!prev_hex || sodium_hex2bin(prev_sha, 32, prev_hex, strlen(prev_hex), NULL, NULL,
+                                            NULL) != 0)
+                rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: no fedagg.prev_sha256 metadata", path);
+            fa_st_del(mst);
+        }
+        if (rc == 0) {
+            fa_log(FA_LOG_WARN, "repairing the audit log: the last round was committed but not "
+                                "recorded",
+                   "round=%" PRIu64 " version=%" PRIu64, f->round, f->cur.version);
+            rc = append_record(f, audited, prev_sha, fa_time_unix_ms(), err);
+        }
+        if (rc == 0) {
+            f->rounds_completed++;
+            rc = open_next_round(f, now_ms, err);
+        }
+        fedagg__round_state__free_unpacked(st, NULL);
+        return rc;
+    }
+    if (f->cur.version != audited || st->base_version != f->cur.version) {
+        rc = fa_errorf(err, FA_ERR_CORRUPT,
+                       "model store at version %" PRIu64 ", audit log at version %" PRIu64
+                       ", round state based on version %" PRIu64 ": they do not fit together",
+                       f->cur.version, audited, st->base_version);
+        fedagg__round_state__free_unpacked(st, NULL);
+        return rc;
+    }
+    if (st->phase == FEDAGG__PHASE__PHASE_DONE) {
+        /* Either finished (rounds limit) or the commit never happened: a
+         * DONE state with an unchanged model means the round's result was
+         * lost before its commit; run the attempt again. */
+        f->phase = FEDAGG__PHASE__PHASE_DONE;
+        fedagg__round_state__free_unpacked(st, NULL);
+        if (f->rounds_limit && f->rounds_completed >= f->rounds_limit) {
+            fa_log(FA_LOG_INFO, "federation already finished", "rounds=%" PRIu64,
+                   f->rounds_completed);
+            return 0;
+        }
+        return open_attempt(f, f->round, f->attempt + 1, now_ms, err);
+    }
+    if (st->phase == FEDAGG__PHASE__PHASE_ADVERTISE || st->secagg_server.len == 0) {
+        uint64_t r = st->round;
+        uint32_t a = st->attempt;
+        fedagg__round_state__free_unpacked(st, NULL);
+        fa_log(FA_LOG_INFO, "resuming the round in flight", "round=%" PRIu64 " attempt=%u phase=advertise",
+               r, a);
+        return open_attempt(f, r, a, now_ms, err);
+    }
+    rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len,
+                                  &f->sa_cfg, f->members, f->n_regions, err);
+    if (rc != 0) {
+        fedagg__round_state__free_unpacked(st, NULL);
+        return fa_error_prefix(err, rc, "%s", f->state_path);
+    }
+    f->phase = st->phase;
+    f->phase_opened_ms = now_ms;
+    reset_region_attempt(f);
+    /* Regions whose uploads were summed before the save keep them. */
+    if (f->phase > FEDAGG__PHASE__PHASE_MASKED)
+        for (size_t i = 0; i < fa_secagg_server_survivor_count(f->sa); i++) {
+            struct region *r = find_region(f, fa_secagg_server_survivor(f->sa, i));
+            if (r)
+                r->uploaded = 1;
+        }
+    fa_log(FA_LOG_INFO, "resuming the round in flight", "round=%" PRIu64 " attempt=%u phase=%s",
+           f->round, f->attempt, phase_name(f->phase));
+    fedagg__round_state__free_unpacked(st, NULL);
+    update_gauges(f);
+    return 0;
+}
+
+static int load_eval(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
+{
+    const Fedagg__Evaluation *ev = cfg->evaluation;
+    fa_mlp_opts o;
+    int rc;
+
+    if (!ev || !ev->test_images || !ev->test_images[0])
+        return 0;
+    rc = fa_data_load(&f->eval_data, ev->test_images, ev->test_labels, err);
+    if (rc != 0)
+        return fa_error_prefix(err, rc, "evaluation set");
+    if (f->eval_data.ds.dim != f->layout.config.dims[0])
+        return fa_errorf(err, FA_ERR_INVAL, "evaluation set %s has %u features; the model takes %u",
+                         ev->test_images, f->eval_data.ds.dim, f->layout.config.dims[0]);
+    fa_mlp_opts_default(&o);
+    o.backend = FA_MLP_CPU;
+    rc = fa_mlp_new(&f->eval_net, &f->layout.config, &o, err);
+    if (rc != 0)
+        return rc;
+    f->eval_every = ev->has_every && ev->every ? ev->every : 1;
+    return 0;
+}
+
+int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_metrics *metrics,
+                uint64_t now_ms, fa_error *err)
+{
+    Fedagg__RoundPolicy rp_default = FEDAGG__ROUND_POLICY__INIT;
+    Fedagg__Quantization q_default = FEDAGG__QUANTIZATION__INIT;
+    Fedagg__ServerOptimizer o_default = FEDAGG__SERVER_OPTIMIZER__INIT;
+    const Fedagg__RoundPolicy *rp = cfg->round ? cfg->round : &rp_default;
+    const Fedagg__Quantization *q = cfg->quantization ? cfg->quantization : &q_default;
+    const char *origin_cfg = cfg->audit ? cfg->audit->origin : NULL;
+    char origin[300], path[4096];
+    struct fa_server_opt_params op;
+    fa_fed *f;
+    uint8_t *enc = NULL;
+    size_t enc_len;
+    uint32_t ring_bits;
+    fa_audit_open_report report;
+    int rc;
+
+    *out = NULL;
+    if (sodium_init() < 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "libsodium initialisation failed");
+    if (!cfg->storage || !cfg->storage->dir || !cfg->storage->dir[0])
+        return fa_errorf(err, FA_ERR_INVAL, "config: storage.dir is required");
+    f = calloc(1, sizeof(*f));
+    if (!f)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    f->metrics = metrics;
+    f->federation_id = strdup(cfg->federation_id ? cfg->federation_id : "fedagg");
+    f->storage_dir = strdup(cfg->storage->dir);
+    snprintf(path, sizeof(path), "%s/round.state", cfg->storage->dir);
+    f->state_path = strdup(path);
+    if (!f->federation_id || !f->storage_dir || !f->state_path) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    rc = load_members(f, cfg, err);
+    if (rc != 0)
+        goto fail;
+
+    /* Round policy. */
+    f->min_regions = rp->min_regions;
+    f->threshold = rp->threshold ? rp->threshold : (uint32_t)(f->n_regions / 2 + 1);
+    f->neighbours = rp->neighbours;
+    f->max_attempts = rp->max_attempts;
+    f->rounds_limit = rp->rounds;
+    f->deadline_ms[FA_FED_ADVERTISE] = rp->advertise_deadline_ms;
+    f->deadline_ms[FA_FED_SHARES] = rp->shares_deadline_ms;
+    f->deadline_ms[FA_FED_MASKED] = rp->masked_deadline_ms;
+    f->deadline_ms[FA_FED_CONSISTENCY] = rp->consistency_deadline_ms;
+    f->deadline_ms[FA_FED_UNMASK] = rp->unmask_deadline_ms;
+    f->advertise_grace_ms = rp->advertise_grace_ms;
+    if (f->threshold > f->n_regions || f->min_regions > f->n_regions) {
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "config: round.threshold %u and round.min_regions %u must not exceed the "
+                       "%zu regions",
+                       f->threshold, f->min_regions, f->n_regions);
+        goto fail;
+    }
+
+    /* Quantisation and the ring. */
+    f->quant.bits = q->bits;
+    f->quant.clip_mode = (int)q->clip;
+    f->quant.clip_l2_norm = q->clip_l2_norm;
+    f->quant.clip_value = q->clip_value;
+    f->max_examples = q->max_examples ? q->max_examples : 1;
+    ring_bits = fa_secagg_ring_bits_for(q->bits, (uint32_t)f->n_regions);
+    if (ring_bits == 0) {
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "config: quantization.bits %u with %zu regions needs more than 32 ring "
+                       "bits; lower the bits",
+                       q->bits, f->n_regions);
+        goto fail;
+    }
+
+    /* The model, its store and the optimizer. */
+    rc = init_layout(f, cfg, err);
+    if (rc != 0)
+        goto fail;
+    rc = fa_model_store_open(&f->store, cfg->storage->dir,
+                             cfg->storage->has_keep_versions ? cfg->storage->keep_versions : 10,
+                             err);
+    if (rc != 0)
+        goto fail;
+    f->opt_cfg = cfg->optimizer ? *cfg->optimizer : o_default;
+    op.kind = (int)f->opt_cfg.kind;
+    op.learning_rate = f->opt_cfg.learning_rate;
+    op.momentum = f->opt_cfg.momentum;
+    op.beta1 = f->opt_cfg.beta1;
+    op.beta2 = f->opt_cfg.beta2;
+    op.tau = f->opt_cfg.tau;
+    rc = fa_server_opt_new(&f->opt, &op, f->layout.n_params, err);
+    if (rc != 0)
+        goto fail;
+    rc = init_model(f, cfg, err);
+    if (rc == 0)
+        rc = load_optimizer_state(f, err);
+    if (rc != 0)
+        goto fail;
+
+    /* The config digest that every record names. */
+    enc_len = fedagg__aggregator_config__get_packed_size(cfg);
+    enc = malloc(enc_len ? enc_len : 1);
+    if (!enc) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    fedagg__aggregator_config__pack(cfg, enc);
+    crypto_hash_sha256(f->config_digest, enc, enc_len);
+    free(enc);
+
+    /* The audit log. */
+    if (origin_cfg && origin_cfg[0])
+        snprintf(origin, sizeof(origin), "%s", origin_cfg);
+    else
+        snprintf(origin, sizeof(origin), "fedagg/%s", f->federation_id);
+    rc = load_signer(f, cfg, origin, err);
+    if (rc != 0)
+        goto fail;
+    if (cfg->audit && cfg->audit->log_file && cfg->audit->log_file[0])
+        snprintf(path, sizeof(path), "%s", cfg->audit->log_file);
+    else
+        snprintf(path, sizeof(path), "%s/audit.log", cfg->storage->dir);
+    memset(&report, 0, sizeof(report));
+    rc = fa_audit_log_open(&f->audit, path, f->signer, origin, 0, &report, err);
+    if (rc != 0) {
+        fa_error_prefix(err, rc, "audit log %s", path);
+        goto fail;
+    }
+    if (report.torn_log_bytes || report.torn_checkpoint_bytes || report.unsigned_records ||
+        report.tree_rebuilt)
+        fa_log(FA_LOG_WARN, "audit log recovered after a crash",
+               "torn_log_bytes=%" PRIu64 " torn_checkpoint_bytes=%" PRIu64
+               " unsigned_records=%" PRIu64 " tree_rebuilt=%d",
+               report.torn_log_bytes, report.torn_checkpoint_bytes, report.unsigned_records,
+               report.tree_rebuilt);
+
+    rc = load_eval(f, cfg, err);
+    if (rc != 0)
+        goto fail;
+
+    /* The secure-aggregation parameters, then the round in flight. */
+    f->sa_cfg.federation_id = f->federation_id;
+    f->sa_cfg.threshold = f->threshold;
+    f->sa_cfg.neighbours = f->neighbours;
+    f->sa_cfg.vector_len = f->layout.n_params + 1;
+    f->sa_cfg.ring_bits = ring_bits;
+    f->sa_cfg.quant = f->quant;
+    rc = fa_secagg_config_check(&f->sa_cfg, err);
+    if (rc != 0) {
+        fa_error_prefix(err, rc, "config");
+        goto fail;
+    }
+    define_metrics(f);
+    rc = restore_round(f, now_ms, err);
+    if (rc != 0)
+        goto fail;
+    if (f->cur.version > 0 || f->have_eval == 0)
+        evaluate(f);
+    update_gauges(f);
+    *out = f;
+    return 0;
+fail:
+    fa_fed_close(f);
+    return rc;
+}
+
+void fa_fed_close(fa_fed *f)
+{
+    if (!f)
+        return;
+    fa_secagg_server_del(f->sa);
+    fa_audit_log_close(f->audit);
+    fa_note_signer_del(f->signer);
+    fa_model_store_del(f->store);
+    fa_server_opt_del(f->opt);
+    fa_mlp_del(f->eval_net);
+    fa_data_free(&f->eval_data);
+    for (size_t i = 0; i < f->n_last_participants; i++)
+        free(f->last_participants[i]);
+    free(f->last_participants);
+    free(f->last_result);
+    free(f->params);
+    free(f->regions);
+    free(f->members);
+    free(f->federation_id);
+    free(f->storage_dir);
+    free(f->state_path);
+    free(f);
+}

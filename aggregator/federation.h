@@ -1,0 +1,158 @@
+/* federation.h - the aggregator's round orchestration (DESIGN 4, 4.3).
+ *
+ * fa_fed owns everything durable of the aggregator: the model store (global
+ * versions and optimizer state), the audit log, and the round in flight,
+ * driving one secure-aggregation server (crypto/secagg.h) per round attempt:
+ *
+ *   ADVERTISE -> SHARES -> MASKED -> CONSISTENCY -> UNMASK -> (next round)
+ *
+ * It knows nothing of sockets: the HTTP/3 layer (aggregator/api.c) hands it
+ * request bodies with the region that mTLS authenticated and a timestamp,
+ * calls fa_fed_tick() periodically to close phases whose deadline passed or
+ * whose regions all answered, and answers long-polls with fa_fed_poll().
+ * Everything here runs on one thread (the server loop).
+ *
+ * Round policy.  A phase closes when every region that may still answer has
+ * answered, or at its deadline.  Below the secure-aggregation threshold t (or,
+ * when advertising, below min_regions) the attempt is aborted and a new
+ * attempt of the same round opens with fresh keys; the regions learn it from
+ * a 409 carrying the current round and attempt.  Regions that miss a phase
+ * are that attempt's dropouts and rejoin with the next one.
+ *
+ * Completing a round: decode the unmasked sum to the weighted mean delta,
+ * apply the server optimizer to a copy of the weights, commit the new
+ * version to the model store (MANIFEST rename = commit point), then append
+ * the signed audit record.  A restart between the two appends the missing
+ * record from the saved round state, so versions and records never diverge.
+ *
+ * Crash recovery.  At every phase close the round state (secure-aggregation
+ * server included) is written atomically to <storage>/round.state before any
+ * region hears of the close; a restarted aggregator restores it and resumes
+ * that phase with fresh deadlines.  Masked uploads in flight at the crash
+ * are lost and re-sent by their regions byte for byte (their masks and
+ * inputs are fixed for the attempt), so no mask is ever reused with a
+ * different input.
+ */
+#ifndef FA_FEDERATION_H
+#define FA_FEDERATION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+#include "config.pb-c.h"
+
+typedef struct fa_fed fa_fed;
+struct fa_metrics;
+
+/* What a region's request is for (the long-poll kinds, in phase order). */
+enum fa_fed_kind {
+    FA_FED_ADVERTISE = 0,   /* POST advertise  -> PeerList */
+    FA_FED_SHARES = 1,      /* POST shares     -> SharesForYou */
+    FA_FED_MASKED = 2,      /* POST masked     -> SurvivorList */
+    FA_FED_CONSISTENCY = 3, /* POST consistency -> SurvivorSignatures */
+    FA_FED_UNMASK = 4,      /* POST unmask     -> RoundResult */
+};
+
+/* An answer for the HTTP layer: a status and a protobuf body (malloc'ed;
+ * free with fa_fed_reply_free).  For errors the body is an fedagg.Error with
+ * the current round and attempt, and `message` is also in msg for logs. */
+typedef struct fa_fed_reply {
+    int status;
+    uint8_t *body;
+    size_t len;
+    char msg[512];
+} fa_fed_reply;
+
+void fa_fed_reply_free(fa_fed_reply *r);
+
+/* Opens the federation described by cfg (validated, paths resolved: see
+ * proto/config_check.h): the model store (creating version 0 from the model
+ * spec or init_file on the first start), the optimizer state, the audit log
+ * (signing key from cfg->audit), the evaluation set, and the saved round
+ * state.  metrics may be NULL.  Returns 0 or FA_ERR_* with a message: the
+ * aggregator does not start on a damaged store, log or round state. */
+int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_metrics *metrics,
+                uint64_t now_ms, fa_error *err);
+void fa_fed_close(fa_fed *f);
+
+/* Closes phases that are due; completes a round when the unmask phase
+ * closes.  Returns 1 when anything changed (long-polls may be answerable),
+ * else 0. */
+int fa_fed_tick(fa_fed *f, uint64_t now_ms);
+
+/* Milliseconds until the next deadline (for the loop's timer). */
+uint64_t fa_fed_next_deadline_in(const fa_fed *f, uint64_t now_ms);
+
+/* A protocol message of `kind` from `region` (authenticated by mTLS) for
+ * round/attempt.  Accepted messages return 0 and the caller waits for the
+ * phase to close (fa_fed_poll); a message identical to one already accepted
+ * (a retry after a broken connection) is accepted again.  Otherwise returns
+ * the FA_ERR_* code and fills reply with the HTTP status and Error: 403 for
+ * an unknown region or a message naming another, 409 for another round,
+ * attempt or phase (with the current ones), 400 for a malformed message,
+ * a bad signature or wrong sizes.  State is unchanged on refusal. */
+int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
+                  const uint8_t *body, size_t len, uint64_t now_ms, fa_fed_reply *reply);
+
+/* Answers a long-poll of `region` for `kind` in round/attempt: returns 1
+ * with reply filled when the answer is known (200 and the phase's message
+ * for this region, or an error such as 409 when the attempt was aborted or
+ * the region dropped out), 0 while the phase is still open. */
+int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
+                fa_fed_reply *reply);
+
+/* The streamed masked upload of `region` (round 2).  begin checks the round,
+ * attempt, phase and length (content_length must equal the masked size;
+ * 413 beyond it, 400 otherwise) and returns 503 (FA_ERR_AGAIN) when the
+ * in-flight limit is reached.  A region whose upload is already complete
+ * gets *discard = 1: the caller reads and drops the body (a retry) and then
+ * polls.  abort removes a partial upload exactly. */
+int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                        int64_t content_length, uint64_t now_ms, int *discard,
+                        fa_fed_reply *reply);
+int fa_fed_masked_chunk(fa_fed *f, const char *region, const uint8_t *data, size_t len,
+                        uint64_t now_ms, fa_fed_reply *reply);
+int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t now_ms, fa_fed_reply *reply);
+void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t now_ms);
+
+/* GET /v1/federation and GET /v1/status bodies (packed protobuf, malloc'ed). */
+int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err);
+int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err);
+/* The status as one JSON object (malloc'ed, NUL-terminated). */
+int fa_fed_status_json(fa_fed *f, char **out, fa_error *err);
+
+/* The model file of `version` (UINT64_MAX = the current one): its path, the
+ * version and its SHA-256.  Returns 0 or FA_ERR_NOTFOUND (not retained). */
+int fa_fed_model(fa_fed *f, uint64_t version, char *path, size_t n, uint64_t *out_version,
+                 uint8_t sha256[32]);
+
+/* The latest signed audit checkpoint (malloc'ed text), and the proof bundle
+ * of `region`'s record for `round` (malloc'ed text).  Return 0,
+ * FA_ERR_NOTFOUND or FA_ERR_IO. */
+int fa_fed_audit_checkpoint(fa_fed *f, char **out, size_t *len, fa_error *err);
+int fa_fed_audit_proof(fa_fed *f, uint64_t round, const char *region, char **out, size_t *len,
+                       fa_error *err);
+
+/* Whether `region` is a member of the federation. */
+int fa_fed_is_member(const fa_fed *f, const char *region);
+
+/* Counts bytes received from a region (metrics and status). */
+void fa_fed_count_bytes(fa_fed *f, const char *region, uint64_t n);
+
+/* Marks a region connected or not (metrics and status). */
+void fa_fed_region_seen(fa_fed *f, const char *region, uint64_t now_ms);
+
+/* 1 when a round was committed to the model store but its audit record could
+ * not be appended (disk full...): the aggregator must stop and be restarted,
+ * which appends the record from the saved round state. */
+int fa_fed_fatal(const fa_fed *f);
+
+/* 1 when the configured number of rounds is done. */
+int fa_fed_finished(const fa_fed *f);
+
+/* The current round, attempt and model version (for logs and tests). */
+void fa_fed_position(const fa_fed *f, uint64_t *round, uint32_t *attempt, int *phase,
+                     uint64_t *version);
+
+#endif
