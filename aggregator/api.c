@@ -1,0 +1,574 @@
+/* api.c - HTTP/3 handlers of the aggregator.  See api.h. */
+#include "aggregator/api.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/fa_log.h"
+#include "common/fa_time.h"
+#include "fedagg.pb-c.h"
+
+#define MAX_MESSAGE (16u << 20) /* largest protocol message body (not the masked upload) */
+
+struct req_ctx {
+    fa_api *api;
+    fa_h3_request *req;
+    int kind;                /* enum fa_fed_kind; -1 for other requests */
+    char region[64];
+    uint64_t round;
+    uint32_t attempt;
+    uint8_t *buf;            /* a protocol message being received */
+    size_t len, cap;
+    int uploading;           /* a masked upload is being summed */
+    int discard;             /* the body is read and dropped */
+    int responded;
+    int pending;             /* in the long-poll list */
+    struct req_ctx *next;
+};
+
+struct fa_api {
+    fa_h3_server *srv;
+    fa_fed *fed;
+    struct req_ctx *pending;
+    size_t n_pending;
+};
+
+static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
+
+static uint64_t now_ms(void) { return fa_time_mono_ns() / 1000000u; }
+
+static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
+{
+    Fedagg__Error e = FEDAGG__ERROR__INIT;
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    char msg[512];
+    uint8_t buf[1024];
+    uint64_t round = 0;
+    uint32_t attempt = 0;
+    va_list ap;
+    size_t n;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (c && c->api)
+        fa_fed_position(c->api->fed, &round, &attempt, NULL, NULL);
+    e.code = (uint32_t)status;
+    e.message = msg;
+    e.round = round;
+    e.attempt = attempt;
+    n = fedagg__error__pack(&e, buf);
+    if (c)
+        c->responded = 1;
+    fa_h3_respond(req, status, h, 1, buf, n);
+}
+
+static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
+{
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    c->responded = 1;
+    if (r->status != 200)
+        fa_log(FA_LOG_INFO, "request refused", "region=%s status=%d reason=\"%s\"", c->region,
+               r->status, r->msg);
+    fa_h3_respond(c->req, r->status, h, 1, r->body, r->len);
+}
+
+static void pending_remove(fa_api *a, struct req_ctx *c)
+{
+    struct req_ctx **p;
+    if (!c->pending)
+        return;
+    for (p = &a->pending; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            c->pending = 0;
+            a->n_pending--;
+            return;
+        }
+}
+
+/* Answers every held long-poll whose answer is known. */
+static void flush(fa_api *a)
+{
+    struct req_ctx *c = a->pending, *next;
+    for (; c; c = next) {
+        fa_fed_reply r = {0};
+        next = c->next;
+        if (fa_fed_poll(a->fed, c->kind, c->region, c->round, c->attempt, &r)) {
+            pending_remove(a, c);
+            respond_reply(c, &r);
+        }
+        fa_fed_reply_free(&r);
+    }
+}
+
+static void hold(struct req_ctx *c)
+{
+    fa_api *a = c->api;
+    fa_fed_reply r = {0};
+    if (fa_fed_poll(a->fed, c->kind, c->region, c->round, c->attempt, &r)) {
+        respond_reply(c, &r);
+        fa_fed_reply_free(&r);
+        return;
+    }
+    c->next = a->pending;
+    a->pending = c;
+    c->pending = 1;
+    a->n_pending++;
+}
+
+void fa_api_tick(fa_api *a)
+{
+    fa_fed_tick(a->fed, now_ms());
+    flush(a);
+    if (fa_fed_fatal(a->fed)) {
+        fa_log(FA_LOG_ERROR, "stopping: a committed round could not be recorded", NULL);
+        fa_h3_server_stop(a->srv);
+    }
+}
+
+size_t fa_api_pending(const fa_api *a) { return a->n_pending; }
+
+/* ------------------------------------------------------------------------ */
+
+static struct req_ctx *ctx_new(fa_api *a, fa_h3_request *req)
+{
+    struct req_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->api = a;
+    c->req = req;
+    c->kind = -1;
+    snprintf(c->region, sizeof(c->region), "%s", fa_h3_request_peer(req) ? fa_h3_request_peer(req) : "");
+    fa_h3_request_set_data(req, c);
+    return c;
+}
+
+/* Every request: the certificate's region must be a member. */
+static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
+{
+    struct req_ctx *c = ctx_new(a, req);
+    if (!c) {
+        fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
+        return NULL;
+    }
+    if (!fa_fed_is_member(a->fed, c->region)) {
+        fa_log(FA_LOG_WARN, "request from a region not in the federation refused",
+               "peer=%s addr=%s path=%s", c->region[0] ? c->region : "(none)",
+               fa_h3_request_peer_addr(req), fa_h3_request_path(req));
+        respond_error(c, req, 403, "the certificate names region '%s', which is not a member of "
+                                   "this federation",
+                      c->region);
+        return NULL;
+    }
+    fa_fed_region_seen(a->fed, c->region, now_ms());
+    return c;
+}
+
+static void on_close(fa_h3_request *req, int err, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    if (!c)
+        return;
+    if (c->uploading) {
+        fa_fed_masked_abort(a->fed, c->region, now_ms());
+        c->uploading = 0;
+    }
+    if (c->pending && err != 0)
+        fa_log(FA_LOG_INFO, "long-poll abandoned by the region", "region=%s phase=%s error=%s",
+               c->region, c->kind >= 0 ? kind_paths[c->kind] : "-", fa_strerror(err));
+    pending_remove(a, c);
+    free(c->buf);
+    free(c);
+    fa_h3_request_set_data(req, NULL);
+}
+
+/* --- GET /v1/federation, /v1/status --------------------------------------- */
+
+static int on_federation(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = admit(a, req);
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    uint8_t *out;
+    size_t len;
+    fa_error err;
+
+    if (!c)
+        return 0;
+    fa_api_tick(a);
+    if (fa_fed_info(a->fed, now_ms(), &out, &len, &err) != 0) {
+        respond_error(c, req, 500, "%s", err.msg);
+        return 0;
+    }
+    c->responded = 1;
+    fa_h3_respond(req, 200, h, 1, out, len);
+    free(out);
+    return 0;
+}
+
+static int on_status(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = admit(a, req);
+    const char *accept = fa_h3_request_header(req, "accept");
+    fa_error err;
+
+    if (!c)
+        return 0;
+    if (accept && strstr(accept, "application/json")) {
+        fa_h3_header h[] = {{"content-type", "application/json"}};
+        char *json;
+        if (fa_fed_status_json(a->fed, &json, &err) != 0) {
+            respond_error(c, req, 500, "%s", err.msg);
+            return 0;
+        }
+        c->responded = 1;
+        fa_h3_respond(req, 200, h, 1, json, strlen(json));
+        free(json);
+    } else {
+        fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+        uint8_t *out;
+        size_t len;
+        if (fa_fed_status(a->fed, &out, &len, &err) != 0) {
+            respond_error(c, req, 500, "%s", err.msg);
+            return 0;
+        }
+        c->responded = 1;
+        fa_h3_respond(req, 200, h, 1, out, len);
+        free(out);
+    }
+    return 0;
+}
+
+/* --- GET /v1/models/{latest|v} -------------------------------------------- */
+
+struct file_src {
+    int fd;
+};
+
+static ssize_t file_read(void *arg, uint8_t *buf, size_t cap)
+{
+    struct file_src *s = arg;
+    for (;;) {
+        ssize_t r = read(s->fd, buf, cap);
+        if (r >= 0)
+            return r;
+        if (errno != EINTR)
+            return FA_ERR_IO;
+    }
+}
+
+static void file_done(void *arg, int err)
+{
+    struct file_src *s = arg;
+    close(s->fd);
+    free(s);
+}
+
+static int on_model(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = admit(a, req);
+    const char *which = fa_h3_request_path(req) + strlen("/v1/models/");
+    uint64_t version = UINT64_MAX, got;
+    uint8_t sha[32];
+    char path[4096], hex[65], vs[32], *end;
+    struct file_src *src;
+    off_t size;
+
+    if (!c)
+        return 0;
+    if (strcmp(which, "latest") != 0) {
+        errno = 0;
+        version = strtoull(which, &end, 10);
+        if (!which[0] || *end || errno) {
+            respond_error(c, req, 404, "no model '%s': use /v1/models/latest or a version number",
+                          which);
+            return 0;
+        }
+    }
+    if (fa_fed_model(a->fed, version, path, sizeof(path), &got, sha) != 0) {
+        respond_error(c, req, 404, "model version %s is not retained", which);
+        return 0;
+    }
+    src = malloc(sizeof(*src));
+    if (!src) {
+        respond_error(c, req, 500, "out of memory");
+        return 0;
+    }
+    src->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (src->fd < 0 || (size = lseek(src->fd, 0, SEEK_END)) < 0 || lseek(src->fd, 0, SEEK_SET) < 0) {
+        if (src->fd >= 0)
+            close(src->fd);
+        free(src);
+        respond_error(c, req, 500, "cannot read the model file");
+        return 0;
+    }
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+    snprintf(vs, sizeof(vs), "%" PRIu64, got);
+    fa_h3_header h[] = {{"content-type", "application/octet-stream"},
+                        {"fedagg-model-version", vs},
+                        {"fedagg-model-sha256", hex}};
+    c->responded = 1;
+    if (fa_h3_respond_stream(req, 200, h, 3, (int64_t)size, file_read, file_done, src) != 0) {
+        close(src->fd);
+        free(src);
+    }
+    return 0;
+}
+
+/* --- GET /v1/audit/... ------------------------------------------------------ */
+
+static int query_param(const char *q, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key);
+    while (q && *q) {
+        const char *amp = strchr(q, '&');
+        size_t len = amp ? (size_t)(amp - q) : strlen(q);
+        if (len > kl && !strncmp(q, key, kl) && q[kl] == '=') {
+            size_t vl = len - kl - 1;
+            if (vl >= n)
+                return 0;
+            memcpy(out, q + kl + 1, vl);
+            out[vl] = '\0';
+            return 1;
+        }
+        q = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
+static int on_audit(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = admit(a, req);
+    const char *path = fa_h3_request_path(req);
+    fa_h3_header h[] = {{"content-type", "text/plain; charset=utf-8"}};
+    char *out = NULL, round_s[32], region[64];
+    size_t len;
+    fa_error err;
+    int rc;
+
+    if (!c)
+        return 0;
+    fa_error_clear(&err);
+    if (!strcmp(path, "/v1/audit/checkpoint")) {
+        rc = fa_fed_audit_checkpoint(a->fed, &out, &len, &err);
+    } else if (!strcmp(path, "/v1/audit/proof")) {
+        char *end;
+        uint64_t round;
+        if (!query_param(fa_h3_request_query(req), "round", round_s, sizeof(round_s)) ||
+            !query_param(fa_h3_request_query(req), "region", region, sizeof(region))) {
+            respond_error(c, req, 400, "usage: /v1/audit/proof?round=R&region=ID");
+            return 0;
+        }
+        round = strtoull(round_s, &end, 10);
+        if (*end || !round_s[0]) {
+            respond_error(c, req, 400, "round '%s' is not a number", round_s);
+            return 0;
+        }
+        rc = fa_fed_audit_proof(a->fed, round, region, &out, &len, &err);
+    } else {
+        respond_error(c, req, 404, "no such audit resource: %s", path);
+        return 0;
+    }
+    if (rc == FA_ERR_NOTFOUND) {
+        respond_error(c, req, 404, "%s", fa_error_msg(&err, rc));
+        return 0;
+    }
+    if (rc != 0) {
+        respond_error(c, req, 500, "%s", fa_error_msg(&err, rc));
+        return 0;
+    }
+    c->responded = 1;
+    fa_h3_respond(req, 200, h, 1, out, len);
+    free(out);
+    return 0;
+}
+
+/* --- POST /v1/rounds/{r}/{a}/{kind} --------------------------------------- */
+
+static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt, int *kind)
+{
+    const char *p = path + strlen("/v1/rounds/");
+    char *end;
+    unsigned long long r, at;
+
+    errno = 0;
+    r = strtoull(p, &end, 10);
+    if (end == p || *end != '/' || errno)
+        return -1;
+    p = end + 1;
+    at = strtoull(p, &end, 10);
+    if (end == p || *end != '/' || errno || at > UINT32_MAX)
+        return -1;
+    p = end + 1;
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(p, kind_paths[k])) {
+            *round = r;
+            *attempt = (uint32_t)at;
+            *kind = k;
+            return 0;
+        }
+    return -1;
+}
+
+static int on_round_request(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = admit(a, req);
+    fa_fed_reply r = {0};
+
+    if (!c)
+        return 0;
+    if (parse_round_path(fa_h3_request_path(req), &c->round, &c->attempt, &c->kind) != 0) {
+        respond_error(c, req, 404, "no such round resource: %s (expected "
+                                   "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
+                                   "consistency|unmask})",
+                      fa_h3_request_path(req));
+        return 0;
+    }
+    if (c->kind != FA_FED_MASKED) {
+        fa_h3_request_set_max_body(req, MAX_MESSAGE);
+        return 0;
+    }
+    fa_api_tick(a);
+    if (fa_fed_masked_begin(a->fed, c->region, c->round, c->attempt,
+                            fa_h3_request_content_length(req), now_ms(), &c->discard, &r) != 0) {
+        respond_reply(c, &r);
+        fa_fed_reply_free(&r);
+        c->discard = 1;
+        return 0;
+    }
+    if (!c->discard)
+        c->uploading = 1;
+    fa_log(FA_LOG_DEBUG, "masked upload started", "region=%s round=%" PRIu64 " attempt=%u%s",
+           c->region, c->round, c->attempt, c->discard ? " (duplicate, discarded)" : "");
+    return 0;
+}
+
+static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = fa_h3_request_get_data(req);
+
+    if (!c)
+        return 0;
+    fa_fed_count_bytes(a->fed, c->region, len);
+    if (c->responded || c->discard)
+        return 0;
+    if (c->kind == FA_FED_MASKED) {
+        fa_fed_reply r = {0};
+        if (fa_fed_masked_chunk(a->fed, c->region, data, len, now_ms(), &r) != 0) {
+            fa_fed_masked_abort(a->fed, c->region, now_ms());
+            c->uploading = 0;
+            respond_reply(c, &r);
+            fa_fed_reply_free(&r);
+        }
+        return 0;
+    }
+    if (c->len + len > c->cap) {
+        size_t ncap = c->cap ? c->cap * 2 : 4096;
+        uint8_t *nb;
+        while (ncap < c->len + len)
+            ncap *= 2;
+        if (ncap > MAX_MESSAGE) {
+            respond_error(c, req, 413, "%s message larger than %u bytes", kind_paths[c->kind],
+                          MAX_MESSAGE);
+            return 0;
+        }
+        nb = realloc(c->buf, ncap);
+        if (!nb) {
+            respond_error(c, req, 500, "out of memory");
+            return 0;
+        }
+        c->buf = nb;
+        c->cap = ncap;
+    }
+    memcpy(c->buf + c->len, data, len);
+    c->len += len;
+    return 0;
+}
+
+static void on_round_end(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    fa_fed_reply r = {0};
+    int rc;
+
+    if (!c || c->responded)
+        return;
+    if (c->kind == FA_FED_MASKED) {
+        if (c->uploading) {
+            c->uploading = 0;
+            if (fa_fed_masked_end(a->fed, c->region, now_ms(), &r) != 0) {
+                respond_reply(c, &r);
+                fa_fed_reply_free(&r);
+                return;
+            }
+        }
+        hold(c);
+        fa_api_tick(a);
+        return;
+    }
+    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len,
+                       now_ms(), &r);
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    if (rc != 0) {
+        respond_reply(c, &r);
+        fa_fed_reply_free(&r);
+        return;
+    }
+    hold(c);
+    fa_api_tick(a);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
+{
+    static const fa_h3_handler federation = {on_federation, NULL, NULL, on_close};
+    static const fa_h3_handler status = {on_status, NULL, NULL, on_close};
+    static const fa_h3_handler model = {on_model, NULL, NULL, on_close};
+    static const fa_h3_handler audit = {on_audit, NULL, NULL, on_close};
+    static const fa_h3_handler rounds = {on_round_request, on_round_body, on_round_end, on_close};
+    fa_api *a = calloc(1, sizeof(*a));
+    int rc;
+
+    *out = NULL;
+    if (!a)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    a->srv = srv;
+    a->fed = fed;
+    if ((rc = fa_h3_server_route(srv, "GET", "/v1/federation", &federation, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "GET", "/v1/status", &status, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "GET", "/v1/models/", &model, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "GET", "/v1/audit/", &audit, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0) {
+        free(a);
+        return fa_errorf(err, rc, "cannot register the API routes: %s", fa_strerror(rc));
+    }
+    *out = a;
+    return 0;
+}
+
+void fa_api_del(fa_api *a)
+{
+    free(a);
+}

@@ -1,0 +1,41 @@
+/* api.h - the aggregator's HTTP/3 API (DESIGN 4.0) over fa_fed.
+ *
+ *   GET  /v1/federation                      FederationInfo
+ *   GET  /v1/models/latest, /v1/models/{v}   safetensors, streamed; headers
+ *                                            fedagg-model-version, fedagg-model-sha256
+ *   POST /v1/rounds/{r}/{a}/advertise        AdvertiseKeys -> PeerList (long-poll)
+ *   POST /v1/rounds/{r}/{a}/shares           ShareKeys -> SharesForYou (long-poll)
+ *   POST /v1/rounds/{r}/{a}/masked           bit-packed masked vector -> SurvivorList
+ *   POST /v1/rounds/{r}/{a}/consistency      SignedSurvivors -> SurvivorSignatures
+ *   POST /v1/rounds/{r}/{a}/unmask           UnmaskShares -> RoundResult
+ *   GET  /v1/audit/checkpoint                the latest signed checkpoint (text)
+ *   GET  /v1/audit/proof?round=R&region=ID   proof bundle (text)
+ *   GET  /v1/status                          Status (JSON with Accept: application/json)
+ *
+ * The caller's region is the one its verified client certificate names; a
+ * region not in the config gets 403 on every path.  Errors are an HTTP status
+ * and a fedagg.Error body.  Long-polls are held until their phase closes.
+ * Everything runs on the server's loop thread.
+ */
+#ifndef FA_AGGREGATOR_API_H
+#define FA_AGGREGATOR_API_H
+
+#include "aggregator/federation.h"
+#include "common/fa_err.h"
+#include "transport/h3.h"
+
+typedef struct fa_api fa_api;
+
+/* Registers the routes on srv (before fa_h3_server_run).  Returns 0 or
+ * FA_ERR_NOMEM / FA_ERR_INVAL. */
+int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err);
+void fa_api_del(fa_api *a);
+
+/* Closes due phases and answers the long-polls that became answerable.
+ * Call from the server's tick (and it is called after every accepted message). */
+void fa_api_tick(fa_api *a);
+
+/* Requests held (long-polls) right now. */
+size_t fa_api_pending(const fa_api *a);
+
+#endif
