@@ -1,0 +1,226 @@
+/* fedagg-aggregator: the central aggregator of a federation.
+ *
+ *   fedagg-aggregator --config aggregator.textproto
+ *
+ * Serves the HTTP/3 API (aggregator/api.h) on one UDP socket, the Prometheus
+ * metrics and health probes on a plain HTTP/1.1 port, and runs the rounds
+ * (aggregator/federation.h).  SIGTERM or SIGINT drains gracefully: no new
+ * connections, the requests in flight finish (or time out), then exit 0.
+ * When the configured number of rounds is done it keeps answering for a
+ * short grace period (so every region learns the outcome) and exits 0.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aggregator/api.h"
+#include "aggregator/federation.h"
+#include "aggregator/metrics.h"
+#include "common/fa_log.h"
+#include "common/fa_time.h"
+#include "proto/config_check.h"
+#include "transport/h3.h"
+
+#define FINISHED_GRACE_MS 10000
+
+struct app {
+    fa_h3_server *srv;
+    fa_fed *fed;
+    fa_api *api;
+    uint64_t finished_at;
+    int ready;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: fedagg-aggregator --config FILE [--log-level debug|info|warn|error]\n"
+            "\n"
+            "Runs the aggregator of a fedagg federation: the HTTP/3 API for the regions'\n"
+            "workers, secure aggregation rounds, the model store and the signed audit log.\n"
+            "FILE is an AggregatorConfig in protobuf text format\n"
+            "(`fedagg config print --type aggregator --defaults` prints an example;\n"
+            "`fedagg config check FILE` validates one).\n"
+            "\n"
+            "  --config FILE      the configuration (required)\n"
+            "  --log-level LEVEL  overrides the config's log_level\n"
+            "  --version          prints the version\n");
+}
+
+static void on_tick(fa_h3_server *srv, void *arg)
+{
+    struct app *a = arg;
+    uint64_t now = fa_time_mono_ns() / 1000000u;
+
+    fa_api_tick(a->api);
+    if (fa_fed_finished(a->fed)) {
+        if (!a->finished_at)
+            a->finished_at = now;
+        else if (now - a->finished_at > FINISHED_GRACE_MS) {
+            fa_log(FA_LOG_INFO, "all rounds done; shutting down", NULL);
+            fa_h3_server_drain(srv);
+            a->finished_at = UINT64_MAX / 2; /* drain once */
+        }
+    }
+}
+
+static int ready(void *ctx, char *why, size_t n)
+{
+    struct app *a = ctx;
+    if (!a->ready)
+        snprintf(why, n, "starting: the API is not serving yet");
+    return a->ready;
+}
+
+static int load_quic(const Fedagg__QuicConfig *q, fa_h3_quic_opts *o)
+{
+    fa_h3_quic_default(o);
+    if (!q)
+        return 0;
+    o->max_stream_window = q->max_stream_window;
+    o->max_connection_window = q->max_connection_window;
+    o->cc = (int)q->congestion_control;
+    o->idle_timeout_ms = q->idle_timeout_ms;
+    o->max_streams = q->max_streams_per_connection;
+    o->qlog_dir = q->qlog_dir && q->qlog_dir[0] ? q->qlog_dir : NULL;
+    o->gso = q->gso;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL, *level = NULL;
+    Fedagg__AggregatorConfig *cfg = NULL;
+    fa_metrics *metrics = NULL;
+    fa_metrics_server *msrv = NULL;
+    fa_h3_server_config sc;
+    fa_diags *diags = NULL;
+    struct app app = {0};
+    fa_error err;
+    int rc, lvl, status = 1;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            config = argv[++i];
+        } else if (!strcmp(argv[i], "--log-level") && i + 1 < argc) {
+            level = argv[++i];
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("fedagg-aggregator %s\n", FA_VERSION);
+            return 0;
+        } else {
+            fprintf(stderr, "fedagg-aggregator: unknown or incomplete option '%s'\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "fedagg-aggregator: --config FILE is required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    fa_log_set_context("proc=aggregator");
+    fa_error_clear(&err);
+
+    if (fa_diags_new(&diags) != 0) {
+        fprintf(stderr, "fedagg-aggregator: out of memory\n");
+        return 1;
+    }
+    rc = fa_config_load_aggregator(config, &cfg, diags, &err);
+    if (rc != 0) {
+        for (size_t i = 0; i < fa_diags_count(diags); i++)
+            fprintf(stderr, "%s\n", fa_diags_get(diags, i));
+        if (fa_diags_count(diags) == 0)
+            fprintf(stderr, "%s\n", fa_error_msg(&err, rc));
+        fa_log(FA_LOG_ERROR, "invalid configuration; not starting", "config=%s", config);
+        fa_diags_del(diags);
+        return 1;
+    }
+    fa_diags_del(diags);
+    lvl = fa_log_level_parse(level ? level : cfg->log_level);
+    if (lvl < 0) {
+        fprintf(stderr, "fedagg-aggregator: unknown log level '%s'\n", level ? level : cfg->log_level);
+        goto out;
+    }
+    fa_log_set_level(lvl);
+
+    /* Block the drain signals before any thread starts (metrics thread). */
+    {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        signal(SIGPIPE, SIG_IGN);
+    }
+
+    if (fa_metrics_new(&metrics, &err) != 0)
+        goto fail;
+    rc = fa_fed_open(&app.fed, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
+    if (rc != 0)
+        goto fail;
+
+    fa_h3_server_config_default(&sc);
+    sc.listen = cfg->listen;
+    sc.cert_file = cfg->tls->cert_file;
+    sc.key_file = cfg->tls->key_file;
+    sc.ca_file = cfg->tls->ca_file;
+    load_quic(cfg->quic, &sc.quic);
+    sc.max_connections = cfg->quic->max_connections;
+    sc.max_body_bytes = cfg->quic->max_body_bytes;
+    sc.retry = (int)cfg->quic->retry;
+    sc.retry_load_threshold = cfg->quic->retry_load_threshold;
+    if (cfg->quic->static_secret_file && cfg->quic->static_secret_file[0]) {
+        rc = fa_h3_load_static_secret(cfg->quic->static_secret_file, 1, sc.static_secret, &err);
+        if (rc != 0)
+            goto fail;
+        sc.has_static_secret = 1;
+    }
+    sc.drain_on_signal = 1;
+    sc.tick_ms = 50;
+    sc.on_tick = on_tick;
+    sc.tick_arg = &app;
+    rc = fa_h3_server_new(&app.srv, &sc, &err);
+    if (rc != 0)
+        goto fail;
+    rc = fa_api_new(&app.api, app.srv, app.fed, &err);
+    if (rc != 0)
+        goto fail;
+    if (cfg->metrics_listen && cfg->metrics_listen[0]) {
+        rc = fa_metrics_server_start(&msrv, metrics, cfg->metrics_listen, ready, &app, &err);
+        if (rc != 0)
+            goto fail;
+    }
+    app.ready = 1;
+    fa_log(FA_LOG_INFO, "aggregator serving",
+           "listen=%s port=%d metrics=%s regions=%zu federation=%s", cfg->listen,
+           fa_h3_server_port(app.srv), cfg->metrics_listen, cfg->n_regions, cfg->federation_id);
+    rc = fa_h3_server_run(app.srv, &err);
+    app.ready = 0;
+    if (rc != 0)
+        goto fail;
+    if (fa_fed_fatal(app.fed)) {
+        fa_errorf(&err, FA_ERR_IO, "a committed round could not be recorded in the audit log; "
+                                   "restart to repair it");
+        goto fail;
+    }
+    fa_log(FA_LOG_INFO, "aggregator stopped", NULL);
+    status = 0;
+    goto out;
+fail:
+    fa_log(FA_LOG_ERROR, "aggregator failed", "error=\"%s\"", fa_error_msg(&err, rc));
+out:
+    fa_metrics_server_stop(msrv);
+    fa_api_del(app.api);
+    fa_h3_server_del(app.srv);
+    fa_fed_close(app.fed);
+    fa_metrics_del(metrics);
+    if (cfg)
+        protobuf_c_message_free_unpacked(&cfg->base, NULL);
+    return status;
+}
