@@ -91,8 +91,18 @@ void fa_tls_ctx_free(fa_tls_ctx *t)
 
 const char *fa_tls_alert_name(uint8_t alert)
 {
+    /* RFC 8446 6 names: "bad_certificate", "certificate_required"... */
+    static __thread char buf[64];
     const char *n = gnutls_alert_get_strname((gnutls_alert_description_t)alert);
-    return n ? n : "unknown_alert";
+    size_t i = 0;
+    if (!n)
+        return "unknown_alert";
+    if (strncmp(n, "GNUTLS_A_", 9) == 0)
+        n += 9;
+    for (; n[i] && i + 1 < sizeof(buf); i++)
+        buf[i] = (char)(n[i] >= 'A' && n[i] <= 'Z' ? n[i] + 32 : n[i]);
+    buf[i] = '\0';
+    return buf;
 }
 
 /* Printable identity: 1..127 bytes of printable ASCII. */
@@ -195,8 +205,12 @@ static int verify_peer(gnutls_session_t s)
         gnutls_datum_t out = {NULL, 0};
         char why[200] = "not trusted";
         if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0) == 0) {
+            size_t l;
             snprintf(why, sizeof(why), "%.*s", (int)out.size, (const char *)out.data);
             gnutls_free(out.data);
+            l = strlen(why);
+            while (l && (why[l - 1] == ' ' || why[l - 1] == '.'))
+                why[--l] = '\0';
         }
         if ((status & GNUTLS_CERT_UNEXPECTED_OWNER) && qc->server_name)
             snprintf(qc->verify_fail, sizeof(qc->verify_fail),
@@ -268,6 +282,10 @@ int fa_tls_session_new(fa_tls_ctx *t, fa_qconn *qc, const char *server_name, fa_
         goto fail;
     if (t->server) {
         gnutls_certificate_server_set_request(s, GNUTLS_CERT_REQUIRE);
+        /* Do not list our CA in the CertificateRequest: a client then sends
+         * the certificate it has, even one from another CA, and the refusal
+         * names the real problem instead of "no certificate". */
+        gnutls_certificate_send_x509_rdn_sequence(s, 1);
     } else if (server_name && *server_name) {
         /* SNI carries DNS names only (RFC 6066 3), never address literals */
         unsigned char tmp[16];

@@ -1,0 +1,448 @@
+/* test_transport_util.h - shared pieces of the transport unit tests: a test
+ * PKI from deploy/pki.sh, a server running its loop on a thread with the test
+ * routes, deterministic body content, SHA-256.  Included by the
+ * test_transport_*.c files (each is its own executable). */
+#ifndef TEST_TRANSPORT_UTIL_H
+#define TEST_TRANSPORT_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fa_log.h"
+#include "transport/h3.h"
+
+/* ------------------------------------------------------------------ PKI */
+
+static char tp_dir[256];
+static char tp_pki[300];
+
+/* The source tree: $FA_SRC (ctest sets it), else from this file's path. */
+static inline const char *tp_src(void)
+{
+    static char buf[512];
+    const char *s = getenv("FA_SRC"), *p;
+    if (s && *s)
+        return s;
+    snprintf(buf, sizeof(buf), "%s", __FILE__);
+    p = strstr(buf, "/tests/unit/");
+    if (p)
+        buf[p - buf] = '\0';
+    else
+        snprintf(buf, sizeof(buf), ".");
+    return buf;
+}
+
+/* Makes the PKI (deploy/pki.sh --test-extras) in a fresh temp dir. */
+static inline int tp_setup_pki(void)
+{
+    char cmd[1024];
+    snprintf(tp_dir, sizeof(tp_dir), "/tmp/fa_test_transport.XXXXXX");
+    if (!mkdtemp(tp_dir))
+        return -1;
+    snprintf(tp_pki, sizeof(tp_pki), "%s/pki", tp_dir);
+    snprintf(cmd, sizeof(cmd),
+             "bash '%s/deploy/pki.sh' '%s' --regions eu-west,us-east --test-extras >/dev/null 2>&1",
+             tp_src(), tp_pki);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test: %s failed\n", cmd);
+        return -1;
+    }
+    return 0;
+}
+
+static inline void tp_teardown_pki(void)
+{
+    char cmd[400];
+    if (!tp_dir[0])
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tp_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test: cannot remove %s\n", tp_dir);
+}
+
+/* Path of a PKI file, e.g. tp_path("ca.crt") or tp_path("test/client-expired.key"). */
+static inline const char *tp_path(const char *name)
+{
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ & 7];
+    snprintf(b, 512, "%s/%s", tp_pki, name);
+    return b;
+}
+
+/* --------------------------------------------------------- body content */
+
+/* Deterministic content: a 1 MiB pseudo-random block, repeated with a
+ * per-MiB rotation. */
+static uint8_t tp_block[1 << 20];
+
+static inline void tp_gen_init(void)
+{
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < sizeof(tp_block); i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(tp_block + i, &x, 8);
+    }
+}
+
+static inline void tp_gen_fill(uint64_t off, uint8_t *buf, size_t len)
+{
+    const size_t mib = (size_t)1 << 20;
+    while (len) {
+        size_t pos = (size_t)(off & (mib - 1));
+        size_t start = (pos + (size_t)(off >> 20) * 4099u) & (mib - 1);
+        size_t n = mib - pos;
+        if (n > mib - start)
+            n = mib - start;
+        if (n > len)
+            n = len;
+        memcpy(buf, tp_block + start, n);
+        buf += n;
+        off += n;
+        len -= n;
+    }
+}
+
+static inline void tp_hex(const uint8_t *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+/* SHA-256 (hex) of the first len bytes of the generated content. */
+static inline void tp_gen_sha(uint64_t len, char out[65])
+{
+    static uint8_t buf[1 << 20];
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    uint8_t dig[32];
+    unsigned dl;
+    uint64_t off = 0;
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    while (off < len) {
+        size_t n = len - off < sizeof(buf) ? (size_t)(len - off) : sizeof(buf);
+        tp_gen_fill(off, buf, n);
+        EVP_DigestUpdate(md, buf, n);
+        off += n;
+    }
+    EVP_DigestFinal_ex(md, dig, &dl);
+    EVP_MD_CTX_free(md);
+    tp_hex(dig, 32, out);
+}
+
+/* Pull source of generated content (client uploads, server downloads). */
+typedef struct tp_gen {
+    uint64_t off, len;
+    uint64_t fail_at; /* nonzero: fail with FA_ERR_IO once off reaches it */
+} tp_gen;
+
+static inline ssize_t tp_gen_read(void *arg, uint8_t *buf, size_t cap)
+{
+    tp_gen *g = arg;
+    size_t n = cap;
+    if (g->fail_at && g->off >= g->fail_at)
+        return FA_ERR_IO;
+    if (g->off >= g->len)
+        return 0;
+    if (n > g->len - g->off)
+        n = (size_t)(g->len - g->off);
+    tp_gen_fill(g->off, buf, n);
+    g->off += n;
+    return (ssize_t)n;
+}
+
+/* SHA-256 sink for response bodies. */
+typedef struct tp_sink {
+    EVP_MD_CTX *md;
+    uint64_t bytes;
+} tp_sink;
+
+static inline int tp_sink_body(void *arg, const uint8_t *data, size_t len)
+{
+    tp_sink *s = arg;
+    EVP_DigestUpdate(s->md, data, len);
+    s->bytes += len;
+    return 0;
+}
+
+static inline void tp_sink_init(tp_sink *s)
+{
+    s->md = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
+    s->bytes = 0;
+}
+
+static inline void tp_sink_final(tp_sink *s, char out[65])
+{
+    uint8_t dig[32];
+    unsigned dl;
+    EVP_DigestFinal_ex(s->md, dig, &dl);
+    EVP_MD_CTX_free(s->md);
+    s->md = NULL;
+    tp_hex(dig, 32, out);
+}
+
+/* -------------------------------------------------------- test server */
+
+/* What the handlers saw, for assertions (written on the loop thread, read
+ * after the request returned on the client). */
+typedef struct tp_seen {
+    atomic_int closes, close_err, requests;
+    atomic_ullong body_bytes;
+    char peer[128];
+    char method[16];
+    char query[128];
+    char xhdr[128];
+} tp_seen;
+
+static tp_seen tp_last;
+
+static inline uint64_t tp_parse_u64(const char *s) { return s ? strtoull(s, NULL, 10) : 0; }
+
+static inline void tp_gen_done(void *arg, int err) { free(arg); }
+
+static inline int tp_on_gen(fa_h3_request *req, void *arg)
+{
+    tp_gen *g = calloc(1, sizeof(*g));
+    const char *q = fa_h3_request_query(req);
+    if (!g)
+        return -1;
+    g->len = tp_parse_u64(fa_h3_request_path(req) + strlen("/gen/"));
+    if (strncmp(q, "fail=", 5) == 0)
+        g->fail_at = tp_parse_u64(q + 5);
+    if (fa_h3_respond_stream(req, 200, NULL, 0, (int64_t)g->len, tp_gen_read, tp_gen_done, g) !=
+        0) {
+        free(g);
+        return -1;
+    }
+    return 0;
+}
+
+/* POST /upload: hashes the body as it streams; answers "<bytes> <sha256>".
+ * POST /hold: holds all credit until a task posted by the test releases it. */
+typedef struct tp_up {
+    EVP_MD_CTX *md;
+    uint64_t bytes, held;
+    int hold, ended;
+} tp_up;
+
+static fa_h3_request *tp_held_req; /* /hold: the request holding credit */
+
+static inline void tp_up_answer(fa_h3_request *req, tp_up *u)
+{
+    uint8_t dig[32];
+    unsigned dl;
+    char hx[65], body[128];
+    EVP_DigestFinal_ex(u->md, dig, &dl);
+    tp_hex(dig, 32, hx);
+    snprintf(body, sizeof(body), "%" PRIu64 " %s", u->bytes, hx);
+    (void)fa_h3_respond(req, 200, NULL, 0, body, strlen(body));
+}
+
+static inline int tp_on_upload(fa_h3_request *req, void *arg)
+{
+    tp_up *u = calloc(1, sizeof(*u));
+    const char *x;
+    if (!u)
+        return -1;
+    u->md = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(u->md, EVP_sha256(), NULL);
+    u->hold = arg != NULL;
+    if (u->hold)
+        tp_held_req = req;
+    fa_h3_request_set_data(req, u);
+    atomic_fetch_add(&tp_last.requests, 1);
+    snprintf(tp_last.peer, sizeof(tp_last.peer), "%s", fa_h3_request_peer(req));
+    snprintf(tp_last.method, sizeof(tp_last.method), "%s", fa_h3_request_method(req));
+    snprintf(tp_last.query, sizeof(tp_last.query), "%s", fa_h3_request_query(req));
+    x = fa_h3_request_header(req, "X-Test");
+    snprintf(tp_last.xhdr, sizeof(tp_last.xhdr), "%s", x ? x : "");
+    return 0;
+}
+
+static inline int tp_on_upload_body(fa_h3_request *req, const uint8_t *d, size_t n, void *arg)
+{
+    tp_up *u = fa_h3_request_get_data(req);
+    EVP_DigestUpdate(u->md, d, n);
+    u->bytes += n;
+    atomic_store(&tp_last.body_bytes, u->bytes);
+    if (u->hold) {
+        u->held += n;
+        return FA_H3_HOLD;
+    }
+    return 0;
+}
+
+static inline void tp_on_upload_end(fa_h3_request *req, void *arg)
+{
+    tp_up *u = fa_h3_request_get_data(req);
+    u->ended = 1;
+    if (!u->hold || !u->held)
+        tp_up_answer(req, u);
+}
+
+static inline void tp_on_upload_close(fa_h3_request *req, int err, void *arg)
+{
+    tp_up *u = fa_h3_request_get_data(req);
+    if (tp_held_req == req)
+        tp_held_req = NULL;
+    atomic_store(&tp_last.close_err, err);
+    atomic_fetch_add(&tp_last.closes, 1);
+    if (u) {
+        EVP_MD_CTX_free(u->md);
+        free(u);
+    }
+}
+
+/* Loop-thread task: the /hold request gives back all its credit. */
+static inline void tp_release_task(fa_h3_server *srv, void *arg)
+{
+    fa_h3_request *req = tp_held_req;
+    tp_up *u;
+    if (!req)
+        return;
+    u = fa_h3_request_get_data(req);
+    u->hold = 0;
+    fa_h3_request_consume(req, (size_t)u->held);
+    u->held = 0;
+    if (u->ended)
+        tp_up_answer(req, u);
+}
+
+/* GET /wait?ms=N: a deferred response (long-poll) answered by a timer. */
+static inline void tp_wait_fire(fa_h3_server *srv, void *arg)
+{
+    fa_h3_request *req = arg;
+    int64_t *t = fa_h3_request_get_data(req);
+    *t = -1;
+    (void)fa_h3_respond(req, 200, NULL, 0, "waited", 6);
+}
+
+static inline int tp_on_wait(fa_h3_request *req, void *arg)
+{
+    const char *q = strstr(fa_h3_request_query(req), "ms=");
+    int64_t *t = malloc(sizeof(*t));
+    if (!t)
+        return -1;
+    fa_h3_request_set_data(req, t);
+    *t = fa_h3_server_timer(fa_h3_request_server(req), q ? tp_parse_u64(q + 3) : 1000,
+                            tp_wait_fire, req);
+    atomic_fetch_add(&tp_last.requests, 1);
+    return 0;
+}
+
+static inline void tp_on_wait_close(fa_h3_request *req, int err, void *arg)
+{
+    int64_t *t = fa_h3_request_get_data(req);
+    if (t && *t >= 0)
+        fa_h3_server_timer_cancel(fa_h3_request_server(req), *t);
+    free(t);
+    atomic_store(&tp_last.close_err, err);
+    atomic_fetch_add(&tp_last.closes, 1);
+}
+
+static inline int tp_on_whoami(fa_h3_request *req, void *arg)
+{
+    const char *p = fa_h3_request_peer(req);
+    return fa_h3_respond(req, 200, NULL, 0, p, strlen(p));
+}
+
+typedef struct tp_server {
+    fa_h3_server *srv;
+    pthread_t th;
+    int port;
+    int rc;
+    char server_addr[64];
+} tp_server;
+
+static inline void *tp_server_thread(void *arg)
+{
+    tp_server *t = arg;
+    fa_error err;
+    t->rc = fa_h3_server_run(t->srv, &err);
+    return NULL;
+}
+
+static inline void tp_server_config(fa_h3_server_config *cfg)
+{
+    fa_h3_server_config_default(cfg);
+    cfg->listen = "127.0.0.1:0";
+    cfg->cert_file = tp_path("server.crt");
+    cfg->key_file = tp_path("server.key");
+    cfg->ca_file = tp_path("ca.crt");
+}
+
+/* Starts a server with the test routes, its loop on a thread. */
+static inline int tp_server_start(tp_server *t, const fa_h3_server_config *cfg)
+{
+    fa_error err;
+    fa_h3_handler gen = {.on_request = tp_on_gen};
+    fa_h3_handler up = {.on_request = tp_on_upload,
+                        .on_body = tp_on_upload_body,
+                        .on_body_end = tp_on_upload_end,
+                        .on_close = tp_on_upload_close};
+    fa_h3_handler wait = {.on_request = tp_on_wait, .on_close = tp_on_wait_close};
+    fa_h3_handler who = {.on_request = tp_on_whoami};
+    int rv;
+
+    memset(t, 0, sizeof(*t));
+    memset(&tp_last, 0, sizeof(tp_last));
+    rv = fa_h3_server_new(&t->srv, cfg, &err);
+    if (rv != 0) {
+        fprintf(stderr, "test: server: %s\n", fa_error_msg(&err, rv));
+        return rv;
+    }
+    fa_h3_server_route(t->srv, "GET", "/gen/", &gen, NULL);
+    fa_h3_server_route(t->srv, "POST", "/upload", &up, NULL);
+    fa_h3_server_route(t->srv, "POST", "/hold", &up, (void *)1);
+    fa_h3_server_route(t->srv, "GET", "/wait", &wait, NULL);
+    fa_h3_server_route(t->srv, "GET", "/whoami", &who, NULL);
+    t->port = fa_h3_server_port(t->srv);
+    snprintf(t->server_addr, sizeof(t->server_addr), "127.0.0.1:%d", t->port);
+    if (pthread_create(&t->th, NULL, tp_server_thread, t) != 0) {
+        fa_h3_server_del(t->srv);
+        return -1;
+    }
+    return 0;
+}
+
+static inline void tp_server_stop(tp_server *t)
+{
+    if (!t->srv)
+        return;
+    fa_h3_server_stop(t->srv);
+    pthread_join(t->th, NULL);
+    fa_h3_server_del(t->srv);
+    t->srv = NULL;
+}
+
+/* A client of region `who` ("eu-west", or a test/ certificate base name). */
+static inline void tp_client_config(fa_h3_client_config *cfg, const tp_server *t, const char *cert,
+                             const char *key)
+{
+    fa_h3_client_config_default(cfg);
+    cfg->server = t->server_addr;
+    cfg->server_name = "localhost";
+    cfg->ca_file = tp_path("ca.crt");
+    cfg->cert_file = cert ? tp_path(cert) : NULL;
+    cfg->key_file = key ? tp_path(key) : NULL;
+    cfg->connect_attempts = 1;
+    cfg->connect_timeout_ms = 5000;
+}
+
+#endif
