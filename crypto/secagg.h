@@ -1,0 +1,406 @@
+/* secagg.h - secure aggregation: the aggregator learns only the sum of the
+ * regions' updates (DESIGN 4.1, 7).
+ *
+ * Protocol: Bonawitz et al., "Practical Secure Aggregation for Privacy-
+ * Preserving Machine Learning", CCS 2017, Figure 4 (the variant secure against
+ * an active server: signed key advertisements and the consistency check),
+ * optionally with the SecAgg+ neighbour graph of Bell et al., "Secure
+ * Single-Server Aggregation with (Poly)Logarithmic Overhead", CCS 2020.
+ *
+ *   round 0  AdvertiseKeys      client -> server -> PeerList (U1)
+ *   round 1  ShareKeys          client -> server -> SharesForYou (U2)
+ *   round 2  masked upload      client -> server (bit-packed stream) -> SurvivorList (U3)
+ *   round 3  ConsistencyCheck   SignedSurvivors -> server -> SurvivorSignatures (U4)
+ *   round 4  Unmasking          UnmaskShares -> server (U5) -> the sum
+ *
+ * Both ends are sans-I/O state machines: they take the protobuf messages of
+ * proto/secagg.proto as packed bytes plus a timestamp, and return packed bytes.
+ * Randomness comes from an injectable source.  Nothing here reads a clock,
+ * a file or a socket, and nothing is logged.  The caller decides when a
+ * phase's deadline has passed (fa_secagg_server_close).  Neither object is
+ * thread-safe: serialise the calls on one object.
+ *
+ * Every function returns 0 or a negative FA_ERR_* code (common/fa_err.h) and,
+ * when `err` is not NULL, fills it with a message naming what was wrong and
+ * where (client id, round, attempt, field).  A refused message or call leaves
+ * the state exactly as it was.
+ *
+ * Arithmetic: inputs are vectors of `vector_len` elements of the ring
+ * Z_{2^k}, k = ring_bits <= 32.  Masks are AES-128-CTR keystream (OpenSSL EVP)
+ * added into the running vector block by block; a whole mask vector never
+ * exists in memory.  Float inputs go through the fixed-point codec below:
+ * clip, scale, unbiased stochastic rounding to b bits, and the region's weight
+ * w as one extra coordinate (the client sends w*x and w; the server divides).
+ *
+ * Secrets (X25519 private keys, the self-mask seed b_u, Shamir shares, the
+ * identity key) live in sodium_malloc'ed memory and are wiped when freed.
+ * Limits: at most 255 clients per round (shares are over GF(2^8)).
+ */
+#ifndef FA_SECAGG_H
+#define FA_SECAGG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+
+#define FA_SECAGG_MAX_CLIENTS 255
+#define FA_SECAGG_MAX_ID_LEN 63      /* bytes of a client id, [a-z0-9-] recommended */
+#define FA_SECAGG_IDENTITY_PK_BYTES 32 /* Ed25519 public key */
+#define FA_SECAGG_IDENTITY_SK_BYTES 32 /* Ed25519 seed (see crypto/identity.h) */
+#define FA_SECAGG_SHA256_BYTES 32
+#define FA_SECAGG_SIGNATURE_BYTES 64
+
+/* config.proto ClipMode */
+enum fa_secagg_clip {
+    FA_SECAGG_CLIP_L2 = 0,         /* scale the whole delta down to clip_l2_norm */
+    FA_SECAGG_CLIP_COORDINATE = 1, /* clamp each coordinate to [-clip_value, clip_value] */
+    FA_SECAGG_CLIP_BOTH = 2,       /* L2 first, then per coordinate */
+};
+
+/* Fixed-point codec of float inputs.  The quantiser covers [-clip_value,
+ * clip_value] with 2^(bits-1)-1 steps each side; values beyond it are
+ * saturated after the L2 clip (so in CLIP_L2 mode clip_value is still the
+ * quantiser's range).  The weight coordinate covers [0, 1] with the same
+ * number of steps, so it needs no extra ring bits. */
+typedef struct fa_secagg_quant {
+    uint32_t bits;        /* b, 2..24 */
+    int clip_mode;        /* enum fa_secagg_clip */
+    double clip_l2_norm;  /* > 0 for CLIP_L2 and CLIP_BOTH */
+    double clip_value;    /* > 0 */
+} fa_secagg_quant;
+
+/* Parameters of one round attempt; client and server must agree on all of
+ * them (the client checks the server's PeerList against its own). */
+typedef struct fa_secagg_config {
+    const char *federation_id; /* domain separation of every key and signature; copied */
+    uint64_t round;
+    uint32_t attempt;          /* fresh keys and seeds for every attempt */
+    uint32_t threshold;        /* t: fewest clients at every phase; Shamir threshold */
+    uint32_t neighbours;       /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
+    uint64_t vector_len;       /* ring coordinates of one upload: num_params + 1 (weight) */
+    uint32_t ring_bits;        /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
+    fa_secagg_quant quant;     /* for float inputs and fa_secagg_server_result_f32 */
+    uint32_t max_uploads_in_flight; /* server: concurrent masked uploads, 0 = 4 (see below) */
+} fa_secagg_config;
+
+/* One member of the federation: its client id and long-term Ed25519 identity
+ * public key (config.proto Region.identity_public_key, decoded). */
+typedef struct fa_secagg_member {
+    const char *id;
+    uint8_t identity_pk[FA_SECAGG_IDENTITY_PK_BYTES];
+} fa_secagg_member;
+
+/* Injectable randomness: fill(ctx, buf, len) writes len random bytes and
+ * returns 0 (or a negative FA_ERR_* code).  A NULL fill means libsodium's
+ * randombytes_buf.  Tests pass a seeded generator to replay a round. */
+typedef struct fa_secagg_rng {
+    int (*fill)(void *ctx, void *buf, size_t len);
+    void *ctx;
+} fa_secagg_rng;
+
+/* ----------------------------------------------------------------------------
+ * Ring and codec helpers
+ * ------------------------------------------------------------------------- */
+
+/* k = b + ceil(log2 n): the ring bits that let the sum of n clients' b-bit
+ * quantised inputs (and weights) be decoded without wrap-around.  Returns 0
+ * when that exceeds 32 or an argument is 0. */
+uint32_t fa_secagg_ring_bits_for(uint32_t quant_bits, uint32_t n_clients);
+
+/* Bytes of one bit-packed masked upload: ceil(vector_len * ring_bits / 8). */
+uint64_t fa_secagg_masked_bytes(uint64_t vector_len, uint32_t ring_bits);
+
+/* Checks a configuration (ranges, threshold, neighbours, codec); fills err
+ * with the field at fault.  Returns 0 or FA_ERR_INVAL. */
+int fa_secagg_config_check(const fa_secagg_config *cfg, fa_error *err);
+
+/* The signed upload commitment of the audit log (audit.proto
+ * RegionCommitment): verifies `signature` by `identity_pk` over
+ * (federation, round, attempt, client_id, upload_sha256).  Returns 0 or
+ * FA_ERR_VERIFY. */
+int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint32_t attempt,
+                                const char *client_id,
+                                const uint8_t upload_sha256[FA_SECAGG_SHA256_BYTES],
+                                const uint8_t signature[FA_SECAGG_SIGNATURE_BYTES],
+                                const uint8_t identity_pk[FA_SECAGG_IDENTITY_PK_BYTES]);
+
+/* ----------------------------------------------------------------------------
+ * Client (one region's worker, one round attempt)
+ *
+ *   fa_secagg_client_new            fresh X25519 keys and self-mask seed
+ *   fa_secagg_client_advertise      -> AdvertiseKeys                (round 0)
+ *   fa_secagg_client_peer_list      <- PeerList
+ *   fa_secagg_client_share_keys     -> ShareKeys                    (round 1)
+ *   fa_secagg_client_shares         <- SharesForYou
+ *   fa_secagg_client_set_input_*    the update (before or after the above)
+ *   fa_secagg_client_masked_next    -> masked stream, chunk by chunk (round 2)
+ *   fa_secagg_client_survivors      <- SurvivorList -> SignedSurvivors  (round 3)
+ *   fa_secagg_client_signatures     <- SurvivorSignatures -> UnmaskShares (round 4)
+ *
+ * Output buffers (`uint8_t **out, size_t *out_len`) are malloc'ed; the caller
+ * frees them with free().  Producing a message again (a retried request)
+ * returns the same bytes.
+ * ------------------------------------------------------------------------- */
+typedef struct fa_secagg_client fa_secagg_client;
+
+/* Creates the client `client_id` of the round attempt cfg->round/attempt.
+ * identity_sk is the client's Ed25519 secret seed (copied into secure
+ * memory); members/n_members the federation (must include client_id with the
+ * public key matching identity_sk; copied).  rng may be NULL (libsodium).
+ * Draws the two X25519 key pairs, the self-mask seed b_u and the stochastic
+ * rounding seed: every attempt gets a new client and so new secrets.
+ * Returns 0, FA_ERR_INVAL (bad config, unknown id, key mismatch),
+ * FA_ERR_NOMEM or FA_ERR_CRYPTO. */
+int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
+                         const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],
+                         const char *client_id, const fa_secagg_member *members,
+                         size_t n_members, const fa_secagg_rng *rng, fa_error *err);
+
+/* Wipes every secret and frees the client.  NULL is a no-op. */
+void fa_secagg_client_del(fa_secagg_client *c);
+
+/* Round 0: the signed AdvertiseKeys message.  Returns 0 or FA_ERR_NOMEM. */
+int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_len,
+                               fa_error *err);
+
+/* Round 0 result: the PeerList U1.  Checks round and attempt (FA_ERR_REPLAY),
+ * threshold, neighbours, ring bits and vector length against the client's
+ * config (FA_ERR_PROTOCOL), that the list is sorted, unique, made of
+ * federation members only, includes this client's own advertisement
+ * unchanged, has distinct keys, every signature verifies (FA_ERR_VERIFY),
+ * and |U1| >= t (FA_ERR_THRESHOLD).  FA_ERR_PARSE for undecodable bytes,
+ * FA_ERR_STATE when called twice or out of order. */
+int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len,
+                               uint64_t now_ms, fa_error *err);
+
+/* Round 1: t-of-n Shamir shares of b_u and s_sk_u, one XChaCha20-Poly1305
+ * ciphertext per peer (per neighbour with SecAgg+), as ShareKeys.
+ * Returns 0, FA_ERR_STATE (no PeerList yet), FA_ERR_CRYPTO or FA_ERR_NOMEM. */
+int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_len,
+                                fa_error *err);
+
+/* Round 1 result: the SharesForYou from U2.  Decrypts and checks every
+ * ciphertext (FA_ERR_VERIFY), refuses senders outside U1 or not neighbours,
+ * duplicates, wrong lengths (FA_ERR_PROTOCOL), and fewer than t clients
+ * (FA_ERR_THRESHOLD). */
+int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
+                            uint64_t now_ms, fa_error *err);
+
+/* The update as floats: x[0..d) with d = vector_len - 1, and the region's
+ * weight w in [0, 1].  The client encodes w * clip(x) and w with the codec of
+ * cfg->quant.  x is borrowed: it must stay valid and unchanged until the
+ * masked stream is complete.  Returns 0, FA_ERR_INVAL (wrong length,
+ * non-finite value: the index is named) or FA_ERR_STATE (see below). */
+int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d,
+                                   double weight, fa_error *err);
+
+/* The update already quantised: vector_len ring elements (only their low
+ * ring_bits bits count), the weight coordinate included where the caller
+ * wants one.  Borrowed like x above. */
+int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size_t n,
+                                    fa_error *err);
+
+/* The masked upload y_u = x_u + PRG(b_u) + sum_v +-PRG(s_uv) (round 2),
+ * bit-packed: writes up to cap bytes to out and their number to *n; *n == 0
+ * means the stream is complete.  Needs the SharesForYou and an input
+ * (FA_ERR_STATE).  The stream is a deterministic function of the input and
+ * of this attempt's secrets, so fa_secagg_client_masked_rewind() produces
+ * exactly the same bytes again (for an upload that broke off). */
+int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, size_t *n,
+                                 fa_error *err);
+
+/* Restarts the masked stream at byte 0. */
+int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err);
+
+/* Total bytes of the masked stream. */
+uint64_t fa_secagg_client_masked_bytes(const fa_secagg_client *c);
+
+/* SHA-256 of the complete masked stream (what the commitment signs).
+ * Returns 0 or FA_ERR_STATE until the stream was produced to its end. */
+int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
+                                   uint8_t sha256[FA_SECAGG_SHA256_BYTES]);
+
+/* Round 2 result -> round 3: consumes the SurvivorList U3 and returns
+ * SignedSurvivors: the signature over U3 and the signed commitment to the
+ * masked upload.  Refuses U3 with fewer than t clients (FA_ERR_THRESHOLD),
+ * one without this client, or with clients outside U2 (FA_ERR_PROTOCOL), and
+ * a different U3 than an earlier call (FA_ERR_PROTOCOL).  FA_ERR_STATE
+ * before the whole masked stream was produced. */
+int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len,
+                               uint64_t now_ms, uint8_t **out, size_t *out_len, fa_error *err);
+
+/* Round 3 result -> round 4: consumes the SurvivorSignatures of U4 (every
+ * signature must verify over this client's U3: FA_ERR_VERIFY; |U4| >= t:
+ * FA_ERR_THRESHOLD) and returns UnmaskShares: the shares of b_v for v in U3
+ * and of s_sk_v for v in U2 \ U3, never both for one v. */
+int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t len,
+                                uint64_t now_ms, uint8_t **out, size_t *out_len, fa_error *err);
+
+/* Crash recovery.  fa_secagg_client_save serialises the whole client (keys,
+ * seeds, shares received, peer list, survivor set, the input's SHA-256 and
+ * codec scale) sealed with XChaCha20-Poly1305 under a key derived from the
+ * identity secret key, so the blob may be written to the worker's state_dir
+ * as is; it is useless without the identity key.  fa_secagg_client_restore
+ * needs the same identity key, members and rng as fa_secagg_client_new.
+ *
+ * The rule that keeps a restarted worker from masking a different input
+ * under the same masks: once an input is set, its SHA-256 is part of the
+ * state, and after a restore fa_secagg_client_set_input_* refuses any other
+ * input with FA_ERR_STATE ("abandon this attempt").  Save after setting the
+ * input and before sending the first masked byte.  The input itself is not
+ * saved (the caller keeps it, e.g. as a file in state_dir). */
+int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len,
+                          fa_error *err);
+int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t len,
+                             const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],
+                             const fa_secagg_member *members, size_t n_members,
+                             const fa_secagg_rng *rng, fa_error *err);
+
+/* ----------------------------------------------------------------------------
+ * Server (the aggregator, one round attempt)
+ *
+ * Each fa_secagg_server_<message> takes the client id that mTLS
+ * authenticated (`auth_id`) and refuses a message naming another client
+ * (FA_ERR_AUTH), a client outside the federation (FA_ERR_AUTH), a duplicate
+ * (FA_ERR_EXISTS), another round or attempt (FA_ERR_REPLAY), a message for
+ * another phase (FA_ERR_STATE), bad sizes or contents (FA_ERR_PROTOCOL,
+ * FA_ERR_PARSE) and bad signatures (FA_ERR_VERIFY).  The caller closes each
+ * phase with fa_secagg_server_close() when its deadline passed or every
+ * expected client answered (fa_secagg_server_status); closing with fewer than
+ * t clients is refused with FA_ERR_THRESHOLD and changes nothing, after which
+ * the caller may wait longer or abandon the attempt.
+ * ------------------------------------------------------------------------- */
+typedef struct fa_secagg_server fa_secagg_server;
+
+enum fa_secagg_phase {
+    FA_SECAGG_ADVERTISE = 0,   /* collecting AdvertiseKeys */
+    FA_SECAGG_SHARES = 1,      /* collecting ShareKeys */
+    FA_SECAGG_MASKED = 2,      /* collecting masked uploads */
+    FA_SECAGG_CONSISTENCY = 3, /* collecting SignedSurvivors */
+    FA_SECAGG_UNMASK = 4,      /* collecting UnmaskShares */
+    FA_SECAGG_DONE = 5,        /* the sum is available */
+    FA_SECAGG_FAILED = 6,      /* an internal failure (out of memory) spoilt the sum */
+};
+
+/* Creates the server of one round attempt.  members are the federation's
+ * regions (copied).  Allocates the O(vector_len) running sum.
+ * Returns 0, FA_ERR_INVAL or FA_ERR_NOMEM. */
+int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
+                         const fa_secagg_member *members, size_t n_members, fa_error *err);
+void fa_secagg_server_del(fa_secagg_server *s);
+
+typedef struct fa_secagg_server_status {
+    int phase;               /* enum fa_secagg_phase */
+    uint32_t expected;       /* clients that may still answer in this phase */
+    uint32_t received;       /* clients that answered (uploads completed) */
+    uint32_t in_flight;      /* masked uploads begun and not ended */
+    uint64_t phase_opened_ms;/* timestamp of the call that opened the phase */
+} fa_secagg_server_status;
+
+void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_status *st);
+
+/* Round 0: an AdvertiseKeys. */
+int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                               size_t len, uint64_t now_ms, fa_error *err);
+/* Round 1: a ShareKeys: exactly one ciphertext of the right size for each
+ * other client of U1 (each neighbour with SecAgg+), and nobody else. */
+int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                                size_t len, uint64_t now_ms, fa_error *err);
+
+/* Round 2, streamed.  begin: the client must be in U2 with no upload in flight
+ * or done; FA_ERR_AGAIN when max_uploads_in_flight uploads are in flight
+ * (hold the stream under flow control and retry after an end or abort).
+ * chunk: any split of the bytes; more bytes than the upload has is refused
+ * (FA_ERR_TOOBIG).  end: refuses a short stream or nonzero padding bits
+ * (FA_ERR_PROTOCOL; then abort).  abort: removes the partial upload from the
+ * sum exactly, after which the client may begin again before the phase closes.
+ *
+ * Why the sum stays exact in O(d): chunks are added into the one running sum
+ * as they arrive, and each upload in flight keeps a journal of the packed
+ * bytes it added (k/8 bytes per coordinate).  An abort subtracts the journal
+ * again; an end drops it.  The received prefix carries the client's input
+ * under its self mask, which nobody but the client can recompute, so exact
+ * removal needs those bytes: the journals are bounded by
+ * max_uploads_in_flight, not by the number of clients, so memory is
+ * 4*vector_len + max_uploads_in_flight * masked_bytes (at most). */
+int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
+                                  fa_error *err);
+int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, const uint8_t *data,
+                                  size_t len, uint64_t now_ms, fa_error *err);
+int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
+                                fa_error *err);
+int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
+                                  fa_error *err);
+
+/* Round 3: a SignedSurvivors: its signature over U3 and its upload
+ * commitment (the SHA-256 must equal that of the bytes received). */
+int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                                 size_t len, uint64_t now_ms, fa_error *err);
+/* Round 4: an UnmaskShares: one b share for every survivor and one s_sk share
+ * for every dropout of U2 (within the sender's neighbourhood), nothing else. */
+int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                            size_t len, uint64_t now_ms, fa_error *err);
+
+/* Closes the current phase: fixes U1 (advertise), U2 (shares), U3 (masked:
+ * uploads still in flight are aborted and removed), U4 (consistency), or U5
+ * (unmask: reconstructs b_u of every survivor and s_sk_v of every dropout,
+ * checks them against their commitments and public keys, removes the masks
+ * from the sum).  FA_ERR_THRESHOLD (unchanged) when fewer than t clients
+ * answered or a secret has fewer than t shares; FA_ERR_VERIFY when a
+ * reconstructed secret does not match (a client sent a bad share). */
+int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err);
+
+/* Messages the server sends (after the phase that makes them closed):
+ * PeerList (after advertise), SharesForYou for one client of U2 (after
+ * shares), SurvivorList (after masked), SurvivorSignatures (after
+ * consistency).  FA_ERR_STATE before; FA_ERR_NOTFOUND for a client not in the
+ * set the message is for. */
+int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                               fa_error *err);
+int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id, uint8_t **out,
+                                size_t *out_len, fa_error *err);
+int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                                   fa_error *err);
+int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **out,
+                                         size_t *out_len, fa_error *err);
+
+/* The result (phase DONE).  result_ring: the vector_len ring elements of the
+ * sum of the survivors' inputs, mod 2^k.  result_f32: decodes that sum with
+ * cfg->quant: out[i] = (sum of w_u * x_u[i]) / (sum of w_u) for the d =
+ * vector_len - 1 float coordinates; *weight_sum (may be NULL) receives the
+ * decoded sum of the weights.  FA_ERR_RANGE when the weights sum to zero. */
+int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n,
+                                 fa_error *err);
+int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d,
+                                double *weight_sum, fa_error *err);
+
+/* The participants: clients of U3 (inputs in the sum) and the dropouts
+ * (advertised, i.e. in U1, but not in U3), both sorted.  Valid from phase
+ * CONSISTENCY on.  Pointers into s, valid until it changes. */
+size_t fa_secagg_server_survivor_count(const fa_secagg_server *s);
+const char *fa_secagg_server_survivor(const fa_secagg_server *s, size_t i);
+size_t fa_secagg_server_dropout_count(const fa_secagg_server *s);
+const char *fa_secagg_server_dropout(const fa_secagg_server *s, size_t i);
+
+/* Upload commitment of survivor i (same order as fa_secagg_server_survivor):
+ * the SHA-256 of the bytes the server received, and the client's signature
+ * over it if the client sent its SignedSurvivors (*signed_ = 1), else
+ * *signed_ = 0 and the signature is zeros. */
+int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char **client_id,
+                                uint8_t sha256[FA_SECAGG_SHA256_BYTES],
+                                uint8_t signature[FA_SECAGG_SIGNATURE_BYTES], int *signed_);
+
+/* Crash recovery of the aggregator: the whole server as bytes (the running
+ * sum included, so O(vector_len)), at any point with no upload in flight
+ * (FA_ERR_STATE otherwise), e.g. at every phase close.  It holds no client
+ * secret beyond the shares revealed in round 4, which exist to be combined.
+ * fa_secagg_server_restore checks the blob (FA_ERR_CORRUPT) and the config
+ * and members it was made with (FA_ERR_INVAL on a mismatch). */
+int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                          fa_error *err);
+int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t len,
+                             const fa_secagg_config *cfg, const fa_secagg_member *members,
+                             size_t n_members, fa_error *err);
+
+#endif

@@ -1,0 +1,1450 @@
+/* The server side of secure aggregation (Bonawitz et al., CCS 2017, Figure 4,
+ * "Server" column), as a sans-I/O state machine.  See crypto/secagg.h. */
+#include "crypto/secagg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+#include <sodium.h>
+
+#include "crypto/identity.h"
+#include "crypto/kdf.h"
+#include "crypto/mask_prg.h"
+#include "crypto/ring.h"
+#include "crypto/secagg_internal.h"
+#include "crypto/shamir.h"
+#include "crypto/wire.h"
+#include "secagg.pb-c.h"
+
+/* What a client has sent.  Once a phase is closed its flag is frozen, so the
+ * flag then also means membership: U1 = ADV, U2 = SHARES, U3 = UPLOADED,
+ * U4 = SIGNED, U5 = UNMASKED. */
+enum {
+    CF_ADV = 1,
+    CF_SHARES = 2,
+    CF_UPLOADED = 4,
+    CF_SIGNED = 8,
+    CF_UNMASKED = 16,
+};
+
+enum { REV_NONE = 0, REV_B = 1, REV_S = 2 };
+
+struct srv_client {
+    uint32_t flags;
+    int slot; /* upload in flight, or -1 */
+    int u1;   /* index in U1, or -1 */
+    fa_sa_peer adv;
+    uint8_t upload_sha[32];
+    uint8_t upload_sig[64];
+    uint8_t surv_sig[64];
+};
+
+/* One masked upload in flight: its bytes go into the sum as they arrive, and
+ * into the journal, from which an abort subtracts them again. */
+struct upload_slot {
+    int client;            /* roster index, -1 when free */
+    uint64_t bytes;        /* received so far */
+    uint64_t coords;       /* coordinates added to the sum (a multiple of 8) */
+    uint8_t carry[32];     /* bytes of a group not complete yet */
+    size_t carry_len;
+    EVP_MD_CTX *sha;
+    uint8_t *journal;      /* masked_bytes, allocated on first use, reused */
+};
+
+struct fa_secagg_server {
+    fa_sa_cfg cfg;
+    fa_sa_roster roster;
+    int phase;
+    uint64_t phase_opened_ms;
+    struct srv_client *cl; /* roster.n */
+    size_t n1;
+    int u1[FA_SECAGG_MAX_CLIENTS]; /* U1 index -> roster index (sorted by id) */
+    fa_sa_graph graph;
+    uint8_t *ct;       /* [from][to] of U1: FA_SA_SHARE_CT bytes each */
+    uint8_t *ct_have;  /* [from][to] */
+    uint8_t *rev;      /* [sender][owner] of U1: revealed shares, 32 bytes each */
+    uint8_t *rev_kind; /* [sender][owner]: REV_* */
+    uint32_t *sum;     /* vector_len: the running sum, then the result */
+    uint64_t masked_bytes;
+    struct upload_slot *slots;
+    uint32_t in_flight;
+    /* U3 and the dropouts (U1 \ U3) as roster indices, from CONSISTENCY on */
+    size_t n3, ndrop;
+    int surv[FA_SECAGG_MAX_CLIENTS], drop[FA_SECAGG_MAX_CLIENTS];
+};
+
+static const char *phase_name(int phase)
+{
+    static const char *names[] = {"advertise", "shares", "masked", "consistency",
+                                  "unmask",    "done",   "failed"};
+    return phase >= 0 && phase <= FA_SECAGG_FAILED ? names[phase] : "?";
+}
+
+static int u1_member(const fa_secagg_server *s, int r)
+{
+    return s->phase > FA_SECAGG_ADVERTISE && (s->cl[r].flags & CF_ADV);
+}
+static int u2_member(const fa_secagg_server *s, int r)
+{
+    return s->phase > FA_SECAGG_SHARES && (s->cl[r].flags & CF_SHARES);
+}
+static int u3_member(const fa_secagg_server *s, int r)
+{
+    return s->phase > FA_SECAGG_MASKED && (s->cl[r].flags & CF_UPLOADED);
+}
+static int u4_member(const fa_secagg_server *s, int r)
+{
+    return s->phase > FA_SECAGG_CONSISTENCY && (s->cl[r].flags & CF_SIGNED);
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+static void free_tables(fa_secagg_server *s)
+{
+    free(s->ct);
+    free(s->ct_have);
+    if (s->rev)
+        sodium_memzero(s->rev, s->n1 * s->n1 * 32);
+    free(s->rev);
+    free(s->rev_kind);
+    s->ct = s->ct_have = s->rev = s->rev_kind = NULL;
+}
+
+static int alloc_tables(fa_secagg_server *s)
+{
+    size_t n = s->n1;
+    s->ct = calloc(n * n, FA_SA_SHARE_CT);
+    s->ct_have = calloc(n * n, 1);
+    s->rev = calloc(n * n, 32);
+    s->rev_kind = calloc(n * n, 1);
+    if (!s->ct || !s->ct_have || !s->rev || !s->rev_kind) {
+        free_tables(s);
+        return FA_ERR_NOMEM;
+    }
+    return 0;
+}
+
+static void slot_reset(struct upload_slot *sl)
+{
+    sl->client = -1;
+    sl->bytes = sl->coords = 0;
+    sl->carry_len = 0;
+    if (sl->sha)
+        EVP_MD_CTX_reset(sl->sha);
+}
+
+void fa_secagg_server_del(fa_secagg_server *s)
+{
+    if (!s)
+        return;
+    if (s->slots) {
+        for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
+            EVP_MD_CTX_free(s->slots[i].sha);
+            free(s->slots[i].journal);
+        }
+        free(s->slots);
+    }
+    free_tables(s);
+    free(s->sum);
+    free(s->cl);
+    fa_sa_roster_free(&s->roster);
+    free(s);
+}
+
+static int server_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                        const fa_secagg_member *members, size_t n_members, fa_error *err)
+{
+    fa_secagg_server *s;
+    int rc;
+
+    *out = NULL;
+    if (sodium_init() < 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "secagg server: libsodium failed to initialise");
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return fa_errorf(err, FA_ERR_NOMEM, "secagg server: out of memory");
+    rc = fa_sa_cfg_init(&s->cfg, cfg, err);
+    if (rc == 0)
+        rc = fa_sa_roster_init(&s->roster, members, n_members, err);
+    if (rc != 0) {
+        fa_secagg_server_del(s);
+        return rc;
+    }
+    s->masked_bytes = fa_secagg_masked_bytes(s->cfg.c.vector_len, s->cfg.c.ring_bits);
+    s->cl = calloc(s->roster.n, sizeof(*s->cl));
+    s->sum = calloc((size_t)s->cfg.c.vector_len, sizeof(uint32_t));
+    s->slots = calloc(s->cfg.c.max_uploads_in_flight, sizeof(*s->slots));
+    if (!s->cl || !s->sum || !s->slots) {
+        fa_secagg_server_del(s);
+        return fa_errorf(err, FA_ERR_NOMEM,
+                         "secagg server: out of memory for the running sum (%llu coordinates)",
+                         (unsigned long long)cfg->vector_len);
+    }
+    for (size_t i = 0; i < s->roster.n; i++) {
+        s->cl[i].slot = -1;
+        s->cl[i].u1 = -1;
+    }
+    for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++)
+        s->slots[i].client = -1;
+    *out = s;
+    return 0;
+}
+
+int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
+                         const fa_secagg_member *members, size_t n_members, fa_error *err)
+{
+    int rc = server_alloc(out, cfg, members, n_members, err);
+    if (rc == 0)
+        (*out)->phase = FA_SECAGG_ADVERTISE;
+    return rc;
+}
+
+void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_status *st)
+{
+    uint32_t flag = 0, prev = 0;
+    memset(st, 0, sizeof(*st));
+    st->phase = s->phase;
+    st->phase_opened_ms = s->phase_opened_ms;
+    st->in_flight = s->in_flight;
+    switch (s->phase) {
+    case FA_SECAGG_ADVERTISE: flag = CF_ADV; break;
+    case FA_SECAGG_SHARES: flag = CF_SHARES; prev = CF_ADV; break;
+    case FA_SECAGG_MASKED: flag = CF_UPLOADED; prev = CF_SHARES; break;
+    case FA_SECAGG_CONSISTENCY: flag = CF_SIGNED; prev = CF_UPLOADED; break;
+    case FA_SECAGG_UNMASK: flag = CF_UNMASKED; prev = CF_SIGNED; break;
+    default: return;
+    }
+    for (size_t i = 0; i < s->roster.n; i++) {
+        if (!prev || (s->cl[i].flags & prev))
+            st->expected++;
+        if (s->cl[i].flags & flag)
+            st->received++;
+    }
+    st->expected -= st->received;
+}
+
+/* ---- common checks -------------------------------------------------------- */
+
+/* The sender of a message: the authenticated id must name a member and match
+ * the id in the message. */
+static int check_sender(const fa_secagg_server *s, const char *auth_id, const char *msg_id,
+                        const char *what, int *r, fa_error *err)
+{
+    if (!auth_id || (*r = fa_sa_roster_find(&s->roster, auth_id)) < 0)
+        return fa_errorf(err, FA_ERR_AUTH, "%s: '%s' is not a member of federation '%s'", what,
+                         auth_id ? auth_id : "(none)", s->cfg.fed);
+    if (msg_id && strcmp(msg_id, auth_id) != 0)
+        return fa_errorf(err, FA_ERR_AUTH,
+                         "%s: message names client '%s' but the connection is authenticated as "
+                         "'%s'",
+                         what, msg_id, auth_id);
+    return 0;
+}
+
+static int check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
+                       const char *what, const char *who, fa_error *err)
+{
+    if (round != s->cfg.c.round || attempt != s->cfg.c.attempt)
+        return fa_errorf(err, FA_ERR_REPLAY,
+                         "%s from '%s': for round %llu attempt %u, but this is round %llu "
+                         "attempt %u",
+                         what, who, (unsigned long long)round, attempt,
+                         (unsigned long long)s->cfg.c.round, s->cfg.c.attempt);
+    return 0;
+}
+
+static int check_phase(const fa_secagg_server *s, int phase, const char *what, fa_error *err)
+{
+    if (s->phase != phase)
+        return fa_errorf(err, FA_ERR_STATE, "%s: the %s phase is not open (phase is %s)", what,
+                         phase_name(phase), phase_name(s->phase));
+    return 0;
+}
+
+/* ---- round 0: AdvertiseKeys ------------------------------------------------ */
+
+int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                               size_t len, uint64_t now_ms, fa_error *err)
+{
+    Fedagg__AdvertiseKeys *m = NULL;
+    uint8_t *signed_msg = NULL;
+    size_t signed_len = 0;
+    fa_sa_peer p;
+    int r = -1, rc;
+
+    if ((rc = check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
+        return rc;
+    m = fedagg__advertise_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    if (!m)
+        return fa_errorf(err, FA_ERR_PARSE, "AdvertiseKeys from '%s': not a valid protobuf message",
+                         auth_id ? auth_id : "?");
+    if ((rc = check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) != 0 ||
+        (rc = check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id, err)) != 0)
+        goto out;
+    if (s->cl[r].flags & CF_ADV) {
+        rc = fa_errorf(err, FA_ERR_EXISTS, "AdvertiseKeys from '%s': already received", auth_id);
+        goto out;
+    }
+    if (m->c_pk.len != 32 || m->s_pk.len != 32 || m->self_mask_commitment.len != 32 ||
+        m->signature.len != 64) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "AdvertiseKeys from '%s': c_pk, s_pk, self_mask_commitment must be 32 "
+                       "bytes and signature 64 (got %zu, %zu, %zu, %zu)",
+                       auth_id, m->c_pk.len, m->s_pk.len, m->self_mask_commitment.len,
+                       m->signature.len);
+        goto out;
+    }
+    memset(&p, 0, sizeof(p));
+    snprintf(p.id, sizeof(p.id), "%s", auth_id);
+    memcpy(p.c_pk, m->c_pk.data, 32);
+    memcpy(p.s_pk, m->s_pk.data, 32);
+    memcpy(p.b_commit, m->self_mask_commitment.data, 32);
+    memcpy(p.sig, m->signature.data, 64);
+    if (sodium_memcmp(p.c_pk, p.s_pk, 32) == 0) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL, "AdvertiseKeys from '%s': c_pk equals s_pk", auth_id);
+        goto out;
+    }
+    for (size_t i = 0; i < s->roster.n; i++) {
+        const fa_sa_peer *q = &s->cl[i].adv;
+        if (!(s->cl[i].flags & CF_ADV))
+            continue;
+        if (!memcmp(q->c_pk, p.c_pk, 32) || !memcmp(q->s_pk, p.s_pk, 32) ||
+            !memcmp(q->c_pk, p.s_pk, 32) || !memcmp(q->s_pk, p.c_pk, 32)) {
+            rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                           "AdvertiseKeys from '%s': reuses a public key of '%s'", auth_id, q->id);
+            goto out;
+        }
+    }
+    if ((rc = fa_sa_msg_advertise(&s->cfg, &p, &signed_msg, &signed_len)) != 0) {
+        fa_errorf(err, rc, "AdvertiseKeys: out of memory");
+        goto out;
+    }
+    if (fa_identity_verify(s->roster.m[r].pk, signed_msg, signed_len, p.sig) != 0) {
+        rc = fa_errorf(err, FA_ERR_VERIFY,
+                       "AdvertiseKeys from '%s': the signature does not verify with the "
+                       "region's identity key",
+                       auth_id);
+        goto out;
+    }
+    s->cl[r].adv = p;
+    s->cl[r].flags |= CF_ADV;
+    if (s->phase_opened_ms == 0)
+        s->phase_opened_ms = now_ms;
+out:
+    free(signed_msg);
+    fedagg__advertise_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    return rc;
+}
+
+int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                               fa_error *err)
+{
+    Fedagg__PeerList pl = FEDAGG__PEER_LIST__INIT;
+    Fedagg__AdvertiseKeys *ads, **ptrs;
+    int rc;
+
+    if (s->phase <= FA_SECAGG_ADVERTISE || s->phase == FA_SECAGG_FAILED)
+        return fa_errorf(err, FA_ERR_STATE, "PeerList: the advertise phase is not closed");
+    ads = calloc(s->n1, sizeof(*ads));
+    ptrs = calloc(s->n1, sizeof(*ptrs));
+    if (!ads || !ptrs) {
+        free(ads);
+        free(ptrs);
+        return fa_errorf(err, FA_ERR_NOMEM, "PeerList: out of memory");
+    }
+    for (size_t i = 0; i < s->n1; i++) {
+        const fa_sa_peer *p = &s->cl[s->u1[i]].adv;
+        Fedagg__AdvertiseKeys init = FEDAGG__ADVERTISE_KEYS__INIT;
+        ads[i] = init;
+        ads[i].round = s->cfg.c.round;
+        ads[i].attempt = s->cfg.c.attempt;
+        ads[i].client_id = (char *)p->id;
+        ads[i].c_pk.data = (uint8_t *)p->c_pk;
+        ads[i].c_pk.len = 32;
+        ads[i].s_pk.data = (uint8_t *)p->s_pk;
+        ads[i].s_pk.len = 32;
+        ads[i].signature.data = (uint8_t *)p->sig;
+        ads[i].signature.len = 64;
+        ads[i].self_mask_commitment.data = (uint8_t *)p->b_commit;
+        ads[i].self_mask_commitment.len = 32;
+        ptrs[i] = &ads[i];
+    }
+    pl.round = s->cfg.c.round;
+    pl.attempt = s->cfg.c.attempt;
+    pl.threshold = s->cfg.c.threshold;
+    pl.neighbours = s->cfg.c.neighbours;
+    pl.ring_bits = s->cfg.c.ring_bits;
+    pl.vector_len = s->cfg.c.vector_len;
+    pl.n_peers = s->n1;
+    pl.peers = ptrs;
+    rc = fa_sa_pack(&pl.base, out, out_len);
+    free(ads);
+    free(ptrs);
+    return rc == 0 ? 0 : fa_errorf(err, rc, "PeerList: out of memory");
+}
+
+/* ---- round 1: ShareKeys ---------------------------------------------------- */
+
+int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                                size_t len, uint64_t now_ms, fa_error *err)
+{
+    Fedagg__ShareKeys *m = NULL;
+    uint8_t seen[FA_SECAGG_MAX_CLIENTS] = {0};
+    size_t expected = 0;
+    int r = -1, rc, from;
+
+    if ((rc = check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
+        return rc;
+    m = fedagg__share_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    if (!m)
+        return fa_errorf(err, FA_ERR_PARSE, "ShareKeys from '%s': not a valid protobuf message",
+                         auth_id ? auth_id : "?");
+    if ((rc = check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
+        (rc = check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) != 0)
+        goto out;
+    if (!u1_member(s, r)) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': not in this round's PeerList",
+                       auth_id);
+        goto out;
+    }
+    if (s->cl[r].flags & CF_SHARES) {
+        rc = fa_errorf(err, FA_ERR_EXISTS, "ShareKeys from '%s': already received", auth_id);
+        goto out;
+    }
+    from = s->cl[r].u1;
+    for (size_t v = 0; v < s->n1; v++)
+        expected += fa_sa_graph_adjacent(&s->graph, (size_t)from, v);
+    if (m->n_shares != expected) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "ShareKeys from '%s': %zu ciphertexts, expected one for each of the %zu "
+                       "other clients",
+                       auth_id, m->n_shares, expected);
+        goto out;
+    }
+    for (size_t i = 0; i < m->n_shares; i++) {
+        const Fedagg__EncryptedShare *e = m->shares[i];
+        int to = fa_sa_roster_find(&s->roster, e->to);
+        if (strcmp(e->from, auth_id) != 0) {
+            rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': share %zu is from '%s'",
+                           auth_id, i, e->from);
+            goto out;
+        }
+        if (to < 0 || !u1_member(s, to) ||
+            !fa_sa_graph_adjacent(&s->graph, (size_t)from, (size_t)s->cl[to].u1)) {
+            rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                           "ShareKeys from '%s': share %zu is for '%s', not one of its peers",
+                           auth_id, i, e->to);
+            goto out;
+        }
+        if (seen[s->cl[to].u1]++) {
+            rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': two shares for '%s'",
+                           auth_id, e->to);
+            goto out;
+        }
+        if (e->ciphertext.len != FA_SA_SHARE_CT) {
+            rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                           "ShareKeys from '%s': ciphertext for '%s' has %zu bytes, not %d",
+                           auth_id, e->to, e->ciphertext.len, FA_SA_SHARE_CT);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < m->n_shares; i++) {
+        const Fedagg__EncryptedShare *e = m->shares[i];
+        size_t to = (size_t)s->cl[fa_sa_roster_find(&s->roster, e->to)].u1;
+        size_t cell = (size_t)from * s->n1 + to;
+        memcpy(s->ct + cell * FA_SA_SHARE_CT, e->ciphertext.data, FA_SA_SHARE_CT);
+        s->ct_have[cell] = 1;
+    }
+    s->cl[r].flags |= CF_SHARES;
+out:
+    fedagg__share_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    return rc;
+}
+
+int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id, uint8_t **out,
+                                size_t *out_len, fa_error *err)
+{
+    Fedagg__SharesForYou sf = FEDAGG__SHARES_FOR_YOU__INIT;
+    Fedagg__EncryptedShare *es, **ptrs;
+    size_t n = 0, to;
+    int r = -1, rc;
+
+    if (s->phase <= FA_SECAGG_SHARES || s->phase == FA_SECAGG_FAILED)
+        return fa_errorf(err, FA_ERR_STATE, "SharesForYou: the shares phase is not closed");
+    r = client_id ? fa_sa_roster_find(&s->roster, client_id) : -1;
+    if (r < 0 || !u2_member(s, r))
+        return fa_errorf(err, FA_ERR_NOTFOUND,
+                         "SharesForYou: '%s' did not send its shares in round %llu attempt %u",
+                         client_id ? client_id : "(none)", (unsigned long long)s->cfg.c.round,
+                         s->cfg.c.attempt);
+    to = (size_t)s->cl[r].u1;
+    es = calloc(s->n1, sizeof(*es));
+    ptrs = calloc(s->n1, sizeof(*ptrs));
+    if (!es || !ptrs) {
+        free(es);
+        free(ptrs);
+        return fa_errorf(err, FA_ERR_NOMEM, "SharesForYou: out of memory");
+    }
+    for (size_t from = 0; from < s->n1; from++) {
+        size_t cell = from * s->n1 + to;
+        Fedagg__EncryptedShare init = FEDAGG__ENCRYPTED_SHARE__INIT;
+        if (!u2_member(s, s->u1[from]) || !s->ct_have[cell])
+            continue;
+        es[n] = init;
+        es[n].from = s->cl[s->u1[from]].adv.id;
+        es[n].to = s->cl[r].adv.id;
+        es[n].ciphertext.data = s->ct + cell * FA_SA_SHARE_CT;
+        es[n].ciphertext.len = FA_SA_SHARE_CT;
+        ptrs[n] = &es[n];
+        n++;
+    }
+    sf.round = s->cfg.c.round;
+    sf.attempt = s->cfg.c.attempt;
+    sf.n_shares = n;
+    sf.shares = ptrs;
+    rc = fa_sa_pack(&sf.base, out, out_len);
+    free(es);
+    free(ptrs);
+    return rc == 0 ? 0 : fa_errorf(err, rc, "SharesForYou: out of memory");
+}
+
+/* ---- round 2: masked uploads ----------------------------------------------- */
+
+static int upload_client(fa_secagg_server *s, const char *auth_id, const char *what, int *r,
+                         fa_error *err)
+{
+    int rc;
+    if ((rc = check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
+        return rc;
+    return check_sender(s, auth_id, NULL, what, r, err);
+}
+
+int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
+                                  fa_error *err)
+{
+    struct upload_slot *sl = NULL;
+    int r = -1, rc;
+
+    if ((rc = upload_client(s, auth_id, "masked upload", &r, err)) != 0)
+        return rc;
+    if (!u2_member(s, r))
+        return fa_errorf(err, FA_ERR_PROTOCOL,
+                         "masked upload from '%s': it sent no shares in round 1, so its masks "
+                         "could not be removed",
+                         auth_id);
+    if (s->cl[r].flags & CF_UPLOADED)
+        return fa_errorf(err, FA_ERR_EXISTS, "masked upload from '%s': already received",
+                         auth_id);
+    if (s->cl[r].slot >= 0)
+        return fa_errorf(err, FA_ERR_EXISTS, "masked upload from '%s': one is already in flight",
+                         auth_id);
+    for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++)
+        if (s->slots[i].client < 0) {
+            sl = &s->slots[i];
+            break;
+        }
+    if (!sl)
+        return fa_errorf(err, FA_ERR_AGAIN,
+                         "masked upload from '%s': %u uploads in flight already; retry after one "
+                         "ends",
+                         auth_id, s->in_flight);
+    if (!sl->sha && !(sl->sha = EVP_MD_CTX_new()))
+        return fa_errorf(err, FA_ERR_NOMEM, "masked upload: out of memory");
+    if (!sl->journal && !(sl->journal = malloc(s->masked_bytes ? s->masked_bytes : 1)))
+        return fa_errorf(err, FA_ERR_NOMEM,
+                         "masked upload: out of memory for the journal (%llu bytes)",
+                         (unsigned long long)s->masked_bytes);
+    if (EVP_DigestInit_ex(sl->sha, EVP_sha256(), NULL) != 1)
+        return fa_errorf(err, FA_ERR_CRYPTO, "masked upload: SHA-256 init failed");
+    sl->client = r;
+    sl->bytes = sl->coords = 0;
+    sl->carry_len = 0;
+    s->cl[r].slot = (int)(sl - s->slots);
+    s->in_flight++;
+    return 0;
+}
+
+int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, const uint8_t *data,
+                                  size_t len, uint64_t now_ms, fa_error *err)
+{
+    const unsigned k = s->cfg.c.ring_bits;
+    const uint64_t full_groups = s->cfg.c.vector_len / 8;
+    struct upload_slot *sl;
+    int r = -1, rc;
+
+    if ((rc = upload_client(s, auth_id, "masked chunk", &r, err)) != 0)
+        return rc;
+    if (s->cl[r].slot < 0)
+        return fa_errorf(err, FA_ERR_STATE, "masked chunk from '%s': no upload in flight",
+                         auth_id);
+    sl = &s->slots[s->cl[r].slot];
+    if (len > s->masked_bytes - sl->bytes)
+        return fa_errorf(err, FA_ERR_TOOBIG,
+                         "masked chunk from '%s': %zu bytes after %llu, but the upload has %llu "
+                         "(ring bits %u, length %llu)",
+                         auth_id, len, (unsigned long long)sl->bytes,
+                         (unsigned long long)s->masked_bytes, k,
+                         (unsigned long long)s->cfg.c.vector_len);
+    if (len == 0)
+        return 0;
+    if (EVP_DigestUpdate(sl->sha, data, len) != 1)
+        return fa_errorf(err, FA_ERR_CRYPTO, "masked chunk: SHA-256 failed");
+    memcpy(sl->journal + sl->bytes, data, len);
+    sl->bytes += len;
+    /* Complete the group begun by an earlier chunk. */
+    if (sl->carry_len > 0 && sl->coords / 8 < full_groups) {
+        size_t need = k - sl->carry_len, take = len < need ? len : need;
+        memcpy(sl->carry + sl->carry_len, data, take);
+        sl->carry_len += take;
+        data += take;
+        len -= take;
+        if (sl->carry_len == k) {
+            fa_ring_unpack_add(s->sum + sl->coords, sl->carry, 8, k, 1);
+            sl->coords += 8;
+            sl->carry_len = 0;
+        }
+    }
+    /* Whole groups straight from the chunk. */
+    if (sl->carry_len == 0 && sl->coords / 8 < full_groups) {
+        uint64_t groups = len / k, left = full_groups - sl->coords / 8;
+        if (groups > left)
+            groups = left;
+        fa_ring_unpack_add(s->sum + sl->coords, data, (size_t)groups * 8, k, 1);
+        sl->coords += groups * 8;
+        data += groups * k;
+        len -= (size_t)groups * k;
+    }
+    /* The rest waits for the next chunk (or is the partial last group). */
+    memcpy(sl->carry + sl->carry_len, data, len);
+    sl->carry_len += len;
+    return 0;
+}
+
+static void slot_release(fa_secagg_server *s, struct upload_slot *sl)
+{
+    s->cl[sl->client].slot = -1;
+    slot_reset(sl);
+    s->in_flight--;
+}
+
+int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
+                                fa_error *err)
+{
+    const unsigned k = s->cfg.c.ring_bits;
+    const uint64_t n = s->cfg.c.vector_len;
+    struct upload_slot *sl;
+    unsigned pad;
+    int r = -1, rc;
+
+    if ((rc = upload_client(s, auth_id, "masked upload end", &r, err)) != 0)
+        return rc;
+    if (s->cl[r].slot < 0)
+        return fa_errorf(err, FA_ERR_STATE, "masked upload end from '%s': no upload in flight",
+                         auth_id);
+    sl = &s->slots[s->cl[r].slot];
+    if (sl->bytes != s->masked_bytes)
+        return fa_errorf(err, FA_ERR_PROTOCOL,
+                         "masked upload from '%s' ended after %llu of %llu bytes", auth_id,
+                         (unsigned long long)sl->bytes, (unsigned long long)s->masked_bytes);
+    pad = (unsigned)((n * k) % 8);
+    if (pad && (sl->journal[s->masked_bytes - 1] >> pad) != 0)
+        return fa_errorf(err, FA_ERR_PROTOCOL,
+                         "masked upload from '%s': the padding bits of the last byte are not zero",
+                         auth_id);
+    if (n % 8)
+        fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, 1);
+    if (EVP_DigestFinal_ex(sl->sha, s->cl[r].upload_sha, NULL) != 1) {
+        if (n % 8) /* undo the tail: the upload stays in flight */
+            fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, -1);
+        return fa_errorf(err, FA_ERR_CRYPTO, "masked upload end: SHA-256 failed");
+    }
+    s->cl[r].flags |= CF_UPLOADED;
+    slot_release(s, sl);
+    return 0;
+}
+
+static void upload_remove(fa_secagg_server *s, struct upload_slot *sl)
+{
+    /* Subtract exactly the groups that went into the sum. */
+    fa_ring_unpack_add(s->sum, sl->journal, (size_t)sl->coords, s->cfg.c.ring_bits, -1);
+    slot_release(s, sl);
+}
+
+int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
+                                  fa_error *err)
+{
+    int r = -1, rc;
+    if ((rc = upload_client(s, auth_id, "masked upload abort", &r, err)) != 0)
+        return rc;
+    if (s->cl[r].slot < 0)
+        return fa_errorf(err, FA_ERR_NOTFOUND,
+                         "masked upload abort for '%s': no upload in flight", auth_id);
+    upload_remove(s, &s->slots[s->cl[r].slot]);
+    return 0;
+}
+
+/* ---- round 3: consistency check ---------------------------------------------- */
+
+static int survivors_signed_msg(const fa_secagg_server *s, const char *signer, uint8_t **out,
+                                size_t *len)
+{
+    char *ids[FA_SECAGG_MAX_CLIENTS];
+    for (size_t i = 0; i < s->n3; i++)
+        ids[i] = s->roster.m[s->surv[i]].id;
+    return fa_sa_msg_survivors(&s->cfg, signer, ids, s->n3, out, len);
+}
+
+int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                                   fa_error *err)
+{
+    Fedagg__SurvivorList sl = FEDAGG__SURVIVOR_LIST__INIT;
+    char *ids[FA_SECAGG_MAX_CLIENTS];
+    int rc;
+    if (s->phase <= FA_SECAGG_MASKED || s->phase == FA_SECAGG_FAILED)
+        return fa_errorf(err, FA_ERR_STATE, "SurvivorList: the masked phase is not closed");
+    for (size_t i = 0; i < s->n3; i++)
+        ids[i] = s->roster.m[s->surv[i]].id;
+    sl.round = s->cfg.c.round;
+    sl.attempt = s->cfg.c.attempt;
+    sl.n_survivors = s->n3;
+    sl.survivors = ids;
+    rc = fa_sa_pack(&sl.base, out, out_len);
+    return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorList: out of memory");
+}
+
+int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                                 size_t len, uint64_t now_ms, fa_error *err)
+{
+    Fedagg__SignedSurvivors *m = NULL;
+    uint8_t *sm = NULL;
+    size_t sm_len = 0;
+    int r = -1, rc;
+
+    if ((rc = check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
+        return rc;
+    m = fedagg__signed_survivors__unpack(&fa_sa_pb_alloc, len, msg);
+    if (!m)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "SignedSurvivors from '%s': not a valid protobuf message",
+                         auth_id ? auth_id : "?");
+    if ((rc = check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r, err)) != 0 ||
+        (rc = check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id, err)) != 0)
+        goto out;
+    if (!u3_member(s, r)) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "SignedSurvivors from '%s': not a survivor (its upload is not in the sum)",
+                       auth_id);
+        goto out;
+    }
+    if (s->cl[r].flags & CF_SIGNED) {
+        rc = fa_errorf(err, FA_ERR_EXISTS, "SignedSurvivors from '%s': already received",
+                       auth_id);
+        goto out;
+    }
+    if (m->signature.len != 64 || m->upload_sha256.len != 32 || m->upload_signature.len != 64) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "SignedSurvivors from '%s': signature 64, upload_sha256 32 and "
+                       "upload_signature 64 bytes expected (got %zu, %zu, %zu)",
+                       auth_id, m->signature.len, m->upload_sha256.len, m->upload_signature.len);
+        goto out;
+    }
+    if (memcmp(m->upload_sha256.data, s->cl[r].upload_sha, 32) != 0) {
+        rc = fa_errorf(err, FA_ERR_VERIFY,
+                       "SignedSurvivors from '%s': its upload SHA-256 differs from that of the "
+                       "bytes the aggregator received",
+                       auth_id);
+        goto out;
+    }
+    if ((rc = survivors_signed_msg(s, auth_id, &sm, &sm_len)) != 0) {
+        fa_errorf(err, rc, "SignedSurvivors: out of memory");
+        goto out;
+    }
+    if (fa_identity_verify(s->roster.m[r].pk, sm, sm_len, m->signature.data) != 0) {
+        rc = fa_errorf(err, FA_ERR_VERIFY,
+                       "SignedSurvivors from '%s': the signature over the survivor set does not "
+                       "verify",
+                       auth_id);
+        goto out;
+    }
+    if (fa_secagg_commitment_verify(s->cfg.fed, s->cfg.c.round, s->cfg.c.attempt, auth_id,
+                                    s->cl[r].upload_sha, m->upload_signature.data,
+                                    s->roster.m[r].pk) != 0) {
+        rc = fa_errorf(err, FA_ERR_VERIFY,
+                       "SignedSurvivors from '%s': the upload commitment signature does not "
+                       "verify",
+                       auth_id);
+        goto out;
+    }
+    memcpy(s->cl[r].surv_sig, m->signature.data, 64);
+    memcpy(s->cl[r].upload_sig, m->upload_signature.data, 64);
+    s->cl[r].flags |= CF_SIGNED;
+out:
+    free(sm);
+    fedagg__signed_survivors__free_unpacked(m, &fa_sa_pb_alloc);
+    return rc;
+}
+
+int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **out,
+                                         size_t *out_len, fa_error *err)
+{
+    Fedagg__SurvivorSignatures ss = FEDAGG__SURVIVOR_SIGNATURES__INIT;
+    Fedagg__SignedSurvivors *sg, **ptrs;
+    size_t n = 0;
+    int rc;
+
+    if (s->phase <= FA_SECAGG_CONSISTENCY || s->phase == FA_SECAGG_FAILED)
+        return fa_errorf(err, FA_ERR_STATE,
+                         "SurvivorSignatures: the consistency phase is not closed");
+    sg = calloc(s->n3 ? s->n3 : 1, sizeof(*sg));
+    ptrs = calloc(s->n3 ? s->n3 : 1, sizeof(*ptrs));
+    if (!sg || !ptrs) {
+        free(sg);
+        free(ptrs);
+        return fa_errorf(err, FA_ERR_NOMEM, "SurvivorSignatures: out of memory");
+    }
+    for (size_t i = 0; i < s->n3; i++) {
+        const struct srv_client *c = &s->cl[s->surv[i]];
+        Fedagg__SignedSurvivors init = FEDAGG__SIGNED_SURVIVORS__INIT;
+        if (!u4_member(s, s->surv[i]))
+            continue;
+        sg[n] = init;
+        sg[n].round = s->cfg.c.round;
+        sg[n].attempt = s->cfg.c.attempt;
+        sg[n].client_id = (char *)c->adv.id;
+        sg[n].signature.data = (uint8_t *)c->surv_sig;
+        sg[n].signature.len = 64;
+        sg[n].upload_sha256.data = (uint8_t *)c->upload_sha;
+        sg[n].upload_sha256.len = 32;
+        sg[n].upload_signature.data = (uint8_t *)c->upload_sig;
+        sg[n].upload_signature.len = 64;
+        ptrs[n] = &sg[n];
+        n++;
+    }
+    ss.round = s->cfg.c.round;
+    ss.attempt = s->cfg.c.attempt;
+    ss.n_signatures = n;
+    ss.signatures = ptrs;
+    rc = fa_sa_pack(&ss.base, out, out_len);
+    free(sg);
+    free(ptrs);
+    return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorSignatures: out of memory");
+}
+
+/* ---- round 4: unmasking ---------------------------------------------------- */
+
+/* What sender i (U1 index) must reveal for owner j: a b share for every
+ * survivor of its closed neighbourhood, an s_sk share for every other
+ * neighbour of U2 that dropped out of U3. */
+static int expected_kind(const fa_secagg_server *s, size_t i, size_t j)
+{
+    int rj = s->u1[j];
+    if (i != j && !fa_sa_graph_adjacent(&s->graph, i, j))
+        return REV_NONE;
+    if (u3_member(s, rj))
+        return REV_B;
+    if (i != j && u2_member(s, rj))
+        return REV_S;
+    return REV_NONE;
+}
+
+int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                            size_t len, uint64_t now_ms, fa_error *err)
+{
+    Fedagg__UnmaskShares *m = NULL;
+    uint8_t got[FA_SECAGG_MAX_CLIENTS] = {0};
+    size_t want_b = 0, want_s = 0, i;
+    int r = -1, rc;
+
+    if ((rc = check_phase(s, FA_SECAGG_UNMASK, "UnmaskShares", err)) != 0)
+        return rc;
+    m = fedagg__unmask_shares__unpack(&fa_sa_pb_alloc, len, msg);
+    if (!m)
+        return fa_errorf(err, FA_ERR_PARSE, "UnmaskShares from '%s': not a valid protobuf message",
+                         auth_id ? auth_id : "?");
+    if ((rc = check_sender(s, auth_id, m->client_id, "UnmaskShares", &r, err)) != 0 ||
+        (rc = check_round(s, m->round, m->attempt, "UnmaskShares", auth_id, err)) != 0)
+        goto out;
+    if (!u4_member(s, r)) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "UnmaskShares from '%s': it did not sign the survivor set in round 3",
+                       auth_id);
+        goto out;
+    }
+    if (s->cl[r].flags & CF_UNMASKED) {
+        rc = fa_errorf(err, FA_ERR_EXISTS, "UnmaskShares from '%s': already received", auth_id);
+        goto out;
+    }
+    i = (size_t)s->cl[r].u1;
+    for (size_t j = 0; j < s->n1; j++) {
+        int k = expected_kind(s, i, j);
+        want_b += k == REV_B;
+        want_s += k == REV_S;
+    }
+    if (m->n_self_mask_shares != want_b || m->n_key_shares != want_s) {
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "UnmaskShares from '%s': %zu self-mask and %zu key shares, expected %zu "
+                       "and %zu",
+                       auth_id, m->n_self_mask_shares, m->n_key_shares, want_b, want_s);
+        goto out;
+    }
+    for (int kind = REV_B; kind <= REV_S; kind++) {
+        size_t n = kind == REV_B ? m->n_self_mask_shares : m->n_key_shares;
+        Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
+        for (size_t x = 0; x < n; x++) {
+            int o = fa_sa_roster_find(&s->roster, list[x]->owner);
+            if (o < 0 || !u1_member(s, o) ||
+                expected_kind(s, i, (size_t)s->cl[o].u1) != kind || got[s->cl[o].u1]++) {
+                rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                               "UnmaskShares from '%s': an unexpected or repeated %s share for "
+                               "'%s'",
+                               auth_id, kind == REV_B ? "self-mask" : "key", list[x]->owner);
+                goto out;
+            }
+            if (list[x]->share.len != 32) {
+                rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                               "UnmaskShares from '%s': share for '%s' has %zu bytes, not 32",
+                               auth_id, list[x]->owner, list[x]->share.len);
+                goto out;
+            }
+        }
+    }
+    for (int kind = REV_B; kind <= REV_S; kind++) {
+        size_t n = kind == REV_B ? m->n_self_mask_shares : m->n_key_shares;
+        Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
+        for (size_t x = 0; x < n; x++) {
+            size_t j = (size_t)s->cl[fa_sa_roster_find(&s->roster, list[x]->owner)].u1;
+            memcpy(s->rev + (i * s->n1 + j) * 32, list[x]->share.data, 32);
+            s->rev_kind[i * s->n1 + j] = (uint8_t)kind;
+        }
+    }
+    s->cl[r].flags |= CF_UNMASKED;
+out:
+    fedagg__unmask_shares__free_unpacked(m, &fa_sa_pb_alloc);
+    return rc;
+}
+
+/* Combines the first shamir_t shares of `kind` revealed for owner j by U5. */
+static int reconstruct(const fa_secagg_server *s, size_t j, int kind, uint8_t secret[32],
+                       size_t *have)
+{
+    uint8_t xs[FA_SECAGG_MAX_CLIENTS];
+    uint8_t *shares = sodium_malloc(FA_SECAGG_MAX_CLIENTS * 32);
+    size_t n = 0, t = s->graph.shamir_t;
+    int rc;
+
+    if (!shares)
+        return FA_ERR_NOMEM;
+    for (size_t i = 0; i < s->n1 && n < t; i++) {
+        if (!(s->cl[s->u1[i]].flags & CF_UNMASKED) || s->rev_kind[i * s->n1 + j] != kind)
+            continue;
+        xs[n] = (uint8_t)(i + 1);
+        memcpy(shares + n * 32, s->rev + (i * s->n1 + j) * 32, 32);
+        n++;
+    }
+    *have = n;
+    rc = n < t ? FA_ERR_THRESHOLD : fa_shamir_combine(secret, xs, shares, t);
+    sodium_free(shares);
+    return rc;
+}
+
+struct mask_key {
+    uint8_t key[16];
+    int sign;
+};
+
+#define UNMASK_GROUP 64
+
+/* Subtracts the masks of keys[0..n) from the sum, block by block. */
+static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t n)
+{
+    fa_prg prg[UNMASK_GROUP];
+    uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    const uint64_t len = s->cfg.c.vector_len;
+    int rc = 0;
+
+    if (!scratch)
+        return FA_ERR_NOMEM;
+    memset(prg, 0, sizeof(prg));
+    for (size_t g0 = 0; g0 < n && rc == 0; g0 += UNMASK_GROUP) {
+        size_t g1 = n - g0 < UNMASK_GROUP ? n : g0 + UNMASK_GROUP;
+        for (size_t i = g0; i < g1 && rc == 0; i++)
+            rc = fa_prg_init(&prg[i - g0], keys[i].key, 0);
+        for (uint64_t off = 0; off < len && rc == 0; off += FA_PRG_BLOCK_WORDS) {
+            size_t m = len - off < FA_PRG_BLOCK_WORDS ? (size_t)(len - off) : FA_PRG_BLOCK_WORDS;
+            for (size_t i = g0; i < g1 && rc == 0; i++)
+                rc = fa_prg_apply(&prg[i - g0], s->sum + off, m, keys[i].sign, scratch);
+        }
+        for (size_t i = 0; i < UNMASK_GROUP; i++)
+            fa_prg_free(&prg[i]);
+    }
+    sodium_memzero(scratch, FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    free(scratch);
+    return rc;
+}
+
+/* Round 4, server side: reconstruct b_u for u in U3 and s_sk_v for v in
+ * U2 \ U3, then z = sum y_u - sum PRG(b_u) + the uncancelled pairwise masks. */
+static int close_unmask(fa_secagg_server *s, fa_error *err)
+{
+    struct mask_key *keys = NULL;
+    uint8_t *secret = NULL;
+    size_t nkeys = 0, cap = 0, have;
+    int rc = 0;
+
+    for (size_t j = 0; j < s->n1; j++) {
+        int rj = s->u1[j];
+        if (u3_member(s, rj))
+            cap++;
+        else if (u2_member(s, rj))
+            for (size_t u = 0; u < s->n1; u++)
+                cap += u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
+    }
+    keys = sodium_malloc((cap ? cap : 1) * sizeof(*keys));
+    secret = sodium_malloc(32);
+    if (!keys || !secret) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "unmask: out of memory");
+        goto out;
+    }
+    for (size_t j = 0; j < s->n1 && rc == 0; j++) {
+        int rj = s->u1[j];
+        const fa_sa_peer *pj = &s->cl[rj].adv;
+        if (u3_member(s, rj)) {
+            uint8_t commit[32];
+            rc = reconstruct(s, j, REV_B, secret, &have);
+            if (rc == FA_ERR_THRESHOLD) {
+                rc = fa_errorf(err, rc,
+                               "unmask: only %zu shares of survivor '%s''s self-mask seed, %u "
+                               "needed",
+                               have, pj->id, s->graph.shamir_t);
+                break;
+            }
+            if (rc == 0)
+                rc = fa_sa_b_commit(&s->cfg, pj->id, secret, commit);
+            if (rc == 0 && sodium_memcmp(commit, pj->b_commit, 32) != 0) {
+                rc = fa_errorf(err, FA_ERR_VERIFY,
+                               "unmask: the self-mask seed of '%s' rebuilt from its shares does "
+                               "not match its commitment (a client revealed a bad share)",
+                               pj->id);
+                break;
+            }
+            if (rc == 0)
+                rc = fa_sa_self_mask_key(keys[nkeys].key, &s->cfg, pj->id, secret);
+            if (rc == 0)
+                keys[nkeys++].sign = -1;
+        } else if (u2_member(s, rj)) {
+            uint8_t pk[32];
+            int needed = 0;
+            for (size_t u = 0; u < s->n1; u++)
+                needed |= u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
+            if (!needed)
+                continue;
+            rc = reconstruct(s, j, REV_S, secret, &have);
+            if (rc == FA_ERR_THRESHOLD) {
+                rc = fa_errorf(err, rc,
+                               "unmask: only %zu shares of dropout '%s''s mask key, %u needed",
+                               have, pj->id, s->graph.shamir_t);
+                break;
+            }
+            if (rc == 0 && (crypto_scalarmult_base(pk, secret) != 0 ||
+                            sodium_memcmp(pk, pj->s_pk, 32) != 0)) {
+                rc = fa_errorf(err, FA_ERR_VERIFY,
+                               "unmask: the mask key of dropout '%s' rebuilt from its shares does "
+                               "not match its public key (a client revealed a bad share)",
+                               pj->id);
+                break;
+            }
+            for (size_t u = 0; u < s->n1 && rc == 0; u++) {
+                const fa_sa_peer *pu = &s->cl[s->u1[u]].adv;
+                if (!u3_member(s, s->u1[u]) || !fa_sa_graph_adjacent(&s->graph, j, u))
+                    continue;
+                rc = fa_sa_agree(keys[nkeys].key, 16, FA_KDF_PAIR_MASK, &s->cfg, secret, pj->s_pk,
+                                 pj->id, pu->s_pk, pu->id);
+                /* u added sign(u, v) * PRG(s_uv); take it out again */
+                keys[nkeys++].sign = -fa_sa_pair_sign(pu->id, pj->id);
+            }
+        }
+        if (rc != 0) /* out of memory, or an X25519/KDF failure */
+            fa_errorf(err, rc, "unmask: %s while rebuilding the secret of '%s'", fa_strerror(rc),
+                      pj->id);
+    }
+    if (rc != 0)
+        goto out;
+    /* From here on the sum changes: only an internal failure can stop it. */
+    rc = remove_masks(s, keys, nkeys);
+    if (rc != 0) {
+        s->phase = FA_SECAGG_FAILED;
+        fa_errorf(err, rc, "unmask: %s while removing the masks; the sum is lost",
+                  fa_strerror(rc));
+    }
+out:
+    if (keys)
+        sodium_free(keys);
+    if (secret)
+        sodium_free(secret);
+    return rc;
+}
+
+/* ---- phase closes -------------------------------------------------------- */
+
+static size_t count_flag(const fa_secagg_server *s, uint32_t flag)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->roster.n; i++)
+        n += (s->cl[i].flags & flag) != 0;
+    return n;
+}
+
+static int threshold_error(const fa_secagg_server *s, size_t have, fa_error *err)
+{
+    return fa_errorf(err, FA_ERR_THRESHOLD,
+                     "secagg round %llu attempt %u: only %zu clients in the %s phase, threshold "
+                     "is %u",
+                     (unsigned long long)s->cfg.c.round, s->cfg.c.attempt, have,
+                     phase_name(s->phase), s->cfg.c.threshold);
+}
+
+static void build_survivors(fa_secagg_server *s)
+{
+    s->n3 = s->ndrop = 0;
+    for (size_t i = 0; i < s->roster.n; i++) {
+        if (!u1_member(s, (int)i))
+            continue;
+        if (s->cl[i].flags & CF_UPLOADED)
+            s->surv[s->n3++] = (int)i;
+        else
+            s->drop[s->ndrop++] = (int)i;
+    }
+}
+
+/* U1 from the advertisements; the graph; the ciphertext and share tables. */
+static int build_u1(fa_secagg_server *s)
+{
+    fa_sa_peer peers[FA_SECAGG_MAX_CLIENTS];
+    s->n1 = 0;
+    for (size_t i = 0; i < s->roster.n; i++) {
+        s->cl[i].u1 = -1;
+        if (s->cl[i].flags & CF_ADV) {
+            s->cl[i].u1 = (int)s->n1;
+            peers[s->n1] = s->cl[i].adv;
+            s->u1[s->n1++] = (int)i;
+        }
+    }
+    if (s->n1 == 0)
+        return FA_ERR_THRESHOLD;
+    return fa_sa_graph_init(&s->graph, &s->cfg, peers, s->n1);
+}
+
+int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
+{
+    static const uint32_t flag_of[] = {CF_ADV, CF_SHARES, CF_UPLOADED, CF_SIGNED, CF_UNMASKED};
+    size_t have;
+    int rc;
+
+    if (s->phase >= FA_SECAGG_DONE)
+        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s",
+                         phase_name(s->phase));
+    have = count_flag(s, flag_of[s->phase]);
+    if (have < s->cfg.c.threshold)
+        return threshold_error(s, have, err);
+    switch (s->phase) {
+    case FA_SECAGG_ADVERTISE:
+        if ((rc = build_u1(s)) != 0 || (rc = alloc_tables(s)) != 0) {
+            s->n1 = 0;
+            return fa_errorf(err, rc, "secagg close: %s", fa_strerror(rc));
+        }
+        break;
+    case FA_SECAGG_MASKED:
+        for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++)
+            if (s->slots[i].client >= 0)
+                upload_remove(s, &s->slots[i]);
+        /* The journals are not needed any more. */
+        for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
+            free(s->slots[i].journal);
+            s->slots[i].journal = NULL;
+        }
+        break;
+    case FA_SECAGG_UNMASK:
+        if ((rc = close_unmask(s, err)) != 0)
+            return rc;
+        break;
+    default:
+        break;
+    }
+    s->phase++;
+    s->phase_opened_ms = now_ms;
+    if (s->phase == FA_SECAGG_CONSISTENCY)
+        build_survivors(s);
+    return 0;
+}
+
+/* ---- results --------------------------------------------------------------- */
+
+int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n,
+                                 fa_error *err)
+{
+    const uint32_t mask = fa_ring_mask(s->cfg.c.ring_bits);
+    if (s->phase != FA_SECAGG_DONE)
+        return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
+                         phase_name(s->phase));
+    if (n != s->cfg.c.vector_len)
+        return fa_errorf(err, FA_ERR_INVAL, "secagg result: %zu coordinates asked, the sum has %llu",
+                         n, (unsigned long long)s->cfg.c.vector_len);
+    for (size_t i = 0; i < n; i++)
+        out[i] = s->sum[i] & mask;
+    return 0;
+}
+
+int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d,
+                                double *weight_sum, fa_error *err)
+{
+    const unsigned k = s->cfg.c.ring_bits;
+    const double qmax = (double)((1u << (s->cfg.c.quant.bits - 1)) - 1);
+    const double scale = qmax / s->cfg.c.quant.clip_value;
+    double w, inv;
+
+    if (s->phase != FA_SECAGG_DONE)
+        return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
+                         phase_name(s->phase));
+    if (d + 1 != s->cfg.c.vector_len)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "secagg result: %zu floats asked, the sum has %llu coordinates (the last "
+                         "is the weight)",
+                         d, (unsigned long long)s->cfg.c.vector_len);
+    w = (double)fa_ring_signed(s->sum[d], k) / qmax;
+    if (weight_sum)
+        *weight_sum = w;
+    if (!(w > 0))
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "secagg result: the survivors' weights sum to %g; nothing to average", w);
+    inv = 1.0 / (scale * w);
+    for (size_t i = 0; i < d; i++)
+        out[i] = (float)((double)fa_ring_signed(s->sum[i], k) * inv);
+    return 0;
+}
+
+size_t fa_secagg_server_survivor_count(const fa_secagg_server *s)
+{
+    return s->phase > FA_SECAGG_MASKED ? s->n3 : 0;
+}
+
+const char *fa_secagg_server_survivor(const fa_secagg_server *s, size_t i)
+{
+    return i < fa_secagg_server_survivor_count(s) ? s->roster.m[s->surv[i]].id : NULL;
+}
+
+size_t fa_secagg_server_dropout_count(const fa_secagg_server *s)
+{
+    return s->phase > FA_SECAGG_MASKED ? s->ndrop : 0;
+}
+
+const char *fa_secagg_server_dropout(const fa_secagg_server *s, size_t i)
+{
+    return i < fa_secagg_server_dropout_count(s) ? s->roster.m[s->drop[i]].id : NULL;
+}
+
+int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char **client_id,
+                                uint8_t sha256[FA_SECAGG_SHA256_BYTES],
+                                uint8_t signature[FA_SECAGG_SIGNATURE_BYTES], int *signed_)
+{
+    const struct srv_client *c;
+    if (i >= fa_secagg_server_survivor_count(s))
+        return FA_ERR_NOTFOUND;
+    c = &s->cl[s->surv[i]];
+    if (client_id)
+        *client_id = s->roster.m[s->surv[i]].id;
+    memcpy(sha256, c->upload_sha, 32);
+    if (c->flags & CF_SIGNED) {
+        memcpy(signature, c->upload_sig, 64);
+        *signed_ = 1;
+    } else {
+        memset(signature, 0, 64);
+        *signed_ = 0;
+    }
+    return 0;
+}
+
+/* ---- save / restore ---------------------------------------------------------- */
+
+static const uint8_t srv_magic[8] = {'F', 'A', 'S', 'A', 'S', 'R', 'V', 1};
+
+static void put_cfg(fa_wbuf *w, const fa_sa_cfg *cfg)
+{
+    const fa_secagg_config *c = &cfg->c;
+    fa_wbuf_str(w, cfg->fed);
+    fa_wbuf_u64(w, c->round);
+    fa_wbuf_u32(w, c->attempt);
+    fa_wbuf_u32(w, c->threshold);
+    fa_wbuf_u32(w, c->neighbours);
+    fa_wbuf_u64(w, c->vector_len);
+    fa_wbuf_u32(w, c->ring_bits);
+    fa_wbuf_u32(w, c->quant.bits);
+    fa_wbuf_u32(w, (uint32_t)c->quant.clip_mode);
+    fa_wbuf_f64(w, c->quant.clip_l2_norm);
+    fa_wbuf_f64(w, c->quant.clip_value);
+}
+
+static void put_roster(fa_wbuf *w, const fa_sa_roster *r)
+{
+    fa_wbuf_u32(w, (uint32_t)r->n);
+    for (size_t i = 0; i < r->n; i++) {
+        fa_wbuf_str(w, r->m[i].id);
+        fa_wbuf_raw(w, r->m[i].pk, 32);
+    }
+}
+
+int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                          fa_error *err)
+{
+    fa_wbuf w;
+    uint8_t *p;
+
+    if (s->in_flight)
+        return fa_errorf(err, FA_ERR_STATE,
+                         "secagg save: %u masked uploads in flight; save at a phase boundary",
+                         s->in_flight);
+    if (s->phase == FA_SECAGG_FAILED)
+        return fa_errorf(err, FA_ERR_STATE, "secagg save: the round failed");
+    fa_wbuf_init(&w, 1);
+    fa_wbuf_raw(&w, srv_magic, sizeof(srv_magic));
+    put_cfg(&w, &s->cfg);
+    put_roster(&w, &s->roster);
+    fa_wbuf_u32(&w, (uint32_t)s->phase);
+    fa_wbuf_u64(&w, s->phase_opened_ms);
+    for (size_t i = 0; i < s->roster.n; i++) {
+        const struct srv_client *c = &s->cl[i];
+        fa_wbuf_u32(&w, c->flags);
+        fa_wbuf_raw(&w, c->adv.c_pk, 32);
+        fa_wbuf_raw(&w, c->adv.s_pk, 32);
+        fa_wbuf_raw(&w, c->adv.b_commit, 32);
+        fa_wbuf_raw(&w, c->adv.sig, 64);
+        fa_wbuf_raw(&w, c->upload_sha, 32);
+        fa_wbuf_raw(&w, c->upload_sig, 64);
+        fa_wbuf_raw(&w, c->surv_sig, 64);
+    }
+    if (s->phase > FA_SECAGG_ADVERTISE) {
+        for (size_t c = 0; c < s->n1 * s->n1; c++) {
+            fa_wbuf_u8(&w, s->ct_have[c]);
+            if (s->ct_have[c])
+                fa_wbuf_raw(&w, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
+            fa_wbuf_u8(&w, s->rev_kind[c]);
+            if (s->rev_kind[c])
+                fa_wbuf_raw(&w, s->rev + c * 32, 32);
+        }
+    }
+    p = fa_wbuf_reserve(&w, (size_t)s->cfg.c.vector_len * 4);
+    if (p)
+        for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
+            fa_store_u32le(p + 4 * i, s->sum[i]);
+    p = fa_wbuf_reserve(&w, 32);
+    if (w.failed) {
+        fa_wbuf_free(&w);
+        return fa_errorf(err, FA_ERR_NOMEM, "secagg save: out of memory");
+    }
+    fa_sa_sha256(w.p, w.len - 32, p);
+    *out = w.p;
+    *out_len = w.len;
+    return 0;
+}
+
+int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t len,
+                             const fa_secagg_config *cfg, const fa_secagg_member *members,
+                             size_t n_members, fa_error *err)
+{
+    fa_secagg_server *s = NULL;
+    fa_wbuf expect;
+    fa_rbuf r;
+    uint8_t sum[32];
+    const uint8_t *p;
+    uint32_t phase;
+    int rc;
+
+    *out = NULL;
+    if (len < sizeof(srv_magic) + 32 || memcmp(blob, srv_magic, sizeof(srv_magic)) != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: not a saved secagg server state");
+    fa_sa_sha256(blob, len - 32, sum);
+    if (memcmp(sum, blob + len - 32, 32) != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state fails its checksum");
+    if ((rc = server_alloc(&s, cfg, members, n_members, err)) != 0)
+        return rc;
+    /* The blob must have been made with exactly this config and federation. */
+    fa_wbuf_init(&expect, 0);
+    fa_wbuf_raw(&expect, srv_magic, sizeof(srv_magic));
+    put_cfg(&expect, &s->cfg);
+    put_roster(&expect, &s->roster);
+    if (expect.failed) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg restore: out of memory");
+        goto fail;
+    }
+    if (len - 32 < expect.len || memcmp(blob, expect.p, expect.len) != 0) {
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "secagg restore: the state was saved with another configuration, round, "
+                       "attempt or federation");
+        goto fail;
+    }
+    fa_rbuf_init(&r, blob, len - 32);
+    r.off = expect.len;
+    phase = fa_rbuf_u32(&r);
+    s->phase_opened_ms = fa_rbuf_u64(&r);
+    if (phase > FA_SECAGG_DONE)
+        r.failed = 1;
+    s->phase = (int)phase;
+    for (size_t i = 0; i < s->roster.n && !r.failed; i++) {
+        struct srv_client *c = &s->cl[i];
+        c->flags = fa_rbuf_u32(&r);
+        snprintf(c->adv.id, sizeof(c->adv.id), "%s", s->roster.m[i].id);
+        fa_rbuf_copy(&r, c->adv.c_pk, 32);
+        fa_rbuf_copy(&r, c->adv.s_pk, 32);
+        fa_rbuf_copy(&r, c->adv.b_commit, 32);
+        fa_rbuf_copy(&r, c->adv.sig, 64);
+        fa_rbuf_copy(&r, c->upload_sha, 32);
+        fa_rbuf_copy(&r, c->upload_sig, 64);
+        fa_rbuf_copy(&r, c->surv_sig, 64);
+        /* Each set is inside the one before (U5 in U4 in ... in U1). */
+        for (uint32_t f = CF_SHARES; f <= CF_UNMASKED; f <<= 1)
+            if ((c->flags & f) && !(c->flags & (f >> 1)))
+                r.failed = 1;
+        if (c->flags >= (CF_UNMASKED << 1))
+            r.failed = 1;
+    }
+    if (!r.failed && s->phase > FA_SECAGG_ADVERTISE) {
+        if (build_u1(s) != 0 || alloc_tables(s) != 0) {
+            rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: no advertisements in the state");
+            goto fail;
+        }
+        for (size_t c = 0; c < s->n1 * s->n1 && !r.failed; c++) {
+            s->ct_have[c] = fa_rbuf_u8(&r);
+            if (s->ct_have[c] > 1)
+                r.failed = 1;
+            if (s->ct_have[c])
+                fa_rbuf_copy(&r, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
+            s->rev_kind[c] = fa_rbuf_u8(&r);
+            if (s->rev_kind[c] > REV_S)
+                r.failed = 1;
+            if (s->rev_kind[c])
+                fa_rbuf_copy(&r, s->rev + c * 32, 32);
+        }
+    }
+    p = fa_rbuf_raw(&r, (size_t)s->cfg.c.vector_len * 4);
+    if (p)
+        for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
+            s->sum[i] = fa_load_u32le(p + 4 * i);
+    if (r.failed || r.off != r.len) {
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state is truncated or malformed");
+        goto fail;
+    }
+    if (s->phase > FA_SECAGG_MASKED)
+        build_survivors(s);
+    if (s->phase > FA_SECAGG_MASKED)
+        for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
+            free(s->slots[i].journal);
+            s->slots[i].journal = NULL;
+        }
+    fa_wbuf_free(&expect);
+    *out = s;
+    return 0;
+fail:
+    fa_wbuf_free(&expect);
+    fa_secagg_server_del(s);
+    return rc;
+}
