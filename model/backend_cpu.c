@@ -9,10 +9,38 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "common/fa_log.h"
 #include "model/backend.h"
+
+/* Not in every cblas.h. */
+char *openblas_get_corename(void);
+
+const char *fa_mlp_blas_core(void) { return openblas_get_corename(); }
+
+const char *fa_mlp_blas_advice(void)
+{
+    const char *core = openblas_get_corename();
+    if (getenv("OPENBLAS_CORETYPE") || !core)
+        return NULL;
+    /* the generic x86-64 kernel sets of a DYNAMIC_ARCH build */
+    if (strcasecmp(core, "Prescott") != 0 && strcasecmp(core, "Core2") != 0 &&
+        strcasecmp(core, "Nehalem") != 0 && strcasecmp(core, "Sandybridge") != 0)
+        return NULL;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+#endif
+    return NULL;
+}
 
 struct fa_backend {
     fa_mlp_layout l;
@@ -78,6 +106,12 @@ static int cpu_create(fa_backend **out, const fa_mlp_layout *l, const fa_mlp_opt
     }
     if (o->cpu_threads > 0)
         openblas_set_num_threads(o->cpu_threads);
+    static atomic_flag warned = ATOMIC_FLAG_INIT; /* one warning per process */
+    const char *advice = fa_mlp_blas_advice();
+    if (advice && !atomic_flag_test_and_set(&warned))
+        fa_log(FA_LOG_WARN, "OpenBLAS runs generic kernels on this CPU; training is several times "
+               "slower than it could be: start the process with OPENBLAS_CORETYPE set",
+               "blas_core=%s OPENBLAS_CORETYPE=%s", fa_mlp_blas_core(), advice);
     *out = b;
     return 0;
 }

@@ -225,6 +225,20 @@ int fa_mlp_sgd_step(fa_mlp *m, const fa_sgd *opt, fa_error *err);
 /* Forgets the momentum buffer (a new local round starts from zero). */
 int fa_mlp_reset_momentum(fa_mlp *m, fa_error *err);
 
+/* OpenBLAS picks its kernels once, when the library loads, from the CPU
+ * model; a CPU newer than the library (OpenBLAS 0.3.21 and Intel model 207,
+ * Emerald Rapids) gets the generic SSE3 "Prescott" kernels, about 5x slower
+ * than the AVX-512 ones.  The environment variable OPENBLAS_CORETYPE, set
+ * before the process starts, overrides the choice.
+ *
+ * fa_mlp_blas_core: the kernel set OpenBLAS chose ("SkylakeX", "Prescott"...).
+ * fa_mlp_blas_advice: the OPENBLAS_CORETYPE value this CPU should use
+ * ("SkylakeX" with AVX-512, "Haswell" with AVX2) when OpenBLAS chose a
+ * generic kernel and the variable is not set, else NULL.  fa_mlp_new logs a
+ * warning saying so (once per process) when it creates a CPU network. */
+const char *fa_mlp_blas_core(void);
+const char *fa_mlp_blas_advice(void);
+
 /* Accuracy and mean loss over a whole data set (batches of max_batch). */
 typedef struct fa_mlp_eval {
     double accuracy;  /* correct / n */
