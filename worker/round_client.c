@@ -1,0 +1,879 @@
+/* round_client.c - a region's side of one round over HTTP/3.  See round_client.h. */
+#include "worker/round_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "audit.pb-c.h"
+#include "common/fa_file.h"
+#include "common/fa_log.h"
+#include "common/fa_time.h"
+#include "crypto/checkpoint.h"
+#include "crypto/identity.h"
+#include "crypto/secagg.h"
+#include "secagg.pb-c.h"
+#include "transport/h3.h"
+
+#define LONG_POLL_MS (45u * 60u * 1000u) /* longer than any phase deadline */
+#define SHORT_MS 15000u
+#define MAX_TRANSIENT 20                 /* transport failures tolerated per request */
+#define STATE_MAGIC "fedagg-attempt-v1"
+
+enum { K_ADVERTISE, K_SHARES, K_MASKED, K_CONSISTENCY, K_UNMASK };
+static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
+
+struct fa_round_client {
+    char *region_id;
+    char *federation_id;
+    char *state_dir;
+    uint8_t *seed; /* sodium_malloc'ed Ed25519 identity seed */
+    fa_secagg_member *members;
+    char **member_ids;
+    size_t n_members;
+    fa_note_verifier pinned;
+    int have_pinned;
+    fa_h3_client *h3;
+    fa_h3_client_stats stats0;
+};
+
+static void sleep_ms(uint64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Exponential back-off with +-50 % jitter, attempt counted from 0. */
+static uint64_t backoff_ms(unsigned attempt)
+{
+    uint64_t base = 500u << (attempt < 5 ? attempt : 5);
+    if (base > 10000)
+        base = 10000;
+    return base / 2 + randombytes_uniform((uint32_t)base);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Setup                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int read_key_text(const char *path, int must_be_private, uint8_t **data, size_t *len,
+                         fa_error *err)
+{
+    int rc;
+    if (must_be_private) {
+        rc = fa_file_check_private(path, err);
+        if (rc != 0)
+            return rc;
+    }
+    return fa_file_read_all(path, data, len, 1 << 16, err);
+}
+
+int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, fa_error *err)
+{
+    fa_round_client *rc;
+    fa_h3_client_config hc;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int r, self = 0;
+
+    *out = NULL;
+    if (sodium_init() < 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "libsodium initialisation failed");
+    rc = calloc(1, sizeof(*rc));
+    if (!rc)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    rc->region_id = strdup(cfg->region_id ? cfg->region_id : "");
+    rc->federation_id = strdup(cfg->federation_id ? cfg->federation_id : "fedagg");
+    rc->state_dir = strdup(cfg->state_dir ? cfg->state_dir : ".");
+    rc->seed = sodium_malloc(FA_IDENTITY_SEED_BYTES);
+    if (!rc->region_id || !rc->federation_id || !rc->state_dir || !rc->seed) {
+        r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+
+    /* The identity key. */
+    if (!cfg->identity_key_file || !cfg->identity_key_file[0]) {
+        r = fa_errorf(err, FA_ERR_INVAL, "config: identity_key_file is required");
+        goto fail;
+    }
+    r = read_key_text(cfg->identity_key_file, 1, &data, &len, err);
+    if (r == 0)
+        r = fa_identity_parse_secret(data, len, rc->seed, err);
+    if (data) {
+        sodium_memzero(data, len);
+        free(data);
+        data = NULL;
+    }
+    if (r != 0) {
+        fa_error_prefix(err, r, "%s", cfg->identity_key_file);
+        goto fail;
+    }
+
+    /* The federation's regions and their keys. */
+    rc->n_members = cfg->n_regions;
+    if (rc->n_members == 0) {
+        r = fa_errorf(err, FA_ERR_INVAL,
+                      "config: `regions` must list the federation's regions with their identity "
+                      "public keys (the aggregator config's list)");
+        goto fail;
+    }
+    rc->members = calloc(rc->n_members, sizeof(*rc->members));
+    rc->member_ids = calloc(rc->n_members, sizeof(char *));
+    if (!rc->members || !rc->member_ids) {
+        r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < rc->n_members; i++) {
+        const Fedagg__Region *g = cfg->regions[i];
+        rc->member_ids[i] = strdup(g->id ? g->id : "");
+        if (!rc->member_ids[i]) {
+            r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        rc->members[i].id = rc->member_ids[i];
+        if (g->identity_public_key && g->identity_public_key[0]) {
+            r = fa_identity_parse_public((const uint8_t *)g->identity_public_key,
+                                         strlen(g->identity_public_key),
+                                         rc->members[i].identity_pk, err);
+        } else if (g->identity_public_key_file && g->identity_public_key_file[0]) {
+            r = read_key_text(g->identity_public_key_file, 0, &data, &len, err);
+            if (r == 0)
+                r = fa_identity_parse_public(data, len, rc->members[i].identity_pk, err);
+            free(data);
+            data = NULL;
+        } else {
+            r = fa_errorf(err, FA_ERR_INVAL, "no identity public key");
+        }
+        if (r != 0) {
+            fa_error_prefix(err, r, "config: regions[%zu] (%s)", i, rc->member_ids[i]);
+            goto fail;
+        }
+        self |= !strcmp(rc->member_ids[i], rc->region_id);
+    }
+    if (!self) {
+        r = fa_errorf(err, FA_ERR_INVAL, "config: `regions` does not list this region '%s'",
+                      rc->region_id);
+        goto fail;
+    }
+
+    /* The pinned aggregator key, if any. */
+    if (cfg->aggregator_public_key && cfg->aggregator_public_key[0]) {
+        r = fa_note_verifier_parse(&rc->pinned, (const uint8_t *)cfg->aggregator_public_key,
+                                   strlen(cfg->aggregator_public_key), err);
+        rc->have_pinned = r == 0;
+    } else if (cfg->aggregator_public_key_file && cfg->aggregator_public_key_file[0]) {
+        r = read_key_text(cfg->aggregator_public_key_file, 0, &data, &len, err);
+        if (r == 0)
+            r = fa_note_verifier_parse(&rc->pinned, data, len, err);
+        free(data);
+        data = NULL;
+        rc->have_pinned = r == 0;
+    } else {
+        r = 0;
+    }
+    if (r != 0) {
+        fa_error_prefix(err, r, "config: aggregator_public_key");
+        goto fail;
+    }
+
+    /* The transport. */
+    fa_h3_client_config_default(&hc);
+    hc.server = cfg->aggregator;
+    hc.server_name = cfg->tls && cfg->tls->server_name && cfg->tls->server_name[0]
+                         ? cfg->tls->server_name
+                         : NULL;
+    hc.ca_file = cfg->tls ? cfg->tls->ca_file : NULL;
+    hc.cert_file = cfg->tls ? cfg->tls->cert_file : NULL;
+    hc.key_file = cfg->tls ? cfg->tls->key_file : NULL;
+    if (cfg->quic) {
+        hc.quic.max_stream_window = cfg->quic->max_stream_window;
+        hc.quic.max_connection_window = cfg->quic->max_connection_window;
+        hc.quic.cc = (int)cfg->quic->congestion_control;
+        hc.quic.idle_timeout_ms = cfg->quic->idle_timeout_ms;
+        hc.quic.qlog_dir = cfg->quic->qlog_dir && cfg->quic->qlog_dir[0] ? cfg->quic->qlog_dir : NULL;
+        hc.quic.gso = cfg->quic->gso;
+        hc.reconnect_initial_ms = cfg->quic->reconnect_initial_ms;
+        hc.reconnect_max_ms = cfg->quic->reconnect_max_ms;
+    }
+    r = fa_h3_client_new(&rc->h3, &hc, err);
+    if (r != 0)
+        goto fail;
+    *out = rc;
+    return 0;
+fail:
+    fa_round_client_del(rc);
+    return r;
+}
+
+void fa_round_client_del(fa_round_client *rc)
+{
+    if (!rc)
+        return;
+    fa_h3_client_del(rc->h3);
+    for (size_t i = 0; rc->member_ids && i < rc->n_members; i++)
+        free(rc->member_ids[i]);
+    free(rc->member_ids);
+    free(rc->members);
+    sodium_free(rc->seed);
+    free(rc->region_id);
+    free(rc->federation_id);
+    free(rc->state_dir);
+    free(rc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The message of an fedagg.Error body, or a generic one. */
+static void error_text(const fa_h3_response *resp, char *buf, size_t n)
+{
+    Fedagg__Error *e = fedagg__error__unpack(NULL, resp->body_len, resp->body);
+    if (e && e->message && e->message[0])
+        snprintf(buf, n, "%s", e->message);
+    else
+        snprintf(buf, n, "HTTP status %d", resp->status);
+    if (e)
+        fedagg__error__free_unpacked(e, NULL);
+}
+
+int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__FederationInfo **info,
+                         fa_error *err)
+{
+    uint64_t start = fa_time_mono_ns() / 1000000u;
+    unsigned tries = 0;
+
+    *info = NULL;
+    for (;;) {
+        fa_h3_client_req req = {0};
+        fa_h3_response resp;
+        uint64_t now = fa_time_mono_ns() / 1000000u;
+        uint32_t left = now - start < timeout_ms ? (uint32_t)(timeout_ms - (now - start)) : 1;
+        int r;
+
+        req.method = "GET";
+        req.path = "/v1/federation";
+        req.timeout_ms = left < SHORT_MS ? left : SHORT_MS;
+        req.idempotent = 1;
+        memset(&resp, 0, sizeof(resp));
+        r = fa_h3_client_request(rc->h3, &req, &resp, err);
+        if (r == FA_ERR_TLS)
+            return r;
+        if (r == 0 && resp.status == 200) {
+            *info = fedagg__federation_info__unpack(NULL, resp.body_len, resp.body);
+            fa_h3_response_free(&resp);
+            if (!*info)
+                return fa_errorf(err, FA_ERR_PROTOCOL, "GET /v1/federation: undecodable answer");
+            return 0;
+        }
+        if (r == 0) {
+            char msg[512];
+            error_text(&resp, msg, sizeof(msg));
+            fa_h3_response_free(&resp);
+            if (resp.status == 403)
+                return fa_errorf(err, FA_ERR_AUTH, "the aggregator refuses this region: %s", msg);
+            fa_log(FA_LOG_WARN, "federation info refused; retrying", "status=%d", resp.status);
+        } else {
+            fa_log(FA_LOG_WARN, "aggregator unreachable; retrying", "error=%s", fa_strerror(r));
+        }
+        now = fa_time_mono_ns() / 1000000u;
+        if (now - start >= timeout_ms)
+            return fa_errorf(err, FA_ERR_TIMEOUT, "aggregator unreachable for %u ms", timeout_ms);
+        sleep_ms(backoff_ms(tries++));
+    }
+}
+
+struct sink {
+    fa_atomic_file *f;
+    crypto_hash_sha256_state sha;
+    fa_error *err;
+};
+
+static int sink_write(void *arg, const uint8_t *data, size_t len)
+{
+    struct sink *s = arg;
+    crypto_hash_sha256_update(&s->sha, data, len);
+    return fa_atomic_file_write(s->f, data, len, s->err);
+}
+
+int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
+                                uint8_t sha256[32], fa_error *err)
+{
+    fa_h3_client_req req = {0};
+    fa_h3_response resp;
+    struct sink s;
+    const char *vh, *sh;
+    uint8_t got[32], want[32];
+    int r;
+
+    memset(&resp, 0, sizeof(resp));
+    r = fa_atomic_file_open(&s.f, path, 0600, err);
+    if (r != 0)
+        return r;
+    crypto_hash_sha256_init(&s.sha);
+    s.err = err;
+    req.method = "GET";
+    req.path = "/v1/models/latest";
+    req.on_body = sink_write;
+    req.on_body_arg = &s;
+    req.timeout_ms = LONG_POLL_MS;
+    r = fa_h3_client_request(rc->h3, &req, &resp, err);
+    if (r != 0)
+        goto fail;
+    if (resp.status != 200) {
+        char msg[512];
+        error_text(&resp, msg, sizeof(msg));
+        r = fa_errorf(err, FA_ERR_HTTP, "GET /v1/models/latest: %s", msg);
+        goto fail;
+    }
+    vh = fa_h3_response_header(&resp, "fedagg-model-version");
+    sh = fa_h3_response_header(&resp, "fedagg-model-sha256");
+    crypto_hash_sha256_final(&s.sha, got);
+    if (!vh || !sh || sodium_hex2bin(want, 32, sh, strlen(sh), NULL, NULL, NULL) != 0) {
+        r = fa_errorf(err, FA_ERR_PROTOCOL, "model download without version or SHA-256 header");
+        goto fail;
+    }
+    if (sodium_memcmp(got, want, 32) != 0) {
+        r = fa_errorf(err, FA_ERR_VERIFY,
+                      "model download corrupted: SHA-256 does not match its header");
+        goto fail;
+    }
+    r = fa_atomic_file_commit(s.f, err);
+    s.f = NULL;
+    if (r != 0)
+        goto out;
+    *version = strtoull(vh, NULL, 10);
+    memcpy(sha256, got, 32);
+    fa_log(FA_LOG_INFO, "global model downloaded", "version=%" PRIu64 " bytes=%" PRIu64, *version,
+           resp.body_received);
+    goto out;
+fail:
+    fa_atomic_file_abort(s.f);
+out:
+    fa_h3_response_free(&resp);
+    return r;
+}
+
+/* The position of the federation, to tell a broken connection (same
+ * attempt: send again) from a federation that moved on. */
+static int still_current(fa_round_client *rc, const Fedagg__FederationInfo *info)
+{
+    Fedagg__FederationInfo *now = NULL;
+    int same;
+    if (fa_round_client_info(rc, SHORT_MS * 4, &now, NULL) != 0)
+        return 1; /* cannot tell: keep trying the same attempt */
+    same = now->round == info->round && now->attempt == info->attempt;
+    fedagg__federation_info__free_unpacked(now, NULL);
+    return same;
+}
+
+struct masked_src {
+    fa_secagg_client *c;
+    fa_error *err;
+};
+
+static ssize_t masked_read(void *arg, uint8_t *buf, size_t cap)
+{
+    struct masked_src *m = arg;
+    size_t n = 0;
+    int r = fa_secagg_client_masked_next(m->c, buf, cap, &n, m->err);
+    return r != 0 ? r : (ssize_t)n;
+}
+
+/* POSTs one phase's message (or, for K_MASKED, the masked stream of c) and
+ * returns the 200 body.  Retries transport failures and 5xx with back-off
+ * while the attempt is current; 409 -> FA_ERR_REPLAY. */
+static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, int kind,
+                      const uint8_t *body, size_t len, fa_secagg_client *c, uint8_t **out,
+                      size_t *out_len, fa_error *err)
+{
+    char path[128];
+    unsigned transient = 0;
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    fa_h3_header hm[] = {{"content-type", "application/octet-stream"}};
+
+    snprintf(path, sizeof(path), "/v1/rounds/%" PRIu64 "/%u/%s", info->round, info->attempt,
+             kind_paths[kind]);
+    for (;;) {
+        fa_h3_client_req req = {0};
+        fa_h3_response resp;
+        struct masked_src src = {c, err};
+        char msg[512];
+        int r;
+
+        memset(&resp, 0, sizeof(resp));
+        req.method = "POST";
+        req.path = path;
+        req.timeout_ms = LONG_POLL_MS;
+        if (kind == K_MASKED) {
+            r = fa_secagg_client_masked_rewind(c, err);
+            if (r != 0)
+                return r;
+            req.headers = hm;
+            req.nheaders = 1;
+            req.body_read = masked_read;
+            req.body_arg = &src;
+            req.body_length = (int64_t)fa_secagg_client_masked_bytes(c);
+        } else {
+            req.headers = h;
+            req.nheaders = 1;
+            req.body = body;
+            req.body_len = len;
+            req.idempotent = 1;
+        }
+        r = fa_h3_client_request(rc->h3, &req, &resp, err);
+        if (r == FA_ERR_TLS)
+            return r;
+        if (r == 0 && resp.status == 200) {
+            *out = resp.body;
+            *out_len = resp.body_len;
+            resp.body = NULL;
+            fa_h3_response_free(&resp);
+            return 0;
+        }
+        if (r == 0) {
+            error_text(&resp, msg, sizeof(msg));
+            fa_h3_response_free(&resp);
+            if (resp.status == 409)
+                return fa_errorf(err, FA_ERR_REPLAY, "%s: %s", kind_paths[kind], msg);
+            if (resp.status == 503) {
+                sleep_ms(100 + randombytes_uniform(400)); /* upload slots full: wait our turn */
+                continue;
+            }
+            if (resp.status < 500)
+                return fa_errorf(err, FA_ERR_PROTOCOL, "%s refused (%d): %s", kind_paths[kind],
+                                 resp.status, msg);
+            fa_log(FA_LOG_WARN, "aggregator error; retrying", "phase=%s status=%d", kind_paths[kind],
+                   resp.status);
+        } else {
+            fa_log(FA_LOG_WARN, "request failed; retrying", "phase=%s error=%s", kind_paths[kind],
+                   fa_strerror(r));
+        }
+        if (++transient > MAX_TRANSIENT)
+            return fa_errorf(err, r ? r : FA_ERR_HTTP, "%s: giving up after %u failures",
+                             kind_paths[kind], transient);
+        sleep_ms(backoff_ms(transient - 1));
+        if (!still_current(rc, info))
+            return fa_errorf(err, FA_ERR_REPLAY, "%s: the federation moved on", kind_paths[kind]);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Saved attempt state                                                       */
+/* ------------------------------------------------------------------------ */
+
+static void state_paths(fa_round_client *rc, char *st, char *dl, size_t n)
+{
+    snprintf(st, n, "%s/attempt.state", rc->state_dir);
+    snprintf(dl, n, "%s/attempt.delta", rc->state_dir);
+}
+
+/* attempt.state: "<magic> <round> <attempt> <d> <weight>\n" then the sealed
+ * client (weight in C99 hex-float notation, exact).
+ * attempt.delta: the same header line, then d floats (little-endian). */
+static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t round,
+                        uint32_t attempt, const float *delta, size_t d, double weight,
+                        fa_error *err)
+{
+    char st[4096], dl[4096], hdr[128];
+    fa_atomic_file *f = NULL;
+    uint8_t *blob = NULL;
+    size_t blob_len = 0;
+    int n, r;
+
+    state_paths(rc, st, dl, sizeof(st));
+    n = snprintf(hdr, sizeof(hdr), "%s %" PRIu64 " %u %zu %a\n", STATE_MAGIC, round, attempt, d,
+                 weight);
+    r = fa_atomic_file_open(&f, dl, 0600, err);
+    if (r == 0)
+        r = fa_atomic_file_write(f, hdr, (size_t)n, err);
+    if (r == 0)
+        r = fa_atomic_file_write(f, delta, d * sizeof(float), err);
+    if (r == 0) {
+        r = fa_atomic_file_commit(f, err);
+        f = NULL;
+    }
+    fa_atomic_file_abort(f);
+    f = NULL;
+    if (r == 0)
+        r = fa_secagg_client_save(c, &blob, &blob_len, err);
+    if (r == 0)
+        r = fa_atomic_file_open(&f, st, 0600, err);
+    if (r == 0)
+        r = fa_atomic_file_write(f, hdr, (size_t)n, err);
+    if (r == 0)
+        r = fa_atomic_file_write(f, blob, blob_len, err);
+    if (r == 0) {
+        r = fa_atomic_file_commit(f, err);
+        f = NULL;
+    }
+    fa_atomic_file_abort(f);
+    if (blob) {
+        sodium_memzero(blob, blob_len);
+        free(blob);
+    }
+    return r;
+}
+
+/* Reads a saved file whose header matches; *payload points into *data. */
+static int read_saved(const char *path, uint64_t round, uint32_t attempt, uint8_t **data,
+                      size_t *len, const uint8_t **payload, size_t *payload_len, size_t *d,
+                      double *weight)
+{
+    char magic[32];
+    uint64_t r;
+    unsigned a;
+    size_t dd;
+    double wt;
+    int used = 0;
+    uint8_t *nl;
+
+    if (fa_file_read_all(path, data, len, (size_t)8 << 30, NULL) != 0)
+        return FA_ERR_NOTFOUND;
+    nl = memchr(*data, '\n', *len < 128 ? *len : 128);
+    if (!nl ||
+        sscanf((char *)*data, "%31s %" SCNu64 " %u %zu %la%n", magic, &r, &a, &dd, &wt, &used) != 5 ||
+        strcmp(magic, STATE_MAGIC) || (uint8_t *)*data + used != nl || r != round || a != attempt) {
+        free(*data);
+        *data = NULL;
+        return FA_ERR_NOTFOUND;
+    }
+    *payload = nl + 1;
+    *payload_len = *len - (size_t)(nl + 1 - *data);
+    *d = dd;
+    *weight = wt;
+    return 0;
+}
+
+int fa_round_client_has_saved(fa_round_client *rc, uint64_t round, uint32_t attempt)
+{
+    char st[4096], dl[4096];
+    uint8_t *data = NULL;
+    const uint8_t *p;
+    size_t len, pl, d;
+    double wt;
+    int ok;
+
+    state_paths(rc, st, dl, sizeof(st));
+    ok = read_saved(st, round, attempt, &data, &len, &p, &pl, &d, &wt) == 0;
+    if (data) {
+        sodium_memzero(data, len);
+        free(data);
+    }
+    return ok;
+}
+
+void fa_round_client_forget(fa_round_client *rc)
+{
+    char st[4096], dl[4096];
+    state_paths(rc, st, dl, sizeof(st));
+    unlink(st);
+    unlink(dl);
+}
+
+/* Restores the client and its update of round/attempt. */
+static int restore_attempt(fa_round_client *rc, uint64_t round, uint32_t attempt,
+                           fa_secagg_client **c, float **delta, size_t *d, double *weight,
+                           fa_error *err)
+{
+    char st[4096], dl[4096];
+    uint8_t *sdata = NULL, *ddata = NULL;
+    const uint8_t *sp, *dp;
+    size_t slen, dlen, spl, dpl, sd, dd;
+    double w1, w2;
+    int r;
+
+    state_paths(rc, st, dl, sizeof(st));
+    if (read_saved(st, round, attempt, &sdata, &slen, &sp, &spl, &sd, &w1) != 0 ||
+        read_saved(dl, round, attempt, &ddata, &dlen, &dp, &dpl, &dd, &w2) != 0 || sd != dd ||
+        w1 != w2 ||
+        dpl != dd * sizeof(float)) {
+        r = fa_errorf(err, FA_ERR_NOTFOUND, "no complete saved state for round %" PRIu64
+                      " attempt %u", round, attempt);
+        goto out;
+    }
+    *delta = malloc(dd * sizeof(float) + 1);
+    if (!*delta) {
+        r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(*delta, dp, dd * sizeof(float));
+    *d = dd;
+    *weight = w1;
+    r = fa_secagg_client_restore(c, sp, spl, rc->seed, rc->members, rc->n_members, NULL, err);
+    if (r != 0) {
+        free(*delta);
+        *delta = NULL;
+    }
+out:
+    if (sdata) {
+        sodium_memzero(sdata, slen);
+        free(sdata);
+    }
+    free(ddata);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One attempt                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Checks the signed audit record of the round: signed by the aggregator's
+ * key, this region among the participants with the commitment to exactly
+ * the bytes it uploaded, and the new model digest it was told. */
+static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
+                        const fa_secagg_client *c, const uint8_t model_sha[32], fa_error *err)
+{
+    fa_h3_client_req req = {0};
+    fa_h3_response resp;
+    fa_proof_bundle b;
+    fa_note_verifier v;
+    fa_checkpoint cp;
+    Fedagg__AuditRecord *rec = NULL;
+    uint8_t up[32];
+    char path[256];
+    int r, found = 0;
+
+    memset(&resp, 0, sizeof(resp));
+    memset(&b, 0, sizeof(b));
+    if (rc->have_pinned) {
+        v = rc->pinned;
+    } else {
+        if (info->aggregator_public_key.len != 32)
+            return fa_errorf(err, FA_ERR_PROTOCOL, "the aggregator announces no checkpoint key");
+        memset(&v, 0, sizeof(v));
+        memcpy(v.pk, info->aggregator_public_key.data, 32);
+    }
+    snprintf(path, sizeof(path), "/v1/audit/proof?round=%" PRIu64 "&region=%s", info->round,
+             rc->region_id);
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = SHORT_MS * 4;
+    req.idempotent = 1;
+    r = fa_h3_client_request(rc->h3, &req, &resp, err);
+    if (r != 0)
+        goto out;
+    if (resp.status != 200) {
+        char msg[512];
+        error_text(&resp, msg, sizeof(msg));
+        r = fa_errorf(err, FA_ERR_HTTP, "audit proof: %s", msg);
+        goto out;
+    }
+    r = fa_proof_bundle_parse((const char *)resp.body, resp.body_len, &b, err);
+    if (r == 0)
+        r = fa_proof_bundle_verify(&b, &v, &cp, err);
+    if (r != 0)
+        goto out;
+    rec = fedagg__audit_record__unpack(NULL, b.record_len, b.record);
+    if (!rec) {
+        r = fa_errorf(err, FA_ERR_PROTOCOL, "audit proof: the record does not decode");
+        goto out;
+    }
+    r = fa_secagg_client_upload_sha256(c, up);
+    if (r != 0)
+        goto out;
+    for (size_t i = 0; i < rec->n_commitments; i++)
+        if (!strcmp(rec->commitments[i]->region, rc->region_id) &&
+            rec->commitments[i]->upload_sha256.len == 32 &&
+            sodium_memcmp(rec->commitments[i]->upload_sha256.data, up, 32) == 0)
+            found = 1;
+    if (rec->round != info->round || rec->attempt != info->attempt || !found ||
+        rec->new_model_sha256.len != 32 ||
+        sodium_memcmp(rec->new_model_sha256.data, model_sha, 32) != 0) {
+        r = fa_errorf(err, FA_ERR_VERIFY,
+                      "the audit record of round %" PRIu64 " does not record this region's "
+                      "upload or the announced model",
+                      info->round);
+        goto out;
+    }
+    fa_log(FA_LOG_INFO, "audit record proven",
+           "round=%" PRIu64 " index=%" PRIu64 " tree_size=%" PRIu64, info->round, b.index,
+           cp.size);
+out:
+    if (rec)
+        fedagg__audit_record__free_unpacked(rec, NULL);
+    fa_proof_bundle_free(&b);
+    fa_h3_response_free(&resp);
+    return r;
+}
+
+int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
+                        const float *delta, size_t d, double weight, fa_round_outcome *out,
+                        fa_error *err)
+{
+    fa_secagg_config cfg = {0};
+    fa_secagg_client *c = NULL;
+    fa_h3_client_stats s0, s1;
+    float *saved_delta = NULL;
+    uint8_t *msg = NULL, *ans = NULL;
+    size_t msg_len = 0, ans_len = 0;
+    uint64_t t0;
+    int r, resumed = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->round = info->round;
+    out->attempt = info->attempt;
+    fa_h3_client_get_stats(rc->h3, &s0);
+    if (!info->quant)
+        return fa_errorf(err, FA_ERR_PROTOCOL, "federation info without quantisation parameters");
+    cfg.federation_id = rc->federation_id;
+    cfg.round = info->round;
+    cfg.attempt = info->attempt;
+    cfg.threshold = info->threshold;
+    cfg.neighbours = info->neighbours;
+    cfg.vector_len = info->num_params + 1;
+    cfg.ring_bits = info->quant->ring_bits;
+    cfg.quant.bits = info->quant->bits;
+    cfg.quant.clip_mode = (int)info->quant->clip_mode;
+    cfg.quant.clip_l2_norm = info->quant->clip_l2_norm;
+    cfg.quant.clip_value = info->quant->clip_value;
+
+#define PHASE_START() (t0 = fa_time_mono_ns())
+#define PHASE_END(k) (out->phase_seconds[k] = (double)(fa_time_mono_ns() - t0) / 1e9)
+
+    if (fa_round_client_has_saved(rc, info->round, info->attempt)) {
+        size_t sd = 0;
+        r = restore_attempt(rc, info->round, info->attempt, &c, &saved_delta, &sd, &weight, err);
+        if (r != 0)
+            goto out;
+        if (sd != info->num_params) {
+            r = fa_errorf(err, FA_ERR_STATE, "saved update has %zu parameters, the model %" PRIu64,
+                          sd, info->num_params);
+            goto out;
+        }
+        delta = saved_delta;
+        d = sd;
+        resumed = 1;
+        r = fa_secagg_client_set_input_f32(c, delta, d, weight, err);
+        if (r != 0)
+            goto out;
+        fa_log(FA_LOG_INFO, "resuming the attempt from saved state",
+               "round=%" PRIu64 " attempt=%u", info->round, info->attempt);
+    } else {
+        if (!delta || d != info->num_params) {
+            r = fa_errorf(err, FA_ERR_INVAL, "update has %zu parameters, the model %" PRIu64, d,
+                          info->num_params);
+            goto out;
+        }
+        fa_round_client_forget(rc);
+        r = fa_secagg_client_new(&c, &cfg, rc->seed, rc->region_id, rc->members, rc->n_members,
+                                 NULL, err);
+        if (r != 0)
+            goto out;
+
+        /* Round 0: advertise keys, receive U1. */
+        PHASE_START();
+        r = fa_secagg_client_advertise(c, &msg, &msg_len, err);
+        if (r == 0)
+            r = post_phase(rc, info, K_ADVERTISE, msg, msg_len, NULL, &ans, &ans_len, err);
+        if (r == 0)
+            r = fa_secagg_client_peer_list(c, ans, ans_len, fa_time_unix_ms(), err);
+        free(msg);
+        free(ans);
+        msg = ans = NULL;
+        if (r != 0)
+            goto out;
+        PHASE_END(0);
+
+        /* Round 1: share keys, receive U2's shares. */
+        PHASE_START();
+        r = fa_secagg_client_share_keys(c, &msg, &msg_len, err);
+        if (r == 0)
+            r = post_phase(rc, info, K_SHARES, msg, msg_len, NULL, &ans, &ans_len, err);
+        if (r == 0)
+            r = fa_secagg_client_shares(c, ans, ans_len, fa_time_unix_ms(), err);
+        free(msg);
+        free(ans);
+        msg = ans = NULL;
+        if (r != 0)
+            goto out;
+        PHASE_END(1);
+
+        r = fa_secagg_client_set_input_f32(c, delta, d, weight, err);
+        if (r == 0)
+            r = save_attempt(rc, c, info->round, info->attempt, delta, d, weight, err);
+        if (r != 0)
+            goto out;
+    }
+
+    /* Round 2: the masked upload, receive U3. */
+    PHASE_START();
+    r = post_phase(rc, info, K_MASKED, NULL, 0, c, &ans, &ans_len, err);
+    if (r != 0)
+        goto out;
+    PHASE_END(2);
+    {
+        Fedagg__SurvivorList *sl = fedagg__survivor_list__unpack(NULL, ans_len, ans);
+        if (sl) {
+            out->survivors = (uint32_t)sl->n_survivors;
+            fedagg__survivor_list__free_unpacked(sl, NULL);
+        }
+    }
+
+    /* Round 3: consistency check. */
+    PHASE_START();
+    r = fa_secagg_client_survivors(c, ans, ans_len, fa_time_unix_ms(), &msg, &msg_len, err);
+    free(ans);
+    ans = NULL;
+    if (r == 0)
+        r = post_phase(rc, info, K_CONSISTENCY, msg, msg_len, NULL, &ans, &ans_len, err);
+    free(msg);
+    msg = NULL;
+    if (r != 0)
+        goto out;
+    PHASE_END(3);
+
+    /* Round 4: unmasking, receive the RoundResult. */
+    PHASE_START();
+    r = fa_secagg_client_signatures(c, ans, ans_len, fa_time_unix_ms(), &msg, &msg_len, err);
+    free(ans);
+    ans = NULL;
+    if (r == 0)
+        r = post_phase(rc, info, K_UNMASK, msg, msg_len, NULL, &ans, &ans_len, err);
+    free(msg);
+    msg = NULL;
+    if (r != 0)
+        goto out;
+    PHASE_END(4);
+    {
+        Fedagg__RoundResult *res = fedagg__round_result__unpack(NULL, ans_len, ans);
+        if (!res || res->model_sha256.len != 32) {
+            if (res)
+                fedagg__round_result__free_unpacked(res, NULL);
+            r = fa_errorf(err, FA_ERR_PROTOCOL, "undecodable RoundResult");
+            goto out;
+        }
+        out->new_version = res->new_version;
+        out->leaf_index = res->leaf_index;
+        memcpy(out->model_sha256, res->model_sha256.data, 32);
+        fedagg__round_result__free_unpacked(res, NULL);
+    }
+    fa_round_client_forget(rc);
+    {
+        fa_error perr;
+        fa_error_clear(&perr);
+        if (verify_proof(rc, info, c, out->model_sha256, &perr) == 0)
+            out->proof_verified = 1;
+        else
+            fa_log(FA_LOG_WARN, "audit proof not verified", "round=%" PRIu64 " reason=\"%s\"",
+                   info->round, perr.msg);
+    }
+    r = 0;
+out:
+    if (r != 0 && r != FA_ERR_REPLAY && !resumed)
+        fa_log(FA_LOG_DEBUG, "attempt failed", "round=%" PRIu64 " attempt=%u", info->round,
+               info->attempt);
+    fa_h3_client_get_stats(rc->h3, &s1);
+    out->bytes_up = s1.bytes_sent - s0.bytes_sent;
+    out->bytes_down = s1.bytes_received - s0.bytes_received;
+    free(ans);
+    free(saved_delta);
+    fa_secagg_client_del(c);
+    return r;
+}
