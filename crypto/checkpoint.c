@@ -701,16 +701,21 @@ int fa_commitment_message(const char *federation, uint64_t round, uint32_t attem
     return 0;
 }
 
-int fa_commitment_sign(const uint8_t sk[FA_ED25519_SK_LEN], const char *federation, uint64_t round,
-                       uint32_t attempt, const char *region, const uint8_t upload_sha256[32],
-                       uint8_t sig[FA_ED25519_SIG_LEN])
+int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
+                       uint64_t round, uint32_t attempt, const char *region,
+                       const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN])
 {
-    uint8_t msg[FA_COMMITMENT_MSG_MAX];
+    uint8_t msg[FA_COMMITMENT_MSG_MAX], pk[FA_ED25519_PK_LEN], sk[FA_ED25519_SK_LEN];
     size_t n;
     int rc = fa_commitment_message(federation, round, attempt, region, upload_sha256, msg, &n);
     if (rc < 0)
         return rc;
-    return crypto_sign_detached(sig, NULL, msg, n, sk) == 0 ? 0 : FA_ERR_CRYPTO;
+    rc = crypto_sign_seed_keypair(pk, sk, seed) == 0 &&
+                 crypto_sign_detached(sig, NULL, msg, n, sk) == 0
+             ? 0
+             : FA_ERR_CRYPTO;
+    sodium_memzero(sk, sizeof(sk));
+    return rc;
 }
 
 int fa_commitment_verify(const uint8_t pk[FA_ED25519_PK_LEN], const char *federation,

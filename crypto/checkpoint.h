@@ -153,10 +153,11 @@ int fa_commitment_message(const char *federation, uint64_t round, uint32_t attem
                           const char *region, const uint8_t upload_sha256[32], uint8_t *out,
                           size_t *out_len);
 
-/* Signs it with a libsodium Ed25519 secret key (64 bytes).  Returns 0 or FA_ERR_INVAL. */
-int fa_commitment_sign(const uint8_t sk[FA_ED25519_SK_LEN], const char *federation, uint64_t round,
-                       uint32_t attempt, const char *region, const uint8_t upload_sha256[32],
-                       uint8_t sig[FA_ED25519_SIG_LEN]);
+/* Signs it with the region's Ed25519 identity seed (32 bytes, the secret of
+ * crypto/identity.h).  Returns 0, FA_ERR_INVAL or FA_ERR_CRYPTO. */
+int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
+                       uint64_t round, uint32_t attempt, const char *region,
+                       const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN]);
 
 /* Returns 0 when sig is the region's signature, FA_ERR_VERIFY when not,
  * FA_ERR_INVAL for bad arguments. */
