@@ -19,16 +19,22 @@ static void counter_iv(uint8_t iv[16], uint64_t word)
 
 int fa_prg_init(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], uint64_t word)
 {
-    EVP_CIPHER_CTX *ctx;
     uint8_t iv[16];
-
     g->ctx = NULL;
     if (word % 4)
         return FA_ERR_INVAL;
+    counter_iv(iv, word);
+    return fa_prg_init_iv(g, key, iv);
+}
+
+int fa_prg_init_iv(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], const uint8_t iv[16])
+{
+    EVP_CIPHER_CTX *ctx;
+
+    g->ctx = NULL;
     ctx = EVP_CIPHER_CTX_new();
     if (!ctx)
         return FA_ERR_NOMEM;
-    counter_iv(iv, word);
     if (EVP_EncryptInit_ex(ctx, EVP_aes_128_ctr(), NULL, key, iv) != 1) {
         EVP_CIPHER_CTX_free(ctx);
         return FA_ERR_CRYPTO;

@@ -25,6 +25,9 @@ typedef struct fa_prg {
 /* Keys g and positions it at word `word` (a multiple of 4: one AES block is
  * four words).  Returns 0, FA_ERR_NOMEM or FA_ERR_CRYPTO. */
 int fa_prg_init(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], uint64_t word);
+/* Keys g with an explicit 128-bit initial counter block (the known-answer
+ * test of NIST SP 800-38A F.5.1 uses one). */
+int fa_prg_init_iv(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], const uint8_t iv[16]);
 /* Moves to word `word` (a multiple of 4) of the same key. */
 int fa_prg_seek(fa_prg *g, uint64_t word);
 /* Frees and wipes; a zeroed fa_prg is a no-op. */

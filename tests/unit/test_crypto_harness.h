@@ -23,7 +23,7 @@ typedef struct th_rng {
     uint64_t ctr;
 } th_rng;
 
-static int th_rng_fill(void *ctx, void *buf, size_t len)
+static __attribute__((unused)) int th_rng_fill(void *ctx, void *buf, size_t len)
 {
     th_rng *r = ctx;
     uint8_t nonce[8];
@@ -34,7 +34,7 @@ static int th_rng_fill(void *ctx, void *buf, size_t len)
     return 0;
 }
 
-static void th_rng_init(th_rng *r, uint64_t seed)
+static __attribute__((unused)) void th_rng_init(th_rng *r, uint64_t seed)
 {
     memset(r, 0, sizeof(*r));
     for (int i = 0; i < 8; i++)
@@ -42,7 +42,7 @@ static void th_rng_init(th_rng *r, uint64_t seed)
     r->key[31] = 0x5a;
 }
 
-static uint32_t th_rand(th_rng *r)
+static __attribute__((unused)) uint32_t th_rand(th_rng *r)
 {
     uint32_t v;
     th_rng_fill(r, &v, sizeof(v));
@@ -50,7 +50,7 @@ static uint32_t th_rand(th_rng *r)
 }
 
 /* uniform in [0, n) */
-static uint32_t th_below(th_rng *r, uint32_t n)
+static __attribute__((unused)) uint32_t th_below(th_rng *r, uint32_t n)
 {
     return n ? th_rand(r) % n : 0;
 }
@@ -64,7 +64,7 @@ typedef struct th_fed {
     fa_secagg_member members[FA_SECAGG_MAX_CLIENTS];
 } th_fed;
 
-static void th_fed_init(th_fed *f, size_t n, uint64_t seed)
+static __attribute__((unused)) void th_fed_init(th_fed *f, size_t n, uint64_t seed)
 {
     th_rng r;
     fa_secagg_rng rng = {th_rng_fill, &r};
@@ -80,7 +80,7 @@ static void th_fed_init(th_fed *f, size_t n, uint64_t seed)
     }
 }
 
-static fa_secagg_config th_cfg(uint32_t t, uint32_t k, uint64_t len, uint32_t neighbours)
+static __attribute__((unused)) fa_secagg_config th_cfg(uint32_t t, uint32_t k, uint64_t len, uint32_t neighbours)
 {
     fa_secagg_config c;
     memset(&c, 0, sizeof(c));
@@ -130,7 +130,7 @@ typedef struct th_run {
     fa_secagg_server *server; /* left for inspection; th_run_free */
 } th_run;
 
-static void th_run_free(th_run *run)
+static __attribute__((unused)) void th_run_free(th_run *run)
 {
     fa_secagg_server_del(run->server);
     run->server = NULL;
@@ -147,14 +147,14 @@ static void th_run_free(th_run *run)
         }                                                                                          \
     } while (0)
 
-static int th_dropped_by(const th_run *run, size_t i, int phase_drop)
+static __attribute__((unused)) int th_dropped_by(const th_run *run, size_t i, int phase_drop)
 {
     return run->drop && run->drop[i] != TH_STAY && run->drop[i] <= phase_drop;
 }
 
 /* Sends `limit` bytes (or the whole stream when limit is UINT64_MAX) of
  * client i's masked stream to the server in random chunks. */
-static int th_stream(th_run *run, th_rng *r, fa_secagg_client *c, const char *id, uint64_t limit,
+static __attribute__((unused)) int th_stream(th_run *run, th_rng *r, fa_secagg_client *c, const char *id, uint64_t limit,
                      uint8_t *buf, size_t max_chunk)
 {
     uint64_t sent = 0;
@@ -177,7 +177,7 @@ static int th_stream(th_run *run, th_rng *r, fa_secagg_client *c, const char *id
 
 /* Runs the round; returns run->rc.  A close that fails is recorded in
  * fail_phase (and the round stops there, the server left as it was). */
-static int th_round(const th_fed *f, const fa_secagg_config *cfg, th_run *run)
+static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_config *cfg, th_run *run)
 {
     fa_secagg_client *cl[FA_SECAGG_MAX_CLIENTS] = {0};
     th_rng rr, pick;
@@ -320,7 +320,7 @@ out:
 }
 
 /* Whether client i's input is in the sum for these dropouts. */
-static int th_survives(const th_run *run, size_t i)
+static __attribute__((unused)) int th_survives(const th_run *run, size_t i)
 {
     return !run->drop || run->drop[i] == TH_STAY || run->drop[i] >= TH_DROP_CONSISTENCY;
 }
