@@ -8,6 +8,7 @@
 struct fa_diags {
     char **items; /* NULL entries are diagnostics lost to out of memory */
     size_t n, cap;
+    size_t lost;  /* appends that could not even get a slot */
 };
 
 int fa_diags_new(fa_diags **out)
@@ -36,8 +37,10 @@ int fa_diags_addf(fa_diags *d, const char *file, unsigned line, unsigned col, co
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
         char **items = realloc(d->items, cap * sizeof(*items));
-        if (!items)
-            return FA_ERR_NOMEM; /* cannot even remember it */
+        if (!items) {
+            d->lost++;
+            return FA_ERR_NOMEM;
+        }
         d->items = items;
         d->cap = cap;
     }
@@ -60,7 +63,7 @@ int fa_diags_addf(fa_diags *d, const char *file, unsigned line, unsigned col, co
 
 size_t fa_diags_count(const fa_diags *d)
 {
-    return d ? d->n : 0;
+    return d ? d->n + d->lost : 0;
 }
 
 const char *fa_diags_get(const fa_diags *d, size_t i)

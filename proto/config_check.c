@@ -1,0 +1,585 @@
+/* config_check.c - what a config means: required fields, ranges, ids, keys,
+ * files.  Runs on a parsed config whose paths are already absolute and whose
+ * optional sub-messages are all present (config_load.c), before the
+ * defaults of config_check.h are filled in, so that it sees what the
+ * operator wrote. */
+#include "proto/config_check.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "common/fa_file.h"
+
+struct problem_rec {
+    unsigned line, col, seq;
+    char *text;
+};
+
+struct ck {
+    fa_diags *diags;
+    const char *file;
+    const fa_textformat_positions *pos;
+    unsigned flags;
+    unsigned n;
+    struct problem_rec *recs; /* collected, then sorted by position */
+    size_t nrecs, cap;
+};
+
+/* Reports a problem at field `field` (element idx) of msg; when the text did
+ * not write that field, at the start of msg; failing that, at 1:1. */
+static void problem(struct ck *c, const void *msg, const char *field, size_t idx, const char *fmt,
+                    ...) __attribute__((format(printf, 5, 6)));
+
+static void problem(struct ck *c, const void *msg, const char *field, size_t idx, const char *fmt,
+                    ...)
+{
+    unsigned line = 1, col = 1;
+    char text[1024];
+    va_list ap;
+
+    if (!field || fa_textformat_position(c->pos, msg, field, idx, &line, &col) != 0)
+        if (fa_textformat_position_of(c->pos, msg, &line, &col) != 0)
+            line = col = 1;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    c->n++;
+    if (c->nrecs == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        struct problem_rec *r = realloc(c->recs, cap * sizeof(*r));
+        if (!r) { /* keep the report, unsorted */
+            fa_diags_addf(c->diags, c->file, line, col, "%s", text);
+            return;
+        }
+        c->recs = r;
+        c->cap = cap;
+    }
+    c->recs[c->nrecs] = (struct problem_rec){line, col, c->n, strdup(text)};
+    if (!c->recs[c->nrecs].text) {
+        fa_diags_addf(c->diags, c->file, line, col, "%s", text);
+        return;
+    }
+    c->nrecs++;
+}
+
+static int by_position(const void *a, const void *b)
+{
+    const struct problem_rec *x = a, *y = b;
+
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    if (x->col != y->col)
+        return x->col < y->col ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int empty(const char *s)
+{
+    return !s || !*s;
+}
+
+static int check_files(const struct ck *c)
+{
+    return !(c->flags & FA_CONFIG_NO_FILES);
+}
+
+/* A file that must exist and be readable. */
+static void need_file(struct ck *c, const void *msg, const char *field, size_t idx,
+                      const char *path, const char *what)
+{
+    struct stat st;
+
+    if (!check_files(c) || empty(path))
+        return;
+    if (stat(path, &st) != 0)
+        problem(c, msg, field, idx, "`%s`: %s: %s", what, path,
+                errno == ENOENT ? "no such file" : strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        problem(c, msg, field, idx, "`%s`: %s is not a regular file", what, path);
+    else if (access(path, R_OK) != 0)
+        problem(c, msg, field, idx, "`%s`: %s is not readable: %s", what, path, strerror(errno));
+}
+
+/* A secret key file: exists, readable, not group/world accessible. */
+static void need_key_file(struct ck *c, const void *msg, const char *field, const char *path,
+                          const char *what)
+{
+    fa_error e = {0};
+    unsigned before = c->n;
+
+    need_file(c, msg, field, 0, path, what);
+    if (c->n != before || !check_files(c) || empty(path))
+        return;
+    if (fa_file_check_private(path, &e) != 0)
+        problem(c, msg, field, 0, "`%s`: %s", what, e.msg);
+}
+
+/* A directory that, when it exists, is a directory (daemons create it). */
+static void maybe_dir(struct ck *c, const void *msg, const char *field, const char *path,
+                      const char *what)
+{
+    struct stat st;
+
+    if (!check_files(c) || empty(path))
+        return;
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        problem(c, msg, field, 0, "`%s`: %s exists and is not a directory", what, path);
+}
+
+static void need_string(struct ck *c, const void *msg, const char *field, const char *value,
+                        const char *what, const char *hint)
+{
+    if (empty(value))
+        problem(c, msg, field, 0, "`%s` is required%s%s", what, hint ? ": " : "", hint ? hint : "");
+}
+
+static void check_hostport(struct ck *c, const void *msg, const char *field, const char *value,
+                           const char *what)
+{
+    fa_error e = {0};
+
+    if (!empty(value) && fa_config_check_hostport(value, &e) != 0)
+        problem(c, msg, field, 0, "`%s`: %s", what, e.msg);
+}
+
+static void check_log_level(struct ck *c, const void *msg, const char *value)
+{
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+
+    for (size_t i = 0; i < 4; i++)
+        if (value && !strcmp(value, levels[i]))
+            return;
+    problem(c, msg, "log_level", 0, "`log_level`: \"%s\" is not debug, info, warn or error",
+            value ? value : "");
+}
+
+static void check_federation_id(struct ck *c, const void *msg, const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+
+    if (n == 0 || n > 255) {
+        problem(c, msg, "federation_id", 0, "`federation_id` must have 1 to 255 characters");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)id[i] <= ' ' || (unsigned char)id[i] >= 0x7f) {
+            problem(c, msg, "federation_id", 0,
+                    "`federation_id` \"%s\": only printable ASCII without spaces", id);
+            return;
+        }
+}
+
+/* [a-z0-9-]{1,63} */
+static int region_id_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+
+    if (n == 0 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-'))
+            return 0;
+    return 1;
+}
+
+static void check_region_id(struct ck *c, const void *msg, const char *field, size_t idx,
+                            const char *what, const char *id)
+{
+    if (empty(id))
+        problem(c, msg, field, idx, "`%s` is required (e.g. \"eu-west\")", what);
+    else if (!region_id_ok(id))
+        problem(c, msg, field, idx,
+                "`%s` \"%s\" is not a region id: 1 to 63 characters of a-z, 0-9 and -", what, id);
+}
+
+static int finite_pos(double v)
+{
+    return isfinite(v) && v > 0;
+}
+
+static int unit_interval(double v) /* [0, 1) */
+{
+    return isfinite(v) && v >= 0 && v < 1;
+}
+
+/* Exactly/at most one of key and key_file; the key decodes to 32 bytes. */
+static int check_public_key(struct ck *c, const void *msg, const char *what, const char *kfield,
+                            const char *key, const char *ffield, const char *file, int required,
+                            uint8_t out[32])
+{
+    fa_error e = {0};
+
+    if (!empty(key) && !empty(file)) {
+        problem(c, msg, ffield, 0, "`%s`: set only one of %s and %s", what, kfield, ffield);
+        return 0;
+    }
+    if (empty(key) && empty(file)) {
+        if (required)
+            problem(c, msg, NULL, 0, "`%s`: set %s (base64) or %s", what, kfield, ffield);
+        return 0;
+    }
+    if (!empty(key)) {
+        if (fa_config_decode_key32((const uint8_t *)key, strlen(key), 0, out, &e) != 0) {
+            problem(c, msg, kfield, 0, "`%s.%s`: %s", what, kfield, e.msg);
+            return 0;
+        }
+    } else {
+        if (!check_files(c))
+            return 0;
+        if (fa_config_read_key32_file(file, out, &e) != 0) {
+            problem(c, msg, ffield, 0, "`%s.%s`: %s", what, ffield, e.msg);
+            return 0;
+        }
+    }
+    if (!crypto_core_ed25519_is_valid_point(out)) {
+        problem(c, msg, empty(key) ? ffield : kfield, 0,
+                "`%s.%s`: 32 bytes, but not a valid Ed25519 public key", what,
+                empty(key) ? ffield : kfield);
+        return 0;
+    }
+    return 1;
+}
+
+static void check_tls(struct ck *c, const Fedagg__TlsConfig *t, const char *who)
+{
+    char what[64];
+
+    snprintf(what, sizeof(what), "tls.cert_file");
+    need_string(c, t, "cert_file", t->cert_file, what, who);
+    need_file(c, t, "cert_file", 0, t->cert_file, what);
+    snprintf(what, sizeof(what), "tls.key_file");
+    need_string(c, t, "key_file", t->key_file, what, "the PEM private key of cert_file");
+    need_key_file(c, t, "key_file", t->key_file, what);
+    snprintf(what, sizeof(what), "tls.ca_file");
+    need_string(c, t, "ca_file", t->ca_file, what, "the federation CA certificate (PEM)");
+    need_file(c, t, "ca_file", 0, t->ca_file, what);
+}
+
+static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
+{
+    if (q->max_stream_window == 0)
+        problem(c, q, "max_stream_window", 0, "`quic.max_stream_window` must be positive");
+    if (q->max_connection_window == 0)
+        problem(c, q, "max_connection_window", 0, "`quic.max_connection_window` must be positive");
+    else if (q->max_stream_window > q->max_connection_window)
+        problem(c, q, "max_stream_window", 0,
+                "`quic.max_stream_window` (%llu) exceeds `quic.max_connection_window` (%llu); "
+                "one stream could never use its window",
+                (unsigned long long)q->max_stream_window,
+                (unsigned long long)q->max_connection_window);
+    if (q->idle_timeout_ms == 0)
+        problem(c, q, "idle_timeout_ms", 0, "`quic.idle_timeout_ms` must be positive");
+    if (q->max_connections == 0)
+        problem(c, q, "max_connections", 0, "`quic.max_connections` must be positive");
+    if (q->max_streams_per_connection == 0)
+        problem(c, q, "max_streams_per_connection", 0,
+                "`quic.max_streams_per_connection` must be positive");
+    if (q->max_body_bytes == 0)
+        problem(c, q, "max_body_bytes", 0, "`quic.max_body_bytes` must be positive");
+    if (q->reconnect_initial_ms == 0)
+        problem(c, q, "reconnect_initial_ms", 0, "`quic.reconnect_initial_ms` must be positive");
+    else if (q->reconnect_initial_ms > q->reconnect_max_ms)
+        problem(c, q, "reconnect_initial_ms", 0,
+                "`quic.reconnect_initial_ms` (%u) exceeds `quic.reconnect_max_ms` (%u)",
+                q->reconnect_initial_ms, q->reconnect_max_ms);
+    if (server && !empty(q->static_secret_file) && check_files(c) &&
+        access(q->static_secret_file, F_OK) == 0)
+        need_key_file(c, q, "static_secret_file", q->static_secret_file, "quic.static_secret_file");
+    maybe_dir(c, q, "qlog_dir", q->qlog_dir, "quic.qlog_dir");
+}
+
+static void check_regions(struct ck *c, const Fedagg__AggregatorConfig *cfg)
+{
+    uint8_t (*keys)[32] = NULL;
+    int *have = NULL;
+
+    if (cfg->n_regions == 0) {
+        problem(c, cfg, NULL, 0,
+                "`regions`: list at least one region (regions { id: \"eu-west\" "
+                "identity_public_key: \"...\" })");
+        return;
+    }
+    keys = calloc(cfg->n_regions, sizeof(*keys));
+    have = calloc(cfg->n_regions, sizeof(*have));
+    for (size_t i = 0; i < cfg->n_regions; i++) {
+        const Fedagg__Region *r = cfg->regions[i];
+        char what[64];
+        snprintf(what, sizeof(what), "regions[%zu].id", i);
+        check_region_id(c, r, "id", 0, what, r->id);
+        for (size_t j = 0; j < i && !empty(r->id); j++) {
+            if (!empty(cfg->regions[j]->id) && !strcmp(cfg->regions[j]->id, r->id)) {
+                unsigned line = 0, col = 0;
+                fa_textformat_position(c->pos, &cfg->regions[j]->base, "id", 0, &line, &col);
+                problem(c, r, "id", 0, "`%s`: region \"%s\" is listed twice (first at %u:%u)",
+                        what, r->id, line, col);
+                break;
+            }
+        }
+        snprintf(what, sizeof(what), "regions[%zu]", i);
+        if (keys && have &&
+            check_public_key(c, r, what, "identity_public_key", r->identity_public_key,
+                             "identity_public_key_file", r->identity_public_key_file, 1,
+                             keys[i])) {
+            have[i] = 1;
+            for (size_t j = 0; j < i; j++) {
+                if (have[j] && sodium_memcmp(keys[i], keys[j], 32) == 0) {
+                    problem(c, r,
+                            empty(r->identity_public_key) ? "identity_public_key_file"
+                                                          : "identity_public_key",
+                            0,
+                            "`%s`: the same identity key as regions[%zu]; every region needs "
+                            "its own key",
+                            what, j);
+                    break;
+                }
+            }
+        }
+    }
+    free(keys);
+    free(have);
+}
+
+static void check_round(struct ck *c, const Fedagg__RoundPolicy *r, size_t n)
+{
+    static const char *const deadlines[] = {"advertise_deadline_ms", "shares_deadline_ms",
+                                            "masked_deadline_ms", "consistency_deadline_ms",
+                                            "unmask_deadline_ms"};
+    const uint32_t values[] = {r->advertise_deadline_ms, r->shares_deadline_ms,
+                               r->masked_deadline_ms, r->consistency_deadline_ms,
+                               r->unmask_deadline_ms};
+
+    if (r->min_regions == 0)
+        problem(c, r, "min_regions", 0, "`round.min_regions` must be at least 1");
+    else if (n && r->min_regions > n)
+        problem(c, r, "min_regions", 0,
+                "`round.min_regions` (%u) exceeds the number of regions (%zu); no round could "
+                "ever start",
+                r->min_regions, n);
+    if (n && r->threshold > n)
+        problem(c, r, "threshold", 0,
+                "`round.threshold` (%u) exceeds the number of regions (%zu); use 1..%zu, or 0 "
+                "for a majority",
+                r->threshold, n, n);
+    for (size_t i = 0; i < 5; i++)
+        if (values[i] == 0)
+            problem(c, r, deadlines[i], 0, "`round.%s` must be positive", deadlines[i]);
+    if (n && r->neighbours >= n && r->neighbours != 0)
+        problem(c, r, "neighbours", 0,
+                "`round.neighbours` (%u) must be below the number of regions (%zu), or 0 for "
+                "all",
+                r->neighbours, n);
+}
+
+static void check_model(struct ck *c, const Fedagg__ModelSpec *m)
+{
+    if (m->input_dim == 0)
+        problem(c, m, "input_dim", 0, "`model.input_dim` must be at least 1");
+    if (m->output_dim < 2)
+        problem(c, m, "output_dim", 0, "`model.output_dim` must be at least 2 (classes)");
+    for (size_t i = 0; i < m->n_hidden; i++)
+        if (m->hidden[i] == 0 || m->hidden[i] > (1u << 20))
+            problem(c, m, "hidden", i, "`model.hidden[%zu]` (%u) must be from 1 to 1048576", i,
+                    m->hidden[i]);
+    need_file(c, m, "init_file", 0, m->init_file, "model.init_file");
+}
+
+static void check_optimizer(struct ck *c, const Fedagg__ServerOptimizer *o)
+{
+    if (!finite_pos(o->learning_rate))
+        problem(c, o, "learning_rate", 0, "`optimizer.learning_rate` (%g) must be positive",
+                o->learning_rate);
+    if (!unit_interval(o->momentum))
+        problem(c, o, "momentum", 0, "`optimizer.momentum` (%g) must be in [0, 1)", o->momentum);
+    if (!unit_interval(o->beta1))
+        problem(c, o, "beta1", 0, "`optimizer.beta1` (%g) must be in [0, 1)", o->beta1);
+    if (!unit_interval(o->beta2))
+        problem(c, o, "beta2", 0, "`optimizer.beta2` (%g) must be in [0, 1)", o->beta2);
+    if (!finite_pos(o->tau))
+        problem(c, o, "tau", 0, "`optimizer.tau` (%g) must be positive", o->tau);
+}
+
+static void check_quantization(struct ck *c, const Fedagg__Quantization *q)
+{
+    if (q->bits < 2 || q->bits > 24)
+        problem(c, q, "bits", 0, "`quantization.bits` (%u) must be from 2 to 24", q->bits);
+    if (!finite_pos(q->clip_l2_norm))
+        problem(c, q, "clip_l2_norm", 0, "`quantization.clip_l2_norm` (%g) must be positive",
+                q->clip_l2_norm);
+    if (!finite_pos(q->clip_value))
+        problem(c, q, "clip_value", 0, "`quantization.clip_value` (%g) must be positive",
+                q->clip_value);
+    if (q->max_examples == 0)
+        problem(c, q, "max_examples", 0, "`quantization.max_examples` must be at least 1");
+}
+
+static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,
+                       const char *v1, const char *f2, const char *v2)
+{
+    if (empty(v1) != empty(v2))
+        problem(c, msg, empty(v1) ? f2 : f1, 0, "`%s.%s` and `%s.%s` go together; set both or neither",
+                prefix, f1, prefix, f2);
+}
+
+static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
+{
+    check_federation_id(c, cfg, cfg->federation_id);
+    need_string(c, cfg, "listen", cfg->listen, "listen", "host:port");
+    check_hostport(c, cfg, "listen", cfg->listen, "listen");
+    check_tls(c, cfg->tls, "the aggregator's PEM certificate");
+    check_quic(c, cfg->quic, 1);
+    check_regions(c, cfg);
+    check_round(c, cfg->round, cfg->n_regions);
+    check_model(c, cfg->model);
+    check_optimizer(c, cfg->optimizer);
+    check_quantization(c, cfg->quantization);
+    need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
+                "the directory of model versions and round state");
+    maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");
+    if (cfg->storage->keep_versions == 0)
+        problem(c, cfg->storage, "keep_versions", 0, "`storage.keep_versions` must be at least 1");
+    need_string(c, cfg->audit, "signing_key_file", cfg->audit->signing_key_file,
+                "audit.signing_key_file", "the Ed25519 key that signs checkpoints (fedagg keygen)");
+    need_key_file(c, cfg->audit, "signing_key_file", cfg->audit->signing_key_file,
+                  "audit.signing_key_file");
+    if (!empty(cfg->audit->log_file) && check_files(c)) {
+        struct stat st;
+        if (stat(cfg->audit->log_file, &st) == 0 && !S_ISREG(st.st_mode))
+            problem(c, cfg->audit, "log_file", 0, "`audit.log_file`: %s is not a regular file",
+                    cfg->audit->log_file);
+    }
+    check_hostport(c, cfg, "metrics_listen", cfg->metrics_listen, "metrics_listen");
+    check_pair(c, cfg->evaluation, "evaluation", "test_images", cfg->evaluation->test_images,
+               "test_labels", cfg->evaluation->test_labels);
+    need_file(c, cfg->evaluation, "test_images", 0, cfg->evaluation->test_images,
+              "evaluation.test_images");
+    need_file(c, cfg->evaluation, "test_labels", 0, cfg->evaluation->test_labels,
+              "evaluation.test_labels");
+    if (cfg->evaluation->every == 0)
+        problem(c, cfg->evaluation, "every", 0, "`evaluation.every` must be at least 1");
+    check_log_level(c, cfg, cfg->log_level);
+}
+
+static void check_builtin(struct ck *c, const Fedagg__BuiltinTrainer *b)
+{
+    if (b->local_steps == 0 && b->local_epochs == 0)
+        problem(c, b, "local_epochs", 0,
+                "`trainer.builtin.local_epochs` must be at least 1 when local_steps is 0");
+    if (b->batch_size == 0)
+        problem(c, b, "batch_size", 0, "`trainer.builtin.batch_size` must be at least 1");
+    if (!finite_pos(b->learning_rate))
+        problem(c, b, "learning_rate", 0, "`trainer.builtin.learning_rate` (%g) must be positive",
+                b->learning_rate);
+    if (!unit_interval(b->momentum))
+        problem(c, b, "momentum", 0, "`trainer.builtin.momentum` (%g) must be in [0, 1)",
+                b->momentum);
+    if (!isfinite(b->weight_decay) || b->weight_decay < 0)
+        problem(c, b, "weight_decay", 0, "`trainer.builtin.weight_decay` (%g) must be 0 or more",
+                b->weight_decay);
+}
+
+static void check_external(struct ck *c, const Fedagg__ExternalTrainer *x)
+{
+    struct stat st;
+
+    if (x->n_command == 0 || empty(x->command[0]))
+        problem(c, x, x->n_command ? "command" : NULL, 0,
+                "`trainer.external.command`: give the command and its arguments, e.g. "
+                "command: [\"python3\", \"train.py\", \"{input}\", \"{output}\"]");
+    for (size_t i = 0; i < x->n_env; i++) {
+        const char *eq = x->env[i] ? strchr(x->env[i], '=') : NULL;
+        if (!eq || eq == x->env[i])
+            problem(c, x, "env", i, "`trainer.external.env[%zu]` \"%s\" is not KEY=VALUE", i,
+                    x->env[i] ? x->env[i] : "");
+    }
+    if (x->timeout_s == 0)
+        problem(c, x, "timeout_s", 0, "`trainer.external.timeout_s` must be positive");
+    if (!empty(x->workdir) && check_files(c) &&
+        (stat(x->workdir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        problem(c, x, "workdir", 0, "`trainer.external.workdir`: %s is not a directory",
+                x->workdir);
+}
+
+static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
+{
+    const Fedagg__DataConfig *d = cfg->data;
+    uint8_t key[32];
+    int builtin = 0;
+
+    check_region_id(c, cfg, "region_id", 0, "region_id", cfg->region_id);
+    check_federation_id(c, cfg, cfg->federation_id);
+    need_string(c, cfg, "aggregator", cfg->aggregator, "aggregator",
+                "the aggregator's UDP address, host:port");
+    check_hostport(c, cfg, "aggregator", cfg->aggregator, "aggregator");
+    check_tls(c, cfg->tls, "this region's PEM client certificate");
+    check_quic(c, cfg->quic, 0);
+    need_string(c, cfg, "identity_key_file", cfg->identity_key_file, "identity_key_file",
+                "the region's Ed25519 identity secret key (fedagg keygen)");
+    need_key_file(c, cfg, "identity_key_file", cfg->identity_key_file, "identity_key_file");
+    check_public_key(c, cfg, "aggregator_public_key", "aggregator_public_key",
+                     cfg->aggregator_public_key, "aggregator_public_key_file",
+                     cfg->aggregator_public_key_file, 0, key);
+    sodium_memzero(key, sizeof(key));
+    if (!cfg->trainer || cfg->trainer->kind_case == FEDAGG__TRAINER__KIND__NOT_SET) {
+        problem(c, cfg->trainer ? (const void *)cfg->trainer : (const void *)cfg, NULL, 0,
+                "`trainer`: set one of `builtin { ... }` (the MLP of the aggregator's model) or "
+                "`external { command: [...] }`");
+    } else if (cfg->trainer->kind_case == FEDAGG__TRAINER__KIND_BUILTIN) {
+        builtin = 1;
+        check_builtin(c, cfg->trainer->builtin);
+    } else {
+        check_external(c, cfg->trainer->external);
+    }
+    if (builtin) {
+        need_string(c, d, "train_images", d->train_images, "data.train_images",
+                    "the region's IDX training images (the built-in trainer reads them)");
+        need_string(c, d, "train_labels", d->train_labels, "data.train_labels",
+                    "the region's IDX training labels");
+    }
+    need_file(c, d, "train_images", 0, d->train_images, "data.train_images");
+    need_file(c, d, "train_labels", 0, d->train_labels, "data.train_labels");
+    check_pair(c, d, "data", "train_images", d->train_images, "train_labels", d->train_labels);
+    check_pair(c, d, "data", "test_images", d->test_images, "test_labels", d->test_labels);
+    need_file(c, d, "test_images", 0, d->test_images, "data.test_images");
+    need_file(c, d, "test_labels", 0, d->test_labels, "data.test_labels");
+    if (cfg->compression->powersgd_rank == 0)
+        problem(c, cfg->compression, "powersgd_rank", 0,
+                "`compression.powersgd_rank` must be at least 1");
+    if (!(isfinite(cfg->compression->topk_fraction) && cfg->compression->topk_fraction > 0 &&
+          cfg->compression->topk_fraction <= 1))
+        problem(c, cfg->compression, "topk_fraction", 0,
+                "`compression.topk_fraction` (%g) must be in (0, 1]",
+                cfg->compression->topk_fraction);
+    need_string(c, cfg, "state_dir", cfg->state_dir, "state_dir",
+                "the directory of the worker's round state");
+    maybe_dir(c, cfg, "state_dir", cfg->state_dir, "state_dir");
+    check_log_level(c, cfg, cfg->log_level);
+}
+
+unsigned fa_config_check_meaning(fa_config_kind kind, const ProtobufCMessage *cfg,
+                                 const fa_textformat_positions *pos, const char *filename,
+                                 unsigned flags, fa_diags *diags)
+{
+    struct ck c = {diags, filename, pos, flags, 0, NULL, 0, 0};
+
+    if (kind == FA_CONFIG_AGGREGATOR)
+        check_aggregator(&c, (const Fedagg__AggregatorConfig *)cfg);
+    else if (kind == FA_CONFIG_WORKER)
+        check_worker(&c, (const Fedagg__WorkerConfig *)cfg);
+    /* in file order, as a person reads them */
+    if (c.nrecs)
+        qsort(c.recs, c.nrecs, sizeof(*c.recs), by_position);
+    for (size_t i = 0; i < c.nrecs; i++) {
+        fa_diags_addf(diags, filename, c.recs[i].line, c.recs[i].col, "%s", c.recs[i].text);
+        free(c.recs[i].text);
+    }
+    free(c.recs);
+    return c.n;
+}
