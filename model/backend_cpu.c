@@ -17,6 +17,15 @@
 #include "common/fa_log.h"
 #include "model/backend.h"
 
+/* The elementwise loops are compiled for AVX-512, AVX2 and baseline x86-64,
+ * chosen when the program loads (GCC/clang function multi-versioning), so one
+ * binary runs everywhere and uses the vector units it finds. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
+#define FA_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FA_VEC_CLONES
+#endif
+
 /* Not in every cblas.h. */
 char *openblas_get_corename(void);
 
@@ -129,7 +138,7 @@ static int cpu_get_params(fa_backend *b, float *host, fa_error *err)
 }
 
 /* z (n, out) += bias, then ReLU when relu is set. */
-static void bias_act(float *restrict z, const float *restrict bias, uint32_t n, uint32_t out,
+FA_VEC_CLONES static void bias_act(float *restrict z, const float *restrict bias, uint32_t n, uint32_t out,
                      int relu)
 {
     for (uint32_t i = 0; i < n; i++) {
@@ -137,7 +146,7 @@ static void bias_act(float *restrict z, const float *restrict bias, uint32_t n, 
         if (relu)
             for (uint32_t j = 0; j < out; j++) {
                 float v = row[j] + bias[j];
-                row[j] = v > 0.0f ? v : 0.0f;
+                row[j] = v > 0.0f ? v : 0.0f; /* maxps, no branch */
             }
         else
             for (uint32_t j = 0; j < out; j++)
@@ -176,6 +185,25 @@ static void softmax_xent(const float *restrict logits, const uint8_t *restrict y
     st->loss_sum = loss;
     st->correct = correct;
     st->n = n;
+}
+
+/* db (out) = column sums of dz (n, out). */
+FA_VEC_CLONES static void bias_grad(const float *restrict dz, uint32_t n, uint32_t out,
+                                    float *restrict db)
+{
+    memset(db, 0, out * sizeof(float));
+    for (uint32_t i = 0; i < n; i++) {
+        const float *restrict row = dz + (size_t)i * out;
+        for (uint32_t j = 0; j < out; j++)
+            db[j] += row[j];
+    }
+}
+
+/* d = d * [act > 0], over m values. */
+FA_VEC_CLONES static void relu_mask(float *restrict d, const float *restrict act, size_t m)
+{
+    for (size_t k = 0; k < m; k++)
+        d[k] = act[k] > 0.0f ? d[k] : 0.0f;
 }
 
 static int cpu_run(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, int train,
@@ -219,27 +247,18 @@ static int cpu_run(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, 
     for (uint32_t l = L; l >= 1; l--) {
         const uint32_t in = c->dims[l - 1], out = c->dims[l];
         const fa_mlp_tensor *wt = &b->l.tensors[2 * (l - 1)], *bt = wt + 1;
-        float *restrict db = b->grads + bt->offset;
+        float *db = b->grads + bt->offset;
 
         /* dW (out, in) = dz^T (out, n) . a[l-1] (n, in) */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f, dz,
                     (int)out, a[l - 1], (int)in, 0.0f, b->grads + wt->offset, (int)in);
-        /* db (out) = column sums of dz */
-        memset(db, 0, out * sizeof(float));
-        for (uint32_t i = 0; i < n; i++) {
-            const float *restrict row = dz + (size_t)i * out;
-            for (uint32_t j = 0; j < out; j++)
-                db[j] += row[j];
-        }
+        bias_grad(dz, n, out, db);
         if (l == 1)
             break;
         /* dz_{l-1} (n, in) = (dz (n, out) . W (out, in)) * [a[l-1] > 0] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out, 1.0f,
                     dz, (int)out, b->params + wt->offset, (int)in, 0.0f, dnext, (int)in);
-        const float *restrict act = a[l - 1];
-        float *restrict d = dnext;
-        for (size_t k = 0, m = (size_t)n * in; k < m; k++)
-            d[k] = act[k] > 0.0f ? d[k] : 0.0f;
+        relu_mask(dnext, a[l - 1], (size_t)n * in);
         float *t = dz;
         dz = dnext;
         dnext = t;
@@ -263,17 +282,20 @@ static int cpu_grads_from_host(fa_backend *b, const float *src, fa_error *err)
     return 0;
 }
 
+FA_VEC_CLONES static void sgd(float *restrict w, float *restrict v, const float *restrict g,
+                              size_t n, float lr, float mu, float wd)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        float vi = mu * v[i] + gi;
+        v[i] = vi;
+        w[i] -= lr * vi;
+    }
+}
+
 static int cpu_sgd_step(fa_backend *b, const fa_sgd *o, fa_error *err)
 {
-    float *restrict w = b->params, *restrict v = b->mom;
-    const float *restrict g = b->grads;
-    const float lr = o->lr, mu = o->momentum, wd = o->weight_decay;
-
-    for (size_t i = 0, n = b->l.n_params; i < n; i++) {
-        float gi = g[i] + wd * w[i];
-        v[i] = mu * v[i] + gi;
-        w[i] -= lr * v[i];
-    }
+    sgd(b->params, b->mom, b->grads, b->l.n_params, o->lr, o->momentum, o->weight_decay);
     return 0;
 }
 

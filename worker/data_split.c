@@ -257,7 +257,7 @@ int fa_split_files(const char *images, const char *labels, const char *out_dir,
                                                 "images", irel, "labels", lrel, "count", (int)k,
                                                 "histogram", h));
     }
-    text = json_dumps(manifest, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    text = json_dumps(manifest, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     if (!text) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "split: out of memory");
         goto out;
