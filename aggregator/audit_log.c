@@ -19,6 +19,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "crypto/secagg.h"
 
 #define HLEN FA_MERKLE_HASH_LEN
 #define HDR_LEN 16
@@ -1589,8 +1590,8 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
             v->res->region_unknown++;
             continue;
         }
-        if (fa_commitment_verify(pk, r->federation_id, r->round, r->attempt, c->region,
-                                 c->upload_sha256.data, c->signature.data, c->signature.len) != 0)
+        if (fa_secagg_commitment_verify(r->federation_id, r->round, r->attempt, c->region,
+                                        c->upload_sha256.data, c->signature.data, pk) != 0)
             vreport(v, FA_AUDIT_PROBLEM, at,
                     "region %s: the signature of its upload commitment does not verify with its "
                     "key (round %" PRIu64 " attempt %u)",

@@ -670,66 +670,46 @@ int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, 
  * Region upload commitments
  * ------------------------------------------------------------------------- */
 
-static const char commitment_domain[] = "fedagg/upload-commitment/v1";
-
-int fa_commitment_message(const char *federation, uint64_t round, uint32_t attempt,
-                          const char *region, const uint8_t upload_sha256[32], uint8_t *out,
-                          size_t *out_len)
+/* The message of fa_secagg_commitment_verify (crypto/secagg_common.c
+ * fa_sa_msg_upload): "fedagg/secagg/upload/v1" || u32le len || federation ||
+ * u64le round || u32le attempt || u32le len || region || upload_sha256.
+ * test_crypto_checkpoint checks that the two agree. */
+static void put_le(uint8_t *p, uint64_t v, int n)
 {
-    size_t fl = federation ? strlen(federation) : 0, rl = region ? strlen(region) : 0;
-    uint8_t *p = out;
-
-    if (fl == 0 || fl > 255 || rl == 0 || rl > 255)
-        return FA_ERR_INVAL;
-    memcpy(p, commitment_domain, sizeof(commitment_domain)); /* with its NUL */
-    p += sizeof(commitment_domain);
-    *p++ = (uint8_t)(fl >> 8);
-    *p++ = (uint8_t)fl;
-    memcpy(p, federation, fl);
-    p += fl;
-    for (int i = 7; i >= 0; i--)
-        *p++ = (uint8_t)(round >> (8 * i));
-    for (int i = 3; i >= 0; i--)
-        *p++ = (uint8_t)(attempt >> (8 * i));
-    *p++ = (uint8_t)(rl >> 8);
-    *p++ = (uint8_t)rl;
-    memcpy(p, region, rl);
-    p += rl;
-    memcpy(p, upload_sha256, 32);
-    p += 32;
-    *out_len = (size_t)(p - out);
-    return 0;
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
                        uint64_t round, uint32_t attempt, const char *region,
                        const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN])
 {
-    uint8_t msg[FA_COMMITMENT_MSG_MAX], pk[FA_ED25519_PK_LEN], sk[FA_ED25519_SK_LEN];
-    size_t n;
-    int rc = fa_commitment_message(federation, round, attempt, region, upload_sha256, msg, &n);
-    if (rc < 0)
-        return rc;
+    static const char label[] = "fedagg/secagg/upload/v1";
+    uint8_t msg[sizeof(label) + 4 + 256 + 8 + 4 + 4 + 256 + 32], *p = msg;
+    uint8_t pk[FA_ED25519_PK_LEN], sk[FA_ED25519_SK_LEN];
+    size_t fl = federation ? strlen(federation) : 0, rl = region ? strlen(region) : 0;
+    int rc;
+
+    if (fl == 0 || fl > 255 || rl == 0 || rl > 255)
+        return FA_ERR_INVAL;
+    memcpy(p, label, sizeof(label) - 1);
+    p += sizeof(label) - 1;
+    put_le(p, fl, 4);
+    memcpy(p + 4, federation, fl);
+    p += 4 + fl;
+    put_le(p, round, 8);
+    put_le(p + 8, attempt, 4);
+    put_le(p + 12, rl, 4);
+    memcpy(p + 16, region, rl);
+    p += 16 + rl;
+    memcpy(p, upload_sha256, 32);
+    p += 32;
     rc = crypto_sign_seed_keypair(pk, sk, seed) == 0 &&
-                 crypto_sign_detached(sig, NULL, msg, n, sk) == 0
+                 crypto_sign_detached(sig, NULL, msg, (size_t)(p - msg), sk) == 0
              ? 0
              : FA_ERR_CRYPTO;
     sodium_memzero(sk, sizeof(sk));
     return rc;
-}
-
-int fa_commitment_verify(const uint8_t pk[FA_ED25519_PK_LEN], const char *federation,
-                         uint64_t round, uint32_t attempt, const char *region,
-                         const uint8_t upload_sha256[32], const uint8_t *sig, size_t sig_len)
-{
-    uint8_t msg[FA_COMMITMENT_MSG_MAX];
-    size_t n;
-    int rc = fa_commitment_message(federation, round, attempt, region, upload_sha256, msg, &n);
-    if (rc < 0)
-        return rc;
-    if (sig_len != FA_ED25519_SIG_LEN)
-        return FA_ERR_VERIFY;
-    return crypto_sign_verify_detached(sig, msg, n, pk) == 0 ? 0 : FA_ERR_VERIFY;
 }
 
 /* ---------------------------------------------------------------------------

@@ -9,9 +9,9 @@
  *    signature covers the text including its final newline.
  *  - C2SP checkpoints (https://c2sp.org/tlog-checkpoint): a note whose text is
  *    "<origin>\n<tree size>\n<base64 root hash>\n".  Our key name is the origin.
- *  - Region upload commitments: a region's Ed25519 signature over the
- *    domain-separated (federation, round, attempt, region, SHA-256 of its
- *    masked upload), recorded in the audit record (proto/audit.proto).
+ *  - Region upload commitments: a region's Ed25519 signature over
+ *    (federation, round, attempt, region, SHA-256 of its masked upload), in
+ *    the format of crypto/secagg.h, recorded in the audit record.
  *  - Proof bundles: one text file holding an audit record, its inclusion proof
  *    and the checkpoint it is proven against (`fedagg audit prove`), which a
  *    region checks offline (`fedagg audit check-proof`).
@@ -140,30 +140,20 @@ int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, 
 
 /* ---------------------------------------------------------------------------
  * Region upload commitments (proto/audit.proto RegionCommitment)
+ *
+ * The secure-aggregation client signs its masked upload; the message and its
+ * verification are crypto/secagg.h's (fa_secagg_commitment_verify), which the
+ * audit log uses.  This signs the same message, for tools, simulations and
+ * tests that have no secagg client at hand.
  * ------------------------------------------------------------------------- */
 
-#define FA_COMMITMENT_MSG_MAX 600
-
-/* The message a region signs for its masked upload of (round, attempt):
- *   "fedagg/upload-commitment/v1" 0x00 || u16 len || federation || u64 round ||
- *   u32 attempt || u16 len || region || upload_sha256       (big-endian)
- * into out (room for FA_COMMITMENT_MSG_MAX bytes).  Returns 0 or FA_ERR_INVAL
- * (federation or region empty or over 255 bytes). */
-int fa_commitment_message(const char *federation, uint64_t round, uint32_t attempt,
-                          const char *region, const uint8_t upload_sha256[32], uint8_t *out,
-                          size_t *out_len);
-
-/* Signs it with the region's Ed25519 identity seed (32 bytes, the secret of
- * crypto/identity.h).  Returns 0, FA_ERR_INVAL or FA_ERR_CRYPTO. */
+/* Signs (federation, round, attempt, region, upload_sha256) with the region's
+ * Ed25519 identity seed (crypto/identity.h) so that
+ * fa_secagg_commitment_verify accepts it.  Returns 0, FA_ERR_INVAL (empty or
+ * over-long ids), FA_ERR_NOMEM or FA_ERR_CRYPTO. */
 int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
                        uint64_t round, uint32_t attempt, const char *region,
                        const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN]);
-
-/* Returns 0 when sig is the region's signature, FA_ERR_VERIFY when not,
- * FA_ERR_INVAL for bad arguments. */
-int fa_commitment_verify(const uint8_t pk[FA_ED25519_PK_LEN], const char *federation,
-                         uint64_t round, uint32_t attempt, const char *region,
-                         const uint8_t upload_sha256[32], const uint8_t *sig, size_t sig_len);
 
 /* ---------------------------------------------------------------------------
  * Proof bundles
