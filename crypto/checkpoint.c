@@ -2,6 +2,8 @@
  * commitments, proof bundles (see checkpoint.h). */
 #include "crypto/checkpoint.h"
 
+#include "crypto/identity.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,6 +330,15 @@ int fa_note_signer_parse(fa_note_signer **out, const char *name, const uint8_t *
     int rc;
 
     *out = NULL;
+    if (memmem(data, len, "fedagg-ed25519-secret-v1", 24)) {
+        /* `fedagg keygen` (crypto/identity.h) */
+        uint8_t seed[FA_ED25519_SEED_LEN];
+        rc = fa_identity_parse_secret(data, len, seed, err);
+        if (rc == 0)
+            rc = fa_note_signer_new(out, name, seed, sizeof(seed), err);
+        sodium_memzero(seed, sizeof(seed));
+        return rc;
+    }
     if (as_text(data, len, &s, &n)) {
         if (n > 12 && memcmp(s, "PRIVATE+KEY+", 12) == 0)
             return parse_go_skey(out, name, s, n, err);

@@ -58,6 +58,7 @@ int fa_note_signer_new(fa_note_signer **out, const char *name, const uint8_t *ke
                        fa_error *err);
 
 /* Makes a signer from the bytes of a key file, any of:
+ *   - a `fedagg keygen` PREFIX.key file (crypto/identity.h);
  *   - 32 raw bytes (seed) or 64 raw bytes (libsodium secret key);
  *   - the same as base64 or hex text (surrounding whitespace ignored);
  *   - a Go sumdb/note signer key "PRIVATE+KEY+<name>+<hex id>+<base64(0x01 || seed)>"

@@ -14,6 +14,7 @@
 #include <sodium.h>
 
 #include "crypto/checkpoint.h"
+#include "crypto/identity.h"
 #include "crypto/secagg.h"
 
 /* golang.org/x/mod/sumdb/note test keys and note. */
@@ -221,6 +222,19 @@ static void test_signer_forms(void **state)
     assert_int_equal(fa_note_signer_parse(&s, NULL, (uint8_t *)txt, strlen(txt), &err),
                      FA_ERR_PARSE);
 
+    /* a `fedagg keygen` key file */
+    {
+        char text[FA_IDENTITY_SECRET_TEXT_MAX];
+        size_t tl;
+        assert_int_equal(fa_identity_format_secret(seed, text, &tl), 0);
+        assert_int_equal(fa_note_signer_parse(&s, "fedagg/test", (uint8_t *)text, tl, &err), 0);
+        assert_memory_equal(fa_note_signer_public_key(s), pk, 32);
+        fa_note_signer_del(s);
+        text[tl - 3] = '!';
+        assert_int_equal(fa_note_signer_parse(&s, "fedagg/test", (uint8_t *)text, tl, &err),
+                         FA_ERR_PARSE);
+        assert_null(s);
+    }
     /* public keys: raw, base64, hex, vkey; the vkey's id is checked */
     assert_int_equal(fa_note_verifier_parse(&v, pk, 32, &err), 0);
     assert_memory_equal(v.pk, pk, 32);
