@@ -670,7 +670,8 @@ int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsig
         return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
     t->dtype = dtype;
     t->ndim = ndim;
-    memcpy(t->shape, shape, ndim * sizeof(uint64_t));
+    if (ndim)
+        memcpy(t->shape, shape, ndim * sizeof(uint64_t));
     t->bytes = numel * esize;
     w->data_len += t->bytes;
     w->n++;
@@ -798,6 +799,8 @@ int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *
         return fa_errorf(err, FA_ERR_RANGE,
                          "safetensors writer: %zu more bytes than the declared tensors hold", len -
                          (size_t)(w->data_len - w->written));
+    if (len == 0)
+        return 0;
     w->written += len;
     return fa_atomic_file_write(w->file, data, len, err);
 }

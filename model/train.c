@@ -63,8 +63,7 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
                  fa_train_result *res, fa_error *err)
 {
     const uint32_t n = data->n, dim = data->dim, B = o->batch_size;
-    const uint64_t steps_per_epoch = (n + (uint64_t)B - 1) / B;
-    uint64_t total, step = 0, samples = 0;
+    uint64_t steps_per_epoch, total, step = 0, samples = 0;
     uint32_t epoch = 0, *perm = NULL, part_max;
     float *xb = NULL;   /* (part_max, dim) this rank's part of the batch */
     uint8_t *yb = NULL; /* (part_max) */
@@ -74,6 +73,7 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
 
     if ((rc = check_opts(m, data, o, err)) != 0)
         return rc;
+    steps_per_epoch = (n + (uint64_t)B - 1) / B;
     total = o->steps ? o->steps : (uint64_t)o->epochs * steps_per_epoch;
     part_max = (uint32_t)(((uint64_t)(B < n ? B : n) + o->world - 1) / o->world);
     perm = malloc((size_t)n * sizeof(*perm));
