@@ -182,7 +182,8 @@ typedef struct fa_mlp_stats {
 } fa_mlp_stats;
 
 /* Forward and backward pass over n examples (x (n, dims[0]) and y (n),
- * host memory, n <= max_batch), leaving in the gradient block
+ * host memory, 0 <= n <= max_batch; n = 0, a rank with no part of a short
+ * last batch, leaves zero gradients), leaving in the gradient block
  *
  *   grads = (1 / scale_n) * sum over the n examples of d loss_i / d params
  *

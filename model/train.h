@@ -69,8 +69,8 @@ typedef struct fa_train_result {
     uint64_t samples;      /* example-gradients computed, all ranks together (sum of global batches) */
     uint64_t num_examples; /* distinct examples of the data set used: n for >= 1 epoch,
                               min(n, samples) in steps mode; the FedAvg weight n_u */
-    double mean_loss;      /* mean training loss of this rank's examples over the last epoch
-                              (steps mode: over the last min(steps, n/B) steps) */
+    double mean_loss;      /* mean training loss of this rank's examples over the last
+                              (in steps mode possibly partial) pass over the data */
 } fa_train_result;
 
 /* Trains m from its current parameters and momentum on data with opts.
