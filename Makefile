@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build check bench fuzz sanitize clean
+.PHONY: all deps build check bench fuzz sanitize demo clean
 
 all: build
 
@@ -20,6 +20,10 @@ build: deps $(BUILD)/CMakeCache.txt
 
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+# A 3-region federation on loopback (deploy/demo.sh): ~3 minutes on 2 cores.
+demo: build
+	./deploy/demo.sh $(BUILD)
 
 bench: build
 	./benchmarks/run-all.sh $(BUILD)
@@ -37,4 +41,4 @@ sanitize: deps
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|fuzz'
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-fuzz demo-out

@@ -15,12 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aggregator/api.h"
 #include "aggregator/federation.h"
 #include "aggregator/metrics.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "model/mlp.h"
 #include "proto/config_check.h"
 #include "transport/h3.h"
 
@@ -123,6 +125,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "fedagg-aggregator: --config FILE is required\n\n");
         usage(stderr);
         return 2;
+    }
+    /* OpenBLAS (evaluation) picks its kernels when it loads; on a CPU it does
+     * not know it uses generic ones: run again with the right ones named. */
+    if (fa_mlp_blas_advice() && !getenv("FEDAGG_NO_REEXEC")) {
+        setenv("OPENBLAS_CORETYPE", fa_mlp_blas_advice(), 1);
+        execv("/proc/self/exe", argv);
     }
     fa_log_set_context("proc=aggregator");
     fa_error_clear(&err);

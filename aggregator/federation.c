@@ -1120,8 +1120,9 @@ int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t now_ms, fa_fed_rep
         r->uploading = 0;
         r->uploaded = 1;
     }
-    fa_log(FA_LOG_INFO, "masked upload received", "region=%s round=%" PRIu64 " attempt=%u", region,
-           f->round, f->attempt);
+    fa_log(FA_LOG_INFO, "masked upload received",
+           "region=%s round=%" PRIu64 " attempt=%u bytes=%" PRIu64, region, f->round, f->attempt,
+           fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits));
     return 0;
 }
 

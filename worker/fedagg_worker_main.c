@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
@@ -54,6 +55,19 @@ static void usage(FILE *out)
             "  --config FILE      the configuration (required)\n"
             "  --log-level LEVEL  overrides the config's log_level\n"
             "  --version          prints the version\n");
+}
+
+/* OpenBLAS picks its kernels when it loads, and on a CPU it does not know it
+ * falls back to generic ones several times slower.  When that happened, run
+ * this program again with the kernels named (once: the variable is then set). */
+static void reexec_for_blas(char **argv)
+{
+    const char *advice = fa_mlp_blas_advice();
+    if (!advice || getenv("FEDAGG_NO_REEXEC"))
+        return;
+    setenv("OPENBLAS_CORETYPE", advice, 1);
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with the generic kernels (the model warns) */
 }
 
 static void sleep_ms(uint64_t ms)
@@ -386,6 +400,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    reexec_for_blas(argv);
     fa_error_clear(&err);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
