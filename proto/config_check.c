@@ -296,28 +296,31 @@ static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
     maybe_dir(c, q, "qlog_dir", q->qlog_dir, "quic.qlog_dir");
 }
 
-static void check_regions(struct ck *c, const Fedagg__AggregatorConfig *cfg)
+/* The federation's regions (the aggregator's list, or the worker's copy of
+ * it): well-formed unique ids, one valid identity key each, no key twice. */
+static void check_regions(struct ck *c, const void *owner, Fedagg__Region *const *regions,
+                          size_t n)
 {
     uint8_t (*keys)[32] = NULL;
     int *have = NULL;
 
-    if (cfg->n_regions == 0) {
-        problem(c, cfg, NULL, 0,
+    if (n == 0) {
+        problem(c, owner, NULL, 0,
                 "`regions`: list at least one region (regions { id: \"eu-west\" "
                 "identity_public_key: \"...\" })");
         return;
     }
-    keys = calloc(cfg->n_regions, sizeof(*keys));
-    have = calloc(cfg->n_regions, sizeof(*have));
-    for (size_t i = 0; i < cfg->n_regions; i++) {
-        const Fedagg__Region *r = cfg->regions[i];
+    keys = calloc(n, sizeof(*keys));
+    have = calloc(n, sizeof(*have));
+    for (size_t i = 0; i < n; i++) {
+        const Fedagg__Region *r = regions[i];
         char what[64];
         snprintf(what, sizeof(what), "regions[%zu].id", i);
         check_region_id(c, r, "id", 0, what, r->id);
         for (size_t j = 0; j < i && !empty(r->id); j++) {
-            if (!empty(cfg->regions[j]->id) && !strcmp(cfg->regions[j]->id, r->id)) {
+            if (!empty(regions[j]->id) && !strcmp(regions[j]->id, r->id)) {
                 unsigned line = 0, col = 0;
-                fa_textformat_position(c->pos, &cfg->regions[j]->base, "id", 0, &line, &col);
+                fa_textformat_position(c->pos, &regions[j]->base, "id", 0, &line, &col);
                 problem(c, r, "id", 0, "`%s`: region \"%s\" is listed twice (first at %u:%u)",
                         what, r->id, line, col);
                 break;
@@ -343,6 +346,8 @@ static void check_regions(struct ck *c, const Fedagg__AggregatorConfig *cfg)
             }
         }
     }
+    if (keys)
+        sodium_memzero(keys, n * sizeof(*keys));
     free(keys);
     free(have);
 }
@@ -435,7 +440,7 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_hostport(c, cfg, "listen", cfg->listen, "listen");
     check_tls(c, cfg->tls, "the aggregator's PEM certificate");
     check_quic(c, cfg->quic, 1);
-    check_regions(c, cfg);
+    check_regions(c, cfg, cfg->regions, cfg->n_regions);
     check_round(c, cfg->round, cfg->n_regions);
     check_model(c, cfg->model);
     check_optimizer(c, cfg->optimizer);
@@ -523,6 +528,18 @@ static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
     need_string(c, cfg, "identity_key_file", cfg->identity_key_file, "identity_key_file",
                 "the region's Ed25519 identity secret key (fedagg keygen)");
     need_key_file(c, cfg, "identity_key_file", cfg->identity_key_file, "identity_key_file");
+    check_regions(c, cfg, cfg->regions, cfg->n_regions);
+    if (region_id_ok(cfg->region_id) && cfg->n_regions) {
+        size_t i;
+        for (i = 0; i < cfg->n_regions; i++)
+            if (cfg->regions[i]->id && !strcmp(cfg->regions[i]->id, cfg->region_id))
+                break;
+        if (i == cfg->n_regions)
+            problem(c, cfg, "region_id", 0,
+                    "`region_id` \"%s\" is not in `regions`; list this region with its "
+                    "identity public key too",
+                    cfg->region_id);
+    }
     check_public_key(c, cfg, "aggregator_public_key", "aggregator_public_key",
                      cfg->aggregator_public_key, "aggregator_public_key_file",
                      cfg->aggregator_public_key_file, 0, key);

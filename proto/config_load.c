@@ -129,7 +129,7 @@ int fa_config_decode_key32(const uint8_t *data, size_t len, int raw_ok, uint8_t 
             (stop && *stop))
             return fa_errorf(err, FA_ERR_INVAL,
                              "not base64 of a 32-byte key (expected 44 characters like "
-                             "\"11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\")");
+                             "\"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\")");
     }
     if (bin_len != 32) {
         sodium_memzero(key, 32);
@@ -168,9 +168,15 @@ int fa_config_check_hostport(const char *s, fa_error *err)
         if (!host_end || host_end == s + 1)
             return fa_errorf(err, FA_ERR_INVAL,
                              "\"%s\": an IPv6 address needs a closing ] (e.g. \"[::1]:4433\")", s);
-        for (const char *c = s + 1; c < host_end; c++)
-            if (!strchr("0123456789abcdefABCDEF:.%", *c))
-                return fa_errorf(err, FA_ERR_INVAL, "\"%s\": not an IPv6 address in brackets", s);
+        for (const char *c = s + 1, *zone = NULL; c < host_end; c++) {
+            if (*c == '%')
+                zone = c; /* fe80::1%eth0: the zone is an interface name */
+            else if (!(strchr("0123456789abcdefABCDEF:.", *c) ||
+                       (zone && ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                                 *c == '_' || *c == '-'))))
+                return fa_errorf(err, FA_ERR_INVAL, "\"%s\": not an IPv6 address in brackets",
+                                 s);
+        }
         if (host_end[1] != ':')
             return fa_errorf(err, FA_ERR_INVAL, "\"%s\": expected [address]:port", s);
         colon = host_end + 1;

@@ -163,6 +163,9 @@ compression { topk_fraction: 0 }
 EOF
 expect 1 'w.textproto:1:1: `trainer`: set one of `builtin' -- "$fedagg" config check "$d/w.textproto"
 grep -q 'w.textproto:6:15: `compression.topk_fraction` (0) must be in (0, 1]' "$work/out" || fail "topk_fraction range"
+grep -q 'w.textproto:1:1: `regions`: list at least one region' "$work/out" || fail "worker without regions"
+echo 'regions { id: "us-east" identity_public_key_file: "keys/us-east.pub" }' >> "$d/w.textproto"
+expect 1 'w.textproto:1:1: `region_id` "eu-west" is not in `regions`' -- "$fedagg" config check "$d/w.textproto"
 echo '# nothing here' > "$d/empty.textproto"
 expect 1 'empty.textproto:1:1: cannot tell whether this is an aggregator or a worker config' -- \
     "$fedagg" config check "$d/empty.textproto"

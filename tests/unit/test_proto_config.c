@@ -1,0 +1,316 @@
+/* Unit tests of config loading and checking (proto/config_check.h): kind
+ * guessing, defaults applied in one place, path resolution, the meaning
+ * checks and their positions, key and address parsing, and the annotated
+ * example (complete, and valid). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proto/config_check.h"
+
+#define KEY_A "oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k="
+#define KEY_B "mDnV4ar2nfZf6xu6enwdJgK8jn5ZxbT+YK++8omMLyI="
+
+static const char agg_text[] =
+    "tls { cert_file: \"c.crt\" key_file: \"c.key\" ca_file: \"/abs/ca.crt\" }\n"
+    "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n"
+    "regions { id: \"us-east\" identity_public_key: \"" KEY_B "\" }\n"
+    "regions { id: \"ap-south\" identity_public_key_file: \"k.pub\" }\n"
+    "storage { dir: \"state\" }\n"
+    "audit { signing_key_file: \"audit.key\" }\n";
+
+static int load_text(fa_config_kind kind, const char *text, unsigned flags, ProtobufCMessage **m,
+                     fa_diags **d)
+{
+    fa_error err = {0};
+
+    assert_int_equal(fa_diags_new(d), 0);
+    return fa_config_load_text(kind, text, strlen(text), "c.textproto", "/etc/fedagg", flags, m,
+                               *d, &err);
+}
+
+/* True when some diagnostic contains s. */
+static int has_diag(const fa_diags *d, const char *s)
+{
+    for (size_t i = 0; i < fa_diags_count(d); i++)
+        if (strstr(fa_diags_get(d, i), s))
+            return 1;
+    return 0;
+}
+
+static void test_defaults_and_paths(void **state)
+{
+    Fedagg__AggregatorConfig *c = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    assert_int_equal(load_text(FA_CONFIG_AGGREGATOR, agg_text, FA_CONFIG_NO_FILES,
+                               (ProtobufCMessage **)&c, &d),
+                     0);
+    assert_int_equal(fa_diags_count(d), 0);
+    /* relative paths resolved against the config's directory, absolute ones kept */
+    assert_string_equal(c->tls->cert_file, "/etc/fedagg/c.crt");
+    assert_string_equal(c->tls->ca_file, "/abs/ca.crt");
+    assert_string_equal(c->regions[2]->identity_public_key_file, "/etc/fedagg/k.pub");
+    assert_string_equal(c->storage->dir, "/etc/fedagg/state");
+    /* the defaults config.proto cannot express */
+    assert_int_equal(c->model->n_hidden, 2);
+    assert_int_equal(c->model->hidden[0], 256);
+    assert_int_equal(c->model->hidden[1], 128);
+    assert_int_equal(c->round->threshold, 2); /* majority of 3 */
+    assert_string_equal(c->audit->log_file, "/etc/fedagg/state/audit.log");
+    assert_string_equal(c->audit->origin, "fedagg/fedagg");
+    assert_string_equal(c->quic->static_secret_file, "/etc/fedagg/state/quic.secret");
+    /* every sub-message present, with the schema's defaults */
+    assert_non_null(c->evaluation);
+    assert_int_equal(c->optimizer->kind, FEDAGG__SERVER_OPTIMIZER_KIND__FEDAVG);
+    assert_int_equal(c->quantization->bits, 16);
+    protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+}
+
+static void test_worker_defaults(void **state)
+{
+    static const char text[] =
+        "region_id: \"eu-west\" aggregator: \"agg.example.org:4433\" state_dir: \"st\"\n"
+        "tls { cert_file: \"c\" key_file: \"k\" ca_file: \"ca\" } identity_key_file: \"id\"\n"
+        "trainer { external { command: \"./train\" } }\n"
+        "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n";
+    Fedagg__WorkerConfig *w = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    assert_int_equal(load_text(FA_CONFIG_UNKNOWN, text, FA_CONFIG_NO_FILES,
+                               (ProtobufCMessage **)&w, &d),
+                     0);
+    assert_string_equal(w->tls->server_name, "agg.example.org");
+    assert_string_equal(w->trainer->external->workdir, "/etc/fedagg/st");
+    /* argv entries are not paths */
+    assert_string_equal(w->trainer->external->command[0], "./train");
+    protobuf_c_message_free_unpacked(&w->base, NULL);
+    fa_diags_del(d);
+}
+
+static void test_meaning_errors_with_positions(void **state)
+{
+    static const char text[] =
+        "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
+        "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
+        "round { threshold: 3 }\n"
+        "quantization { bits: 1 }\n";
+    ProtobufCMessage *m = (ProtobufCMessage *)1;
+    fa_diags *d = NULL;
+    (void)state;
+
+    assert_int_equal(load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, &m, &d),
+                     FA_ERR_INVAL);
+    assert_null(m);
+    assert_true(has_diag(d, "c.textproto:2:11: `regions[1].id`: region \"a\" is listed twice "
+                            "(first at 1:11)"));
+    assert_true(has_diag(d, "c.textproto:2:19: `regions[1]`: the same identity key as "
+                            "regions[0]"));
+    assert_true(has_diag(d, "c.textproto:3:9: `round.threshold` (3) exceeds the number of "
+                            "regions (2)"));
+    assert_true(has_diag(d, "c.textproto:4:16: `quantization.bits` (1) must be from 2 to 24"));
+    /* required fields in absent messages point at the top of the file */
+    assert_true(has_diag(d, "c.textproto:1:1: `tls.cert_file` is required"));
+    assert_true(has_diag(d, "c.textproto:1:1: `storage.dir` is required"));
+    /* sorted by position */
+    for (size_t i = 1; i < fa_diags_count(d); i++) {
+        unsigned l0, c0, l1, c1;
+        assert_int_equal(sscanf(strchr(fa_diags_get(d, i - 1), ':') + 1, "%u:%u", &l0, &c0), 2);
+        assert_int_equal(sscanf(strchr(fa_diags_get(d, i), ':') + 1, "%u:%u", &l1, &c1), 2);
+        assert_true(l0 < l1 || (l0 == l1 && c0 <= c1));
+    }
+    fa_diags_del(d);
+}
+
+static void test_syntax_errors_stop_before_meaning(void **state)
+{
+    ProtobufCMessage *m = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    assert_int_equal(load_text(FA_CONFIG_WORKER, "region_id: 5\nrounds: 1\nrounds: 2\n", 0, &m, &d),
+                     FA_ERR_PARSE);
+    assert_int_equal(fa_diags_count(d), 2);
+    assert_true(has_diag(d, "c.textproto:1:12: `region_id` (string): expected a quoted string"));
+    assert_true(has_diag(d, "c.textproto:3:1: `rounds` is set twice (first at 2:1)"));
+    fa_diags_del(d);
+    /* syntax only: no meaning checks */
+    assert_int_equal(load_text(FA_CONFIG_WORKER, "rounds: 1", FA_CONFIG_SYNTAX_ONLY, &m, &d), 0);
+    protobuf_c_message_free_unpacked(m, NULL);
+    fa_diags_del(d);
+}
+
+static void test_guess_kind(void **state)
+{
+    (void)state;
+    assert_int_equal(fa_config_guess_kind(agg_text, strlen(agg_text)), FA_CONFIG_AGGREGATOR);
+    assert_int_equal(fa_config_guess_kind("# c\nregion_id: \"x\" tls {}", 24), FA_CONFIG_WORKER);
+    /* shared fields only, nothing, both kinds, or a name inside a message: unknown */
+    assert_int_equal(fa_config_guess_kind("tls { } log_level: \"info\"", 25), FA_CONFIG_UNKNOWN);
+    assert_int_equal(fa_config_guess_kind("", 0), FA_CONFIG_UNKNOWN);
+    assert_int_equal(fa_config_guess_kind("storage {} state_dir: \"s\"", 25), FA_CONFIG_UNKNOWN);
+    assert_int_equal(fa_config_guess_kind("tls { regions {} }", 18), FA_CONFIG_UNKNOWN);
+    assert_int_equal(fa_config_kind_from_name("worker"), FA_CONFIG_WORKER);
+    assert_int_equal(fa_config_kind_from_name("Worker"), FA_CONFIG_UNKNOWN);
+}
+
+static void test_effective_values(void **state)
+{
+    Fedagg__RoundPolicy r = FEDAGG__ROUND_POLICY__INIT;
+    (void)state;
+
+    assert_int_equal(fa_config_effective_threshold(0, 1), 1);
+    assert_int_equal(fa_config_effective_threshold(0, 4), 3);
+    assert_int_equal(fa_config_effective_threshold(0, 5), 3);
+    assert_int_equal(fa_config_effective_threshold(2, 5), 2);
+    assert_int_equal(fa_config_effective_min_regions(&r, 5), 3); /* majority beats 2 */
+    r.min_regions = 4;
+    assert_int_equal(fa_config_effective_min_regions(&r, 5), 4);
+}
+
+static void test_keys_and_addresses(void **state)
+{
+    uint8_t key[32], raw[32];
+    fa_error err = {0};
+    (void)state;
+
+    assert_int_equal(fa_config_decode_key32((const uint8_t *)KEY_A, strlen(KEY_A), 0, key, &err), 0);
+    assert_int_equal(fa_config_decode_key32((const uint8_t *)" " KEY_A "\n", strlen(KEY_A) + 2, 0,
+                                            key, &err),
+                     0);
+    /* padding optional */
+    assert_int_equal(fa_config_decode_key32((const uint8_t *)KEY_A, strlen(KEY_A) - 1, 0, raw, &err),
+                     0);
+    assert_memory_equal(key, raw, 32);
+    assert_int_equal(fa_config_decode_key32((const uint8_t *)"c2hvcnQ=", 8, 0, key, &err),
+                     FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "decodes to 5 bytes"));
+    assert_int_equal(fa_config_decode_key32((const uint8_t *)"not base64!", 11, 0, key, &err),
+                     FA_ERR_INVAL);
+    memset(raw, 0xAB, sizeof(raw));
+    assert_int_equal(fa_config_decode_key32(raw, 32, 1, key, &err), 0);
+    assert_memory_equal(key, raw, 32);
+
+    assert_int_equal(fa_config_check_hostport("0.0.0.0:4433", &err), 0);
+    assert_int_equal(fa_config_check_hostport("agg.example.org:1", &err), 0);
+    assert_int_equal(fa_config_check_hostport("[::]:65535", &err), 0);
+    assert_int_equal(fa_config_check_hostport("[fe80::1%eth0]:443", &err), 0);
+    assert_int_equal(fa_config_check_hostport("host:0", &err), FA_ERR_INVAL);
+    assert_int_equal(fa_config_check_hostport("host:65536", &err), FA_ERR_INVAL);
+    assert_int_equal(fa_config_check_hostport("host", &err), FA_ERR_INVAL);
+    assert_int_equal(fa_config_check_hostport(":443", &err), FA_ERR_INVAL);
+    assert_int_equal(fa_config_check_hostport("::1:443", &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "brackets"));
+    assert_int_equal(fa_config_check_hostport("ho st:443", &err), FA_ERR_INVAL);
+    assert_int_equal(fa_config_check_hostport("host:44x", &err), FA_ERR_INVAL);
+    assert_int_equal(fa_config_check_hostport("", &err), FA_ERR_INVAL);
+}
+
+/* Every field that names a file or a directory is resolved. */
+static void check_path_fields(const ProtobufCMessageDescriptor *d, int depth)
+{
+    if (depth > 8)
+        return;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        size_t n = strlen(f->name);
+        int looks = !strcmp(f->name, "dir") || !strcmp(f->name, "workdir") ||
+                    (n > 5 && !strcmp(f->name + n - 5, "_file")) ||
+                    (n > 4 && !strcmp(f->name + n - 4, "_dir")) ||
+                    (n > 7 && !strcmp(f->name + n - 7, "_images")) ||
+                    (n > 7 && !strcmp(f->name + n - 7, "_labels"));
+        if (f->type == PROTOBUF_C_TYPE_STRING && looks && !fa_config_is_path_field(d, f))
+            fail_msg("%s.%s looks like a path but config_load.c does not resolve it", d->name,
+                     f->name);
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+            check_path_fields(f->descriptor, depth + 1);
+    }
+}
+
+static void test_path_table_complete(void **state)
+{
+    (void)state;
+    check_path_fields(&fedagg__aggregator_config__descriptor, 0);
+    check_path_fields(&fedagg__worker_config__descriptor, 0);
+}
+
+/* Every field reachable from d appears in the example as "name:" or "name {". */
+static void check_example_names(const char *text, const ProtobufCMessageDescriptor *d, int depth)
+{
+    if (depth > 8)
+        return;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        char a[128], b[128];
+        snprintf(a, sizeof(a), " %s:", f->name);
+        snprintf(b, sizeof(b), " %s {", f->name);
+        if (!strstr(text, a) && !strstr(text, b)) {
+            snprintf(a, sizeof(a), "\n%s:", f->name);
+            snprintf(b, sizeof(b), "\n%s {", f->name);
+            if (!strstr(text, a) && !strstr(text, b))
+                fail_msg("the example lacks %s.%s", d->name, f->name);
+        }
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+            check_example_names(text, f->descriptor, depth + 1);
+    }
+}
+
+static void test_example(void **state)
+{
+    static const fa_config_kind kinds[] = {FA_CONFIG_AGGREGATOR, FA_CONFIG_WORKER};
+    (void)state;
+
+    for (size_t k = 0; k < 2; k++) {
+        ProtobufCMessage *m = NULL;
+        fa_diags *d = NULL;
+        fa_error err = {0};
+        char *text = NULL;
+        size_t len = 0;
+        assert_int_equal(fa_config_example(kinds[k], &text, &len, &err), 0);
+        assert_int_equal(strlen(text), len);
+        check_example_names(text, fa_config_descriptor(kinds[k]), 0);
+        /* the comments come from config.proto */
+        assert_non_null(strstr(text, "# Flow-control window of one stream, bytes."));
+        /* valid, and its type is recognisable */
+        assert_int_equal(fa_config_guess_kind(text, len), kinds[k]);
+        assert_int_equal(fa_diags_new(&d), 0);
+        if (fa_config_load_text(kinds[k], text, len, "example", "/nonexistent", FA_CONFIG_NO_FILES,
+                                &m, d, &err) != 0)
+            fail_msg("the %s example does not pass check: %s", fa_config_kind_name(kinds[k]),
+                     err.msg);
+        protobuf_c_message_free_unpacked(m, NULL);
+        fa_diags_del(d);
+        free(text);
+    }
+    {
+        fa_error err = {0};
+        char *text = (char *)1;
+        assert_int_equal(fa_config_example(FA_CONFIG_UNKNOWN, &text, NULL, &err), FA_ERR_INVAL);
+        assert_null(text);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_paths),
+        cmocka_unit_test(test_worker_defaults),
+        cmocka_unit_test(test_meaning_errors_with_positions),
+        cmocka_unit_test(test_syntax_errors_stop_before_meaning),
+        cmocka_unit_test(test_guess_kind),
+        cmocka_unit_test(test_effective_values),
+        cmocka_unit_test(test_keys_and_addresses),
+        cmocka_unit_test(test_path_table_complete),
+        cmocka_unit_test(test_example),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
