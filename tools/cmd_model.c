@@ -2,6 +2,7 @@
  *
  *   fedagg model inspect FILE [--json]
  *   fedagg model init --out FILE [--arch 784-256-128-10] [--seed S]
+ *   fedagg model init --out FILE --config AGGREGATOR.textproto
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "common/fa_err.h"
 #include "common/fa_safetensors.h"
 #include "model/mlp.h"
+#include "proto/config_check.h"
 
 const char fa_cmd_model_help[] = "inspect a safetensors model (tensors, shapes, sha256); make an initial one";
 
@@ -25,6 +27,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: fedagg model inspect FILE [--json]\n"
                "       fedagg model init --out FILE [--arch 784-256-128-10] [--seed S]\n"
+               "       fedagg model init --out FILE --config AGGREGATOR.textproto\n"
                "\n"
                "inspect  validates a safetensors file and lists its metadata and tensors: dtype,\n"
                "         shape, bytes, SHA-256 of the tensor bytes and, for float tensors, min,\n"
@@ -33,7 +36,9 @@ static void usage(FILE *f)
                "         JSON object instead.\n"
                "init     writes a He-initialised MLP (PyTorch nn.Linear names, F32) of the given\n"
                "         layer widths, input first and classes last (default 784-256-128-10),\n"
-               "         seed default 1, atomically.\n");
+               "         seed default 1, atomically.  With --config, the architecture and seed\n"
+               "         are the aggregator config's `model` (what version 0 of the federation\n"
+               "         would be).\n");
 }
 
 struct stats {
@@ -293,10 +298,11 @@ static int cmd_init(int argc, char **argv)
         {"out", required_argument, NULL, 'o'},
         {"arch", required_argument, NULL, 'a'},
         {"seed", required_argument, NULL, 's'},
+        {"config", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *out = NULL, *arch = "784-256-128-10";
+    const char *out = NULL, *arch = "784-256-128-10", *config = NULL;
     unsigned long long seed = 1;
     fa_mlp_config c;
     fa_mlp_layout l;
@@ -309,6 +315,7 @@ static int cmd_init(int argc, char **argv)
         switch (ch) {
         case 'o': out = optarg; break;
         case 'a': arch = optarg; break;
+        case 'c': config = optarg; break;
         case 's':
             errno = 0;
             seed = strtoull(optarg, &end, 10);
@@ -326,7 +333,37 @@ static int cmd_init(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (parse_arch(arch, &c, &err) != 0 || fa_mlp_layout_init(&l, &c, &err) != 0) {
+    if (config) {
+        /* the aggregator's ModelSpec, defaults filled by the config loader */
+        ProtobufCMessage *msg = NULL;
+        if (fa_config_load(FA_CONFIG_AGGREGATOR, config, FA_CONFIG_NO_FILES, &msg, NULL, &err) != 0) {
+            fprintf(stderr, "fedagg model init: %s\n", err.msg);
+            return 1;
+        }
+        const Fedagg__AggregatorConfig *ac = (const Fedagg__AggregatorConfig *)msg;
+        const Fedagg__ModelSpec *ms = ac->model;
+        int rc = 0;
+        if (ms && ms->init_file && *ms->init_file) {
+            fprintf(stderr, "fedagg model init: %s: model.init_file is set (%s): version 0 is that "
+                            "file, nothing to initialise\n", config, ms->init_file);
+            rc = 2;
+        } else if (ms) {
+            rc = fa_mlp_config_make(&c, ms->input_dim, ms->hidden, (uint32_t)ms->n_hidden,
+                                    ms->output_dim, &err) != 0;
+            if (rc)
+                fprintf(stderr, "fedagg model init: %s: model: %s\n", config, err.msg);
+            seed = ms->init_seed;
+        } else {
+            fa_mlp_config_default(&c);
+        }
+        protobuf_c_message_free_unpacked(msg, NULL);
+        if (rc)
+            return rc;
+    } else if (parse_arch(arch, &c, &err) != 0) {
+        fprintf(stderr, "fedagg model init: %s\n", err.msg);
+        return 2;
+    }
+    if (fa_mlp_layout_init(&l, &c, &err) != 0) {
         fprintf(stderr, "fedagg model init: %s\n", err.msg);
         return 2;
     }
