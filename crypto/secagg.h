@@ -217,7 +217,7 @@ int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err);
 uint64_t fa_secagg_client_masked_bytes(const fa_secagg_client *c);
 
 /* SHA-256 of the complete masked stream (what the commitment signs).
- * Returns 0 or FA_ERR_STATE until the stream was produced to its end. */
+ * Returns 0 or FA_ERR_STATE until the stream's last byte was produced. */
 int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
                                    uint8_t sha256[FA_SECAGG_SHA256_BYTES]);
 

@@ -863,9 +863,11 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
         return fa_errorf(err, FA_ERR_INVAL, "masked stream: zero-sized buffer");
     if (!st->ready && (rc = stream_setup(c, err)) != 0)
         return rc;
-    while (done < cap) {
+    for (;;) {
         if (st->pend_off < st->pend_len) {
             size_t k = st->pend_len - st->pend_off;
+            if (done == cap)
+                break;
             if (k > cap - done)
                 k = cap - done;
             memcpy(out + done, st->pending + st->pend_off, k);
@@ -874,10 +876,13 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
             continue;
         }
         if (st->pos == c->cfg.c.vector_len) {
+            /* the last byte is out: the upload's SHA-256 is known */
             if (!st->finished && (rc = stream_finish(c, err)) != 0)
                 return rc;
             break;
         }
+        if (done == cap)
+            break;
         if ((rc = stream_block(c)) != 0) {
             st->ready = 0; /* start again from byte 0 on the next call */
             return fa_errorf(err, rc, "masked stream of '%s': %s", c->id, fa_strerror(rc));
@@ -1159,6 +1164,68 @@ static int state_key(uint8_t key[32], const uint8_t identity[32], const char *fe
                          NULL);
 }
 
+/* Everything of the client but the stream and the borrowed input, in the
+ * order fa_secagg_client_restore reads it. */
+static void put_body(fa_wbuf *body, const fa_secagg_client *c)
+{
+    const fa_secagg_config *k = &c->cfg.c;
+    fa_wbuf_u32(body, k->threshold);
+    fa_wbuf_u32(body, k->neighbours);
+    fa_wbuf_u64(body, k->vector_len);
+    fa_wbuf_u32(body, k->ring_bits);
+    fa_wbuf_u32(body, k->quant.bits);
+    fa_wbuf_u32(body, (uint32_t)k->quant.clip_mode);
+    fa_wbuf_f64(body, k->quant.clip_l2_norm);
+    fa_wbuf_f64(body, k->quant.clip_value);
+    fa_wbuf_u32(body, (uint32_t)c->roster.n);
+    for (size_t i = 0; i < c->roster.n; i++) {
+        fa_wbuf_str(body, c->roster.m[i].id);
+        fa_wbuf_raw(body, c->roster.m[i].pk, 32);
+    }
+    fa_wbuf_raw(body, c->sec->c_sk, 32);
+    fa_wbuf_raw(body, c->sec->s_sk, 32);
+    fa_wbuf_raw(body, c->sec->b, 32);
+    fa_wbuf_raw(body, c->sec->round_seed, 32);
+    fa_wbuf_raw(body, c->self.c_pk, 32);
+    fa_wbuf_raw(body, c->self.s_pk, 32);
+    fa_wbuf_raw(body, c->self.b_commit, 32);
+    fa_wbuf_raw(body, c->self.sig, 64);
+    fa_wbuf_u32(body, (uint32_t)c->phase);
+    fa_wbuf_u32(body, (uint32_t)c->n1);
+    for (size_t j = 0; j < c->n1; j++) {
+        const fa_sa_peer *p = &c->peers[j];
+        fa_wbuf_str(body, p->id);
+        fa_wbuf_raw(body, p->c_pk, 32);
+        fa_wbuf_raw(body, p->s_pk, 32);
+        fa_wbuf_raw(body, p->b_commit, 32);
+        fa_wbuf_raw(body, p->sig, 64);
+        fa_wbuf_u8(body, c->in_u2[j]);
+        fa_wbuf_u8(body, c->in_u3[j]);
+        fa_wbuf_u8(body, c->revealed[j]);
+        fa_wbuf_raw(body, c->held + j * 64, 64);
+    }
+    fa_wbuf_bytes(body, c->sharekeys, c->sharekeys ? c->sharekeys_len : 0);
+    fa_wbuf_u8(body, (uint8_t)c->have_input_sha);
+    fa_wbuf_u32(body, (uint32_t)c->input_kind);
+    fa_wbuf_raw(body, c->input_sha, 32);
+    fa_wbuf_u8(body, (uint8_t)c->upload_done);
+    fa_wbuf_raw(body, c->upload_sha, 32);
+}
+
+int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
+{
+    fa_wbuf body;
+    fa_wbuf_init(&body, 1);
+    put_body(&body, c);
+    if (body.failed) {
+        fa_wbuf_free(&body);
+        return FA_ERR_NOMEM;
+    }
+    fa_sa_sha256(body.p, body.len, out);
+    fa_wbuf_free(&body);
+    return 0;
+}
+
 int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len,
                           fa_error *err)
 {
@@ -1170,48 +1237,7 @@ int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_
 
     fa_wbuf_init(&body, 1);
     fa_wbuf_init(&w, 0);
-    /* body: config, federation, secrets, public state */
-    fa_wbuf_u32(&body, k->threshold);
-    fa_wbuf_u32(&body, k->neighbours);
-    fa_wbuf_u64(&body, k->vector_len);
-    fa_wbuf_u32(&body, k->ring_bits);
-    fa_wbuf_u32(&body, k->quant.bits);
-    fa_wbuf_u32(&body, (uint32_t)k->quant.clip_mode);
-    fa_wbuf_f64(&body, k->quant.clip_l2_norm);
-    fa_wbuf_f64(&body, k->quant.clip_value);
-    fa_wbuf_u32(&body, (uint32_t)c->roster.n);
-    for (size_t i = 0; i < c->roster.n; i++) {
-        fa_wbuf_str(&body, c->roster.m[i].id);
-        fa_wbuf_raw(&body, c->roster.m[i].pk, 32);
-    }
-    fa_wbuf_raw(&body, c->sec->c_sk, 32);
-    fa_wbuf_raw(&body, c->sec->s_sk, 32);
-    fa_wbuf_raw(&body, c->sec->b, 32);
-    fa_wbuf_raw(&body, c->sec->round_seed, 32);
-    fa_wbuf_raw(&body, c->self.c_pk, 32);
-    fa_wbuf_raw(&body, c->self.s_pk, 32);
-    fa_wbuf_raw(&body, c->self.b_commit, 32);
-    fa_wbuf_raw(&body, c->self.sig, 64);
-    fa_wbuf_u32(&body, (uint32_t)c->phase);
-    fa_wbuf_u32(&body, (uint32_t)c->n1);
-    for (size_t j = 0; j < c->n1; j++) {
-        const fa_sa_peer *p = &c->peers[j];
-        fa_wbuf_str(&body, p->id);
-        fa_wbuf_raw(&body, p->c_pk, 32);
-        fa_wbuf_raw(&body, p->s_pk, 32);
-        fa_wbuf_raw(&body, p->b_commit, 32);
-        fa_wbuf_raw(&body, p->sig, 64);
-        fa_wbuf_u8(&body, c->in_u2[j]);
-        fa_wbuf_u8(&body, c->in_u3[j]);
-        fa_wbuf_u8(&body, c->revealed[j]);
-        fa_wbuf_raw(&body, c->held + j * 64, 64);
-    }
-    fa_wbuf_bytes(&body, c->sharekeys, c->sharekeys ? c->sharekeys_len : 0);
-    fa_wbuf_u8(&body, (uint8_t)c->have_input_sha);
-    fa_wbuf_u32(&body, (uint32_t)c->input_kind);
-    fa_wbuf_raw(&body, c->input_sha, 32);
-    fa_wbuf_u8(&body, (uint8_t)c->upload_done);
-    fa_wbuf_raw(&body, c->upload_sha, 32);
+    put_body(&body, c);
     if (body.failed) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client save: out of memory");
         goto out;
