@@ -4,13 +4,16 @@
  * fatest.All (every scalar type).  The parser must never crash, leak or
  * report success with an error; when it succeeds, the printed text must
  * parse again to a message with the same binary encoding (round trip), and
- * the positions table must answer for every field it recorded. */
+ * the positions table must answer for every field it recorded.  The config
+ * checker (proto/config_check.h) then runs over the same bytes, without
+ * touching the file system. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.pb-c.h"
+#include "proto/config_check.h"
 #include "proto/textformat.h"
 #include "testmsg.pb-c.h"
 
@@ -77,10 +80,31 @@ out:
     fa_diags_del(diags);
 }
 
+static void config_check(fa_config_kind kind, const uint8_t *data, size_t size)
+{
+    ProtobufCMessage *m = NULL;
+    fa_diags *diags = NULL;
+    fa_error err = {0};
+    int rc;
+
+    if (fa_diags_new(&diags) != 0)
+        return;
+    rc = fa_config_load_text(kind, (const char *)data, size, "fuzz", "/nonexistent",
+                             FA_CONFIG_NO_FILES, &m, diags, &err);
+    if ((rc == 0) != (m != NULL) || (rc != 0 && rc != FA_ERR_NOMEM && fa_diags_count(diags) == 0))
+        abort();
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    fa_diags_del(diags);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     round_trip(&fedagg__aggregator_config__descriptor, data, size);
     round_trip(&fedagg__worker_config__descriptor, data, size);
     round_trip(&fatest__all__descriptor, data, size);
+    config_check(FA_CONFIG_AGGREGATOR, data, size);
+    config_check(FA_CONFIG_WORKER, data, size);
+    config_check(FA_CONFIG_UNKNOWN, data, size);
     return 0;
 }
