@@ -27,6 +27,8 @@
 #define MAX_REQUEST_RETRIES 3
 
 typedef struct creq {
+    struct creq *next; /* zombies list */
+    int orphan;        /* the caller has gone: req and resp are no more */
     const fa_h3_client_req *req;
     fa_h3_response *resp;
     int64_t sid;
@@ -59,6 +61,9 @@ struct fa_h3_client {
     size_t tokenlen;
     uint32_t backoff_ms;
     creq *cur;
+    /* requests given up (timeout) whose stream is still open: ngtcp2 may
+     * still reference their body until it closes */
+    creq *zombies;
     fa_h3_client_stats st;
 };
 
@@ -99,9 +104,14 @@ static void creq_cancel(fa_h3_client *c, creq *r, int err)
 {
     if (!r->err)
         r->err = err;
-    if (c->q.h3)
-        nghttp3_conn_shutdown_stream_write(c->q.h3, r->sid);
-    ngtcp2_conn_shutdown_stream(c->q.conn, r->sid, FA_H3_REQUEST_CANCELLED);
+    /* we may be inside ngtcp2's write or read: reset at the next write */
+    (void)fa_qconn_defer_reset(&c->q, r->sid, FA_H3_REQUEST_CANCELLED);
+}
+
+static void creq_free(creq *r)
+{
+    fa_bodyq_free(&r->body);
+    free(r);
 }
 
 static int add_header(fa_h3_response *resp, const uint8_t *n, size_t nl, const uint8_t *v,
@@ -132,7 +142,7 @@ static int add_header(fa_h3_response *resp, const uint8_t *n, size_t nl, const u
 static int h3_begin_headers(nghttp3_conn *h3, int64_t sid, void *ud, void *sud)
 {
     creq *r = sud;
-    if (r && r->resp->status < 200) {
+    if (r && !r->orphan && r->resp->status < 200) {
         /* a new header block: forget an interim (1xx) one */
         fa_h3_response *resp = r->resp;
         for (size_t i = 0; i < resp->nheaders; i++) {
@@ -150,7 +160,7 @@ static int h3_recv_header(nghttp3_conn *h3, int64_t sid, int32_t token, nghttp3_
 {
     creq *r = sud;
     nghttp3_vec n = nghttp3_rcbuf_get_buf(name), v = nghttp3_rcbuf_get_buf(value);
-    if (!r)
+    if (!r || r->orphan)
         return 0;
     if (token == NGHTTP3_QPACK_TOKEN__STATUS) {
         int st = 0;
@@ -172,7 +182,7 @@ static int h3_recv_data(nghttp3_conn *h3, int64_t sid, const uint8_t *data, size
     creq *r = sud;
     fa_h3_response *resp;
 
-    if (!r || r->err) {
+    if (!r || r->err || r->orphan) {
         fa_qconn_consume(&c->q, sid, len);
         return 0;
     }
@@ -226,15 +236,24 @@ static int h3_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t consumed, v
 static int h3_end_stream(nghttp3_conn *h3, int64_t sid, void *ud, void *sud)
 {
     creq *r = sud;
-    if (r && r->resp->status >= 200)
+    if (r && !r->orphan && r->resp->status >= 200)
         r->complete = 1;
     return 0;
 }
 
 static int h3_stream_close(nghttp3_conn *h3, int64_t sid, uint64_t code, void *ud, void *sud)
 {
+    fa_h3_client *c = ud;
     creq *r = sud;
-    if (r) {
+    if (r && r->orphan) {
+        creq **pp;
+        for (pp = &c->zombies; *pp; pp = &(*pp)->next)
+            if (*pp == r) {
+                *pp = r->next;
+                break;
+            }
+        creq_free(r);
+    } else if (r) {
         r->closed = 1;
         r->close_code = code;
     }
@@ -278,7 +297,10 @@ static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *v
 {
     fa_h3_client *c = ud;
     creq *r = sud;
-    nghttp3_ssize n = fa_bodyq_read(&r->body, vec, veccnt, pflags);
+    nghttp3_ssize n;
+    if (r->orphan || r->err)
+        return NGHTTP3_ERR_WOULDBLOCK;
+    n = fa_bodyq_read(&r->body, vec, veccnt, pflags);
     if (n == NGHTTP3_ERR_CALLBACK_FAILURE) {
         int e = r->body.error;
         creq_cancel(c, r, e < -1 && e > -100 ? e : FA_ERR_CANCELLED);
@@ -428,6 +450,11 @@ fail:
 static void conn_teardown(fa_h3_client *c)
 {
     fa_qconn_free(&c->q);
+    while (c->zombies) {
+        creq *r = c->zombies;
+        c->zombies = r->next;
+        creq_free(r);
+    }
     memset(&c->q, 0, sizeof(c->q));
     c->confirmed = 0;
     c->dead = 0;
@@ -613,6 +640,7 @@ static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
     int rv;
 
     conn_teardown(c);
+    c->st.retry_seen = 0;
     memset(&any, 0, sizeof(any));
     any.ss_family = c->addr.ss_family;
     rv = fa_udp_open(&c->udp, (struct sockaddr *)&any,
@@ -749,10 +777,13 @@ enum { SENT_OK = 0, SENT_RETRY = 1 };
 
 /* One attempt on the current connection.  Returns 0, SENT_RETRY (safe to
  * send again), or a negative code. */
+static int finish_request(fa_h3_client *c, const fa_h3_client_req *req, const creq *rp,
+                          int timed_out, fa_error *err);
+
 static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_response *resp,
                         uint64_t deadline, fa_error *err)
 {
-    creq r;
+    creq *rp;
     nghttp3_nv nva[64 + 5];
     char lname[64][64];
     nghttp3_data_reader dr = {req_read_data};
@@ -761,15 +792,18 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
     int has_body, rv, timed_out = 0;
     uint64_t idle = (uint64_t)c->cfg.quic.idle_timeout_ms * NGTCP2_MILLISECONDS;
 
-    memset(&r, 0, sizeof(r));
-    r.req = req;
-    r.resp = resp;
     if (req->nheaders > 64)
         return fa_errorf(err, FA_ERR_INVAL, "at most 64 request headers");
-    rv = ngtcp2_conn_open_bidi_stream(c->q.conn, &r.sid, NULL);
+    rp = calloc(1, sizeof(*rp));
+    if (!rp)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    rp->req = req;
+    rp->resp = resp;
+    rv = ngtcp2_conn_open_bidi_stream(c->q.conn, &rp->sid, NULL);
     if (rv != 0) {
         /* no stream credit left on this connection: a new one has it */
         c->goaway = 1;
+        free(rp);
         return SENT_RETRY;
     }
 #define NV(nm, val)                                                                              \
@@ -781,13 +815,25 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
     NV(":path", req->path);
     has_body = req->body_read || req->body_len;
     if (req->body_read) {
-        fa_bodyq_init_pull(&r.body, req->body_read, req->body_arg, c->cfg.quic.max_stream_window);
+        fa_bodyq_init_pull(&rp->body, req->body_read, req->body_arg, c->cfg.quic.max_stream_window);
         if (req->body_length >= 0) {
             snprintf(cl, sizeof(cl), "%lld", (long long)req->body_length);
             NV("content-length", cl);
         }
     } else {
-        fa_bodyq_init_buf(&r.body, req->body, req->body_len, NULL);
+        /* a copy, so that a request given up on (timeout) never leaves
+         * ngtcp2 pointing into the caller's buffer; huge buffers are
+         * borrowed and their connection is dropped on timeout instead */
+        uint8_t *copy = NULL;
+        if (req->body_len && req->body_len <= (64u << 20)) {
+            copy = malloc(req->body_len);
+            if (!copy) {
+                free(rp);
+                return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+            }
+            memcpy(copy, req->body, req->body_len);
+        }
+        fa_bodyq_init_buf(&rp->body, copy ? copy : req->body, req->body_len, copy);
         if (req->body_len || strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0) {
             snprintf(cl, sizeof(cl), "%zu", req->body_len);
             NV("content-length", cl);
@@ -796,7 +842,7 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
     for (size_t i = 0; i < req->nheaders; i++) {
         size_t l = strlen(req->headers[i].name);
         if (l == 0 || l >= sizeof(lname[i]) || !req->headers[i].value) {
-            fa_bodyq_free(&r.body);
+            creq_free(rp);
             return fa_errorf(err, FA_ERR_INVAL, "request header %zu: empty or over 63 bytes", i);
         }
         for (size_t j = 0; j <= l; j++) {
@@ -806,52 +852,87 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
         NV(lname[i], req->headers[i].value);
     }
 #undef NV
-    rv = nghttp3_conn_submit_request(c->q.h3, r.sid, nva, n, has_body ? &dr : NULL, &r);
+    rv = nghttp3_conn_submit_request(c->q.h3, rp->sid, nva, n, has_body ? &dr : NULL, rp);
     if (rv != 0) {
-        fa_bodyq_free(&r.body);
+        creq_free(rp);
         return fa_errorf(err, FA_ERR_HTTP, "cannot submit request: %s", nghttp3_strerror(rv));
     }
-    c->cur = &r;
+    c->cur = rp;
     if (!req->body_read)
         c->st.bytes_sent += req->body_len;
     /* a long-poll is silent for minutes: PING so no idle timer fires */
     ngtcp2_conn_set_keep_alive_timeout(c->q.conn, idle / 3);
-    while (!r.closed && !c->dead) {
+    while (!rp->closed && !c->dead) {
         if (pump(c, deadline) == FA_ERR_TIMEOUT) {
             timed_out = 1;
             break;
         }
     }
-    if (timed_out && !c->dead && !r.closed) {
-        creq_cancel(c, &r, FA_ERR_TIMEOUT);
-        (void)fa_qconn_write(&c->q, 1);
+    if (timed_out && !c->dead && !rp->closed) {
+        /* tell the server (RESET_STREAM + STOP_SENDING) so it can drop the
+         * request now; linger about one round trip for that to go out */
+        ngtcp2_conn_stat cst;
+        uint64_t extra;
+        creq_cancel(c, rp, FA_ERR_TIMEOUT);
+        ngtcp2_conn_get_conn_stat(c->q.conn, &cst);
+        extra = 2 * cst.smoothed_rtt;
+        if (extra < 5 * NGTCP2_MILLISECONDS)
+            extra = 5 * NGTCP2_MILLISECONDS;
+        if (extra > 200 * NGTCP2_MILLISECONDS)
+            extra = 200 * NGTCP2_MILLISECONDS;
+        extra += fa_h3_now();
+        while (!rp->closed && !c->dead && pump(c, extra) == 0) {
+        }
+        /* and acknowledge the server's RESET_STREAM (ACKs wait up to
+         * max_ack_delay, 25 ms): the server frees the request on that ACK */
+        extra = fa_h3_now() + 30 * NGTCP2_MILLISECONDS;
+        while (!c->dead && pump(c, extra) == 0) {
+        }
     }
     if (c->q.conn && !c->dead)
         ngtcp2_conn_set_keep_alive_timeout(c->q.conn, UINT64_MAX);
-    if (c->q.h3)
-        nghttp3_conn_set_stream_user_data(c->q.h3, r.sid, NULL);
     c->cur = NULL;
     c->st.key_updates += c->q.key_updates;
     c->q.key_updates = 0;
-    fa_bodyq_free(&r.body);
+    {
+        creq tmp = *rp;
+        if (!rp->closed && !c->dead && c->q.conn) {
+            /* the stream outlives this call: keep its body for ngtcp2 */
+            rp->orphan = 1;
+            rp->req = NULL;
+            rp->resp = NULL;
+            if (rp->body.buf && !rp->body.owned && rp->body.buf_len)
+                c->goaway = 1; /* borrowed buffer: this connection must go */
+            rp->next = c->zombies;
+            c->zombies = rp;
+        } else {
+            creq_free(rp);
+        }
+        return finish_request(c, req, &tmp, timed_out, err);
+    }
+}
+
+static int finish_request(fa_h3_client *c, const fa_h3_client_req *req, const creq *rp,
+                          int timed_out, fa_error *err)
+{
 
     if (timed_out)
         return fa_errorf(err, FA_ERR_TIMEOUT, "%s %s: no complete response within %u ms",
                          req->method, req->path, req->timeout_ms);
-    if (r.err)
-        return fa_errorf(err, r.err, "%s %s: %s", req->method, req->path,
-                         r.err == FA_ERR_TOOBIG ? "response body larger than the limit"
+    if (rp->err)
+        return fa_errorf(err, rp->err, "%s %s: %s", req->method, req->path,
+                         rp->err == FA_ERR_TOOBIG ? "response body larger than the limit"
                                                 : "cancelled by the application");
-    if (r.complete)
+    if (rp->complete)
         return 0;
     /* no complete response: decide whether sending again is safe */
     {
         int never_processed =
-            c->stateless_reset || (c->goaway && r.sid >= c->goaway_id) ||
-            (r.closed && r.close_code == NGHTTP3_H3_REQUEST_REJECTED);
-        int replayable = !req->body_read || r.body.produced == 0;
+            c->stateless_reset || (c->goaway && rp->sid >= c->goaway_id) ||
+            (rp->closed && rp->close_code == NGHTTP3_H3_REQUEST_REJECTED);
+        int replayable = !req->body_read || rp->body.produced == 0;
         char why[300];
-        if (replayable && (never_processed || (req->idempotent && (c->dead || r.closed))))
+        if (replayable && (never_processed || (req->idempotent && (c->dead || rp->closed))))
             return SENT_RETRY;
         if (c->dead) {
             fa_qconn_describe_error(&c->q, c->dead_err, why, sizeof(why));
@@ -859,7 +940,7 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
                              req->method, req->path, why);
         }
         return fa_errorf(err, FA_ERR_HTTP, "%s %s: stream closed by the server (H3 error 0x%llx)",
-                         req->method, req->path, (unsigned long long)r.close_code);
+                         req->method, req->path, (unsigned long long)rp->close_code);
     }
 }
 
@@ -889,8 +970,10 @@ int fa_h3_client_request(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_res
                "method=%s path=%s attempt=%d", req->method, req->path, attempt + 2);
         fa_h3_client_close(c);
     }
-    if (c->goaway || c->dead)
+    if (c->dead)
         conn_teardown(c); /* the next request starts a fresh connection */
+    else if (c->goaway)
+        fa_h3_client_close(c); /* the server is going away: say goodbye */
     if (rv != 0)
         fa_h3_response_free(resp);
     return rv;

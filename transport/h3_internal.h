@@ -158,7 +158,16 @@ typedef struct fa_qconn_ops {
     int (*handshake_done)(struct fa_qconn *qc);
     /* client: a NEW_TOKEN from the server */
     void (*new_token)(struct fa_qconn *qc, const uint8_t *tok, size_t len);
+    /* the peer reset a stream (RESET_STREAM); called before nghttp3 hears of it */
+    void (*stream_reset)(struct fa_qconn *qc, int64_t stream_id, uint64_t app_error_code,
+                         void *stream_user_data);
 } fa_qconn_ops;
+
+/* A stream to reset in both directions once it is safe to call ngtcp2. */
+typedef struct fa_qconn_shut {
+    int64_t stream_id;
+    uint64_t code;
+} fa_qconn_shut;
 
 typedef struct fa_qconn {
     ngtcp2_conn *conn;
@@ -189,6 +198,9 @@ typedef struct fa_qconn {
     uint8_t *txbuf;
     /* set while inside ngtcp2_conn_read_pkt: some APIs must wait */
     int in_read;
+    /* stream resets requested from inside callbacks (fa_qconn_defer_reset) */
+    fa_qconn_shut *shut;
+    size_t nshut, capshut;
 } fa_qconn;
 
 /* Random bytes (getrandom). */
@@ -214,6 +226,11 @@ int fa_qconn_h3_bind(fa_qconn *qc);
 
 /* Gives back n bytes of flow-control credit on a stream and the connection. */
 void fa_qconn_consume(fa_qconn *qc, int64_t stream_id, size_t n);
+
+/* Resets a stream in both directions (RESET_STREAM + STOP_SENDING with
+ * code) at the next fa_qconn_write: safe from inside any callback, where
+ * ngtcp2 forbids it mid-write.  Returns 0 or FA_ERR_NOMEM. */
+int fa_qconn_defer_reset(fa_qconn *qc, int64_t stream_id, uint64_t code);
 
 /* Feeds one datagram.  Returns 0, or an ngtcp2 error code (negative, e.g.
  * NGTCP2_ERR_DRAINING, NGTCP2_ERR_RETRY, NGTCP2_ERR_DROP_CONN, NGTCP2_ERR_CRYPTO);

@@ -178,6 +178,8 @@ static int cb_stream_reset(ngtcp2_conn *conn, int64_t stream_id, uint64_t final_
                            uint64_t app_error_code, void *user_data, void *stream_user_data)
 {
     fa_qconn *qc = user_data;
+    if (qc->ops->stream_reset)
+        qc->ops->stream_reset(qc, stream_id, app_error_code, stream_user_data);
     if (qc->h3 && nghttp3_conn_shutdown_stream_read(qc->h3, stream_id) != 0)
         return NGTCP2_ERR_CALLBACK_FAILURE;
     return 0;
@@ -441,7 +443,53 @@ static int send_batch(fa_qconn *qc, const ngtcp2_path *path, unsigned ecn, const
     return rv == FA_ERR_AGAIN ? FA_ERR_AGAIN : 0; /* other failures = loss */
 }
 
+int fa_qconn_defer_reset(fa_qconn *qc, int64_t stream_id, uint64_t code)
+{
+    for (size_t i = 0; i < qc->nshut; i++)
+        if (qc->shut[i].stream_id == stream_id)
+            return 0;
+    if (qc->nshut == qc->capshut) {
+        size_t cap = qc->capshut ? 2 * qc->capshut : 4;
+        fa_qconn_shut *n = realloc(qc->shut, cap * sizeof(*n));
+        if (!n)
+            return FA_ERR_NOMEM;
+        qc->shut = n;
+        qc->capshut = cap;
+    }
+    qc->shut[qc->nshut].stream_id = stream_id;
+    qc->shut[qc->nshut].code = code;
+    qc->nshut++;
+    return 0;
+}
+
+static void run_deferred_resets(fa_qconn *qc)
+{
+    while (qc->nshut) {
+        fa_qconn_shut s = qc->shut[--qc->nshut];
+        if (qc->h3)
+            nghttp3_conn_shutdown_stream_write(qc->h3, s.stream_id);
+        ngtcp2_conn_shutdown_stream(qc->conn, s.stream_id, s.code);
+    }
+}
+
+static int write_loop(fa_qconn *qc, int budget);
+
 int fa_qconn_write(fa_qconn *qc, int budget)
+{
+    int rv;
+    if (ngtcp2_conn_is_in_closing_period(qc->conn) || ngtcp2_conn_is_in_draining_period(qc->conn))
+        return 0;
+    run_deferred_resets(qc);
+    rv = write_loop(qc, budget);
+    if (rv >= 0 && qc->nshut) {
+        /* a body source failed while we were writing */
+        run_deferred_resets(qc);
+        rv = write_loop(qc, budget);
+    }
+    return rv;
+}
+
+static int write_loop(fa_qconn *qc, int budget)
 {
     ngtcp2_path_storage ps, prev;
     ngtcp2_pkt_info pi;
@@ -452,8 +500,6 @@ int fa_qconn_write(fa_qconn *qc, int budget)
     size_t path_mtu = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn);
     int rounds = 0;
 
-    if (ngtcp2_conn_is_in_closing_period(conn) || ngtcp2_conn_is_in_draining_period(conn))
-        return 0;
     if (fa_udp_flush(qc->udp) == FA_ERR_AGAIN)
         return FA_ERR_AGAIN;
     ngtcp2_path_storage_zero(&ps);
@@ -614,6 +660,9 @@ void fa_qconn_free(fa_qconn *qc)
     if (qc->qlog)
         fclose(qc->qlog);
     free(qc->txbuf);
+    free(qc->shut);
+    qc->shut = NULL;
+    qc->nshut = qc->capshut = 0;
     qc->h3 = NULL;
     qc->conn = NULL;
     qc->tls = NULL;

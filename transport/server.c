@@ -434,8 +434,9 @@ static void req_free(fa_h3_request *r)
     free(r);
 }
 
-/* The application's last word on r, then r is gone. */
-static void req_finish(fa_h3_request *r, int err)
+/* The application's last word on r: on_close.  r itself (and the body
+ * bytes ngtcp2 may still retransmit) lives on until the stream closes. */
+static void req_notify(fa_h3_request *r, int err)
 {
     srv_conn *c = r->c;
     if (r->closed)
@@ -451,8 +452,17 @@ static void req_finish(fa_h3_request *r, int err)
         r->body_done(r->body_done_arg, err);
         r->body_done = NULL;
     }
+    fa_log(FA_LOG_DEBUG, "request closed", "peer=%s stream=%lld path=%s error=\"%s\"",
+           c->q.peer_id, (long long)r->sid, r->path ? r->path : "", err ? fa_strerror(err) : "");
     if (r->route && r->route->h.on_close)
         r->route->h.on_close(r, err, r->route->arg);
+}
+
+/* on_close if not yet, then r is gone: only when the stream is closed or
+ * the connection is going away (ngtcp2 no longer references the body). */
+static void req_finish(fa_h3_request *r, int err)
+{
+    req_notify(r, err);
     req_free(r);
 }
 
@@ -509,8 +519,7 @@ void fa_h3_request_cancel(fa_h3_request *r)
         return;
     if (!r->app_err)
         r->app_err = FA_ERR_CANCELLED;
-    nghttp3_conn_shutdown_stream_write(r->c->q.h3, r->sid);
-    ngtcp2_conn_shutdown_stream(r->c->q.conn, r->sid, FA_H3_REQUEST_CANCELLED);
+    (void)fa_qconn_defer_reset(&r->c->q, r->sid, FA_H3_REQUEST_CANCELLED);
     mark_dirty(r->c);
 }
 
@@ -521,12 +530,13 @@ static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *v
     nghttp3_ssize n;
     if (!r)
         return NGHTTP3_ERR_CALLBACK_FAILURE;
+    if (r->closed)
+        return NGHTTP3_ERR_WOULDBLOCK; /* abandoned: its reset is on the way */
     n = fa_bodyq_read(&r->body, vec, veccnt, pflags);
     if (n == NGHTTP3_ERR_CALLBACK_FAILURE) {
         /* the application's body source failed: reset this stream only */
         r->app_err = r->body.error ? r->body.error : FA_ERR_IO;
-        nghttp3_conn_shutdown_stream_write(h3, sid);
-        ngtcp2_conn_shutdown_stream(r->c->q.conn, sid, FA_H3_INTERNAL_ERROR);
+        (void)fa_qconn_defer_reset(&r->c->q, sid, FA_H3_INTERNAL_ERROR);
         return NGHTTP3_ERR_WOULDBLOCK;
     }
     return n;
@@ -677,6 +687,7 @@ static int h3_begin_headers(nghttp3_conn *h3, int64_t sid, void *ud, void *sud)
     if (!r)
         return NGHTTP3_ERR_CALLBACK_FAILURE;
     nghttp3_conn_set_stream_user_data(h3, sid, r);
+    ngtcp2_conn_set_stream_user_data(c->q.conn, sid, r);
     return 0;
 }
 
@@ -944,6 +955,26 @@ static int qc_h3_setup(fa_qconn *qc)
     return fa_qconn_h3_bind(qc);
 }
 
+/* The client reset its request stream: unless it merely stopped uploading
+ * after our early answer (H3_NO_ERROR, RFC 9114 4.1.2), the request is
+ * abandoned.  Tell the application now, not when the stream finally closes,
+ * and stop our side too. */
+static void qc_stream_reset(fa_qconn *qc, int64_t sid, uint64_t code, void *sud)
+{
+    fa_h3_request *r = sud;
+    fa_log(FA_LOG_DEBUG, "stream reset by the client", "stream=%lld code=0x%llx known=%d",
+           (long long)sid, (unsigned long long)code, r != NULL);
+    if (!r || r->closed)
+        return;
+    if (code == NGHTTP3_H3_NO_ERROR && (r->responded || r->refused_body))
+        return;
+    if (!r->app_err)
+        r->app_err = FA_ERR_CANCELLED;
+    (void)fa_qconn_defer_reset(qc, sid, FA_H3_REQUEST_CANCELLED);
+    req_notify(r, r->app_err);
+    mark_dirty((srv_conn *)qc);
+}
+
 static int qc_handshake_done(fa_qconn *qc)
 {
     srv_conn *c = (srv_conn *)qc;
@@ -969,6 +1000,7 @@ static const fa_qconn_ops server_ops = {
     .cid_remove = qc_cid_remove,
     .h3_setup = qc_h3_setup,
     .handshake_done = qc_handshake_done,
+    .stream_reset = qc_stream_reset,
 };
 
 /* ----------------------------------------------------------- connections */

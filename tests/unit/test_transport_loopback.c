@@ -158,6 +158,6 @@ int main(void)
         cmocka_unit_test(test_10mb_both_ways),
         cmocka_unit_test(test_big_both_ways_with_key_updates),
     };
-    fa_log_set_level(FA_LOG_WARN);
+    tp_log_level(FA_LOG_WARN);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

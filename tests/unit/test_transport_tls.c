@@ -212,6 +212,6 @@ int main(void)
         cmocka_unit_test(test_server_cert_from_wrong_name),
         cmocka_unit_test(test_bad_files_refused_at_setup),
     };
-    fa_log_set_level(FA_LOG_WARN);
+    tp_log_level(FA_LOG_WARN);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

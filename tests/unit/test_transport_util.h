@@ -25,6 +25,13 @@
 #include "common/fa_log.h"
 #include "transport/h3.h"
 
+/* Quiet logs unless FEDAGG_LOG_LEVEL asks for more (debugging a test). */
+static inline void tp_log_level(int dflt)
+{
+    int l = fa_log_level_parse(getenv("FEDAGG_LOG_LEVEL"));
+    fa_log_set_level(l >= 0 ? l : dflt);
+}
+
 /* ------------------------------------------------------------------ PKI */
 
 static char tp_dir[256];
