@@ -37,6 +37,7 @@ const char fa_bench_compress_help[] =
     "gradient compression (none, PowerSGD r=1,2,4, top-k 1%, QSGD8): bytes/step and test accuracy, 2 ranks";
 
 typedef struct method {
+    const char *id;   /* for --methods */
     const char *name; /* in the JSON */
     int kind;
     uint32_t rank;
@@ -44,9 +45,12 @@ typedef struct method {
 } method;
 
 static const method methods[] = {
-    {"none", FA_COMPRESS_NONE, 0, 0},         {"powersgd", FA_COMPRESS_POWERSGD, 1, 0},
-    {"powersgd", FA_COMPRESS_POWERSGD, 2, 0}, {"powersgd", FA_COMPRESS_POWERSGD, 4, 0},
-    {"topk", FA_COMPRESS_TOPK, 0, 0.01},      {"qsgd8", FA_COMPRESS_QSGD8, 0, 0},
+    {"none", "none", FA_COMPRESS_NONE, 0, 0},
+    {"powersgd1", "powersgd", FA_COMPRESS_POWERSGD, 1, 0},
+    {"powersgd2", "powersgd", FA_COMPRESS_POWERSGD, 2, 0},
+    {"powersgd4", "powersgd", FA_COMPRESS_POWERSGD, 4, 0},
+    {"topk", "topk", FA_COMPRESS_TOPK, 0, 0.01},
+    {"qsgd8", "qsgd8", FA_COMPRESS_QSGD8, 0, 0},
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
@@ -55,13 +59,32 @@ typedef struct bench_opts {
     double lr;
     uint64_t seed;
     int device;
+    const char *only; /* --methods: comma-separated ids; the anchor always runs */
 } bench_opts;
+
+static int selected(const bench_opts *bo, const method *me)
+{
+    const char *p = bo->only;
+    size_t n = strlen(me->id);
+    if (!p || me->kind == FA_COMPRESS_NONE)
+        return 1;
+    while (*p) {
+        if (strncmp(p, me->id, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+        p = strchr(p, ',');
+        if (!p)
+            break;
+        p++;
+    }
+    return 0;
+}
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: fedagg-bench compress [--epochs E] [--ranks R] [--batch B] [--lr LR]\n"
             "                             [--seed S] [--limit N] [--device cpu|auto|gpu]\n"
+            "                             [--methods none,powersgd1,powersgd2,powersgd4,topk,qsgd8]\n"
             "  E epochs (default 3) of the default MLP on Fashion-MNIST over R ranks\n"
             "  (default 2) for each compression method; --limit trains on the first N\n"
             "  images only.  Outside MPI it re-runs itself under mpirun -np R.\n");
@@ -227,6 +250,8 @@ int fa_bench_compress(int argc, char **argv)
             bo.seed = strtoull(v, NULL, 10), i++;
         } else if (v && !strcmp(a, "--limit")) {
             bo.limit = (uint32_t)strtoul(v, NULL, 10), i++;
+        } else if (v && !strcmp(a, "--methods")) {
+            bo.only = v, i++;
         } else if (v && !strcmp(a, "--device")) {
             bo.device = !strcmp(v, "gpu") ? FA_COMM_DEVICE_GPU
                         : !strcmp(v, "auto") ? FA_COMM_DEVICE_AUTO
@@ -281,6 +306,8 @@ int fa_bench_compress(int argc, char **argv)
         outcome o = {0};
         double t0 = now_s();
         char label[32];
+        if (!selected(&bo, me))
+            continue;
         if (me->kind == FA_COMPRESS_POWERSGD)
             snprintf(label, sizeof(label), ",\"rank\":%u", me->rank);
         else if (me->kind == FA_COMPRESS_TOPK)
