@@ -1780,7 +1780,9 @@ int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit
                 "%" PRIu64 " region commitment signatures were not checked: no key given for "
                 "their region",
                 res->region_unknown);
-    if (have_tree && (tstale || tstored != tpos))
+    /* A stale tree file is worth a note only when the records are sound (a
+     * changed record makes it differ too). */
+    if (have_tree && res->problems == 0 && (tstale || tstored != tpos))
         vreport(&v, FA_AUDIT_NOTE, -1,
                 "%s differs from the records (from node %" PRIu64 " of %" PRIu64 "): a stale "
                 "cache, rebuilt when the aggregator next opens the log",
