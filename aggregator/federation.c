@@ -14,6 +14,7 @@
 #include "aggregator/model_store.h"
 #include "aggregator/server_opt.h"
 #include "audit.pb-c.h"
+#include "common/fa_failpoint.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
@@ -636,6 +637,29 @@ static void evaluate(fa_fed *f)
            ev.mean_loss, ev.n);
 }
 
+/* Tests: with FEDAGG_DEBUG_DUMP_DIR set, the unmasked ring sum of each
+ * completed attempt is written there (sum-r<R>-a<A>.u32 and its ring bits in
+ * .u32.bits), to be compared bit for bit with the regions' quantised inputs.
+ * The sum is what the aggregator learns anyway. */
+static void debug_dump_sum(fa_fed *f)
+{
+    const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
+    size_t n = (size_t)f->sa_cfg.vector_len;
+    char path[4096], bits[16];
+    uint32_t *q;
+
+    if (!dir || !*dir || !(q = malloc(n * sizeof(uint32_t))))
+        return;
+    snprintf(path, sizeof(path), "%s/sum-r%" PRIu64 "-a%u.u32.bits", dir, f->round, f->attempt);
+    snprintf(bits, sizeof(bits), "%u", f->sa_cfg.ring_bits);
+    if (fa_secagg_server_result_ring(f->sa, q, n, NULL) == 0 &&
+        fa_file_write_atomic(path, bits, strlen(bits), 0644, NULL) == 0) {
+        path[strlen(path) - 5] = '\0';
+        fa_file_write_atomic(path, q, n * sizeof(uint32_t), 0644, NULL);
+    }
+    free(q);
+}
+
 /* Writes version cur+1 from new_params and the optimizer's state. */
 static int commit_version(fa_fed *f, const float *new_params, fa_error *err)
 {
@@ -706,6 +730,7 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     rc = fa_secagg_server_result_f32(f->sa, delta, d, &wsum, err);
     if (rc != 0)
         goto out;
+    debug_dump_sum(f);
     /* The optimizer works on a copy of the weights and a snapshot of its
      * state, so a failed commit leaves both as they were. */
     for (size_t i = 0; i < ns; i++) {
@@ -727,6 +752,7 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     }
     memcpy(f->params, w, d * sizeof(float));
     *committed = 1;
+    fa_failpoint("aggregator-after-commit");
     /* Committed.  From here on the round counts: the audit record follows;
      * if appending fails, a restart appends it (see fa_fed_open). */
     rc = append_record(f, prev_version, prev_sha, fa_time_unix_ms(), err);
@@ -834,6 +860,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
          * this state on restart (fa_fed_open). */
         int committed = 0;
         rc = save_state(f, &err);
+        fa_failpoint("aggregator-after-unmask");
         if (rc == 0)
             rc = finish_round(f, now_ms, &committed, &err);
         if (rc != 0 && !committed) {
@@ -855,6 +882,11 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     if (rc != 0) {
         abort_attempt(f, now_ms, err.msg);
         return 1;
+    }
+    {
+        char fp[64];
+        snprintf(fp, sizeof(fp), "aggregator-after-%s", kind_names[closing - 1]);
+        fa_failpoint(fp);
     }
     update_gauges(f);
     return 1;
@@ -1099,6 +1131,7 @@ int fa_fed_masked_chunk(fa_fed *f, const char *region, const uint8_t *data, size
     rc = fa_secagg_server_masked_chunk(f->sa, region, data, len, now_ms, &err);
     if (rc != 0)
         return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+    fa_failpoint("aggregator-mid-masked");
     return 0;
 }
 

@@ -210,6 +210,15 @@ int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size
 int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, size_t *n,
                                  fa_error *err);
 
+/* The quantised input this client masks: vector_len ring elements (the
+ * weight coordinate last), exactly what the masked stream adds its masks
+ * to.  For tests and the debug dump of the worker (FEDAGG_DEBUG_DUMP_DIR):
+ * it is the region's own update and must never leave the region.
+ * Returns 0, FA_ERR_STATE (no input set), FA_ERR_INVAL (n wrong),
+ * FA_ERR_NOMEM or FA_ERR_CRYPTO. */
+int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t n,
+                                fa_error *err);
+
 /* Restarts the masked stream at byte 0. */
 int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err);
 

@@ -1435,3 +1435,57 @@ out:
     fa_secagg_client_del(c);
     return rc;
 }
+
+/* ---- the quantised input, for tests and debugging ---------------------------- */
+
+int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t n, fa_error *err)
+{
+    const uint64_t len = c->cfg.c.vector_len;
+    uint32_t *rnd = NULL;
+    uint8_t *key = NULL;
+    fa_prg prg;
+    int rc = 0, have_prg = 0;
+
+    if (!c->input_bound)
+        return fa_errorf(err, FA_ERR_STATE, "secagg input of '%s': no input set", c->id);
+    if (n != len)
+        return fa_errorf(err, FA_ERR_INVAL, "secagg input of '%s': %zu elements, expected %llu",
+                         c->id, n, (unsigned long long)len);
+    if (c->input_kind != INPUT_F32) {
+        memcpy(out, c->xq, n * sizeof(uint32_t));
+        return 0;
+    }
+    /* The same draws the masked stream uses (stream_block). */
+    rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    key = sodium_malloc(16);
+    if (!rnd || !key) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg input: out of memory");
+        goto out;
+    }
+    if ((rc = fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_ROUNDING, c->cfg.fed,
+                            c->cfg.c.round, c->cfg.c.attempt, c->id, NULL)) != 0 ||
+        (rc = fa_prg_init(&prg, key, 0)) != 0) {
+        rc = fa_errorf(err, rc, "secagg input: rounding generator failed");
+        goto out;
+    }
+    have_prg = 1;
+    for (uint64_t pos = 0; pos < len;) {
+        const uint64_t d = len - 1;
+        size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
+        size_t mf = pos < d ? (size_t)(d - pos < m ? d - pos : m) : 0;
+        if ((rc = fa_prg_words(&prg, rnd, m)) != 0)
+            goto out;
+        fa_codec_encode(&c->codec, c->xf + pos, mf, rnd, out + pos);
+        if (pos + m > d)
+            out[d] = (uint32_t)fa_codec_round(c->weight * c->codec.qmax, rnd[d - pos],
+                                              c->codec.qmax);
+        pos += m;
+    }
+out:
+    if (have_prg)
+        fa_prg_free(&prg);
+    if (key)
+        sodium_free(key);
+    free(rnd);
+    return rc;
+}

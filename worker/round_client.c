@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "audit.pb-c.h"
+#include "common/fa_failpoint.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
@@ -376,13 +377,19 @@ static int still_current(fa_round_client *rc, const Fedagg__FederationInfo *info
 struct masked_src {
     fa_secagg_client *c;
     fa_error *err;
+    uint64_t sent;
 };
 
 static ssize_t masked_read(void *arg, uint8_t *buf, size_t cap)
 {
     struct masked_src *m = arg;
     size_t n = 0;
-    int r = fa_secagg_client_masked_next(m->c, buf, cap, &n, m->err);
+    int r;
+
+    if (m->sent > fa_secagg_client_masked_bytes(m->c) / 2)
+        fa_failpoint("worker-mid-masked");
+    r = fa_secagg_client_masked_next(m->c, buf, cap, &n, m->err);
+    m->sent += n;
     return r != 0 ? r : (ssize_t)n;
 }
 
@@ -400,10 +407,15 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
 
     snprintf(path, sizeof(path), "/v1/rounds/%" PRIu64 "/%u/%s", info->round, info->attempt,
              kind_paths[kind]);
+    {
+        char fp[64];
+        snprintf(fp, sizeof(fp), "worker-before-%s", kind_paths[kind]);
+        fa_failpoint(fp);
+    }
     for (;;) {
         fa_h3_client_req req = {0};
         fa_h3_response resp;
-        struct masked_src src = {c, err};
+        struct masked_src src = {c, err, 0};
         char msg[512];
         int r;
 
@@ -624,6 +636,35 @@ out:
 /* One attempt                                                               */
 /* ------------------------------------------------------------------------ */
 
+/* Debugging and tests: with FEDAGG_DEBUG_DUMP_DIR set, the quantised update
+ * this region masks is written there (input-<region>-r<R>-a<A>.u32, the
+ * ring elements little-endian), so that a test can check the aggregator's
+ * unmasked sum bit for bit.  It is the region's own update, written on the
+ * region's machine; never set this in production. */
+static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
+                             const Fedagg__FederationInfo *info)
+{
+    const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
+    size_t n = (size_t)info->num_params + 1;
+    uint32_t *q;
+    char path[4096];
+    fa_error err;
+
+    if (!dir || !*dir)
+        return;
+    q = malloc(n * sizeof(uint32_t));
+    if (!q)
+        return;
+    fa_error_clear(&err);
+    snprintf(path, sizeof(path), "%s/input-%s-r%" PRIu64 "-a%u.u32", dir, rc->region_id,
+             info->round, info->attempt);
+    if (fa_secagg_client_input_ring(c, q, n, &err) == 0 &&
+        fa_file_write_atomic(path, q, n * sizeof(uint32_t), 0600, &err) == 0)
+        fa_log(FA_LOG_WARN, "debug dump of the quantised update written (FEDAGG_DEBUG_DUMP_DIR)",
+               "file=%s", path);
+    free(q);
+}
+
 /* Checks the signed audit record of the round: signed by the aggregator's
  * key, this region among the participants with the commitment to exactly
  * the bytes it uploaded, and the new model digest it was told. */
@@ -753,6 +794,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         r = fa_secagg_client_set_input_f32(c, delta, d, weight, err);
         if (r != 0)
             goto out;
+        debug_dump_input(rc, c, info);
         fa_log(FA_LOG_INFO, "resuming the attempt from saved state",
                "round=%" PRIu64 " attempt=%u", info->round, info->attempt);
     } else {
@@ -800,6 +842,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
             r = save_attempt(rc, c, info->round, info->attempt, delta, d, weight, err);
         if (r != 0)
             goto out;
+        debug_dump_input(rc, c, info);
     }
 
     /* Round 2: the masked upload, receive U3. */

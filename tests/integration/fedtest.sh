@@ -1,0 +1,84 @@
+# fedtest.sh - common setup of the multi-process federation tests (sourced).
+# Gives: $D (a fresh directory), fedlib's functions, $PORT, $MPORT,
+# fed_test_config [ROUNDS] (3 regions, short deadlines), a cleanup trap, and
+# helpers to assert on logs.
+set -euo pipefail
+: "${FA_BIN:?FA_BIN must point at the bin directory of the build}"
+: "${FA_SRC:?FA_SRC must point at the source tree}"
+# shellcheck source=deploy/fedlib.sh
+source "$FA_SRC/deploy/fedlib.sh"
+
+D=$(mktemp -d /tmp/fedagg-it.XXXXXX)
+REGIONS=(eu-west us-east ap-south)
+ALL=eu-west,us-east,ap-south
+export OPENBLAS_NUM_THREADS=1
+# Small, fast rounds: a few local steps, deadlines that still tolerate a
+# loaded 2-core machine.
+export FED_TRAINER="local_steps: 5 batch_size: 32 learning_rate: 0.05 momentum: 0.9"
+export FED_ROUND="min_regions: 2
+  threshold: 2
+  advertise_deadline_ms: ${FED_ADVERTISE_MS:-8000}
+  shares_deadline_ms: ${FED_PHASE_MS:-8000}
+  masked_deadline_ms: ${FED_PHASE_MS:-8000}
+  consistency_deadline_ms: ${FED_PHASE_MS:-8000}
+  unmask_deadline_ms: ${FED_PHASE_MS:-8000}"
+
+fed_test_cleanup() {
+    local rc=$?
+    fed_stop_all
+    if [ "$rc" -ne 0 ]; then
+        echo "---- test failed (exit $rc); last log lines ----" >&2
+        for f in "$D"/logs/*.log; do
+            echo "== $f" >&2
+            tail -n 15 "$f" >&2
+        done
+    fi
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$D"
+    exit "$rc"
+}
+trap fed_test_cleanup EXIT
+
+# fed_test_config ROUNDS : PKI, keys, shards, configs for the 3 regions.
+fed_test_config() {
+    FED_ALPHA=0.5 FED_SEED=3 fed_setup "$D" "${REGIONS[@]}"
+    PORT=$(fed_free_port udp)
+    MPORT=$(fed_free_port tcp)
+    fed_write_aggregator "$D" "$PORT" "$MPORT" "$1" "${REGIONS[@]}"
+    for r in "${REGIONS[@]}"; do
+        fed_write_worker "$D" "$r" "$PORT" "$ALL"
+    done
+}
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# wait_log FILE PATTERN TIMEOUT_S : waits until FILE has a line matching PATTERN.
+wait_log() {
+    local f=$1 pat=$2 t=$3 start=$SECONDS
+    until grep -q -- "$pat" "$f" 2>/dev/null; do
+        [ $((SECONDS - start)) -lt "$t" ] || fail "no '$pat' in $f after ${t}s"
+        sleep 0.2
+    done
+}
+
+# The line of the Nth "round completed" of the aggregator.
+round_line() {
+    grep 'msg="round completed"' "$D/logs/aggregator.log" | sed -n "${1}p"
+}
+
+# Checks the audit log with the CLI, and that model versions are contiguous.
+check_audit_and_versions() {
+    "$FA_BIN/fedagg" audit verify "$D/state/audit.log" --pubkey "$D/keys/aggregator.pub" \
+        --config "$D/aggregator.textproto" >"$D/logs/audit-verify.log" 2>&1 ||
+        fail "audit verify: $(cat "$D/logs/audit-verify.log")"
+    local versions
+    versions=$(grep -o 'msg="round completed".* version=[0-9]*' "$D/logs/aggregator.log" |
+        sed 's/.* version=//' | tr '\n' ' ')
+    local expect=1
+    for v in $versions; do
+        [ "$v" = "$expect" ] || fail "model versions not contiguous: $versions"
+        expect=$((expect + 1))
+    done
+}
