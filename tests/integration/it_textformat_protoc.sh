@@ -16,6 +16,8 @@
 #   stricter/  we reject on purpose what protoc accepts (a `# protoc:` line
 #              says why); we check that protoc still accepts it, so that the
 #              list stays true.
+# Then 300 seeded random edits of the corpus go through both
+# (tests/textformat/mutate_diff.py): same verdict, same bytes.
 set -u
 src=${FA_SRC:?FA_SRC not set}
 build=${FA_BUILD:?FA_BUILD not set}
@@ -23,8 +25,8 @@ tf=$build/tests/tf_encode
 corpus=$src/tests/textformat
 
 if ! command -v protoc > /dev/null; then
-    echo "SKIP: protoc not installed (package protobuf-compiler)"
-    exit 77
+    echo "FAIL: protoc not installed (package protobuf-compiler; run deploy/install-deps.sh)"
+    exit 1
 fi
 [ -x "$tf" ] || { echo "FAIL: $tf not built"; exit 1; }
 
@@ -140,6 +142,13 @@ f=$corpus/invalid/several_errors.txtpb
 if [ "$(wc -l < "$work/several.err")" -ne 3 ]; then
     fail "invalid/several_errors.txtpb: expected 3 errors, got:"
     cat "$work/several.err"
+fi
+
+# Random edits of the corpus (seeded: the same 300 inputs every run).
+if command -v python3 > /dev/null; then
+    python3 "$corpus/mutate_diff.py" "$corpus" "$tf" "$src/proto" 20261130 300 || fail "mutation differential"
+else
+    fail "python3 not installed (deploy/install-deps.sh installs it)"
 fi
 
 echo "textformat vs protoc: $nvalid valid, $ninvalid invalid, $nstrict stricter files agree; $fails failures"
