@@ -16,17 +16,23 @@
  *
  * and rejects what protoc rejects: unknown fields, a non-repeated field set
  * twice, two members of one oneof, values out of range for their type,
- * malformed tokens, missing required (proto2) fields, nesting deeper than
- * 100 messages.  Extensions and google.protobuf.Any expansion (`[name]`)
- * are not supported (protoc-c generates no extension registry).
+ * malformed tokens, missing required (proto2) fields.  Extensions and
+ * google.protobuf.Any expansion (`[name]`) are not supported (protoc-c
+ * generates no extension registry); map fields read as their repeated entry
+ * messages (`m { key: "a" value: 1 }`), in the order written.
  *
- * Two deliberate differences, both because protobuf-c cannot represent the
- * value and would otherwise encode something else than protoc: a `string`
- * field must hold valid UTF-8 (protoc logs an error and writes the bytes
- * anyway) and no NUL character (protobuf-c strings are NUL-terminated; use
- * `bytes`).  protoc-c 1.4 has no proto3 `optional`; and in a proto3 float or
- * double field, protoc writes -0.0 but protobuf-c treats it as the default
- * and omits it.
+ * Deliberate differences (tests/textformat/stricter/ lists each, and the
+ * differential test checks that protoc still accepts them):
+ *   - a `string` field must hold valid UTF-8 (protoc logs an error and writes
+ *     the bytes anyway) and no NUL character (protobuf-c strings are
+ *     NUL-terminated and would silently lose the rest; use `bytes`);
+ *   - missing proto2 `required` fields are an error (protoc --encode allows
+ *     partial messages, but protobuf-c would encode a zero for them);
+ *   - messages nest at most 100 deep (protoc's text parser has no limit and
+ *     overflows its stack near 20000).
+ * Not representable in protobuf-c at all: proto3 `optional` (protoc-c 1.4
+ * refuses it), and -0.0 in a proto3 float/double field without presence
+ * (protoc writes it; protobuf-c treats it as the zero default and omits it).
  *
  * The parsed message encodes (protobuf_c_message_pack) byte for byte as
  * protoc encodes the same text: fields the text sets are present (proto2
@@ -88,7 +94,8 @@ int fa_textformat_parse(const ProtobufCMessageDescriptor *d, const char *text, s
  * double-quoted with C escapes (valid UTF-8 in `string` fields kept as is).
  * Parsing the output (with this parser or protoc) gives a message with the
  * same binary encoding, except that NaN payloads are not kept (text format
- * has only `nan` and `-nan`).  *out is malloc'ed and NUL-terminated; *len
+ * has only `nan` and `-nan`) and unknown fields (kept by protobuf-c when it
+ * unpacks a binary of a newer schema) are not printed.  *out is malloc'ed and NUL-terminated; *len
  * (when not NULL) excludes the NUL.  Returns 0 or FA_ERR_NOMEM. */
 int fa_textformat_print(const ProtobufCMessage *m, char **out, size_t *len, fa_error *err);
 
