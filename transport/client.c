@@ -538,8 +538,8 @@ static void on_datagram(void *arg, uint8_t *data, size_t len, const struct socka
 {
     fa_h3_client *c = arg;
     int rv;
-    if (c->dead || !same_addr(from, &c->addr))
-        return; /* only the server speaks to us */
+    if (c->dead || len == 0 || !same_addr(from, &c->addr))
+        return; /* only the server speaks to us; libngtcp2 asserts on empty packets */
     rv = fa_qconn_read(&c->q, from, fromlen, ecn, data, len, fa_h3_now());
     if (rv != 0) {
         c->dead = 1;

@@ -263,6 +263,10 @@ void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap);
 void fa_h3_server_feed(fa_h3_server *s, uint8_t *data, size_t len, const struct sockaddr *from,
                        socklen_t fromlen);
 
+/* server.c: frees every connection without a word to the peers (fuzzing:
+ * keeps inputs independent and memory bounded). */
+void fa_h3_server_forget_all(fa_h3_server *s);
+
 /* Lower-case string compare helpers for header names. */
 int fa_h3_streq_nocase(const char *a, const char *b);
 

@@ -1430,6 +1430,11 @@ static void on_datagram(void *arg, uint8_t *data, size_t len, const struct socka
     srv_conn *c;
     int rv;
 
+    if (len == 0) {
+        /* an empty datagram is legal UDP; libngtcp2 asserts on it */
+        s->st.datagrams_dropped++;
+        return;
+    }
     rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, SCIDLEN);
     if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
         /* too small to be a client's first Initial: no answer (14.1) */
@@ -1480,6 +1485,13 @@ void fa_h3_server_feed(fa_h3_server *s, uint8_t *data, size_t len, const struct 
         c->dirty = 0;
         conn_write(c);
     }
+}
+
+void fa_h3_server_forget_all(fa_h3_server *s)
+{
+    while (s->conns)
+        conn_free(s->conns);
+    s->dirty_head = NULL;
 }
 
 /* --------------------------------------------------------------- lifecycle */
