@@ -187,6 +187,25 @@ if st["c2s_in"] != want_in or st["s2c_out"] != want_in or st["clients_total"] !=
 print("forwarding ok (%d datagrams, %d GRO super-datagrams split)" % (want_in, st["gro_split"]))
 r.stop()
 
+# Client limits: a second client beyond --max-clients gets nothing; an idle
+# client is forgotten, and comes back with a new upstream socket.
+r = Relay(echo.port, "--max-clients", "1", "--idle-timeout", "300ms")
+c, c2 = client(), client()
+c.sendto(b"WHO", r.addr)
+who1 = c.recv(100)
+c2.sendto(b"WHO", r.addr)
+if collect(c2, 0.3):
+    fail("a client beyond --max-clients was served")
+time.sleep(1.6)  # idle > 300 ms, and the relay scans once a second
+c2.sendto(b"WHO", r.addr)
+if not collect(c2, 1.0):
+    fail("the slot of an idle client was not freed")
+st = r.stats()
+if st["clients_refused"] != 1 or st["clients_expired"] != 1:
+    fail("clients_refused=%d clients_expired=%d, want 1 and 1" %
+         (st["clients_refused"], st["clients_expired"]))
+print("client limits ok")
+
 # 4. Delay: 50 ms each way means no round trip under 100 ms.
 r = Relay(echo.port, "--delay", "50ms", "--s2c-delay", "30")
 c = client()

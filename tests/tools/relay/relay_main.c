@@ -70,6 +70,7 @@ typedef struct edge {
     uint64_t clients_total, clients_refused, clients_expired;
     uint64_t gro_split;         /* GRO super-datagrams split back */
     uint64_t truncated;         /* datagrams larger than the buffer */
+    uint64_t late_max_ns;       /* worst delay beyond a packet's release time */
     uint64_t armed_ns, next_hk_ns, next_stats_ns;
     /* receive batch */
     uint8_t *rbuf;
@@ -435,6 +436,8 @@ static void flush_due(edge *e, uint64_t now)
 
     while ((p = fa_relay_pop(e->core, now)) != NULL) {
         unsigned slot = (unsigned)(p->tag & 0xffffffffu);
+        if (now - p->release_ns > e->late_max_ns)
+            e->late_max_ns = now - p->release_ns;
         uint32_t gen = (uint32_t)(p->tag >> 32);
         session *s = slot < e->o.max_clients ? &e->s[slot] : NULL;
         int fd;
@@ -474,10 +477,11 @@ static void log_stats(edge *e, const char *msg)
     fa_relay_stats_format(e->core, buf, sizeof(buf));
     fa_log(FA_LOG_INFO, msg,
            "%s queued=%zu clients=%u clients_total=%llu clients_refused=%llu "
-           "clients_expired=%llu gro_split=%llu truncated=%llu",
+           "clients_expired=%llu gro_split=%llu truncated=%llu late_max_us=%llu",
            buf, fa_relay_queued(e->core), e->nsessions, (unsigned long long)e->clients_total,
            (unsigned long long)e->clients_refused, (unsigned long long)e->clients_expired,
-           (unsigned long long)e->gro_split, (unsigned long long)e->truncated);
+           (unsigned long long)e->gro_split, (unsigned long long)e->truncated,
+           (unsigned long long)(e->late_max_ns / 1000));
 }
 
 static void housekeeping(edge *e, uint64_t now)
