@@ -100,7 +100,8 @@ serial() { echo "0x$(openssl rand -hex 16 | sed 's/^./4/')"; }
 
 # new_key PATH: an ECDSA P-256 key, written 0600 and moved into place.
 new_key() {
-    local tmp="$work/$(basename "$1").new"
+    local tmp
+    tmp="$work/$(basename "$1").new"
     (umask 077 && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 \
         -pkeyopt ec_param_enc:named_curve -out "$tmp" 2>"$work/err") ||
         die "openssl genpkey failed for $1: $(cat "$work/err")"

@@ -103,7 +103,7 @@ grep -q "nothing changed" "$TMP/run2.log" || fail "second run: $(cat "$TMP/run2.
 # A new region: only its files appear.
 "$PKI" "$D" --regions eu-west,us-east,ap-south,sa-east --aggregator-name agg.example.org --test-extras >"$TMP/run3.log"
 sums | grep -v client-sa-east | diff "$TMP/sum1" - >/dev/null || fail "adding a region changed other files"
-[ -s "$D/client-sa-east.crt" ] && [ "$(mode "$D/client-sa-east.key")" = 600 ] || fail "sa-east not made"
+if [ ! -s "$D/client-sa-east.crt" ] || [ "$(mode "$D/client-sa-east.key")" != 600 ]; then fail "sa-east not made"; fi
 # A lost certificate is reissued with the same key; a loosened key mode is fixed.
 pub_before=$(openssl pkey -in "$D/client-us-east.key" -pubout)
 rm "$D/client-us-east.crt"
