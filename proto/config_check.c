@@ -298,10 +298,9 @@ static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
 
 /* The federation's regions (the aggregator's list, or the worker's copy of
  * it): well-formed unique ids, one valid identity key each, no key twice. */
-static void check_regions(struct ck *c, const void *owner, Fedagg__Region *const *regions,
-                          size_t n)
+static void check_regions(struct ck *c, const void *owner, Fedagg__Region *const *regions, size_t n)
 {
-    uint8_t (*keys)[32] = NULL;
+    uint8_t(*keys)[32] = NULL;
     int *have = NULL;
 
     if (n == 0) {
@@ -321,16 +320,15 @@ static void check_regions(struct ck *c, const void *owner, Fedagg__Region *const
             if (!empty(regions[j]->id) && !strcmp(regions[j]->id, r->id)) {
                 unsigned line = 0, col = 0;
                 fa_textformat_position(c->pos, &regions[j]->base, "id", 0, &line, &col);
-                problem(c, r, "id", 0, "`%s`: region \"%s\" is listed twice (first at %u:%u)",
-                        what, r->id, line, col);
+                problem(c, r, "id", 0, "`%s`: region \"%s\" is listed twice (first at %u:%u)", what,
+                        r->id, line, col);
                 break;
             }
         }
         snprintf(what, sizeof(what), "regions[%zu]", i);
         if (keys && have &&
             check_public_key(c, r, what, "identity_public_key", r->identity_public_key,
-                             "identity_public_key_file", r->identity_public_key_file, 1,
-                             keys[i])) {
+                             "identity_public_key_file", r->identity_public_key_file, 1, keys[i])) {
             have[i] = 1;
             for (size_t j = 0; j < i; j++) {
                 if (have[j] && sodium_memcmp(keys[i], keys[j], 32) == 0) {
@@ -429,8 +427,8 @@ static void check_pair(struct ck *c, const void *msg, const char *prefix, const 
                        const char *v1, const char *f2, const char *v2)
 {
     if (empty(v1) != empty(v2))
-        problem(c, msg, empty(v1) ? f2 : f1, 0, "`%s.%s` and `%s.%s` go together; set both or neither",
-                prefix, f1, prefix, f2);
+        problem(c, msg, empty(v1) ? f2 : f1, 0,
+                "`%s.%s` and `%s.%s` go together; set both or neither", prefix, f1, prefix, f2);
 }
 
 static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)

@@ -45,8 +45,9 @@ typedef enum fa_config_kind {
 
 /* Flags of fa_config_load / fa_config_load_text. */
 #define FA_CONFIG_SYNTAX_ONLY 0x1u /* parse only: no paths, defaults or meaning checks */
-#define FA_CONFIG_NO_FILES 0x2u    /* check meaning but not the file system (a config
-                                      written for another machine) */
+#define FA_CONFIG_NO_FILES                                                                         \
+    0x2u /* check meaning but not the file system (a config                                        \
+            written for another machine) */
 
 /* Largest config file read, bytes. */
 #define FA_CONFIG_MAX_BYTES (16u << 20)

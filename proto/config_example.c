@@ -36,7 +36,8 @@ static const struct example examples[] = {
     {"*:quic.qlog_dir", 0, {"\"qlog\""}},
     {"A:regions", 1, {"3"}},
     {"A:regions.id", 1, {"\"eu-west\"", "\"us-east\"", "\"ap-south\""}},
-    {"A:regions.identity_public_key", 1,
+    {"A:regions.identity_public_key",
+     1,
      {"\"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\"", NULL,
       "\"mDnV4ar2nfZf6xu6enwdJgK8jn5ZxbT+YK++8omMLyI=\""}},
     {"A:regions.identity_public_key_file", 1, {NULL, "\"keys/us-east.pub\"", NULL}},
@@ -51,7 +52,8 @@ static const struct example examples[] = {
     {"W:region_id", 1, {"\"eu-west\""}},
     {"W:regions", 1, {"3"}},
     {"W:regions.id", 1, {"\"eu-west\"", "\"us-east\"", "\"ap-south\""}},
-    {"W:regions.identity_public_key", 1,
+    {"W:regions.identity_public_key",
+     1,
      {"\"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\"", NULL,
       "\"mDnV4ar2nfZf6xu6enwdJgK8jn5ZxbT+YK++8omMLyI=\""}},
     {"W:regions.identity_public_key_file", 1, {NULL, "\"keys/us-east.pub\"", NULL}},
@@ -191,8 +193,8 @@ static void field(struct ex_ctx *x, const ProtobufCMessageDescriptor *d,
     } else if (f->label == PROTOBUF_C_LABEL_REPEATED) {
         snprintf(text, sizeof(text), "%s: []", f->name);
         active = 0;
-    } else if (f->default_value || (f->type != PROTOBUF_C_TYPE_STRING &&
-                                    f->type != PROTOBUF_C_TYPE_BYTES)) {
+    } else if (f->default_value ||
+               (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES)) {
         struct fa_tf_buf vb = {0};
         fa_tf_print_value(&vb, f, MEMBER(defaults, f->offset));
         snprintf(text, sizeof(text), "%s: %s", f->name, vb.data ? vb.data : "");

@@ -18,9 +18,12 @@
 const ProtobufCMessageDescriptor *fa_config_descriptor(fa_config_kind kind)
 {
     switch (kind) {
-    case FA_CONFIG_AGGREGATOR: return &fedagg__aggregator_config__descriptor;
-    case FA_CONFIG_WORKER: return &fedagg__worker_config__descriptor;
-    default: return NULL;
+    case FA_CONFIG_AGGREGATOR:
+        return &fedagg__aggregator_config__descriptor;
+    case FA_CONFIG_WORKER:
+        return &fedagg__worker_config__descriptor;
+    default:
+        return NULL;
     }
 }
 
@@ -36,9 +39,12 @@ fa_config_kind fa_config_kind_from_name(const char *name)
 const char *fa_config_kind_name(fa_config_kind kind)
 {
     switch (kind) {
-    case FA_CONFIG_AGGREGATOR: return "aggregator";
-    case FA_CONFIG_WORKER: return "worker";
-    default: return "unknown";
+    case FA_CONFIG_AGGREGATOR:
+        return "aggregator";
+    case FA_CONFIG_WORKER:
+        return "worker";
+    default:
+        return "unknown";
     }
 }
 
@@ -133,8 +139,7 @@ int fa_config_decode_key32(const uint8_t *data, size_t len, int raw_ok, uint8_t 
     }
     if (bin_len != 32) {
         sodium_memzero(key, 32);
-        return fa_errorf(err, FA_ERR_INVAL, "decodes to %zu bytes; an Ed25519 key has 32",
-                         bin_len);
+        return fa_errorf(err, FA_ERR_INVAL, "decodes to %zu bytes; an Ed25519 key has 32", bin_len);
     }
     return 0;
 }
@@ -174,8 +179,7 @@ int fa_config_check_hostport(const char *s, fa_error *err)
             else if (!(strchr("0123456789abcdefABCDEF:.", *c) ||
                        (zone && ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
                                  *c == '_' || *c == '-'))))
-                return fa_errorf(err, FA_ERR_INVAL, "\"%s\": not an IPv6 address in brackets",
-                                 s);
+                return fa_errorf(err, FA_ERR_INVAL, "\"%s\": not an IPv6 address in brackets", s);
         }
         if (host_end[1] != ':')
             return fa_errorf(err, FA_ERR_INVAL, "\"%s\": expected [address]:port", s);
@@ -183,8 +187,8 @@ int fa_config_check_hostport(const char *s, fa_error *err)
     } else {
         colon = strrchr(s, ':');
         if (!colon || colon == s)
-            return fa_errorf(err, FA_ERR_INVAL, "\"%s\": expected host:port (e.g. \"0.0.0.0:4433\")",
-                             s);
+            return fa_errorf(err, FA_ERR_INVAL,
+                             "\"%s\": expected host:port (e.g. \"0.0.0.0:4433\")", s);
         if (memchr(s, ':', (size_t)(colon - s)))
             return fa_errorf(err, FA_ERR_INVAL,
                              "\"%s\": write an IPv6 address in brackets (\"[::1]:4433\")", s);
@@ -198,8 +202,7 @@ int fa_config_check_hostport(const char *s, fa_error *err)
     port = strtol(colon + 1, &end, 10);
     if (colon[1] == '\0' || *end != '\0' || errno || port < 1 || port > 65535 || colon[1] == '+' ||
         colon[1] == '-' || colon[1] == ' ')
-        return fa_errorf(err, FA_ERR_INVAL, "\"%s\": the port must be a number from 1 to 65535",
-                         s);
+        return fa_errorf(err, FA_ERR_INVAL, "\"%s\": the port must be a number from 1 to 65535", s);
     return 0;
 }
 
@@ -377,10 +380,10 @@ static int aggregator_defaults(Fedagg__AggregatorConfig *c)
     if (!c->audit->origin || !*c->audit->origin) {
         char origin[512];
         snprintf(origin, sizeof(origin), "fedagg/%s", c->federation_id ? c->federation_id : "");
-        rc = set_string(&c->audit->base,
-                        protobuf_c_message_descriptor_get_field_by_name(c->audit->base.descriptor,
-                                                                        "origin"),
-                        &c->audit->origin, origin);
+        rc = set_string(
+            &c->audit->base,
+            protobuf_c_message_descriptor_get_field_by_name(c->audit->base.descriptor, "origin"),
+            &c->audit->origin, origin);
     }
     return rc;
 }
@@ -399,14 +402,14 @@ static int worker_defaults(Fedagg__WorkerConfig *c)
             colon = strrchr(a, ':');
             snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - a) : (int)strlen(a), a);
         }
-        rc = set_string(&c->tls->base,
-                        protobuf_c_message_descriptor_get_field_by_name(c->tls->base.descriptor,
-                                                                        "server_name"),
-                        &c->tls->server_name, host);
+        rc = set_string(
+            &c->tls->base,
+            protobuf_c_message_descriptor_get_field_by_name(c->tls->base.descriptor, "server_name"),
+            &c->tls->server_name, host);
     }
     if (rc == 0 && c->trainer && c->trainer->kind_case == FEDAGG__TRAINER__KIND_EXTERNAL &&
-        c->trainer->external && (!c->trainer->external->workdir || !*c->trainer->external->workdir) &&
-        c->state_dir)
+        c->trainer->external &&
+        (!c->trainer->external->workdir || !*c->trainer->external->workdir) && c->state_dir)
         rc = set_string(&c->trainer->external->base,
                         protobuf_c_message_descriptor_get_field_by_name(
                             c->trainer->external->base.descriptor, "workdir"),
@@ -507,8 +510,8 @@ int fa_config_load(fa_config_kind kind, const char *path, unsigned flags, Protob
     else
         strcpy(dir, ".");
     absdir = realpath(dir, NULL);
-    rc = fa_config_load_text(kind, (const char *)text, len, path, absdir ? absdir : dir, flags,
-                             out, diags, err);
+    rc = fa_config_load_text(kind, (const char *)text, len, path, absdir ? absdir : dir, flags, out,
+                             diags, err);
     free(absdir);
     free(dir);
     free(text);

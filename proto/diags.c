@@ -8,7 +8,7 @@
 struct fa_diags {
     char **items; /* NULL entries are diagnostics lost to out of memory */
     size_t n, cap;
-    size_t lost;  /* appends that could not even get a slot */
+    size_t lost; /* appends that could not even get a slot */
 };
 
 int fa_diags_new(fa_diags **out)

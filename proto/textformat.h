@@ -65,9 +65,9 @@ typedef struct fa_textformat_positions fa_textformat_positions;
 
 /* Parser options; zero-initialise and set what you need. */
 typedef struct fa_textformat_parse_opts {
-    const char *filename;  /* used in messages; NULL means "<input>" */
-    fa_diags *diags;       /* when not NULL, every error is appended here */
-    unsigned max_errors;   /* stop after this many errors; 0 means 50 */
+    const char *filename;                /* used in messages; NULL means "<input>" */
+    fa_diags *diags;                     /* when not NULL, every error is appended here */
+    unsigned max_errors;                 /* stop after this many errors; 0 means 50 */
     fa_textformat_positions **positions; /* when not NULL, receives the positions
                                             table on success (free with
                                             fa_textformat_positions_del) */

@@ -14,19 +14,19 @@
  * no multi-line strings). */
 enum fa_tf_toktype {
     FA_TF_END = 0,
-    FA_TF_IDENT,   /* [A-Za-z_][A-Za-z0-9_]* */
-    FA_TF_INT,     /* 123, 0x1F, 017 */
-    FA_TF_FLOAT,   /* 1.5, .5, 1e3, 1f */
-    FA_TF_STRING,  /* one quoted literal, quotes included, escapes not decoded */
-    FA_TF_SYMBOL,  /* any other single byte: { } < > [ ] : , ; - . */
+    FA_TF_IDENT,  /* [A-Za-z_][A-Za-z0-9_]* */
+    FA_TF_INT,    /* 123, 0x1F, 017 */
+    FA_TF_FLOAT,  /* 1.5, .5, 1e3, 1f */
+    FA_TF_STRING, /* one quoted literal, quotes included, escapes not decoded */
+    FA_TF_SYMBOL, /* any other single byte: { } < > [ ] : , ; - . */
 };
 
 struct fa_tf_token {
     enum fa_tf_toktype type;
     const char *text; /* points into the input; not NUL-terminated */
     size_t len;
-    unsigned line, col;  /* 1-based; col counts characters, not bytes */
-    unsigned end_col;    /* column just after the token */
+    unsigned line, col; /* 1-based; col counts characters, not bytes */
+    unsigned end_col;   /* column just after the token */
 };
 
 /* Called for each malformed token; the lexer goes on (as protoc's does). */

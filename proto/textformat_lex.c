@@ -168,8 +168,10 @@ static void lex_string(struct fa_tf_lexer *lx, int quote)
             return;
         }
         if (c == '\n') {
-            lex_error(lx, line, col, "string has no closing %c on its line "
-                                     "(a string cannot cross a line break; write \\n)", quote);
+            lex_error(lx, line, col,
+                      "string has no closing %c on its line "
+                      "(a string cannot cross a line break; write \\n)",
+                      quote);
             return;
         }
         if (c == '\\') {
@@ -259,7 +261,8 @@ void fa_tf_lex_next(struct fa_tf_lexer *lx)
         if (is_control(c)) {
             lex_error(lx, lx->line, lx->col,
                       "invalid control character 0x%02x (only space, tab and line breaks "
-                      "may appear outside strings)", c);
+                      "may appear outside strings)",
+                      c);
             advance(lx);
             while (is_control(cur_char(lx)))
                 advance(lx);
@@ -293,8 +296,7 @@ void fa_tf_lex_next(struct fa_tf_lexer *lx)
                 /* one token for the whole UTF-8 sequence, one error */
                 while ((cur_char(lx) & 0xC0) == 0x80 && cur_char(lx) != LEX_EOF)
                     advance(lx);
-                lex_error(lx, t->line, t->col,
-                          "non-ASCII character outside a string or comment");
+                lex_error(lx, t->line, t->col, "non-ASCII character outside a string or comment");
             }
         }
         t->len = (size_t)(lx->buf + lx->pos - t->text);
@@ -403,18 +405,30 @@ static int read_hex(const char *s, size_t avail, size_t n, uint32_t *out)
 static char translate_escape(char c)
 {
     switch (c) {
-    case 'a': return '\a';
-    case 'b': return '\b';
-    case 'f': return '\f';
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case 'v': return '\v';
-    case '\\': return '\\';
-    case '?': return '?';
-    case '\'': return '\'';
-    case '"': return '"';
-    default: return '?'; /* an error was reported when lexing */
+    case 'a':
+        return '\a';
+    case 'b':
+        return '\b';
+    case 'f':
+        return '\f';
+    case 'n':
+        return '\n';
+    case 'r':
+        return '\r';
+    case 't':
+        return '\t';
+    case 'v':
+        return '\v';
+    case '\\':
+        return '\\';
+    case '?':
+        return '?';
+    case '\'':
+        return '\'';
+    case '"':
+        return '"';
+    default:
+        return '?'; /* an error was reported when lexing */
     }
 }
 

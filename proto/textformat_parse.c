@@ -24,7 +24,7 @@
 
 #include "proto/textformat_internal.h"
 
-#define TF_MAX_DEPTH 100          /* protoc's default recursion limit */
+#define TF_MAX_DEPTH 100 /* protoc's default recursion limit */
 #define TF_MAX_INPUT (1u << 30)
 #define TF_DEFAULT_MAX_ERRORS 50
 
@@ -54,8 +54,8 @@ static size_t pos_hash(const void *msg, const void *field, size_t index)
     return (size_t)h;
 }
 
-static const struct pos_entry *pos_find(const struct fa_textformat_positions *p,
-                                        const void *msg, const void *field, size_t index)
+static const struct pos_entry *pos_find(const struct fa_textformat_positions *p, const void *msg,
+                                        const void *field, size_t index)
 {
     size_t i;
 
@@ -71,8 +71,8 @@ static const struct pos_entry *pos_find(const struct fa_textformat_positions *p,
 }
 
 static int pos_add(struct fa_textformat_positions *p, const ProtobufCMessage *msg,
-                   const ProtobufCFieldDescriptor *field, size_t index, unsigned line,
-                   unsigned col, const ProtobufCMessage *child)
+                   const ProtobufCFieldDescriptor *field, size_t index, unsigned line, unsigned col,
+                   const ProtobufCMessage *child)
 {
     size_t i;
 
@@ -315,9 +315,12 @@ static int try_symbol(struct tf_parser *p, char c)
 static const char *describe(const struct fa_tf_token *t, char *buf, size_t cap)
 {
     switch (t->type) {
-    case FA_TF_END: return "end of input";
-    case FA_TF_STRING: return "a string";
-    default: break;
+    case FA_TF_END:
+        return "end of input";
+    case FA_TF_STRING:
+        return "a string";
+    default:
+        break;
     }
     if (t->len > 40)
         snprintf(buf, cap, "`%.40s...`", t->text);
@@ -364,24 +367,42 @@ static void path_pop(struct tf_parser *p, size_t old)
 static const char *type_name(ProtobufCType t)
 {
     switch (t) {
-    case PROTOBUF_C_TYPE_INT32: return "int32";
-    case PROTOBUF_C_TYPE_SINT32: return "sint32";
-    case PROTOBUF_C_TYPE_SFIXED32: return "sfixed32";
-    case PROTOBUF_C_TYPE_INT64: return "int64";
-    case PROTOBUF_C_TYPE_SINT64: return "sint64";
-    case PROTOBUF_C_TYPE_SFIXED64: return "sfixed64";
-    case PROTOBUF_C_TYPE_UINT32: return "uint32";
-    case PROTOBUF_C_TYPE_FIXED32: return "fixed32";
-    case PROTOBUF_C_TYPE_UINT64: return "uint64";
-    case PROTOBUF_C_TYPE_FIXED64: return "fixed64";
-    case PROTOBUF_C_TYPE_FLOAT: return "float";
-    case PROTOBUF_C_TYPE_DOUBLE: return "double";
-    case PROTOBUF_C_TYPE_BOOL: return "bool";
-    case PROTOBUF_C_TYPE_ENUM: return "enum";
-    case PROTOBUF_C_TYPE_STRING: return "string";
-    case PROTOBUF_C_TYPE_BYTES: return "bytes";
-    case PROTOBUF_C_TYPE_MESSAGE: return "message";
-    default: return "?";
+    case PROTOBUF_C_TYPE_INT32:
+        return "int32";
+    case PROTOBUF_C_TYPE_SINT32:
+        return "sint32";
+    case PROTOBUF_C_TYPE_SFIXED32:
+        return "sfixed32";
+    case PROTOBUF_C_TYPE_INT64:
+        return "int64";
+    case PROTOBUF_C_TYPE_SINT64:
+        return "sint64";
+    case PROTOBUF_C_TYPE_SFIXED64:
+        return "sfixed64";
+    case PROTOBUF_C_TYPE_UINT32:
+        return "uint32";
+    case PROTOBUF_C_TYPE_FIXED32:
+        return "fixed32";
+    case PROTOBUF_C_TYPE_UINT64:
+        return "uint64";
+    case PROTOBUF_C_TYPE_FIXED64:
+        return "fixed64";
+    case PROTOBUF_C_TYPE_FLOAT:
+        return "float";
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return "double";
+    case PROTOBUF_C_TYPE_BOOL:
+        return "bool";
+    case PROTOBUF_C_TYPE_ENUM:
+        return "enum";
+    case PROTOBUF_C_TYPE_STRING:
+        return "string";
+    case PROTOBUF_C_TYPE_BYTES:
+        return "bytes";
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return "message";
+    default:
+        return "?";
     }
 }
 
@@ -416,9 +437,12 @@ static int has_field(const struct tf_parser *p, const ProtobufCMessage *msg,
     case PROTOBUF_C_LABEL_NONE:
         /* proto3 without presence: set means "not the zero value" (bitwise for floats) */
         switch (f->type) {
-        case PROTOBUF_C_TYPE_MESSAGE: return *(void *const *)m != NULL;
-        case PROTOBUF_C_TYPE_STRING: return *(char *const *)m && **(char *const *)m;
-        case PROTOBUF_C_TYPE_BYTES: return ((const ProtobufCBinaryData *)m)->len != 0;
+        case PROTOBUF_C_TYPE_MESSAGE:
+            return *(void *const *)m != NULL;
+        case PROTOBUF_C_TYPE_STRING:
+            return *(char *const *)m && **(char *const *)m;
+        case PROTOBUF_C_TYPE_BYTES:
+            return ((const ProtobufCBinaryData *)m)->len != 0;
         default: {
             size_t sz = fa_tf_elem_size(f->type);
             static const unsigned char zero[8];
@@ -550,8 +574,7 @@ static int consume_integer(struct tf_parser *p, const ProtobufCFieldDescriptor *
                  field_path(p, f, fp, sizeof(fp)), type_name(f->type), minus ? "-" : "",
                  (int)(cur(p)->len > 60 ? 60 : cur(p)->len), cur(p)->text, min_value, max_value);
         else
-            perr(p, cur(p)->line, cur(p)->col,
-                 "`%s` (%s): %.*s is out of range (0 to %" PRIu64 ")",
+            perr(p, cur(p)->line, cur(p)->col, "`%s` (%s): %.*s is out of range (0 to %" PRIu64 ")",
                  field_path(p, f, fp, sizeof(fp)), type_name(f->type),
                  (int)(cur(p)->len > 60 ? 60 : cur(p)->len), cur(p)->text, max_value);
         next(p);
@@ -728,14 +751,13 @@ static int parse_scalar(struct tf_parser *p, ProtobufCMessage *msg,
             v.b = u != 0;
         } else {
             const struct fa_tf_token *t = cur(p);
-            if (t->type == FA_TF_IDENT &&
-                ((t->len == 4 && !memcmp(t->text, "true", 4)) ||
-                 (t->len == 4 && !memcmp(t->text, "True", 4)) || (t->len == 1 && t->text[0] == 't'))) {
+            if (t->type == FA_TF_IDENT && ((t->len == 4 && !memcmp(t->text, "true", 4)) ||
+                                           (t->len == 4 && !memcmp(t->text, "True", 4)) ||
+                                           (t->len == 1 && t->text[0] == 't'))) {
                 v.b = 1;
-            } else if (t->type == FA_TF_IDENT &&
-                       ((t->len == 5 && !memcmp(t->text, "false", 5)) ||
-                        (t->len == 5 && !memcmp(t->text, "False", 5)) ||
-                        (t->len == 1 && t->text[0] == 'f'))) {
+            } else if (t->type == FA_TF_IDENT && ((t->len == 5 && !memcmp(t->text, "false", 5)) ||
+                                                  (t->len == 5 && !memcmp(t->text, "False", 5)) ||
+                                                  (t->len == 1 && t->text[0] == 'f'))) {
                 v.b = 0;
             } else {
                 perr(p, t->line, t->col, "`%s` (bool): expected true or false, got %s",
@@ -890,8 +912,9 @@ static void parse_message_value(struct tf_parser *p, ProtobufCMessage *msg,
         if (at_symbol(p, close)) {
             next(p);
         } else {
-            perr(p, cur(p)->line, cur(p)->col, "`%s` opened with `%c` at %u:%u must close with `%c`, got %s",
-                 p->path, close == '}' ? '{' : '<', open.line, open.col, close,
+            perr(p, cur(p)->line, cur(p)->col,
+                 "`%s` opened with `%c` at %u:%u must close with `%c`, got %s", p->path,
+                 close == '}' ? '{' : '<', open.line, open.col, close,
                  describe(cur(p), desc, sizeof(desc)));
             p->stop = 1;
         }

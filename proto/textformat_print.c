@@ -92,13 +92,20 @@ size_t fa_tf_elem_size(ProtobufCType t)
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
         return 8;
-    case PROTOBUF_C_TYPE_FLOAT: return sizeof(float);
-    case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
-    case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
-    default: return 0;
+    case PROTOBUF_C_TYPE_FLOAT:
+        return sizeof(float);
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return sizeof(double);
+    case PROTOBUF_C_TYPE_BOOL:
+        return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING:
+        return sizeof(char *);
+    case PROTOBUF_C_TYPE_BYTES:
+        return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return sizeof(ProtobufCMessage *);
+    default:
+        return 0;
     }
 }
 
@@ -134,16 +141,22 @@ int fa_tf_field_present(const ProtobufCMessage *m, const ProtobufCFieldDescripto
             const char *s = *(const char *const *)mem;
             return s != NULL && *s != '\0';
         }
-        case PROTOBUF_C_TYPE_BYTES: return ((const ProtobufCBinaryData *)mem)->len != 0;
-        case PROTOBUF_C_TYPE_MESSAGE: return *(const void *const *)mem != NULL;
-        case PROTOBUF_C_TYPE_FLOAT: return *(const float *)mem != 0;
-        case PROTOBUF_C_TYPE_DOUBLE: return *(const double *)mem != 0;
+        case PROTOBUF_C_TYPE_BYTES:
+            return ((const ProtobufCBinaryData *)mem)->len != 0;
+        case PROTOBUF_C_TYPE_MESSAGE:
+            return *(const void *const *)mem != NULL;
+        case PROTOBUF_C_TYPE_FLOAT:
+            return *(const float *)mem != 0;
+        case PROTOBUF_C_TYPE_DOUBLE:
+            return *(const double *)mem != 0;
         case PROTOBUF_C_TYPE_INT64:
         case PROTOBUF_C_TYPE_SINT64:
         case PROTOBUF_C_TYPE_SFIXED64:
         case PROTOBUF_C_TYPE_UINT64:
-        case PROTOBUF_C_TYPE_FIXED64: return *(const uint64_t *)mem != 0;
-        default: return *(const uint32_t *)mem != 0;
+        case PROTOBUF_C_TYPE_FIXED64:
+            return *(const uint64_t *)mem != 0;
+        default:
+            return *(const uint32_t *)mem != 0;
         }
     default:
         return 0;
@@ -159,13 +172,32 @@ void fa_tf_print_quoted(struct fa_tf_buf *b, const uint8_t *s, size_t n, int utf
         unsigned c = s[i];
         char esc[8];
         switch (c) {
-        case '\n': fa_tf_buf_put(b, "\\n", 2); i++; continue;
-        case '\r': fa_tf_buf_put(b, "\\r", 2); i++; continue;
-        case '\t': fa_tf_buf_put(b, "\\t", 2); i++; continue;
-        case '"': fa_tf_buf_put(b, "\\\"", 2); i++; continue;
-        case '\'': fa_tf_buf_put(b, "\\'", 2); i++; continue;
-        case '\\': fa_tf_buf_put(b, "\\\\", 2); i++; continue;
-        default: break;
+        case '\n':
+            fa_tf_buf_put(b, "\\n", 2);
+            i++;
+            continue;
+        case '\r':
+            fa_tf_buf_put(b, "\\r", 2);
+            i++;
+            continue;
+        case '\t':
+            fa_tf_buf_put(b, "\\t", 2);
+            i++;
+            continue;
+        case '"':
+            fa_tf_buf_put(b, "\\\"", 2);
+            i++;
+            continue;
+        case '\'':
+            fa_tf_buf_put(b, "\\'", 2);
+            i++;
+            continue;
+        case '\\':
+            fa_tf_buf_put(b, "\\\\", 2);
+            i++;
+            continue;
+        default:
+            break;
         }
         if (c >= 0x20 && c < 0x7f) {
             for (run = i; run < n && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' &&
@@ -177,7 +209,10 @@ void fa_tf_print_quoted(struct fa_tf_buf *b, const uint8_t *s, size_t n, int utf
             continue;
         }
         if (c >= 0x80 && utf8_ok) {
-            size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+            size_t len = (c & 0xE0) == 0xC0   ? 2
+                         : (c & 0xF0) == 0xE0 ? 3
+                         : (c & 0xF8) == 0xF0 ? 4
+                                              : 0;
             if (len && i + len <= n && fa_tf_utf8_valid((const char *)s + i, len)) {
                 fa_tf_buf_put(b, (const char *)s + i, len);
                 i += len;

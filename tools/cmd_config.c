@@ -16,7 +16,8 @@
 #include "proto/config_check.h"
 #include "proto/textformat.h"
 
-const char fa_cmd_config_help[] = "check, print (annotated defaults), encode and decode config files";
+const char fa_cmd_config_help[] =
+    "check, print (annotated defaults), encode and decode config files";
 
 #define MAX_STDIN (64u << 20)
 
@@ -90,8 +91,8 @@ struct opts {
     int defaults, syntax_only, no_files;
 };
 
-static int parse_opts(int argc, char **argv, const char *help, int allow_file,
-                      int allow_defaults, int allow_check_flags, struct opts *o)
+static int parse_opts(int argc, char **argv, const char *help, int allow_file, int allow_defaults,
+                      int allow_check_flags, struct opts *o)
 {
     memset(o, 0, sizeof(*o));
     for (int i = 1; i < argc; i++) {
@@ -150,8 +151,8 @@ static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind 
                c->round->threshold, c->listen);
     } else {
         const Fedagg__WorkerConfig *c = (const Fedagg__WorkerConfig *)m;
-        printf("%s: OK (worker config: region %s, aggregator %s, %s trainer)\n", file,
-               c->region_id, c->aggregator,
+        printf("%s: OK (worker config: region %s, aggregator %s, %s trainer)\n", file, c->region_id,
+               c->aggregator,
                c->trainer->kind_case == FEDAGG__TRAINER__KIND_BUILTIN ? "built-in" : "external");
     }
 }
@@ -213,7 +214,8 @@ static int cmd_check(int argc, char **argv)
         fprintf(stderr, "fedagg config check: which file?\n\n%s", check_help);
         return 2;
     }
-    rc = load(&o, (o.syntax_only ? FA_CONFIG_SYNTAX_ONLY : 0) | (o.no_files ? FA_CONFIG_NO_FILES : 0),
+    rc = load(&o,
+              (o.syntax_only ? FA_CONFIG_SYNTAX_ONLY : 0) | (o.no_files ? FA_CONFIG_NO_FILES : 0),
               &m, &kind);
     if (rc == 0) {
         summary(o.file, m, kind, o.syntax_only);

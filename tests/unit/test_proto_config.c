@@ -31,8 +31,8 @@ static int load_text(fa_config_kind kind, const char *text, unsigned flags, Prot
     fa_error err = {0};
 
     assert_int_equal(fa_diags_new(d), 0);
-    return fa_config_load_text(kind, text, strlen(text), "c.textproto", "/etc/fedagg", flags, m,
-                               *d, &err);
+    return fa_config_load_text(kind, text, strlen(text), "c.textproto", "/etc/fedagg", flags, m, *d,
+                               &err);
 }
 
 /* True when some diagnostic contains s. */
@@ -50,9 +50,9 @@ static void test_defaults_and_paths(void **state)
     fa_diags *d = NULL;
     (void)state;
 
-    assert_int_equal(load_text(FA_CONFIG_AGGREGATOR, agg_text, FA_CONFIG_NO_FILES,
-                               (ProtobufCMessage **)&c, &d),
-                     0);
+    assert_int_equal(
+        load_text(FA_CONFIG_AGGREGATOR, agg_text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d),
+        0);
     assert_int_equal(fa_diags_count(d), 0);
     /* relative paths resolved against the config's directory, absolute ones kept */
     assert_string_equal(c->tls->cert_file, "/etc/fedagg/c.crt");
@@ -86,9 +86,8 @@ static void test_worker_defaults(void **state)
     fa_diags *d = NULL;
     (void)state;
 
-    assert_int_equal(load_text(FA_CONFIG_UNKNOWN, text, FA_CONFIG_NO_FILES,
-                               (ProtobufCMessage **)&w, &d),
-                     0);
+    assert_int_equal(
+        load_text(FA_CONFIG_UNKNOWN, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d), 0);
     assert_string_equal(w->tls->server_name, "agg.example.org");
     assert_string_equal(w->trainer->external->workdir, "/etc/fedagg/st");
     /* argv entries are not paths */
@@ -99,11 +98,10 @@ static void test_worker_defaults(void **state)
 
 static void test_meaning_errors_with_positions(void **state)
 {
-    static const char text[] =
-        "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
-        "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
-        "round { threshold: 3 }\n"
-        "quantization { bits: 1 }\n";
+    static const char text[] = "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
+                               "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
+                               "round { threshold: 3 }\n"
+                               "quantization { bits: 1 }\n";
     ProtobufCMessage *m = (ProtobufCMessage *)1;
     fa_diags *d = NULL;
     (void)state;
@@ -183,13 +181,14 @@ static void test_keys_and_addresses(void **state)
     fa_error err = {0};
     (void)state;
 
-    assert_int_equal(fa_config_decode_key32((const uint8_t *)KEY_A, strlen(KEY_A), 0, key, &err), 0);
-    assert_int_equal(fa_config_decode_key32((const uint8_t *)" " KEY_A "\n", strlen(KEY_A) + 2, 0,
-                                            key, &err),
+    assert_int_equal(fa_config_decode_key32((const uint8_t *)KEY_A, strlen(KEY_A), 0, key, &err),
                      0);
+    assert_int_equal(
+        fa_config_decode_key32((const uint8_t *)" " KEY_A "\n", strlen(KEY_A) + 2, 0, key, &err),
+        0);
     /* padding optional */
-    assert_int_equal(fa_config_decode_key32((const uint8_t *)KEY_A, strlen(KEY_A) - 1, 0, raw, &err),
-                     0);
+    assert_int_equal(
+        fa_config_decode_key32((const uint8_t *)KEY_A, strlen(KEY_A) - 1, 0, raw, &err), 0);
     assert_memory_equal(key, raw, 32);
     assert_int_equal(fa_config_decode_key32((const uint8_t *)"c2hvcnQ=", 8, 0, key, &err),
                      FA_ERR_INVAL);

@@ -118,12 +118,15 @@ static void test_error_messages(void **state)
                         "t.txtpb:2:3: unknown field `i33` in fatest.All; did you mean `i32`?");
     assert_string_equal(parse_err(&fatest__all__descriptor, "inner {\n  kids { b: 1 }\n}"),
                         "t.txtpb:2:10: unknown field `inner.kids[0].b` in fatest.Inner");
-    assert_string_equal(parse_err(&fatest__all__descriptor, "u32: 4294967296"),
-                        "t.txtpb:1:6: `u32` (uint32): 4294967296 is out of range (0 to 4294967295)");
-    assert_string_equal(parse_err(&fatest__all__descriptor, "i32: 1 i32: 2"),
-                        "t.txtpb:1:8: `i32` is set twice (first at 1:1); it is not a repeated field");
-    assert_string_equal(parse_err(&fatest__all__descriptor, "o_int: 1 o_msg {}"),
-                        "t.txtpb:1:10: `o_msg` and `o_int` are members of the same oneof; set only one");
+    assert_string_equal(
+        parse_err(&fatest__all__descriptor, "u32: 4294967296"),
+        "t.txtpb:1:6: `u32` (uint32): 4294967296 is out of range (0 to 4294967295)");
+    assert_string_equal(
+        parse_err(&fatest__all__descriptor, "i32: 1 i32: 2"),
+        "t.txtpb:1:8: `i32` is set twice (first at 1:1); it is not a repeated field");
+    assert_string_equal(
+        parse_err(&fatest__all__descriptor, "o_int: 1 o_msg {}"),
+        "t.txtpb:1:10: `o_msg` and `o_int` are members of the same oneof; set only one");
     assert_string_equal(parse_err(&fatest__all__descriptor, "color: BLU"),
                         "t.txtpb:1:8: `color`: `BLU` is not a value of enum fatest.Color; did you "
                         "mean `BLUE`?");
@@ -155,9 +158,9 @@ static void test_all_errors_collected(void **state)
     assert_int_equal(fa_diags_new(&d), 0);
     o.filename = "many";
     o.diags = d;
-    assert_int_equal(fa_textformat_parse_ex(&fatest__all__descriptor, text, strlen(text), &o, &m,
-                                            &err),
-                     FA_ERR_PARSE);
+    assert_int_equal(
+        fa_textformat_parse_ex(&fatest__all__descriptor, text, strlen(text), &o, &m, &err),
+        FA_ERR_PARSE);
     assert_null(m);
     /* value errors do not stop the parser; the stray `}` does */
     assert_int_equal(fa_diags_count(d), 6);
@@ -174,9 +177,9 @@ static void test_all_errors_collected(void **state)
     assert_int_equal(fa_diags_new(&d), 0);
     o.diags = d;
     o.max_errors = 2;
-    assert_int_equal(fa_textformat_parse_ex(&fatest__all__descriptor, text, strlen(text), &o, &m,
-                                            &err),
-                     FA_ERR_PARSE);
+    assert_int_equal(
+        fa_textformat_parse_ex(&fatest__all__descriptor, text, strlen(text), &o, &m, &err),
+        FA_ERR_PARSE);
     assert_int_equal(fa_diags_count(d), 2);
     fa_diags_del(d);
 }
@@ -245,9 +248,10 @@ static void test_printer_canonical(void **state)
     size_t len = 0;
     (void)state;
 
-    a = (Fatest__All *)parse_ok(&fatest__all__descriptor,
-                                "r_i32: [3, 1] color: MINUS str: \"q\\\"\\n\\\\é\" by: \"\\x00\\3779\" "
-                                "db: 0.1 fl: 0.1 inner { kids {} } d_fl: -nan r_db: [-0.0, 1e300]");
+    a = (Fatest__All *)parse_ok(
+        &fatest__all__descriptor,
+        "r_i32: [3, 1] color: MINUS str: \"q\\\"\\n\\\\é\" by: \"\\x00\\3779\" "
+        "db: 0.1 fl: 0.1 inner { kids {} } d_fl: -nan r_db: [-0.0, 1e300]");
     assert_int_equal(fa_textformat_print(&a->base, &text, &len, &err), 0);
     assert_string_equal(text, "fl: 0.1\n"
                               "db: 0.1\n"
@@ -321,8 +325,8 @@ static void test_proto3(void **state)
     assert_string_equal(text, "i32: 7\nlevel: 42\np_int: 0\n");
     free(text);
     protobuf_c_message_free_unpacked(&s->base, NULL);
-    assert_non_null(strstr(parse_err(&fatest3__scalars__descriptor, "i32: 7 i32: 0"),
-                           "`i32` is set twice"));
+    assert_non_null(
+        strstr(parse_err(&fatest3__scalars__descriptor, "i32: 7 i32: 0"), "`i32` is set twice"));
 }
 
 static void test_bad_arguments(void **state)
