@@ -447,8 +447,30 @@ fail:
     return rv;
 }
 
+/* Sends CONNECTION_CLOSE with q.last_error (a TLS alert, a protocol
+ * error...) so that the server learns why, unless the connection ended
+ * silently (idle timeout) or the server already closed it. */
+static void send_close(fa_h3_client *c)
+{
+    uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
+    size_t n;
+    const ngtcp2_path *p;
+
+    if (!c->q.conn || !c->udp_open || c->dead_err == NGTCP2_ERR_IDLE_CLOSE ||
+        c->dead_err == NGTCP2_ERR_HANDSHAKE_TIMEOUT || c->dead_err == NGTCP2_ERR_DRAINING)
+        return;
+    n = fa_qconn_close_pkt(&c->q, buf, sizeof(buf));
+    if (!n)
+        return;
+    p = ngtcp2_conn_get_path(c->q.conn);
+    (void)fa_udp_flush(&c->udp);
+    (void)fa_udp_send(&c->udp, p->remote.addr, p->remote.addrlen, 0, buf, n, 0);
+}
+
 static void conn_teardown(fa_h3_client *c)
 {
+    if (c->dead)
+        send_close(c);
     fa_qconn_free(&c->q);
     while (c->zombies) {
         creq *r = c->zombies;

@@ -158,6 +158,8 @@ typedef struct fa_qconn_ops {
     int (*handshake_done)(struct fa_qconn *qc);
     /* client: a NEW_TOKEN from the server */
     void (*new_token)(struct fa_qconn *qc, const uint8_t *tok, size_t len);
+    /* the FIN of a stream went out (all its data was handed to ngtcp2) */
+    void (*fin_sent)(struct fa_qconn *qc, int64_t stream_id);
     /* the peer reset a stream (RESET_STREAM); called before nghttp3 hears of it */
     void (*stream_reset)(struct fa_qconn *qc, int64_t stream_id, uint64_t app_error_code,
                          void *stream_user_data);

@@ -548,6 +548,9 @@ static int write_loop(fa_qconn *qc, int budget)
                     if (nghttp3_conn_add_write_offset(qc->h3, sid, (size_t)ndatalen) != 0)
                         goto h3_fail;
                     qc->since_key_update += (uint64_t)ndatalen;
+                    if (fin && (uint64_t)ndatalen == nghttp3_vec_len(vec, (size_t)nv) &&
+                        qc->ops->fin_sent)
+                        qc->ops->fin_sent(qc, sid);
                     continue;
                 default:
                     if (!qc->last_error.error_code)
@@ -560,6 +563,9 @@ static int write_loop(fa_qconn *qc, int budget)
                 if (nghttp3_conn_add_write_offset(qc->h3, sid, (size_t)ndatalen) != 0)
                     goto h3_fail;
                 qc->since_key_update += (uint64_t)ndatalen;
+                if (fin && (uint64_t)ndatalen == nghttp3_vec_len(vec, (size_t)nv) &&
+                    qc->ops->fin_sent)
+                    qc->ops->fin_sent(qc, sid);
             }
             if (n == 0) {
                 idle = 1; /* congestion, pacing, flow control, or nothing to send */

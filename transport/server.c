@@ -107,6 +107,7 @@ struct fa_h3_request {
     void (*body_done)(void *arg, int err);
     void *body_done_arg;
     int headers_done, body_done_flag, responded, closed, refused_body, app_err, bad;
+    int fin_sent; /* the whole response is on the wire */
 };
 
 struct cid_ent {
@@ -155,6 +156,7 @@ static void conn_close(srv_conn *c, int liberr);
 static void conn_free(srv_conn *c);
 static void mark_dirty(srv_conn *c);
 static void req_finish(fa_h3_request *r, int err);
+static void qc_fin_sent(fa_qconn *qc, int64_t sid);
 
 /* ----------------------------------------------------------------- defaults */
 
@@ -1001,6 +1003,7 @@ static const fa_qconn_ops server_ops = {
     .h3_setup = qc_h3_setup,
     .handshake_done = qc_handshake_done,
     .stream_reset = qc_stream_reset,
+    .fin_sent = qc_fin_sent,
 };
 
 /* ----------------------------------------------------------- connections */
@@ -1112,6 +1115,29 @@ static void conn_fail_requests(srv_conn *c, int err)
         req_finish(c->reqs, err);
 }
 
+/* The peer closed politely (H3_NO_ERROR): requests whose whole response
+ * went out were delivered (a client closes after reading its response,
+ * before acknowledging the last packet); the others were abandoned. */
+static void conn_finish_requests_graceful(srv_conn *c)
+{
+    while (c->reqs) {
+        fa_h3_request *r = c->reqs;
+        req_finish(r, r->fin_sent && !r->app_err && !r->refused_body ? 0
+                                                                     : (r->app_err ? r->app_err
+                                                                                   : FA_ERR_QUIC));
+    }
+}
+
+static void qc_fin_sent(fa_qconn *qc, int64_t sid)
+{
+    srv_conn *c = (srv_conn *)qc;
+    for (fa_h3_request *r = c->reqs; r; r = r->next)
+        if (r->sid == sid) {
+            r->fin_sent = 1;
+            return;
+        }
+}
+
 static void conn_unlink(srv_conn *c)
 {
     fa_h3_server *s = c->srv;
@@ -1214,6 +1240,15 @@ static void conn_close(srv_conn *c, int liberr)
             fa_log(FA_LOG_INFO, "connection closed", "peer=%s addr=%s reason=\"%s\"",
                    c->q.peer_id, c->addr, why);
         }
+    }
+    if (liberr == NGTCP2_ERR_DRAINING) {
+        ngtcp2_connection_close_error peer;
+        ngtcp2_conn_get_connection_close_error(c->q.conn, &peer);
+        if ((peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION &&
+             peer.error_code == NGHTTP3_H3_NO_ERROR) ||
+            (peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT &&
+             peer.error_code == NGTCP2_NO_ERROR))
+            conn_finish_requests_graceful(c);
     }
     conn_fail_requests(c, FA_ERR_QUIC);
     if (liberr == NGTCP2_ERR_IDLE_CLOSE || liberr == NGTCP2_ERR_DROP_CONN ||

@@ -489,7 +489,8 @@ static int client(int argc, char **argv, int post)
     const char *out = NULL, *in = NULL;
     uint64_t gen = 0;
     uint32_t timeout_ms = 0;
-    int rv, opt, idx, count = 1, idempotent = 0, quiet_body = 0;
+    int rv, opt, idx, count = 1, idempotent = 0, quiet_body = 0, pause_ms = 0;
+    const char *ready_file = NULL;
     sink sk = {NULL, -1, 0};
     src sr = {-1, 0, 0, NULL};
     double t0, t1;
@@ -504,7 +505,7 @@ static int client(int argc, char **argv, int post)
         {"no-gso", 0, 0, 'G'},  {"udp-payload", 1, 0, 'u'}, {"key-update", 1, 0, 'K'},
         {"count", 1, 0, 'N'},   {"idempotent", 0, 0, 'I'}, {"attempts", 1, 0, 'A'},
         {"backoff-ms", 1, 0, 'B'}, {"quiet-body", 0, 0, 'Q'}, {"idle-ms", 1, 0, 'L'},
-        {0, 0, 0, 0}};
+        {"pause-ms", 1, 0, 'P'}, {"ready-file", 1, 0, 'F'}, {0, 0, 0, 0}};
 
     fa_h3_client_config_default(&cfg);
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -533,6 +534,8 @@ static int client(int argc, char **argv, int post)
         case 'B': cfg.reconnect_initial_ms = (uint32_t)atoi(optarg); break;
         case 'Q': quiet_body = 1; break;
         case 'L': cfg.quic.idle_timeout_ms = (uint32_t)atoi(optarg); break;
+        case 'P': pause_ms = atoi(optarg); break;
+        case 'F': ready_file = optarg; break;
         default: return 2;
         }
     }
@@ -631,6 +634,14 @@ static int client(int argc, char **argv, int post)
             fflush(stdout);
         }
         fa_h3_response_free(&resp);
+        if (ready_file && i == 0) {
+            /* tells a test script that the first request is done */
+            FILE *f = fopen(ready_file, "w");
+            if (f)
+                fclose(f);
+        }
+        if (pause_ms && i + 1 < count)
+            usleep((useconds_t)pause_ms * 1000);
     }
     fa_h3_client_del(c);
     return 0;
