@@ -254,6 +254,31 @@ if sorted(got) != [b"late%d" % i for i in range(5)] or st["c2s_dropped_blackhole
     fail("blackhole: got %s, dropped_blackhole=%d" % (got, st["c2s_dropped_blackhole"]))
 print("blackhole ok")
 
+# A blackhole started by SIGUSR2 (--signal-blackhole), for a test to cut the
+# path mid-transfer at a moment it chooses.
+r = Relay(echo.port, "--signal-blackhole", "700ms")
+c = client()
+c.sendto(b"before", r.addr)
+if c.recv(100) != b"before":
+    fail("signal-blackhole: no echo before the signal")
+r.p.send_signal(signal.SIGUSR2)
+deadline = time.time() + 10
+while 'msg="relay blackhole"' not in r.text():
+    if time.time() > deadline:
+        fail("no 'relay blackhole' log line after SIGUSR2: " + r.text())
+    time.sleep(0.01)
+c.sendto(b"during", r.addr)
+if collect(c, 0.2):
+    fail("a datagram crossed the signalled blackhole")
+time.sleep(0.7)
+c.sendto(b"after", r.addr)
+if collect(c, 0.5) != [b"after"]:
+    fail("the path did not come back after the signalled blackhole")
+st = r.stats()
+if st["c2s_dropped_blackhole"] != 1:
+    fail("signal-blackhole: c2s_dropped_blackhole=%d" % st["c2s_dropped_blackhole"])
+print("signalled blackhole ok")
+
 # 7. Duplication (server to client) and corruption (client to server).
 r = Relay(echo.port, "--s2c-duplicate", "100%", "--c2s-corrupt", "100%:2")
 c = client()

@@ -525,6 +525,24 @@ static void test_blackhole_window(void **state)
     assert_int_equal(fa_relay_push(r, 0, T0 + 5 * SEC, b, 8, 0), 1); /* before t0 */
     fa_relay_del(r);
 
+    /* Windows added at run time (the edge's SIGUSR2), relative to t0. */
+    fa_relay_config_default(&cfg);
+    r = make(&cfg);
+    assert_int_equal(fa_relay_blackhole_add(r, 2, 0, SEC), FA_ERR_INVAL);
+    assert_int_equal(fa_relay_blackhole_add(r, FA_RELAY_S2C, 3 * SEC, SEC), 0);
+    assert_int_equal(fa_relay_push(r, 0, T0 + 3 * SEC, b, 8, 0), 1);
+    assert_int_equal(fa_relay_push(r, 1, T0 + 3 * SEC, b, 8, 0), 0);
+    for (int i = 1; i < FA_RELAY_MAX_BLACKHOLES; i++)
+        assert_int_equal(fa_relay_blackhole_add(r, -1, 5 * SEC, MS), 0);
+    assert_int_equal(fa_relay_push(r, 0, T0 + 5 * SEC, b, 8, 0), 0);
+    /* s2c is full; c2s is not, but a window for both goes nowhere. */
+    assert_int_equal(fa_relay_blackhole_add(r, -1, 7 * SEC, SEC), FA_ERR_RANGE);
+    assert_int_equal(fa_relay_push(r, 0, T0 + 7 * SEC, b, 8, 0), 1);
+    assert_int_equal(fa_relay_blackhole_add(r, FA_RELAY_C2S, 7 * SEC, SEC), 0);
+    assert_int_equal(fa_relay_push(r, 0, T0 + 7 * SEC, b, 8, 0), 0);
+    assert_int_equal(fa_relay_t0(r), T0);
+    fa_relay_del(r);
+
     /* Two windows, both directions. */
     fa_relay_config_default(&cfg);
     assert_int_equal(fa_relay_option_parse(&cfg, "blackhole", "0:10ms", &err), 1);

@@ -119,6 +119,16 @@ void fa_relay_del(fa_relay *r);
  * "--t0 first-packet"). */
 void fa_relay_set_t0(fa_relay *r, uint64_t t0_ns);
 
+/* Adds a blackhole window [start_ns, start_ns + duration_ns) relative to t0
+ * to direction dir, or to both when dir is -1 (used by the edge for a
+ * blackhole started by a signal).  Returns 0, FA_ERR_INVAL for a bad
+ * direction, or FA_ERR_RANGE when a direction already has
+ * FA_RELAY_MAX_BLACKHOLES windows. */
+int fa_relay_blackhole_add(fa_relay *r, int dir, uint64_t start_ns, uint64_t duration_ns);
+
+/* The time origin of the blackhole windows. */
+uint64_t fa_relay_t0(const fa_relay *r);
+
 /* Submits one datagram travelling in direction dir (FA_RELAY_C2S or
  * FA_RELAY_S2C) at time now_ns.  The data is copied.  Returns the number of
  * copies queued (0 when dropped, 2 when duplicated), FA_ERR_INVAL for a bad

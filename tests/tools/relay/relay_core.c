@@ -200,6 +200,24 @@ void fa_relay_del(fa_relay *r)
 
 void fa_relay_set_t0(fa_relay *r, uint64_t t0_ns) { r->t0_ns = t0_ns; }
 
+uint64_t fa_relay_t0(const fa_relay *r) { return r->t0_ns; }
+
+int fa_relay_blackhole_add(fa_relay *r, int dir, uint64_t start_ns, uint64_t duration_ns)
+{
+    int lo = dir < 0 ? 0 : dir, hi = dir < 0 ? FA_RELAY_NDIR : dir + 1;
+
+    if (dir < -1 || dir >= FA_RELAY_NDIR)
+        return FA_ERR_INVAL;
+    for (int d = lo; d < hi; d++)
+        if (r->dir[d].p.nblackholes >= FA_RELAY_MAX_BLACKHOLES)
+            return FA_ERR_RANGE;
+    for (int d = lo; d < hi; d++) {
+        fa_relay_dir_params *p = &r->dir[d].p;
+        p->blackholes[p->nblackholes++] = (fa_relay_window){start_ns, duration_ns};
+    }
+    return 0;
+}
+
 /* --- heap ---------------------------------------------------------------- */
 
 static int pkt_before(const fa_relay_pkt *a, const fa_relay_pkt *b)

@@ -54,6 +54,7 @@ typedef struct options {
     int print_port, gro, t0_first;
     unsigned max_clients;
     uint64_t idle_ns, stats_interval_ns;
+    uint64_t signal_blackhole_ns; /* SIGUSR2 starts a blackhole this long */
 } options;
 
 typedef struct edge {
@@ -97,6 +98,7 @@ static const char usage_text[] =
     "  --no-gro                do not enable UDP_GRO on receive\n"
     "  --stats-interval DUR    also log the counters this often (default 0: at exit only)\n"
     "  --t0 start|first-packet origin of the blackhole windows (default start)\n"
+    "  --signal-blackhole DUR  SIGUSR2 starts a blackhole of DUR at once (bare = s)\n"
     "  --seed N                PRNG seed (default 1)\n"
     "  --max-buffer SIZE       bytes held in all delay queues (default 256M)\n"
     "\n"
@@ -116,7 +118,8 @@ static const char usage_text[] =
     "  --queue-limit SIZE      drop-tail queue (default 100 ms of rate, >= 64k)\n"
     "  --blackhole START:DUR   drop everything from START for DUR (bare = s); repeatable\n"
     "\n"
-    "SIGTERM/SIGINT: log the counters and exit 0.  SIGUSR1: log the counters.\n";
+    "SIGTERM/SIGINT: log the counters and exit 0.  SIGUSR1: log the counters.\n"
+    "SIGUSR2: with --signal-blackhole, drop everything (both directions) from now on for DUR.\n";
 
 /* --- addresses ----------------------------------------------------------- */
 
@@ -605,6 +608,11 @@ static int parse_args(int argc, char **argv, options *o, fa_relay_config *cfg, f
                 if (fa_relay_parse_duration(value, NS_PER_S, &o->idle_ns) != 0 || !o->idle_ns)
                     return fa_errorf(err, FA_ERR_INVAL,
                                      "option --idle-timeout: bad duration '%s'", value);
+            } else if (!strcmp(name, "signal-blackhole")) {
+                if (fa_relay_parse_duration(value, NS_PER_S, &o->signal_blackhole_ns) != 0 ||
+                    !o->signal_blackhole_ns)
+                    return fa_errorf(err, FA_ERR_INVAL,
+                                     "option --signal-blackhole: bad duration '%s'", value);
             } else if (!strcmp(name, "stats-interval")) {
                 if (fa_relay_parse_duration(value, NS_PER_S, &o->stats_interval_ns) != 0)
                     return fa_errorf(err, FA_ERR_INVAL,
@@ -661,6 +669,7 @@ static int edge_open(edge *e, fa_error *err)
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGUSR1);
+    sigaddset(&mask, SIGUSR2);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     e->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     e->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -705,6 +714,33 @@ static void edge_close(edge *e)
     if (e->sfd >= 0)
         close(e->sfd);
     fa_relay_del(e->core);
+}
+
+/* SIGUSR2: a blackhole in both directions from now on, so that a test can
+ * cut the path at a moment it chooses (mid-transfer). */
+static void signal_blackhole(edge *e)
+{
+    uint64_t now = fa_time_mono_ns(), t0 = fa_relay_t0(e->core), start;
+    int rv;
+
+    if (!e->o.signal_blackhole_ns) {
+        fa_log_warn("relay ignores SIGUSR2", "reason=\"no --signal-blackhole\"");
+        return;
+    }
+    if (!e->have_t0 && e->o.t0_first) { /* no packet yet: the origin is now */
+        fa_relay_set_t0(e->core, now);
+        e->have_t0 = 1;
+        t0 = now;
+    }
+    start = now > t0 ? now - t0 : 0;
+    rv = fa_relay_blackhole_add(e->core, -1, start, e->o.signal_blackhole_ns);
+    if (rv != 0)
+        fa_log_warn("relay blackhole not added", "reason=\"%d windows already\"",
+                    FA_RELAY_MAX_BLACKHOLES);
+    else
+        fa_log_info("relay blackhole", "start_ms=%llu duration_ms=%llu",
+                    (unsigned long long)(start / 1000000),
+                    (unsigned long long)(e->o.signal_blackhole_ns / 1000000));
 }
 
 /* Logs an error message quoted as a logfmt value. */
@@ -753,6 +789,8 @@ static int run(edge *e)
                 while (read(e->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
                     if (si.ssi_signo == SIGUSR1) {
                         log_stats(e, "relay stats");
+                    } else if (si.ssi_signo == SIGUSR2) {
+                        signal_blackhole(e);
                     } else {
                         log_stats(e, "relay stopped");
                         return 0;
