@@ -182,7 +182,7 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     if (!c)
         return;
     if (c->uploading) {
-        fa_fed_masked_abort(a->fed, c->region, now_ms());
+        fa_fed_masked_abort(a->fed, c->region, c->round, c->attempt, now_ms());
         c->uploading = 0;
     }
     if (c->pending && err != 0)
@@ -472,8 +472,8 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         return 0;
     if (c->kind == FA_FED_MASKED) {
         fa_fed_reply r = {0};
-        if (fa_fed_masked_chunk(a->fed, c->region, data, len, now_ms(), &r) != 0) {
-            fa_fed_masked_abort(a->fed, c->region, now_ms());
+        if (fa_fed_masked_chunk(a->fed, c->region, c->round, c->attempt, data, len, now_ms(), &r) != 0) {
+            fa_fed_masked_abort(a->fed, c->region, c->round, c->attempt, now_ms());
             c->uploading = 0;
             respond_reply(c, &r);
             fa_fed_reply_free(&r);
@@ -515,7 +515,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     if (c->kind == FA_FED_MASKED) {
         if (c->uploading) {
             c->uploading = 0;
-            if (fa_fed_masked_end(a->fed, c->region, now_ms(), &r) != 0) {
+            if (fa_fed_masked_end(a->fed, c->region, c->round, c->attempt, now_ms(), &r) != 0) {
                 respond_reply(c, &r);
                 fa_fed_reply_free(&r);
                 return;

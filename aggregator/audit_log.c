@@ -353,8 +353,12 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
                 c->region ? c->region : "(none)", r->participants[i]);
         if (c->upload_sha256.len != 32)
             BAD("region %s: upload_sha256 has %zu bytes, not 32", c->region, c->upload_sha256.len);
-        if (c->signature.len != FA_ED25519_SIG_LEN)
-            BAD("region %s: signature has %zu bytes, not 64", c->region, c->signature.len);
+        /* No signature: the region uploaded, then dropped out before the
+         * consistency check (Bonawitz et al. round 3), so it never signed;
+         * its update is in the sum all the same. */
+        if (c->signature.len != FA_ED25519_SIG_LEN && c->signature.len != 0)
+            BAD("region %s: signature has %zu bytes, not 64 (or none)", c->region,
+                c->signature.len);
     }
     return 0;
 #undef BAD
@@ -1588,6 +1592,13 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
         const uint8_t *pk = region_key(v->o, c->region);
         if (!pk) {
             v->res->region_unknown++;
+            continue;
+        }
+        if (c->signature.len == 0) {
+            vreport(v, FA_AUDIT_NOTE, at,
+                    "region %s: upload commitment unsigned (it dropped out after uploading, "
+                    "before the consistency check; round %" PRIu64 " attempt %u)",
+                    c->region, r->round, r->attempt);
             continue;
         }
         if (fa_secagg_commitment_verify(r->federation_id, r->round, r->attempt, c->region,

@@ -486,7 +486,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
         cm[i].upload_sha256.data = shas[i];
         cm[i].upload_sha256.len = 32;
         cm[i].signature.data = sigs[i];
-        cm[i].signature.len = 64;
+        cm[i].signature.len = signed_ ? 64 : 0; /* unsigned: dropped before round 3 */
         cm[i].upload_bytes = fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits);
         cmp[i] = &cm[i];
     }
@@ -841,6 +841,15 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             return 1;
         }
     }
+    if (closing == FEDAGG__PHASE__PHASE_MASKED)
+        for (size_t i = 0; i < f->n_regions; i++)
+            if (f->regions[i].uploading) {
+                /* The secure-aggregation server removes it when it closes. */
+                f->regions[i].uploading = 0;
+                fa_log(FA_LOG_WARN, "partial masked upload removed from the sum",
+                       "region=%s round=%" PRIu64 " attempt=%u reason=deadline",
+                       f->regions[i].id, f->round, f->attempt);
+            }
     rc = fa_secagg_server_close(f->sa, now_ms, &err);
     if (rc != 0) {
         abort_attempt(f, now_ms, err.msg[0] ? err.msg : fa_strerror(rc));
@@ -1121,12 +1130,26 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
     return 0;
 }
 
-int fa_fed_masked_chunk(fa_fed *f, const char *region, const uint8_t *data, size_t len,
-                        uint64_t now_ms, fa_fed_reply *reply)
+/* An upload belongs to the attempt it began in: a stream that outlived its
+ * attempt (its phase closed at the deadline) must not touch a later one. */
+static int upload_current(fa_fed *f, const char *region, uint64_t round, uint32_t attempt)
+{
+    struct region *r = find_region(f, region);
+    return r && r->uploading && round == f->round && attempt == f->attempt &&
+           f->phase == FEDAGG__PHASE__PHASE_MASKED;
+}
+
+int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                        const uint8_t *data, size_t len, uint64_t now_ms, fa_fed_reply *reply)
 {
     fa_error err;
     int rc;
 
+    if (!upload_current(f, region, round, attempt))
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "the masked phase of round %" PRIu64 " attempt %u closed before this "
+                           "upload completed",
+                           round, attempt);
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_chunk(f->sa, region, data, len, now_ms, &err);
     if (rc != 0)
@@ -1135,18 +1158,27 @@ int fa_fed_masked_chunk(fa_fed *f, const char *region, const uint8_t *data, size
     return 0;
 }
 
-int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t now_ms, fa_fed_reply *reply)
+int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                      uint64_t now_ms, fa_fed_reply *reply)
 {
     struct region *r = find_region(f, region);
     fa_error err;
     int rc;
 
+    if (!upload_current(f, region, round, attempt))
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "the masked phase of round %" PRIu64 " attempt %u closed before this "
+                           "upload completed",
+                           round, attempt);
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_end(f->sa, region, now_ms, &err);
     if (rc != 0) {
         fa_secagg_server_masked_abort(f->sa, region, now_ms, NULL);
         if (r)
             r->uploading = 0;
+        fa_log(FA_LOG_WARN, "partial masked upload removed from the sum",
+               "region=%s round=%" PRIu64 " attempt=%u reason=malformed", region, f->round,
+               f->attempt);
         return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
     }
     if (r) {
@@ -1159,15 +1191,17 @@ int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t now_ms, fa_fed_rep
     return 0;
 }
 
-void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t now_ms)
+void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                         uint64_t now_ms)
 {
     struct region *r = find_region(f, region);
-    if (!r || !r->uploading)
+    if (!upload_current(f, region, round, attempt))
         return;
     fa_secagg_server_masked_abort(f->sa, region, now_ms, NULL);
     r->uploading = 0;
-    fa_log(FA_LOG_WARN, "masked upload broke off; its partial sum was removed",
-           "region=%s round=%" PRIu64 " attempt=%u", region, f->round, f->attempt);
+    fa_log(FA_LOG_WARN, "partial masked upload removed from the sum",
+           "region=%s round=%" PRIu64 " attempt=%u reason=disconnected", region, f->round,
+           f->attempt);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -107,14 +107,19 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
  * 413 beyond it, 400 otherwise) and returns 503 (FA_ERR_AGAIN) when the
  * in-flight limit is reached.  A region whose upload is already complete
  * gets *discard = 1: the caller reads and drops the body (a retry) and then
- * polls.  abort removes a partial upload exactly. */
+ * polls.  abort removes a partial upload exactly.  Every call names the
+ * round and attempt the upload began in: a stream that outlived its phase
+ * (closed at the deadline, which removes the partial upload) gets 409 and
+ * never touches a later attempt. */
 int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
                         int64_t content_length, uint64_t now_ms, int *discard,
                         fa_fed_reply *reply);
-int fa_fed_masked_chunk(fa_fed *f, const char *region, const uint8_t *data, size_t len,
-                        uint64_t now_ms, fa_fed_reply *reply);
-int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t now_ms, fa_fed_reply *reply);
-void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t now_ms);
+int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                        const uint8_t *data, size_t len, uint64_t now_ms, fa_fed_reply *reply);
+int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                      uint64_t now_ms, fa_fed_reply *reply);
+void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
+                         uint64_t now_ms);
 
 /* GET /v1/federation and GET /v1/status bodies (packed protobuf, malloc'ed). */
 int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err);

@@ -65,8 +65,9 @@ fed_regions_block() {
 }
 
 # fed_write_aggregator D PORT METRICS_PORT ROUNDS REGION...
-# Extra text for the config comes from $FED_AGG_EXTRA (e.g. deadlines),
-# the optimizer from $FED_OPTIMIZER, the round policy from $FED_ROUND.
+# Extra text for the config comes from $FED_AGG_EXTRA, the optimizer from
+# $FED_OPTIMIZER, the round policy from $FED_ROUND, the quantisation from
+# $FED_QUANT (each the body of its block).
 fed_write_aggregator() {
     local d=$1 port=$2 mport=$3 rounds=$4
     shift 4
@@ -92,7 +93,7 @@ round {
 }
 model { input_dim: 784 hidden: [256, 128] output_dim: 10 init_seed: 1 }
 optimizer { ${FED_OPTIMIZER:-kind: FEDADAM learning_rate: 0.01 beta1: 0.9 beta2: 0.99 tau: 0.001} }
-quantization { bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 1.0 max_examples: 60000 }
+quantization { ${FED_QUANT:-bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 1.0 max_examples: 60000} }
 storage { dir: "state" keep_versions: 5 }
 audit { signing_key_file: "keys/aggregator.key" origin: "fedagg.demo/federation" }
 evaluation {

@@ -15,6 +15,9 @@ export OPENBLAS_NUM_THREADS=1
 # Small, fast rounds: a few local steps, deadlines that still tolerate a
 # loaded 2-core machine.
 export FED_TRAINER="local_steps: 5 batch_size: 32 learning_rate: 0.05 momentum: 0.9"
+# 5 steps of 32 examples: a region's weight is 1 (not 160/60000), so its
+# quantised update is not mostly zeros.
+export FED_QUANT="bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 0.05 max_examples: 160"
 export FED_ROUND="min_regions: 2
   threshold: 2
   advertise_deadline_ms: ${FED_ADVERTISE_MS:-8000}
@@ -81,4 +84,27 @@ check_audit_and_versions() {
         [ "$v" = "$expect" ] || fail "model versions not contiguous: $versions"
         expect=$((expect + 1))
     done
+}
+
+# wait_count FILE PATTERN N TIMEOUT_S : waits until PATTERN matches N lines.
+wait_count() {
+    local f=$1 pat=$2 n=$3 t=$4 start=$SECONDS
+    until [ "$(grep -c -- "$pat" "$f" 2>/dev/null || true)" -ge "$n" ]; do
+        [ $((SECONDS - start)) -lt "$t" ] || fail "fewer than $n '$pat' in $f after ${t}s"
+        sleep 0.2
+    done
+}
+
+# Starts REGION's worker with failpoints (FEDAGG_FAILPOINTS value).
+start_worker_fp() {
+    local r=$1 fp=$2
+    FEDAGG_FAILPOINTS="$fp" fed_start_worker "$D" "$r"
+}
+
+# SIGKILLs REGION's worker.
+kill_worker() {
+    local pid
+    pid=$(fed_worker_pid "$1")
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
 }

@@ -42,8 +42,9 @@ for path in sums:
     got = struct.unpack(f"<{os.path.getsize(path)//4}I", open(path, "rb").read())
     total = [t & mask for t in total]
     assert list(got) == total, f"{tag}: unmasked sum differs from the plain sum"
-    assert sum(1 for v in got if v) > len(got) // 2, f"{tag}: the sum is mostly zeros"
-    print(f"{tag}: unmasked sum of {len(got)} coordinates equals the plain sum (k={k})")
+    nz = sum(1 for v in got if v)
+    assert nz > len(got) // 10, f"{tag}: only {nz} of {len(got)} coordinates nonzero"
+    print(f"{tag}: unmasked sum of {len(got)} coordinates ({nz} nonzero) equals the plain sum (k={k})")
 PY
 check_audit_and_versions
 echo "PASS"
