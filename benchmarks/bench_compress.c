@@ -60,6 +60,7 @@ typedef struct bench_opts {
     uint64_t seed;
     int device;
     const char *only; /* --methods: comma-separated ids; the anchor always runs */
+    uint32_t min_compress_numel, powersgd_start_step; /* 0: config.proto's defaults */
 } bench_opts;
 
 static int selected(const bench_opts *bo, const method *me)
@@ -85,6 +86,7 @@ static void usage(FILE *out)
             "usage: fedagg-bench compress [--epochs E] [--ranks R] [--batch B] [--lr LR]\n"
             "                             [--seed S] [--limit N] [--device cpu|auto|gpu]\n"
             "                             [--methods none,powersgd1,powersgd2,powersgd4,topk,qsgd8]\n"
+            "                             [--min-compress-numel N] [--powersgd-start-step S]\n"
             "  E epochs (default 3) of the default MLP on Fashion-MNIST over R ranks\n"
             "  (default 2) for each compression method; --limit trains on the first N\n"
             "  images only.  Outside MPI it re-runs itself under mpirun -np R.\n");
@@ -183,6 +185,10 @@ static int run_method(fa_comm *comm, const bench_opts *bo, const method *me, con
     if (me->fraction > 0)
         cc.topk_fraction = me->fraction;
     cc.seed = bo->seed;
+    if (bo->min_compress_numel)
+        cc.min_compress_numel = bo->min_compress_numel;
+    if (bo->powersgd_start_step)
+        cc.powersgd_start_step = bo->powersgd_start_step;
     if ((rc = fa_local_round_new(&lr, comm, m, &cc, err)) != 0)
         goto out;
     fa_train_opts_default(&to);
@@ -250,6 +256,10 @@ int fa_bench_compress(int argc, char **argv)
             bo.seed = strtoull(v, NULL, 10), i++;
         } else if (v && !strcmp(a, "--limit")) {
             bo.limit = (uint32_t)strtoul(v, NULL, 10), i++;
+        } else if (v && !strcmp(a, "--min-compress-numel")) {
+            bo.min_compress_numel = (uint32_t)strtoul(v, NULL, 10), i++;
+        } else if (v && !strcmp(a, "--powersgd-start-step")) {
+            bo.powersgd_start_step = (uint32_t)strtoul(v, NULL, 10), i++;
         } else if (v && !strcmp(a, "--methods")) {
             bo.only = v, i++;
         } else if (v && !strcmp(a, "--device")) {

@@ -216,17 +216,48 @@ static const fa_comm_ops nccl_ops = {
     .del = nccl_del,
 };
 
-/* Rank on this host and ranks on this host, from an MPI shared-memory split. */
-static int local_rank(int *lrank, int *lsize, fa_error *err)
+/* Picks this rank's GPU: the (rank on this host) modulo (GPUs it sees), so
+ * that one process per GPU works whether every process sees all GPUs or a
+ * launcher gives each its own through CUDA_VISIBLE_DEVICES.  Then checks,
+ * by PCI bus id across the ranks of this host, that no two ranks share a GPU
+ * (NCCL refuses that).  Not collective beyond this host's ranks. */
+static int pick_device(int ngpu, int *device, fa_error *err)
 {
     MPI_Comm node;
-    int mrc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    char bus[32], *all = NULL;
+    int lrank = 0, lsize = 1, mrc, rc = 0;
+    cudaError_t e;
+
+    mrc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     if (mrc != MPI_SUCCESS)
         return fa_errorf(err, FA_ERR_MPI, "comm: MPI_Comm_split_type failed (error %d)", mrc);
-    MPI_Comm_rank(node, lrank);
-    MPI_Comm_size(node, lsize);
+    MPI_Comm_rank(node, &lrank);
+    MPI_Comm_size(node, &lsize);
+    *device = lrank % ngpu;
+    memset(bus, 0, sizeof(bus));
+    e = cudaDeviceGetPCIBusId(bus, (int)sizeof(bus) - 1, *device);
+    if (e != cudaSuccess) {
+        rc = cuda_fail(err, e, "cudaDeviceGetPCIBusId");
+        snprintf(bus, sizeof(bus), "error-rank-%d", lrank); /* unique: no false duplicate */
+    }
+    all = calloc((size_t)lsize, sizeof(bus));
+    if (!all) {
+        MPI_Comm_free(&node);
+        return fa_errorf(err, FA_ERR_NOMEM, "comm: out of memory");
+    }
+    mrc = MPI_Allgather(bus, (int)sizeof(bus), MPI_CHAR, all, (int)sizeof(bus), MPI_CHAR, node);
+    if (mrc != MPI_SUCCESS && rc == 0)
+        rc = fa_errorf(err, FA_ERR_MPI, "comm: MPI_Allgather of GPU bus ids failed (error %d)", mrc);
+    for (int i = 0; i < lsize && rc == 0 && mrc == MPI_SUCCESS; i++)
+        if (i != lrank && strncmp(all + (size_t)i * sizeof(bus), bus, sizeof(bus)) == 0)
+            rc = fa_errorf(err, FA_ERR_NCCL,
+                           "comm: ranks %d and %d of this host would share GPU %s (%d ranks, %d "
+                           "GPU(s) visible to this one); NCCL needs one GPU per rank: start at "
+                           "most one rank per GPU, or set device: CPU",
+                           lrank, i, bus, lsize, ngpu);
+    free(all);
     MPI_Comm_free(&node);
-    return 0;
+    return rc;
 }
 
 int fa_comm_nccl_new(fa_comm **out, fa_comm *mpi, int ngpu, fa_error *err)
@@ -240,18 +271,13 @@ int fa_comm_nccl_new(fa_comm **out, fa_comm *mpi, int ngpu, fa_error *err)
     ncclUniqueId id;
     ncclResult_t r;
     cudaError_t e;
-    int lrank = 0, lsize = 1, rc;
+    int device = 0, rc;
     size_t ok = 0, all_ok = 0;
     fa_error local;
 
     fa_error_clear(&local);
-    rc = local_rank(&lrank, &lsize, &local);
-    ok = rc == 0 && lsize <= ngpu;
-    if (rc == 0 && !ok)
-        fa_errorf(&local, FA_ERR_NCCL,
-                  "comm: %d ranks on this host share %d GPU(s); NCCL needs one GPU per rank: "
-                  "start at most %d ranks per host, or set device: CPU",
-                  lsize, ngpu, ngpu);
+    rc = pick_device(ngpu, &device, &local);
+    ok = rc == 0;
     /* Agree before anyone enters ncclCommInitRank, which would wait forever
      * for a rank that gave up. */
     {
@@ -289,7 +315,7 @@ int fa_comm_nccl_new(fa_comm **out, fa_comm *mpi, int ngpu, fa_error *err)
         return fa_errorf(err, FA_ERR_NOMEM, "comm: out of memory");
     }
     m->mpi = mpi;
-    m->device = lrank % ngpu;
+    m->device = device;
     c->impl = m;
 
     e = cudaSetDevice(m->device);
