@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 
 #include "common/fa_err.h"
+#include "crypto/ring.h"
 
 /* Plaintext of the keystream: CTR mode XORs it in, so zeros give the stream. */
 static const uint8_t prg_zeros[FA_PRG_BLOCK_WORDS * 4];
@@ -78,15 +79,27 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
     return 0;
 }
 
+/* The add loops run in chunks of FA_CHUNK words (see crypto/ring.h). */
+
+FA_CLONES
 void fa_ring_add(uint32_t *restrict acc, const uint32_t *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + FA_CHUNK <= n; i += FA_CHUNK)
+        for (size_t j = 0; j < FA_CHUNK; j++)
+            acc[i + j] += src[i + j];
+    for (; i < n; i++)
         acc[i] += src[i];
 }
 
+FA_CLONES
 void fa_ring_sub(uint32_t *restrict acc, const uint32_t *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + FA_CHUNK <= n; i += FA_CHUNK)
+        for (size_t j = 0; j < FA_CHUNK; j++)
+            acc[i + j] -= src[i + j];
+    for (; i < n; i++)
         acc[i] -= src[i];
 }
 

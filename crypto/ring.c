@@ -177,37 +177,48 @@ int32_t fa_codec_round(double scaled, uint32_t rnd, int32_t qmax)
     return q < -qmax ? -qmax : (q > qmax ? qmax : q);
 }
 
+static inline __attribute__((always_inline)) uint32_t encode_one(float x, uint32_t rnd, double pre,
+                                                                 double lim, double mul,
+                                                                 double off, int32_t qmax)
+{
+    double v = (double)x * pre;
+    v = v < -lim ? -lim : v;
+    v = v > lim ? lim : v;
+    /* v * mul is in [-qmax, qmax] up to rounding, u in [0, 1); adding
+     * qmax + 1 makes the sum positive so truncation is floor. */
+    double t = v * mul + (double)(int32_t)(rnd >> 1) * 0x1p-31 + off;
+    int32_t q = (int32_t)t - (int32_t)off;
+    q = q < -qmax ? -qmax : q;
+    q = q > qmax ? qmax : q;
+    return (uint32_t)q;
+}
+
+FA_CLONES
 void fa_codec_encode(const fa_codec *c, const float *restrict x, size_t n,
                      const uint32_t *restrict rnd, uint32_t *restrict out)
 {
     const double pre = c->pre, lim = c->limit, mul = c->mul;
     const double off = (double)c->qmax + 1.0;
     const int32_t qmax = c->qmax;
-    for (size_t i = 0; i < n; i++) {
-        double v = (double)x[i] * pre;
-        v = v < -lim ? -lim : v;
-        v = v > lim ? lim : v;
-        /* v * mul is in [-qmax, qmax] up to rounding, u in [0, 1); adding
-         * qmax + 1 makes the sum positive so truncation is floor. */
-        double t = v * mul + (double)(int32_t)(rnd[i] >> 1) * 0x1p-31 + off;
-        int32_t q = (int32_t)t - (int32_t)off;
-        q = q < -qmax ? -qmax : q;
-        q = q > qmax ? qmax : q;
-        out[i] = (uint32_t)q;
-    }
+    size_t i = 0;
+    for (; i + FA_CHUNK <= n; i += FA_CHUNK)
+        for (size_t j = 0; j < FA_CHUNK; j++)
+            out[i + j] = encode_one(x[i + j], rnd[i + j], pre, lim, mul, off, qmax);
+    for (; i < n; i++)
+        out[i] = encode_one(x[i], rnd[i], pre, lim, mul, off, qmax);
 }
 
+FA_CLONES
 double fa_codec_l2_norm(const float *x, size_t n)
 {
-    double s[4] = {0, 0, 0, 0};
+    double lane[16] = {0}, s = 0;
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s[0] += (double)x[i] * x[i];
-        s[1] += (double)x[i + 1] * x[i + 1];
-        s[2] += (double)x[i + 2] * x[i + 2];
-        s[3] += (double)x[i + 3] * x[i + 3];
-    }
+    for (; i + 16 <= n; i += 16)
+        for (size_t j = 0; j < 16; j++)
+            lane[j] += (double)x[i + j] * x[i + j];
     for (; i < n; i++)
-        s[0] += (double)x[i] * x[i];
-    return sqrt((s[0] + s[1]) + (s[2] + s[3]));
+        s += (double)x[i] * x[i];
+    for (size_t j = 0; j < 16; j++)
+        s += lane[j];
+    return sqrt(s);
 }

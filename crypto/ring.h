@@ -19,6 +19,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Hot loops run in chunks of a fixed FA_CHUNK elements, which the compiler
+ * vectorises even under -O2's cheap cost model, and are compiled once per
+ * instruction set (AVX-512, AVX2, baseline x86-64) with the best one picked
+ * when the program loads (GCC target_clones, an ifunc). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__gnu_linux__)
+#define FA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FA_CLONES
+#endif
+#define FA_CHUNK 64
+
 static inline uint32_t fa_ring_mask(unsigned k)
 {
     return k >= 32 ? 0xffffffffu : ((1u << k) - 1);

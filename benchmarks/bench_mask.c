@@ -1,0 +1,236 @@
+/* bench_mask.c - `fedagg-bench mask`: the client's masking throughput
+ * (issue 3, DESIGN 4.1, 9).
+ *
+ * For d = 2^24 coordinates and n in {4, 16} clients (one self mask and n - 1
+ * pairwise masks, so 4 * d * n mask bytes), next to the raw AES-128-CTR
+ * keystream of OpenSSL EVP over the same number of bytes in the same
+ * process:
+ *   what=mask_expand    the masking loop alone: each block of the input
+ *                       copied into the accumulator and every mask added in
+ *                       (fa_prg_apply, block-major)
+ *   what=masked_stream  fa_secagg_client_masked_next end to end from a
+ *                       pre-quantised input: masks, k-bit packing, SHA-256
+ *   what=masked_stream_f32  the same from floats: clip, stochastic rounding
+ * Each timing is the best of --reps runs, in thread CPU seconds (the
+ * machine may be shared; on an idle one this is the wall time), ours and
+ * the anchor interleaved.  Mask bytes per second; ratio =
+ * ours / AES (target >= 0.8 for mask_expand).  Never fails for being slow.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+#include "crypto/mask_prg.h"
+#include "crypto/secagg.h"
+#include "tests/unit/test_crypto_harness.h"
+
+const char fa_bench_mask_help[] =
+    "client masking throughput (mask bytes/s) next to raw OpenSSL AES-128-CTR; d=2^24, n=4,16";
+
+/* Thread CPU time: this machine is shared, and CPU time is what our code
+ * and its anchor cost, whoever else is running.  On an idle machine it is
+ * the wall time. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Raw keystream: AES-128-CTR over zeros, in the same 16 KiB blocks. */
+static double aes_seconds(uint64_t bytes)
+{
+    static uint8_t zeros[FA_PRG_BLOCK_WORDS * 4];
+    uint8_t *out = malloc(sizeof(zeros)), key[16] = {1}, iv[16] = {0};
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    double t0;
+    int outl;
+    EVP_EncryptInit_ex(ctx, EVP_aes_128_ctr(), NULL, key, iv);
+    t0 = now_s();
+    for (uint64_t done = 0; done < bytes; done += sizeof(zeros))
+        EVP_EncryptUpdate(ctx, out, &outl, zeros, (int)sizeof(zeros));
+    t0 = now_s() - t0;
+    EVP_CIPHER_CTX_free(ctx);
+    free(out);
+    return t0;
+}
+
+/* The masking loop of the client: block-major, every PRG into the block. */
+static double expand_seconds(const uint32_t *in, uint64_t d, size_t n)
+{
+    fa_prg *g = calloc(n, sizeof(*g));
+    uint32_t *acc = malloc(FA_PRG_BLOCK_WORDS * 4), *scratch = malloc(FA_PRG_BLOCK_WORDS * 4);
+    uint8_t key[16];
+    double t0;
+    for (size_t i = 0; i < n; i++) {
+        memset(key, (int)i + 1, sizeof(key));
+        fa_prg_init(&g[i], key, 0);
+    }
+    t0 = now_s();
+    for (uint64_t off = 0; off < d; off += FA_PRG_BLOCK_WORDS) {
+        size_t m = d - off < FA_PRG_BLOCK_WORDS ? (size_t)(d - off) : FA_PRG_BLOCK_WORDS;
+        memcpy(acc, in + off, m * 4);
+        for (size_t i = 0; i < n; i++)
+            fa_prg_apply(&g[i], acc, m, (i & 1) ? -1 : 1, scratch);
+    }
+    t0 = now_s() - t0;
+    for (size_t i = 0; i < n; i++)
+        fa_prg_free(&g[i]);
+    free(g);
+    free(acc);
+    free(scratch);
+    return t0;
+}
+
+/* A client of an n-client federation brought to the masked phase. */
+static fa_secagg_client *client_ready(size_t n, const fa_secagg_config *cfg, th_fed *f,
+                                      th_rng *rr)
+{
+    fa_secagg_rng rng = {th_rng_fill, rr};
+    fa_secagg_server *s = NULL;
+    fa_secagg_client *c[FA_SECAGG_MAX_CLIENTS] = {0}, *keep = NULL;
+    uint8_t *m, *r;
+    size_t len, rlen;
+    if (fa_secagg_server_new(&s, cfg, f->members, n, NULL) != 0)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (fa_secagg_client_new(&c[i], cfg, f->seeds[i], f->ids[i], f->members, n, &rng, NULL) ||
+            fa_secagg_client_advertise(c[i], &m, &len, NULL) ||
+            fa_secagg_server_advertise(s, f->ids[i], m, len, 1, NULL))
+            goto out;
+        free(m);
+    }
+    if (fa_secagg_server_close(s, 2, NULL) || fa_secagg_server_peer_list(s, &r, &rlen, NULL))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (fa_secagg_client_peer_list(c[i], r, rlen, 3, NULL) ||
+            fa_secagg_client_share_keys(c[i], &m, &len, NULL) ||
+            fa_secagg_server_share_keys(s, f->ids[i], m, len, 3, NULL))
+            goto out;
+        free(m);
+    }
+    free(r);
+    if (fa_secagg_server_close(s, 4, NULL) ||
+        fa_secagg_server_shares_for(s, f->ids[0], &r, &rlen, NULL) ||
+        fa_secagg_client_shares(c[0], r, rlen, 5, NULL))
+        goto out;
+    free(r);
+    keep = c[0];
+    c[0] = NULL;
+out:
+    for (size_t i = 0; i < n; i++)
+        fa_secagg_client_del(c[i]);
+    fa_secagg_server_del(s);
+    return keep;
+}
+
+static double stream_seconds(fa_secagg_client *c, uint8_t *buf, size_t cap)
+{
+    size_t got;
+    double t0 = now_s();
+    fa_secagg_client_masked_rewind(c, NULL);
+    do {
+        if (fa_secagg_client_masked_next(c, buf, cap, &got, NULL) != 0)
+            return -1;
+    } while (got > 0);
+    return now_s() - t0;
+}
+
+static void line(const char *what, const char *input, uint64_t d, size_t n, uint32_t k,
+                 double mask_bytes, double secs, double aes_secs)
+{
+    double gbs = mask_bytes / secs / 1e9, ref = mask_bytes / aes_secs / 1e9;
+    printf("{\"bench\":\"mask\",\"what\":\"%s\",\"input\":\"%s\",\"d\":%llu,\"n\":%zu,"
+           "\"ring_bits\":%u,\"mask_bytes\":%.0f,\"cpu_seconds\":%.4f,\"gbytes_per_s\":%.3f,"
+           "\"ref\":\"openssl_aes128ctr\",\"ref_gbytes_per_s\":%.3f,\"ratio\":%.3f}\n",
+           what, input, (unsigned long long)d, n, k, mask_bytes, secs, gbs, ref, gbs / ref);
+    fflush(stdout);
+}
+
+static double best(double a, double b)
+{
+    return a < 0 || (b >= 0 && b < a) ? b : a;
+}
+
+int fa_bench_mask(int argc, char **argv)
+{
+    uint64_t d = (uint64_t)1 << 24;
+    size_t ns[8] = {4, 16}, nn = 2;
+    int reps = 3;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--d") && i + 1 < argc) {
+            d = strtoull(argv[++i], NULL, 0);
+        } else if (!strcmp(argv[i], "--n") && i + 1 < argc) {
+            char *p = argv[++i];
+            nn = 0;
+            while (*p && nn < 8) {
+                ns[nn++] = strtoul(p, &p, 10);
+                if (*p == ',')
+                    p++;
+            }
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr,
+                    "usage: fedagg-bench mask [--d N] [--n 4,16] [--reps R]\n%s\n",
+                    fa_bench_mask_help);
+            return !strcmp(argv[i], "--help") ? 0 : 2;
+        }
+    }
+    if (d < 8 || reps < 1)
+        return 2;
+    for (size_t c = 0; c < nn; c++) {
+        size_t n = ns[c];
+        th_fed f;
+        th_rng rr;
+        fa_secagg_config cfg;
+        fa_secagg_client *cl, *cl2;
+        uint32_t *in = malloc(d * 4);
+        float *xf = malloc((d - 1) * sizeof(float));
+        size_t cap = 1 << 20;
+        uint8_t *buf = malloc(cap);
+        double mask_bytes = 4.0 * (double)d * (double)n;
+        double t_aes = -1, t_exp = -1, t_ring = -1, t_f32 = -1;
+        uint32_t k;
+
+        if (n < 2 || n > FA_SECAGG_MAX_CLIENTS || !in || !xf || !buf)
+            return 2;
+        th_fed_init(&f, n, n);
+        th_rng_init(&rr, n);
+        cfg = th_cfg((uint32_t)(n / 2 + 1), 0, d, 0);
+        cfg.quant.bits = 16;
+        cfg.ring_bits = k = fa_secagg_ring_bits_for(16, (uint32_t)n);
+        th_rng_fill(&rr, in, d * 4);
+        for (uint64_t i = 0; i + 1 < d; i++)
+            xf[i] = (float)((int32_t)in[i]) * 0x1p-33f;
+        cl = client_ready(n, &cfg, &f, &rr);
+        if (!cl) {
+            fprintf(stderr, "fedagg-bench mask: setting up %zu clients failed\n", n);
+            return 1;
+        }
+        /* a second client for the float input (each is bound to one input) */
+        cl2 = client_ready(n, &cfg, &f, &rr);
+        if (!cl2 || fa_secagg_client_set_input_ring(cl, in, d, NULL) != 0 ||
+            fa_secagg_client_set_input_f32(cl2, xf, d - 1, 0.75, NULL) != 0)
+            return 1;
+        for (int r = 0; r < reps; r++) {
+            t_aes = best(t_aes, aes_seconds((uint64_t)mask_bytes));
+            t_exp = best(t_exp, expand_seconds(in, d, n));
+            t_ring = best(t_ring, stream_seconds(cl, buf, cap));
+            t_f32 = best(t_f32, stream_seconds(cl2, buf, cap));
+        }
+        fa_secagg_client_del(cl);
+        fa_secagg_client_del(cl2);
+        line("mask_expand", "ring", d, n, k, mask_bytes, t_exp, t_aes);
+        line("masked_stream", "ring", d, n, k, mask_bytes, t_ring, t_aes);
+        line("masked_stream_f32", "f32", d, n, k, mask_bytes, t_f32, t_aes);
+        free(in);
+        free(xf);
+        free(buf);
+    }
+    return 0;
+}
