@@ -944,6 +944,15 @@ static int open_common(fa_audit_log **out, const char *path, const fa_note_signe
     report->records = log->n;
     if (log->n > log->signed_size || !log->latest) {
         report->unsigned_records = log->n - log->signed_size;
+        if (!log->readonly && report->unsigned_records > 1 && !(flags & FA_AUDIT_LOG_RESIGN_TAIL)) {
+            rc = fa_errorf(err, FA_ERR_CORRUPT,
+                           "%s: records %" PRIu64 "..%" PRIu64 " are not covered by the latest "
+                           "checkpoint (tree size %" PRIu64 "); a crash during one append leaves "
+                           "at most one such record: were checkpoints removed? (run `fedagg audit "
+                           "verify`)",
+                           path, log->signed_size, log->n - 1, log->signed_size);
+            goto fail;
+        }
         if (!log->readonly) {
             rc = commit_checkpoint(log, err);
             if (rc < 0)

@@ -18,8 +18,8 @@
  * the new nodes, sign the checkpoint of the new tree, write its frame, fsync
  * the checkpoints file.  A record is committed once its checkpoint is on disk.
  * On open a torn last frame of either file (a crash mid-write) is reported
- * and cut off; complete records after the last checkpoint (a crash between
- * the two writes) are kept and a checkpoint is signed for them.  Anything
+ * and cut off; a complete record after the last checkpoint (a crash between
+ * the two writes) is kept and a checkpoint is signed for it.  Anything
  * else that does not check out (a checksum, a committed record missing, a
  * root that does not match the latest checkpoint) makes open fail with
  * FA_ERR_CORRUPT naming the record; nothing is silently accepted.
@@ -51,6 +51,13 @@ typedef struct fa_audit_log fa_audit_log;
 
 /* fa_audit_log_open flags */
 #define FA_AUDIT_LOG_NOSYNC 0x1u /* no fsync: tests, benchmarks, bulk imports */
+/* Sign every complete record found after the latest checkpoint, not only the
+ * single one a crash during one append can leave: for resuming a bulk import
+ * (fa_audit_log_append_encoded of many records) that was interrupted.  Without
+ * it, more than one unsigned record makes open fail: that is what removing
+ * checkpoints would look like, and the aggregator must not sign records it
+ * did not just write. */
+#define FA_AUDIT_LOG_RESIGN_TAIL 0x2u
 
 /* What open found and repaired (all zero for a clean log). */
 typedef struct fa_audit_open_report {

@@ -891,6 +891,24 @@ static void test_crash_recovery(void **state)
         snap_free(&got);
         assert_verifies(f, 4);
     }
+    /* two records without a checkpoint cannot come from one crashed append:
+     * refused, unless a bulk import is being resumed on purpose */
+    {
+        size_t c3 = coff[3];
+        cut = after;
+        cut.ckpt_len = c3;
+        snap_put(f, &cut);
+        assert_int_equal(
+            fa_audit_log_open(&log, f->path, f->signer, NULL, FA_AUDIT_LOG_NOSYNC, &rep, &err),
+            FA_ERR_CORRUPT);
+        assert_non_null(strstr(err.msg, "records 2..3 are not covered"));
+        assert_int_equal(fa_audit_log_open(&log, f->path, f->signer, NULL,
+                                           FA_AUDIT_LOG_NOSYNC | FA_AUDIT_LOG_RESIGN_TAIL, &rep,
+                                           &err),
+                         0);
+        assert_int_equal(rep.unsigned_records, 2);
+        fa_audit_log_close(log);
+    }
     /* the checkpoint cut at every byte: cut off, then signed again */
     for (size_t k = 1; k < clen; k++) {
         struct snap got;
