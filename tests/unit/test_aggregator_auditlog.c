@@ -579,9 +579,12 @@ static void test_every_bit_flip(void **state)
             fa_error err;
             assert_int_equal(pwrite(fdsc, &c, 1, (off_t)byte), 1);
             assert_bad_at(f, want, "log bit flip");
-            /* opening (read-only, so that nothing is repaired) refuses it too */
-            assert_true(fa_audit_log_open_readonly(&ro, f->path, &f->v, NULL, &err) < 0);
-            assert_null(ro);
+            /* opening (read-only, so that nothing is repaired) refuses it too
+             * (one bit per byte is enough here: open reads what verify reads) */
+            if (bit == (int)(byte % 8)) {
+                assert_true(fa_audit_log_open_readonly(&ro, f->path, &f->v, NULL, &err) < 0);
+                assert_null(ro);
+            }
         }
         assert_int_equal(pwrite(fdsc, &s.log[byte], 1, (off_t)byte), 1);
     }
