@@ -154,16 +154,15 @@ int fa_identity_parse_public(const uint8_t *data, size_t len, uint8_t pk[FA_IDEN
 int fa_identity_sign(const uint8_t seed[FA_IDENTITY_SEED_BYTES], const uint8_t *msg, size_t len,
                      uint8_t sig[FA_IDENTITY_SIG_BYTES])
 {
-    uint8_t pk[crypto_sign_PUBLICKEYBYTES];
-    uint8_t *sk = sodium_malloc(crypto_sign_SECRETKEYBYTES);
+    uint8_t pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
     int rc = FA_ERR_CRYPTO;
 
-    if (!sk)
-        return FA_ERR_NOMEM;
+    /* a stack copy wiped on return: signing is too frequent for a
+     * sodium_malloc (two system calls) each time */
     if (crypto_sign_seed_keypair(pk, sk, seed) == 0 &&
         crypto_sign_detached(sig, NULL, msg, len, sk) == 0)
         rc = 0;
-    sodium_free(sk);
+    sodium_memzero(sk, sizeof(sk));
     return rc;
 }
 

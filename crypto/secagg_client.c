@@ -74,6 +74,9 @@ struct fa_secagg_client {
     uint8_t in_u3[FA_SECAGG_MAX_CLIENTS];
     uint8_t revealed[FA_SECAGG_MAX_CLIENTS]; /* REV_* per owner, once round 4 ran */
     uint8_t *held;     /* sodium_malloc, n1 * 64: share of b_j || share of s_sk_j we hold */
+    uint8_t *ck;       /* sodium_malloc, n1 * 32: share-encryption keys from round 1, kept
+                          for decrypting in round 2 (not saved: recomputed after a restore) */
+    uint8_t ck_have[FA_SECAGG_MAX_CLIENTS];
     uint8_t *sharekeys; /* the ShareKeys message, kept so a retry sends the same bytes */
     size_t sharekeys_len;
     /* input */
@@ -128,6 +131,8 @@ void fa_secagg_client_del(fa_secagg_client *c)
         sodium_free(c->sec);
     if (c->held)
         sodium_free(c->held);
+    if (c->ck)
+        sodium_free(c->ck);
     free(c->peers);
     free(c->sharekeys);
     fa_sa_roster_free(&c->roster);
@@ -431,11 +436,30 @@ out:
 
 /* ---- round 1: ShareKeys ------------------------------------------------------- */
 
-/* XChaCha20-Poly1305 key of the shares between me and peer j. */
-static int share_key(const fa_secagg_client *c, size_t j, uint8_t key[32])
+/* XChaCha20-Poly1305 key of the shares between me and peer j (the same in
+ * both directions: the agreement and the KDF are symmetric). */
+static int share_key(fa_secagg_client *c, size_t j, uint8_t key[32])
 {
-    return fa_sa_agree(key, 32, FA_KDF_SHARE_ENC, &c->cfg, c->sec->c_sk, c->self.c_pk, c->id,
-                       c->peers[j].c_pk, c->peers[j].id);
+    int rc;
+    if (c->ck && c->ck_have[j]) {
+        memcpy(key, c->ck + j * 32, 32);
+        return 0;
+    }
+    rc = fa_sa_agree(key, 32, FA_KDF_SHARE_ENC, &c->cfg, c->sec->c_sk, c->self.c_pk, c->id,
+                     c->peers[j].c_pk, c->peers[j].id);
+    if (rc == 0 && c->ck) {
+        memcpy(c->ck + j * 32, key, 32);
+        c->ck_have[j] = 1;
+    }
+    return rc;
+}
+
+static void share_keys_forget(fa_secagg_client *c)
+{
+    if (c->ck)
+        sodium_free(c->ck); /* wipes */
+    c->ck = NULL;
+    memset(c->ck_have, 0, sizeof(c->ck_have));
 }
 
 int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_len,
@@ -461,6 +485,8 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
     nc = fa_sa_graph_closed(&c->graph, (size_t)c->me, closed);
     for (size_t i = 0; i < nc; i++)
         xs[i] = (uint8_t)(closed[i] + 1);
+    if (!c->ck && (c->ck = sodium_malloc(c->n1 * 32)) != NULL)
+        memset(c->ck_have, 0, sizeof(c->ck_have));
     shares_b = sodium_malloc(nc * 32);
     shares_s = sodium_malloc(nc * 32);
     plain = sodium_malloc(FA_SA_SHARE_PLAIN);
@@ -624,6 +650,7 @@ int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
     memcpy(c->held, held, c->n1 * 64);
     memcpy(c->in_u2, got, sizeof(got));
     c->phase = CP_GOT_SHARES;
+    share_keys_forget(c);
 out:
     if (held)
         sodium_free(held);

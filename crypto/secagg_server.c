@@ -924,17 +924,15 @@ out:
     return rc;
 }
 
-/* Combines the first shamir_t shares of `kind` revealed for owner j by U5. */
+/* Combines the first shamir_t shares of `kind` revealed for owner j by U5;
+ * shares is secure scratch of FA_SECAGG_MAX_CLIENTS * 32 bytes. */
 static int reconstruct(const fa_secagg_server *s, size_t j, int kind, uint8_t secret[32],
-                       size_t *have)
+                       uint8_t *shares, size_t *have)
 {
     uint8_t xs[FA_SECAGG_MAX_CLIENTS];
-    uint8_t *shares = sodium_malloc(FA_SECAGG_MAX_CLIENTS * 32);
     size_t n = 0, t = s->graph.shamir_t;
     int rc;
 
-    if (!shares)
-        return FA_ERR_NOMEM;
     for (size_t i = 0; i < s->n1 && n < t; i++) {
         if (!(s->cl[s->u1[i]].flags & CF_UNMASKED) || s->rev_kind[i * s->n1 + j] != kind)
             continue;
@@ -944,7 +942,7 @@ static int reconstruct(const fa_secagg_server *s, size_t j, int kind, uint8_t se
     }
     *have = n;
     rc = n < t ? FA_ERR_THRESHOLD : fa_shamir_combine(secret, xs, shares, t);
-    sodium_free(shares);
+    sodium_memzero(shares, n * 32);
     return rc;
 }
 
@@ -988,7 +986,7 @@ static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t
 static int close_unmask(fa_secagg_server *s, fa_error *err)
 {
     struct mask_key *keys = NULL;
-    uint8_t *secret = NULL;
+    uint8_t *secret = NULL, *scratch = NULL;
     size_t nkeys = 0, cap = 0, have;
     int rc = 0;
 
@@ -1002,7 +1000,8 @@ static int close_unmask(fa_secagg_server *s, fa_error *err)
     }
     keys = sodium_malloc((cap ? cap : 1) * sizeof(*keys));
     secret = sodium_malloc(32);
-    if (!keys || !secret) {
+    scratch = sodium_malloc(FA_SECAGG_MAX_CLIENTS * 32);
+    if (!keys || !secret || !scratch) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "unmask: out of memory");
         goto out;
     }
@@ -1011,7 +1010,7 @@ static int close_unmask(fa_secagg_server *s, fa_error *err)
         const fa_sa_peer *pj = &s->cl[rj].adv;
         if (u3_member(s, rj)) {
             uint8_t commit[32];
-            rc = reconstruct(s, j, REV_B, secret, &have);
+            rc = reconstruct(s, j, REV_B, secret, scratch, &have);
             if (rc == FA_ERR_THRESHOLD) {
                 rc = fa_errorf(err, rc,
                                "unmask: only %zu shares of survivor '%s''s self-mask seed, %u "
@@ -1039,7 +1038,7 @@ static int close_unmask(fa_secagg_server *s, fa_error *err)
                 needed |= u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
             if (!needed)
                 continue;
-            rc = reconstruct(s, j, REV_S, secret, &have);
+            rc = reconstruct(s, j, REV_S, secret, scratch, &have);
             if (rc == FA_ERR_THRESHOLD) {
                 rc = fa_errorf(err, rc,
                                "unmask: only %zu shares of dropout '%s''s mask key, %u needed",
@@ -1082,6 +1081,8 @@ out:
         sodium_free(keys);
     if (secret)
         sodium_free(secret);
+    if (scratch)
+        sodium_free(scratch);
     return rc;
 }
 

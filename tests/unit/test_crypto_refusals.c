@@ -445,7 +445,7 @@ static void test_server_share_refusals(void **state)
 static void test_server_masked_refusals(void **state)
 {
     struct fx *x = fx_new();
-    uint8_t bad[64];
+    uint8_t bad[128];
     fa_error e;
     fx_to(x, 2);
     /* nothing in flight: no chunk, end or abort */
