@@ -76,6 +76,7 @@ struct fa_fed {
     uint32_t eval_every;
     double eval_accuracy, eval_loss;
     int have_eval;
+    uint64_t eval_version; /* the version eval_accuracy is of */
 
     /* The round in flight. */
     uint64_t round;
@@ -621,7 +622,8 @@ static void evaluate(fa_fed *f)
     fa_mlp_eval ev;
     fa_error err;
 
-    if (!f->eval_net || (f->eval_every > 1 && f->cur.version % f->eval_every != 0))
+    if (!f->eval_net || (f->eval_every > 1 && f->cur.version % f->eval_every != 0) ||
+        (f->have_eval && f->eval_version == f->cur.version))
         return;
     fa_error_clear(&err);
     if (fa_mlp_set_params(f->eval_net, f->params, &err) != 0 ||
@@ -631,6 +633,7 @@ static void evaluate(fa_fed *f)
     }
     f->eval_accuracy = ev.accuracy;
     f->eval_loss = ev.mean_loss;
+    f->eval_version = f->cur.version;
     f->have_eval = 1;
     fa_log(FA_LOG_INFO, "global model evaluated",
            "version=%" PRIu64 " accuracy=%.4f loss=%.4f examples=%u", f->cur.version, ev.accuracy,
@@ -955,6 +958,10 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
 
     if (kind < 0 || kind >= N_KINDS || kind == FA_FED_MASKED)
         return reply_error(f, reply, 400, FA_ERR_INVAL, "not a message phase");
+    /* A retried unmask of the round that just completed: its result stands. */
+    if (kind == FA_FED_UNMASK && f->last_result && round == f->last_round &&
+        attempt == f->last_attempt && find_region(f, region))
+        return 0;
     rc = check_position(f, kind, region, round, attempt, reply);
     if (rc != 0)
         return rc;
@@ -1683,6 +1690,13 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         }
         if (rc == 0) {
             f->rounds_completed++;
+            count_outcome(f, "completed");
+            fa_log(FA_LOG_INFO, "round completed",
+                   "round=%" PRIu64 " attempt=%u version=%" PRIu64 " participants=%zu dropped=%zu "
+                   "repaired=1",
+                   f->round, f->attempt, f->cur.version, fa_secagg_server_survivor_count(f->sa),
+                   fa_secagg_server_dropout_count(f->sa));
+            evaluate(f);
             rc = open_next_round(f, now_ms, err);
         }
         fedagg__round_state__free_unpacked(st, NULL);
@@ -1696,18 +1710,26 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         fedagg__round_state__free_unpacked(st, NULL);
         return rc;
     }
-    if (st->phase == FEDAGG__PHASE__PHASE_DONE) {
-        /* Either finished (rounds limit) or the commit never happened: a
-         * DONE state with an unchanged model means the round's result was
-         * lost before its commit; run the attempt again. */
+    if (st->phase == FEDAGG__PHASE__PHASE_DONE && st->secagg_server.len == 0) {
+        /* The configured rounds were done. */
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         fedagg__round_state__free_unpacked(st, NULL);
-        if (f->rounds_limit && f->rounds_completed >= f->rounds_limit) {
-            fa_log(FA_LOG_INFO, "federation already finished", "rounds=%" PRIu64,
-                   f->rounds_completed);
-            return 0;
-        }
-        return open_attempt(f, f->round, f->attempt + 1, now_ms, err);
+        fa_log(FA_LOG_INFO, "federation already finished", "rounds=%" PRIu64, f->rounds_completed);
+        return 0;
+    }
+    if (st->phase == FEDAGG__PHASE__PHASE_DONE) {
+        /* The sum was unmasked and saved, but the new model was never
+         * committed: finish the round from the saved result. */
+        int committed = 0;
+        rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len,
+                                      &f->sa_cfg, f->members, f->n_regions, err);
+        fedagg__round_state__free_unpacked(st, NULL);
+        if (rc != 0)
+            return fa_error_prefix(err, rc, "%s", f->state_path);
+        f->phase = FEDAGG__PHASE__PHASE_DONE;
+        fa_log(FA_LOG_WARN, "completing the round whose result was saved but not committed",
+               "round=%" PRIu64 " attempt=%u", f->round, f->attempt);
+        return finish_round(f, now_ms, &committed, err);
     }
     if (st->phase == FEDAGG__PHASE__PHASE_ADVERTISE || st->secagg_server.len == 0) {
         uint64_t r = st->round;
@@ -1919,8 +1941,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     rc = restore_round(f, now_ms, err);
     if (rc != 0)
         goto fail;
-    if (f->cur.version > 0 || f->have_eval == 0)
-        evaluate(f);
+    evaluate(f);
     update_gauges(f);
     *out = f;
     return 0;

@@ -76,14 +76,20 @@ check_audit_and_versions() {
     "$FA_BIN/fedagg" audit verify "$D/state/audit.log" --pubkey "$D/keys/aggregator.pub" \
         --config "$D/aggregator.textproto" >"$D/logs/audit-verify.log" 2>&1 ||
         fail "audit verify: $(cat "$D/logs/audit-verify.log")"
-    local versions
-    versions=$(grep -o 'msg="round completed".* version=[0-9]*' "$D/logs/aggregator.log" |
-        sed 's/.* version=//' | tr '\n' ' ')
-    local expect=1
-    for v in $versions; do
-        [ "$v" = "$expect" ] || fail "model versions not contiguous: $versions"
-        expect=$((expect + 1))
-    done
+    # Versions from the audit log itself: 0 -> 1 -> 2 ..., no gap, no
+    # duplicate, each record's previous model the one before it.
+    "$FA_BIN/fedagg" audit show "$D/state/audit.log" --json >"$D/logs/audit-show.jsonl" ||
+        fail "audit show failed"
+    python3 - "$D/logs/audit-show.jsonl" <<'PY' || fail "model versions not contiguous"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+prev = 0
+for r in recs:
+    pv, nv = r["prev_version"], r["new_version"]
+    assert pv == prev and nv == prev + 1, f"record {r['index']}: {pv} -> {nv} after {prev}"
+    prev = nv
+print(f"{len(recs)} records, versions 1..{prev} contiguous")
+PY
 }
 
 # wait_count FILE PATTERN N TIMEOUT_S : waits until PATTERN matches N lines.
