@@ -513,6 +513,12 @@ static int cmd_check_proof(struct opts *o)
                 pk = o->keys[k].pk;
         if (!pk)
             continue;
+        if (c->signature.len == 0) {
+            printf("region %s: upload commitment unsigned (it dropped out after uploading, "
+                   "before the consistency check)\n",
+                   c->region);
+            continue;
+        }
         if (c->signature.len == 64 && c->upload_sha256.len == 32 &&
             fa_secagg_commitment_verify(r->federation_id, r->round, r->attempt, c->region,
                                         c->upload_sha256.data, c->signature.data, pk) == 0) {
