@@ -86,8 +86,7 @@ static double expand_seconds(const uint32_t *in, uint64_t d, size_t n)
 }
 
 /* A client of an n-client federation brought to the masked phase. */
-static fa_secagg_client *client_ready(size_t n, const fa_secagg_config *cfg, th_fed *f,
-                                      th_rng *rr)
+static fa_secagg_client *client_ready(size_t n, const fa_secagg_config *cfg, th_fed *f, th_rng *rr)
 {
     fa_secagg_rng rng = {th_rng_fill, rr};
     fa_secagg_server *s = NULL;
@@ -175,8 +174,7 @@ int fa_bench_mask(int argc, char **argv)
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else {
-            fprintf(stderr,
-                    "usage: fedagg-bench mask [--d N] [--n 4,16] [--reps R]\n%s\n",
+            fprintf(stderr, "usage: fedagg-bench mask [--d N] [--n 4,16] [--reps R]\n%s\n",
                     fa_bench_mask_help);
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }

@@ -54,14 +54,14 @@ struct timing {
     do {                                                                                           \
         int rc_ = (expr);                                                                          \
         if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "fedagg-bench secagg: %s: %s\n", #expr, fa_error_msg(&err, rc_));     \
+            fprintf(stderr, "fedagg-bench secagg: %s: %s\n", #expr, fa_error_msg(&err, rc_));      \
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
 
 /* One round; clients i with drop[i] leave after round 1. */
-static int run_round(const th_fed *f, const fa_secagg_config *cfg, float *const *x,
-                     const double *w, const int *drop, float *avg, struct timing *tm)
+static int run_round(const th_fed *f, const fa_secagg_config *cfg, float *const *x, const double *w,
+                     const int *drop, float *avg, struct timing *tm)
 {
     size_t n = f->n;
     fa_secagg_server *s = NULL;
@@ -195,8 +195,8 @@ static void scale(float *y, float a, uint64_t d)
         y[j] *= a;
 }
 
-static double plain_seconds(float *const *x, const double *w, const int *drop, size_t n,
-                            uint64_t d, float *avg)
+static double plain_seconds(float *const *x, const double *w, const int *drop, size_t n, uint64_t d,
+                            float *avg)
 {
     double t0 = cpu_now(), wsum = 0;
     memset(avg, 0, d * sizeof(float));
@@ -300,12 +300,13 @@ static int bench_rounds(size_t n, uint64_t d, int reps)
                "\"max_abs_error\":%.2e}\n",
                n, (unsigned long long)d, fractions[fi], best.survivors, cfg.ring_bits, best.total,
                t_plain, best.total / t_plain, maxerr);
-        printf("{\"bench\":\"secagg\",\"what\":\"server_sum\",\"n\":%zu,\"d\":%llu,\"dropout\":%.2f,"
-               "\"bytes\":%llu,\"cpu_seconds\":%.4f,\"gbytes_per_s\":%.3f,\"ref\":\"memcpy\","
-               "\"ref_gbytes_per_s\":%.3f,\"ratio\":%.3f}\n",
-               n, (unsigned long long)d, fractions[fi], (unsigned long long)best.upload_bytes,
-               best.server_sum, best.upload_bytes / best.server_sum / 1e9,
-               best.upload_bytes / t_mc_sum / 1e9, t_mc_sum / best.server_sum);
+        printf(
+            "{\"bench\":\"secagg\",\"what\":\"server_sum\",\"n\":%zu,\"d\":%llu,\"dropout\":%.2f,"
+            "\"bytes\":%llu,\"cpu_seconds\":%.4f,\"gbytes_per_s\":%.3f,\"ref\":\"memcpy\","
+            "\"ref_gbytes_per_s\":%.3f,\"ratio\":%.3f}\n",
+            n, (unsigned long long)d, fractions[fi], (unsigned long long)best.upload_bytes,
+            best.server_sum, best.upload_bytes / best.server_sum / 1e9,
+            best.upload_bytes / t_mc_sum / 1e9, t_mc_sum / best.server_sum);
         printf("{\"bench\":\"secagg\",\"what\":\"server_unmask\",\"n\":%zu,\"d\":%llu,"
                "\"dropout\":%.2f,\"masks\":%zu,\"mask_bytes\":%llu,\"cpu_seconds\":%.4f,"
                "\"gbytes_per_s\":%.3f,\"ref\":\"memcpy\",\"ref_gbytes_per_s\":%.3f,"

@@ -72,8 +72,7 @@ static int decode32(const uint8_t *text, size_t len, uint8_t out[32])
         return -1;
     memcpy(buf, text, len);
     buf[len] = '\0';
-    rc = sodium_base642bin(out, 32, buf, len, NULL, &bin_len, &end,
-                           sodium_base64_VARIANT_ORIGINAL);
+    rc = sodium_base642bin(out, 32, buf, len, NULL, &bin_len, &end, sodium_base64_VARIANT_ORIGINAL);
     if (rc == 0 && (bin_len != 32 || end != buf + len))
         rc = -1;
     sodium_memzero(buf, sizeof(buf));

@@ -13,11 +13,11 @@
 #include <stdint.h>
 
 /* Purposes (they are part of every derived key's HKDF info). */
-#define FA_KDF_PAIR_MASK "pair-mask"       /* s_uv -> AES-128 key of the pairwise mask */
-#define FA_KDF_SHARE_ENC "share-enc"       /* c agreement -> XChaCha20-Poly1305 key */
-#define FA_KDF_SELF_MASK "self-mask"       /* b_u -> AES-128 key of the self mask */
-#define FA_KDF_ROUNDING "rounding"         /* rounding seed -> AES-128 key */
-#define FA_KDF_CLIENT_STATE "client-state" /* identity seed -> saved-state key */
+#define FA_KDF_PAIR_MASK "pair-mask"         /* s_uv -> AES-128 key of the pairwise mask */
+#define FA_KDF_SHARE_ENC "share-enc"         /* c agreement -> XChaCha20-Poly1305 key */
+#define FA_KDF_SELF_MASK "self-mask"         /* b_u -> AES-128 key of the self mask */
+#define FA_KDF_ROUNDING "rounding"           /* rounding seed -> AES-128 key */
+#define FA_KDF_CLIENT_STATE "client-state"   /* identity seed -> saved-state key */
 #define FA_KDF_INPUT_BINDING "input-binding" /* rounding seed -> GMAC key of the input */
 
 /* RFC 5869: HKDF-Extract(salt, ikm) then HKDF-Expand(prk, info, out_len).

@@ -45,7 +45,7 @@
 #include "common/fa_err.h"
 
 #define FA_SECAGG_MAX_CLIENTS 255
-#define FA_SECAGG_MAX_ID_LEN 63      /* bytes of a client id, [a-z0-9-] recommended */
+#define FA_SECAGG_MAX_ID_LEN 63        /* bytes of a client id, [a-z0-9-] recommended */
 #define FA_SECAGG_IDENTITY_PK_BYTES 32 /* Ed25519 public key */
 #define FA_SECAGG_IDENTITY_SK_BYTES 32 /* Ed25519 seed (see crypto/identity.h) */
 #define FA_SECAGG_SHA256_BYTES 32
@@ -64,10 +64,10 @@ enum fa_secagg_clip {
  * quantiser's range).  The weight coordinate covers [0, 1] with the same
  * number of steps, so it needs no extra ring bits. */
 typedef struct fa_secagg_quant {
-    uint32_t bits;        /* b, 2..24 */
-    int clip_mode;        /* enum fa_secagg_clip */
-    double clip_l2_norm;  /* > 0 for CLIP_L2 and CLIP_BOTH */
-    double clip_value;    /* > 0 */
+    uint32_t bits;       /* b, 2..24 */
+    int clip_mode;       /* enum fa_secagg_clip */
+    double clip_l2_norm; /* > 0 for CLIP_L2 and CLIP_BOTH */
+    double clip_value;   /* > 0 */
 } fa_secagg_quant;
 
 /* Parameters of one round attempt; client and server must agree on all of
@@ -75,12 +75,12 @@ typedef struct fa_secagg_quant {
 typedef struct fa_secagg_config {
     const char *federation_id; /* domain separation of every key and signature; copied */
     uint64_t round;
-    uint32_t attempt;          /* fresh keys and seeds for every attempt */
-    uint32_t threshold;        /* t: fewest clients at every phase; Shamir threshold */
-    uint32_t neighbours;       /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
-    uint64_t vector_len;       /* ring coordinates of one upload: num_params + 1 (weight) */
-    uint32_t ring_bits;        /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
-    fa_secagg_quant quant;     /* for float inputs and fa_secagg_server_result_f32 */
+    uint32_t attempt;               /* fresh keys and seeds for every attempt */
+    uint32_t threshold;             /* t: fewest clients at every phase; Shamir threshold */
+    uint32_t neighbours;            /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
+    uint64_t vector_len;            /* ring coordinates of one upload: num_params + 1 (weight) */
+    uint32_t ring_bits;             /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
+    fa_secagg_quant quant;          /* for float inputs and fa_secagg_server_result_f32 */
     uint32_t max_uploads_in_flight; /* server: concurrent masked uploads, 0 = 4 (see below) */
 } fa_secagg_config;
 
@@ -154,15 +154,14 @@ typedef struct fa_secagg_client fa_secagg_client;
  * FA_ERR_NOMEM or FA_ERR_CRYPTO. */
 int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
                          const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],
-                         const char *client_id, const fa_secagg_member *members,
-                         size_t n_members, const fa_secagg_rng *rng, fa_error *err);
+                         const char *client_id, const fa_secagg_member *members, size_t n_members,
+                         const fa_secagg_rng *rng, fa_error *err);
 
 /* Wipes every secret and frees the client.  NULL is a no-op. */
 void fa_secagg_client_del(fa_secagg_client *c);
 
 /* Round 0: the signed AdvertiseKeys message.  Returns 0 or FA_ERR_NOMEM. */
-int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_len,
-                               fa_error *err);
+int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err);
 
 /* Round 0 result: the PeerList U1.  Checks round and attempt (FA_ERR_REPLAY),
  * threshold, neighbours, ring bits and vector length against the client's
@@ -171,29 +170,28 @@ int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_l
  * unchanged, has distinct keys, every signature verifies (FA_ERR_VERIFY),
  * and |U1| >= t (FA_ERR_THRESHOLD).  FA_ERR_PARSE for undecodable bytes,
  * FA_ERR_STATE when called twice or out of order. */
-int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len,
-                               uint64_t now_ms, fa_error *err);
+int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
+                               fa_error *err);
 
 /* Round 1: t-of-n Shamir shares of b_u and s_sk_u, one XChaCha20-Poly1305
  * ciphertext per peer (per neighbour with SecAgg+), as ShareKeys.
  * Returns 0, FA_ERR_STATE (no PeerList yet), FA_ERR_CRYPTO or FA_ERR_NOMEM. */
-int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_len,
-                                fa_error *err);
+int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err);
 
 /* Round 1 result: the SharesForYou from U2.  Decrypts and checks every
  * ciphertext (FA_ERR_VERIFY), refuses senders outside U1 or not neighbours,
  * duplicates, wrong lengths (FA_ERR_PROTOCOL), and fewer than t clients
  * (FA_ERR_THRESHOLD). */
-int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
-                            uint64_t now_ms, fa_error *err);
+int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
+                            fa_error *err);
 
 /* The update as floats: x[0..d) with d = vector_len - 1, and the region's
  * weight w in [0, 1].  The client encodes w * clip(x) and w with the codec of
  * cfg->quant.  x is borrowed: it must stay valid and unchanged until the
  * masked stream is complete.  Returns 0, FA_ERR_INVAL (wrong length,
  * non-finite value: the index is named) or FA_ERR_STATE (see below). */
-int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d,
-                                   double weight, fa_error *err);
+int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d, double weight,
+                                   fa_error *err);
 
 /* The update already quantised: vector_len ring elements (only their low
  * ring_bits bits count), the weight coordinate included where the caller
@@ -216,8 +214,7 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
  * it is the region's own update and must never leave the region.
  * Returns 0, FA_ERR_STATE (no input set), FA_ERR_INVAL (n wrong),
  * FA_ERR_NOMEM or FA_ERR_CRYPTO. */
-int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t n,
-                                fa_error *err);
+int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t n, fa_error *err);
 
 /* Restarts the masked stream at byte 0. */
 int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err);
@@ -236,8 +233,8 @@ int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
  * one without this client, or with clients outside U2 (FA_ERR_PROTOCOL), and
  * a different U3 than an earlier call (FA_ERR_PROTOCOL).  FA_ERR_STATE
  * before the whole masked stream was produced. */
-int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len,
-                               uint64_t now_ms, uint8_t **out, size_t *out_len, fa_error *err);
+int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
+                               uint8_t **out, size_t *out_len, fa_error *err);
 
 /* Round 3 result -> round 4: consumes the SurvivorSignatures of U4 (every
  * signature must verify over this client's U3: FA_ERR_VERIFY; |U4| >= t:
@@ -259,8 +256,7 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
  * input with FA_ERR_STATE ("abandon this attempt").  Save after setting the
  * input and before sending the first masked byte.  The input itself is not
  * saved (the caller keeps it, e.g. as a file in state_dir). */
-int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len,
-                          fa_error *err);
+int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err);
 int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t len,
                              const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],
                              const fa_secagg_member *members, size_t n_members,
@@ -300,11 +296,11 @@ int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
 void fa_secagg_server_del(fa_secagg_server *s);
 
 typedef struct fa_secagg_server_status {
-    int phase;               /* enum fa_secagg_phase */
-    uint32_t expected;       /* clients that may still answer in this phase */
-    uint32_t received;       /* clients that answered (uploads completed) */
-    uint32_t in_flight;      /* masked uploads begun and not ended */
-    uint64_t phase_opened_ms;/* timestamp of the call that opened the phase */
+    int phase;                /* enum fa_secagg_phase */
+    uint32_t expected;        /* clients that may still answer in this phase */
+    uint32_t received;        /* clients that answered (uploads completed) */
+    uint32_t in_flight;       /* masked uploads begun and not ended */
+    uint64_t phase_opened_ms; /* timestamp of the call that opened the phase */
 } fa_secagg_server_status;
 
 void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_status *st);
@@ -371,18 +367,17 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
                                 size_t *out_len, fa_error *err);
 int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
                                    fa_error *err);
-int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **out,
-                                         size_t *out_len, fa_error *err);
+int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                                         fa_error *err);
 
 /* The result (phase DONE).  result_ring: the vector_len ring elements of the
  * sum of the survivors' inputs, mod 2^k.  result_f32: decodes that sum with
  * cfg->quant: out[i] = (sum of w_u * x_u[i]) / (sum of w_u) for the d =
  * vector_len - 1 float coordinates; *weight_sum (may be NULL) receives the
  * decoded sum of the weights.  FA_ERR_RANGE when the weights sum to zero. */
-int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n,
-                                 fa_error *err);
-int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d,
-                                double *weight_sum, fa_error *err);
+int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n, fa_error *err);
+int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d, double *weight_sum,
+                                fa_error *err);
 
 /* The participants: clients of U3 (inputs in the sum) and the dropouts
  * (advertised, i.e. in U1, but not in U3), both sorted.  Valid from phase
@@ -406,8 +401,7 @@ int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char 
  * secret beyond the shares revealed in round 4, which exist to be combined.
  * fa_secagg_server_restore checks the blob (FA_ERR_CORRUPT) and the config
  * and members it was made with (FA_ERR_INVAL on a mismatch). */
-int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
-                          fa_error *err);
+int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len, fa_error *err);
 int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t len,
                              const fa_secagg_config *cfg, const fa_secagg_member *members,
                              size_t n_members, fa_error *err);

@@ -20,12 +20,12 @@
 
 /* Where the client is.  Each consumed server message moves it one step. */
 enum {
-    CP_CREATED = 0,     /* keys drawn, AdvertiseKeys ready (round 0) */
-    CP_PEERS = 1,       /* PeerList U1 accepted */
-    CP_SHARED = 2,      /* ShareKeys produced (round 1) */
-    CP_GOT_SHARES = 3,  /* SharesForYou accepted: may stream the masked input (round 2) */
-    CP_SURVIVORS = 4,   /* U3 accepted, SignedSurvivors produced (round 3) */
-    CP_UNMASKED = 5,    /* UnmaskShares produced (round 4) */
+    CP_CREATED = 0,    /* keys drawn, AdvertiseKeys ready (round 0) */
+    CP_PEERS = 1,      /* PeerList U1 accepted */
+    CP_SHARED = 2,     /* ShareKeys produced (round 1) */
+    CP_GOT_SHARES = 3, /* SharesForYou accepted: may stream the masked input (round 2) */
+    CP_SURVIVORS = 4,  /* U3 accepted, SignedSurvivors produced (round 3) */
+    CP_UNMASKED = 5,   /* UnmaskShares produced (round 4) */
 };
 
 enum { REV_NONE = 0, REV_B = 1, REV_S = 2 };
@@ -63,7 +63,7 @@ struct fa_secagg_client {
     char id[FA_SA_ID_CAP];
     fa_secagg_rng rng;
     struct client_secrets *sec;
-    fa_sa_peer self;   /* own advertisement */
+    fa_sa_peer self; /* own advertisement */
     int phase;
     /* U1 */
     size_t n1;
@@ -73,15 +73,15 @@ struct fa_secagg_client {
     uint8_t in_u2[FA_SECAGG_MAX_CLIENTS]; /* sent us shares (U2 as seen here; me included) */
     uint8_t in_u3[FA_SECAGG_MAX_CLIENTS];
     uint8_t revealed[FA_SECAGG_MAX_CLIENTS]; /* REV_* per owner, once round 4 ran */
-    uint8_t *held;     /* sodium_malloc, n1 * 64: share of b_j || share of s_sk_j we hold */
-    uint8_t *ck;       /* sodium_malloc, n1 * 32: share-encryption keys from round 1, kept
-                          for decrypting in round 2 (not saved: recomputed after a restore) */
+    uint8_t *held; /* sodium_malloc, n1 * 64: share of b_j || share of s_sk_j we hold */
+    uint8_t *ck;   /* sodium_malloc, n1 * 32: share-encryption keys from round 1, kept
+                      for decrypting in round 2 (not saved: recomputed after a restore) */
     uint8_t ck_have[FA_SECAGG_MAX_CLIENTS];
     uint8_t *sharekeys; /* the ShareKeys message, kept so a retry sends the same bytes */
     size_t sharekeys_len;
     /* input */
     int input_kind;
-    int input_bound;   /* x or q is set in this process */
+    int input_bound; /* x or q is set in this process */
     const float *xf;
     const uint32_t *xq;
     double weight;
@@ -96,8 +96,8 @@ struct fa_secagg_client {
 
 static const char *client_phase_name(int p)
 {
-    static const char *names[] = {"created", "peer list received", "shares sent",
-                                  "shares received", "survivors signed", "unmasked"};
+    static const char *names[] = {"created",         "peer list received", "shares sent",
+                                  "shares received", "survivors signed",   "unmasked"};
     return p >= 0 && p <= CP_UNMASKED ? names[p] : "?";
 }
 
@@ -143,8 +143,8 @@ void fa_secagg_client_del(fa_secagg_client *c)
 /* The parts of new and restore before any key is drawn or loaded. */
 static int client_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
                         const uint8_t identity_sk[32], const char *client_id,
-                        const fa_secagg_member *members, size_t n_members,
-                        const fa_secagg_rng *rng, fa_error *err)
+                        const fa_secagg_member *members, size_t n_members, const fa_secagg_rng *rng,
+                        fa_error *err)
 {
     fa_secagg_client *c;
     uint8_t pk[32];
@@ -190,8 +190,8 @@ fail:
 
 int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
                          const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],
-                         const char *client_id, const fa_secagg_member *members,
-                         size_t n_members, const fa_secagg_rng *rng, fa_error *err)
+                         const char *client_id, const fa_secagg_member *members, size_t n_members,
+                         const fa_secagg_rng *rng, fa_error *err)
 {
     fa_secagg_client *c;
     uint8_t *sm = NULL;
@@ -245,8 +245,7 @@ static int check_round(const fa_secagg_client *c, uint64_t round, uint32_t attem
     return 0;
 }
 
-static int check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
-                       fa_error *err)
+static int check_phase(const fa_secagg_client *c, int lo, int hi, const char *what, fa_error *err)
 {
     if (c->phase < lo || c->phase > hi)
         return fa_errorf(err, FA_ERR_STATE, "%s for '%s': not now (the client is at: %s)", what,
@@ -272,8 +271,7 @@ static int peer_find(const fa_secagg_client *c, const char *id)
 
 /* ---- round 0 ----------------------------------------------------------------- */
 
-int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_len,
-                               fa_error *err)
+int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err)
 {
     Fedagg__AdvertiseKeys m = FEDAGG__ADVERTISE_KEYS__INIT;
     int rc;
@@ -294,8 +292,8 @@ int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_l
 
 /* Round 1 of the paper begins by checking the PeerList: |U1| >= t, every
  * signature, distinct keys. */
-int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len,
-                               uint64_t now_ms, fa_error *err)
+int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
+                               fa_error *err)
 {
     Fedagg__PeerList *m = NULL;
     fa_sa_peer *peers = NULL;
@@ -319,9 +317,8 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
                        "ring bits %u, length %llu; this client is configured with %u, %u, %u, "
                        "%llu",
                        c->id, m->threshold, m->neighbours, m->ring_bits,
-                       (unsigned long long)m->vector_len, c->cfg.c.threshold,
-                       c->cfg.c.neighbours, c->cfg.c.ring_bits,
-                       (unsigned long long)c->cfg.c.vector_len);
+                       (unsigned long long)m->vector_len, c->cfg.c.threshold, c->cfg.c.neighbours,
+                       c->cfg.c.ring_bits, (unsigned long long)c->cfg.c.vector_len);
         goto out;
     }
     if (m->n_peers < c->cfg.c.threshold) {
@@ -346,8 +343,8 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
         int r = fa_sa_roster_find(&c->roster, a->client_id);
         if (r < 0) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                           "PeerList for '%s': peer %zu '%s' is not a federation member", c->id,
-                           i, a->client_id);
+                           "PeerList for '%s': peer %zu '%s' is not a federation member", c->id, i,
+                           a->client_id);
             goto out;
         }
         if (i > 0 && strcmp(peers[i - 1].id, a->client_id) >= 0) {
@@ -462,8 +459,7 @@ static void share_keys_forget(fa_secagg_client *c)
     memset(c->ck_have, 0, sizeof(c->ck_have));
 }
 
-int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_len,
-                                fa_error *err)
+int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err)
 {
     Fedagg__ShareKeys m = FEDAGG__SHARE_KEYS__INIT;
     Fedagg__EncryptedShare *es = NULL, **ptrs = NULL;
@@ -748,8 +744,8 @@ int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d
     if (!isfinite(norm))
         for (size_t i = 0; i < d; i++)
             if (!isfinite(x[i]))
-                return fa_errorf(err, FA_ERR_INVAL, "secagg input for '%s': value %zu is %g",
-                                 c->id, i, (double)x[i]);
+                return fa_errorf(err, FA_ERR_INVAL, "secagg input for '%s': value %zu is %g", c->id,
+                                 i, (double)x[i]);
     codec.pre = 1.0;
     if (q->clip_mode != FA_SECAGG_CLIP_COORDINATE && norm > q->clip_l2_norm)
         codec.pre = q->clip_l2_norm / norm;
@@ -766,16 +762,16 @@ int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d
     return 0;
 }
 
-int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size_t n,
-                                    fa_error *err)
+int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size_t n, fa_error *err)
 {
     uint8_t sha[32];
     int rc;
     if ((rc = check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
         return rc;
     if (n != c->cfg.c.vector_len)
-        return fa_errorf(err, FA_ERR_INVAL, "secagg input for '%s': %zu ring elements, expected %llu",
-                         c->id, n, (unsigned long long)c->cfg.c.vector_len);
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "secagg input for '%s': %zu ring elements, expected %llu", c->id, n,
+                         (unsigned long long)c->cfg.c.vector_len);
     if ((rc = input_hash(c, INPUT_RING, q, n, 0.0, sha)) != 0)
         return fa_errorf(err, rc, "secagg input: out of memory");
     if ((rc = bind_input(c, INPUT_RING, sha, err)) != 0)
@@ -808,8 +804,8 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
     st->pending = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
     st->sha = EVP_MD_CTX_new();
     key = sodium_malloc(16);
-    if (!st->prg || !st->sign || !st->acc || !st->scratch || !st->rnd || !st->pending ||
-        !st->sha || !key) {
+    if (!st->prg || !st->sign || !st->acc || !st->scratch || !st->rnd || !st->pending || !st->sha ||
+        !key) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg masked stream: out of memory");
         goto out;
     }
@@ -821,11 +817,10 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
     st->nprg = 1;
     /* p_uv = Delta_uv * PRG(s_uv) for every v of U2 (neighbours with SecAgg+) */
     for (size_t v = 0; v < c->n1; v++) {
-        if ((int)v == c->me || !c->in_u2[v] ||
-            !fa_sa_graph_adjacent(&c->graph, (size_t)c->me, v))
+        if ((int)v == c->me || !c->in_u2[v] || !fa_sa_graph_adjacent(&c->graph, (size_t)c->me, v))
             continue;
-        if ((rc = fa_sa_agree(key, 16, FA_KDF_PAIR_MASK, &c->cfg, c->sec->s_sk, c->self.s_pk,
-                              c->id, c->peers[v].s_pk, c->peers[v].id)) != 0 ||
+        if ((rc = fa_sa_agree(key, 16, FA_KDF_PAIR_MASK, &c->cfg, c->sec->s_sk, c->self.s_pk, c->id,
+                              c->peers[v].s_pk, c->peers[v].id)) != 0 ||
             (rc = fa_prg_init(&st->prg[st->nprg], key, 0)) != 0)
             goto crypto;
         st->sign[st->nprg++] = fa_sa_pair_sign(c->id, c->peers[v].id);
@@ -867,8 +862,8 @@ static int stream_block(fa_secagg_client *c)
             return rc;
         fa_codec_encode(&c->codec, c->xf + pos, mf, st->rnd, st->acc);
         if (pos + m > d) /* the weight coordinate */
-            st->acc[d - pos] = (uint32_t)fa_codec_round(c->weight * c->codec.qmax,
-                                                        st->rnd[d - pos], c->codec.qmax);
+            st->acc[d - pos] = (uint32_t)fa_codec_round(c->weight * c->codec.qmax, st->rnd[d - pos],
+                                                        c->codec.qmax);
     } else {
         memcpy(st->acc, c->xq + pos, m * sizeof(uint32_t));
     }
@@ -970,8 +965,7 @@ int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
 
 /* ---- round 3: consistency check ------------------------------------------------- */
 
-static int survivors_msg(const fa_secagg_client *c, const char *signer, uint8_t **out,
-                         size_t *len)
+static int survivors_msg(const fa_secagg_client *c, const char *signer, uint8_t **out, size_t *len)
 {
     char *ids[FA_SECAGG_MAX_CLIENTS];
     size_t n = 0;
@@ -981,8 +975,8 @@ static int survivors_msg(const fa_secagg_client *c, const char *signer, uint8_t 
     return fa_sa_msg_survivors(&c->cfg, signer, ids, n, out, len);
 }
 
-int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len,
-                               uint64_t now_ms, uint8_t **out, size_t *out_len, fa_error *err)
+int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
+                               uint8_t **out, size_t *out_len, fa_error *err)
 {
     Fedagg__SurvivorList *m = NULL;
     Fedagg__SignedSurvivors ss = FEDAGG__SIGNED_SURVIVORS__INIT;
@@ -1053,8 +1047,8 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     }
     free(sm);
     sm = NULL;
-    if ((rc = fa_sa_msg_upload(c->cfg.fed, c->cfg.c.round, c->cfg.c.attempt, c->id,
-                               c->upload_sha, &sm, &sm_len)) != 0 ||
+    if ((rc = fa_sa_msg_upload(c->cfg.fed, c->cfg.c.round, c->cfg.c.attempt, c->id, c->upload_sha,
+                               &sm, &sm_len)) != 0 ||
         (rc = fa_identity_sign(c->sec->identity, sm, sm_len, usig)) != 0) {
         memcpy(c->in_u3, saved, sizeof(saved));
         fa_errorf(err, rc, "SurvivorList: signing failed");
@@ -1210,11 +1204,10 @@ static int put_header(fa_wbuf *w, const fa_sa_cfg *cfg, const char *id)
     return w->failed ? FA_ERR_NOMEM : 0;
 }
 
-static int state_key(uint8_t key[32], const uint8_t identity[32], const char *fed,
-                     uint64_t round, uint32_t attempt, const char *id)
+static int state_key(uint8_t key[32], const uint8_t identity[32], const char *fed, uint64_t round,
+                     uint32_t attempt, const char *id)
 {
-    return fa_kdf_derive(key, 32, identity, 32, FA_KDF_CLIENT_STATE, fed, round, attempt, id,
-                         NULL);
+    return fa_kdf_derive(key, 32, identity, 32, FA_KDF_CLIENT_STATE, fed, round, attempt, id, NULL);
 }
 
 /* Everything of the client but the stream and the borrowed input, in the
@@ -1279,8 +1272,7 @@ int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
     return 0;
 }
 
-int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len,
-                          fa_error *err)
+int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err)
 {
     const fa_secagg_config *k = &c->cfg.c;
     fa_wbuf body, w;
@@ -1311,8 +1303,8 @@ int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_
         fa_errorf(err, rc, "secagg client save: %s", fa_strerror(rc));
         goto out;
     }
-    crypto_aead_xchacha20poly1305_ietf_encrypt(dst + FA_SA_NONCE_BYTES, NULL, body.p, body.len,
-                                               w.p, head_len, NULL, dst, key);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(dst + FA_SA_NONCE_BYTES, NULL, body.p, body.len, w.p,
+                                               head_len, NULL, dst, key);
     *out = w.p;
     *out_len = w.len;
     w.p = NULL;
@@ -1341,8 +1333,8 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     *out = NULL;
     memset(&cfg, 0, sizeof(cfg));
     fa_rbuf_init(&r, blob, len);
-    if (len < sizeof(cli_magic) || memcmp(fa_rbuf_raw(&r, sizeof(cli_magic)), cli_magic,
-                                          sizeof(cli_magic)) != 0)
+    if (len < sizeof(cli_magic) ||
+        memcmp(fa_rbuf_raw(&r, sizeof(cli_magic)), cli_magic, sizeof(cli_magic)) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: not a saved client state");
     fa_rbuf_str(&r, fed, sizeof(fed));
     cfg.round = fa_rbuf_u64(&r);
@@ -1361,10 +1353,9 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     }
     if ((rc = state_key(key, identity_sk, fed, cfg.round, cfg.attempt, id)) != 0)
         goto out;
-    if (crypto_aead_xchacha20poly1305_ietf_decrypt(body, NULL, NULL,
-                                                   blob + r.off + FA_SA_NONCE_BYTES,
-                                                   len - r.off - FA_SA_NONCE_BYTES, blob, r.off,
-                                                   blob + r.off, key) != 0) {
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(
+            body, NULL, NULL, blob + r.off + FA_SA_NONCE_BYTES, len - r.off - FA_SA_NONCE_BYTES,
+            blob, r.off, blob + r.off, key) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "secagg client restore: the state does not decrypt with this identity key "
                        "(another key, or the file was altered)");
@@ -1530,8 +1521,8 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
             goto out;
         fa_codec_encode(&c->codec, c->xf + pos, mf, rnd, out + pos);
         if (pos + m > d)
-            out[d] = (uint32_t)fa_codec_round(c->weight * c->codec.qmax, rnd[d - pos],
-                                              c->codec.qmax);
+            out[d] =
+                (uint32_t)fa_codec_round(c->weight * c->codec.qmax, rnd[d - pos], c->codec.qmax);
         pos += m;
     }
 out:

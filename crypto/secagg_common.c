@@ -63,17 +63,18 @@ int fa_secagg_config_check(const fa_secagg_config *cfg, fa_error *err)
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: ring_bits %u is not in 1..32",
                          cfg->ring_bits);
     if (q->bits < 2 || q->bits > 24)
-        return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.bits %u is not in 2..24", q->bits);
+        return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.bits %u is not in 2..24",
+                         q->bits);
     if (q->bits > cfg->ring_bits)
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "secagg config: quant.bits %u exceeds ring_bits %u", q->bits,
-                         cfg->ring_bits);
+        return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.bits %u exceeds ring_bits %u",
+                         q->bits, cfg->ring_bits);
     if (q->clip_mode < FA_SECAGG_CLIP_L2 || q->clip_mode > FA_SECAGG_CLIP_BOTH)
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.clip_mode %d is not 0, 1 or 2",
                          q->clip_mode);
     if (!(isfinite(q->clip_value) && q->clip_value > 0))
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.clip_value must be > 0");
-    if (q->clip_mode != FA_SECAGG_CLIP_COORDINATE && !(isfinite(q->clip_l2_norm) && q->clip_l2_norm > 0))
+    if (q->clip_mode != FA_SECAGG_CLIP_COORDINATE &&
+        !(isfinite(q->clip_l2_norm) && q->clip_l2_norm > 0))
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.clip_l2_norm must be > 0");
     if (cfg->max_uploads_in_flight > 1024)
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: max_uploads_in_flight %u over 1024",
@@ -350,8 +351,8 @@ int fa_sa_agree(uint8_t *key, size_t key_len, const char *purpose, const fa_sa_c
 
 int fa_sa_self_mask_key(uint8_t key[16], const fa_sa_cfg *cfg, const char *id, const uint8_t b[32])
 {
-    return fa_kdf_derive(key, 16, b, 32, FA_KDF_SELF_MASK, cfg->fed, cfg->c.round,
-                         cfg->c.attempt, id, NULL);
+    return fa_kdf_derive(key, 16, b, 32, FA_KDF_SELF_MASK, cfg->fed, cfg->c.round, cfg->c.attempt,
+                         id, NULL);
 }
 
 int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint32_t attempt,

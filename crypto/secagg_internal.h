@@ -14,11 +14,11 @@
 #include "common/fa_err.h"
 #include "crypto/secagg.h"
 
-#define FA_SA_KEY_BYTES 32     /* X25519 keys, seeds, commitments, shares */
+#define FA_SA_KEY_BYTES 32 /* X25519 keys, seeds, commitments, shares */
 #define FA_SA_SIG_BYTES 64
-#define FA_SA_NONCE_BYTES 24   /* XChaCha20-Poly1305 */
+#define FA_SA_NONCE_BYTES 24 /* XChaCha20-Poly1305 */
 #define FA_SA_MAC_BYTES 16
-#define FA_SA_SHARE_PLAIN 65   /* x || share of b || share of s_sk */
+#define FA_SA_SHARE_PLAIN 65 /* x || share of b || share of s_sk */
 #define FA_SA_SHARE_CT (FA_SA_NONCE_BYTES + FA_SA_SHARE_PLAIN + FA_SA_MAC_BYTES) /* 105 */
 #define FA_SA_ID_CAP (FA_SECAGG_MAX_ID_LEN + 1)
 #define FA_SA_FED_CAP 256
@@ -65,8 +65,8 @@ int fa_sa_id_valid(const char *id);
  * server nor a client chooses its neighbours. */
 typedef struct fa_sa_graph {
     size_t n;
-    uint32_t half;         /* K / 2, or 0 for the complete graph */
-    uint32_t shamir_t;     /* t, or K/2 + 1 (a majority of the closed neighbourhood) */
+    uint32_t half;     /* K / 2, or 0 for the complete graph */
+    uint32_t shamir_t; /* t, or K/2 + 1 (a majority of the closed neighbourhood) */
     uint8_t pos[FA_SECAGG_MAX_CLIENTS];
 } fa_sa_graph;
 

@@ -43,13 +43,13 @@ struct srv_client {
 /* One masked upload in flight: its bytes go into the sum as they arrive, and
  * into the journal, from which an abort subtracts them again. */
 struct upload_slot {
-    int client;            /* roster index, -1 when free */
-    uint64_t bytes;        /* received so far */
-    uint64_t coords;       /* coordinates added to the sum (a multiple of 8) */
-    uint8_t carry[32];     /* bytes of a group not complete yet */
+    int client;        /* roster index, -1 when free */
+    uint64_t bytes;    /* received so far */
+    uint64_t coords;   /* coordinates added to the sum (a multiple of 8) */
+    uint8_t carry[32]; /* bytes of a group not complete yet */
     size_t carry_len;
     EVP_MD_CTX *sha;
-    uint8_t *journal;      /* masked_bytes, allocated on first use, reused */
+    uint8_t *journal; /* masked_bytes, allocated on first use, reused */
 };
 
 struct fa_secagg_server {
@@ -208,12 +208,27 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
     st->phase_opened_ms = s->phase_opened_ms;
     st->in_flight = s->in_flight;
     switch (s->phase) {
-    case FA_SECAGG_ADVERTISE: flag = CF_ADV; break;
-    case FA_SECAGG_SHARES: flag = CF_SHARES; prev = CF_ADV; break;
-    case FA_SECAGG_MASKED: flag = CF_UPLOADED; prev = CF_SHARES; break;
-    case FA_SECAGG_CONSISTENCY: flag = CF_SIGNED; prev = CF_UPLOADED; break;
-    case FA_SECAGG_UNMASK: flag = CF_UNMASKED; prev = CF_SIGNED; break;
-    default: return;
+    case FA_SECAGG_ADVERTISE:
+        flag = CF_ADV;
+        break;
+    case FA_SECAGG_SHARES:
+        flag = CF_SHARES;
+        prev = CF_ADV;
+        break;
+    case FA_SECAGG_MASKED:
+        flag = CF_UPLOADED;
+        prev = CF_SHARES;
+        break;
+    case FA_SECAGG_CONSISTENCY:
+        flag = CF_SIGNED;
+        prev = CF_UPLOADED;
+        break;
+    case FA_SECAGG_UNMASK:
+        flag = CF_UNMASKED;
+        prev = CF_SIGNED;
+        break;
+    default:
+        return;
     }
     for (size_t i = 0; i < s->roster.n; i++) {
         if (!prev || (s->cl[i].flags & prev))
@@ -534,8 +549,7 @@ int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint
                          "could not be removed",
                          auth_id);
     if (s->cl[r].flags & CF_UPLOADED)
-        return fa_errorf(err, FA_ERR_EXISTS, "masked upload from '%s': already received",
-                         auth_id);
+        return fa_errorf(err, FA_ERR_EXISTS, "masked upload from '%s': already received", auth_id);
     if (s->cl[r].slot >= 0)
         return fa_errorf(err, FA_ERR_EXISTS, "masked upload from '%s': one is already in flight",
                          auth_id);
@@ -576,8 +590,7 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
     if ((rc = upload_client(s, auth_id, "masked chunk", &r, err)) != 0)
         return rc;
     if (s->cl[r].slot < 0)
-        return fa_errorf(err, FA_ERR_STATE, "masked chunk from '%s': no upload in flight",
-                         auth_id);
+        return fa_errorf(err, FA_ERR_STATE, "masked chunk from '%s': no upload in flight", auth_id);
     sl = &s->slots[s->cl[r].slot];
     if (len > s->masked_bytes - sl->bytes)
         return fa_errorf(err, FA_ERR_TOOBIG,
@@ -678,8 +691,8 @@ int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint
     if ((rc = upload_client(s, auth_id, "masked upload abort", &r, err)) != 0)
         return rc;
     if (s->cl[r].slot < 0)
-        return fa_errorf(err, FA_ERR_NOTFOUND,
-                         "masked upload abort for '%s': no upload in flight", auth_id);
+        return fa_errorf(err, FA_ERR_NOTFOUND, "masked upload abort for '%s': no upload in flight",
+                         auth_id);
     upload_remove(s, &s->slots[s->cl[r].slot]);
     return 0;
 }
@@ -738,8 +751,7 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
         goto out;
     }
     if (s->cl[r].flags & CF_SIGNED) {
-        rc = fa_errorf(err, FA_ERR_EXISTS, "SignedSurvivors from '%s': already received",
-                       auth_id);
+        rc = fa_errorf(err, FA_ERR_EXISTS, "SignedSurvivors from '%s': already received", auth_id);
         goto out;
     }
     if (m->signature.len != 64 || m->upload_sha256.len != 32 || m->upload_signature.len != 64) {
@@ -785,8 +797,8 @@ out:
     return rc;
 }
 
-int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **out,
-                                         size_t *out_len, fa_error *err)
+int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                                         fa_error *err)
 {
     Fedagg__SurvivorSignatures ss = FEDAGG__SURVIVOR_SIGNATURES__INIT;
     Fedagg__SignedSurvivors *sg, **ptrs;
@@ -893,8 +905,8 @@ int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint
         Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
         for (size_t x = 0; x < n; x++) {
             int o = fa_sa_roster_find(&s->roster, list[x]->owner);
-            if (o < 0 || !u1_member(s, o) ||
-                expected_kind(s, i, (size_t)s->cl[o].u1) != kind || got[s->cl[o].u1]++) {
+            if (o < 0 || !u1_member(s, o) || expected_kind(s, i, (size_t)s->cl[o].u1) != kind ||
+                got[s->cl[o].u1]++) {
                 rc = fa_errorf(err, FA_ERR_PROTOCOL,
                                "UnmaskShares from '%s': an unexpected or repeated %s share for "
                                "'%s'",
@@ -1045,8 +1057,8 @@ static int close_unmask(fa_secagg_server *s, fa_error *err)
                                have, pj->id, s->graph.shamir_t);
                 break;
             }
-            if (rc == 0 && (crypto_scalarmult_base(pk, secret) != 0 ||
-                            sodium_memcmp(pk, pj->s_pk, 32) != 0)) {
+            if (rc == 0 &&
+                (crypto_scalarmult_base(pk, secret) != 0 || sodium_memcmp(pk, pj->s_pk, 32) != 0)) {
                 rc = fa_errorf(err, FA_ERR_VERIFY,
                                "unmask: the mask key of dropout '%s' rebuilt from its shares does "
                                "not match its public key (a client revealed a bad share)",
@@ -1073,8 +1085,7 @@ static int close_unmask(fa_secagg_server *s, fa_error *err)
     rc = remove_masks(s, keys, nkeys);
     if (rc != 0) {
         s->phase = FA_SECAGG_FAILED;
-        fa_errorf(err, rc, "unmask: %s while removing the masks; the sum is lost",
-                  fa_strerror(rc));
+        fa_errorf(err, rc, "unmask: %s while removing the masks; the sum is lost", fa_strerror(rc));
     }
 out:
     if (keys)
@@ -1143,8 +1154,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
     int rc;
 
     if (s->phase >= FA_SECAGG_DONE)
-        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s",
-                         phase_name(s->phase));
+        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s", phase_name(s->phase));
     have = count_flag(s, flag_of[s->phase]);
     if (have < s->cfg.c.threshold)
         return threshold_error(s, have, err);
@@ -1181,23 +1191,23 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
 
 /* ---- results --------------------------------------------------------------- */
 
-int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n,
-                                 fa_error *err)
+int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n, fa_error *err)
 {
     const uint32_t mask = fa_ring_mask(s->cfg.c.ring_bits);
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
                          phase_name(s->phase));
     if (n != s->cfg.c.vector_len)
-        return fa_errorf(err, FA_ERR_INVAL, "secagg result: %zu coordinates asked, the sum has %llu",
-                         n, (unsigned long long)s->cfg.c.vector_len);
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "secagg result: %zu coordinates asked, the sum has %llu", n,
+                         (unsigned long long)s->cfg.c.vector_len);
     for (size_t i = 0; i < n; i++)
         out[i] = s->sum[i] & mask;
     return 0;
 }
 
-int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d,
-                                double *weight_sum, fa_error *err)
+int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d, double *weight_sum,
+                                fa_error *err)
 {
     const unsigned k = s->cfg.c.ring_bits;
     const double qmax = (double)((1u << (s->cfg.c.quant.bits - 1)) - 1);
@@ -1294,8 +1304,7 @@ static void put_roster(fa_wbuf *w, const fa_sa_roster *r)
     }
 }
 
-int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
-                          fa_error *err)
+int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len, fa_error *err)
 {
     fa_wbuf w;
     uint8_t *p;

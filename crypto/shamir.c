@@ -18,7 +18,7 @@ int fa_rng_fill(const fa_secagg_rng *rng, void *buf, size_t len)
 /* v * x in GF(2^8), constant time in v. */
 static inline uint8_t gf_xtime(uint8_t v)
 {
-    return (uint8_t)((v << 1) ^ (0x1b & (uint8_t)-(v >> 7)));
+    return (uint8_t)((v << 1) ^ (0x1b & (uint8_t) - (v >> 7)));
 }
 
 /* y[0..32) *= x where x is public (its bits may steer branches). */

@@ -14,8 +14,8 @@
 typedef struct fa_wbuf {
     uint8_t *p;
     size_t len, cap;
-    int failed;  /* out of memory */
-    int secret;  /* wipe every buffer given up while growing */
+    int failed; /* out of memory */
+    int secret; /* wipe every buffer given up while growing */
 } fa_wbuf;
 
 void fa_wbuf_init(fa_wbuf *w, int secret);

@@ -18,7 +18,8 @@
 #include "common/fa_file.h"
 #include "crypto/identity.h"
 
-const char fa_cmd_keygen_help[] = "generate a region's Ed25519 identity key (PREFIX.key, PREFIX.pub)";
+const char fa_cmd_keygen_help[] =
+    "generate a region's Ed25519 identity key (PREFIX.key, PREFIX.pub)";
 
 static const char usage_text[] =
     "usage: fedagg keygen --out PREFIX [--force]\n"

@@ -52,7 +52,8 @@ static struct {
     th_rng rr;
     fa_secagg_rng rng;
     struct blob srv[5]; /* server saved with phase i open */
-    struct blob cli[4]; /* client 0 waiting for PeerList, SharesForYou, SurvivorList, SurvivorSignatures */
+    struct blob
+        cli[4]; /* client 0 waiting for PeerList, SharesForYou, SurvivorList, SurvivorSignatures */
     struct blob msg[TARGETS]; /* one valid message per target (corpus seeds) */
 } g;
 
@@ -176,8 +177,7 @@ static void setup(void)
 static fa_secagg_server *srv_at(int phase)
 {
     fa_secagg_server *s = NULL;
-    OK(fa_secagg_server_restore(&s, g.srv[phase].p, g.srv[phase].n, &g.cfg, g.f.members, FN,
-                                NULL));
+    OK(fa_secagg_server_restore(&s, g.srv[phase].p, g.srv[phase].n, &g.cfg, g.f.members, FN, NULL));
     return s;
 }
 
@@ -307,8 +307,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     }
     case T_CLI_RESTORE:
-        if (fa_secagg_client_restore(&c, data, size, g.f.seeds[0], g.f.members, FN, &g.rng,
-                                     NULL) == 0) {
+        if (fa_secagg_client_restore(&c, data, size, g.f.seeds[0], g.f.members, FN, &g.rng, NULL) ==
+            0) {
             uint32_t in[FLEN] = {0};
             uint8_t up[64];
             size_t n;

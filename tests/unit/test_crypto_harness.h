@@ -80,7 +80,8 @@ static __attribute__((unused)) void th_fed_init(th_fed *f, size_t n, uint64_t se
     }
 }
 
-static __attribute__((unused)) fa_secagg_config th_cfg(uint32_t t, uint32_t k, uint64_t len, uint32_t neighbours)
+static __attribute__((unused)) fa_secagg_config th_cfg(uint32_t t, uint32_t k, uint64_t len,
+                                                       uint32_t neighbours)
 {
     fa_secagg_config c;
     memset(&c, 0, sizeof(c));
@@ -124,8 +125,8 @@ typedef struct th_run {
     size_t max_chunk;            /* largest chunk of the masked stream, 0 = 4096 */
     uint64_t seed;
     /* out */
-    int rc;           /* 0 or the first error */
-    int fail_phase;   /* enum fa_secagg_phase the close of which failed, or -1 */
+    int rc;         /* 0 or the first error */
+    int fail_phase; /* enum fa_secagg_phase the close of which failed, or -1 */
     fa_error err;
     fa_secagg_server *server; /* left for inspection; th_run_free */
 } th_run;
@@ -154,8 +155,9 @@ static __attribute__((unused)) int th_dropped_by(const th_run *run, size_t i, in
 
 /* Sends `limit` bytes (or the whole stream when limit is UINT64_MAX) of
  * client i's masked stream to the server in random chunks. */
-static __attribute__((unused)) int th_stream(th_run *run, th_rng *r, fa_secagg_client *c, const char *id, uint64_t limit,
-                     uint8_t *buf, size_t max_chunk)
+static __attribute__((unused)) int th_stream(th_run *run, th_rng *r, fa_secagg_client *c,
+                                             const char *id, uint64_t limit, uint8_t *buf,
+                                             size_t max_chunk)
 {
     uint64_t sent = 0;
     int rc;
@@ -177,7 +179,8 @@ static __attribute__((unused)) int th_stream(th_run *run, th_rng *r, fa_secagg_c
 
 /* Runs the round; returns run->rc.  A close that fails is recorded in
  * fail_phase (and the round stops there, the server left as it was). */
-static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_config *cfg, th_run *run)
+static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_config *cfg,
+                                            th_run *run)
 {
     fa_secagg_client *cl[FA_SECAGG_MAX_CLIENTS] = {0};
     th_rng rr, pick;
@@ -238,8 +241,7 @@ static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_con
             int style = dropper && run->upload_style ? run->upload_style[i] : TH_UPLOAD_NONE;
             if (th_dropped_by(run, i, TH_DROP_SHARES) || dropper != pass)
                 continue;
-            TH_CHECK(fa_secagg_server_shares_for(run->server, f->ids[i], &reply, &rlen,
-                                                 &run->err));
+            TH_CHECK(fa_secagg_server_shares_for(run->server, f->ids[i], &reply, &rlen, &run->err));
             TH_CHECK(fa_secagg_client_shares(cl[i], reply, rlen, 1005, &run->err));
             free(reply);
             reply = NULL;
@@ -247,9 +249,8 @@ static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_con
                 TH_CHECK(fa_secagg_client_set_input_ring(cl[i], run->ring[i],
                                                          (size_t)cfg->vector_len, &run->err));
             else
-                TH_CHECK(fa_secagg_client_set_input_f32(cl[i], run->xf[i],
-                                                        (size_t)cfg->vector_len - 1,
-                                                        run->weight[i], &run->err));
+                TH_CHECK(fa_secagg_client_set_input_f32(
+                    cl[i], run->xf[i], (size_t)cfg->vector_len - 1, run->weight[i], &run->err));
             if (dropper && style == TH_UPLOAD_NONE)
                 continue;
             if (dropper) {

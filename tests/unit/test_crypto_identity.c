@@ -56,9 +56,9 @@ static void test_secret_refusals(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         fa_error_clear(&err);
-        assert_int_equal(fa_identity_parse_secret((const uint8_t *)bad[i], strlen(bad[i]), seed,
-                                                  &err),
-                         FA_ERR_PARSE);
+        assert_int_equal(
+            fa_identity_parse_secret((const uint8_t *)bad[i], strlen(bad[i]), seed, &err),
+            FA_ERR_PARSE);
         assert_non_null(strstr(err.msg, "identity key"));
     }
     fa_error_clear(&err);
@@ -79,8 +79,9 @@ static void test_public_refusals(void **state)
     const char *bad[] = {"", "abc", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
                          "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(fa_identity_parse_public((const uint8_t *)bad[i], strlen(bad[i]), pk, NULL),
-                         FA_ERR_PARSE);
+        assert_int_equal(
+            fa_identity_parse_public((const uint8_t *)bad[i], strlen(bad[i]), pk, NULL),
+            FA_ERR_PARSE);
 }
 
 /* The audit log's commitment: verifies only for exactly its federation,
@@ -96,8 +97,11 @@ static void test_commitment(void **state)
         uint32_t attempt;
         const char *id;
         int flip;
-    } bad[] = {{"other", 7, 1, NULL, 0}, {NULL, 8, 1, NULL, 0}, {NULL, 7, 2, NULL, 0},
-               {NULL, 7, 1, "region-001", 0}, {NULL, 7, 1, NULL, 1}};
+    } bad[] = {{"other", 7, 1, NULL, 0},
+               {NULL, 8, 1, NULL, 0},
+               {NULL, 7, 2, NULL, 0},
+               {NULL, 7, 1, "region-001", 0},
+               {NULL, 7, 1, NULL, 1}};
     uint32_t in0[100] = {1}, in1[100] = {2};
     const uint32_t *ring[2] = {in0, in1};
     const char *id;

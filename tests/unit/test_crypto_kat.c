@@ -163,9 +163,8 @@ static void test_prg_blocks_and_seek(void **state)
         key[i] = (uint8_t)(i * 7 + 1);
     assert_int_equal(fa_prg_init(&g, key, 0), 0);
     for (size_t o = 0; o < N; o += FA_PRG_BLOCK_WORDS)
-        assert_int_equal(fa_prg_words(&g, all + o, N - o < FA_PRG_BLOCK_WORDS ? N - o
-                                                                            : FA_PRG_BLOCK_WORDS),
-                         0);
+        assert_int_equal(
+            fa_prg_words(&g, all + o, N - o < FA_PRG_BLOCK_WORDS ? N - o : FA_PRG_BLOCK_WORDS), 0);
     fa_prg_free(&g);
     assert_int_equal(fa_prg_init(&g, key, 0), 0);
     while (off < N) { /* pieces of 1, 2, 3, ... words: CTR keeps partial blocks */

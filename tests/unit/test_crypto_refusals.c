@@ -160,9 +160,9 @@ static void fx_to(struct fx *x, int to)
             assert_int_equal(fa_secagg_server_close(x->s, 14, NULL), 0);
             for (int i = 0; i < 3; i++) {
                 size_t got = 0;
-                assert_int_equal(
-                    fa_secagg_server_shares_for(x->s, x->f.ids[i], &x->sfy[i].p, &x->sfy[i].n, NULL),
-                    0);
+                assert_int_equal(fa_secagg_server_shares_for(x->s, x->f.ids[i], &x->sfy[i].p,
+                                                             &x->sfy[i].n, NULL),
+                                 0);
                 assert_int_equal(
                     fa_secagg_client_shares(x->c[i], x->sfy[i].p, x->sfy[i].n, 15, NULL), 0);
                 assert_int_equal(fa_secagg_client_set_input_ring(x->c[i], x->in[i], LEN, NULL), 0);
@@ -204,9 +204,9 @@ static void fx_to(struct fx *x, int to)
             break;
         case 5:
             for (int i = 0; i < 3; i++)
-                assert_int_equal(fa_secagg_server_unmask(x->s, x->f.ids[i], x->um[i].p,
-                                                         x->um[i].n, 22, NULL),
-                                 0);
+                assert_int_equal(
+                    fa_secagg_server_unmask(x->s, x->f.ids[i], x->um[i].p, x->um[i].n, 22, NULL),
+                    0);
             assert_int_equal(fa_secagg_server_close(x->s, 23, NULL), 0);
             break;
         }
@@ -323,14 +323,12 @@ static void test_server_advertise_refusals(void **state)
               "masked phase");
     S_REFUSED(x, fa_secagg_server_peer_list(x->s, &m.p, &m.n, &e_), FA_ERR_STATE, "not closed");
     /* duplicates; below threshold */
-    assert_int_equal(fa_secagg_server_advertise(x->s, x->f.ids[0], x->adv[0].p, x->adv[0].n, 1,
-                                                NULL),
-                     0);
+    assert_int_equal(
+        fa_secagg_server_advertise(x->s, x->f.ids[0], x->adv[0].p, x->adv[0].n, 1, NULL), 0);
     S_REFUSED(x, fa_secagg_server_advertise(x->s, x->f.ids[0], x->adv[0].p, x->adv[0].n, 1, &e_),
               FA_ERR_EXISTS, "already received");
-    assert_int_equal(fa_secagg_server_advertise(x->s, x->f.ids[1], x->adv[1].p, x->adv[1].n, 1,
-                                                NULL),
-                     0);
+    assert_int_equal(
+        fa_secagg_server_advertise(x->s, x->f.ids[1], x->adv[1].p, x->adv[1].n, 1, NULL), 0);
     S_REFUSED(x, fa_secagg_server_close(x->s, 2, &e_), FA_ERR_THRESHOLD,
               "only 2 clients in the advertise phase, threshold is 3");
     /* the same key as another client (refused before the signature check) */
@@ -348,9 +346,9 @@ static void test_server_advertise_refusals(void **state)
     {
         /* 0 and 1 were accepted above; send 2 and 3 and go on */
         for (int i = 2; i < 4; i++)
-            assert_int_equal(fa_secagg_server_advertise(x->s, x->f.ids[i], x->adv[i].p,
-                                                         x->adv[i].n, 10, NULL),
-                             0);
+            assert_int_equal(
+                fa_secagg_server_advertise(x->s, x->f.ids[i], x->adv[i].p, x->adv[i].n, 10, NULL),
+                0);
         assert_int_equal(fa_secagg_server_close(x->s, 11, NULL), 0);
         assert_int_equal(fa_secagg_server_peer_list(x->s, &x->peers.p, &x->peers.n, NULL), 0);
         for (int i = 0; i < 4; i++) {
@@ -373,32 +371,30 @@ static void test_server_share_refusals(void **state)
     S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[4], x->sk[0].p, x->sk[0].n, 1, &e_),
               FA_ERR_AUTH, "names client 'region-000'");
     MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->n_shares--, m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "expected one for each of the 3 other clients");
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "expected one for each of the 3 other clients");
     bfree(&m);
     MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[1]->ciphertext.len--, m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "not 105");
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "not 105");
     bfree(&m);
-    MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[1]->to = "region-000",
+    MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[1]->to = "region-000", m);
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "not one of its peers");
+    bfree(&m);
+    MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[1]->to = "region-004", m);
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "not one of its peers");
+    bfree(&m);
+    MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[1]->to = a->shares[0]->to,
            m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "not one of its peers");
-    bfree(&m);
-    MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[1]->to = "region-004",
-           m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "not one of its peers");
-    bfree(&m);
-    MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a,
-           a->shares[1]->to = a->shares[0]->to, m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "two shares for");
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "two shares for");
     bfree(&m);
     MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->shares[0]->from = "region-002",
            m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "is from 'region-002'");
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "is from 'region-002'");
     bfree(&m);
     MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->attempt = 2, m);
     S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_REPLAY,
@@ -406,8 +402,8 @@ static void test_server_share_refusals(void **state)
     bfree(&m);
     /* region-004 is a member but not in U1 */
     MUTATE(Fedagg__ShareKeys, fedagg__share_keys, x->sk[0], a, a->client_id = "region-004", m);
-    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[4], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "not in this round's PeerList");
+    S_REFUSED(x, fa_secagg_server_share_keys(x->s, x->f.ids[4], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "not in this round's PeerList");
     bfree(&m);
     S_REFUSED(x, fa_secagg_server_advertise(x->s, x->f.ids[4], x->adv[4].p, x->adv[4].n, 1, &e_),
               FA_ERR_STATE, "advertise phase is not open");
@@ -510,9 +506,9 @@ static void test_server_masked_threshold(void **state)
         assert_int_equal(fa_secagg_server_close(x->s, 17, &e), FA_ERR_THRESHOLD);
         assert_non_null(strstr(e.msg, "only 2 clients in the masked phase"));
     }
-    assert_int_equal(fa_secagg_server_masked_chunk(x->s, x->f.ids[2], x->up[2].p + 5,
-                                                   x->up[2].n - 5, 16, NULL),
-                     0);
+    assert_int_equal(
+        fa_secagg_server_masked_chunk(x->s, x->f.ids[2], x->up[2].p + 5, x->up[2].n - 5, 16, NULL),
+        0);
     assert_int_equal(fa_secagg_server_masked_end(x->s, x->f.ids[2], 16, NULL), 0);
     S_REFUSED(x, fa_secagg_server_masked_begin(x->s, x->f.ids[2], 1, &e_), FA_ERR_EXISTS,
               "already received");
@@ -549,16 +545,16 @@ static void test_server_consistency_refusals(void **state)
     bfree(&m);
     MUTATE(Fedagg__SignedSurvivors, fedagg__signed_survivors, x->ss[0], a,
            a->upload_signature.len = 63, m);
-    S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "expected");
+    S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "expected");
     bfree(&m);
     /* region-001's message under region-000's connection */
     S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[0], x->ss[1].p, x->ss[1].n, 1, &e_),
               FA_ERR_AUTH, "authenticated as 'region-000'");
     MUTATE(Fedagg__SignedSurvivors, fedagg__signed_survivors, x->ss[0], a,
            a->client_id = "region-003", m);
-    S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[3], m.p, m.n, 1, &e_),
-              FA_ERR_PROTOCOL, "not a survivor");
+    S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[3], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "not a survivor");
     bfree(&m);
     MUTATE(Fedagg__SignedSurvivors, fedagg__signed_survivors, x->ss[0], a, a->round = 8, m);
     S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_REPLAY,
@@ -574,8 +570,8 @@ static void test_server_consistency_refusals(void **state)
     assert_int_equal(fa_secagg_server_close(x->s, 20, NULL), 0);
     assert_int_equal(fa_secagg_server_survivor_signatures(x->s, &x->sigs.p, &x->sigs.n, NULL), 0);
     for (int i = 0; i < 3; i++)
-        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21,
-                                                     &x->um[i].p, &x->um[i].n, NULL),
+        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21, &x->um[i].p,
+                                                     &x->um[i].n, NULL),
                          0);
     x->phase = 4;
     fx_check_sum(x);
@@ -592,14 +588,15 @@ static void test_server_unmask_refusals(void **state)
               "2 self-mask and 0 key shares, expected 3 and 0");
     bfree(&m);
     /* a key share for a survivor: revealing both for region-001 */
-    MUTATE(Fedagg__UnmaskShares, fedagg__unmask_shares, x->um[0], a,
-           {
-               a->key_shares = a->self_mask_shares;
-               a->n_key_shares = 1;
-               a->self_mask_shares++;
-               a->n_self_mask_shares--;
-           },
-           m);
+    MUTATE(
+        Fedagg__UnmaskShares, fedagg__unmask_shares, x->um[0], a,
+        {
+            a->key_shares = a->self_mask_shares;
+            a->n_key_shares = 1;
+            a->self_mask_shares++;
+            a->n_self_mask_shares--;
+        },
+        m);
     S_REFUSED(x, fa_secagg_server_unmask(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
               "expected 3 and 0");
     bfree(&m);
@@ -681,8 +678,7 @@ static void test_client_peer_list_refusals(void **state)
               "announces threshold 2");
     bfree(&m);
     MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a, a->ring_bits = 32, m);
-    C_REFUSED(c, fa_secagg_client_peer_list(c, m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
-              "ring bits 32");
+    C_REFUSED(c, fa_secagg_client_peer_list(c, m.p, m.n, 1, &e_), FA_ERR_PROTOCOL, "ring bits 32");
     bfree(&m);
     MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a, a->attempt = 3, m);
     C_REFUSED(c, fa_secagg_client_peer_list(c, m.p, m.n, 1, &e_), FA_ERR_REPLAY, "attempt 3");
@@ -691,22 +687,24 @@ static void test_client_peer_list_refusals(void **state)
     C_REFUSED(c, fa_secagg_client_peer_list(c, m.p, m.n, 1, &e_), FA_ERR_THRESHOLD,
               "2 clients advertised keys, threshold is 3");
     bfree(&m);
-    MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a,
-           {
-               a->peers++;
-               a->n_peers--;
-           },
-           m);
+    MUTATE(
+        Fedagg__PeerList, fedagg__peer_list, x->peers, a,
+        {
+            a->peers++;
+            a->n_peers--;
+        },
+        m);
     C_REFUSED(c, fa_secagg_client_peer_list(c, m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
               "this client is not in it");
     bfree(&m);
-    MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a,
-           {
-               Fedagg__AdvertiseKeys *t = a->peers[1];
-               a->peers[1] = a->peers[2];
-               a->peers[2] = t;
-           },
-           m);
+    MUTATE(
+        Fedagg__PeerList, fedagg__peer_list, x->peers, a,
+        {
+            Fedagg__AdvertiseKeys *t = a->peers[1];
+            a->peers[1] = a->peers[2];
+            a->peers[2] = t;
+        },
+        m);
     C_REFUSED(c, fa_secagg_client_peer_list(c, m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
               "not sorted or repeated");
     bfree(&m);
@@ -749,9 +747,8 @@ static void test_client_shares_refusals(void **state)
         assert_int_equal(
             fa_secagg_server_share_keys(x->s, x->f.ids[i], x->sk[i].p, x->sk[i].n, 13, NULL), 0);
     assert_int_equal(fa_secagg_server_close(x->s, 14, NULL), 0);
-    assert_int_equal(fa_secagg_server_shares_for(x->s, x->f.ids[0], &x->sfy[0].p, &x->sfy[0].n,
-                                                 NULL),
-                     0);
+    assert_int_equal(
+        fa_secagg_server_shares_for(x->s, x->f.ids[0], &x->sfy[0].p, &x->sfy[0].n, NULL), 0);
     c = x->c[0];
     MUTATE(Fedagg__SharesForYou, fedagg__shares_for_you, x->sfy[0], a,
            a->shares[0]->ciphertext.data[40] ^= 1, m);
@@ -759,13 +756,14 @@ static void test_client_shares_refusals(void **state)
               "from 'region-001' does not decrypt");
     bfree(&m);
     /* a ciphertext relabelled as from another sender: the AD differs */
-    MUTATE(Fedagg__SharesForYou, fedagg__shares_for_you, x->sfy[0], a,
-           {
-               ProtobufCBinaryData t = a->shares[0]->ciphertext;
-               a->shares[0]->ciphertext = a->shares[1]->ciphertext;
-               a->shares[1]->ciphertext = t;
-           },
-           m);
+    MUTATE(
+        Fedagg__SharesForYou, fedagg__shares_for_you, x->sfy[0], a,
+        {
+            ProtobufCBinaryData t = a->shares[0]->ciphertext;
+            a->shares[0]->ciphertext = a->shares[1]->ciphertext;
+            a->shares[1]->ciphertext = t;
+        },
+        m);
     C_REFUSED(c, fa_secagg_client_shares(c, m.p, m.n, 1, &e_), FA_ERR_VERIFY, "does not decrypt");
     bfree(&m);
     MUTATE(Fedagg__SharesForYou, fedagg__shares_for_you, x->sfy[0], a,
@@ -849,28 +847,29 @@ static void test_client_survivor_refusals(void **state)
     assert_int_equal(fa_secagg_server_close(x->s, 17, NULL), 0);
     assert_int_equal(fa_secagg_server_survivor_list(x->s, &x->surv.p, &x->surv.n, NULL), 0);
     c = x->c[0];
-    MUTATE(Fedagg__SurvivorList, fedagg__survivor_list, x->surv, a,
-           {
-               a->survivors++;
-               a->n_survivors--;
-           },
-           m);
+    MUTATE(
+        Fedagg__SurvivorList, fedagg__survivor_list, x->surv, a,
+        {
+            a->survivors++;
+            a->n_survivors--;
+        },
+        m);
     C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_PROTOCOL,
               "not among the survivors");
     bfree(&m);
     MUTATE(Fedagg__SurvivorList, fedagg__survivor_list, x->surv, a, a->n_survivors = 2, m);
-    C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_),
-              FA_ERR_THRESHOLD, "2 survivors, threshold is 3");
+    C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_THRESHOLD,
+              "2 survivors, threshold is 3");
     bfree(&m);
     MUTATE(Fedagg__SurvivorList, fedagg__survivor_list, x->surv, a, a->survivors[2] = "region-003",
            m);
-    C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_),
-              FA_ERR_PROTOCOL, "'region-003' is a survivor but sent no shares");
+    C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_PROTOCOL,
+              "'region-003' is a survivor but sent no shares");
     bfree(&m);
     MUTATE(Fedagg__SurvivorList, fedagg__survivor_list, x->surv, a, a->survivors[2] = "region-000",
            m);
-    C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_),
-              FA_ERR_PROTOCOL, "not sorted and unique");
+    C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_PROTOCOL,
+              "not sorted and unique");
     bfree(&m);
     MUTATE(Fedagg__SurvivorList, fedagg__survivor_list, x->surv, a, a->attempt = 9, m);
     C_REFUSED(c, fa_secagg_client_survivors(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_REPLAY,
@@ -903,24 +902,24 @@ static void test_client_survivor_refusals(void **state)
     C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_VERIFY,
               "signature of 'region-001' over the survivor set does not verify");
     bfree(&m);
-    MUTATE(Fedagg__SurvivorSignatures, fedagg__survivor_signatures, x->sigs, a,
-           a->n_signatures = 2, m);
-    C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_),
-              FA_ERR_THRESHOLD, "2 signatures, threshold is 3");
+    MUTATE(Fedagg__SurvivorSignatures, fedagg__survivor_signatures, x->sigs, a, a->n_signatures = 2,
+           m);
+    C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_THRESHOLD,
+              "2 signatures, threshold is 3");
     bfree(&m);
     MUTATE(Fedagg__SurvivorSignatures, fedagg__survivor_signatures, x->sigs, a,
            a->signatures[1]->client_id = "region-003", m);
-    C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_),
-              FA_ERR_PROTOCOL, "'region-003', who is not a survivor");
+    C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_PROTOCOL,
+              "'region-003', who is not a survivor");
     bfree(&m);
     MUTATE(Fedagg__SurvivorSignatures, fedagg__survivor_signatures, x->sigs, a,
            a->signatures[1] = a->signatures[0], m);
-    C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_),
-              FA_ERR_PROTOCOL, "signed twice");
+    C_REFUSED(c, fa_secagg_client_signatures(c, m.p, m.n, 1, &out.p, &out.n, &e_), FA_ERR_PROTOCOL,
+              "signed twice");
     bfree(&m);
     for (int i = 0; i < 3; i++)
-        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21,
-                                                     &x->um[i].p, &x->um[i].n, NULL),
+        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21, &x->um[i].p,
+                                                     &x->um[i].n, NULL),
                          0);
     x->phase = 4;
     /* never both shares of one peer; a retry reveals exactly the same */
@@ -933,9 +932,8 @@ static void test_client_survivor_refusals(void **state)
             for (size_t j = 0; j < u->n_key_shares; j++)
                 assert_string_not_equal(u->self_mask_shares[i]->owner, u->key_shares[j]->owner);
         fedagg__unmask_shares__free_unpacked(u, NULL);
-        assert_int_equal(fa_secagg_client_signatures(c, x->sigs.p, x->sigs.n, 1, &out.p, &out.n,
-                                                     NULL),
-                         0);
+        assert_int_equal(
+            fa_secagg_client_signatures(c, x->sigs.p, x->sigs.n, 1, &out.p, &out.n, NULL), 0);
         assert_int_equal(out.n, x->um[0].n);
         assert_memory_equal(out.p, x->um[0].p, out.n);
         bfree(&out);
@@ -1001,12 +999,13 @@ static void test_client_reveals_one_share_per_peer(void **state)
     }
     /* the server now claims region-003 survived too */
     static char *four[] = {"region-000", "region-001", "region-002", "region-003"};
-    MUTATE(Fedagg__SurvivorList, fedagg__survivor_list, r, a,
-           {
-               a->survivors = four;
-               a->n_survivors = 4;
-           },
-           m);
+    MUTATE(
+        Fedagg__SurvivorList, fedagg__survivor_list, r, a,
+        {
+            a->survivors = four;
+            a->n_survivors = 4;
+        },
+        m);
     C_REFUSED(c[0], fa_secagg_client_survivors(c[0], m.p, m.n, 1, &um.p, &um.n, &e_),
               FA_ERR_PROTOCOL, "differs from the survivor set it already signed");
     bfree(&m);

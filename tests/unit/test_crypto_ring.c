@@ -197,12 +197,9 @@ static void test_codec_l2_and_weight(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pack_every_k),
-        cmocka_unit_test(test_pack_blocks),
-        cmocka_unit_test(test_signed_and_ring_bits),
-        cmocka_unit_test(test_codec_one_step),
-        cmocka_unit_test(test_codec_unbiased),
-        cmocka_unit_test(test_codec_l2_and_weight),
+        cmocka_unit_test(test_pack_every_k),         cmocka_unit_test(test_pack_blocks),
+        cmocka_unit_test(test_signed_and_ring_bits), cmocka_unit_test(test_codec_one_step),
+        cmocka_unit_test(test_codec_unbiased),       cmocka_unit_test(test_codec_l2_and_weight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

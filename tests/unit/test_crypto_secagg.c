@@ -334,9 +334,8 @@ static void test_uploads_interleaved(void **state)
         th_rng_fill(&rr, in[i], sizeof(in[i]));
     assert_int_equal(fa_secagg_server_new(&s, &cfg, f.members, n, NULL), 0);
     for (size_t i = 0; i < n; i++) {
-        assert_int_equal(fa_secagg_client_new(&c[i], &cfg, f.seeds[i], f.ids[i], f.members, n,
-                                              &rng, NULL),
-                         0);
+        assert_int_equal(
+            fa_secagg_client_new(&c[i], &cfg, f.seeds[i], f.ids[i], f.members, n, &rng, NULL), 0);
         assert_int_equal(fa_secagg_client_advertise(c[i], &m, &len, NULL), 0);
         assert_int_equal(fa_secagg_server_advertise(s, f.ids[i], m, len, 1, NULL), 0);
         free(m);
@@ -356,9 +355,8 @@ static void test_uploads_interleaved(void **state)
         assert_int_equal(fa_secagg_client_shares(c[i], rep, rlen, 5, NULL), 0);
         free(rep);
         assert_int_equal(fa_secagg_client_set_input_ring(c[i], in[i], 301, NULL), 0);
-        assert_int_equal(fa_secagg_client_masked_next(c[i], bufs[i], sizeof(bufs[i]), &have[i],
-                                                      NULL),
-                         0);
+        assert_int_equal(
+            fa_secagg_client_masked_next(c[i], bufs[i], sizeof(bufs[i]), &have[i], NULL), 0);
         assert_int_equal(have[i], total);
     }
     /* three in flight; the fourth must wait */
@@ -372,9 +370,8 @@ static void test_uploads_interleaved(void **state)
             if (i == 1 && off[1] >= total / 2)
                 continue;
             if (k)
-                assert_int_equal(fa_secagg_server_masked_chunk(s, f.ids[i], bufs[i] + off[i], k,
-                                                               7, NULL),
-                                 0);
+                assert_int_equal(
+                    fa_secagg_server_masked_chunk(s, f.ids[i], bufs[i] + off[i], k, 7, NULL), 0);
             off[i] += k;
         }
     }
@@ -511,16 +508,11 @@ static void test_float_weighted_average(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dropouts_n2),
-        cmocka_unit_test(test_dropouts_n3),
-        cmocka_unit_test(test_dropouts_n5),
-        cmocka_unit_test(test_dropouts_n10),
-        cmocka_unit_test(test_dropouts_n32),
-        cmocka_unit_test(test_dropouts_mixed),
-        cmocka_unit_test(test_uploads_retried),
-        cmocka_unit_test(test_uploads_interleaved),
-        cmocka_unit_test(test_secagg_plus),
-        cmocka_unit_test(test_float_weighted_average),
+        cmocka_unit_test(test_dropouts_n2),     cmocka_unit_test(test_dropouts_n3),
+        cmocka_unit_test(test_dropouts_n5),     cmocka_unit_test(test_dropouts_n10),
+        cmocka_unit_test(test_dropouts_n32),    cmocka_unit_test(test_dropouts_mixed),
+        cmocka_unit_test(test_uploads_retried), cmocka_unit_test(test_uploads_interleaved),
+        cmocka_unit_test(test_secagg_plus),     cmocka_unit_test(test_float_weighted_average),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,8 +50,7 @@ static void crash_server(struct world *w)
     assert_int_equal(fa_secagg_server_save(w->s, &blob, &len, NULL), 0);
     fa_secagg_server_del(w->s);
     w->s = NULL;
-    assert_int_equal(
-        fa_secagg_server_restore(&w->s, blob, len, &w->cfg, w->f.members, N, NULL), 0);
+    assert_int_equal(fa_secagg_server_restore(&w->s, blob, len, &w->cfg, w->f.members, N, NULL), 0);
     assert_int_equal(fa_secagg_server_save(w->s, &again, &len2, NULL), 0);
     assert_int_equal(len, len2);
     assert_memory_equal(blob, again, len);
@@ -127,8 +126,7 @@ static void round_with_crash(int at, int crash_srv)
         /* client 0 sends half its upload and crashes; the connection drops */
         assert_int_equal(fa_secagg_client_masked_next(w.c[0], up[0], 60, &got[0], NULL), 0);
         assert_int_equal(fa_secagg_server_masked_begin(w.s, w.f.ids[0], 6, NULL), 0);
-        assert_int_equal(fa_secagg_server_masked_chunk(w.s, w.f.ids[0], up[0], got[0], 6, NULL),
-                         0);
+        assert_int_equal(fa_secagg_server_masked_chunk(w.s, w.f.ids[0], up[0], got[0], 6, NULL), 0);
         crash_client(&w, 0);
         assert_int_equal(fa_secagg_server_masked_abort(w.s, w.f.ids[0], 6, NULL), 0);
         if (crash_srv)
@@ -225,9 +223,8 @@ static void test_client_restore_refusals(void **state)
     /* a flipped bit anywhere: header (AD), nonce or body */
     for (size_t at = 0; at < len; at += len / 13 + 1) {
         blob[at] ^= 0x10;
-        assert_int_not_equal(fa_secagg_client_restore(&r, blob, len, f.seeds[1], f.members, 3,
-                                                      NULL, NULL),
-                             0);
+        assert_int_not_equal(
+            fa_secagg_client_restore(&r, blob, len, f.seeds[1], f.members, 3, NULL, NULL), 0);
         assert_null(r);
         blob[at] ^= 0x10;
     }
