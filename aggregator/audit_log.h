@@ -28,7 +28,8 @@
  * federation id; (round, attempt) strictly increasing along the log; digests
  * of 32 bytes; participants and dropped sorted, unique and disjoint; one
  * commitment per participant in the same order, each with a 32-byte upload
- * hash and a 64-byte signature; the previous model (version, digest) of a
+ * hash and a 64-byte signature (or none, for a region that dropped out after
+ * uploading, before it signed); the previous model (version, digest) of a
  * record equal to the new model of the record before it.
  *
  * A fa_audit_log is safe to use from several threads (one mutex).  Only one
