@@ -782,6 +782,45 @@ int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size
 
 /* ---- round 2: the masked stream ------------------------------------------------ */
 
+/* The rounding generator of this attempt, at word 0. */
+static int rounding_prg_init(const fa_secagg_client *c, fa_prg *g)
+{
+    uint8_t *key = sodium_malloc(16);
+    int rc;
+    if (!key)
+        return FA_ERR_NOMEM;
+    rc = fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_ROUNDING, c->cfg.fed, c->cfg.c.round,
+                       c->cfg.c.attempt, c->id, NULL);
+    if (rc == 0)
+        rc = fa_prg_init(g, key, 0);
+    sodium_free(key);
+    return rc;
+}
+
+/* x_u for coordinates [pos, pos + m) into out: the float input through the
+ * codec (draws from the rounding generator, which must be at word pos), the
+ * weight as the last coordinate; or the ring input as is.  rnd holds m
+ * words. */
+static int encode_block(const fa_secagg_client *c, fa_prg *round_prg, uint64_t pos, size_t m,
+                        uint32_t *rnd, uint32_t *out)
+{
+    const uint64_t d = c->cfg.c.vector_len - 1;
+    size_t mf;
+    int rc;
+    if (c->input_kind != INPUT_F32) {
+        memcpy(out, c->xq + pos, m * sizeof(uint32_t));
+        return 0;
+    }
+    mf = pos < d ? (size_t)(d - pos < m ? d - pos : m) : 0;
+    if ((rc = fa_prg_words(round_prg, rnd, m)) != 0)
+        return rc;
+    fa_codec_encode(&c->codec, c->xf + pos, mf, rnd, out);
+    if (pos + m > d) /* the weight coordinate */
+        out[d - pos] =
+            (uint32_t)fa_codec_round(c->weight * c->codec.qmax, rnd[d - pos], c->codec.qmax);
+    return 0;
+}
+
 static int stream_setup(fa_secagg_client *c, fa_error *err)
 {
     struct stream *st = &c->st;
@@ -825,12 +864,8 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
             goto crypto;
         st->sign[st->nprg++] = fa_sa_pair_sign(c->id, c->peers[v].id);
     }
-    if (c->input_kind == INPUT_F32) {
-        if ((rc = fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_ROUNDING, c->cfg.fed,
-                                c->cfg.c.round, c->cfg.c.attempt, c->id, NULL)) != 0 ||
-            (rc = fa_prg_init(&st->round_prg, key, 0)) != 0)
-            goto crypto;
-    }
+    if (c->input_kind == INPUT_F32 && (rc = rounding_prg_init(c, &st->round_prg)) != 0)
+        goto crypto;
     if (EVP_DigestInit_ex(st->sha, EVP_sha256(), NULL) != 1) {
         rc = FA_ERR_CRYPTO;
         goto crypto;
@@ -855,18 +890,8 @@ static int stream_block(fa_secagg_client *c)
     const size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
     int rc;
 
-    if (c->input_kind == INPUT_F32) {
-        const uint64_t d = len - 1;
-        size_t mf = pos < d ? (size_t)(d - pos < m ? d - pos : m) : 0;
-        if ((rc = fa_prg_words(&st->round_prg, st->rnd, m)) != 0)
-            return rc;
-        fa_codec_encode(&c->codec, c->xf + pos, mf, st->rnd, st->acc);
-        if (pos + m > d) /* the weight coordinate */
-            st->acc[d - pos] = (uint32_t)fa_codec_round(c->weight * c->codec.qmax, st->rnd[d - pos],
-                                                        c->codec.qmax);
-    } else {
-        memcpy(st->acc, c->xq + pos, m * sizeof(uint32_t));
-    }
+    if ((rc = encode_block(c, &st->round_prg, pos, m, st->rnd, st->acc)) != 0)
+        return rc;
     for (size_t i = 0; i < st->nprg; i++)
         if ((rc = fa_prg_apply(&st->prg[i], st->acc, m, st->sign[i], st->scratch)) != 0)
             return rc;
@@ -1486,7 +1511,6 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
 {
     const uint64_t len = c->cfg.c.vector_len;
     uint32_t *rnd = NULL;
-    uint8_t *key = NULL;
     fa_prg prg;
     int rc = 0, have_prg = 0;
 
@@ -1499,37 +1523,28 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
         memcpy(out, c->xq, n * sizeof(uint32_t));
         return 0;
     }
-    /* The same draws the masked stream uses (stream_block). */
+    /* The same draws as the masked stream (encode_block). */
     rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    key = sodium_malloc(16);
-    if (!rnd || !key) {
+    if (!rnd) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg input: out of memory");
         goto out;
     }
-    if ((rc = fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_ROUNDING, c->cfg.fed,
-                            c->cfg.c.round, c->cfg.c.attempt, c->id, NULL)) != 0 ||
-        (rc = fa_prg_init(&prg, key, 0)) != 0) {
+    if ((rc = rounding_prg_init(c, &prg)) != 0) {
         rc = fa_errorf(err, rc, "secagg input: rounding generator failed");
         goto out;
     }
     have_prg = 1;
     for (uint64_t pos = 0; pos < len;) {
-        const uint64_t d = len - 1;
         size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
-        size_t mf = pos < d ? (size_t)(d - pos < m ? d - pos : m) : 0;
-        if ((rc = fa_prg_words(&prg, rnd, m)) != 0)
+        if ((rc = encode_block(c, &prg, pos, m, rnd, out + pos)) != 0) {
+            rc = fa_errorf(err, rc, "secagg input: %s", fa_strerror(rc));
             goto out;
-        fa_codec_encode(&c->codec, c->xf + pos, mf, rnd, out + pos);
-        if (pos + m > d)
-            out[d] =
-                (uint32_t)fa_codec_round(c->weight * c->codec.qmax, rnd[d - pos], c->codec.qmax);
+        }
         pos += m;
     }
 out:
     if (have_prg)
         fa_prg_free(&prg);
-    if (key)
-        sodium_free(key);
     free(rnd);
     return rc;
 }

@@ -123,6 +123,7 @@ typedef struct th_run {
     const int *upload_style;     /* per client TH_UPLOAD_*, for TH_DROP_MASKED */
     int retry_uploads;           /* survivors first abort an upload midway, then resend */
     size_t max_chunk;            /* largest chunk of the masked stream, 0 = 4096 */
+    uint32_t *const *ring_out;   /* per client: receives its quantised input, or NULL */
     uint64_t seed;
     /* out */
     int rc;         /* 0 or the first error */
@@ -251,6 +252,9 @@ static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_con
             else
                 TH_CHECK(fa_secagg_client_set_input_f32(
                     cl[i], run->xf[i], (size_t)cfg->vector_len - 1, run->weight[i], &run->err));
+            if (run->ring_out && run->ring_out[i])
+                TH_CHECK(fa_secagg_client_input_ring(cl[i], run->ring_out[i],
+                                                     (size_t)cfg->vector_len, &run->err));
             if (dropper && style == TH_UPLOAD_NONE)
                 continue;
             if (dropper) {

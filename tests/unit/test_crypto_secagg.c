@@ -458,6 +458,7 @@ static void test_float_weighted_average(void **state)
     size_t n = 5, d = 1000;
     fa_secagg_config cfg = th_cfg(3, 0, d + 1, 0);
     float *x[5], *avg = malloc(d * sizeof(float));
+    uint32_t *q[5];
     const float *xp[5];
     double w[5] = {1.0, 0.5, 0.25, 0.8, 0.1}, wsum = 0, got_w;
     int drop[5] = {0, TH_DROP_MASKED, 0, 0, TH_DROP_UNMASK};
@@ -482,7 +483,23 @@ static void test_float_weighted_average(void **state)
     run.weight = w;
     run.drop = drop;
     run.seed = 9;
+    for (size_t i = 0; i < n; i++)
+        q[i] = malloc((d + 1) * sizeof(uint32_t));
+    run.ring_out = q;
     assert_int_equal(th_round(&f, &cfg, &run), 0);
+    /* the unmasked ring sum is the sum of the survivors' quantised inputs */
+    {
+        uint32_t *sum = malloc((d + 1) * sizeof(uint32_t));
+        assert_int_equal(fa_secagg_server_result_ring(run.server, sum, d + 1, NULL), 0);
+        for (size_t j = 0; j <= d; j++) {
+            uint32_t want = 0;
+            for (size_t i = 0; i < n; i++)
+                if (th_survives(&run, i))
+                    want += q[i][j];
+            assert_int_equal(sum[j], want & ((1u << cfg.ring_bits) - 1));
+        }
+        free(sum);
+    }
     assert_int_equal(fa_secagg_server_result_f32(run.server, avg, d, &got_w, NULL), 0);
     for (size_t i = 0; i < n; i++)
         if (th_survives(&run, i))
@@ -500,8 +517,10 @@ static void test_float_weighted_average(void **state)
         assert_true(fabs(avg[j] - num / wsum) < 1e-3);
     }
     th_run_free(&run);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(x[i]);
+        free(q[i]);
+    }
     free(avg);
 }
 
