@@ -524,14 +524,39 @@ static void test_float_weighted_average(void **state)
     free(avg);
 }
 
+/* Tiny vectors (shorter than one packing group) and extreme ring sizes. */
+static void test_lengths_and_ring_sizes(void **state)
+{
+    const uint64_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17};
+    const uint32_t ks[] = {2, 5, 31, 32};
+    th_fed f;
+    th_fed_init(&f, 3, 3);
+    for (size_t a = 0; a < sizeof(lens) / sizeof(lens[0]); a++) {
+        for (size_t b = 0; b < sizeof(ks) / sizeof(ks[0]); b++) {
+            struct inputs in;
+            int drop[3] = {0, TH_DROP_MASKED, 0}, style[3] = {0, TH_UPLOAD_ABORT, 0};
+            fa_secagg_config cfg = th_cfg(2, ks[b], lens[a], 0);
+            inputs_make(&in, 3, lens[a], a * 10 + b);
+            check_round(&f, &cfg, &in, drop, style, 1, a * 10 + b);
+            inputs_free(&in, 3);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dropouts_n2),     cmocka_unit_test(test_dropouts_n3),
-        cmocka_unit_test(test_dropouts_n5),     cmocka_unit_test(test_dropouts_n10),
-        cmocka_unit_test(test_dropouts_n32),    cmocka_unit_test(test_dropouts_mixed),
-        cmocka_unit_test(test_uploads_retried), cmocka_unit_test(test_uploads_interleaved),
-        cmocka_unit_test(test_secagg_plus),     cmocka_unit_test(test_float_weighted_average),
+        cmocka_unit_test(test_dropouts_n2),
+        cmocka_unit_test(test_dropouts_n3),
+        cmocka_unit_test(test_dropouts_n5),
+        cmocka_unit_test(test_dropouts_n10),
+        cmocka_unit_test(test_dropouts_n32),
+        cmocka_unit_test(test_dropouts_mixed),
+        cmocka_unit_test(test_uploads_retried),
+        cmocka_unit_test(test_uploads_interleaved),
+        cmocka_unit_test(test_secagg_plus),
+        cmocka_unit_test(test_float_weighted_average),
+        cmocka_unit_test(test_lengths_and_ring_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
