@@ -66,7 +66,11 @@ static fa_bodyq_chunk *chunk_get(fa_bodyq *q)
 
 static void chunk_put(fa_bodyq *q, fa_bodyq_chunk *c)
 {
-    if (q->nspare < 4) {
+    /* Keep chunks for reuse up to the outstanding limit: fresh 256 KiB
+     * blocks come from mmap, and faulting their pages in again on every
+     * chunk costs more than the copy itself.  Memory stays bounded by
+     * max_unacked either way. */
+    if ((uint64_t)q->nspare * q->chunk_size < q->max_unacked + q->chunk_size) {
         c->next = q->spare;
         q->spare = c;
         q->nspare++;

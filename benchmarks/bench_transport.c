@@ -1,0 +1,741 @@
+/* bench_transport.c - `fedagg-bench transport`: HTTP/3 goodput (issue 4).
+ *
+ * Loopback, one body of --bytes (default 1 GiB) per run, each stack's server
+ * and client in their own processes, the same file served by every server:
+ *   ours      fa_h3 server (forked child) and fa_h3 client (this process)
+ *   anchor 1  Debian's gtlsserver + gtlsclient (ngtcp2 0.12 examples, GnuTLS)
+ *   anchor 2  openssl s_server -WWW + curl: TLS 1.3 over TCP (download only:
+ *             neither has an upload path without a web server)
+ * measured in the same run, alternating, median of --runs.  Each line gives
+ * goodput (MB/s = 1e6 bytes/s, handshake included), CPU seconds per GB of
+ * both processes together, and ratios.  With --jumbo a second download line
+ * lets both QUIC stacks send 8952-byte datagrams (a 9000-byte MTU LAN).
+ *
+ * WAN: goodput through fedagg-relay with the test profiles (wan80, wan220,
+ * corrupt3, a 2 s blackhole), CUBIC next to BBR2, our stack both times.
+ * Needs the deploy/pki.sh script (found via $FA_SRC or this file's path) and
+ * fedagg-relay next to this binary.  Never fails for being slow.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fa_log.h"
+#include "transport/h3.h"
+
+const char fa_bench_transport_help[] =
+    "HTTP/3 goodput on loopback vs gtlsclient/gtlsserver and curl/openssl TLS-TCP; WAN profiles CUBIC vs BBR2";
+
+typedef struct opts {
+    uint64_t bytes;
+    int runs;
+    int wan, loopback, jumbo, anchors;
+    const char *only;
+} opts;
+
+static char tmpdir[256], pki[300], binfile[400], bindir[PATH_MAX];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double tv_s(struct timeval tv) { return (double)tv.tv_sec + (double)tv.tv_usec / 1e6; }
+
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return tv_s(ru.ru_utime) + tv_s(ru.ru_stime);
+}
+
+static const char *src_dir(void)
+{
+    static char buf[PATH_MAX];
+    const char *s = getenv("FA_SRC"), *p;
+    if (s && *s)
+        return s;
+    snprintf(buf, sizeof(buf), "%s", __FILE__);
+    p = strstr(buf, "/benchmarks/");
+    if (p)
+        buf[p - buf] = '\0';
+    return buf;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0), port = 0;
+    struct sockaddr_in a;
+    socklen_t l = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* Starts argv with stdout/stderr to /dev/null (cwd when given). */
+static pid_t spawn(char *const argv[], const char *cwd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int dn = open("/dev/null", O_RDWR);
+        if (dn >= 0) {
+            dup2(dn, 0);
+            dup2(dn, 1);
+            dup2(dn, 2);
+        }
+        if (cwd && chdir(cwd) != 0)
+            _exit(127);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for pid; returns its CPU seconds (user + sys), or -1 on failure. */
+static double reap(pid_t pid, int *status)
+{
+    struct rusage ru;
+    int st = 0;
+    if (wait4(pid, &st, 0, &ru) != pid)
+        return -1;
+    if (status)
+        *status = st;
+    return tv_s(ru.ru_utime) + tv_s(ru.ru_stime);
+}
+
+static double stop(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    return reap(pid, NULL);
+}
+
+static int have(const char *prog)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "command -v %s >/dev/null 2>&1", prog);
+    return system(cmd) == 0;
+}
+
+typedef struct result {
+    double mbps, cpu_per_gb;
+    int ok;
+} result;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of the successful runs. */
+static result median(const result *r, int n)
+{
+    double m[16], c[16];
+    int k = 0;
+    result out = {0, 0, 0};
+    for (int i = 0; i < n; i++)
+        if (r[i].ok) {
+            m[k] = r[i].mbps;
+            c[k] = r[i].cpu_per_gb;
+            k++;
+        }
+    if (!k)
+        return out;
+    qsort(m, (size_t)k, sizeof(double), cmp_double);
+    qsort(c, (size_t)k, sizeof(double), cmp_double);
+    out.mbps = m[k / 2];
+    out.cpu_per_gb = c[k / 2];
+    out.ok = 1;
+    return out;
+}
+
+/* ------------------------------------------------------------ our server */
+
+static int srv_fd_file(fa_h3_request *req, void *arg);
+
+typedef struct file_src {
+    int fd;
+} file_src;
+
+static ssize_t file_read(void *arg, uint8_t *buf, size_t cap)
+{
+    file_src *f = arg;
+    ssize_t n;
+    do {
+        n = read(f->fd, buf, cap);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? FA_ERR_IO : n;
+}
+
+static void file_done(void *arg, int err)
+{
+    file_src *f = arg;
+    close(f->fd);
+    free(f);
+}
+
+static int srv_fd_file(fa_h3_request *req, void *arg)
+{
+    file_src *f = malloc(sizeof(*f));
+    struct stat st;
+    if (!f)
+        return -1;
+    f->fd = open(binfile, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0 || fstat(f->fd, &st) != 0) {
+        free(f);
+        return fa_h3_respond(req, 404, NULL, 0, NULL, 0);
+    }
+    if (fa_h3_respond_stream(req, 200, NULL, 0, st.st_size, file_read, file_done, f) != 0) {
+        file_done(f, 0);
+        return -1;
+    }
+    return 0;
+}
+
+static int srv_sink_body(fa_h3_request *req, const uint8_t *d, size_t n, void *arg) { return 0; }
+
+static void srv_sink_end(fa_h3_request *req, void *arg)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%" PRIu64, fa_h3_request_body_received(req));
+    (void)fa_h3_respond(req, 200, NULL, 0, b, strlen(b));
+}
+
+static int srv_sink(fa_h3_request *req, void *arg) { return 0; }
+
+/* Forks a child running our server on `port`; returns its pid. */
+static pid_t our_server(int port, int cc, uint32_t udp_payload)
+{
+    int p[2];
+    pid_t pid;
+    char ready;
+    if (pipe(p) != 0)
+        return -1;
+    pid = fork();
+    if (pid == 0) {
+        fa_h3_server_config cfg;
+        fa_h3_server *srv;
+        fa_error err;
+        char listen[64], cert[400], key[400], ca[400];
+        fa_h3_handler file = {.on_request = srv_fd_file};
+        fa_h3_handler sink = {.on_request = srv_sink, .on_body = srv_sink_body,
+                              .on_body_end = srv_sink_end};
+        close(p[0]);
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+        snprintf(cert, sizeof(cert), "%s/server.crt", pki);
+        snprintf(key, sizeof(key), "%s/server.key", pki);
+        snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
+        fa_h3_server_config_default(&cfg);
+        cfg.listen = listen;
+        cfg.cert_file = cert;
+        cfg.key_file = key;
+        cfg.ca_file = ca;
+        cfg.quic.cc = cc;
+        cfg.quic.max_udp_payload = udp_payload;
+        cfg.drain_on_signal = 1;
+        cfg.drain_timeout_ms = 1000;
+        if (fa_h3_server_new(&srv, &cfg, &err) != 0) {
+            fprintf(stderr, "bench: server: %s\n", err.msg);
+            _exit(1);
+        }
+        fa_h3_server_route(srv, "GET", "/file", &file, NULL);
+        fa_h3_server_route(srv, "POST", "/sink", &sink, NULL);
+        ready = 1;
+        if (write(p[1], &ready, 1) != 1)
+            _exit(1);
+        close(p[1]);
+        fa_h3_server_run(srv, &err);
+        fa_h3_server_del(srv);
+        _exit(0);
+    }
+    close(p[1]);
+    if (pid < 0 || read(p[0], &ready, 1) != 1) {
+        close(p[0]);
+        if (pid > 0)
+            reap(pid, NULL);
+        return -1;
+    }
+    close(p[0]);
+    return pid;
+}
+
+/* ------------------------------------------------------------ our client */
+
+typedef struct counter {
+    uint64_t n;
+} counter;
+
+static int count_body(void *arg, const uint8_t *d, size_t n)
+{
+    ((counter *)arg)->n += n;
+    return 0;
+}
+
+typedef struct upsrc {
+    int fd;
+} upsrc;
+
+static ssize_t up_read(void *arg, uint8_t *buf, size_t cap)
+{
+    ssize_t n = read(((upsrc *)arg)->fd, buf, cap);
+    return n < 0 ? FA_ERR_IO : n;
+}
+
+/* One transfer with our client against 127.0.0.1:port.  Returns seconds or
+ * a negative value; *moved = body bytes. */
+static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_t udp_payload,
+                           uint64_t *moved)
+{
+    fa_h3_client_config cfg;
+    fa_h3_client *c;
+    fa_h3_client_req req;
+    fa_h3_response resp;
+    fa_error err = {0};
+    char server[64], cert[400], key[400], ca[400];
+    counter cnt = {0};
+    upsrc src = {-1};
+    double t0, t1;
+    int rv;
+
+    snprintf(server, sizeof(server), "127.0.0.1:%d", port);
+    snprintf(cert, sizeof(cert), "%s/client-eu-west.crt", pki);
+    snprintf(key, sizeof(key), "%s/client-eu-west.key", pki);
+    snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
+    fa_h3_client_config_default(&cfg);
+    cfg.server = server;
+    cfg.server_name = "localhost";
+    cfg.ca_file = ca;
+    cfg.cert_file = cert;
+    cfg.key_file = key;
+    cfg.quic.cc = cc;
+    cfg.quic.max_udp_payload = udp_payload;
+    if (fa_h3_client_new(&c, &cfg, &err) != 0) {
+        fprintf(stderr, "bench: client: %s\n", err.msg);
+        return -1;
+    }
+    memset(&req, 0, sizeof(req));
+    req.timeout_ms = 600000;
+    if (upload) {
+        src.fd = open(binfile, O_RDONLY | O_CLOEXEC);
+        req.method = "POST";
+        req.path = "/sink";
+        req.body_read = up_read;
+        req.body_arg = &src;
+        req.body_length = (int64_t)bytes;
+    } else {
+        req.method = "GET";
+        req.path = "/file";
+        req.on_body = count_body;
+        req.on_body_arg = &cnt;
+    }
+    t0 = now_s();
+    rv = fa_h3_client_request(c, &req, &resp, &err);
+    t1 = now_s();
+    if (src.fd >= 0)
+        close(src.fd);
+    fa_h3_client_del(c);
+    if (rv != 0 || resp.status != 200) {
+        fprintf(stderr, "bench: our %s: %s (status %d)\n", upload ? "upload" : "download",
+                rv ? err.msg : "", resp.status);
+        fa_h3_response_free(&resp);
+        return -1;
+    }
+    *moved = upload ? (resp.body ? strtoull((char *)resp.body, NULL, 10) : 0) : cnt.n;
+    fa_h3_response_free(&resp);
+    return t1 - t0;
+}
+
+static result run_ours(int upload, uint64_t bytes, uint32_t udp_payload)
+{
+    result r = {0, 0, 0};
+    int port = free_port();
+    pid_t srv = our_server(port, FA_H3_CC_CUBIC, udp_payload);
+    double c0, sec, scpu;
+    uint64_t moved = 0;
+    if (srv < 0)
+        return r;
+    c0 = self_cpu();
+    sec = our_transfer(port, upload, bytes, FA_H3_CC_CUBIC, udp_payload, &moved);
+    scpu = stop(srv);
+    if (sec > 0 && moved == bytes) {
+        r.mbps = (double)bytes / 1e6 / sec;
+        r.cpu_per_gb = (self_cpu() - c0 + scpu) / ((double)bytes / 1e9);
+        r.ok = 1;
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------- anchors */
+
+static result run_gtls(int upload, uint64_t bytes, uint32_t udp_payload)
+{
+    result r = {0, 0, 0};
+    int port = free_port(), st = 0;
+    char ps[16], url[128], key[400], crt[400], ckey[400], ccrt[400], pay[16];
+    pid_t srv, cli;
+    double t0, t1, ccpu, scpu;
+
+    snprintf(ps, sizeof(ps), "%d", port);
+    snprintf(url, sizeof(url), "https://localhost:%d/%s", port, upload ? "small.txt" : "blob.bin");
+    snprintf(key, sizeof(key), "%s/server.key", pki);
+    snprintf(crt, sizeof(crt), "%s/server.crt", pki);
+    snprintf(ckey, sizeof(ckey), "%s/client-eu-west.key", pki);
+    snprintf(ccrt, sizeof(ccrt), "%s/client-eu-west.crt", pki);
+    snprintf(pay, sizeof(pay), "%u", udp_payload);
+    {
+        char *argv[16];
+        int k = 0;
+        argv[k++] = "gtlsserver";
+        argv[k++] = "-q";
+        argv[k++] = "-d";
+        argv[k++] = tmpdir;
+        if (udp_payload) {
+            argv[k++] = "--max-udp-payload-size";
+            argv[k++] = pay;
+        }
+        argv[k++] = "127.0.0.1";
+        argv[k++] = ps;
+        argv[k++] = key;
+        argv[k++] = crt;
+        argv[k] = NULL;
+        srv = spawn(argv, NULL);
+    }
+    usleep(300000); /* gtlsserver has no readiness signal */
+    {
+        char *argv[24];
+        int k = 0;
+        argv[k++] = "gtlsclient";
+        argv[k++] = "-q";
+        argv[k++] = "--exit-on-all-streams-close";
+        argv[k++] = "--cert";
+        argv[k++] = ccrt;
+        argv[k++] = "--key";
+        argv[k++] = ckey;
+        if (udp_payload) {
+            argv[k++] = "--max-udp-payload-size";
+            argv[k++] = pay;
+        }
+        if (upload) {
+            argv[k++] = "-m";
+            argv[k++] = "POST";
+            argv[k++] = "-d";
+            argv[k++] = binfile;
+        }
+        argv[k++] = "127.0.0.1";
+        argv[k++] = ps;
+        argv[k++] = url;
+        argv[k] = NULL;
+        t0 = now_s();
+        cli = spawn(argv, NULL);
+        ccpu = reap(cli, &st);
+        t1 = now_s();
+    }
+    scpu = stop(srv);
+    if (ccpu >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        r.mbps = (double)bytes / 1e6 / (t1 - t0);
+        r.cpu_per_gb = (ccpu + scpu) / ((double)bytes / 1e9);
+        r.ok = 1;
+    }
+    return r;
+}
+
+static result run_tcp(uint64_t bytes)
+{
+    result r = {0, 0, 0};
+    int port = free_port(), st = 0; /* TCP and UDP ports are separate; usually free too */
+    char ps[16], url[128], key[400], crt[400], ca[400];
+    pid_t srv, cli;
+    double t0, t1, ccpu, scpu;
+
+    snprintf(ps, sizeof(ps), "%d", port);
+    snprintf(url, sizeof(url), "https://localhost:%d/blob.bin", port);
+    snprintf(key, sizeof(key), "%s/server.key", pki);
+    snprintf(crt, sizeof(crt), "%s/server.crt", pki);
+    snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
+    {
+        char *argv[] = {"openssl", "s_server", "-quiet", "-WWW", "-accept", ps, "-cert", crt,
+                        "-key", key, "-tls1_3", NULL};
+        srv = spawn(argv, tmpdir);
+    }
+    usleep(300000);
+    {
+        char *argv[] = {"curl", "-s", "-f", "--cacert", ca, "-o", "/dev/null", url, NULL};
+        t0 = now_s();
+        cli = spawn(argv, NULL);
+        ccpu = reap(cli, &st);
+        t1 = now_s();
+    }
+    scpu = stop(srv);
+    if (ccpu >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        r.mbps = (double)bytes / 1e6 / (t1 - t0);
+        r.cpu_per_gb = (ccpu + scpu) / ((double)bytes / 1e9);
+        r.ok = 1;
+    }
+    return r;
+}
+
+/* ----------------------------------------------------------------- setup */
+
+static int make_file(uint64_t bytes)
+{
+    uint8_t *buf = malloc(1 << 20);
+    uint64_t x = 0x9e3779b97f4a7c15ull, left = bytes;
+    int fd;
+    FILE *f;
+    char small[300];
+
+    snprintf(binfile, sizeof(binfile), "%s/blob.bin", tmpdir);
+    fd = open(binfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || !buf) {
+        free(buf);
+        return -1;
+    }
+    for (size_t i = 0; i < (1 << 20); i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(buf + i, &x, 8);
+    }
+    while (left) {
+        size_t n = left < (1 << 20) ? (size_t)left : (1 << 20);
+        buf[0]++; /* not one MiB repeated */
+        if (write(fd, buf, n) != (ssize_t)n) {
+            close(fd);
+            free(buf);
+            return -1;
+        }
+        left -= n;
+    }
+    close(fd);
+    free(buf);
+    snprintf(small, sizeof(small), "%s/small.txt", tmpdir);
+    f = fopen(small, "w");
+    if (f) {
+        fputs("ok\n", f);
+        fclose(f);
+    }
+    return 0;
+}
+
+static int setup(uint64_t bytes)
+{
+    char cmd[1200];
+    ssize_t n;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/fa_bench_transport.XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    if (make_file(bytes) != 0)
+        return -1;
+    snprintf(pki, sizeof(pki), "%s/pki", tmpdir);
+    snprintf(cmd, sizeof(cmd), "bash '%s/deploy/pki.sh' '%s' --regions eu-west >/dev/null 2>&1",
+             src_dir(), pki);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "bench: %s failed\n", cmd);
+        return -1;
+    }
+    n = readlink("/proc/self/exe", bindir, sizeof(bindir) - 1);
+    if (n > 0) {
+        char *s;
+        bindir[n] = '\0';
+        s = strrchr(bindir, '/');
+        if (s)
+            *s = '\0';
+    }
+    return 0;
+}
+
+static void cleanup(void)
+{
+    char cmd[400];
+    if (!tmpdir[0])
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench: cannot remove %s\n", tmpdir);
+}
+
+/* ------------------------------------------------------------- loopback */
+
+static void print_line(const char *op, uint64_t bytes, const char *ref, result ours, result anchor,
+                       const char *extra)
+{
+    printf("{\"bench\":\"transport\",\"op\":\"%s\",\"bytes\":%" PRIu64 "%s,\"mbytes_per_s\":%.1f,"
+           "\"cpu_s_per_gb\":%.2f,\"ref\":\"%s\",\"ref_mbytes_per_s\":%.1f,\"ref_cpu_s_per_gb\":%.2f,"
+           "\"ratio\":%.2f,\"cpu_ratio\":%.2f}\n",
+           op, bytes, extra, ours.mbps, ours.cpu_per_gb, ref, anchor.mbps, anchor.cpu_per_gb,
+           anchor.mbps > 0 ? ours.mbps / anchor.mbps : 0,
+           ours.cpu_per_gb > 0 ? anchor.cpu_per_gb / ours.cpu_per_gb : 0);
+    fflush(stdout);
+}
+
+static void loopback(const opts *o)
+{
+    result ours[16], gtls[16], tcp[16];
+    int have_gtls = o->anchors && have("gtlsclient") && have("gtlsserver");
+    int have_tcp = o->anchors && have("curl") && have("openssl");
+    int runs = o->runs > 16 ? 16 : o->runs;
+
+    /* download: alternate the stacks run by run, so drift hits all alike */
+    for (int i = 0; i < runs; i++) {
+        ours[i] = run_ours(0, o->bytes, 0);
+        gtls[i] = have_gtls ? run_gtls(0, o->bytes, 0) : (result){0, 0, 0};
+        tcp[i] = have_tcp ? run_tcp(o->bytes) : (result){0, 0, 0};
+    }
+    print_line("download", o->bytes, "gtlsclient+gtlsserver (ngtcp2 0.12 examples)",
+               median(ours, runs), median(gtls, runs), "");
+    print_line("download", o->bytes, "curl+openssl s_server -WWW (TLS 1.3 over TCP)",
+               median(ours, runs), median(tcp, runs), "");
+    for (int i = 0; i < runs; i++) {
+        ours[i] = run_ours(1, o->bytes, 0);
+        gtls[i] = have_gtls ? run_gtls(1, o->bytes, 0) : (result){0, 0, 0};
+    }
+    print_line("upload", o->bytes, "gtlsclient+gtlsserver (ngtcp2 0.12 examples)",
+               median(ours, runs), median(gtls, runs), "");
+    if (o->jumbo) {
+        for (int i = 0; i < runs; i++) {
+            ours[i] = run_ours(0, o->bytes, 8952);
+            gtls[i] = have_gtls ? run_gtls(0, o->bytes, 8952) : (result){0, 0, 0};
+        }
+        print_line("download", o->bytes, "gtlsclient+gtlsserver (ngtcp2 0.12 examples)",
+                   median(ours, runs), median(gtls, runs), ",\"udp_payload\":8952");
+    }
+}
+
+/* ------------------------------------------------------------------ WAN */
+
+typedef struct profile {
+    const char *name;
+    const char *args[8];
+    uint64_t bytes;
+} profile;
+
+static const profile profiles[] = {
+    {"wan80", {"--profile", "wan80", NULL}, 4u << 20},
+    {"wan220", {"--profile", "wan220", NULL}, 2u << 20},
+    {"corrupt3", {"--profile", "corrupt3", NULL}, 50u << 20},
+    {"blackhole2s", {"--rate", "40M", "--blackhole", "1.0:2.0", "--t0", "first-packet", NULL},
+     100u << 20},
+};
+
+static double wan_once(const profile *p, int cc, int upload)
+{
+    int sport = free_port(), rport = free_port();
+    char up[64], listen[64], relay[PATH_MAX + 32];
+    char *argv[24];
+    int k = 0;
+    pid_t srv, rel;
+    double sec;
+    uint64_t moved = 0;
+
+    srv = our_server(sport, cc, 0);
+    if (srv < 0)
+        return -1;
+    snprintf(relay, sizeof(relay), "%s/fedagg-relay", bindir);
+    snprintf(up, sizeof(up), "127.0.0.1:%d", sport);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", rport);
+    argv[k++] = relay;
+    argv[k++] = "--listen";
+    argv[k++] = listen;
+    argv[k++] = "--upstream";
+    argv[k++] = up;
+    argv[k++] = "--seed";
+    argv[k++] = "7";
+    for (int i = 0; p->args[i]; i++)
+        argv[k++] = (char *)p->args[i];
+    argv[k] = NULL;
+    rel = spawn(argv, NULL);
+    usleep(200000);
+    /* the file on disk has the profile's size (see wan()) */
+    sec = our_transfer(rport, upload, p->bytes, cc, 0, &moved);
+    stop(rel);
+    stop(srv);
+    return sec > 0 && moved == p->bytes ? (double)p->bytes / 1e6 / sec : -1;
+}
+
+static void wan(const opts *o)
+{
+    char relay[PATH_MAX + 32];
+    snprintf(relay, sizeof(relay), "%s/fedagg-relay", bindir);
+    if (access(relay, X_OK) != 0) {
+        printf("{\"bench\":\"transport_wan\",\"skipped\":\"%s not built\"}\n", relay);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++) {
+        const profile *p = &profiles[i];
+        double cubic, bbr2;
+        if (o->only && strcmp(o->only, p->name) != 0)
+            continue;
+        if (make_file(p->bytes) != 0)
+            return;
+        cubic = wan_once(p, FA_H3_CC_CUBIC, 0);
+        bbr2 = wan_once(p, FA_H3_CC_BBR2, 0);
+        printf("{\"bench\":\"transport_wan\",\"profile\":\"%s\",\"op\":\"download\",\"bytes\":%" PRIu64
+               ",\"cubic_mbytes_per_s\":%.2f,\"bbr2_mbytes_per_s\":%.2f,\"ref\":\"cubic\","
+               "\"ratio\":%.2f}\n",
+               p->name, p->bytes, cubic, bbr2, cubic > 0 && bbr2 > 0 ? bbr2 / cubic : 0);
+        fflush(stdout);
+    }
+}
+
+int fa_bench_transport(int argc, char **argv)
+{
+    opts o = {1ull << 30, 3, 1, 1, 0, 1, NULL};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bytes") && i + 1 < argc) {
+            o.bytes = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            o.runs = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--no-wan")) {
+            o.wan = 0;
+        } else if (!strcmp(argv[i], "--wan-only")) {
+            o.loopback = 0;
+        } else if (!strcmp(argv[i], "--profile") && i + 1 < argc) {
+            o.only = argv[++i];
+        } else if (!strcmp(argv[i], "--jumbo")) {
+            o.jumbo = 1;
+        } else if (!strcmp(argv[i], "--no-anchors")) {
+            o.anchors = 0; /* for profiling our stack alone; ratios are then 0 */
+        } else {
+            fprintf(stderr,
+                    "usage: fedagg-bench transport [--bytes N] [--runs R] [--no-wan | --wan-only] "
+                    "[--profile NAME] [--jumbo] [--no-anchors]\n");
+            return 2;
+        }
+    }
+    if (o.runs < 1)
+        o.runs = 1;
+    fa_log_set_level(FA_LOG_ERROR);
+    signal(SIGPIPE, SIG_IGN);
+    if (setup(o.bytes) != 0) {
+        fprintf(stderr, "bench: setup failed\n");
+        cleanup();
+        return 1;
+    }
+    if (o.loopback)
+        loopback(&o);
+    if (o.wan)
+        wan(&o);
+    cleanup();
+    return 0;
+}
