@@ -18,6 +18,7 @@ libcmocka-dev
 ngtcp2-client ngtcp2-server
 clang libclang-rt-14-dev
 curl python3 iproute2
+python3-yaml systemd
 dataset-fashion-mnist
 "
 
