@@ -27,6 +27,7 @@ struct req_ctx {
     uint8_t *buf;            /* a protocol message being received */
     size_t len, cap;
     int uploading;           /* a masked upload is being summed */
+    uint64_t upload;         /* its stream id (fa_fed_masked_begin) */
     int discard;             /* the body is read and dropped */
     int responded;
     int pending;             /* in the long-poll list */
@@ -182,7 +183,7 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     if (!c)
         return;
     if (c->uploading) {
-        fa_fed_masked_abort(a->fed, c->region, c->round, c->attempt, now_ms());
+        fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
         c->uploading = 0;
     }
     if (c->pending && err != 0)
@@ -447,7 +448,8 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     fa_api_tick(a);
     if (fa_fed_masked_begin(a->fed, c->region, c->round, c->attempt,
-                            fa_h3_request_content_length(req), now_ms(), &c->discard, &r) != 0) {
+                            fa_h3_request_content_length(req), now_ms(), &c->upload,
+                            &c->discard, &r) != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         c->discard = 1;
@@ -472,8 +474,8 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         return 0;
     if (c->kind == FA_FED_MASKED) {
         fa_fed_reply r = {0};
-        if (fa_fed_masked_chunk(a->fed, c->region, c->round, c->attempt, data, len, now_ms(), &r) != 0) {
-            fa_fed_masked_abort(a->fed, c->region, c->round, c->attempt, now_ms());
+        if (fa_fed_masked_chunk(a->fed, c->region, c->upload, data, len, now_ms(), &r) != 0) {
+            fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
             c->uploading = 0;
             respond_reply(c, &r);
             fa_fed_reply_free(&r);
@@ -515,7 +517,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     if (c->kind == FA_FED_MASKED) {
         if (c->uploading) {
             c->uploading = 0;
-            if (fa_fed_masked_end(a->fed, c->region, c->round, c->attempt, now_ms(), &r) != 0) {
+            if (fa_fed_masked_end(a->fed, c->region, c->upload, now_ms(), &r) != 0) {
                 respond_reply(c, &r);
                 fa_fed_reply_free(&r);
                 return;

@@ -36,6 +36,7 @@ struct region {
     uint8_t msg_sha[N_KINDS][32];
     uint8_t have_msg[N_KINDS];
     int uploading; /* a masked upload is in flight */
+    uint64_t upload_id; /* which stream it is (fa_fed.next_upload_id) */
     int uploaded;  /* its masked upload completed */
     /* Totals for status and metrics. */
     uint64_t bytes_received, rounds_participated, dropouts;
@@ -99,6 +100,7 @@ struct fa_fed {
 
     struct fa_metrics *metrics;
     int fatal; /* a committed round could not be recorded: restart to repair */
+    uint64_t next_upload_id;
 };
 
 static const char *kind_names[N_KINDS] = {"advertise", "shares", "masked", "consistency",
@@ -948,6 +950,37 @@ static int check_position(fa_fed *f, int kind, const char *region, uint64_t roun
     return 0;
 }
 
+/* Every protocol message names its sender; it must be the region the
+ * client certificate names (a valid certificate of region A cannot act as
+ * region B), checked before anything else looks at the message. */
+static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *body, size_t len,
+                        fa_fed_reply *reply)
+{
+    const ProtobufCMessageDescriptor *d = kind == FA_FED_ADVERTISE     ? &fedagg__advertise_keys__descriptor
+                                          : kind == FA_FED_SHARES      ? &fedagg__share_keys__descriptor
+                                          : kind == FA_FED_CONSISTENCY ? &fedagg__signed_survivors__descriptor
+                                                                       : &fedagg__unmask_shares__descriptor;
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(d, "client_id");
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, body);
+    const char *sender;
+    int rc = 0;
+
+    if (!m)
+        return reply_error(f, reply, 400, FA_ERR_PARSE, "%s message from %s does not decode",
+                           kind_names[kind], region);
+    sender = fd ? *(const char *const *)((const uint8_t *)m + fd->offset) : NULL;
+    if (!sender || strcmp(sender, region) != 0) {
+        fa_log(FA_LOG_WARN, "message naming another region refused",
+               "region=%s claimed=%s phase=%s", region, sender ? sender : "", kind_names[kind]);
+        rc = reply_error(f, reply, 403, FA_ERR_AUTH,
+                         "the client certificate names region %s but the %s message is from "
+                         "'%s'",
+                         region, kind_names[kind], sender ? sender : "");
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}
+
 int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
                   const uint8_t *body, size_t len, uint64_t now_ms, fa_fed_reply *reply)
 {
@@ -962,7 +995,11 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     if (kind == FA_FED_UNMASK && f->last_result && round == f->last_round &&
         attempt == f->last_attempt && find_region(f, region))
         return 0;
-    rc = check_position(f, kind, region, round, attempt, reply);
+    if (!find_region(f, region))
+        return check_position(f, kind, region, round, attempt, reply); /* 403 */
+    rc = check_sender(f, kind, region, body, len, reply);
+    if (rc == 0)
+        rc = check_position(f, kind, region, round, attempt, reply);
     if (rc != 0)
         return rc;
     r = find_region(f, region);
@@ -1097,7 +1134,7 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
 }
 
 int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                        int64_t content_length, uint64_t now_ms, int *discard,
+                        int64_t content_length, uint64_t now_ms, uint64_t *upload, int *discard,
                         fa_fed_reply *reply)
 {
     uint64_t want = fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits);
@@ -1106,21 +1143,11 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
     int rc;
 
     *discard = 0;
+    *upload = 0;
     rc = check_position(f, FA_FED_MASKED, region, round, attempt, reply);
     if (rc != 0)
         return rc;
-    r = find_region(f, region);
-    if (r->uploaded || r->uploading) {
-        /* A retry of an upload that completed (its answer was lost), or a
-         * second stream while the first still runs: read and drop it. */
-        *discard = 1;
-        return 0;
-    }
-    if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
-        return reply_error(f, reply, 409, FA_ERR_STATE,
-                           "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase",
-                           round, attempt,
-                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
+    /* The length is fixed by the round's parameters, whatever the phase. */
     if (content_length >= 0 && (uint64_t)content_length > want)
         return reply_error(f, reply, 413, FA_ERR_TOOBIG,
                            "masked upload of %" PRId64 " bytes; this round's is %" PRIu64 " bytes",
@@ -1129,34 +1156,57 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
         return reply_error(f, reply, 400, FA_ERR_PROTOCOL,
                            "masked upload needs content-length %" PRIu64 " (got %" PRId64 ")",
                            want, content_length);
+    r = find_region(f, region);
+    if (r->uploaded) {
+        /* A retry of an upload that completed (its answer was lost): read
+         * and drop it; the poll answers. */
+        *discard = 1;
+        return 0;
+    }
+    if (r->uploading) {
+        /* The region started over (its first stream is stuck on a dead
+         * connection): the new stream replaces it. */
+        fa_secagg_server_masked_abort(f->sa, region, now_ms, NULL);
+        r->uploading = 0;
+        fa_log(FA_LOG_WARN, "partial masked upload removed from the sum",
+               "region=%s round=%" PRIu64 " attempt=%u reason=restarted", region, f->round,
+               f->attempt);
+    }
+    if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           round, attempt,
+                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_begin(f->sa, region, now_ms, &err);
     if (rc != 0)
         return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
     r->uploading = 1;
+    r->upload_id = ++f->next_upload_id;
+    *upload = r->upload_id;
     return 0;
 }
 
-/* An upload belongs to the attempt it began in: a stream that outlived its
- * attempt (its phase closed at the deadline) must not touch a later one. */
-static int upload_current(fa_fed *f, const char *region, uint64_t round, uint32_t attempt)
+/* Whether stream `upload` is still the region's upload in flight: a stream
+ * that outlived its phase (closed at the deadline) or was replaced by a newer
+ * stream of the same region must not touch the sum. */
+static int upload_current(fa_fed *f, const char *region, uint64_t upload)
 {
     struct region *r = find_region(f, region);
-    return r && r->uploading && round == f->round && attempt == f->attempt &&
+    return r && r->uploading && upload != 0 && r->upload_id == upload &&
            f->phase == FEDAGG__PHASE__PHASE_MASKED;
 }
 
-int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                        const uint8_t *data, size_t len, uint64_t now_ms, fa_fed_reply *reply)
+int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t upload, const uint8_t *data,
+                        size_t len, uint64_t now_ms, fa_fed_reply *reply)
 {
     fa_error err;
     int rc;
 
-    if (!upload_current(f, region, round, attempt))
+    if (!upload_current(f, region, upload))
         return reply_error(f, reply, 409, FA_ERR_STATE,
-                           "the masked phase of round %" PRIu64 " attempt %u closed before this "
-                           "upload completed",
-                           round, attempt);
+                           "this masked upload was closed (its phase ended, or a newer upload "
+                           "of the region replaced it)");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_chunk(f->sa, region, data, len, now_ms, &err);
     if (rc != 0)
@@ -1165,18 +1215,17 @@ int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t round, uint32_t 
     return 0;
 }
 
-int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                      uint64_t now_ms, fa_fed_reply *reply)
+int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t upload, uint64_t now_ms,
+                      fa_fed_reply *reply)
 {
     struct region *r = find_region(f, region);
     fa_error err;
     int rc;
 
-    if (!upload_current(f, region, round, attempt))
+    if (!upload_current(f, region, upload))
         return reply_error(f, reply, 409, FA_ERR_STATE,
-                           "the masked phase of round %" PRIu64 " attempt %u closed before this "
-                           "upload completed",
-                           round, attempt);
+                           "this masked upload was closed (its phase ended, or a newer upload "
+                           "of the region replaced it)");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_end(f->sa, region, now_ms, &err);
     if (rc != 0) {
@@ -1198,11 +1247,10 @@ int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t round, uint32_t at
     return 0;
 }
 
-void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                         uint64_t now_ms)
+void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t upload, uint64_t now_ms)
 {
     struct region *r = find_region(f, region);
-    if (!upload_current(f, region, round, attempt))
+    if (!upload_current(f, region, upload))
         return;
     fa_secagg_server_masked_abort(f->sa, region, now_ms, NULL);
     r->uploading = 0;

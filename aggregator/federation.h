@@ -103,23 +103,25 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
                 fa_fed_reply *reply);
 
 /* The streamed masked upload of `region` (round 2).  begin checks the round,
- * attempt, phase and length (content_length must equal the masked size;
- * 413 beyond it, 400 otherwise) and returns 503 (FA_ERR_AGAIN) when the
- * in-flight limit is reached.  A region whose upload is already complete
- * gets *discard = 1: the caller reads and drops the body (a retry) and then
- * polls.  abort removes a partial upload exactly.  Every call names the
- * round and attempt the upload began in: a stream that outlived its phase
- * (closed at the deadline, which removes the partial upload) gets 409 and
- * never touches a later attempt. */
+ * attempt and length (content_length must equal the masked size: 413 beyond
+ * it, 400 otherwise), then the phase (409), and returns 503 (FA_ERR_AGAIN)
+ * when the in-flight limit is reached.  On success *upload names the stream
+ * for the calls that follow.  A region whose upload already completed gets
+ * *discard = 1: the caller reads and drops the body (a retry) and polls.  A
+ * region that begins again while its previous stream is still open (stuck
+ * on a dead connection) replaces it: the old partial upload is removed.
+ * chunk/end/abort act only while `upload` is the region's current stream in
+ * the masked phase (409 otherwise: the phase closed at its deadline, which
+ * removed the partial upload, or a newer stream replaced it); abort removes
+ * a partial upload exactly. */
 int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                        int64_t content_length, uint64_t now_ms, int *discard,
+                        int64_t content_length, uint64_t now_ms, uint64_t *upload, int *discard,
                         fa_fed_reply *reply);
-int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                        const uint8_t *data, size_t len, uint64_t now_ms, fa_fed_reply *reply);
-int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                      uint64_t now_ms, fa_fed_reply *reply);
-void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t round, uint32_t attempt,
-                         uint64_t now_ms);
+int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t upload, const uint8_t *data,
+                        size_t len, uint64_t now_ms, fa_fed_reply *reply);
+int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t upload, uint64_t now_ms,
+                      fa_fed_reply *reply);
+void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t upload, uint64_t now_ms);
 
 /* GET /v1/federation and GET /v1/status bodies (packed protobuf, malloc'ed). */
 int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err);
