@@ -883,23 +883,33 @@ out:
 }
 
 /* y_u = x_u + p_u + sum_v p_uv for one block of coordinates, packed. */
-static int stream_block(fa_secagg_client *c)
+/* y_u = x_u + p_u + sum_v p_uv for the next block of coordinates, packed
+ * straight into out when it has room (*direct gets the bytes written),
+ * else into the pending buffer. */
+static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *direct)
 {
     struct stream *st = &c->st;
     const uint64_t len = c->cfg.c.vector_len, pos = st->pos;
     const size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
+    const size_t bytes = (size_t)fa_ring_packed_bytes(m, c->cfg.c.ring_bits);
+    uint8_t *dst = bytes <= room ? out : st->pending;
     int rc;
 
+    *direct = 0;
     if ((rc = encode_block(c, &st->round_prg, pos, m, st->rnd, st->acc)) != 0)
         return rc;
     for (size_t i = 0; i < st->nprg; i++)
         if ((rc = fa_prg_apply(&st->prg[i], st->acc, m, st->sign[i], st->scratch)) != 0)
             return rc;
-    fa_ring_pack(st->pending, st->acc, m, c->cfg.c.ring_bits);
-    st->pend_off = 0;
-    st->pend_len = (size_t)fa_ring_packed_bytes(m, c->cfg.c.ring_bits);
-    if (EVP_DigestUpdate(st->sha, st->pending, st->pend_len) != 1)
+    fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
+    if (EVP_DigestUpdate(st->sha, dst, bytes) != 1)
         return FA_ERR_CRYPTO;
+    if (dst == out) {
+        *direct = bytes;
+    } else {
+        st->pend_off = 0;
+        st->pend_len = bytes;
+    }
     st->pos += m;
     return 0;
 }
@@ -924,7 +934,7 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
                                  fa_error *err)
 {
     struct stream *st = &c->st;
-    size_t done = 0;
+    size_t done = 0, direct = 0;
     int rc;
 
     *n = 0;
@@ -956,10 +966,11 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
         }
         if (done == cap)
             break;
-        if ((rc = stream_block(c)) != 0) {
+        if ((rc = stream_block(c, out + done, cap - done, &direct)) != 0) {
             st->ready = 0; /* start again from byte 0 on the next call */
             return fa_errorf(err, rc, "masked stream of '%s': %s", c->id, fa_strerror(rc));
         }
+        done += direct;
     }
     *n = done;
     return 0;
