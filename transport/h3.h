@@ -78,8 +78,9 @@ typedef struct fa_h3_quic_opts {
      * discovery and assumes the path carries it: only for known jumbo-frame
      * links (e.g. 8952 for a 9000-byte MTU).  Clamped to the peer's limit. */
     uint32_t max_udp_payload;
-    /* Test knob: initiate a QUIC key update after every this many bytes sent
-     * (0 = only when the AEAD limit requires one).  Lets tests cross many key
+    /* Test knob: initiate a QUIC key update after every this many stream
+     * bytes sent or received (0 = only when the AEAD confidentiality limit
+     * requires one, which ngtcp2 does by itself).  Lets tests cross many key
      * phases in a short transfer. */
     uint64_t key_update_bytes;
     /* Initial RTT estimate, ms (0 = ngtcp2 default 333 ms). */

@@ -126,6 +126,7 @@ static int cb_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t stream
 
     if (!qc->h3)
         return 0;
+    qc->since_key_update += datalen;
     n = nghttp3_conn_read_stream(qc->h3, stream_id, data, datalen,
                                  (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0);
     if (n < 0) {

@@ -4,6 +4,7 @@
  *   fedagg-h3 serve --listen 127.0.0.1:0 --cert C --key K --ca CA [--root DIR] [--port-file F] ...
  *   fedagg-h3 get   --server 127.0.0.1:4433 --ca CA --cert C --key K PATH [--out F]
  *   fedagg-h3 post  --server ... PATH (--in FILE | --gen BYTES)
+ *   fedagg-h3 gensha BYTES   SHA-256 of the first BYTES of /gen content
  *
  * Server routes:
  *   GET  /files/<name>      a file of --root, streamed (pull)
@@ -650,7 +651,7 @@ static int client(int argc, char **argv, int post)
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(stderr, "usage: fedagg-h3 serve|get|post [options] (see transport/tools/fedagg_h3.c)\n");
+        fprintf(stderr, "usage: fedagg-h3 serve|get|post|gensha [options] (see transport/tools/fedagg_h3.c)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "serve"))
@@ -659,6 +660,28 @@ int main(int argc, char **argv)
         return client(argc - 1, argv + 1, 0);
     if (!strcmp(argv[1], "post"))
         return client(argc - 1, argv + 1, 1);
+    if (!strcmp(argv[1], "gensha") && argc == 3) {
+        /* the reference for downloads of /gen/<bytes> */
+        static uint8_t buf[1 << 20];
+        uint64_t n = parse_size(argv[2]), off = 0;
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        uint8_t dig[32];
+        unsigned dl = 0;
+        char hx[65];
+        gen_init();
+        EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+        while (off < n) {
+            size_t k = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
+            gen_fill(off, buf, k);
+            EVP_DigestUpdate(md, buf, k);
+            off += k;
+        }
+        EVP_DigestFinal_ex(md, dig, &dl);
+        EVP_MD_CTX_free(md);
+        hex(dig, 32, hx);
+        printf("%s\n", hx);
+        return 0;
+    }
     fprintf(stderr, "fedagg-h3: unknown command '%s'\n", argv[1]);
     return 2;
 }
