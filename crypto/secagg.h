@@ -71,7 +71,12 @@ typedef struct fa_secagg_quant {
 } fa_secagg_quant;
 
 /* Parameters of one round attempt; client and server must agree on all of
- * them (the client checks the server's PeerList against its own). */
+ * them (the client checks the server's PeerList against its own).
+ *
+ * SecAgg+: with neighbours = K < n - 1 each client masks with, and shares
+ * its secrets among, its K neighbours on a Harary graph; the Shamir
+ * threshold is then K/2 + 1 (a majority of every closed neighbourhood),
+ * while t still bounds the number of clients at every phase. */
 typedef struct fa_secagg_config {
     const char *federation_id; /* domain separation of every key and signature; copied */
     uint64_t round;
