@@ -62,8 +62,17 @@ enum fa_h3_cc { FA_H3_CC_CUBIC = 0, FA_H3_CC_BBR2 = 1, FA_H3_CC_RENO = 2 };
 /* When the server sends Retry (values match fedagg.RetryPolicy). */
 enum fa_h3_retry { FA_H3_RETRY_ABOVE_LOAD = 0, FA_H3_RETRY_ALWAYS = 1, FA_H3_RETRY_NEVER = 2 };
 
-/* QUIC tuning shared by client and server (fedagg.QuicConfig).  Fill with
- * fa_h3_quic_default() and override. */
+/* QUIC tuning shared by client and server.  Fill with fa_h3_quic_default()
+ * and override.  The transport knows nothing of config protos; from
+ * fedagg.QuicConfig (proto/config.proto) the caller copies:
+ *   max_stream_window -> max_stream_window      congestion_control -> cc
+ *   max_connection_window -> max_connection_window   idle_timeout_ms -> idle_timeout_ms
+ *   max_streams_per_connection -> max_streams   qlog_dir -> qlog_dir
+ *   gso -> gso, gro -> gro                      max_udp_payload_size -> max_udp_payload
+ * and, into fa_h3_server_config: max_connections, max_body_bytes, retry,
+ * retry_load_threshold, static_secret_file (fa_h3_load_static_secret into
+ * static_secret); into fa_h3_client_config: reconnect_initial_ms,
+ * reconnect_max_ms.  The enum values of cc and retry equal the proto's. */
 typedef struct fa_h3_quic_opts {
     uint64_t max_stream_window;     /* per-stream receive window, bytes (32 MiB) */
     uint64_t max_connection_window; /* per-connection receive window, bytes (64 MiB) */
