@@ -1993,6 +1993,12 @@ int fa_h3_server_run(fa_h3_server *s, fa_error *err)
             flush_dirty(s);
             break;
         }
+        if (s->udp.blocked && !s->out_armed) {
+            /* a send (ours or a stateless reply) hit a full socket buffer */
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = 0};
+            epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->udp.fd, &ev);
+            s->out_armed = 1;
+        }
         now = fa_h3_now();
         if (s->dirty_head && !s->udp.blocked) {
             ts.tv_sec = 0;

@@ -74,6 +74,23 @@ kill -TERM "$srv"
 wait "$srv" || fail "server exit status $?"
 grep -q 'msg="server stopped".*handshakes_failed=1' "$tmp/srv.log" || fail "server stats"
 
+# streams per connection: at most 2 at once; 8 requests on one connection
+# all complete because each finished stream gives its credit back
+head -c 300000 /dev/urandom >"$tmp/root/small"
+rm -f "$tmp/port"
+"$H3" serve --listen 127.0.0.1:0 --cert "$pki/server.crt" --key "$pki/server.key" \
+    --ca "$pki/ca.crt" --root "$tmp/root" --port-file "$tmp/port" --max-streams 2 2>"$tmp/srv.log" &
+srv=$!
+pids+=("$srv")
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+port=$(cat "$tmp/port")
+gtls -n 8 --cert "$pki/client-eu-west.crt" --key "$pki/client-eu-west.key" \
+    127.0.0.1 "$port" "https://localhost:$port/files/small"
+kill -TERM "$srv"
+wait "$srv" || fail "server exit status $?"
+grep -q 'msg="server stopped" accepted=1 .*requests=8' "$tmp/srv.log" || fail "8 requests on one connection: $(tail -1 "$tmp/srv.log")"
+echo "ok: 8 requests through a 2-stream limit on one connection"
+
 # --- their server, our client -------------------------------------------
 mkdir -p "$tmp/htdocs"
 cp "$tmp/root/blob" "$tmp/htdocs/blob"
