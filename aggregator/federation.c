@@ -2,6 +2,7 @@
 #include "aggregator/federation.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -1373,38 +1374,49 @@ static const char *phase_name(int phase)
 
 int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
 {
-    size_t cap = 1024 + f->n_regions * 256, n = 0;
-    char *s = malloc(cap);
+    json_t *o = json_object(), *regions = json_array();
     uint64_t now = fa_time_mono_ns() / 1000000u;
+    char *text;
 
-    if (!s)
+    *out = NULL;
+    if (!o || !regions) {
+        json_decref(o);
+        json_decref(regions);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-    /* Region ids are [a-z0-9-] and the federation id is checked by the
-     * config loader, so no JSON escaping is needed beyond what %s gives. */
-    n += (size_t)snprintf(s + n, cap - n,
-                          "{\"federation_id\":\"%s\",\"round\":%" PRIu64 ",\"attempt\":%u,"
-                          "\"phase\":\"%s\",\"model_version\":%" PRIu64 ",",
-                          f->federation_id, f->round, f->attempt, phase_name(f->phase),
-                          f->cur.version);
-    if (f->have_eval)
-        n += (size_t)snprintf(s + n, cap - n, "\"eval_accuracy\":%.6f,\"eval_loss\":%.6f,",
-                              f->eval_accuracy, f->eval_loss);
-    n += (size_t)snprintf(s + n, cap - n,
-                          "\"rounds_completed\":%" PRIu64 ",\"rounds_aborted\":%" PRIu64
-                          ",\"audit_tree_size\":%" PRIu64 ",\"regions\":[",
-                          f->rounds_completed, f->rounds_aborted,
-                          fa_audit_log_signed_size(f->audit));
-    for (size_t i = 0; i < f->n_regions && n < cap; i++) {
-        const struct region *r = &f->regions[i];
-        n += (size_t)snprintf(s + n, cap - n,
-                              "%s{\"id\":\"%s\",\"connected\":%s,\"rounds_participated\":%" PRIu64
-                              ",\"dropouts\":%" PRIu64 ",\"bytes_received\":%" PRIu64 "}",
-                              i ? "," : "", r->id, region_connected(r, now) ? "true" : "false",
-                              r->rounds_participated, r->dropouts, r->bytes_received);
     }
-    if (n < cap)
-        snprintf(s + n, cap - n, "]}\n");
-    *out = s;
+    json_object_set_new(o, "federation_id", json_string(f->federation_id));
+    json_object_set_new(o, "round", json_integer((json_int_t)f->round));
+    json_object_set_new(o, "attempt", json_integer(f->attempt));
+    json_object_set_new(o, "phase", json_string(phase_name(f->phase)));
+    json_object_set_new(o, "model_version", json_integer((json_int_t)f->cur.version));
+    if (f->have_eval) {
+        json_object_set_new(o, "eval_version", json_integer((json_int_t)f->eval_version));
+        json_object_set_new(o, "eval_accuracy", json_real(f->eval_accuracy));
+        json_object_set_new(o, "eval_loss", json_real(f->eval_loss));
+    }
+    json_object_set_new(o, "rounds_completed", json_integer((json_int_t)f->rounds_completed));
+    json_object_set_new(o, "rounds_aborted", json_integer((json_int_t)f->rounds_aborted));
+    json_object_set_new(o, "audit_tree_size",
+                        json_integer((json_int_t)fa_audit_log_signed_size(f->audit)));
+    for (size_t i = 0; i < f->n_regions; i++) {
+        const struct region *r = &f->regions[i];
+        json_t *ro = json_object();
+        if (!ro)
+            continue;
+        json_object_set_new(ro, "id", json_string(r->id));
+        json_object_set_new(ro, "connected", json_boolean(region_connected(r, now)));
+        json_object_set_new(ro, "rounds_participated",
+                            json_integer((json_int_t)r->rounds_participated));
+        json_object_set_new(ro, "dropouts", json_integer((json_int_t)r->dropouts));
+        json_object_set_new(ro, "bytes_received", json_integer((json_int_t)r->bytes_received));
+        json_array_append_new(regions, ro);
+    }
+    json_object_set_new(o, "regions", regions);
+    text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!text)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    *out = text;
     return 0;
 }
 

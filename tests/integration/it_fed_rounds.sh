@@ -22,6 +22,32 @@ for r in "${REGIONS[@]}"; do
 done
 ! grep -h 'level=error' "$D"/logs/*.log || fail "errors in the logs"
 
+# Metrics and probes over HTTP/1.1, status over HTTP/3.
+curl -sf "http://127.0.0.1:$MPORT/metrics" >"$D/metrics.txt" || fail "GET /metrics"
+for want in 'fedagg_rounds_total{outcome="completed"} 3' 'fedagg_model_version 3' \
+    'fedagg_region_rounds_total{region="eu-west"} 3' 'fedagg_audit_tree_size 3' \
+    'fedagg_round_duration_seconds_count 3' 'fedagg_phase_duration_seconds_count{phase="masked"} 3'; do
+    grep -qF "$want" "$D/metrics.txt" || fail "metrics lack '$want'"
+done
+grep -q '^fedagg_eval_accuracy 0\.[0-9]' "$D/metrics.txt" || fail "no evaluation accuracy metric"
+grep -q '^fedagg_region_bytes_received_total{region="ap-south"} [1-9]' "$D/metrics.txt" ||
+    fail "no bytes counted for ap-south"
+curl -sf "http://127.0.0.1:$MPORT/healthz" | grep -q ok || fail "GET /healthz"
+curl -sf "http://127.0.0.1:$MPORT/readyz" | grep -q ready || fail "GET /readyz"
+"$FA_BIN/fedagg-h3" get --server "127.0.0.1:$PORT" --name localhost --ca "$D/pki/ca.crt" \
+    --cert "$D/pki/client-us-east.crt" --key "$D/pki/client-us-east.key" /v1/status \
+    --out "$D/status.bin" >/dev/null 2>&1 || fail "GET /v1/status"
+protoc --decode=fedagg.Status -I "$FA_SRC/proto" "$FA_SRC/proto/fedagg.proto" <"$D/status.bin" \
+    >"$D/status.txt"
+grep -q '^model_version: 3' "$D/status.txt" && grep -q '^rounds_completed: 3' "$D/status.txt" &&
+    grep -q '^phase: PHASE_DONE' "$D/status.txt" || fail "status: $(cat "$D/status.txt")"
+
+# The federation is finished: the aggregator drains and exits 0 on its own.
+status=0
+wait "$FED_AGG_PID" || status=$?
+[ "$status" = 0 ] || fail "the aggregator exited with status $status"
+grep -q 'msg="aggregator stopped"' "$D/logs/aggregator.log" || fail "no clean stop"
+
 # Bit for bit: the aggregator's unmasked ring sum against the sum of the
 # quantised inputs the regions masked (written by the debug dump hook).
 python3 - "$FEDAGG_DEBUG_DUMP_DIR" <<'PY'
