@@ -1,0 +1,507 @@
+/* The aggregator's round orchestration (fa_fed) in one process, without
+ * sockets: three secure-aggregation clients drive whole rounds through
+ * fa_fed_submit / fa_fed_masked_* / fa_fed_tick / fa_fed_poll on a controlled
+ * clock.  Covers a complete round (the new model is the old one plus the
+ * weighted mean delta), a dropout, a restart of the aggregator mid-round from
+ * its saved state, idempotent retries, impersonation, stale upload streams,
+ * and the audit log behind it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aggregator/audit_log.h"
+#include "aggregator/federation.h"
+#include "common/fa_file.h"
+#include "crypto/identity.h"
+#include "crypto/secagg.h"
+#include "fedagg.pb-c.h"
+#include "model/mlp.h"
+#include "proto/config_check.h"
+#include "secagg.pb-c.h"
+
+#define NR 3
+static const char *ids[NR] = {"ap-south", "eu-west", "us-east"}; /* sorted */
+
+struct sim {
+    char dir[256];
+    Fedagg__AggregatorConfig *cfg;
+    fa_fed *f;
+    uint8_t seed[NR][32];
+    fa_secagg_member members[NR];
+    fa_secagg_client *c[NR];
+    uint64_t now;
+    size_t d;
+    float *delta[NR];
+};
+
+static void must(int rc, const fa_error *err)
+{
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, err ? err->msg : "");
+}
+
+static void write_config(struct sim *s, uint32_t masked_deadline_ms)
+{
+    char text[8192], path[512], key[FA_IDENTITY_SECRET_TEXT_MAX];
+    size_t n = 0, klen;
+    uint8_t aseed[32], apk[32];
+    fa_error err;
+
+    must(fa_identity_generate(aseed, apk, NULL), NULL);
+    must(fa_identity_format_secret(aseed, key, &klen), NULL);
+    snprintf(path, sizeof(path), "%s/audit.key", s->dir);
+    must(fa_file_write_atomic(path, key, klen, 0600, &err), &err);
+    n += (size_t)snprintf(text + n, sizeof(text) - n,
+                          "federation_id: \"unit\"\nlisten: \"127.0.0.1:4433\"\n"
+                          "tls { cert_file: \"x.crt\" key_file: \"x.key\" ca_file: \"ca.crt\" }\n");
+    for (int i = 0; i < NR; i++) {
+        char pk[FA_IDENTITY_PUBLIC_TEXT_MAX];
+        size_t pl;
+        fa_identity_format_public(s->members[i].identity_pk, pk, &pl);
+        pk[strcspn(pk, "\n")] = '\0';
+        n += (size_t)snprintf(text + n, sizeof(text) - n,
+                              "regions { id: \"%s\" identity_public_key: \"%s\" }\n", ids[i], pk);
+    }
+    n += (size_t)snprintf(
+        text + n, sizeof(text) - n,
+        "round { rounds: 0 min_regions: 2 threshold: 2 advertise_deadline_ms: 1000\n"
+        "  shares_deadline_ms: 1000 masked_deadline_ms: %u consistency_deadline_ms: 1000\n"
+        "  unmask_deadline_ms: 1000 }\n"
+        "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
+        "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"
+        "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 }\n"
+        "storage { dir: \"%s/store\" keep_versions: 3 }\n"
+        "audit { signing_key_file: \"%s/audit.key\" origin: \"unit.test/log\" }\n"
+        "metrics_listen: \"\"\n",
+        masked_deadline_ms, s->dir, s->dir);
+    must(fa_config_load_text(FA_CONFIG_AGGREGATOR, text, n, "unit.textproto", s->dir,
+                             FA_CONFIG_NO_FILES, (ProtobufCMessage **)&s->cfg, NULL, &err),
+         &err);
+}
+
+static void sim_open(struct sim *s)
+{
+    fa_error err;
+    fa_error_clear(&err);
+    must(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), &err);
+}
+
+static struct sim *sim_new(uint32_t masked_deadline_ms)
+{
+    struct sim *s = calloc(1, sizeof(*s));
+    fa_mlp_config mc;
+    fa_mlp_layout l;
+    const uint32_t hidden[] = {5};
+
+    assert_int_equal(sodium_init() >= 0, 1);
+    snprintf(s->dir, sizeof(s->dir), "/tmp/fa_test_fed.XXXXXX");
+    assert_non_null(mkdtemp(s->dir));
+    for (int i = 0; i < NR; i++) {
+        must(fa_identity_generate(s->seed[i], s->members[i].identity_pk, NULL), NULL);
+        s->members[i].id = ids[i];
+    }
+    write_config(s, masked_deadline_ms);
+    s->now = 1000;
+    sim_open(s);
+    must(fa_mlp_config_make(&mc, 6, hidden, 1, 3, NULL), NULL);
+    must(fa_mlp_layout_init(&l, &mc, NULL), NULL);
+    s->d = l.n_params;
+    for (int i = 0; i < NR; i++) {
+        s->delta[i] = malloc(s->d * sizeof(float));
+        for (size_t j = 0; j < s->d; j++)
+            s->delta[i][j] = 0.01f * (float)(i + 1) * (float)((int)(j % 7) - 3);
+    }
+    return s;
+}
+
+static void sim_del(struct sim *s)
+{
+    char cmd[300];
+    for (int i = 0; i < NR; i++) {
+        fa_secagg_client_del(s->c[i]);
+        free(s->delta[i]);
+    }
+    fa_fed_close(s->f);
+    protobuf_c_message_free_unpacked(&s->cfg->base, NULL);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", s->dir);
+    assert_int_equal(system(cmd), 0);
+    free(s);
+}
+
+static void position(struct sim *s, uint64_t *round, uint32_t *attempt, int *phase,
+                     uint64_t *version)
+{
+    fa_fed_position(s->f, round, attempt, phase, version);
+}
+
+/* New clients for the current attempt. */
+static void clients_new(struct sim *s)
+{
+    uint64_t round;
+    uint32_t attempt;
+    Fedagg__FederationInfo *fi;
+    uint8_t *info;
+    size_t len;
+    fa_error err;
+
+    position(s, &round, &attempt, NULL, NULL);
+    must(fa_fed_info(s->f, s->now, &info, &len, &err), &err);
+    fi = fedagg__federation_info__unpack(NULL, len, info);
+    assert_non_null(fi);
+    for (int i = 0; i < NR; i++) {
+        fa_secagg_config cfg = {0};
+        cfg.federation_id = "unit";
+        cfg.round = round;
+        cfg.attempt = attempt;
+        cfg.threshold = fi->threshold;
+        cfg.vector_len = fi->num_params + 1;
+        cfg.ring_bits = fi->quant->ring_bits;
+        cfg.quant.bits = fi->quant->bits;
+        cfg.quant.clip_mode = (int)fi->quant->clip_mode;
+        cfg.quant.clip_l2_norm = fi->quant->clip_l2_norm;
+        cfg.quant.clip_value = fi->quant->clip_value;
+        fa_secagg_client_del(s->c[i]);
+        s->c[i] = NULL;
+        must(fa_secagg_client_new(&s->c[i], &cfg, s->seed[i], ids[i], s->members, NR, NULL, &err),
+             &err);
+    }
+    assert_int_equal(fi->num_params, s->d);
+    fedagg__federation_info__free_unpacked(fi, NULL);
+    free(info);
+}
+
+static int submit(struct sim *s, int kind, int i, const uint8_t *m, size_t len, int *status)
+{
+    uint64_t round;
+    uint32_t attempt;
+    fa_fed_reply r = {0};
+    int rc;
+    position(s, &round, &attempt, NULL, NULL);
+    rc = fa_fed_submit(s->f, kind, ids[i], round, attempt, m, len, s->now, &r);
+    if (status)
+        *status = rc ? r.status : 0;
+    fa_fed_reply_free(&r);
+    return rc;
+}
+
+/* Polls client i's answer for kind; returns the body (caller frees) or NULL. */
+static uint8_t *poll_ok(struct sim *s, int kind, int i, uint64_t round, uint32_t attempt,
+                        size_t *len)
+{
+    fa_fed_reply r = {0};
+    assert_int_equal(fa_fed_poll(s->f, kind, ids[i], round, attempt, &r), 1);
+    if (r.status != 200)
+        fail_msg("poll %d for %s: %d %s", kind, ids[i], r.status, r.msg);
+    *len = r.len;
+    return r.body;
+}
+
+static void upload(struct sim *s, int i)
+{
+    uint64_t round, id;
+    uint32_t attempt;
+    int discard;
+    fa_fed_reply r = {0};
+    uint8_t buf[4096];
+    size_t n;
+    fa_error err;
+
+    position(s, &round, &attempt, NULL, NULL);
+    must(fa_secagg_client_set_input_f32(s->c[i], s->delta[i], s->d, 1.0, &err), &err);
+    assert_int_equal(fa_fed_masked_begin(s->f, ids[i], round, attempt,
+                                         (int64_t)fa_secagg_client_masked_bytes(s->c[i]), s->now,
+                                         &id, &discard, &r),
+                     0);
+    assert_int_equal(discard, 0);
+    for (;;) {
+        must(fa_secagg_client_masked_next(s->c[i], buf, sizeof(buf), &n, &err), &err);
+        if (n == 0)
+            break;
+        assert_int_equal(fa_fed_masked_chunk(s->f, ids[i], id, buf, n, s->now, &r), 0);
+    }
+    assert_int_equal(fa_fed_masked_end(s->f, ids[i], id, s->now, &r), 0);
+    fa_fed_reply_free(&r);
+}
+
+/* Runs rounds 0 and 1 (advertise, share keys) for the clients in `who`. */
+static void run_to_masked(struct sim *s, const int *who, int nwho)
+{
+    uint64_t round;
+    uint32_t attempt;
+    uint8_t *m, *a;
+    size_t len, alen;
+    int phase;
+    fa_error err;
+
+    position(s, &round, &attempt, NULL, NULL);
+    for (int k = 0; k < nwho; k++) {
+        must(fa_secagg_client_advertise(s->c[who[k]], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_ADVERTISE, who[k], m, len, NULL), 0);
+        free(m);
+    }
+    s->now += nwho == NR ? 1 : 1500; /* all in, or wait for the deadline */
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_SHARES);
+    for (int k = 0; k < nwho; k++) {
+        a = poll_ok(s, FA_FED_ADVERTISE, who[k], round, attempt, &alen);
+        must(fa_secagg_client_peer_list(s->c[who[k]], a, alen, 0, &err), &err);
+        free(a);
+        must(fa_secagg_client_share_keys(s->c[who[k]], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_SHARES, who[k], m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    for (int k = 0; k < nwho; k++) {
+        a = poll_ok(s, FA_FED_SHARES, who[k], round, attempt, &alen);
+        must(fa_secagg_client_shares(s->c[who[k]], a, alen, 0, &err), &err);
+        free(a);
+    }
+}
+
+/* Rounds 3 and 4 for the clients in `who` (who uploaded). */
+static void run_to_end(struct sim *s, const int *who, int nwho, uint64_t round, uint32_t attempt)
+{
+    uint8_t *m, *a;
+    size_t len, alen;
+    fa_error err;
+
+    for (int k = 0; k < nwho; k++) {
+        a = poll_ok(s, FA_FED_MASKED, who[k], round, attempt, &alen);
+        must(fa_secagg_client_survivors(s->c[who[k]], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        assert_int_equal(submit(s, FA_FED_CONSISTENCY, who[k], m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    for (int k = 0; k < nwho; k++) {
+        a = poll_ok(s, FA_FED_CONSISTENCY, who[k], round, attempt, &alen);
+        must(fa_secagg_client_signatures(s->c[who[k]], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        assert_int_equal(submit(s, FA_FED_UNMASK, who[k], m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+}
+
+/* The current model's parameters. */
+static void model_params(struct sim *s, float *out)
+{
+    fa_mlp_config mc;
+    fa_mlp_layout l;
+    const uint32_t hidden[] = {5};
+    char path[4096];
+    uint64_t v;
+    uint8_t sha[32];
+    must(fa_mlp_config_make(&mc, 6, hidden, 1, 3, NULL), NULL);
+    must(fa_mlp_layout_init(&l, &mc, NULL), NULL);
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, path, sizeof(path), &v, sha), 0);
+    must(fa_mlp_load(path, &l, out, NULL), NULL);
+}
+
+static void test_complete_round(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    float *before = malloc(s->d * sizeof(float)), *after = malloc(s->d * sizeof(float));
+    uint64_t version;
+    uint8_t *a;
+    size_t alen;
+    Fedagg__RoundResult *res;
+
+    model_params(s, before);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 0);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    a = poll_ok(s, FA_FED_UNMASK, 1, 1, 0, &alen);
+    res = fedagg__round_result__unpack(NULL, alen, a);
+    assert_non_null(res);
+    assert_int_equal(res->new_version, 1);
+    assert_int_equal(res->leaf_index, 0);
+    assert_non_null(strstr(res->checkpoint, "unit.test/log\n1\n"));
+    fedagg__round_result__free_unpacked(res, NULL);
+    free(a);
+    /* FedAvg with lr 1: the new weights are the old plus the mean delta,
+     * within the 16-bit quantiser's step (0.5 / 32767) */
+    model_params(s, after);
+    for (size_t j = 0; j < s->d; j++) {
+        double mean = (s->delta[0][j] + s->delta[1][j] + s->delta[2][j]) / 3.0;
+        assert_true(fabs((double)after[j] - before[j] - mean) < 2e-4);
+    }
+    free(before);
+    free(after);
+    sim_del(s);
+}
+
+static void test_dropout_and_refusals(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int two[] = {0, 1}, all[] = {0, 1, 2};
+    uint8_t *m, buf[64];
+    size_t len;
+    int status, discard;
+    uint64_t id1, id2, version;
+    fa_fed_reply r = {0};
+    fa_error err;
+
+    clients_new(s);
+    /* eu-west's certificate, a message from ap-south: refused */
+    must(fa_secagg_client_advertise(s->c[0], &m, &len, &err), &err);
+    assert_int_equal(submit(s, FA_FED_ADVERTISE, 1, m, len, &status), FA_ERR_AUTH);
+    assert_int_equal(status, 403);
+    free(m);
+    /* a region not in the federation */
+    assert_int_equal(fa_fed_submit(s->f, FA_FED_ADVERTISE, "mars", 1, 0, buf, 0, s->now, &r),
+                     FA_ERR_AUTH);
+    assert_int_equal(r.status, 403);
+    fa_fed_reply_free(&r);
+    run_to_masked(s, all, NR);
+    /* an identical advertisement again (a retry) is fine; the phase is past */
+    must(fa_secagg_client_advertise(s->c[2], &m, &len, &err), &err);
+    assert_int_equal(submit(s, FA_FED_ADVERTISE, 2, m, len, NULL), 0);
+    free(m);
+    /* us-east begins its upload twice: the second stream replaces the first,
+     * and the first can no longer add anything */
+    must(fa_secagg_client_set_input_f32(s->c[2], s->delta[2], s->d, 1.0, &err), &err);
+    len = (size_t)fa_secagg_client_masked_bytes(s->c[2]);
+    assert_int_equal(fa_fed_masked_begin(s->f, ids[2], 1, 0, (int64_t)len, s->now, &id1,
+                                         &discard, &r), 0);
+    must(fa_secagg_client_masked_next(s->c[2], buf, 8, &len, &err), &err);
+    assert_int_equal(fa_fed_masked_chunk(s->f, ids[2], id1, buf, len, s->now, &r), 0);
+    assert_int_equal(fa_fed_masked_begin(s->f, ids[2], 1, 0,
+                                         (int64_t)fa_secagg_client_masked_bytes(s->c[2]), s->now,
+                                         &id2, &discard, &r), 0);
+    assert_true(id2 != id1);
+    assert_int_equal(fa_fed_masked_chunk(s->f, ids[2], id1, buf, len, s->now, &r), FA_ERR_STATE);
+    assert_int_equal(r.status, 409);
+    /* a wrong length is refused before anything is summed */
+    assert_int_equal(fa_fed_masked_begin(s->f, ids[0], 1, 0, 12, s->now, &id1, &discard, &r),
+                     FA_ERR_PROTOCOL);
+    assert_int_equal(r.status, 400);
+    fa_fed_reply_free(&r);
+    /* ... and then it never finishes: us-east drops out of the masked phase */
+    for (int k = 0; k < 2; k++)
+        upload(s, two[k]);
+    s->now += 1500;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    assert_int_equal(fa_fed_poll(s->f, FA_FED_MASKED, ids[2], 1, 0, &r), 1);
+    assert_int_equal(r.status, 409);
+    fa_fed_reply_free(&r);
+    run_to_end(s, two, 2, 1, 0);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    sim_del(s);
+}
+
+static void test_restart_mid_round(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    uint64_t round, version;
+    uint32_t attempt;
+    int phase;
+    fa_audit_log *log;
+    char path[512];
+
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload(s, 0); /* summed, then lost with the process */
+    /* SIGKILL: the process is gone; its round state was saved at the close
+     * of the shares phase */
+    fa_fed_close(s->f);
+    s->f = NULL;
+    s->now += 50;
+    sim_open(s);
+    position(s, &round, &attempt, &phase, &version);
+    assert_int_equal(round, 1);
+    assert_int_equal(attempt, 0);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_MASKED);
+    assert_int_equal(version, 0);
+    /* every region uploads (again: the masks and inputs are the same) */
+    for (int i = 0; i < NR; i++) {
+        must(fa_secagg_client_masked_rewind(s->c[i], NULL), NULL);
+        upload(s, i);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 0);
+    position(s, &round, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    assert_int_equal(round, 2);
+    fa_fed_close(s->f);
+    s->f = NULL;
+    /* one record, signed */
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    assert_int_equal(fa_audit_log_open_readonly(&log, path, NULL, NULL, NULL), 0);
+    assert_int_equal(fa_audit_log_size(log), 1);
+    assert_int_equal(fa_audit_log_signed_size(log), 1);
+    fa_audit_log_close(log);
+    sim_open(s);
+    position(s, &round, NULL, &phase, &version);
+    assert_int_equal(version, 1);
+    assert_int_equal(round, 2);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s);
+}
+
+static void test_below_threshold_aborts_attempt(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    uint64_t round, version;
+    uint32_t attempt;
+    fa_fed_reply r = {0};
+
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload(s, 0); /* one of three: below t = 2 at the deadline */
+    s->now += 1500;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, &round, &attempt, NULL, &version);
+    assert_int_equal(round, 1);
+    assert_int_equal(attempt, 1);
+    assert_int_equal(version, 0);
+    /* the old attempt's long-polls learn it */
+    assert_int_equal(fa_fed_poll(s->f, FA_FED_MASKED, ids[0], 1, 0, &r), 1);
+    assert_int_equal(r.status, 409);
+    fa_fed_reply_free(&r);
+    /* the next attempt, with fresh keys, succeeds */
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 1);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    sim_del(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_complete_round),
+        cmocka_unit_test(test_dropout_and_refusals),
+        cmocka_unit_test(test_restart_mid_round),
+        cmocka_unit_test(test_below_threshold_aborts_attempt),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
