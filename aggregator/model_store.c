@@ -345,7 +345,8 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
         rc = fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
         goto fail;
     }
-    memcpy(all, s->entries, s->n * sizeof(*all));
+    if (s->n > 0)
+        memcpy(all, s->entries, s->n * sizeof(*all));
     all[s->n] = e;
     first = s->n + 1 > s->keep ? s->n + 1 - s->keep : 0;
     rc = write_manifest(s, all + first, s->n + 1 - first, err);
