@@ -198,8 +198,6 @@ typedef struct fa_qconn {
     FILE *qlog;
     /* transmit buffer (one GSO batch) */
     uint8_t *txbuf;
-    /* set while inside ngtcp2_conn_read_pkt: some APIs must wait */
-    int in_read;
     /* stream resets requested from inside callbacks (fa_qconn_defer_reset) */
     fa_qconn_shut *shut;
     size_t nshut, capshut;

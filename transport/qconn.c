@@ -391,9 +391,7 @@ int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, 
     path.remote.addr = (struct sockaddr *)from;
     path.remote.addrlen = fromlen;
     path.user_data = NULL;
-    qc->in_read = 1;
     rv = ngtcp2_conn_read_pkt(qc->conn, &path, &pi, data, len, now);
-    qc->in_read = 0;
     if (rv == 0)
         return 0;
     switch (rv) {

@@ -384,13 +384,12 @@ static void wake(fa_h3_server *s)
 
 /* ------------------------------------------------------------- requests */
 
-static int on_loop_keepalive(srv_conn *c)
+static void update_keepalive(srv_conn *c)
 {
     /* a deferred long-poll keeps the connection busy but silent: PING it
      * so neither idle timer fires while a request is open */
     uint64_t idle = (uint64_t)c->srv->cfg.quic.idle_timeout_ms * NGTCP2_MILLISECONDS;
     ngtcp2_conn_set_keep_alive_timeout(c->q.conn, c->nreqs ? idle / 3 : UINT64_MAX);
-    return 0;
 }
 
 static fa_h3_request *req_new(srv_conn *c, int64_t sid)
@@ -407,7 +406,7 @@ static fa_h3_request *req_new(srv_conn *c, int64_t sid)
         c->reqs->prev = r;
     c->reqs = r;
     c->nreqs++;
-    on_loop_keepalive(c);
+    update_keepalive(c);
     return r;
 }
 
@@ -422,7 +421,7 @@ static void req_free(fa_h3_request *r)
         r->next->prev = r->prev;
     c->nreqs--;
     if (c->q.conn && c->state == CS_LIVE)
-        on_loop_keepalive(c);
+        update_keepalive(c);
     for (size_t i = 0; i < r->nhdrs; i++) {
         free((char *)r->hdrs[i].name);
         free((char *)r->hdrs[i].value);
