@@ -21,6 +21,7 @@
 #include "aggregator/federation.h"
 #include "aggregator/metrics.h"
 #include "common/fa_log.h"
+#include "common/fa_quic_config.h"
 #include "common/fa_time.h"
 #include "model/mlp.h"
 #include "proto/config_check.h"
@@ -75,21 +76,6 @@ static int ready(void *ctx, char *why, size_t n)
     if (!a->ready)
         snprintf(why, n, "starting: the API is not serving yet");
     return a->ready;
-}
-
-static int load_quic(const Fedagg__QuicConfig *q, fa_h3_quic_opts *o)
-{
-    fa_h3_quic_default(o);
-    if (!q)
-        return 0;
-    o->max_stream_window = q->max_stream_window;
-    o->max_connection_window = q->max_connection_window;
-    o->cc = (int)q->congestion_control;
-    o->idle_timeout_ms = q->idle_timeout_ms;
-    o->max_streams = q->max_streams_per_connection;
-    o->qlog_dir = q->qlog_dir && q->qlog_dir[0] ? q->qlog_dir : NULL;
-    o->gso = q->gso;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -178,7 +164,7 @@ int main(int argc, char **argv)
     sc.cert_file = cfg->tls->cert_file;
     sc.key_file = cfg->tls->key_file;
     sc.ca_file = cfg->tls->ca_file;
-    load_quic(cfg->quic, &sc.quic);
+    fa_quic_opts_from_config(&sc.quic, cfg->quic);
     sc.max_connections = cfg->quic->max_connections;
     sc.max_body_bytes = cfg->quic->max_body_bytes;
     sc.retry = (int)cfg->quic->retry;

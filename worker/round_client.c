@@ -14,6 +14,7 @@
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_quic_config.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"
 #include "crypto/identity.h"
@@ -192,13 +193,8 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
     hc.ca_file = cfg->tls ? cfg->tls->ca_file : NULL;
     hc.cert_file = cfg->tls ? cfg->tls->cert_file : NULL;
     hc.key_file = cfg->tls ? cfg->tls->key_file : NULL;
+    fa_quic_opts_from_config(&hc.quic, cfg->quic);
     if (cfg->quic) {
-        hc.quic.max_stream_window = cfg->quic->max_stream_window;
-        hc.quic.max_connection_window = cfg->quic->max_connection_window;
-        hc.quic.cc = (int)cfg->quic->congestion_control;
-        hc.quic.idle_timeout_ms = cfg->quic->idle_timeout_ms;
-        hc.quic.qlog_dir = cfg->quic->qlog_dir && cfg->quic->qlog_dir[0] ? cfg->quic->qlog_dir : NULL;
-        hc.quic.gso = cfg->quic->gso;
         hc.reconnect_initial_ms = cfg->quic->reconnect_initial_ms;
         hc.reconnect_max_ms = cfg->quic->reconnect_max_ms;
     }
