@@ -462,6 +462,142 @@ static void test_version_negotiation_reset_and_junk(void **state)
     assert_true(st.datagrams_dropped > 0);
 }
 
+static void test_retry_above_load_threshold(void **state)
+{
+    fa_h3_server_config cfg;
+    tp_server s2;
+    fa_h3_client *a, *b;
+    fa_h3_response resp;
+    fa_error err = {0};
+    fa_h3_client_stats st;
+
+    tp_server_config(&cfg);
+    cfg.retry = FA_H3_RETRY_ABOVE_LOAD;
+    cfg.retry_load_threshold = 1;
+    assert_int_equal(tp_server_start(&s2, &cfg), 0);
+    a = client_for(&s2, NULL);
+    b = client_for(&s2, NULL);
+    /* below the threshold: straight in */
+    assert_int_equal(do_req(a, "GET", "/whoami", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    fa_h3_response_free(&resp);
+    fa_h3_client_get_stats(a, &st);
+    assert_int_equal(st.retry_seen, 0);
+    /* one connection open = at the threshold: the next one is validated */
+    assert_int_equal(do_req(b, "GET", "/whoami", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    fa_h3_response_free(&resp);
+    fa_h3_client_get_stats(b, &st);
+    assert_int_equal(st.retry_seen, 1);
+    fa_h3_client_del(a);
+    fa_h3_client_del(b);
+    tp_server_stop(&s2);
+}
+
+static atomic_int ticks;
+static void on_tick(fa_h3_server *s, void *arg) { atomic_fetch_add(&ticks, 1); }
+
+static void test_periodic_tick_and_qlog(void **state)
+{
+    fa_h3_server_config cfg;
+    tp_server s2;
+    fa_h3_client_config ccfg;
+    fa_h3_client *c;
+    fa_h3_response resp;
+    fa_error err = {0};
+    char dir[400], cmd[600];
+    FILE *p;
+    int files = 0;
+
+    snprintf(dir, sizeof(dir), "%s/qlog", tp_dir);
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    tp_server_config(&cfg);
+    cfg.tick_ms = 20;
+    cfg.on_tick = on_tick;
+    cfg.quic.qlog_dir = dir;
+    atomic_store(&ticks, 0);
+    assert_int_equal(tp_server_start(&s2, &cfg), 0);
+    tp_client_config(&ccfg, &s2, "client-eu-west.crt", "client-eu-west.key");
+    ccfg.quic.qlog_dir = dir;
+    c = client_for(&s2, &ccfg);
+    assert_int_equal(do_req(c, "GET", "/whoami", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    fa_h3_response_free(&resp);
+    fa_h3_client_del(c);
+    wait_until(&ticks, 3); /* the application's deadlines get their tick */
+    tp_server_stop(&s2);
+    /* one qlog per connection and side, with events in it */
+    snprintf(cmd, sizeof(cmd), "find '%s' -name '*.sqlog' -size +1k | wc -l", dir);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    assert_int_equal(fscanf(p, "%d", &files), 1);
+    pclose(p);
+    assert_int_equal(files, 2);
+}
+
+/* The server comes up late: the client's first handshake attempts fail,
+ * back-off and jitter, then it gets in. */
+typedef struct late_arg {
+    tp_server *s;
+    int port;
+} late_arg;
+
+static void *late_server(void *arg)
+{
+    late_arg *a = arg;
+    fa_h3_server_config cfg;
+    char listen[64];
+    usleep(700000);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", a->port);
+    tp_server_config(&cfg);
+    cfg.listen = listen;
+    if (tp_server_start(a->s, &cfg) != 0)
+        a->port = -1;
+    return NULL;
+}
+
+static void test_reconnect_backoff_until_server_appears(void **state)
+{
+    tp_server s2;
+    late_arg la;
+    pthread_t th;
+    fa_h3_client_config ccfg;
+    fa_h3_client *c;
+    fa_h3_response resp;
+    fa_error err = {0};
+    fa_h3_client_stats st;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in a;
+    socklen_t l = sizeof(a);
+
+    /* a port that is free now */
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    close(fd);
+    la.s = &s2;
+    la.port = ntohs(a.sin_port);
+    memset(&s2, 0, sizeof(s2));
+    snprintf(s2.server_addr, sizeof(s2.server_addr), "127.0.0.1:%d", la.port);
+    pthread_create(&th, NULL, late_server, &la);
+    tp_client_config(&ccfg, &s2, "client-eu-west.crt", "client-eu-west.key");
+    ccfg.connect_timeout_ms = 250;
+    ccfg.reconnect_initial_ms = 100;
+    ccfg.reconnect_max_ms = 400;
+    ccfg.connect_attempts = 20;
+    c = client_for(&s2, &ccfg);
+    assert_int_equal(do_req(c, "GET", "/whoami", NULL, 0, NULL, 0, 20000, &resp, &err), 0);
+    assert_int_equal(resp.status, 200);
+    fa_h3_response_free(&resp);
+    pthread_join(th, NULL);
+    assert_int_equal(la.port > 0, 1);
+    fa_h3_client_get_stats(c, &st);
+    assert_true(st.connect_failures >= 1);
+    assert_int_equal(st.connects, 1);
+    fa_h3_client_del(c);
+    tp_server_stop(&s2);
+}
+
 /* ------------------------------------------------------------ drain */
 
 typedef struct req_thread_arg {
@@ -530,6 +666,9 @@ int main(void)
         cmocka_unit_test(test_retry_then_new_token),
         cmocka_unit_test(test_connection_limit),
         cmocka_unit_test(test_version_negotiation_reset_and_junk),
+        cmocka_unit_test(test_retry_above_load_threshold),
+        cmocka_unit_test(test_periodic_tick_and_qlog),
+        cmocka_unit_test(test_reconnect_backoff_until_server_appears),
         cmocka_unit_test(test_drain_finishes_in_flight_and_refuses_new),
     };
     tp_log_level(FA_LOG_ERROR);
