@@ -305,13 +305,15 @@ note "5. Kubernetes manifests; 6. Dockerfile"
 for b in fedagg fedagg-aggregator fedagg-worker; do
     readelf -d "$FA_BIN/$b" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'
 done | sort -u | while read -r so; do
-    path=$(ldconfig -p | awk -v s="$so" '$1 == s && /x86-64|AArch64|64bit/ { print $NF; exit }')
-    [ -n "$path" ] || path=$(ldconfig -p | awk -v s="$so" '$1 == s { print $NF; exit }')
+    # (awk reads to the end: an early exit would SIGPIPE ldconfig under pipefail)
+    path=$(ldconfig -p | awk -v s="$so" '$1 == s && /x86-64|AArch64|64bit/ && !p { p = $NF } END { print p }')
+    [ -n "$path" ] || path=$(ldconfig -p | awk -v s="$so" '$1 == s && !p { p = $NF } END { print p }')
     [ -n "$path" ] || fail "cannot find $so"
     real=$(readlink -f "$path")
     pkg=""
     for cand in "$real" "${real#/usr}" "$path" "${path#/usr}"; do
-        pkg=$(dpkg -S "$cand" 2>/dev/null | head -1 | cut -d: -f1) && [ -n "$pkg" ] && break
+        pkg=$(dpkg -S "$cand" 2>/dev/null | awk -F: 'NR == 1 { print $1 }') || true
+        [ -n "$pkg" ] && break
     done
     [ -n "$pkg" ] || fail "no Debian package owns $so ($real)"
     echo "$so $pkg" >>"$tmp/needed.txt"
