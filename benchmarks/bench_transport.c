@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -195,6 +196,20 @@ static void file_done(void *arg, int err)
     free(f);
 }
 
+typedef struct mapping {
+    void *p;
+    size_t len;
+} mapping;
+
+static void unmap(void *arg)
+{
+    mapping *m = arg;
+    munmap(m->p, m->len);
+    free(m);
+}
+
+/* The file is mapped and sent without a copy (as gtlsserver does), or
+ * streamed through read() with ?read. */
 static int srv_fd_file(fa_h3_request *req, void *arg)
 {
     file_src *f = malloc(sizeof(*f));
@@ -205,6 +220,25 @@ static int srv_fd_file(fa_h3_request *req, void *arg)
     if (f->fd < 0 || fstat(f->fd, &st) != 0) {
         free(f);
         return fa_h3_respond(req, 404, NULL, 0, NULL, 0);
+    }
+    if (strcmp(fa_h3_request_query(req), "read") != 0 && st.st_size > 0) {
+        mapping *m = malloc(sizeof(*m));
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, f->fd, 0);
+        file_done(f, 0);
+        if (!m || p == MAP_FAILED) {
+            free(m);
+            if (p != MAP_FAILED)
+                munmap(p, (size_t)st.st_size);
+            return -1;
+        }
+        madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
+        m->p = p;
+        m->len = (size_t)st.st_size;
+        if (fa_h3_respond_ref(req, 200, NULL, 0, p, m->len, unmap, m) != 0) {
+            unmap(m);
+            return -1;
+        }
+        return 0;
     }
     if (fa_h3_respond_stream(req, 200, NULL, 0, st.st_size, file_read, file_done, f) != 0) {
         file_done(f, 0);

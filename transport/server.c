@@ -106,6 +106,8 @@ struct fa_h3_request {
     fa_bodyq body;
     void (*body_done)(void *arg, int err);
     void *body_done_arg;
+    void (*release)(void *arg); /* borrowed body: at req_free */
+    void *release_arg;
     int headers_done, body_done_flag, responded, closed, refused_body, app_err, bad;
     int fin_sent; /* the whole response is on the wire */
 };
@@ -432,6 +434,8 @@ static void req_free(fa_h3_request *r)
     free(r->query);
     free(r->authority);
     fa_bodyq_free(&r->body);
+    if (r->release)
+        r->release(r->release_arg);
     free(r);
 }
 
@@ -627,6 +631,25 @@ int fa_h3_respond(fa_h3_request *r, int status, const fa_h3_header *headers, siz
     if (rv)
         return rv;
     r->responded = 1;
+    mark_dirty(r->c);
+    return 0;
+}
+
+int fa_h3_respond_ref(fa_h3_request *r, int status, const fa_h3_header *headers, size_t nheaders,
+                      const void *body, uint64_t len, void (*release)(void *arg), void *arg)
+{
+    int rv = respond_check(r);
+    if (rv)
+        return rv;
+    if (len && !body)
+        return FA_ERR_INVAL;
+    fa_bodyq_init_buf(&r->body, body, (size_t)len, NULL);
+    rv = submit(r, status, headers, nheaders, (int64_t)len, len > 0);
+    if (rv)
+        return rv;
+    r->responded = 1;
+    r->release = release;
+    r->release_arg = arg;
     mark_dirty(r->c);
     return 0;
 }

@@ -40,7 +40,11 @@ static int teardown(void **state)
     return 0;
 }
 
-static void download(fa_h3_client *c, uint64_t n)
+static void download_path(fa_h3_client *c, const char *prefix, uint64_t n);
+
+static void download(fa_h3_client *c, uint64_t n) { download_path(c, "/gen/", n); }
+
+static void download_path(fa_h3_client *c, const char *prefix, uint64_t n)
 {
     fa_h3_client_req req;
     fa_h3_response resp;
@@ -49,7 +53,7 @@ static void download(fa_h3_client *c, uint64_t n)
     char path[64], got[65], want[65];
     int rv;
 
-    snprintf(path, sizeof(path), "/gen/%" PRIu64, n);
+    snprintf(path, sizeof(path), "%s%" PRIu64, prefix, n);
     memset(&req, 0, sizeof(req));
     req.method = "GET";
     req.path = path;
@@ -126,6 +130,19 @@ static void test_small_both_ways(void **state)
     fa_h3_client_del(c);
 }
 
+static void test_borrowed_buffer_body(void **state)
+{
+    fa_h3_client *c = client_new(0);
+    int before = atomic_load(&tp_ref_released);
+    download_path(c, "/ref/", 1000);
+    download_path(c, "/ref/", 10u << 20);
+    fa_h3_client_del(c);
+    /* each buffer went back to its owner once its stream was over */
+    for (int i = 0; i < 200 && atomic_load(&tp_ref_released) < before + 2; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&tp_ref_released), before + 2);
+}
+
 static void test_10mb_both_ways(void **state)
 {
     fa_h3_client *c = client_new(0);
@@ -156,6 +173,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_both_ways),
         cmocka_unit_test(test_10mb_both_ways),
+        cmocka_unit_test(test_borrowed_buffer_body),
         cmocka_unit_test(test_big_both_ways_with_key_updates),
     };
     tp_log_level(FA_LOG_WARN);

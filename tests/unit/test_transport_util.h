@@ -240,6 +240,29 @@ static inline int tp_on_gen(fa_h3_request *req, void *arg)
     return 0;
 }
 
+/* GET /ref/<n>: the same content from one buffer the handler owns, sent
+ * without a copy (fa_h3_respond_ref) and freed by the release callback. */
+static atomic_int tp_ref_released;
+static inline void tp_ref_release(void *arg)
+{
+    free(arg);
+    atomic_fetch_add(&tp_ref_released, 1);
+}
+
+static inline int tp_on_ref(fa_h3_request *req, void *arg)
+{
+    uint64_t n = tp_parse_u64(fa_h3_request_path(req) + strlen("/ref/"));
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return -1;
+    tp_gen_fill(0, buf, n);
+    if (fa_h3_respond_ref(req, 200, NULL, 0, buf, n, tp_ref_release, buf) != 0) {
+        free(buf);
+        return -1;
+    }
+    return 0;
+}
+
 /* POST /upload: hashes the body as it streams; answers "<bytes> <sha256>".
  * POST /hold: holds all credit until a task posted by the test releases it. */
 typedef struct tp_up {
@@ -399,6 +422,7 @@ static inline int tp_server_start(tp_server *t, const fa_h3_server_config *cfg)
 {
     fa_error err;
     fa_h3_handler gen = {.on_request = tp_on_gen};
+    fa_h3_handler ref = {.on_request = tp_on_ref};
     fa_h3_handler up = {.on_request = tp_on_upload,
                         .on_body = tp_on_upload_body,
                         .on_body_end = tp_on_upload_end,
@@ -415,6 +439,7 @@ static inline int tp_server_start(tp_server *t, const fa_h3_server_config *cfg)
         return rv;
     }
     fa_h3_server_route(t->srv, "GET", "/gen/", &gen, NULL);
+    fa_h3_server_route(t->srv, "GET", "/ref/", &ref, NULL);
     fa_h3_server_route(t->srv, "POST", "/upload", &up, NULL);
     fa_h3_server_route(t->srv, "POST", "/hold", &up, (void *)1);
     fa_h3_server_route(t->srv, "GET", "/wait", &wait, NULL);
