@@ -225,8 +225,28 @@ grep -q '^# TYPE ' "$tmp/http.body" || fail "/metrics is not Prometheus text"
 [ -d "$root/var/lib/fedagg/aggregator" ] || fail "storage.dir /var/lib/fedagg/aggregator was not created"
 [ "$(sha256sum <"$root/etc/fedagg/private/quic.secret")" = "$secret_before" ] || fail "quic.secret changed"
 
-OPENBLAS_NUM_THREADS=1 "$FA_BIN/fedagg-worker" --config "$root/etc/fedagg/worker-eu-west.textproto" \
-    >"$tmp/worker.log" 2>&1 &
+# The worker as fedagg-worker@eu-west.service starts it: its Environment= lines and its
+# ExecStart= (mpirun), with FEDAGG_RANKS=2 as a .env file would set it.
+wunit=$D/systemd/fedagg-worker@.service
+cmdline=$(sed -n 's/^ExecStart=//p' "$wunit")
+cmdline=${cmdline//\$\{FEDAGG_RANKS\}/2}
+cmdline=${cmdline//%i/eu-west}
+cmdline=${cmdline//\/usr\/local\/bin\//$FA_BIN/}
+cmdline=${cmdline//\/etc\/fedagg\//$root/etc/fedagg/}
+read -r -a argv <<<"$cmdline"
+[ "${argv[0]}" = /usr/bin/mpirun ] || fail "the worker unit does not start mpirun: $cmdline"
+command -v "${argv[0]}" >/dev/null || fail "${argv[0]} missing (openmpi-bin)"
+(
+    while IFS= read -r kv; do
+        export "${kv?}"
+    done < <(sed -n 's/^Environment=\(.*\)$/\1/p' "$wunit" | grep -v '^FEDAGG_RANKS=')
+    export OPENBLAS_NUM_THREADS=1
+    # Tests run as root here; the service runs as fedagg.
+    if [ "$(id -u)" = 0 ]; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
+    exec "${argv[@]}"
+) >"$tmp/worker.log" 2>&1 &
 wrk=$!
 pids+=("$wrk")
 got=""
@@ -253,20 +273,17 @@ stop() {
 t0=$SECONDS
 stop "$agg" "$agg_stop" aggregator
 note "   aggregator drained in $((SECONDS - t0)) s after SIGTERM, a long-poll in flight"
-# The worker checks for SIGTERM between phases; while it retries a phase (here: the
-# aggregator is gone) it goes on, and systemd / kubelet SIGKILL it at the stop timeout,
-# which loses nothing (its round state is on disk).  Give it a few seconds, then do what
-# they do, rather than wait the whole timeout here.
+# The unit's stop: SIGTERM to mpirun (KillMode=mixed), which passes it to the ranks and
+# kills those that do not end (rank 0 retrying its phase, the aggregator being gone):
+# mpirun must be gone within the unit's TimeoutStopSec.
+t0=$SECONDS
 kill -TERM "$wrk"
-for _ in $(seq 1 50); do
-    kill -0 "$wrk" 2>/dev/null || break
+while kill -0 "$wrk" 2>/dev/null; do
+    [ $((SECONDS - t0)) -le "$wrk_stop" ] || fail "mpirun still running ${wrk_stop}s after SIGTERM (TimeoutStopSec)"
     sleep 0.1
 done
-if kill -0 "$wrk" 2>/dev/null; then
-    note "   worker still retrying its phase 5 s after SIGTERM: SIGKILL, as at TimeoutStopSec"
-    kill -KILL "$wrk"
-fi
 wait "$wrk" 2>/dev/null || true
+note "   worker (mpirun, 2 ranks) gone $((SECONDS - t0)) s after SIGTERM"
 pids=()
 grep -q 'msg="aggregator stopped"' "$tmp/aggregator.log" || fail "the aggregator did not log a clean stop"
 [ -n "$(find "$root/var/lib/fedagg/aggregator" -type f -print -quit)" ] || fail "the aggregator left nothing in storage.dir"
