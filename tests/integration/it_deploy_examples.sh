@@ -15,7 +15,8 @@
 #     connects to it with the example PKI names and downloads the model, and
 #     SIGTERM drains the aggregator within the unit's TimeoutStopSec, exit 0.
 #  4. systemd units: `systemd-analyze verify` (no output), offline security
-#     exposure, and their directives against the configurations.
+#     exposure, and their directives against the configurations; sysusers.d and
+#     tmpfiles.d applied to a scratch root (user, key owner and mode).
 #  5. Kubernetes YAML (python3-yaml): syntax, kustomizations (files, patch
 #     targets, JSON-patch tests), pod security, volumes, probes and ports against
 #     the configurations, the MPIJob against the image's sshd; with kubectl,
@@ -313,6 +314,26 @@ if command -v systemd-analyze >/dev/null; then
     done
 else
     note "   systemd-analyze not installed (package systemd): verify skipped; directives checked below"
+fi
+# sysusers.d and tmpfiles.d, applied to a scratch root: the user exists, and a key copied
+# in with the wrong owner and mode becomes the service user's, mode 0400.
+if command -v systemd-sysusers >/dev/null && command -v systemd-tmpfiles >/dev/null; then
+    fr=$tmp/fakeroot
+    mkdir -p "$fr/usr/lib/sysusers.d" "$fr/usr/lib/tmpfiles.d" "$fr/etc/fedagg/private"
+    cp "$D/systemd/fedagg.sysusers.conf" "$fr/usr/lib/sysusers.d/fedagg.conf"
+    cp "$D/systemd/fedagg.tmpfiles.conf" "$fr/usr/lib/tmpfiles.d/fedagg.conf"
+    echo key >"$fr/etc/fedagg/private/server.key"
+    chmod 0644 "$fr/etc/fedagg/private/server.key"
+    systemd-sysusers --root="$fr" fedagg.conf >"$tmp/sysusers.out" 2>&1 ||
+        fail "systemd-sysusers: $(cat "$tmp/sysusers.out")"
+    uid=$(awk -F: '$1 == "fedagg" { print $3 }' "$fr/etc/passwd")
+    [ -n "$uid" ] || fail "fedagg.sysusers.conf did not create the user fedagg"
+    systemd-tmpfiles --root="$fr" --create fedagg.conf >"$tmp/tmpfiles.out" 2>&1 ||
+        fail "systemd-tmpfiles: $(cat "$tmp/tmpfiles.out")"
+    [ "$(stat -c '%a %u' "$fr/etc/fedagg/private/server.key")" = "400 $uid" ] ||
+        fail "after systemd-tmpfiles, private/server.key is $(stat -c '%a %u' "$fr/etc/fedagg/private/server.key"), not 400 fedagg"
+    [ "$(stat -c '%a' "$fr/etc/fedagg/private")" = 750 ] || fail "/etc/fedagg/private is not mode 0750"
+    [ -d "$fr/etc/fedagg/public" ] || fail "fedagg.tmpfiles.conf did not create /etc/fedagg/public"
 fi
 
 # ------------------------------------------------ 5 and 6. YAML, units, Dockerfile
