@@ -571,13 +571,13 @@ static void on_datagram(void *arg, uint8_t *data, size_t len, const struct socka
 
 /* One turn: send what is due, wait for input or the next expiry (at most
  * until deadline), read, handle timers.  Returns 0, or FA_ERR_TIMEOUT when
- * deadline passed. */
+ * deadline had passed (after reading what was already queued). */
 static int pump(fa_h3_client *c, uint64_t deadline)
 {
     struct pollfd pfd;
     struct timespec ts;
     uint64_t now, expiry, until;
-    int rv, more = 0;
+    int rv, more = 0, late;
 
     if (c->dead)
         return 0;
@@ -589,11 +589,10 @@ static int pump(fa_h3_client *c, uint64_t deadline)
     }
     more = rv == 1;
     now = fa_h3_now();
-    if (now >= deadline)
-        return FA_ERR_TIMEOUT;
+    late = now >= deadline;
     expiry = ngtcp2_conn_get_expiry(c->q.conn);
     until = expiry < deadline ? expiry : deadline;
-    if (more || until <= now) {
+    if (more || late || until <= now) {
         ts.tv_sec = 0;
         ts.tv_nsec = 0;
     } else {
@@ -621,7 +620,7 @@ static int pump(fa_h3_client *c, uint64_t deadline)
             c->dead_err = rv;
         }
     }
-    return 0;
+    return late ? FA_ERR_TIMEOUT : 0;
 }
 
 /* ------------------------------------------------------------- connecting */
@@ -717,7 +716,7 @@ static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
     if (limit > deadline)
         limit = deadline;
     while (!c->confirmed && !c->dead) {
-        if (pump(c, limit) == FA_ERR_TIMEOUT)
+        if (pump(c, limit) == FA_ERR_TIMEOUT && !c->confirmed && !c->dead)
             return handshake_error(c, 1, err);
     }
     if (c->dead)
@@ -751,6 +750,17 @@ static int ensure_connected(fa_h3_client *c, uint64_t deadline, fa_error *err)
 
     if (conn_alive(c))
         return 0;
+    if (c->q.conn && c->confirmed) {
+        char why[300];
+        if (c->stateless_reset)
+            snprintf(why, sizeof(why), "stateless reset (the server restarted or forgot us)");
+        else if (c->goaway)
+            snprintf(why, sizeof(why), "the server is going away (GOAWAY)");
+        else
+            fa_qconn_describe_error(&c->q, c->dead_err, why, sizeof(why));
+        fa_log(FA_LOG_INFO, "connection lost while idle, reconnecting", "server=%s reason=\"%s\"",
+               c->server, why);
+    }
     for (;;) {
         attempt++;
         rv = connect_once(c, deadline, err);
@@ -885,7 +895,7 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
     /* a long-poll is silent for minutes: PING so no idle timer fires */
     ngtcp2_conn_set_keep_alive_timeout(c->q.conn, idle / 3);
     while (!rp->closed && !c->dead) {
-        if (pump(c, deadline) == FA_ERR_TIMEOUT) {
+        if (pump(c, deadline) == FA_ERR_TIMEOUT && !rp->closed && !c->dead) {
             timed_out = 1;
             break;
         }
