@@ -39,8 +39,31 @@
 enum { CMD_STOP = 0, CMD_TRAIN = 1 };
 
 static volatile sig_atomic_t stop_requested;
+/* Set while rank 0 blocks on the network (a long-poll can last minutes). */
+static volatile sig_atomic_t in_network_wait;
 
-static void on_signal(int sig) { stop_requested = sig; }
+/* SIGTERM/SIGINT: stop at the next step; or, in a network wait, at once.
+ * Exiting there is safe: an attempt's state is saved (atomically) before
+ * its first masked byte, so a restarted worker resumes it. */
+static void on_signal(int sig)
+{
+    static const char msg[] =
+        "level=info msg=\"stopped by signal during a network wait; the attempt's state is on "
+        "disk\" proc=worker\n";
+    stop_requested = sig;
+    if (in_network_wait) {
+        ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)w;
+        _exit(0);
+    }
+}
+
+#define NETWORK_WAIT(expr)                                                                     \
+    do {                                                                                       \
+        in_network_wait = 1;                                                                   \
+        rc = (expr);                                                                           \
+        in_network_wait = 0;                                                                   \
+    } while (0)
 
 static void usage(FILE *out)
 {
@@ -250,7 +273,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         double weight;
         uint8_t sha[32];
 
-        rc = fa_round_client_info(w->rc, 10u * 60u * 1000u, &info, err);
+        NETWORK_WAIT(fa_round_client_info(w->rc, 10u * 60u * 1000u, &info, err));
         if (rc != 0)
             return rc;
         if (info->finished) {
@@ -269,7 +292,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         }
         /* A resumable attempt (this worker restarted mid-round). */
         if (fa_round_client_has_saved(w->rc, info->round, info->attempt)) {
-            rc = fa_round_client_run(w->rc, info, NULL, 0, 0.0, &out, err);
+            NETWORK_WAIT(fa_round_client_run(w->rc, info, NULL, 0, 0.0, &out, err));
             goto ran;
         }
         if (info->phase != FEDAGG__PHASE__PHASE_ADVERTISE ||
@@ -281,7 +304,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         }
         if (info->model_version != w->have_version) {
             uint64_t v;
-            rc = fa_round_client_fetch_model(w->rc, model_path, &v, sha, err);
+            NETWORK_WAIT(fa_round_client_fetch_model(w->rc, model_path, &v, sha, err));
             if (rc == 0)
                 rc = load_global(w, model_path, err);
             if (rc != 0) {
@@ -324,7 +347,8 @@ static int leader_loop(struct worker *w, fa_error *err)
         weight = (double)(w->n_examples < info->quant->max_examples ? w->n_examples
                                                                     : info->quant->max_examples) /
                  (double)(info->quant->max_examples ? info->quant->max_examples : 1);
-        rc = fa_round_client_run(w->rc, info, w->delta, w->layout.n_params, weight, &out, err);
+        NETWORK_WAIT(
+            fa_round_client_run(w->rc, info, w->delta, w->layout.n_params, weight, &out, err));
     ran:
         last_round = info->round;
         last_attempt = info->attempt;

@@ -57,6 +57,15 @@ fed_wait_rounds "$D" $((done_before + 1)) 120 || fail "the next attempt did not 
 line=$(round_line $((done_before + 1)))
 echo "  $line"
 echo "$line" | grep -q 'attempt=[1-9]' || fail "the round should have completed in a later attempt"
+
+# SIGTERM stops a worker promptly, even in a long-poll, with exit status 0.
+pid=$(fed_worker_pid eu-west)
+kill -TERM "$pid"
+for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$pid" 2>/dev/null || fail "the worker ignored SIGTERM for 5 s"
+status=0
+wait "$pid" || status=$?
+[ "$status" = 0 ] || fail "the worker exited with status $status after SIGTERM"
 fed_stop_all
 check_audit_and_versions
 echo "PASS"
