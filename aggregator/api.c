@@ -20,17 +20,17 @@
 struct req_ctx {
     fa_api *api;
     fa_h3_request *req;
-    int kind;                /* enum fa_fed_kind; -1 for other requests */
+    int kind; /* enum fa_fed_kind; -1 for other requests */
     char region[64];
     uint64_t round;
     uint32_t attempt;
-    uint8_t *buf;            /* a protocol message being received */
+    uint8_t *buf; /* a protocol message being received */
     size_t len, cap;
-    int uploading;           /* a masked upload is being summed */
-    uint64_t upload;         /* its stream id (fa_fed_masked_begin) */
-    int discard;             /* the body is read and dropped */
+    int uploading;   /* a masked upload is being summed */
+    uint64_t upload; /* its stream id (fa_fed_masked_begin) */
+    int discard;     /* the body is read and dropped */
     int responded;
-    int pending;             /* in the long-poll list */
+    int pending; /* in the long-poll list */
     struct req_ctx *next;
 };
 
@@ -43,7 +43,10 @@ struct fa_api {
 
 static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
 
-static uint64_t now_ms(void) { return fa_time_mono_ns() / 1000000u; }
+static uint64_t now_ms(void)
+{
+    return fa_time_mono_ns() / 1000000u;
+}
 
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -138,7 +141,10 @@ void fa_api_tick(fa_api *a)
     }
 }
 
-size_t fa_api_pending(const fa_api *a) { return a->n_pending; }
+size_t fa_api_pending(const fa_api *a)
+{
+    return a->n_pending;
+}
 
 /* ------------------------------------------------------------------------ */
 
@@ -150,7 +156,8 @@ static struct req_ctx *ctx_new(fa_api *a, fa_h3_request *req)
     c->api = a;
     c->req = req;
     c->kind = -1;
-    snprintf(c->region, sizeof(c->region), "%s", fa_h3_request_peer(req) ? fa_h3_request_peer(req) : "");
+    snprintf(c->region, sizeof(c->region), "%s",
+             fa_h3_request_peer(req) ? fa_h3_request_peer(req) : "");
     fa_h3_request_set_data(req, c);
     return c;
 }
@@ -167,8 +174,9 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
         fa_log(FA_LOG_WARN, "request from a region not in the federation refused",
                "peer=%s addr=%s path=%s", c->region[0] ? c->region : "(none)",
                fa_h3_request_peer_addr(req), fa_h3_request_path(req));
-        respond_error(c, req, 403, "the certificate names region '%s', which is not a member of "
-                                   "this federation",
+        respond_error(c, req, 403,
+                      "the certificate names region '%s', which is not a member of "
+                      "this federation",
                       c->region);
         return NULL;
     }
@@ -310,7 +318,8 @@ static int on_model(fa_h3_request *req, void *arg)
         return 0;
     }
     src->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (src->fd < 0 || (size = lseek(src->fd, 0, SEEK_END)) < 0 || lseek(src->fd, 0, SEEK_SET) < 0) {
+    if (src->fd < 0 || (size = lseek(src->fd, 0, SEEK_END)) < 0 ||
+        lseek(src->fd, 0, SEEK_SET) < 0) {
         if (src->fd >= 0)
             close(src->fd);
         free(src);
@@ -436,9 +445,10 @@ static int on_round_request(fa_h3_request *req, void *arg)
     if (!c)
         return 0;
     if (parse_round_path(fa_h3_request_path(req), &c->round, &c->attempt, &c->kind) != 0) {
-        respond_error(c, req, 404, "no such round resource: %s (expected "
-                                   "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
-                                   "consistency|unmask})",
+        respond_error(c, req, 404,
+                      "no such round resource: %s (expected "
+                      "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
+                      "consistency|unmask})",
                       fa_h3_request_path(req));
         return 0;
     }
@@ -448,8 +458,8 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     fa_api_tick(a);
     if (fa_fed_masked_begin(a->fed, c->region, c->round, c->attempt,
-                            fa_h3_request_content_length(req), now_ms(), &c->upload,
-                            &c->discard, &r) != 0) {
+                            fa_h3_request_content_length(req), now_ms(), &c->upload, &c->discard,
+                            &r) != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         c->discard = 1;
@@ -527,8 +537,8 @@ static void on_round_end(fa_h3_request *req, void *arg)
         fa_api_tick(a);
         return;
     }
-    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len,
-                       now_ms(), &r);
+    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
+                       &r);
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;

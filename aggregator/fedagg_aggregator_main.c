@@ -39,18 +39,17 @@ struct app {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: fedagg-aggregator --config FILE [--log-level debug|info|warn|error]\n"
-            "\n"
-            "Runs the aggregator of a fedagg federation: the HTTP/3 API for the regions'\n"
-            "workers, secure aggregation rounds, the model store and the signed audit log.\n"
-            "FILE is an AggregatorConfig in protobuf text format\n"
-            "(`fedagg config print --type aggregator --defaults` prints an example;\n"
-            "`fedagg config check FILE` validates one).\n"
-            "\n"
-            "  --config FILE      the configuration (required)\n"
-            "  --log-level LEVEL  overrides the config's log_level\n"
-            "  --version          prints the version\n");
+    fprintf(out, "usage: fedagg-aggregator --config FILE [--log-level debug|info|warn|error]\n"
+                 "\n"
+                 "Runs the aggregator of a fedagg federation: the HTTP/3 API for the regions'\n"
+                 "workers, secure aggregation rounds, the model store and the signed audit log.\n"
+                 "FILE is an AggregatorConfig in protobuf text format\n"
+                 "(`fedagg config print --type aggregator --defaults` prints an example;\n"
+                 "`fedagg config check FILE` validates one).\n"
+                 "\n"
+                 "  --config FILE      the configuration (required)\n"
+                 "  --log-level LEVEL  overrides the config's log_level\n"
+                 "  --version          prints the version\n");
 }
 
 static void on_tick(fa_h3_server *srv, void *arg)
@@ -138,7 +137,8 @@ int main(int argc, char **argv)
     fa_diags_del(diags);
     lvl = fa_log_level_parse(level ? level : cfg->log_level);
     if (lvl < 0) {
-        fprintf(stderr, "fedagg-aggregator: unknown log level '%s'\n", level ? level : cfg->log_level);
+        fprintf(stderr, "fedagg-aggregator: unknown log level '%s'\n",
+                level ? level : cfg->log_level);
         goto out;
     }
     fa_log_set_level(lvl);
@@ -199,8 +199,9 @@ int main(int argc, char **argv)
     if (rc != 0)
         goto fail;
     if (fa_fed_fatal(app.fed)) {
-        fa_errorf(&err, FA_ERR_IO, "a committed round could not be recorded in the audit log; "
-                                   "restart to repair it");
+        fa_errorf(&err, FA_ERR_IO,
+                  "a committed round could not be recorded in the audit log; "
+                  "restart to repair it");
         goto fail;
     }
     fa_log(FA_LOG_INFO, "aggregator stopped", NULL);

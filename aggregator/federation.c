@@ -36,9 +36,9 @@ struct region {
     /* This attempt: SHA-256 of each accepted message, for idempotent retries. */
     uint8_t msg_sha[N_KINDS][32];
     uint8_t have_msg[N_KINDS];
-    int uploading; /* a masked upload is in flight */
+    int uploading;      /* a masked upload is in flight */
     uint64_t upload_id; /* which stream it is (fa_fed.next_upload_id) */
-    int uploaded;  /* its masked upload completed */
+    int uploaded;       /* its masked upload completed */
     /* Totals for status and metrics. */
     uint64_t bytes_received, rounds_participated, dropouts;
     uint64_t last_seen_ms;
@@ -104,8 +104,7 @@ struct fa_fed {
     uint64_t next_upload_id;
 };
 
-static const char *kind_names[N_KINDS] = {"advertise", "shares", "masked", "consistency",
-                                           "unmask"};
+static const char *kind_names[N_KINDS] = {"advertise", "shares", "masked", "consistency", "unmask"};
 
 /* ------------------------------------------------------------------------ */
 /* Replies                                                                   */
@@ -195,7 +194,10 @@ static struct region *find_region(const fa_fed *f, const char *id)
     return NULL;
 }
 
-int fa_fed_is_member(const fa_fed *f, const char *region) { return find_region(f, region) != NULL; }
+int fa_fed_is_member(const fa_fed *f, const char *region)
+{
+    return find_region(f, region) != NULL;
+}
 
 static int cmp_region(const void *a, const void *b)
 {
@@ -245,8 +247,7 @@ static void define_metrics(fa_fed *f)
     fa_metrics_define(m, "fedagg_phase", FA_METRIC_GAUGE,
                       "Current phase (1 advertise ... 5 unmask, 6 finished).", NULL, 0, NULL);
     fa_metrics_define(m, "fedagg_eval_accuracy", FA_METRIC_GAUGE,
-                      "Accuracy of the current global model on the evaluation set.", NULL, 0,
-                      NULL);
+                      "Accuracy of the current global model on the evaluation set.", NULL, 0, NULL);
     fa_metrics_define(m, "fedagg_eval_loss", FA_METRIC_GAUGE,
                       "Mean loss of the current global model on the evaluation set.", NULL, 0,
                       NULL);
@@ -374,8 +375,7 @@ static int new_secagg_server(fa_fed *f, fa_error *err)
 }
 
 /* Opens attempt `attempt` of round `round` in the advertise phase. */
-static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now_ms,
-                        fa_error *err)
+static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now_ms, fa_error *err)
 {
     int rc;
 
@@ -452,8 +452,9 @@ static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 
 static const char *clip_name(int mode)
 {
-    return mode == FA_SECAGG_CLIP_COORDINATE ? "coordinate" : mode == FA_SECAGG_CLIP_BOTH ? "both"
-                                                                                           : "l2";
+    return mode == FA_SECAGG_CLIP_COORDINATE ? "coordinate"
+           : mode == FA_SECAGG_CLIP_BOTH     ? "both"
+                                             : "l2";
 }
 
 /* Builds the audit record of the completed attempt in f->sa. */
@@ -470,8 +471,8 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__RegionCommitment **cmp = calloc(ns ? ns : 1, sizeof(*cmp));
     char **parts = calloc(ns ? ns : 1, sizeof(char *));
     char **drops = calloc(nd ? nd : 1, sizeof(char *));
-    uint8_t (*shas)[32] = calloc(ns ? ns : 1, 32);
-    uint8_t (*sigs)[64] = calloc(ns ? ns : 1, 64);
+    uint8_t(*shas)[32] = calloc(ns ? ns : 1, 32);
+    uint8_t(*sigs)[64] = calloc(ns ? ns : 1, 64);
     int rc = 0;
 
     if (!cm || !cmp || !parts || !drops || !shas || !sigs) {
@@ -607,8 +608,8 @@ static int append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sh
         free(f->last_participants[i]);
     free(f->last_participants);
     f->n_last_participants = fa_secagg_server_survivor_count(f->sa);
-    f->last_participants = calloc(f->n_last_participants ? f->n_last_participants : 1,
-                                  sizeof(char *));
+    f->last_participants =
+        calloc(f->n_last_participants ? f->n_last_participants : 1, sizeof(char *));
     for (size_t i = 0; f->last_participants && i < f->n_last_participants; i++)
         f->last_participants[i] = strdup(fa_secagg_server_survivor(f->sa, i));
     if (!f->last_participants)
@@ -702,12 +703,22 @@ static int commit_version(fa_fed *f, const float *new_params, fa_error *err)
     fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
     snprintf(steps_s, sizeof(steps_s), "%" PRIu64, fa_server_opt_steps(f->opt));
     fa_server_opt_describe(f->opt, optdesc, sizeof(optdesc));
-    const char *meta[] = {"format",        "pt",     "fedagg.arch",          arch,
-                          "fedagg.version", version_s, "fedagg.round",        round_s,
-                          "fedagg.attempt", attempt_s, "fedagg.prev_sha256",  prev_hex,
-                          "fedagg.federation", f->federation_id};
-    const char *smeta[] = {"fedagg.optimizer", optdesc, "fedagg.steps", steps_s,
-                           "fedagg.version", version_s};
+    const char *meta[] = {"format",
+                          "pt",
+                          "fedagg.arch",
+                          arch,
+                          "fedagg.version",
+                          version_s,
+                          "fedagg.round",
+                          round_s,
+                          "fedagg.attempt",
+                          attempt_s,
+                          "fedagg.prev_sha256",
+                          prev_hex,
+                          "fedagg.federation",
+                          f->federation_id};
+    const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
+                           "fedagg.version",   version_s};
     rc = fa_model_store_commit(f->store, version, f->round, model, f->layout.n_tensors, meta,
                                sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
                                sizeof(smeta) / sizeof(smeta[0]) / 2, err);
@@ -763,8 +774,9 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
      * if appending fails, a restart appends it (see fa_fed_open). */
     rc = append_record(f, prev_version, prev_sha, fa_time_unix_ms(), err);
     if (rc != 0) {
-        fa_log(FA_LOG_ERROR, "audit append failed after the model was committed; "
-                             "the aggregator must restart to repair the log",
+        fa_log(FA_LOG_ERROR,
+               "audit append failed after the model was committed; "
+               "the aggregator must restart to repair the log",
                "round=%" PRIu64 " version=%" PRIu64 " error=\"%s\"", f->round, f->cur.version,
                fa_error_msg(err, rc));
         goto out;
@@ -819,7 +831,8 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
         return 1;
     fa_secagg_server_status_get(f->sa, &st);
     if (f->phase == FEDAGG__PHASE__PHASE_ADVERTISE)
-        return st.received == f->n_regions && now_ms >= f->last_advertise_ms + f->advertise_grace_ms;
+        return st.received == f->n_regions &&
+               now_ms >= f->last_advertise_ms + f->advertise_grace_ms;
     return st.expected == 0 && st.in_flight == 0;
 }
 
@@ -853,8 +866,8 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
                 /* The secure-aggregation server removes it when it closes. */
                 f->regions[i].uploading = 0;
                 fa_log(FA_LOG_WARN, "partial masked upload removed from the sum",
-                       "region=%s round=%" PRIu64 " attempt=%u reason=deadline",
-                       f->regions[i].id, f->round, f->attempt);
+                       "region=%s round=%" PRIu64 " attempt=%u reason=deadline", f->regions[i].id,
+                       f->round, f->attempt);
             }
     rc = fa_secagg_server_close(f->sa, now_ms, &err);
     if (rc != 0) {
@@ -884,8 +897,9 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
                      fa_error_msg(&err, rc));
             abort_attempt(f, now_ms, why);
         } else if (rc != 0) {
-            fa_log(FA_LOG_ERROR, "round committed but not recorded; restart the aggregator to "
-                                 "repair the audit log",
+            fa_log(FA_LOG_ERROR,
+                   "round committed but not recorded; restart the aggregator to "
+                   "repair the audit log",
                    "round=%" PRIu64 " error=\"%s\"", f->round, fa_error_msg(&err, rc));
             f->fatal = 1;
         }
@@ -933,20 +947,20 @@ uint64_t fa_fed_next_deadline_in(const fa_fed *f, uint64_t now_ms)
 /* Requests                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static int check_position(fa_fed *f, int kind, const char *region, uint64_t round,
-                          uint32_t attempt, fa_fed_reply *reply)
+static int check_position(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
+                          fa_fed_reply *reply)
 {
     if (!find_region(f, region))
         return reply_error(f, reply, 403, FA_ERR_AUTH,
                            "region '%s' is not a member of federation %s", region,
                            f->federation_id);
     if (f->phase == FEDAGG__PHASE__PHASE_DONE)
-        return reply_error(f, reply, 409, FA_ERR_STATE,
-                           "the federation has finished its %u rounds", f->rounds_limit);
+        return reply_error(f, reply, 409, FA_ERR_STATE, "the federation has finished its %u rounds",
+                           f->rounds_limit);
     if (round != f->round || attempt != f->attempt)
         return reply_error(f, reply, 409, FA_ERR_REPLAY,
-                           "%s for round %" PRIu64 " attempt %u, but the current one is round %" PRIu64
-                           " attempt %u",
+                           "%s for round %" PRIu64
+                           " attempt %u, but the current one is round %" PRIu64 " attempt %u",
                            kind_names[kind], round, attempt, f->round, f->attempt);
     return 0;
 }
@@ -957,11 +971,13 @@ static int check_position(fa_fed *f, int kind, const char *region, uint64_t roun
 static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *body, size_t len,
                         fa_fed_reply *reply)
 {
-    const ProtobufCMessageDescriptor *d = kind == FA_FED_ADVERTISE     ? &fedagg__advertise_keys__descriptor
-                                          : kind == FA_FED_SHARES      ? &fedagg__share_keys__descriptor
-                                          : kind == FA_FED_CONSISTENCY ? &fedagg__signed_survivors__descriptor
-                                                                       : &fedagg__unmask_shares__descriptor;
-    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(d, "client_id");
+    const ProtobufCMessageDescriptor *d =
+        kind == FA_FED_ADVERTISE     ? &fedagg__advertise_keys__descriptor
+        : kind == FA_FED_SHARES      ? &fedagg__share_keys__descriptor
+        : kind == FA_FED_CONSISTENCY ? &fedagg__signed_survivors__descriptor
+                                     : &fedagg__unmask_shares__descriptor;
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field_by_name(d, "client_id");
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, body);
     const char *sender;
     int rc = 0;
@@ -1019,7 +1035,8 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
         return reply_error(f, reply, 409, FA_ERR_STATE,
                            "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
                            kind_names[kind], round, attempt,
-                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
+                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1]
+                                                                : "done");
     fa_error_clear(&err);
     switch (kind) {
     case FA_FED_ADVERTISE:
@@ -1031,9 +1048,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     case FA_FED_CONSISTENCY:
         rc = fa_secagg_server_consistency(f->sa, region, body, len, now_ms, &err);
         break;
-    default:
-        rc = fa_secagg_server_unmask(f->sa, region, body, len, now_ms, &err);
-        break;
+    default: rc = fa_secagg_server_unmask(f->sa, region, body, len, now_ms, &err); break;
     }
     if (rc != 0)
         return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
@@ -1068,8 +1083,7 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
         attempt == f->last_attempt) {
         if (!in_list(region, (const char *const *)f->last_participants, f->n_last_participants)) {
             reply_error(f, reply, 409, FA_ERR_STATE,
-                        "region %s is not among the participants of round %" PRIu64, region,
-                        round);
+                        "region %s is not among the participants of round %" PRIu64, region, round);
             return 1;
         }
         out = malloc(f->last_result_len ? f->last_result_len : 1);
@@ -1105,9 +1119,7 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
             }
         }
         break;
-    case FA_FED_SHARES:
-        rc = fa_secagg_server_shares_for(f->sa, region, &out, &len, &err);
-        break;
+    case FA_FED_SHARES: rc = fa_secagg_server_shares_for(f->sa, region, &out, &len, &err); break;
     case FA_FED_MASKED:
         rc = fa_secagg_server_survivor_list(f->sa, &out, &len, &err);
         if (rc == 0 && !find_region(f, region)->uploaded) {
@@ -1122,8 +1134,7 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
     case FA_FED_CONSISTENCY:
         rc = fa_secagg_server_survivor_signatures(f->sa, &out, &len, &err);
         break;
-    default:
-        return 0; /* the RoundResult comes with the round's completion, above */
+    default: return 0; /* the RoundResult comes with the round's completion, above */
     }
     if (rc != 0) {
         reply_error(f, reply, rc == FA_ERR_NOTFOUND ? 409 : 500, rc,
@@ -1155,8 +1166,8 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
                            content_length, want);
     if (content_length != (int64_t)want)
         return reply_error(f, reply, 400, FA_ERR_PROTOCOL,
-                           "masked upload needs content-length %" PRIu64 " (got %" PRId64 ")",
-                           want, content_length);
+                           "masked upload needs content-length %" PRIu64 " (got %" PRId64 ")", want,
+                           content_length);
     r = find_region(f, region);
     if (r->uploaded) {
         /* A retry of an upload that completed (its answer was lost): read
@@ -1174,10 +1185,10 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
                f->attempt);
     }
     if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
-        return reply_error(f, reply, 409, FA_ERR_STATE,
-                           "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase",
-                           round, attempt,
-                           f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
+        return reply_error(
+            f, reply, 409, FA_ERR_STATE,
+            "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase", round,
+            attempt, f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "done");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_begin(f->sa, region, now_ms, &err);
     if (rc != 0)
@@ -1448,9 +1459,15 @@ int fa_fed_audit_proof(fa_fed *f, uint64_t round, const char *region, char **out
     return fa_audit_log_prove(f->audit, index, out, len, err);
 }
 
-int fa_fed_finished(const fa_fed *f) { return f->phase == FEDAGG__PHASE__PHASE_DONE; }
+int fa_fed_finished(const fa_fed *f)
+{
+    return f->phase == FEDAGG__PHASE__PHASE_DONE;
+}
 
-int fa_fed_fatal(const fa_fed *f) { return f->fatal; }
+int fa_fed_fatal(const fa_fed *f)
+{
+    return f->fatal;
+}
 
 void fa_fed_position(const fa_fed *f, uint64_t *round, uint32_t *attempt, int *phase,
                      uint64_t *version)
@@ -1615,8 +1632,8 @@ static int init_model(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *
             model[i] = (fa_st_view){t->name, FA_ST_F32, t->ndim, shapes[i], f->params + t->offset};
         }
         fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
-        const char *meta[] = {"format", "pt", "fedagg.arch", arch, "fedagg.version", "0",
-                              "fedagg.federation", f->federation_id};
+        const char *meta[] = {"format",         "pt", "fedagg.arch",       arch,
+                              "fedagg.version", "0",  "fedagg.federation", f->federation_id};
         rc = fa_model_store_commit(f->store, 0, 0, model, f->layout.n_tensors, meta, 4, NULL, 0,
                                    NULL, 0, err);
     }
@@ -1680,7 +1697,8 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
     r = fedagg__audit_record__unpack(NULL, len, rec);
     free(rec);
     if (!r)
-        return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode", n - 1);
+        return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
+                         n - 1);
     *version = r->new_version;
     f->last_round = r->round;
     fedagg__audit_record__free_unpacked(r, NULL);
@@ -1705,8 +1723,8 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
                              "model store is at version %" PRIu64 " but the audit log ends at "
                              "version %" PRIu64 " and there is no round state to repair it from",
                              f->cur.version, audited);
-        return open_attempt(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1,
-                            0, now_ms, err);
+        return open_attempt(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1, 0,
+                            now_ms, err);
     }
     if (rc != 0)
         return rc;
@@ -1737,14 +1755,15 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         }
         if (rc == 0) {
             prev_hex = fa_st_metadata_get(mst, "fedagg.prev_sha256");
-            if (!prev_hex || sodium_hex2bin(prev_sha, 32, prev_hex, strlen(prev_hex), NULL, NULL,
-                                            NULL) != 0)
+            if (!prev_hex ||
+                sodium_hex2bin(prev_sha, 32, prev_hex, strlen(prev_hex), NULL, NULL, NULL) != 0)
                 rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: no fedagg.prev_sha256 metadata", path);
             fa_st_del(mst);
         }
         if (rc == 0) {
-            fa_log(FA_LOG_WARN, "repairing the audit log: the last round was committed but not "
-                                "recorded",
+            fa_log(FA_LOG_WARN,
+                   "repairing the audit log: the last round was committed but not "
+                   "recorded",
                    "round=%" PRIu64 " version=%" PRIu64, f->round, f->cur.version);
             rc = append_record(f, audited, prev_sha, fa_time_unix_ms(), err);
         }
@@ -1795,12 +1814,12 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         uint64_t r = st->round;
         uint32_t a = st->attempt;
         fedagg__round_state__free_unpacked(st, NULL);
-        fa_log(FA_LOG_INFO, "resuming the round in flight", "round=%" PRIu64 " attempt=%u phase=advertise",
-               r, a);
+        fa_log(FA_LOG_INFO, "resuming the round in flight",
+               "round=%" PRIu64 " attempt=%u phase=advertise", r, a);
         return open_attempt(f, r, a, now_ms, err);
     }
-    rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len,
-                                  &f->sa_cfg, f->members, f->n_regions, err);
+    rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len, &f->sa_cfg,
+                                  f->members, f->n_regions, err);
     if (rc != 0) {
         fedagg__round_state__free_unpacked(st, NULL);
         return fa_error_prefix(err, rc, "%s", f->state_path);

@@ -11,10 +11,10 @@
 #include <string.h>
 
 struct series {
-    char *labels;       /* "" when none */
-    double value;       /* counter / gauge; histogram sum */
-    uint64_t count;     /* histogram */
-    uint64_t *buckets;  /* histogram: cumulative counts are computed when rendering */
+    char *labels;      /* "" when none */
+    double value;      /* counter / gauge; histogram sum */
+    uint64_t count;    /* histogram */
+    uint64_t *buckets; /* histogram: cumulative counts are computed when rendering */
     struct series *next;
 };
 
@@ -100,8 +100,8 @@ int fa_metrics_define(fa_metrics *m, const char *name, int type, const char *hel
             return fa_errorf(err, FA_ERR_INVAL, "metrics: histogram %s needs buckets", name);
         for (size_t i = 1; i < nbuckets; i++)
             if (!(buckets[i] > buckets[i - 1]))
-                return fa_errorf(err, FA_ERR_INVAL,
-                                 "metrics: histogram %s buckets must ascend", name);
+                return fa_errorf(err, FA_ERR_INVAL, "metrics: histogram %s buckets must ascend",
+                                 name);
     }
     pthread_mutex_lock(&m->lock);
     f = find_family(m, name);
@@ -406,8 +406,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         size_t n = strlen(why);
         if (n + 1 < sizeof(why))
             why[n++] = '\n';
-        return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", why, n,
-                     MHD_RESPMEM_MUST_COPY);
+        return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", why, n, MHD_RESPMEM_MUST_COPY);
     }
     return reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10, MHD_RESPMEM_PERSISTENT);
 }
@@ -472,7 +471,10 @@ int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *
     return 0;
 }
 
-uint16_t fa_metrics_server_port(const fa_metrics_server *s) { return s->port; }
+uint16_t fa_metrics_server_port(const fa_metrics_server *s)
+{
+    return s->port;
+}
 
 void fa_metrics_server_stop(fa_metrics_server *s)
 {

@@ -87,8 +87,9 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
         char mh[65], sh[65];
         fa_model_store_hex(e[i].v.model_sha256, mh);
         fa_model_store_hex(e[i].v.state_sha256, sh);
-        len += (size_t)snprintf(text + len, cap - len, "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s\n",
-                                e[i].v.version, e[i].v.round, e[i].v.model_size, mh, sh);
+        len +=
+            (size_t)snprintf(text + len, cap - len, "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s\n",
+                             e[i].v.version, e[i].v.round, e[i].v.model_size, mh, sh);
     }
     snprintf(path, sizeof(path), "%s/MANIFEST", s->dir);
     rc = fa_file_write_atomic(path, text, len, 0644, err);

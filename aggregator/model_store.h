@@ -28,11 +28,11 @@ typedef struct fa_model_store fa_model_store;
 
 /* The current version, as MANIFEST records it. */
 struct fa_model_version {
-    uint64_t version;     /* 0 is the initial model */
-    uint64_t round;       /* the round that produced it (0 for the initial model) */
+    uint64_t version; /* 0 is the initial model */
+    uint64_t round;   /* the round that produced it (0 for the initial model) */
     uint8_t model_sha256[32];
     uint8_t state_sha256[32];
-    uint64_t model_size;  /* bytes */
+    uint64_t model_size; /* bytes */
 };
 
 /* Opens (creating when missing) the store in dir, keeping `keep` >= 1

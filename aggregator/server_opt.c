@@ -52,7 +52,8 @@ int fa_server_opt_new(fa_server_opt **out, const struct fa_server_opt_params *p,
             return fa_errorf(err, FA_ERR_INVAL, "server optimizer: beta2 must be in [0, 1), not %g",
                              p->beta2);
         if (!(p->tau > 0 && isfinite(p->tau)))
-            return fa_errorf(err, FA_ERR_INVAL, "server optimizer: tau must be > 0, not %g", p->tau);
+            return fa_errorf(err, FA_ERR_INVAL, "server optimizer: tau must be > 0, not %g",
+                             p->tau);
     }
     o = calloc(1, sizeof(*o));
     if (!o)
@@ -128,9 +129,15 @@ void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restri
     o->steps++;
 }
 
-uint64_t fa_server_opt_steps(const fa_server_opt *o) { return o->steps; }
+uint64_t fa_server_opt_steps(const fa_server_opt *o)
+{
+    return o->steps;
+}
 
-void fa_server_opt_set_steps(fa_server_opt *o, uint64_t steps) { o->steps = steps; }
+void fa_server_opt_set_steps(fa_server_opt *o, uint64_t steps)
+{
+    o->steps = steps;
+}
 
 size_t fa_server_opt_state_count(const fa_server_opt *o)
 {
@@ -155,15 +162,13 @@ void fa_server_opt_describe(const fa_server_opt *o, char *buf, size_t n)
 {
     const char *name = fa_server_opt_kind_name(o->p.kind);
     switch (o->p.kind) {
-    case FA_SERVER_OPT_FEDAVG:
-        snprintf(buf, n, "%s lr=%g", name, o->p.learning_rate);
-        break;
+    case FA_SERVER_OPT_FEDAVG: snprintf(buf, n, "%s lr=%g", name, o->p.learning_rate); break;
     case FA_SERVER_OPT_FEDAVGM:
         snprintf(buf, n, "%s lr=%g momentum=%g", name, o->p.learning_rate, o->p.momentum);
         break;
     default:
-        snprintf(buf, n, "%s lr=%g beta1=%g beta2=%g tau=%g", name, o->p.learning_rate,
-                 o->p.beta1, o->p.beta2, o->p.tau);
+        snprintf(buf, n, "%s lr=%g beta1=%g beta2=%g tau=%g", name, o->p.learning_rate, o->p.beta1,
+                 o->p.beta2, o->p.tau);
         break;
     }
 }

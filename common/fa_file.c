@@ -75,7 +75,10 @@ int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, f
     return 0;
 }
 
-int fa_atomic_file_fd(const fa_atomic_file *f) { return f->fd; }
+int fa_atomic_file_fd(const fa_atomic_file *f)
+{
+    return f->fd;
+}
 
 int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err)
 {
@@ -149,8 +152,7 @@ int fa_file_write_atomic(const char *path, const void *data, size_t len, unsigne
     return fa_atomic_file_commit(f, err);
 }
 
-int fa_file_read_all(const char *path, uint8_t **data, size_t *len, size_t max_len,
-                     fa_error *err)
+int fa_file_read_all(const char *path, uint8_t **data, size_t *len, size_t max_len, fa_error *err)
 {
     struct stat st;
     uint8_t *buf = NULL;
@@ -209,7 +211,7 @@ int fa_file_mkdirs(const char *path, unsigned mode, fa_error *err)
 
     if (!p)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-    for (s = p + 1; ; s++) {
+    for (s = p + 1;; s++) {
         if (*s == '/' || *s == '\0') {
             char c = *s;
             *s = '\0';

@@ -40,8 +40,7 @@ int fa_file_write_atomic(const char *path, const void *data, size_t len, unsigne
  * convenience, the NUL not counted in *len).  Refuses files over max_len
  * bytes with FA_ERR_TOOBIG.  Returns 0, FA_ERR_IO, FA_ERR_NOTFOUND,
  * FA_ERR_TOOBIG or FA_ERR_NOMEM. */
-int fa_file_read_all(const char *path, uint8_t **data, size_t *len, size_t max_len,
-                     fa_error *err);
+int fa_file_read_all(const char *path, uint8_t **data, size_t *len, size_t max_len, fa_error *err);
 
 /* fsyncs the directory containing path.  Returns 0 or FA_ERR_IO. */
 int fa_file_sync_dir(const char *path, fa_error *err);

@@ -27,7 +27,10 @@ int fa_log_level_parse(const char *name)
     return -1;
 }
 
-void fa_log_set_level(int level) { log_level = level; }
+void fa_log_set_level(int level)
+{
+    log_level = level;
+}
 
 void fa_log_set_context(const char *kv)
 {

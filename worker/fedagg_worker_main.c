@@ -58,11 +58,11 @@ static void on_signal(int sig)
     }
 }
 
-#define NETWORK_WAIT(expr)                                                                     \
-    do {                                                                                       \
-        in_network_wait = 1;                                                                   \
-        rc = (expr);                                                                           \
-        in_network_wait = 0;                                                                   \
+#define NETWORK_WAIT(expr)                                                                         \
+    do {                                                                                           \
+        in_network_wait = 1;                                                                       \
+        rc = (expr);                                                                               \
+        in_network_wait = 0;                                                                       \
     } while (0)
 
 static void usage(FILE *out)
@@ -114,8 +114,8 @@ struct worker {
     fa_external_opts xopts;
     fa_round_client *rc;
     float *global, *delta;
-    uint64_t have_version;   /* version of `global`; UINT64_MAX: none */
-    uint64_t delta_version;  /* version `delta` was trained from; UINT64_MAX: none */
+    uint64_t have_version;  /* version of `global`; UINT64_MAX: none */
+    uint64_t delta_version; /* version `delta` was trained from; UINT64_MAX: none */
     uint64_t n_examples;
     double local_loss;
 };
@@ -137,8 +137,7 @@ static int load_global(struct worker *w, const char *path, fa_error *err)
     if (rc != 0)
         return rc;
     rc = fa_mlp_config_from_st(st, &mc, err);
-    if (rc == 0 && w->net &&
-        memcmp(&mc, &fa_mlp_layout_of(w->net)->config, sizeof(mc)) != 0)
+    if (rc == 0 && w->net && memcmp(&mc, &fa_mlp_layout_of(w->net)->config, sizeof(mc)) != 0)
         rc = fa_errorf(err, FA_ERR_INVAL, "the global model's architecture changed");
     if (rc == 0 && !w->global) {
         rc = fa_mlp_layout_init(&w->layout, &mc, err);
@@ -200,8 +199,8 @@ static int train(struct worker *w, fa_error *err)
         if (rc == 0) {
             w->n_examples = xr.num_examples;
             w->local_loss = NAN;
-            fa_log(FA_LOG_INFO, "external trainer finished",
-                   "examples=%" PRIu64 " seconds=%.2f", xr.num_examples, xr.seconds);
+            fa_log(FA_LOG_INFO, "external trainer finished", "examples=%" PRIu64 " seconds=%.2f",
+                   xr.num_examples, xr.seconds);
         }
         return rc;
     }
@@ -471,13 +470,12 @@ int main(int argc, char **argv)
                            "an external trainer runs in one process: start the worker without "
                            "mpirun (or with -np 1)");
         else
-            rc = fa_external_opts_from_proto(&w.xopts, cfg->trainer->external, cfg->state_dir,
-                                             &err);
+            rc =
+                fa_external_opts_from_proto(&w.xopts, cfg->trainer->external, cfg->state_dir, &err);
         w.xopts.region = cfg->region_id;
     } else if (rc == 0) {
-        rc = fa_local_round_train_opts_from_proto(&w.topts, cfg->trainer ? cfg->trainer->builtin
-                                                                         : NULL,
-                                                  &err);
+        rc = fa_local_round_train_opts_from_proto(
+            &w.topts, cfg->trainer ? cfg->trainer->builtin : NULL, &err);
     }
     if (rc != 0) {
         log_err("cannot start", rc, &err);

@@ -24,7 +24,7 @@
 
 #define LONG_POLL_MS (45u * 60u * 1000u) /* longer than any phase deadline */
 #define SHORT_MS 15000u
-#define MAX_TRANSIENT 20                 /* transport failures tolerated per request */
+#define MAX_TRANSIENT 20 /* transport failures tolerated per request */
 #define STATE_MAGIC "fedagg-attempt-v1"
 
 enum { K_ADVERTISE, K_SHARES, K_MASKED, K_CONSISTENCY, K_UNMASK };
@@ -141,8 +141,8 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
         rc->members[i].id = rc->member_ids[i];
         if (g->identity_public_key && g->identity_public_key[0]) {
             r = fa_identity_parse_public((const uint8_t *)g->identity_public_key,
-                                         strlen(g->identity_public_key),
-                                         rc->members[i].identity_pk, err);
+                                         strlen(g->identity_public_key), rc->members[i].identity_pk,
+                                         err);
         } else if (g->identity_public_key_file && g->identity_public_key_file[0]) {
             r = read_key_text(g->identity_public_key_file, 0, &data, &len, err);
             if (r == 0)
@@ -457,8 +457,8 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
             if (resp.status < 500)
                 return fa_errorf(err, FA_ERR_PROTOCOL, "%s refused (%d): %s", kind_paths[kind],
                                  resp.status, msg);
-            fa_log(FA_LOG_WARN, "aggregator error; retrying", "phase=%s status=%d", kind_paths[kind],
-                   resp.status);
+            fa_log(FA_LOG_WARN, "aggregator error; retrying", "phase=%s status=%d",
+                   kind_paths[kind], resp.status);
         } else {
             fa_log(FA_LOG_WARN, "request failed; retrying", "phase=%s error=%s", kind_paths[kind],
                    fa_strerror(r));
@@ -546,7 +546,8 @@ static int read_saved(const char *path, uint64_t round, uint32_t attempt, uint8_
         return FA_ERR_NOTFOUND;
     nl = memchr(*data, '\n', *len < 128 ? *len : 128);
     if (!nl ||
-        sscanf((char *)*data, "%31s %" SCNu64 " %u %zu %la%n", magic, &r, &a, &dd, &wt, &used) != 5 ||
+        sscanf((char *)*data, "%31s %" SCNu64 " %u %zu %la%n", magic, &r, &a, &dd, &wt, &used) !=
+            5 ||
         strcmp(magic, STATE_MAGIC) || (uint8_t *)*data + used != nl || r != round || a != attempt) {
         free(*data);
         *data = NULL;
@@ -600,10 +601,9 @@ static int restore_attempt(fa_round_client *rc, uint64_t round, uint32_t attempt
     state_paths(rc, st, dl, sizeof(st));
     if (read_saved(st, round, attempt, &sdata, &slen, &sp, &spl, &sd, &w1) != 0 ||
         read_saved(dl, round, attempt, &ddata, &dlen, &dp, &dpl, &dd, &w2) != 0 || sd != dd ||
-        w1 != w2 ||
-        dpl != dd * sizeof(float)) {
-        r = fa_errorf(err, FA_ERR_NOTFOUND, "no complete saved state for round %" PRIu64
-                      " attempt %u", round, attempt);
+        w1 != w2 || dpl != dd * sizeof(float)) {
+        r = fa_errorf(err, FA_ERR_NOTFOUND,
+                      "no complete saved state for round %" PRIu64 " attempt %u", round, attempt);
         goto out;
     }
     *delta = malloc(dd * sizeof(float) + 1);
@@ -730,8 +730,7 @@ static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
         goto out;
     }
     fa_log(FA_LOG_INFO, "audit record proven",
-           "round=%" PRIu64 " index=%" PRIu64 " tree_size=%" PRIu64, info->round, b.index,
-           cp.size);
+           "round=%" PRIu64 " index=%" PRIu64 " tree_size=%" PRIu64, info->round, b.index, cp.size);
 out:
     if (rec)
         fedagg__audit_record__free_unpacked(rec, NULL);
@@ -740,9 +739,8 @@ out:
     return r;
 }
 
-int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
-                        const float *delta, size_t d, double weight, fa_round_outcome *out,
-                        fa_error *err)
+int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info, const float *delta,
+                        size_t d, double weight, fa_round_outcome *out, fa_error *err)
 {
     fa_secagg_config cfg = {0};
     fa_secagg_client *c = NULL;
@@ -791,8 +789,8 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         if (r != 0)
             goto out;
         debug_dump_input(rc, c, info);
-        fa_log(FA_LOG_INFO, "resuming the attempt from saved state",
-               "round=%" PRIu64 " attempt=%u", info->round, info->attempt);
+        fa_log(FA_LOG_INFO, "resuming the attempt from saved state", "round=%" PRIu64 " attempt=%u",
+               info->round, info->attempt);
     } else {
         if (!delta || d != info->num_params) {
             r = fa_errorf(err, FA_ERR_INVAL, "update has %zu parameters, the model %" PRIu64, d,

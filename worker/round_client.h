@@ -59,11 +59,11 @@ typedef struct fa_round_outcome {
     uint32_t attempt;
     uint64_t new_version;
     uint8_t model_sha256[32];
-    uint32_t survivors;       /* regions in the sum */
-    int proof_verified;       /* the audit record was proven against a signed checkpoint */
+    uint32_t survivors; /* regions in the sum */
+    int proof_verified; /* the audit record was proven against a signed checkpoint */
     uint64_t leaf_index;
     uint64_t bytes_up, bytes_down;
-    double phase_seconds[5];  /* advertise, shares, masked, consistency, unmask */
+    double phase_seconds[5]; /* advertise, shares, masked, consistency, unmask */
 } fa_round_outcome;
 
 /* Takes part in attempt (info->round, info->attempt) with the update
@@ -74,9 +74,8 @@ typedef struct fa_round_outcome {
  * federation moved on or this region was left out (resynchronise),
  * FA_ERR_PROTOCOL when the aggregator's answers do not check out, or a
  * transport error after the retries. */
-int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
-                        const float *delta, size_t d, double weight, fa_round_outcome *out,
-                        fa_error *err);
+int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info, const float *delta,
+                        size_t d, double weight, fa_round_outcome *out, fa_error *err);
 
 /* Whether a saved, resumable state exists for round/attempt. */
 int fa_round_client_has_saved(fa_round_client *rc, uint64_t round, uint32_t attempt);

@@ -381,13 +381,14 @@ static void test_dropout_and_refusals(void **state)
      * and the first can no longer add anything */
     must(fa_secagg_client_set_input_f32(s->c[2], s->delta[2], s->d, 1.0, &err), &err);
     len = (size_t)fa_secagg_client_masked_bytes(s->c[2]);
-    assert_int_equal(fa_fed_masked_begin(s->f, ids[2], 1, 0, (int64_t)len, s->now, &id1,
-                                         &discard, &r), 0);
+    assert_int_equal(
+        fa_fed_masked_begin(s->f, ids[2], 1, 0, (int64_t)len, s->now, &id1, &discard, &r), 0);
     must(fa_secagg_client_masked_next(s->c[2], buf, 8, &len, &err), &err);
     assert_int_equal(fa_fed_masked_chunk(s->f, ids[2], id1, buf, len, s->now, &r), 0);
     assert_int_equal(fa_fed_masked_begin(s->f, ids[2], 1, 0,
                                          (int64_t)fa_secagg_client_masked_bytes(s->c[2]), s->now,
-                                         &id2, &discard, &r), 0);
+                                         &id2, &discard, &r),
+                     0);
     assert_true(id2 != id1);
     assert_int_equal(fa_fed_masked_chunk(s->f, ids[2], id1, buf, len, s->now, &r), FA_ERR_STATE);
     assert_int_equal(r.status, 409);

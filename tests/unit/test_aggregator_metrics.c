@@ -23,16 +23,20 @@ static void test_render_counter_gauge_histogram(void **state)
 
     assert_int_equal(fa_metrics_new(&m, NULL), 0);
     assert_int_equal(fa_metrics_define(m, "fedagg_rounds_total", FA_METRIC_COUNTER,
-                                       "Rounds by outcome.", NULL, 0, NULL), 0);
+                                       "Rounds by outcome.", NULL, 0, NULL),
+                     0);
     assert_int_equal(fa_metrics_define(m, "fedagg_model_version", FA_METRIC_GAUGE,
-                                       "Current model version.", NULL, 0, NULL), 0);
+                                       "Current model version.", NULL, 0, NULL),
+                     0);
     assert_int_equal(fa_metrics_define(m, "fedagg_round_seconds", FA_METRIC_HISTOGRAM,
-                                       "Round duration.", buckets, 3, NULL), 0);
+                                       "Round duration.", buckets, 3, NULL),
+                     0);
     /* redeclaring is a no-op; another type is an error */
-    assert_int_equal(fa_metrics_define(m, "fedagg_rounds_total", FA_METRIC_COUNTER, "x", NULL, 0,
-                                       NULL), 0);
-    assert_int_equal(fa_metrics_define(m, "fedagg_rounds_total", FA_METRIC_GAUGE, "x", NULL, 0,
-                                       NULL), FA_ERR_INVAL);
+    assert_int_equal(
+        fa_metrics_define(m, "fedagg_rounds_total", FA_METRIC_COUNTER, "x", NULL, 0, NULL), 0);
+    assert_int_equal(
+        fa_metrics_define(m, "fedagg_rounds_total", FA_METRIC_GAUGE, "x", NULL, 0, NULL),
+        FA_ERR_INVAL);
     assert_int_equal(fa_metrics_define(m, "bad name", FA_METRIC_GAUGE, "x", NULL, 0, NULL),
                      FA_ERR_INVAL);
 
@@ -116,7 +120,8 @@ static void test_http_endpoints(void **state)
     resp = http_get(fa_metrics_server_port(s), "/metrics");
     assert_non_null(strstr(resp, "HTTP/1.1 200"));
     assert_non_null(strstr(resp, "text/plain; version=0.0.4"));
-    assert_non_null(strstr(resp, "\r\n\r\n# HELP fedagg_up Up.\n# TYPE fedagg_up gauge\nfedagg_up 1\n"));
+    assert_non_null(
+        strstr(resp, "\r\n\r\n# HELP fedagg_up Up.\n# TYPE fedagg_up gauge\nfedagg_up 1\n"));
     free(resp);
     resp = http_get(fa_metrics_server_port(s), "/healthz");
     assert_non_null(strstr(resp, "HTTP/1.1 200"));

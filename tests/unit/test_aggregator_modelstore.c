@@ -141,7 +141,8 @@ static void test_damaged_model_is_refused(void **state)
     /* a malformed MANIFEST */
     snprintf(path, sizeof(path), "%s/MANIFEST", dir);
     assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-    assert_int_equal(fa_file_write_atomic(path, "fedagg-model-store 1\nv 3 x\n", 27, 0644, NULL), 0);
+    assert_int_equal(fa_file_write_atomic(path, "fedagg-model-store 1\nv 3 x\n", 27, 0644, NULL),
+                     0);
     assert_int_equal(fa_model_store_open(&s, dir, 2, &err), FA_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "MANIFEST:2: malformed line"));
     assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);

@@ -27,9 +27,7 @@ static void reference(int kind, const struct fa_server_opt_params *p, double *x,
     for (int i = 0; i < D; i++) {
         double g2 = g[i] * g[i];
         switch (kind) {
-        case FA_SERVER_OPT_FEDAVG:
-            x[i] += p->learning_rate * g[i];
-            break;
+        case FA_SERVER_OPT_FEDAVG: x[i] += p->learning_rate * g[i]; break;
         case FA_SERVER_OPT_FEDAVGM:
             m[i] = p->momentum * m[i] + g[i];
             x[i] += p->learning_rate * m[i];
@@ -79,11 +77,26 @@ static void check_kind(int kind)
     fa_server_opt_del(o);
 }
 
-static void test_fedavg(void **state) { check_kind(FA_SERVER_OPT_FEDAVG); }
-static void test_fedavgm(void **state) { check_kind(FA_SERVER_OPT_FEDAVGM); }
-static void test_fedadam(void **state) { check_kind(FA_SERVER_OPT_FEDADAM); }
-static void test_fedyogi(void **state) { check_kind(FA_SERVER_OPT_FEDYOGI); }
-static void test_fedadagrad(void **state) { check_kind(FA_SERVER_OPT_FEDADAGRAD); }
+static void test_fedavg(void **state)
+{
+    check_kind(FA_SERVER_OPT_FEDAVG);
+}
+static void test_fedavgm(void **state)
+{
+    check_kind(FA_SERVER_OPT_FEDAVGM);
+}
+static void test_fedadam(void **state)
+{
+    check_kind(FA_SERVER_OPT_FEDADAM);
+}
+static void test_fedyogi(void **state)
+{
+    check_kind(FA_SERVER_OPT_FEDYOGI);
+}
+static void test_fedadagrad(void **state)
+{
+    check_kind(FA_SERVER_OPT_FEDADAGRAD);
+}
 
 static void test_fedavg_lr1_is_plain_average(void **state)
 {
