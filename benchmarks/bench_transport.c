@@ -37,8 +37,8 @@
 #include "common/fa_log.h"
 #include "transport/h3.h"
 
-const char fa_bench_transport_help[] =
-    "HTTP/3 goodput on loopback vs gtlsclient/gtlsserver and curl/openssl TLS-TCP; WAN profiles CUBIC vs BBR2";
+const char fa_bench_transport_help[] = "HTTP/3 goodput on loopback vs gtlsclient/gtlsserver and "
+                                       "curl/openssl TLS-TCP; WAN profiles CUBIC vs BBR2";
 
 typedef struct opts {
     uint64_t bytes;
@@ -56,7 +56,10 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static double tv_s(struct timeval tv) { return (double)tv.tv_sec + (double)tv.tv_usec / 1e6; }
+static double tv_s(struct timeval tv)
+{
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
 
 static double self_cpu(void)
 {
@@ -247,7 +250,10 @@ static int srv_fd_file(fa_h3_request *req, void *arg)
     return 0;
 }
 
-static int srv_sink_body(fa_h3_request *req, const uint8_t *d, size_t n, void *arg) { return 0; }
+static int srv_sink_body(fa_h3_request *req, const uint8_t *d, size_t n, void *arg)
+{
+    return 0;
+}
 
 static void srv_sink_end(fa_h3_request *req, void *arg)
 {
@@ -256,7 +262,10 @@ static void srv_sink_end(fa_h3_request *req, void *arg)
     (void)fa_h3_respond(req, 200, NULL, 0, b, strlen(b));
 }
 
-static int srv_sink(fa_h3_request *req, void *arg) { return 0; }
+static int srv_sink(fa_h3_request *req, void *arg)
+{
+    return 0;
+}
 
 /* Forks a child running our server on `port`; returns its pid. */
 static pid_t our_server(int port, int cc, uint32_t udp_payload)
@@ -273,8 +282,8 @@ static pid_t our_server(int port, int cc, uint32_t udp_payload)
         fa_error err;
         char listen[64], cert[400], key[400], ca[400];
         fa_h3_handler file = {.on_request = srv_fd_file};
-        fa_h3_handler sink = {.on_request = srv_sink, .on_body = srv_sink_body,
-                              .on_body_end = srv_sink_end};
+        fa_h3_handler sink = {
+            .on_request = srv_sink, .on_body = srv_sink_body, .on_body_end = srv_sink_end};
         close(p[0]);
         snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
         snprintf(cert, sizeof(cert), "%s/server.crt", pki);
@@ -508,8 +517,8 @@ static result run_tcp(uint64_t bytes)
     snprintf(crt, sizeof(crt), "%s/server.crt", pki);
     snprintf(ca, sizeof(ca), "%s/ca.crt", pki);
     {
-        char *argv[] = {"openssl", "s_server", "-quiet", "-WWW", "-accept", ps, "-cert", crt,
-                        "-key", key, "-tls1_3", NULL};
+        char *argv[] = {"openssl", "s_server", "-quiet", "-WWW", "-accept", ps,
+                        "-cert",   crt,        "-key",   key,    "-tls1_3", NULL};
         srv = spawn(argv, tmpdir);
     }
     usleep(300000);
@@ -614,12 +623,13 @@ static void cleanup(void)
 static void print_line(const char *op, uint64_t bytes, const char *ref, result ours, result anchor,
                        const char *extra)
 {
-    printf("{\"bench\":\"transport\",\"op\":\"%s\",\"bytes\":%" PRIu64 "%s,\"mbytes_per_s\":%.1f,"
-           "\"cpu_s_per_gb\":%.2f,\"ref\":\"%s\",\"ref_mbytes_per_s\":%.1f,\"ref_cpu_s_per_gb\":%.2f,"
-           "\"ratio\":%.2f,\"cpu_ratio\":%.2f}\n",
-           op, bytes, extra, ours.mbps, ours.cpu_per_gb, ref, anchor.mbps, anchor.cpu_per_gb,
-           anchor.mbps > 0 ? ours.mbps / anchor.mbps : 0,
-           ours.cpu_per_gb > 0 ? anchor.cpu_per_gb / ours.cpu_per_gb : 0);
+    printf(
+        "{\"bench\":\"transport\",\"op\":\"%s\",\"bytes\":%" PRIu64 "%s,\"mbytes_per_s\":%.1f,"
+        "\"cpu_s_per_gb\":%.2f,\"ref\":\"%s\",\"ref_mbytes_per_s\":%.1f,\"ref_cpu_s_per_gb\":%.2f,"
+        "\"ratio\":%.2f,\"cpu_ratio\":%.2f}\n",
+        op, bytes, extra, ours.mbps, ours.cpu_per_gb, ref, anchor.mbps, anchor.cpu_per_gb,
+        anchor.mbps > 0 ? ours.mbps / anchor.mbps : 0,
+        ours.cpu_per_gb > 0 ? anchor.cpu_per_gb / ours.cpu_per_gb : 0);
     fflush(stdout);
 }
 
@@ -668,7 +678,8 @@ static const profile profiles[] = {
     {"wan80", {"--profile", "wan80", NULL}, 4u << 20},
     {"wan220", {"--profile", "wan220", NULL}, 2u << 20},
     {"corrupt3", {"--profile", "corrupt3", NULL}, 50u << 20},
-    {"blackhole2s", {"--rate", "40M", "--blackhole", "1.0:2.0", "--t0", "first-packet", NULL},
+    {"blackhole2s",
+     {"--rate", "40M", "--blackhole", "1.0:2.0", "--t0", "first-packet", NULL},
      100u << 20},
 };
 
@@ -724,10 +735,11 @@ static void wan(const opts *o)
             return;
         cubic = wan_once(p, FA_H3_CC_CUBIC, 0);
         bbr2 = wan_once(p, FA_H3_CC_BBR2, 0);
-        printf("{\"bench\":\"transport_wan\",\"profile\":\"%s\",\"op\":\"download\",\"bytes\":%" PRIu64
-               ",\"cubic_mbytes_per_s\":%.2f,\"bbr2_mbytes_per_s\":%.2f,\"ref\":\"cubic\","
-               "\"ratio\":%.2f}\n",
-               p->name, p->bytes, cubic, bbr2, cubic > 0 && bbr2 > 0 ? bbr2 / cubic : 0);
+        printf(
+            "{\"bench\":\"transport_wan\",\"profile\":\"%s\",\"op\":\"download\",\"bytes\":%" PRIu64
+            ",\"cubic_mbytes_per_s\":%.2f,\"bbr2_mbytes_per_s\":%.2f,\"ref\":\"cubic\","
+            "\"ratio\":%.2f}\n",
+            p->name, p->bytes, cubic, bbr2, cubic > 0 && bbr2 > 0 ? bbr2 / cubic : 0);
         fflush(stdout);
     }
 }

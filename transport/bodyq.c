@@ -97,7 +97,8 @@ nghttp3_ssize fa_bodyq_read(fa_bodyq *q, nghttp3_vec *vec, size_t veccnt, uint32
     q->wait_ack = 0;
     /* at most about one chunk per call: nghttp3 asks again as the stream
      * drains, so reading never runs far ahead of what the network takes */
-    for (uint64_t start = q->produced; n < veccnt && !q->eof && q->produced - start < q->chunk_size;) {
+    for (uint64_t start = q->produced;
+         n < veccnt && !q->eof && q->produced - start < q->chunk_size;) {
         fa_bodyq_chunk *c = q->tail;
         ssize_t r;
         size_t room;

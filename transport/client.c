@@ -33,12 +33,12 @@ typedef struct creq {
     fa_h3_response *resp;
     int64_t sid;
     fa_bodyq body;
-    size_t cap;         /* allocated bytes of resp->body */
-    int closed;         /* the stream is closed */
-    int complete;       /* the whole response arrived */
-    int err;            /* FA_ERR_* decided locally */
+    size_t cap;   /* allocated bytes of resp->body */
+    int closed;   /* the stream is closed */
+    int complete; /* the whole response arrived */
+    int err;      /* FA_ERR_* decided locally */
     uint64_t close_code;
-    int hdrs_in_block;  /* headers of the current block (interim ones are dropped) */
+    int hdrs_in_block; /* headers of the current block (interim ones are dropped) */
 } creq;
 
 struct fa_h3_client {
@@ -225,8 +225,7 @@ static int h3_recv_data(nghttp3_conn *h3, int64_t sid, const uint8_t *data, size
     return 0;
 }
 
-static int h3_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t consumed, void *ud,
-                               void *sud)
+static int h3_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t consumed, void *ud, void *sud)
 {
     fa_h3_client *c = ud;
     fa_qconn_consume(&c->q, sid, consumed);
@@ -292,8 +291,8 @@ static int h3_shutdown(nghttp3_conn *h3, int64_t id, void *ud)
     return 0;
 }
 
-static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *vec,
-                                   size_t veccnt, uint32_t *pflags, void *ud, void *sud)
+static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *vec, size_t veccnt,
+                                   uint32_t *pflags, void *ud, void *sud)
 {
     fa_h3_client *c = ud;
     creq *r = sud;
@@ -380,7 +379,10 @@ static int cb_recv_retry(ngtcp2_conn *conn, const ngtcp2_pkt_hd *hd, void *user_
 
 /* -------------------------------------------------------------- lifecycle */
 
-static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
+static char *sdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
 
 int fa_h3_client_new(fa_h3_client **out, const fa_h3_client_config *cfg, fa_error *err)
 {
@@ -414,9 +416,8 @@ int fa_h3_client_new(fa_h3_client **out, const fa_h3_client_config *cfg, fa_erro
     c->cert = sdup(cfg->cert_file);
     c->key = sdup(cfg->key_file);
     c->qlog_dir = sdup(cfg->quic.qlog_dir);
-    if (!c->server || !c->server_name || (cfg->ca_file && !c->ca) ||
-        (cfg->cert_file && !c->cert) || (cfg->key_file && !c->key) ||
-        (cfg->quic.qlog_dir && !c->qlog_dir)) {
+    if (!c->server || !c->server_name || (cfg->ca_file && !c->ca) || (cfg->cert_file && !c->cert) ||
+        (cfg->key_file && !c->key) || (cfg->quic.qlog_dir && !c->qlog_dir)) {
         rv = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -498,8 +499,8 @@ void fa_h3_client_close(fa_h3_client *c)
     if (c->q.conn && !c->dead) {
         uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
         size_t n;
-        ngtcp2_connection_close_error_set_application_error(&c->q.last_error,
-                                                            NGHTTP3_H3_NO_ERROR, NULL, 0);
+        ngtcp2_connection_close_error_set_application_error(&c->q.last_error, NGHTTP3_H3_NO_ERROR,
+                                                            NULL, 0);
         n = fa_qconn_close_pkt(&c->q, buf, sizeof(buf));
         if (n) {
             const ngtcp2_path *p = ngtcp2_conn_get_path(c->q.conn);
@@ -783,11 +784,13 @@ static int ensure_connected(fa_h3_client *c, uint64_t deadline, fa_error *err)
             d = (uint64_t)c->backoff_ms * NGTCP2_MILLISECONDS / 2 +
                 (uint64_t)(rnd % (c->backoff_ms + 1u)) * NGTCP2_MILLISECONDS;
             if (now + d >= deadline)
-                return rv == FA_ERR_TIMEOUT ? rv
-                                            : fa_error_prefix(err, FA_ERR_TIMEOUT,
-                                                              "gave up before the deadline");
-            fa_log(FA_LOG_WARN, "connect failed, retrying", "server=%s attempt=%u backoff_ms=%llu "
-                   "error=\"%s\"", c->server, attempt, (unsigned long long)(d / 1000000u),
+                return rv == FA_ERR_TIMEOUT
+                           ? rv
+                           : fa_error_prefix(err, FA_ERR_TIMEOUT, "gave up before the deadline");
+            fa_log(FA_LOG_WARN, "connect failed, retrying",
+                   "server=%s attempt=%u backoff_ms=%llu "
+                   "error=\"%s\"",
+                   c->server, attempt, (unsigned long long)(d / 1000000u),
                    err ? err->msg : fa_strerror(rv));
             sleep_ns(d);
             c->backoff_ms = c->backoff_ms * 2 > c->cfg.reconnect_max_ms ? c->cfg.reconnect_max_ms
@@ -798,8 +801,8 @@ static int ensure_connected(fa_h3_client *c, uint64_t deadline, fa_error *err)
 
 int fa_h3_client_connect(fa_h3_client *c, uint32_t timeout_ms, fa_error *err)
 {
-    uint64_t deadline = timeout_ms ? fa_h3_now() + (uint64_t)timeout_ms * NGTCP2_MILLISECONDS
-                                   : UINT64_MAX;
+    uint64_t deadline =
+        timeout_ms ? fa_h3_now() + (uint64_t)timeout_ms * NGTCP2_MILLISECONDS : UINT64_MAX;
     return ensure_connected(c, deadline, err);
 }
 
@@ -838,8 +841,8 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
         free(rp);
         return SENT_RETRY;
     }
-#define NV(nm, val)                                                                              \
-    nva[n++] = (nghttp3_nv){(uint8_t *)(nm), (uint8_t *)(val), strlen(nm), strlen(val),          \
+#define NV(nm, val)                                                                                \
+    nva[n++] = (nghttp3_nv){(uint8_t *)(nm), (uint8_t *)(val), strlen(nm), strlen(val),            \
                             NGHTTP3_NV_FLAG_NONE}
     NV(":method", req->method);
     NV(":scheme", "https");
@@ -954,14 +957,13 @@ static int finish_request(fa_h3_client *c, const fa_h3_client_req *req, const cr
     if (rp->err)
         return fa_errorf(err, rp->err, "%s %s: %s", req->method, req->path,
                          rp->err == FA_ERR_TOOBIG ? "response body larger than the limit"
-                                                : "cancelled by the application");
+                                                  : "cancelled by the application");
     if (rp->complete)
         return 0;
     /* no complete response: decide whether sending again is safe */
     {
-        int never_processed =
-            c->stateless_reset || (c->goaway && rp->sid >= c->goaway_id) ||
-            (rp->closed && rp->close_code == NGHTTP3_H3_REQUEST_REJECTED);
+        int never_processed = c->stateless_reset || (c->goaway && rp->sid >= c->goaway_id) ||
+                              (rp->closed && rp->close_code == NGHTTP3_H3_REQUEST_REJECTED);
         int replayable = !req->body_read || rp->body.produced == 0;
         char why[300];
         if (replayable && (never_processed || (req->idempotent && (c->dead || rp->closed))))

@@ -281,9 +281,8 @@ int fa_h3_respond_stream(fa_h3_request *req, int status, const fa_h3_header *hea
  * byte until the peer acknowledges it): e.g. an mmap'ed model file, sent
  * without a copy.  len may exceed 4 GiB.  release may be NULL.  Same
  * returns as fa_h3_respond (on failure release is not called). */
-int fa_h3_respond_ref(fa_h3_request *req, int status, const fa_h3_header *headers,
-                      size_t nheaders, const void *body, uint64_t len,
-                      void (*release)(void *arg), void *arg);
+int fa_h3_respond_ref(fa_h3_request *req, int status, const fa_h3_header *headers, size_t nheaders,
+                      const void *body, uint64_t len, void (*release)(void *arg), void *arg);
 
 /* After a read callback returned FA_ERR_AGAIN: bytes are ready again. */
 void fa_h3_request_resume(fa_h3_request *req);

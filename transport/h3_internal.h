@@ -98,8 +98,7 @@ struct fa_qconn;
 /* Creates the TLS session of a connection (ALPN h3, TLS 1.3 only, no early
  * data, peer certificate required and verified).  Client sessions check
  * server_name.  The verdict and the peer identity land in qc. */
-int fa_tls_session_new(fa_tls_ctx *t, struct fa_qconn *qc, const char *server_name,
-                       fa_error *err);
+int fa_tls_session_new(fa_tls_ctx *t, struct fa_qconn *qc, const char *server_name, fa_error *err);
 
 /* The alert name of a TLS alert code, e.g. "bad_certificate". */
 const char *fa_tls_alert_name(uint8_t alert);
@@ -126,15 +125,15 @@ typedef struct fa_bodyq {
     fa_bodyq_chunk *head, *tail;
     fa_bodyq_chunk *spare; /* recycled chunks */
     int nspare;
-    uint64_t head_acked;   /* acknowledged bytes of head */
+    uint64_t head_acked; /* acknowledged bytes of head */
     size_t chunk_size;
-    uint64_t unacked;   /* bytes handed to nghttp3, not yet acknowledged */
+    uint64_t unacked; /* bytes handed to nghttp3, not yet acknowledged */
     uint64_t max_unacked;
-    uint64_t produced;  /* total bytes read from the source */
-    int eof;            /* the source reported the end */
-    int wait_app;       /* read returned FA_ERR_AGAIN */
-    int wait_ack;       /* max_unacked reached */
-    int error;          /* read failed: this code */
+    uint64_t produced; /* total bytes read from the source */
+    int eof;           /* the source reported the end */
+    int wait_app;      /* read returned FA_ERR_AGAIN */
+    int wait_ack;      /* max_unacked reached */
+    int error;         /* read failed: this code */
 } fa_bodyq;
 
 void fa_bodyq_init_buf(fa_bodyq *q, const uint8_t *buf, size_t len, uint8_t *owned);
@@ -185,9 +184,9 @@ typedef struct fa_qconn {
     ngtcp2_connection_close_error last_error;
     const fa_h3_quic_opts *opts;
     /* TLS verdict */
-    char peer_id[128];      /* region id or CN of the verified peer */
-    char verify_fail[256];  /* why the peer certificate was refused */
-    const char *server_name; /* client: the name the server certificate must carry */
+    char peer_id[128];        /* region id or CN of the verified peer */
+    char verify_fail[256];    /* why the peer certificate was refused */
+    const char *server_name;  /* client: the name the server certificate must carry */
     const uint8_t *reset_key; /* server: 32-byte key of stateless-reset tokens */
     int verified;
     /* key updates */

@@ -45,12 +45,15 @@ uint64_t fa_h3_now(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int fa_h3_streq_nocase(const char *a, const char *b) { return strcasecmp(a, b) == 0; }
+int fa_h3_streq_nocase(const char *a, const char *b)
+{
+    return strcasecmp(a, b) == 0;
+}
 
 void fa_h3_quic_default(fa_h3_quic_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->max_stream_window = 32u << 20;     /* >= 1 Gbit/s x 200 ms = 25 MB */
+    o->max_stream_window = 32u << 20; /* >= 1 Gbit/s x 200 ms = 25 MB */
     o->max_connection_window = 64u << 20;
     o->cc = FA_H3_CC_CUBIC;
     o->idle_timeout_ms = 60000;
@@ -345,8 +348,7 @@ void fa_qconn_qlog_open(fa_qconn *qc, ngtcp2_settings *s, const ngtcp2_cid *scid
              qc->is_server ? "server" : "client");
     qc->qlog = fopen(path, "w");
     if (!qc->qlog) {
-        fa_log(FA_LOG_WARN, "cannot open qlog file", "path=%s error=\"%s\"", path,
-               strerror(errno));
+        fa_log(FA_LOG_WARN, "cannot open qlog file", "path=%s error=\"%s\"", path, strerror(errno));
         return;
     }
     s->qlog.write = qlog_write;
@@ -397,8 +399,7 @@ int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, 
     switch (rv) {
     case NGTCP2_ERR_DRAINING:
     case NGTCP2_ERR_RETRY:
-    case NGTCP2_ERR_DROP_CONN:
-        break;
+    case NGTCP2_ERR_DROP_CONN: break;
     case NGTCP2_ERR_CRYPTO:
         if (!qc->last_error.error_code)
             ngtcp2_connection_close_error_set_transport_error_tls_alert(
@@ -406,8 +407,7 @@ int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, 
         break;
     default:
         if (!qc->last_error.error_code)
-            ngtcp2_connection_close_error_set_transport_error_liberr(&qc->last_error, rv, NULL,
-                                                                     0);
+            ngtcp2_connection_close_error_set_transport_error_liberr(&qc->last_error, rv, NULL, 0);
     }
     return rv;
 }
@@ -526,8 +526,7 @@ static int write_loop(fa_qconn *qc, int budget)
                 nv = nghttp3_conn_writev_stream(qc->h3, &sid, &fin, vec, 16);
                 if (nv < 0) {
                     ngtcp2_connection_close_error_set_application_error(
-                        &qc->last_error, nghttp3_err_infer_quic_app_error_code((int)nv), NULL,
-                        0);
+                        &qc->last_error, nghttp3_err_infer_quic_app_error_code((int)nv), NULL, 0);
                     return NGTCP2_ERR_CALLBACK_FAILURE;
                 }
             }
@@ -553,8 +552,8 @@ static int write_loop(fa_qconn *qc, int budget)
                     continue;
                 default:
                     if (!qc->last_error.error_code)
-                        ngtcp2_connection_close_error_set_transport_error_liberr(
-                            &qc->last_error, (int)n, NULL, 0);
+                        ngtcp2_connection_close_error_set_transport_error_liberr(&qc->last_error,
+                                                                                 (int)n, NULL, 0);
                     return (int)n;
                 }
             }
@@ -574,8 +573,8 @@ static int write_loop(fa_qconn *qc, int budget)
                 ngtcp2_path_copy(&prev.path, &ps.path);
                 ecn = pi.ecn;
                 gso = (size_t)n;
-            } else if (!ngtcp2_path_eq(&prev.path, &ps.path) || ecn != pi.ecn ||
-                       (size_t)n > gso || (gso > path_mtu && (size_t)n != gso)) {
+            } else if (!ngtcp2_path_eq(&prev.path, &ps.path) || ecn != pi.ecn || (size_t)n > gso ||
+                       (gso > path_mtu && (size_t)n != gso)) {
                 /* this packet cannot join the batch: send the batch, start anew */
                 rv = send_batch(qc, &prev.path, ecn, qc->txbuf, off, gso);
                 if (rv == FA_ERR_AGAIN) {

@@ -77,8 +77,8 @@ typedef struct srv_conn {
     fa_qconn q; /* first member */
     hitem h;
     fa_h3_server *srv;
-    struct srv_conn *prev, *next;     /* all connections */
-    struct srv_conn *dirty_next;      /* pending write */
+    struct srv_conn *prev, *next; /* all connections */
+    struct srv_conn *dirty_next;  /* pending write */
     int dirty;
     int state;
     ngtcp2_cid ocid;   /* the client's first DCID, routed until the end */
@@ -175,7 +175,10 @@ void fa_h3_server_config_default(fa_h3_server_config *c)
 
 /* -------------------------------------------------------------------- heap */
 
-static int heap_less(const hitem *a, const hitem *b) { return a->when < b->when; }
+static int heap_less(const hitem *a, const hitem *b)
+{
+    return a->when < b->when;
+}
 
 static void heap_swap(fa_h3_server *s, size_t i, size_t j)
 {
@@ -361,8 +364,8 @@ static uint64_t realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void send_raw(fa_h3_server *s, const struct sockaddr *to, socklen_t tolen,
-                     const uint8_t *p, size_t n)
+static void send_raw(fa_h3_server *s, const struct sockaddr *to, socklen_t tolen, const uint8_t *p,
+                     size_t n)
 {
     (void)fa_udp_send(&s->udp, to, tolen, 0, p, n, 0);
 }
@@ -457,8 +460,8 @@ static void req_notify(fa_h3_request *r, int err)
         r->body_done(r->body_done_arg, err);
         r->body_done = NULL;
     }
-    fa_log(FA_LOG_DEBUG, "request closed", "peer=%s stream=%lld path=%s error=\"%s\"",
-           c->q.peer_id, (long long)r->sid, r->path ? r->path : "", err ? fa_strerror(err) : "");
+    fa_log(FA_LOG_DEBUG, "request closed", "peer=%s stream=%lld path=%s error=\"%s\"", c->q.peer_id,
+           (long long)r->sid, r->path ? r->path : "", err ? fa_strerror(err) : "");
     if (r->route && r->route->h.on_close)
         r->route->h.on_close(r, err, r->route->arg);
 }
@@ -471,17 +474,50 @@ static void req_finish(fa_h3_request *r, int err)
     req_free(r);
 }
 
-const char *fa_h3_request_method(const fa_h3_request *r) { return r->method ? r->method : ""; }
-const char *fa_h3_request_path(const fa_h3_request *r) { return r->path ? r->path : ""; }
-const char *fa_h3_request_query(const fa_h3_request *r) { return r->query ? r->query : ""; }
-int64_t fa_h3_request_content_length(const fa_h3_request *r) { return r->content_length; }
-uint64_t fa_h3_request_body_received(const fa_h3_request *r) { return r->body_rx; }
-const char *fa_h3_request_peer(const fa_h3_request *r) { return r->c->q.peer_id; }
-const char *fa_h3_request_peer_addr(const fa_h3_request *r) { return r->c->addr; }
-fa_h3_server *fa_h3_request_server(const fa_h3_request *r) { return r->c->srv; }
-void fa_h3_request_set_data(fa_h3_request *r, void *data) { r->data = data; }
-void *fa_h3_request_get_data(const fa_h3_request *r) { return r->data; }
-void fa_h3_request_set_max_body(fa_h3_request *r, uint64_t max) { r->max_body = max; }
+const char *fa_h3_request_method(const fa_h3_request *r)
+{
+    return r->method ? r->method : "";
+}
+const char *fa_h3_request_path(const fa_h3_request *r)
+{
+    return r->path ? r->path : "";
+}
+const char *fa_h3_request_query(const fa_h3_request *r)
+{
+    return r->query ? r->query : "";
+}
+int64_t fa_h3_request_content_length(const fa_h3_request *r)
+{
+    return r->content_length;
+}
+uint64_t fa_h3_request_body_received(const fa_h3_request *r)
+{
+    return r->body_rx;
+}
+const char *fa_h3_request_peer(const fa_h3_request *r)
+{
+    return r->c->q.peer_id;
+}
+const char *fa_h3_request_peer_addr(const fa_h3_request *r)
+{
+    return r->c->addr;
+}
+fa_h3_server *fa_h3_request_server(const fa_h3_request *r)
+{
+    return r->c->srv;
+}
+void fa_h3_request_set_data(fa_h3_request *r, void *data)
+{
+    r->data = data;
+}
+void *fa_h3_request_get_data(const fa_h3_request *r)
+{
+    return r->data;
+}
+void fa_h3_request_set_max_body(fa_h3_request *r, uint64_t max)
+{
+    r->max_body = max;
+}
 
 const char *fa_h3_request_header(const fa_h3_request *r, const char *name)
 {
@@ -528,8 +564,8 @@ void fa_h3_request_cancel(fa_h3_request *r)
     mark_dirty(r->c);
 }
 
-static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *vec,
-                                   size_t veccnt, uint32_t *pflags, void *conn_ud, void *sud)
+static nghttp3_ssize req_read_data(nghttp3_conn *h3, int64_t sid, nghttp3_vec *vec, size_t veccnt,
+                                   uint32_t *pflags, void *conn_ud, void *sud)
 {
     fa_h3_request *r = sud;
     nghttp3_ssize n;
@@ -568,8 +604,8 @@ static int submit(fa_h3_request *r, int status, const fa_h3_header *hdrs, size_t
         return FA_ERR_NOMEM;
     }
     snprintf(st, sizeof(st), "%d", status);
-    nva[k++] = (nghttp3_nv){(uint8_t *)":status", (uint8_t *)st, 7, strlen(st),
-                            NGHTTP3_NV_FLAG_NONE};
+    nva[k++] =
+        (nghttp3_nv){(uint8_t *)":status", (uint8_t *)st, 7, strlen(st), NGHTTP3_NV_FLAG_NONE};
     if (content_length >= 0) {
         snprintf(cl, sizeof(cl), "%lld", (long long)content_length);
         nva[k++] = (nghttp3_nv){(uint8_t *)"content-length", (uint8_t *)cl, 14, strlen(cl),
@@ -589,9 +625,9 @@ static int submit(fa_h3_request *r, int status, const fa_h3_header *hdrs, size_t
             goto out;
         }
         for (size_t j = 0; j <= l; j++)
-            names[i][j] = (char)((hdrs[i].name[j] >= 'A' && hdrs[i].name[j] <= 'Z')
-                                     ? hdrs[i].name[j] + 32
-                                     : hdrs[i].name[j]);
+            names[i][j] =
+                (char)((hdrs[i].name[j] >= 'A' && hdrs[i].name[j] <= 'Z') ? hdrs[i].name[j] + 32
+                                                                          : hdrs[i].name[j]);
         nva[k++] = (nghttp3_nv){(uint8_t *)names[i], (uint8_t *)hdrs[i].value, l,
                                 strlen(hdrs[i].value), NGHTTP3_NV_FLAG_NONE};
     }
@@ -654,8 +690,8 @@ int fa_h3_respond_ref(fa_h3_request *r, int status, const fa_h3_header *headers,
     return 0;
 }
 
-int fa_h3_respond_stream(fa_h3_request *r, int status, const fa_h3_header *headers,
-                         size_t nheaders, int64_t content_length, fa_h3_read_fn read,
+int fa_h3_respond_stream(fa_h3_request *r, int status, const fa_h3_header *headers, size_t nheaders,
+                         int64_t content_length, fa_h3_read_fn read,
                          void (*done)(void *arg, int err), void *arg)
 {
     int rv = respond_check(r);
@@ -747,8 +783,7 @@ static int h3_recv_header(nghttp3_conn *h3, int64_t sid, int32_t token, nghttp3_
         r->authority = dupn(v.base, v.len);
         break;
     case NGHTTP3_QPACK_TOKEN__SCHEME:
-    case NGHTTP3_QPACK_TOKEN__PROTOCOL:
-        break;
+    case NGHTTP3_QPACK_TOKEN__PROTOCOL: break;
     default:
         if (n.len && n.base[0] == ':')
             break;
@@ -827,8 +862,8 @@ static int h3_end_headers(nghttp3_conn *h3, int64_t sid, int fin, void *ud, void
     rt = route_find(c->srv, r->method, r->path, &mismatch);
     if (!rt) {
         char msg[300];
-        snprintf(msg, sizeof(msg), "%s %s\n", mismatch ? "method not allowed for" : "no handler for",
-                 r->path);
+        snprintf(msg, sizeof(msg), "%s %s\n",
+                 mismatch ? "method not allowed for" : "no handler for", r->path);
         respond_text(r, mismatch ? 405 : 404, msg);
         refuse_body(r);
         return 0;
@@ -851,8 +886,7 @@ static int h3_end_headers(nghttp3_conn *h3, int64_t sid, int fin, void *ud, void
         if (rv < 0)
             r->app_err = rv;
         /* the handler may have lowered the limit */
-        if (!r->refused_body && r->content_length >= 0 &&
-            (uint64_t)r->content_length > r->max_body)
+        if (!r->refused_body && r->content_length >= 0 && (uint64_t)r->content_length > r->max_body)
             refuse_body(r);
     }
     return 0;
@@ -888,8 +922,7 @@ static int h3_recv_data(nghttp3_conn *h3, int64_t sid, const uint8_t *data, size
     return 0;
 }
 
-static int h3_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t consumed, void *ud,
-                               void *sud)
+static int h3_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t consumed, void *ud, void *sud)
 {
     srv_conn *c = ud;
     fa_qconn_consume(&c->q, sid, consumed);
@@ -1094,8 +1127,8 @@ static srv_conn *conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
         params.original_dcid = hd->dcid;
     }
     params.stateless_reset_token_present = 1;
-    if (ngtcp2_crypto_generate_stateless_reset_token(params.stateless_reset_token, s->reset_key,
-                                                     32, &scid) != 0)
+    if (ngtcp2_crypto_generate_stateless_reset_token(params.stateless_reset_token, s->reset_key, 32,
+                                                     &scid) != 0)
         goto fail;
     fa_qconn_qlog_open(&c->q, &set, &scid, ocid ? ocid : &hd->dcid);
     fa_qconn_callbacks(&cb);
@@ -1105,8 +1138,8 @@ static srv_conn *conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
     path.remote.addr = (struct sockaddr *)&c->q.remote;
     path.remote.addrlen = fromlen;
     path.user_data = NULL;
-    if (ngtcp2_conn_server_new(&c->q.conn, &hd->scid, &scid, &path, hd->version, &cb, &set,
-                               &params, NULL, &c->q) != 0)
+    if (ngtcp2_conn_server_new(&c->q.conn, &hd->scid, &scid, &path, hd->version, &cb, &set, &params,
+                               NULL, &c->q) != 0)
         goto fail;
     if (fa_tls_session_new(&s->tls, &c->q, NULL, &err) != 0) {
         fa_log(FA_LOG_WARN, "TLS session setup failed", "addr=%s error=\"%s\"", c->addr, err.msg);
@@ -1144,9 +1177,9 @@ static void conn_finish_requests_graceful(srv_conn *c)
 {
     while (c->reqs) {
         fa_h3_request *r = c->reqs;
-        req_finish(r, r->fin_sent && !r->app_err && !r->refused_body ? 0
-                                                                     : (r->app_err ? r->app_err
-                                                                                   : FA_ERR_QUIC));
+        req_finish(r, r->fin_sent && !r->app_err && !r->refused_body
+                          ? 0
+                          : (r->app_err ? r->app_err : FA_ERR_QUIC));
     }
 }
 
@@ -1233,21 +1266,18 @@ static void conn_close(srv_conn *c, int liberr)
     if (c->state != CS_LIVE)
         return;
     switch (liberr) {
-    case 0: /* our graceful close */
-        break;
+    case 0: /* our graceful close */ break;
     case NGTCP2_ERR_IDLE_CLOSE:
         fa_log(FA_LOG_DEBUG, "connection idle timeout", "peer=%s addr=%s", c->q.peer_id, c->addr);
         break;
     case NGTCP2_ERR_DROP_CONN:
-    case NGTCP2_ERR_RETRY:
-        fa_log(FA_LOG_DEBUG, "connection dropped", "addr=%s", c->addr);
-        break;
+    case NGTCP2_ERR_RETRY: fa_log(FA_LOG_DEBUG, "connection dropped", "addr=%s", c->addr); break;
     case NGTCP2_ERR_DRAINING:
         fa_qconn_describe_error(&c->q, liberr, why, sizeof(why));
         if (!c->established) {
             s->st.handshakes_failed++;
-            fa_log(FA_LOG_WARN, "handshake refused by the client", "addr=%s reason=\"%s\"",
-                   c->addr, why);
+            fa_log(FA_LOG_WARN, "handshake refused by the client", "addr=%s reason=\"%s\"", c->addr,
+                   why);
         } else {
             fa_log(FA_LOG_DEBUG, "connection closed by the peer", "peer=%s addr=%s reason=\"%s\"",
                    c->q.peer_id, c->addr, why);
@@ -1259,8 +1289,8 @@ static void conn_close(srv_conn *c, int liberr)
             s->st.handshakes_failed++;
             fa_log(FA_LOG_WARN, "handshake refused", "addr=%s reason=\"%s\"", c->addr, why);
         } else {
-            fa_log(FA_LOG_INFO, "connection closed", "peer=%s addr=%s reason=\"%s\"",
-                   c->q.peer_id, c->addr, why);
+            fa_log(FA_LOG_INFO, "connection closed", "peer=%s addr=%s reason=\"%s\"", c->q.peer_id,
+                   c->addr, why);
         }
     }
     if (liberr == NGTCP2_ERR_DRAINING) {
@@ -1374,8 +1404,8 @@ static void send_retry(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const struct so
 static void send_initial_close(fa_h3_server *s, const ngtcp2_pkt_hd *hd,
                                const struct sockaddr *from, socklen_t fromlen, uint64_t code)
 {
-    ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(
-        s->pkt, sizeof(s->pkt), hd->version, &hd->scid, &hd->dcid, code, NULL, 0);
+    ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(s->pkt, sizeof(s->pkt), hd->version,
+                                                          &hd->scid, &hd->dcid, code, NULL, 0);
     if (n > 0)
         send_raw(s, from, fromlen, s->pkt, (size_t)n);
 }
@@ -1411,8 +1441,8 @@ static void send_stateless_reset(fa_h3_server *s, const uint8_t *dcid, size_t dc
     }
 }
 
-static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len,
-                           const struct sockaddr *from, socklen_t fromlen, unsigned ecn)
+static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len, const struct sockaddr *from,
+                           socklen_t fromlen, unsigned ecn)
 {
     ngtcp2_pkt_hd hd;
     ngtcp2_cid ocid, *pocid = NULL;
@@ -1429,8 +1459,8 @@ static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len,
         s->st.connections_refused++;
         return;
     }
-    need_retry = s->cfg.retry == FA_H3_RETRY_ALWAYS ||
-                 (s->cfg.retry == FA_H3_RETRY_ABOVE_LOAD && s->nlive >= s->cfg.retry_load_threshold);
+    need_retry = s->cfg.retry == FA_H3_RETRY_ALWAYS || (s->cfg.retry == FA_H3_RETRY_ABOVE_LOAD &&
+                                                        s->nlive >= s->cfg.retry_load_threshold);
     if (hd.token.len) {
         switch (hd.token.base[0]) {
         case NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY:
@@ -1452,9 +1482,7 @@ static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len,
                 hd.token.len = 0;
             }
             break;
-        default:
-            hd.token.base = NULL;
-            hd.token.len = 0;
+        default: hd.token.base = NULL; hd.token.len = 0;
         }
     }
     if (need_retry && !hd.token.len) {
@@ -1818,8 +1846,8 @@ static int64_t timer_add(fa_h3_server *s, uint64_t delay_ns, uint64_t period,
     return t->id;
 }
 
-int64_t fa_h3_server_timer(fa_h3_server *s, uint64_t delay_ms,
-                           void (*fn)(fa_h3_server *, void *), void *arg)
+int64_t fa_h3_server_timer(fa_h3_server *s, uint64_t delay_ms, void (*fn)(fa_h3_server *, void *),
+                           void *arg)
 {
     if (!fn)
         return FA_ERR_INVAL;
@@ -1838,7 +1866,10 @@ void fa_h3_server_timer_cancel(fa_h3_server *s, int64_t id)
     }
 }
 
-void fa_h3_server_get_stats(const fa_h3_server *s, fa_h3_server_stats *st) { *st = s->st; }
+void fa_h3_server_get_stats(const fa_h3_server *s, fa_h3_server_stats *st)
+{
+    *st = s->st;
+}
 
 /* ------------------------------------------------------------------ loop */
 

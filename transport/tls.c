@@ -22,10 +22,9 @@
 #include "common/fa_file.h"
 
 /* AES-128-GCM first: with AES-NI it is the cheapest AEAD per byte. */
-static const char PRIORITY[] =
-    "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:"
-    "-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:"
-    "-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1";
+static const char PRIORITY[] = "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:"
+                               "-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:"
+                               "-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1";
 
 static const char REGION_URI_PREFIX[] = "fedagg://region/";
 
@@ -52,11 +51,11 @@ int fa_tls_ctx_init(fa_tls_ctx *t, int server, const char *cert_file, const char
     if (rv < 0)
         return fa_errorf(err, FA_ERR_NOMEM, "TLS: %s", gnutls_strerror(rv));
     if (cert_file && *cert_file) {
-        rv = gnutls_certificate_set_x509_key_file(t->cred, cert_file, key_file,
-                                                  GNUTLS_X509_FMT_PEM);
+        rv =
+            gnutls_certificate_set_x509_key_file(t->cred, cert_file, key_file, GNUTLS_X509_FMT_PEM);
         if (rv < 0) {
-            fa_errorf(err, FA_ERR_TLS, "TLS: cannot load certificate %s with key %s: %s",
-                      cert_file, key_file, gnutls_strerror(rv));
+            fa_errorf(err, FA_ERR_TLS, "TLS: cannot load certificate %s with key %s: %s", cert_file,
+                      key_file, gnutls_strerror(rv));
             goto fail;
         }
     }
@@ -183,8 +182,8 @@ static int verify_peer(gnutls_session_t s)
     int rv;
 
     vdata[nv].type = GNUTLS_DT_KEY_PURPOSE_OID;
-    vdata[nv].data = (unsigned char *)(qc->is_server ? GNUTLS_KP_TLS_WWW_CLIENT
-                                                     : GNUTLS_KP_TLS_WWW_SERVER);
+    vdata[nv].data =
+        (unsigned char *)(qc->is_server ? GNUTLS_KP_TLS_WWW_CLIENT : GNUTLS_KP_TLS_WWW_SERVER);
     vdata[nv].size = 0;
     nv++;
     if (!qc->is_server && qc->server_name) {
@@ -214,8 +213,8 @@ static int verify_peer(gnutls_session_t s)
         }
         if ((status & GNUTLS_CERT_UNEXPECTED_OWNER) && qc->server_name)
             snprintf(qc->verify_fail, sizeof(qc->verify_fail),
-                     "server certificate%s does not match the name '%s': %s", subj,
-                     qc->server_name, why);
+                     "server certificate%s does not match the name '%s': %s", subj, qc->server_name,
+                     why);
         else
             snprintf(qc->verify_fail, sizeof(qc->verify_fail), "%s certificate%s refused: %s",
                      qc->is_server ? "client" : "server", subj, why);
@@ -275,9 +274,8 @@ int fa_tls_session_new(fa_tls_ctx *t, fa_qconn *qc, const char *server_name, fa_
     rv = gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, t->cred);
     if (rv < 0)
         goto fail;
-    rv = gnutls_alpn_set_protocols(s, &alpn, 1,
-                                   GNUTLS_ALPN_MANDATORY |
-                                       (t->server ? GNUTLS_ALPN_SERVER_PRECEDENCE : 0));
+    rv = gnutls_alpn_set_protocols(
+        s, &alpn, 1, GNUTLS_ALPN_MANDATORY | (t->server ? GNUTLS_ALPN_SERVER_PRECEDENCE : 0));
     if (rv < 0)
         goto fail;
     if (t->server) {

@@ -42,7 +42,10 @@ static int teardown(void **state)
 
 static void download_path(fa_h3_client *c, const char *prefix, uint64_t n);
 
-static void download(fa_h3_client *c, uint64_t n) { download_path(c, "/gen/", n); }
+static void download(fa_h3_client *c, uint64_t n)
+{
+    download_path(c, "/gen/", n);
+}
 
 static void download_path(fa_h3_client *c, const char *prefix, uint64_t n)
 {

@@ -415,7 +415,10 @@ static void test_version_negotiation_reset_and_junk(void **state)
     /* an Initial-sized long-header packet of an unknown version */
     memset(pkt, 0, sizeof(pkt));
     pkt[0] = 0xc0;
-    pkt[1] = 0xba; pkt[2] = 0xba; pkt[3] = 0xba; pkt[4] = 0xba;
+    pkt[1] = 0xba;
+    pkt[2] = 0xba;
+    pkt[3] = 0xba;
+    pkt[4] = 0xba;
     pkt[5] = 8;
     memset(pkt + 6, 0x11, 8);
     pkt[14] = 8;
@@ -423,10 +426,10 @@ static void test_version_negotiation_reset_and_junk(void **state)
     raw_send(fd, srv.port, pkt, 1200);
     n = raw_recv(fd, buf, sizeof(buf), 3000);
     assert_true(n > 7);
-    assert_true(buf[0] & 0x80);                            /* long header */
-    assert_memory_equal(buf + 1, "\0\0\0\0", 4);           /* version 0: VN (RFC 9000 17.2.1) */
+    assert_true(buf[0] & 0x80);                  /* long header */
+    assert_memory_equal(buf + 1, "\0\0\0\0", 4); /* version 0: VN (RFC 9000 17.2.1) */
     assert_int_equal(buf[5], 8);
-    assert_memory_equal(buf + 6, pkt + 15, 8);             /* DCID = our SCID */
+    assert_memory_equal(buf + 6, pkt + 15, 8); /* DCID = our SCID */
 
     /* a short-header packet for a connection the server does not know:
      * a stateless reset, smaller than what provoked it */
@@ -493,7 +496,10 @@ static void test_retry_above_load_threshold(void **state)
 }
 
 static atomic_int ticks;
-static void on_tick(fa_h3_server *s, void *arg) { atomic_fetch_add(&ticks, 1); }
+static void on_tick(fa_h3_server *s, void *arg)
+{
+    atomic_fetch_add(&ticks, 1);
+}
 
 static void test_periodic_tick_and_qlog(void **state)
 {

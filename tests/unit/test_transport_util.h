@@ -219,9 +219,15 @@ typedef struct tp_seen {
 
 static tp_seen tp_last;
 
-static inline uint64_t tp_parse_u64(const char *s) { return s ? strtoull(s, NULL, 10) : 0; }
+static inline uint64_t tp_parse_u64(const char *s)
+{
+    return s ? strtoull(s, NULL, 10) : 0;
+}
 
-static inline void tp_gen_done(void *arg, int err) { free(arg); }
+static inline void tp_gen_done(void *arg, int err)
+{
+    free(arg);
+}
 
 static inline int tp_on_gen(fa_h3_request *req, void *arg)
 {
@@ -370,8 +376,8 @@ static inline int tp_on_wait(fa_h3_request *req, void *arg)
     if (!t)
         return -1;
     fa_h3_request_set_data(req, t);
-    *t = fa_h3_server_timer(fa_h3_request_server(req), q ? tp_parse_u64(q + 3) : 1000,
-                            tp_wait_fire, req);
+    *t = fa_h3_server_timer(fa_h3_request_server(req), q ? tp_parse_u64(q + 3) : 1000, tp_wait_fire,
+                            req);
     atomic_fetch_add(&tp_last.requests, 1);
     return 0;
 }
@@ -465,7 +471,7 @@ static inline void tp_server_stop(tp_server *t)
 
 /* A client of region `who` ("eu-west", or a test/ certificate base name). */
 static inline void tp_client_config(fa_h3_client_config *cfg, const tp_server *t, const char *cert,
-                             const char *key)
+                                    const char *key)
 {
     fa_h3_client_config_default(cfg);
     cfg->server = t->server_addr;

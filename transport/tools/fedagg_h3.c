@@ -48,9 +48,12 @@ static uint64_t parse_size(const char *s)
     char *end;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    case 'k':
+    case 'K': v *= 1024; break;
+    case 'm':
+    case 'M': v *= 1024 * 1024; break;
+    case 'g':
+    case 'G': v *= 1024.0 * 1024 * 1024; break;
     default: break;
     }
     return (uint64_t)v;
@@ -169,7 +172,10 @@ static ssize_t gen_read(void *arg, uint8_t *buf, size_t cap)
     return (ssize_t)n;
 }
 
-static void gen_done(void *arg, int err) { free(arg); }
+static void gen_done(void *arg, int err)
+{
+    free(arg);
+}
 
 static int on_gen(fa_h3_request *req, void *arg)
 {
@@ -323,14 +329,16 @@ static int serve(int argc, char **argv)
     fa_error err = {0};
     const char *port_file = NULL, *secret_file = NULL;
     int rv, opt, idx;
-    static const struct option opts[] = {
-        {"listen", 1, 0, 'l'},   {"cert", 1, 0, 'c'},      {"key", 1, 0, 'k'},
-        {"ca", 1, 0, 'a'},       {"root", 1, 0, 'r'},      {"port-file", 1, 0, 'p'},
-        {"retry", 1, 0, 'R'},    {"max-body", 1, 0, 'b'},  {"secret-file", 1, 0, 's'},
-        {"cc", 1, 0, 'C'},       {"qlog-dir", 1, 0, 'q'},  {"window", 1, 0, 'w'},
-        {"max-conns", 1, 0, 'm'}, {"idle-ms", 1, 0, 'i'},  {"drain-ms", 1, 0, 'd'},
-        {"no-gso", 0, 0, 'G'},   {"udp-payload", 1, 0, 'u'}, {"retry-threshold", 1, 0, 't'},
-        {"max-streams", 1, 0, 'S'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"listen", 1, 0, 'l'},      {"cert", 1, 0, 'c'},
+                                         {"key", 1, 0, 'k'},         {"ca", 1, 0, 'a'},
+                                         {"root", 1, 0, 'r'},        {"port-file", 1, 0, 'p'},
+                                         {"retry", 1, 0, 'R'},       {"max-body", 1, 0, 'b'},
+                                         {"secret-file", 1, 0, 's'}, {"cc", 1, 0, 'C'},
+                                         {"qlog-dir", 1, 0, 'q'},    {"window", 1, 0, 'w'},
+                                         {"max-conns", 1, 0, 'm'},   {"idle-ms", 1, 0, 'i'},
+                                         {"drain-ms", 1, 0, 'd'},    {"no-gso", 0, 0, 'G'},
+                                         {"udp-payload", 1, 0, 'u'}, {"retry-threshold", 1, 0, 't'},
+                                         {"max-streams", 1, 0, 'S'}, {0, 0, 0, 0}};
 
     fa_h3_server_config_default(&cfg);
     cfg.listen = "127.0.0.1:0";
@@ -344,14 +352,18 @@ static int serve(int argc, char **argv)
         case 'r': root_dir = optarg; break;
         case 'p': port_file = optarg; break;
         case 'R':
-            cfg.retry = !strcmp(optarg, "always") ? FA_H3_RETRY_ALWAYS
+            cfg.retry = !strcmp(optarg, "always")  ? FA_H3_RETRY_ALWAYS
                         : !strcmp(optarg, "never") ? FA_H3_RETRY_NEVER
                                                    : FA_H3_RETRY_ABOVE_LOAD;
             break;
         case 't': cfg.retry_load_threshold = (uint32_t)atoi(optarg); break;
         case 'b': cfg.max_body_bytes = parse_size(optarg); break;
         case 's': secret_file = optarg; break;
-        case 'C': cfg.quic.cc = !strcmp(optarg, "bbr2") ? FA_H3_CC_BBR2 : !strcmp(optarg, "reno") ? FA_H3_CC_RENO : FA_H3_CC_CUBIC; break;
+        case 'C':
+            cfg.quic.cc = !strcmp(optarg, "bbr2")   ? FA_H3_CC_BBR2
+                          : !strcmp(optarg, "reno") ? FA_H3_CC_RENO
+                                                    : FA_H3_CC_CUBIC;
+            break;
         case 'q': cfg.quic.qlog_dir = optarg; break;
         case 'w':
             cfg.quic.max_stream_window = parse_size(optarg);
@@ -499,14 +511,14 @@ static int client(int argc, char **argv, int post)
     unsigned dl = 0;
     char hx[65] = "", shx[65] = "";
     static const struct option opts[] = {
-        {"server", 1, 0, 's'},  {"ca", 1, 0, 'a'},     {"cert", 1, 0, 'c'},
-        {"key", 1, 0, 'k'},     {"name", 1, 0, 'n'},   {"out", 1, 0, 'o'},
-        {"in", 1, 0, 'i'},      {"gen", 1, 0, 'g'},    {"timeout-ms", 1, 0, 't'},
-        {"cc", 1, 0, 'C'},      {"qlog-dir", 1, 0, 'q'}, {"window", 1, 0, 'w'},
-        {"no-gso", 0, 0, 'G'},  {"udp-payload", 1, 0, 'u'}, {"key-update", 1, 0, 'K'},
-        {"count", 1, 0, 'N'},   {"idempotent", 0, 0, 'I'}, {"attempts", 1, 0, 'A'},
-        {"backoff-ms", 1, 0, 'B'}, {"quiet-body", 0, 0, 'Q'}, {"idle-ms", 1, 0, 'L'},
-        {"pause-ms", 1, 0, 'P'}, {"ready-file", 1, 0, 'F'}, {0, 0, 0, 0}};
+        {"server", 1, 0, 's'},     {"ca", 1, 0, 'a'},          {"cert", 1, 0, 'c'},
+        {"key", 1, 0, 'k'},        {"name", 1, 0, 'n'},        {"out", 1, 0, 'o'},
+        {"in", 1, 0, 'i'},         {"gen", 1, 0, 'g'},         {"timeout-ms", 1, 0, 't'},
+        {"cc", 1, 0, 'C'},         {"qlog-dir", 1, 0, 'q'},    {"window", 1, 0, 'w'},
+        {"no-gso", 0, 0, 'G'},     {"udp-payload", 1, 0, 'u'}, {"key-update", 1, 0, 'K'},
+        {"count", 1, 0, 'N'},      {"idempotent", 0, 0, 'I'},  {"attempts", 1, 0, 'A'},
+        {"backoff-ms", 1, 0, 'B'}, {"quiet-body", 0, 0, 'Q'},  {"idle-ms", 1, 0, 'L'},
+        {"pause-ms", 1, 0, 'P'},   {"ready-file", 1, 0, 'F'},  {0, 0, 0, 0}};
 
     fa_h3_client_config_default(&cfg);
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -520,7 +532,11 @@ static int client(int argc, char **argv, int post)
         case 'i': in = optarg; break;
         case 'g': gen = parse_size(optarg); break;
         case 't': timeout_ms = (uint32_t)atoi(optarg); break;
-        case 'C': cfg.quic.cc = !strcmp(optarg, "bbr2") ? FA_H3_CC_BBR2 : !strcmp(optarg, "reno") ? FA_H3_CC_RENO : FA_H3_CC_CUBIC; break;
+        case 'C':
+            cfg.quic.cc = !strcmp(optarg, "bbr2")   ? FA_H3_CC_BBR2
+                          : !strcmp(optarg, "reno") ? FA_H3_CC_RENO
+                                                    : FA_H3_CC_CUBIC;
+            break;
         case 'q': cfg.quic.qlog_dir = optarg; break;
         case 'w':
             cfg.quic.max_stream_window = parse_size(optarg);
@@ -651,7 +667,9 @@ static int client(int argc, char **argv, int post)
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(stderr, "usage: fedagg-h3 serve|get|post|gensha [options] (see transport/tools/fedagg_h3.c)\n");
+        fprintf(
+            stderr,
+            "usage: fedagg-h3 serve|get|post|gensha [options] (see transport/tools/fedagg_h3.c)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "serve"))
