@@ -468,10 +468,15 @@ static void send_close(fa_h3_client *c)
     (void)fa_udp_send(&c->udp, p->remote.addr, p->remote.addrlen, 0, buf, n, 0);
 }
 
+/* Ends the current connection (politely when it is still up) and frees it. */
 static void conn_teardown(fa_h3_client *c)
 {
-    if (c->dead)
+    if (c->q.conn) {
+        if (!c->dead && !c->q.last_error.error_code)
+            ngtcp2_connection_close_error_set_application_error(&c->q.last_error,
+                                                                NGHTTP3_H3_NO_ERROR, NULL, 0);
         send_close(c);
+    }
     fa_qconn_free(&c->q);
     while (c->zombies) {
         creq *r = c->zombies;
@@ -494,21 +499,8 @@ static void conn_teardown(fa_h3_client *c)
 
 void fa_h3_client_close(fa_h3_client *c)
 {
-    if (!c)
-        return;
-    if (c->q.conn && !c->dead) {
-        uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
-        size_t n;
-        ngtcp2_connection_close_error_set_application_error(&c->q.last_error, NGHTTP3_H3_NO_ERROR,
-                                                            NULL, 0);
-        n = fa_qconn_close_pkt(&c->q, buf, sizeof(buf));
-        if (n) {
-            const ngtcp2_path *p = ngtcp2_conn_get_path(c->q.conn);
-            (void)fa_udp_flush(&c->udp);
-            (void)fa_udp_send(&c->udp, p->remote.addr, p->remote.addrlen, 0, buf, n, 0);
-        }
-    }
-    conn_teardown(c);
+    if (c)
+        conn_teardown(c);
 }
 
 void fa_h3_client_del(fa_h3_client *c)
