@@ -271,11 +271,12 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
         }
         if (r == 0) {
             char msg[512];
+            int status = resp.status; /* fa_h3_response_free zeroes resp */
             error_text(&resp, msg, sizeof(msg));
             fa_h3_response_free(&resp);
-            if (resp.status == 403)
+            if (status == 403)
                 return fa_errorf(err, FA_ERR_AUTH, "the aggregator refuses this region: %s", msg);
-            fa_log(FA_LOG_WARN, "federation info refused; retrying", "status=%d", resp.status);
+            fa_log(FA_LOG_WARN, "federation info refused; retrying", "status=%d", status);
         } else {
             fa_log(FA_LOG_WARN, "aggregator unreachable; retrying", "error=%s", fa_strerror(r));
         }
@@ -446,19 +447,20 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
             return 0;
         }
         if (r == 0) {
+            int status = resp.status; /* fa_h3_response_free zeroes resp */
             error_text(&resp, msg, sizeof(msg));
             fa_h3_response_free(&resp);
-            if (resp.status == 409)
+            if (status == 409)
                 return fa_errorf(err, FA_ERR_REPLAY, "%s: %s", kind_paths[kind], msg);
-            if (resp.status == 503) {
+            if (status == 503) {
                 sleep_ms(100 + randombytes_uniform(400)); /* upload slots full: wait our turn */
                 continue;
             }
-            if (resp.status < 500)
+            if (status < 500)
                 return fa_errorf(err, FA_ERR_PROTOCOL, "%s refused (%d): %s", kind_paths[kind],
-                                 resp.status, msg);
+                                 status, msg);
             fa_log(FA_LOG_WARN, "aggregator error; retrying", "phase=%s status=%d",
-                   kind_paths[kind], resp.status);
+                   kind_paths[kind], status);
         } else {
             fa_log(FA_LOG_WARN, "request failed; retrying", "phase=%s error=%s", kind_paths[kind],
                    fa_strerror(r));
