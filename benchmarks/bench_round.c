@@ -1,0 +1,1537 @@
+/* bench_round.c - `fedagg-bench round`: the federation end to end (issue 7,
+ * DESIGN 9).  Four measurements, each printed as one JSON line:
+ *
+ * round_e2e       One round on loopback, R regions (8) x d parameters (the
+ *                 MLP 784-8192-440-10, d = 10 040 050), secure next to
+ *                 plaintext aggregation over the same transport, in the same
+ *                 run, interleaved (S P, P S, S P...: both see the same
+ *                 machine load), median of --reps (3) rounds each; ratio =
+ *                 secure / plain (target <= 1.25).
+ *   secure  the real stack: the fedagg-aggregator binary (fa_fed + fa_api on
+ *           an fa_h3 server, its own process) with a generated config
+ *           (FedAdam, 16-bit quantisation, no evaluation), and R region
+ *           clients as threads of this process, each a fa_round_client with
+ *           its own mTLS certificate and identity key, running
+ *           fa_round_client_run on a synthetic delta.
+ *   plain   the same R client threads, each over its own fa_h3_client with
+ *           the same certificate and QUIC settings, POSTing the same
+ *           update quantised by the same codec (clip, stochastic rounding
+ *           from AES-CTR, weight coordinate) and bit-packed at the same k
+ *           bits, unmasked, to a plain server (its own process: this binary,
+ *           --serve-plain) that sums the streams as they arrive
+ *           (fa_ring_unpack_add), decodes, applies the same server optimizer
+ *           and commits the model and optimizer state to the same model
+ *           store, then answers (benchmarks/round_plain.c).
+ *   Timed the same way: from the moment every client starts its round (after
+ *   a barrier; the QUIC connections are already up, the deltas already
+ *   computed: local training is excluded) to the last client's return.  For
+ *   secure that return comes after the RoundResult and the audit inclusion
+ *   proof check; the round includes what the real worker does for crash
+ *   safety (attempt state and delta written before the upload), what the
+ *   aggregator does (round state saved at every phase close, signed audit
+ *   record), i.e. everything the product pays for secure aggregation.
+ *   Where the secure round's time goes: the clients' phase times
+ *   (fa_round_outcome.phase_seconds, mean over regions), the rest of the
+ *   client's wall time, and the aggregator's view from its log (phase
+ *   closes, and the decode + optimizer + commit + audit after unmask).
+ *
+ * round_bytes     Bytes on the wire per parameter per region: the masked
+ *                 upload's size / d (ring bits / 8), and the QUIC bytes up +
+ *                 down of a whole secure round from the client statistics /
+ *                 d, next to the plain round's and to float32 (4 bytes per
+ *                 parameter, the raw delta); the model download of the next
+ *                 round (safetensors, measured) is reported beside it.
+ *
+ * round_rss       Peak RSS (VmHWM) of the fedagg-aggregator process through a
+ *                 round with 4 and with 16 regions at the same d (target
+ *                 ratio <= 1.1): memory must not grow with the regions.
+ *
+ * round_accuracy  3 non-IID regions (Fashion-MNIST, `fedagg data split`,
+ *                 Dirichlet alpha 0.5, seed 7), aggregator + 3 fedagg-worker
+ *                 processes as deploy/demo.sh runs them, secure aggregation,
+ *                 --acc-rounds (30) rounds; the aggregator's evaluation of
+ *                 the final global model on the 10 000 test images, next to
+ *                 centralised training of the same model (784-256-128-10, same
+ *                 initial weights) on the union of the shards (all 60 000
+ *                 images) in this process, with the same budget: the same
+ *                 number of passes over the data (rounds x local epochs
+ *                 centralised epochs), the same SGD settings (batch, learning
+ *                 rate, momentum) as the regions' local trainer.  Target:
+ *                 within 1.5 points.
+ *
+ * Options: --only e2e,bytes,rss,accuracy (bytes comes with e2e), --quick
+ * (1 rep, 1 rss round, 5 accuracy rounds), and the knobs in usage().  The
+ * work directory (PKI, keys, configs, logs, model stores) is deleted unless
+ * --keep.  Never fails for being slow; exits 1 only when a part could not be
+ * measured (with an "error" JSON line).
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "benchmarks/round_bench.h"
+#include "common/fa_file.h"
+#include "common/fa_log.h"
+#include "crypto/secagg.h"
+#include "fedagg.pb-c.h"
+#include "model/mlp.h"
+#include "model/train.h"
+#include "proto/config_check.h"
+#include "transport/h3.h"
+#include "worker/data.h"
+#include "worker/round_client.h"
+
+const char fa_bench_round_help[] =
+    "federation end to end: secure vs plain round (8 x 1e7), bytes/param, aggregator RSS 4 vs 16, "
+    "federated vs centralised accuracy";
+
+#define MAX_REGIONS 32
+#define FED_ID "bench"
+
+struct opts {
+    int e2e, bytes, rss, accuracy;
+    int reps, regions;
+    uint32_t hidden[4];
+    size_t n_hidden;
+    int rss_lo, rss_hi, rss_rounds;
+    int acc_rounds, acc_epochs, acc_batch;
+    double acc_lr, acc_momentum;
+    const char *acc_opt;
+    double acc_server_lr, acc_server_momentum, acc_beta1, acc_beta2, acc_tau;
+    double acc_clip;
+    int keep;
+    const char *dir;
+};
+
+struct paths {
+    char bin[PATH_MAX];  /* directory of fedagg-bench and its siblings */
+    char src[PATH_MAX];  /* source tree (benchmarks/bench-round-setup.sh) */
+    char self[PATH_MAX]; /* this binary */
+    char dir[PATH_MAX];  /* work directory */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void json_error(const char *part, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void json_error(const char *part, const char *fmt, ...)
+{
+    char msg[1024], q[1100];
+    size_t j = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    for (size_t i = 0; msg[i] && j + 3 < sizeof(q); i++) {
+        if (msg[i] == '"' || msg[i] == '\\')
+            q[j++] = '\\';
+        q[j++] = (msg[i] == '\n' || msg[i] == '\t') ? ' ' : msg[i];
+    }
+    q[j] = '\0';
+    printf("{\"bench\":\"round_%s\",\"error\":\"%s\"}\n", part, q);
+    fflush(stdout);
+    fprintf(stderr, "fedagg-bench round: %s: %s\n", part, msg);
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(text, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static char *read_text(const char *path)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (fa_file_read_all(path, &data, &len, (size_t)256 << 20, NULL) != 0)
+        return NULL;
+    return (char *)data; /* fa_file_read_all NUL-terminates */
+}
+
+static int log_has(const char *path, const char *needle)
+{
+    char *t = read_text(path);
+    int has = t && strstr(t, needle) != NULL;
+    free(t);
+    return has;
+}
+
+static size_t log_count(const char *path, const char *needle)
+{
+    char *t = read_text(path), *p = t;
+    size_t n = 0;
+    while (p && (p = strstr(p, needle))) {
+        n++;
+        p += strlen(needle);
+    }
+    free(t);
+    return n;
+}
+
+/* Waits until the log of pid has `needle`; 0, or -1 when pid died or time ran out. */
+static int wait_log(const char *path, const char *needle, pid_t pid, double timeout_s)
+{
+    double t0 = fa_rbench_now();
+    while (!log_has(path, needle)) {
+        if (!fa_rbench_alive(pid) || fa_rbench_now() - t0 > timeout_s)
+            return -1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* The value of key=value in a logfmt line (unquoted values). */
+static int kv(const char *line, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key);
+    const char *eol = strchr(line, '\n');
+    for (const char *p = line; (p = strstr(p, key)) && (!eol || p < eol); p++) {
+        if ((p == line || p[-1] == ' ') && p[kl] == '=') {
+            size_t i = 0;
+            p += kl + 1;
+            while (p[i] && p[i] != ' ' && p[i] != '\n' && i + 1 < n) {
+                out[i] = p[i];
+                i++;
+            }
+            out[i] = '\0';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static double kv_num(const char *line, const char *key)
+{
+    char v[64];
+    return kv(line, key, v, sizeof(v)) ? strtod(v, NULL) : NAN;
+}
+
+/* Seconds of the day of a line's ts=YYYY-MM-DDTHH:MM:SS.mmmZ. */
+static double line_ts(const char *line)
+{
+    char v[64];
+    int h, m;
+    double s;
+    if (!kv(line, "ts", v, sizeof(v)) || strlen(v) < 20 ||
+        sscanf(v + 11, "%d:%d:%lf", &h, &m, &s) != 3)
+        return NAN;
+    return h * 3600.0 + m * 60.0 + s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+    double s[64];
+    if (n <= 0)
+        return NAN;
+    if (n > 64)
+        n = 64;
+    memcpy(s, v, (size_t)n * sizeof(double));
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* Index of the median element of v (the lower one for even n). */
+static int median_index(const double *v, int n)
+{
+    double m = median(v, n);
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (fabs(v[i] - m) < fabs(v[best] - m))
+            best = i;
+    return best;
+}
+
+static const char *json_num(char *buf, size_t n, double v, int prec)
+{
+    if (!isfinite(v))
+        snprintf(buf, n, "null");
+    else
+        snprintf(buf, n, "%.*f", prec, v);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The federation's files                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void region_name(int i, char *out, size_t n) { snprintf(out, n, "region-%02d", i + 1); }
+
+/* PKI and keys (and shards with alpha >= 0) with benchmarks/bench-round-setup.sh. */
+static int setup_dir(const struct paths *P, const char *dir, char names[][32], int n, double alpha,
+                     int seed)
+{
+    char script[PATH_MAX + 64], csv[MAX_REGIONS * 32 + 1] = "", log[PATH_MAX + 32], a[32], s[32];
+    char *argv[10];
+    int argc = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (i)
+            strcat(csv, ",");
+        strcat(csv, names[i]);
+    }
+    snprintf(script, sizeof(script), "%s/benchmarks/bench-round-setup.sh", P->src);
+    snprintf(log, sizeof(log), "%s/setup.log", dir);
+    argv[argc++] = "/bin/bash";
+    argv[argc++] = script;
+    argv[argc++] = (char *)dir;
+    argv[argc++] = (char *)P->bin;
+    argv[argc++] = csv;
+    if (alpha >= 0) {
+        snprintf(a, sizeof(a), "%g", alpha);
+        snprintf(s, sizeof(s), "%d", seed);
+        argv[argc++] = "--split";
+        argv[argc++] = a;
+        argv[argc++] = s;
+    }
+    argv[argc] = NULL;
+    if (fa_file_mkdirs(dir, 0700, NULL) != 0)
+        return -1;
+    return fa_rbench_run(argv, log) == 0 ? 0 : -1;
+}
+
+struct agg_spec {
+    const char *path;    /* config file to write */
+    int port, mport;
+    char (*names)[32];
+    int n;
+    int rounds;
+    const uint32_t *hidden;
+    size_t n_hidden;
+    const char *optimizer;  /* body of the optimizer block */
+    const char *quant;      /* body of the quantization block */
+    const char *round;      /* the round block's policy (besides rounds) */
+    const char *storage;    /* storage dir, relative to the config */
+    int evaluation;
+};
+
+static int write_aggregator(const struct agg_spec *a)
+{
+    char *t = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&t, &len);
+    int rc;
+    if (!f)
+        return -1;
+    fprintf(f,
+            "# Written by fedagg-bench round\n"
+            "federation_id: \"" FED_ID "\"\n"
+            "listen: \"127.0.0.1:%d\"\n"
+            "metrics_listen: \"127.0.0.1:%d\"\n"
+            "tls { cert_file: \"pki/server.crt\" key_file: \"pki/server.key\" "
+            "ca_file: \"pki/ca.crt\" }\n",
+            a->port, a->mport);
+    for (int i = 0; i < a->n; i++)
+        fprintf(f, "regions { id: \"%s\" identity_public_key_file: \"keys/%s.pub\" }\n",
+                a->names[i], a->names[i]);
+    fprintf(f, "round { rounds: %d %s }\n", a->rounds, a->round);
+    fprintf(f, "model { input_dim: 784 hidden: [");
+    for (size_t i = 0; i < a->n_hidden; i++)
+        fprintf(f, "%s%u", i ? ", " : "", a->hidden[i]);
+    fprintf(f, "] output_dim: 10 init_seed: 1 }\n");
+    fprintf(f, "optimizer { %s }\n", a->optimizer);
+    fprintf(f, "quantization { %s }\n", a->quant);
+    fprintf(f, "storage { dir: \"%s\" keep_versions: 2 }\n", a->storage);
+    fprintf(f, "audit { signing_key_file: \"keys/aggregator.key\" }\n");
+    if (getenv("FEDAGG_BENCH_QLOG"))
+        fprintf(f, "quic { qlog_dir: \"%s/agg\" }\n", getenv("FEDAGG_BENCH_QLOG"));
+    if (a->evaluation)
+        fprintf(f, "evaluation { test_images: \"%s/t10k-images-idx3-ubyte.gz\" "
+                   "test_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
+                FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
+    fclose(f);
+    rc = write_text(a->path, t);
+    free(t);
+    return rc;
+}
+
+/* A worker config for region `r` (also what the bench's client threads load). */
+static int write_worker(const char *path, const char *r, int port, char names[][32], int n,
+                        const char *data_dir, const char *trainer, const char *state_dir)
+{
+    char *t = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&t, &len);
+    int rc;
+    if (!f)
+        return -1;
+    fprintf(f,
+            "# Written by fedagg-bench round\n"
+            "region_id: \"%s\"\n"
+            "federation_id: \"" FED_ID "\"\n"
+            "aggregator: \"127.0.0.1:%d\"\n"
+            "tls { cert_file: \"pki/client-%s.crt\" key_file: \"pki/client-%s.key\" "
+            "ca_file: \"pki/ca.crt\" server_name: \"localhost\" }\n"
+            "identity_key_file: \"keys/%s.key\"\n"
+            "aggregator_public_key_file: \"keys/aggregator.pub\"\n",
+            r, port, r, r, r);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "regions { id: \"%s\" identity_public_key_file: \"keys/%s.pub\" }\n", names[i],
+                names[i]);
+    if (data_dir)
+        fprintf(f, "data { train_images: \"%s/train-images-idx3-ubyte.gz\" "
+                   "train_labels: \"%s/train-labels-idx1-ubyte.gz\" }\n",
+                data_dir, data_dir);
+    else /* the client threads do not train; the config still names data */
+        fprintf(f, "data { train_images: \"%s/t10k-images-idx3-ubyte.gz\" "
+                   "train_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
+                FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
+    fprintf(f, "trainer { builtin { %s } }\ndevice: CPU\nstate_dir: \"%s\"\n", trainer, state_dir);
+    if (getenv("FEDAGG_BENCH_QLOG"))
+        fprintf(f, "quic { qlog_dir: \"%s/%s\" }\n", getenv("FEDAGG_BENCH_QLOG"), r);
+    fclose(f);
+    rc = write_text(path, t);
+    free(t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Region clients (threads)                                                  */
+/* ------------------------------------------------------------------------ */
+
+enum { MODE_STOP = 0, MODE_SECURE = 1, MODE_PLAIN = 2 };
+
+struct fed;
+
+struct client {
+    struct fed *fed;
+    int idx;
+    char region[32];
+    Fedagg__WorkerConfig *wcfg;
+    fa_round_client *rc;
+    fa_rbench_plain_client *pc;
+    float *delta;
+    size_t d;
+    double weight;
+    pthread_t th;
+    /* The step in progress. */
+    Fedagg__FederationInfo *info;
+    double t0, t1;
+    fa_round_outcome out;
+    uint64_t up, down;
+    int err;
+    char msg[512];
+};
+
+struct fed {
+    int n;
+    struct client cl[MAX_REGIONS];
+    pthread_barrier_t bar;
+    int mode;
+    uint64_t round_secure, round_plain; /* the round each mode runs next */
+};
+
+/* A synthetic delta of d floats, uniform in [-1e-3, 1e-3] (L2 norm ~1.8 for
+ * d = 1e7: under the clip, so clipping and quantisation are as for a real
+ * update), different per region. */
+static void synth_delta(float *x, size_t d, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < d; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        x[i] = (float)((double)(s >> 11) * (2.0 / 9007199254740992.0) - 1.0) * 1e-3f;
+    }
+}
+
+/* Secure preparation: the federation's position, until it is round
+ * `round` in its advertise phase (the aggregator opens it after the last). */
+static int secure_prep(struct client *c, uint64_t round, fa_error *err)
+{
+    double t0 = fa_rbench_now();
+    if (c->info)
+        fedagg__federation_info__free_unpacked(c->info, NULL);
+    c->info = NULL;
+    for (;;) {
+        int rc = fa_round_client_info(c->rc, 60000, &c->info, err);
+        if (rc != 0)
+            return rc;
+        if (c->info->round == round && c->info->phase == FEDAGG__PHASE__PHASE_ADVERTISE &&
+            !c->info->finished)
+            return 0;
+        if (c->info->round > round || c->info->finished || fa_rbench_now() - t0 > 120) {
+            rc = fa_errorf(err, FA_ERR_STATE,
+                           "the aggregator is at round %" PRIu64 " phase %d; round %" PRIu64
+                           " expected",
+                           c->info->round, (int)c->info->phase, round);
+            fedagg__federation_info__free_unpacked(c->info, NULL);
+            c->info = NULL;
+            return rc;
+        }
+        fedagg__federation_info__free_unpacked(c->info, NULL);
+        c->info = NULL;
+        usleep(20000);
+    }
+}
+
+static void *client_main(void *arg)
+{
+    struct client *c = arg;
+    struct fed *f = c->fed;
+    fa_error err;
+
+    for (;;) {
+        int mode;
+        pthread_barrier_wait(&f->bar); /* the main thread has set the mode */
+        mode = f->mode;
+        if (mode == MODE_STOP)
+            break;
+        fa_error_clear(&err);
+        c->err = 0;
+        c->msg[0] = '\0';
+        memset(&c->out, 0, sizeof(c->out));
+        c->up = c->down = 0;
+        if (mode == MODE_SECURE)
+            c->err = secure_prep(c, f->round_secure, &err);
+        pthread_barrier_wait(&f->bar); /* everyone prepared: go */
+        c->t0 = fa_rbench_now();
+        if (c->err == 0 && mode == MODE_SECURE) {
+            c->err = fa_round_client_run(c->rc, c->info, c->delta, c->d, c->weight, &c->out,
+                                         &err);
+            c->up = c->out.bytes_up;
+            c->down = c->out.bytes_down;
+        } else if (c->err == 0 && !c->info) {
+            c->err = fa_errorf(&err, FA_ERR_STATE, "a plain round needs a secure one first");
+        } else if (c->err == 0) {
+            c->err = fa_rbench_plain_round(c->pc, f->round_plain, c->delta, c->d, c->weight,
+                                           c->info ? c->info->quant : NULL, &c->up, &c->down,
+                                           &err);
+        }
+        c->t1 = fa_rbench_now();
+        if (c->err != 0)
+            snprintf(c->msg, sizeof(c->msg), "%s: %s", c->region, fa_error_msg(&err, c->err));
+        /* c->info stays: the plain rounds use its quantisation parameters. */
+        pthread_barrier_wait(&f->bar); /* done */
+    }
+    return NULL;
+}
+
+/* Loads region i's worker config and creates its clients. */
+static int client_init(struct client *c, struct fed *f, int idx, const char *region,
+                       const char *wcfg_path, const char *plain_server, size_t d, fa_error *err)
+{
+    int rc;
+    memset(c, 0, sizeof(*c));
+    c->fed = f;
+    c->idx = idx;
+    snprintf(c->region, sizeof(c->region), "%s", region);
+    rc = fa_config_load_worker(wcfg_path, &c->wcfg, NULL, err);
+    if (rc == 0)
+        rc = fa_file_mkdirs(c->wcfg->state_dir, 0700, err);
+    if (rc == 0)
+        rc = fa_round_client_new(&c->rc, c->wcfg, err);
+    if (rc == 0 && plain_server) {
+        rc = fa_rbench_plain_client_new(&c->pc, c->wcfg, plain_server, err);
+        if (rc == 0)
+            rc = fa_rbench_plain_hello(c->pc, err);
+    }
+    if (rc != 0)
+        return rc;
+    c->d = d;
+    c->weight = 1.0 / f->n;
+    c->delta = malloc(d * sizeof(float));
+    if (!c->delta)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory for a delta of %zu floats", d);
+    synth_delta(c->delta, d, (uint64_t)idx + 1);
+    return 0;
+}
+
+static void client_free(struct client *c)
+{
+    if (c->info)
+        fedagg__federation_info__free_unpacked(c->info, NULL);
+    fa_round_client_del(c->rc);
+    fa_rbench_plain_client_del(c->pc);
+    if (c->wcfg)
+        protobuf_c_message_free_unpacked(&c->wcfg->base, NULL);
+    free(c->delta);
+    memset(c, 0, sizeof(*c));
+}
+
+static int fed_start(struct fed *f)
+{
+    pthread_barrier_init(&f->bar, NULL, (unsigned)f->n + 1);
+    for (int i = 0; i < f->n; i++)
+        if (pthread_create(&f->cl[i].th, NULL, client_main, &f->cl[i]) != 0)
+            return -1; /* n threads or none: checked before any barrier */
+    return 0;
+}
+
+/* Runs one round of `mode` on every client; returns the wall time from the
+ * first start to the last return, or a negative value on error (msg filled). */
+static double fed_step(struct fed *f, int mode, char *msg, size_t n)
+{
+    double t0 = INFINITY, t1 = 0;
+    f->mode = mode;
+    pthread_barrier_wait(&f->bar);
+    pthread_barrier_wait(&f->bar);
+    pthread_barrier_wait(&f->bar);
+    msg[0] = '\0';
+    for (int i = 0; i < f->n; i++) {
+        if (f->cl[i].err != 0 && !msg[0])
+            snprintf(msg, n, "%s", f->cl[i].msg);
+        t0 = f->cl[i].t0 < t0 ? f->cl[i].t0 : t0;
+        t1 = f->cl[i].t1 > t1 ? f->cl[i].t1 : t1;
+    }
+    if (mode == MODE_SECURE)
+        f->round_secure++;
+    else
+        f->round_plain++;
+    return msg[0] ? -1 : t1 - t0;
+}
+
+static void fed_stop(struct fed *f)
+{
+    f->mode = MODE_STOP;
+    pthread_barrier_wait(&f->bar);
+    for (int i = 0; i < f->n; i++)
+        pthread_join(f->cl[i].th, NULL);
+    pthread_barrier_destroy(&f->bar);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Part 1 and 2: a secure round next to a plain one; bytes on the wire        */
+/* ------------------------------------------------------------------------ */
+
+#define E2E_QUANT "bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 0.05 max_examples: 60000"
+#define E2E_OPT "kind: FEDADAM learning_rate: 0.01 beta1: 0.9 beta2: 0.99 tau: 0.001"
+#define E2E_ROUND                                                                                \
+    "advertise_deadline_ms: 600000 shares_deadline_ms: 120000 masked_deadline_ms: 600000 "      \
+    "consistency_deadline_ms: 120000 unmask_deadline_ms: 120000"
+
+struct agg_phases {
+    double phase[5];  /* aggregator: seconds each phase was open */
+    double finish;    /* unmask close -> round completed: decode, optimizer, commit, audit */
+};
+
+/* The aggregator's view of round r from its log. */
+static void agg_phases_of(const char *log, uint64_t r, struct agg_phases *ap)
+{
+    static const char *names[5] = {"advertise", "shares", "masked", "consistency", "unmask"};
+    char *t = read_text(log), *line, *save = NULL, rs[32], v[64];
+    double unmask_ts = NAN;
+
+    for (int i = 0; i < 5; i++)
+        ap->phase[i] = NAN;
+    ap->finish = NAN;
+    snprintf(rs, sizeof(rs), "%" PRIu64, r);
+    for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+        if (!kv(line, "round", v, sizeof(v)) || strcmp(v, rs) != 0)
+            continue;
+        if (strstr(line, "msg=\"phase closed\"") && kv(line, "phase", v, sizeof(v))) {
+            for (int i = 0; i < 5; i++)
+                if (!strcmp(v, names[i]))
+                    ap->phase[i] = kv_num(line, "seconds");
+            if (!strcmp(v, "unmask"))
+                unmask_ts = line_ts(line);
+        } else if (strstr(line, "msg=\"round completed\"")) {
+            ap->finish = line_ts(line) - unmask_ts;
+        }
+    }
+    free(t);
+}
+
+struct plain_phases {
+    double upload, decode, optimizer, commit;
+};
+
+/* The plain server's n-th "plain round committed" line (1-based round). */
+static void plain_phases_of(const char *log, uint64_t r, struct plain_phases *pp)
+{
+    char *t = read_text(log), *line, *save = NULL, rs[32], v[64];
+    pp->upload = pp->decode = pp->optimizer = pp->commit = NAN;
+    snprintf(rs, sizeof(rs), "%" PRIu64, r);
+    for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+        if (strstr(line, "msg=\"plain round committed\"") && kv(line, "round", v, sizeof(v)) &&
+            !strcmp(v, rs)) {
+            pp->upload = kv_num(line, "upload_s");
+            pp->decode = kv_num(line, "decode_s");
+            pp->optimizer = kv_num(line, "optimizer_s");
+            pp->commit = kv_num(line, "commit_s");
+        }
+    free(t);
+}
+
+struct secure_round {
+    double wall;
+    double phase[5]; /* clients' phase seconds, mean over regions */
+    double other;    /* the rest of a client's wall time, mean over regions */
+    double up, down; /* bytes per region, mean */
+    struct agg_phases agg;
+};
+
+/* GET path from the server of client-config wcfg at addr; the QUIC bytes. */
+static int measure_download(const Fedagg__WorkerConfig *wcfg, const char *addr,
+                            uint64_t *down, fa_error *err);
+
+static int part_e2e(const struct opts *o, const struct paths *P, char names[][32])
+{
+    char agg_cfg[PATH_MAX + 64], plain_cfg[PATH_MAX + 64], agg_log[PATH_MAX + 64],
+        plain_log[PATH_MAX + 64], wpath[PATH_MAX + 64], addr_p[64], addr_s[64], msg[600],
+        arch[128], b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+    int port_s = fa_rbench_free_port(1), port_p = fa_rbench_free_port(1);
+    int mport_s = fa_rbench_free_port(0), mport_p = fa_rbench_free_port(0);
+    pid_t agg = -1, plain = -1;
+    struct fed *f = calloc(1, sizeof(*f));
+    struct secure_round sr[64];
+    double secure_wall[64], plain_wall[64], plain_up = 0, plain_down = 0;
+    uint64_t model_down = 0;
+    long agg_hwm = -1, plain_hwm = -1;
+    int ns = 0, np = 0, rc = -1, started = 0;
+    fa_mlp_config mc;
+    fa_error err;
+    size_t d;
+    uint32_t ring_bits = fa_secagg_ring_bits_for(16, (uint32_t)o->regions);
+
+    fa_error_clear(&err);
+    if (!f || fa_mlp_config_make(&mc, 784, o->hidden, (uint32_t)o->n_hidden, 10, &err) != 0) {
+        json_error("e2e", "model: %s", err.msg);
+        free(f);
+        return -1;
+    }
+    {
+        fa_mlp_layout l;
+        fa_mlp_layout_init(&l, &mc, &err);
+        d = l.n_params;
+    }
+    fa_mlp_config_str(&mc, arch, sizeof(arch));
+    fprintf(stderr, "fedagg-bench round: e2e: %d regions x %zu parameters (mlp %s), %d reps\n",
+            o->regions, d, arch, o->reps);
+
+    snprintf(agg_cfg, sizeof(agg_cfg), "%s/e2e-aggregator.textproto", P->dir);
+    snprintf(plain_cfg, sizeof(plain_cfg), "%s/e2e-plain.textproto", P->dir);
+    snprintf(agg_log, sizeof(agg_log), "%s/logs/e2e-aggregator.log", P->dir);
+    snprintf(plain_log, sizeof(plain_log), "%s/logs/e2e-plain.log", P->dir);
+    struct agg_spec a = {agg_cfg, port_s, mport_s, names, o->regions, o->reps, o->hidden,
+                         o->n_hidden, E2E_OPT, E2E_QUANT,
+                         "min_regions: 2 " E2E_ROUND, "e2e-state", 0};
+    if (write_aggregator(&a) != 0) {
+        json_error("e2e", "cannot write %s", agg_cfg);
+        goto out;
+    }
+    a.path = plain_cfg;
+    a.port = port_p;
+    a.mport = mport_p;
+    a.storage = "e2e-plain-state";
+    if (write_aggregator(&a) != 0) {
+        json_error("e2e", "cannot write %s", plain_cfg);
+        goto out;
+    }
+    for (int i = 0; i < o->regions; i++) {
+        char state[64];
+        snprintf(wpath, sizeof(wpath), "%s/e2e-worker-%s.textproto", P->dir, names[i]);
+        snprintf(state, sizeof(state), "e2e-workers/%s", names[i]);
+        if (write_worker(wpath, names[i], port_s, names, o->regions, NULL, "local_epochs: 1",
+                         state) != 0) {
+            json_error("e2e", "cannot write %s", wpath);
+            goto out;
+        }
+    }
+    {
+        char agg_bin[PATH_MAX + 32];
+        snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
+        const char *lvl = getenv("FEDAGG_BENCH_LOG_LEVEL");
+        char *argv_a[] = {agg_bin, "--config", agg_cfg, lvl ? "--log-level" : NULL, (char *)lvl,
+                          NULL};
+        char *argv_p[] = {(char *)P->self, "round", "--serve-plain", plain_cfg, NULL};
+        if (fa_rbench_spawn(&agg, argv_a, agg_log, &err) != 0 ||
+            fa_rbench_spawn(&plain, argv_p, plain_log, &err) != 0) {
+            json_error("e2e", "%s", err.msg);
+            goto out;
+        }
+    }
+    if (wait_log(agg_log, "msg=\"aggregator serving\"", agg, 120) != 0 ||
+        wait_log(plain_log, "msg=\"plain server serving\"", plain, 120) != 0) {
+        json_error("e2e", "the aggregator or the plain server did not start: see %s, %s", agg_log,
+                   plain_log);
+        goto out;
+    }
+    snprintf(addr_p, sizeof(addr_p), "127.0.0.1:%d", port_p);
+    snprintf(addr_s, sizeof(addr_s), "127.0.0.1:%d", port_s);
+    f->n = o->regions;
+    f->round_secure = 1;
+    f->round_plain = 1;
+    for (int i = 0; i < o->regions; i++) {
+        snprintf(wpath, sizeof(wpath), "%s/e2e-worker-%s.textproto", P->dir, names[i]);
+        if (client_init(&f->cl[i], f, i, names[i], wpath, addr_p, d, &err) != 0) {
+            json_error("e2e", "region %s: %s", names[i], err.msg);
+            goto out;
+        }
+    }
+    if (fed_start(f) != 0) {
+        json_error("e2e", "cannot start the client threads");
+        goto out;
+    }
+    started = 1;
+    /* The plain clients need the round's quantisation: one secure info. */
+    for (int rep = 0; rep < o->reps; rep++) {
+        /* S P, P S, S P...: neither mode always runs on a warmer or cooler
+         * machine.  The plain round needs the federation info (its
+         * quantisation parameters), which the first secure round fetched. */
+        int order[2] = {MODE_SECURE, MODE_PLAIN};
+        if (rep % 2 == 1) {
+            order[0] = MODE_PLAIN;
+            order[1] = MODE_SECURE;
+        }
+        for (int k = 0; k < 2; k++) {
+            int mode = order[k];
+            double wall;
+            uint64_t r = mode == MODE_SECURE ? f->round_secure : f->round_plain;
+            fprintf(stderr, "fedagg-bench round: e2e: %s round %" PRIu64 "...\n",
+                    mode == MODE_SECURE ? "secure" : "plain", r);
+            wall = fed_step(f, mode, msg, sizeof(msg));
+            if (wall < 0) {
+                json_error("e2e", "%s round %" PRIu64 ": %s",
+                           mode == MODE_SECURE ? "secure" : "plain", r, msg);
+                goto out;
+            }
+            fprintf(stderr, "fedagg-bench round: e2e: %s round %" PRIu64 ": %.2f s\n",
+                    mode == MODE_SECURE ? "secure" : "plain", r, wall);
+            if (mode == MODE_SECURE) {
+                struct secure_round *s = &sr[ns];
+                memset(s, 0, sizeof(*s));
+                s->wall = wall;
+                for (int i = 0; i < f->n; i++) {
+                    const struct client *c = &f->cl[i];
+                    double sum = 0;
+                    for (int p = 0; p < 5; p++) {
+                        s->phase[p] += c->out.phase_seconds[p] / f->n;
+                        sum += c->out.phase_seconds[p];
+                    }
+                    s->other += (c->t1 - c->t0 - sum) / f->n;
+                    s->up += (double)c->up / f->n;
+                    s->down += (double)c->down / f->n;
+                }
+                secure_wall[ns++] = wall;
+            } else {
+                for (int i = 0; i < f->n; i++) {
+                    plain_up += (double)f->cl[i].up / f->n;
+                    plain_down += (double)f->cl[i].down / f->n;
+                }
+                plain_wall[np++] = wall;
+            }
+        }
+    }
+    plain_up /= np;
+    plain_down /= np;
+    /* The next round's model download (safetensors), for the bytes line. */
+    if (measure_download(f->cl[0].wcfg, addr_s, &model_down, &err) != 0)
+        fprintf(stderr, "fedagg-bench round: model download not measured: %s\n", err.msg);
+    agg_hwm = fa_rbench_vmhwm_kib(agg);
+    plain_hwm = fa_rbench_vmhwm_kib(plain);
+    for (int i = 0; i < ns; i++)
+        agg_phases_of(agg_log, (uint64_t)i + 1, &sr[i].agg);
+
+    {
+        int mi = median_index(secure_wall, ns), pi = median_index(plain_wall, np);
+        double sm = median(secure_wall, ns), pm = median(plain_wall, np);
+        const struct secure_round *s = &sr[mi];
+        struct plain_phases pp;
+        char list_s[512] = "", list_p[512] = "";
+        plain_phases_of(plain_log, (uint64_t)pi + 1, &pp);
+        for (int i = 0; i < ns; i++)
+            snprintf(list_s + strlen(list_s), sizeof(list_s) - strlen(list_s), "%s%.3f",
+                     i ? "," : "", secure_wall[i]);
+        for (int i = 0; i < np; i++)
+            snprintf(list_p + strlen(list_p), sizeof(list_p) - strlen(list_p), "%s%.3f",
+                     i ? "," : "", plain_wall[i]);
+        printf("{\"bench\":\"round_e2e\",\"regions\":%d,\"d\":%zu,\"model\":\"mlp-%s\","
+               "\"bits\":16,\"ring_bits\":%u,\"server_optimizer\":\"fedadam\",\"reps\":%d,"
+               "\"secure_s\":[%s],\"plain_s\":[%s],\"secure_median_s\":%.3f,"
+               "\"plain_median_s\":%.3f,\"ref\":\"plaintext_same_transport_same_codec\","
+               "\"ratio\":%.3f,\"target\":1.25,\"met\":%s,"
+               "\"secure_client_phases_s\":{\"advertise\":%.3f,\"shares\":%.3f,\"masked\":%.3f,"
+               "\"consistency\":%.3f,\"unmask\":%.3f,\"other\":%.3f},"
+               "\"secure_aggregator_phases_s\":{\"shares\":%s,\"masked\":%s,\"consistency\":%s,"
+               "\"unmask\":%s,\"decode_optimizer_commit_audit\":%s},",
+               o->regions, d, arch, ring_bits, o->reps, list_s, list_p, sm, pm, sm / pm,
+               sm / pm <= 1.25 ? "true" : "false", s->phase[0], s->phase[1], s->phase[2],
+               s->phase[3], s->phase[4], s->other, json_num(b1, sizeof(b1), s->agg.phase[1], 3),
+               json_num(b2, sizeof(b2), s->agg.phase[2], 3),
+               json_num(b3, sizeof(b3), s->agg.phase[3], 3),
+               json_num(b4, sizeof(b4), s->agg.phase[4], 3),
+               json_num(b5, sizeof(b5), s->agg.finish, 3));
+        printf("\"plain_server_s\":{\"upload\":%s,\"decode\":%s,\"optimizer\":%s,"
+               "\"commit\":%s},\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n",
+               json_num(b1, sizeof(b1), pp.upload, 3), json_num(b2, sizeof(b2), pp.decode, 3),
+               json_num(b3, sizeof(b3), pp.optimizer, 3), json_num(b4, sizeof(b4), pp.commit, 3),
+               agg_hwm / 1024.0, plain_hwm / 1024.0);
+        if (o->bytes) {
+            double up = 0, down = 0;
+            for (int i = 0; i < ns; i++) {
+                up += sr[i].up / ns;
+                down += sr[i].down / ns;
+            }
+            double masked = (double)fa_secagg_masked_bytes(d + 1, ring_bits) / (double)d;
+            printf("{\"bench\":\"round_bytes\",\"regions\":%d,\"d\":%zu,\"ring_bits\":%u,"
+                   "\"masked_upload_bytes_per_param\":%.4f,"
+                   "\"secure_round_up_bytes_per_param\":%.4f,"
+                   "\"secure_round_down_bytes_per_param\":%.4f,"
+                   "\"secure_round_total_bytes_per_param\":%.4f,"
+                   "\"plain_round_total_bytes_per_param\":%.4f,"
+                   "\"model_download_bytes_per_param\":%s,"
+                   "\"ref\":\"float32\",\"ref_bytes_per_param\":4,\"ratio\":%.4f}\n",
+                   o->regions, d, ring_bits, masked, up / d, down / d, (up + down) / d,
+                   (plain_up + plain_down) / d,
+                   json_num(b6, sizeof(b6), model_down ? (double)model_down / d : NAN, 4),
+                   (up + down) / d / 4.0);
+        }
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    if (started)
+        fed_stop(f);
+    for (int i = 0; f && i < f->n; i++)
+        client_free(&f->cl[i]);
+    free(f);
+    fa_rbench_stop(agg, 15000);
+    fa_rbench_stop(plain, 15000);
+    return rc;
+}
+
+static int discard_body(void *arg, const uint8_t *data, size_t len)
+{
+    (void)data;
+    *(uint64_t *)arg += len;
+    return 0;
+}
+
+/* A plain GET of the real aggregator's /v1/models/latest with a region's
+ * certificate, counting the QUIC bytes received. */
+static int measure_download(const Fedagg__WorkerConfig *wcfg, const char *addr, uint64_t *down,
+                            fa_error *err)
+{
+    fa_h3_client_config hc;
+    fa_h3_client *h3 = NULL;
+    fa_h3_client_req req = {0};
+    fa_h3_response resp;
+    fa_h3_client_stats s0, s1;
+    uint64_t body = 0;
+    int rc;
+
+    memset(&resp, 0, sizeof(resp));
+    fa_h3_client_config_default(&hc);
+    hc.server = addr;
+    hc.server_name = wcfg->tls->server_name;
+    hc.ca_file = wcfg->tls->ca_file;
+    hc.cert_file = wcfg->tls->cert_file;
+    hc.key_file = wcfg->tls->key_file;
+    hc.quic.max_stream_window = wcfg->quic->max_stream_window;
+    hc.quic.max_connection_window = wcfg->quic->max_connection_window;
+    rc = fa_h3_client_new(&h3, &hc, err);
+    if (rc == 0)
+        rc = fa_h3_client_connect(h3, 30000, err);
+    if (rc != 0)
+        goto out;
+    fa_h3_client_get_stats(h3, &s0);
+    req.method = "GET";
+    req.path = "/v1/models/latest";
+    req.on_body = discard_body;
+    req.on_body_arg = &body;
+    req.timeout_ms = 120000;
+    rc = fa_h3_client_request(h3, &req, &resp, err);
+    if (rc == 0 && resp.status != 200)
+        rc = fa_errorf(err, FA_ERR_HTTP, "GET /v1/models/latest: status %d", resp.status);
+    fa_h3_client_get_stats(h3, &s1);
+    if (rc == 0)
+        *down = s1.bytes_received - s0.bytes_received;
+out:
+    fa_h3_response_free(&resp);
+    fa_h3_client_del(h3);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Part 3: the aggregator's peak RSS with few and many regions               */
+/* ------------------------------------------------------------------------ */
+
+static long rss_run(const struct opts *o, const struct paths *P, char names[][32], int n,
+                    size_t d, double *round_s)
+{
+    char cfg[PATH_MAX + 64], log[PATH_MAX + 64], wpath[PATH_MAX + 64], storage[64], msg[600];
+    int port = fa_rbench_free_port(1), mport = fa_rbench_free_port(0), started = 0;
+    struct fed *f = calloc(1, sizeof(*f));
+    long hwm = -1;
+    pid_t agg = -1;
+    fa_error err;
+
+    fa_error_clear(&err);
+    *round_s = NAN;
+    if (!f)
+        return -1;
+    snprintf(cfg, sizeof(cfg), "%s/rss%d-aggregator.textproto", P->dir, n);
+    snprintf(log, sizeof(log), "%s/logs/rss%d-aggregator.log", P->dir, n);
+    snprintf(storage, sizeof(storage), "rss%d-state", n);
+    struct agg_spec a = {cfg, port, mport, names, n, o->rss_rounds, o->hidden, o->n_hidden,
+                         E2E_OPT, E2E_QUANT, "min_regions: 2 " E2E_ROUND, storage, 0};
+    if (write_aggregator(&a) != 0) {
+        json_error("rss", "cannot write %s", cfg);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        char state[64];
+        snprintf(wpath, sizeof(wpath), "%s/rss%d-worker-%s.textproto", P->dir, n, names[i]);
+        snprintf(state, sizeof(state), "rss%d-workers/%s", n, names[i]);
+        if (write_worker(wpath, names[i], port, names, n, NULL, "local_epochs: 1", state) != 0) {
+            json_error("rss", "cannot write %s", wpath);
+            goto out;
+        }
+    }
+    {
+        char agg_bin[PATH_MAX + 32];
+        snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
+        char *argv_a[] = {agg_bin, "--config", cfg, NULL};
+        if (fa_rbench_spawn(&agg, argv_a, log, &err) != 0) {
+            json_error("rss", "%s", err.msg);
+            goto out;
+        }
+    }
+    if (wait_log(log, "msg=\"aggregator serving\"", agg, 120) != 0) {
+        json_error("rss", "the aggregator did not start: see %s", log);
+        goto out;
+    }
+    f->n = n;
+    f->round_secure = 1;
+    for (int i = 0; i < n; i++) {
+        snprintf(wpath, sizeof(wpath), "%s/rss%d-worker-%s.textproto", P->dir, n, names[i]);
+        if (client_init(&f->cl[i], f, i, names[i], wpath, NULL, d, &err) != 0) {
+            json_error("rss", "region %s: %s", names[i], err.msg);
+            goto out;
+        }
+    }
+    if (fed_start(f) != 0) {
+        json_error("rss", "cannot start the client threads");
+        goto out;
+    }
+    started = 1;
+    for (int r = 0; r < o->rss_rounds; r++) {
+        double w = fed_step(f, MODE_SECURE, msg, sizeof(msg));
+        if (w < 0) {
+            json_error("rss", "%d regions, round %d: %s", n, r + 1, msg);
+            goto out;
+        }
+        fprintf(stderr, "fedagg-bench round: rss: %d regions, round %d: %.2f s\n", n, r + 1, w);
+        *round_s = w;
+    }
+    /* The round is complete (every region has its RoundResult): the peak
+     * includes the unmasking, the optimizer step and the commit. */
+    hwm = fa_rbench_vmhwm_kib(agg);
+out:
+    if (started)
+        fed_stop(f);
+    for (int i = 0; i < f->n; i++)
+        client_free(&f->cl[i]);
+    free(f);
+    fa_rbench_stop(agg, 15000);
+    return hwm;
+}
+
+static int part_rss(const struct opts *o, const struct paths *P, char names[][32])
+{
+    fa_mlp_config mc;
+    fa_mlp_layout l;
+    fa_error err;
+    double s_lo, s_hi;
+    long lo, hi;
+
+    fa_error_clear(&err);
+    if (fa_mlp_config_make(&mc, 784, o->hidden, (uint32_t)o->n_hidden, 10, &err) != 0 ||
+        fa_mlp_layout_init(&l, &mc, &err) != 0) {
+        json_error("rss", "model: %s", err.msg);
+        return -1;
+    }
+    fprintf(stderr, "fedagg-bench round: rss: %d and %d regions x %zu parameters\n", o->rss_lo,
+            o->rss_hi, l.n_params);
+    lo = rss_run(o, P, names, o->rss_lo, l.n_params, &s_lo);
+    if (lo < 0)
+        return -1;
+    hi = rss_run(o, P, names, o->rss_hi, l.n_params, &s_hi);
+    if (hi < 0)
+        return -1;
+    printf("{\"bench\":\"round_rss\",\"d\":%zu,\"rounds\":%d,\"regions_lo\":%d,\"regions_hi\":%d,"
+           "\"vmhwm_mib_lo\":%.1f,\"vmhwm_mib_hi\":%.1f,\"model_f32_mib\":%.1f,"
+           "\"round_s_lo\":%.2f,\"round_s_hi\":%.2f,\"ratio\":%.3f,\"target\":1.1,\"met\":%s}\n",
+           l.n_params, o->rss_rounds, o->rss_lo, o->rss_hi, lo / 1024.0, hi / 1024.0,
+           l.n_params * 4.0 / 1048576.0, s_lo, s_hi, (double)hi / (double)lo,
+           (double)hi / (double)lo <= 1.1 ? "true" : "false");
+    fflush(stdout);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Part 4: federated next to centralised accuracy                            */
+/* ------------------------------------------------------------------------ */
+
+static const char *opt_kind(const char *name)
+{
+    if (!strcmp(name, "fedavg"))
+        return "FEDAVG";
+    if (!strcmp(name, "fedavgm"))
+        return "FEDAVGM";
+    if (!strcmp(name, "fedadam"))
+        return "FEDADAM";
+    if (!strcmp(name, "fedyogi"))
+        return "FEDYOGI";
+    if (!strcmp(name, "fedadagrad"))
+        return "FEDADAGRAD";
+    return NULL;
+}
+
+/* Accuracy of version v from the aggregator's "global model evaluated" lines. */
+static double eval_of(const char *log, uint64_t v)
+{
+    char *t = read_text(log), *line, *save = NULL, vs[32], got[32];
+    double acc = NAN;
+    snprintf(vs, sizeof(vs), "%" PRIu64, v);
+    for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+        if (strstr(line, "msg=\"global model evaluated\"") && kv(line, "version", got, sizeof(got)) &&
+            !strcmp(got, vs))
+            acc = kv_num(line, "accuracy");
+    free(t);
+    return acc;
+}
+
+static int centralised(const struct opts *o, double *acc, double *seconds, fa_error *err)
+{
+    fa_data train = {0}, test = {0};
+    fa_mlp_config mc;
+    fa_mlp_opts mo;
+    fa_train_opts to;
+    fa_mlp_eval ev;
+    fa_mlp *m = NULL;
+    double t0;
+    int rc;
+
+    fa_mlp_config_default(&mc);
+    fa_mlp_opts_default(&mo);
+    mo.backend = FA_MLP_CPU;
+    mo.max_batch = (uint32_t)o->acc_batch;
+    mo.cpu_threads = 1;
+    fa_train_opts_default(&to);
+    to.epochs = (uint32_t)(o->acc_rounds * o->acc_epochs);
+    to.batch_size = (uint32_t)o->acc_batch;
+    to.sgd.lr = (float)o->acc_lr;
+    to.sgd.momentum = (float)o->acc_momentum;
+    to.sgd.weight_decay = 0;
+    to.lr_schedule = FA_LR_CONSTANT;
+    to.seed = 1;
+    rc = fa_data_load_fashion_mnist(&train, 0, err);
+    if (rc == 0)
+        rc = fa_data_load_fashion_mnist(&test, 1, err);
+    if (rc == 0)
+        rc = fa_mlp_new(&m, &mc, &mo, err);
+    /* The same initial weights as the federation's version 0 (init_seed 1). */
+    if (rc == 0)
+        rc = fa_mlp_init(m, 1, err);
+    if (rc != 0)
+        goto out;
+    openblas_set_num_threads(1);
+    t0 = fa_rbench_now();
+    rc = fa_train_run(m, &train.ds, &to, NULL, err);
+    *seconds = fa_rbench_now() - t0;
+    if (rc == 0)
+        rc = fa_mlp_evaluate(m, &test.ds, &ev, err);
+    if (rc == 0)
+        *acc = ev.accuracy;
+out:
+    fa_mlp_del(m);
+    fa_data_free(&train);
+    fa_data_free(&test);
+    return rc;
+}
+
+static int part_accuracy(const struct opts *o, const struct paths *P)
+{
+    static char names[3][32] = {"eu-west", "us-east", "ap-south"};
+    char dir[PATH_MAX + 16], cfg[PATH_MAX + 64], log[PATH_MAX + 64], wcfg[3][PATH_MAX + 64],
+        wlog[3][PATH_MAX + 64], optimizer[256], quant[256], trainer[256], policy[512];
+    int port = fa_rbench_free_port(1), mport = fa_rbench_free_port(0), rc = -1;
+    const char *kind = opt_kind(o->acc_opt);
+    pid_t agg = -1, w[3] = {-1, -1, -1};
+    double fed_acc = NAN, fed_s = NAN, cen_acc = NAN, cen_s = NAN, t0;
+    fa_error err;
+
+    fa_error_clear(&err);
+    if (!kind) {
+        json_error("accuracy", "unknown server optimizer '%s'", o->acc_opt);
+        return -1;
+    }
+    snprintf(dir, sizeof(dir), "%s/acc", P->dir);
+    fprintf(stderr, "fedagg-bench round: accuracy: PKI, keys and the non-IID split in %s\n", dir);
+    if (setup_dir(P, dir, names, 3, 0.5, 7) != 0) {
+        json_error("accuracy", "setting up %s failed: see %s/setup.log", dir, dir);
+        return -1;
+    }
+    snprintf(cfg, sizeof(cfg), "%s/aggregator.textproto", dir);
+    snprintf(log, sizeof(log), "%s/logs/aggregator.log", dir);
+    snprintf(optimizer, sizeof(optimizer),
+             "kind: %s learning_rate: %g momentum: %g beta1: %g beta2: %g tau: %g", kind,
+             o->acc_server_lr, o->acc_server_momentum, o->acc_beta1, o->acc_beta2, o->acc_tau);
+    /* A region's update is weighted by its examples out of 60000; the clip is
+     * wide enough that a local epoch's delta is not clipped. */
+    snprintf(quant, sizeof(quant),
+             "bits: 16 clip: CLIP_L2 clip_l2_norm: %g clip_value: 1.0 max_examples: 60000",
+             o->acc_clip);
+    snprintf(policy, sizeof(policy), "min_regions: 3 threshold: 2 %s", E2E_ROUND);
+    struct agg_spec a = {cfg, port, mport, names, 3, o->acc_rounds, (const uint32_t[]){256, 128},
+                         2, optimizer, quant, policy, "state", 1};
+    if (write_aggregator(&a) != 0) {
+        json_error("accuracy", "cannot write %s", cfg);
+        return -1;
+    }
+    snprintf(trainer, sizeof(trainer),
+             "local_epochs: %d batch_size: %d learning_rate: %g momentum: %g", o->acc_epochs,
+             o->acc_batch, o->acc_lr, o->acc_momentum);
+    for (int i = 0; i < 3; i++) {
+        char data[64], state[64];
+        snprintf(wcfg[i], sizeof(wcfg[i]), "%s/worker-%s.textproto", dir, names[i]);
+        snprintf(wlog[i], sizeof(wlog[i]), "%s/logs/worker-%s.log", dir, names[i]);
+        snprintf(data, sizeof(data), "data/%s", names[i]);
+        snprintf(state, sizeof(state), "worker-%s", names[i]);
+        if (write_worker(wcfg[i], names[i], port, names, 3, data, trainer, state) != 0) {
+            json_error("accuracy", "cannot write %s", wcfg[i]);
+            return -1;
+        }
+    }
+    fprintf(stderr, "fedagg-bench round: accuracy: federation of 3 regions, %d rounds (%s)\n",
+            o->acc_rounds, optimizer);
+    {
+        char agg_bin[PATH_MAX + 32], w_bin[PATH_MAX + 32];
+        snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
+        snprintf(w_bin, sizeof(w_bin), "%s/fedagg-worker", P->bin);
+        char *argv_a[] = {agg_bin, "--config", cfg, NULL};
+        t0 = fa_rbench_now();
+        if (fa_rbench_spawn(&agg, argv_a, log, &err) != 0) {
+            json_error("accuracy", "%s", err.msg);
+            goto out;
+        }
+        if (wait_log(log, "msg=\"aggregator serving\"", agg, 120) != 0) {
+            json_error("accuracy", "the aggregator did not start: see %s", log);
+            goto out;
+        }
+        for (int i = 0; i < 3; i++) {
+            char *argv_w[] = {w_bin, "--config", wcfg[i], NULL};
+            if (fa_rbench_spawn(&w[i], argv_w, wlog[i], &err) != 0) {
+                json_error("accuracy", "%s", err.msg);
+                goto out;
+            }
+        }
+    }
+    {
+        size_t last = 0;
+        for (;;) {
+            size_t n = log_count(log, "msg=\"round completed\"");
+            if (n != last) {
+                fprintf(stderr, "fedagg-bench round: accuracy: round %zu of %d: accuracy %.4f\n",
+                        n, o->acc_rounds, eval_of(log, n));
+                last = n;
+            }
+            if (log_has(log, "msg=\"federation finished\""))
+                break;
+            if (!fa_rbench_alive(agg) || fa_rbench_now() - t0 > 60.0 * 60) {
+                json_error("accuracy", "the federation stopped after %zu of %d rounds: see %s",
+                           n, o->acc_rounds, log);
+                goto out;
+            }
+            usleep(200000);
+        }
+    }
+    fed_s = fa_rbench_now() - t0;
+    fed_acc = eval_of(log, (uint64_t)o->acc_rounds);
+    for (int i = 0; i < 3; i++)
+        fa_rbench_stop(w[i], 10000), w[i] = -1;
+    fa_rbench_stop(agg, 15000);
+    agg = -1;
+
+    fprintf(stderr, "fedagg-bench round: accuracy: centralised training, %d epochs\n",
+            o->acc_rounds * o->acc_epochs);
+    if (centralised(o, &cen_acc, &cen_s, &err) != 0) {
+        json_error("accuracy", "centralised training: %s", err.msg);
+        goto out;
+    }
+    {
+        char b1[32], b2[32], b3[32];
+        double gap = (cen_acc - fed_acc) * 100.0;
+        printf("{\"bench\":\"round_accuracy\",\"model\":\"mlp-784-256-128-10\",\"regions\":3,"
+               "\"split\":\"dirichlet\",\"alpha\":0.5,\"split_seed\":7,\"rounds\":%d,"
+               "\"budget\":\"equal passes over the data: %d rounds x %d local epoch(s) per "
+               "region = %d centralised epochs; same batch, learning rate and momentum\","
+               "\"federated\":{\"secure_aggregation\":true,\"server_optimizer\":\"%s\","
+               "\"server_lr\":%g,\"server_momentum\":%g,\"beta1\":%g,\"beta2\":%g,\"tau\":%g,"
+               "\"local_epochs\":%d,\"batch\":%d,\"local_lr\":%g,\"local_momentum\":%g,"
+               "\"bits\":16,\"clip_l2_norm\":%g,\"weights\":\"examples/60000\"},"
+               "\"federated_accuracy\":%s,\"federated_s\":%.1f,"
+               "\"centralised\":{\"epochs\":%d,\"batch\":%d,\"lr\":%g,\"momentum\":%g,"
+               "\"schedule\":\"constant\",\"init\":\"same as version 0\"},"
+               "\"centralised_accuracy\":%s,\"centralised_s\":%.1f,"
+               "\"gap_points\":%s,\"target_points\":1.5,\"met\":%s}\n",
+               o->acc_rounds, o->acc_rounds, o->acc_epochs, o->acc_rounds * o->acc_epochs,
+               o->acc_opt, o->acc_server_lr, o->acc_server_momentum, o->acc_beta1, o->acc_beta2,
+               o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, o->acc_clip,
+               json_num(b1, sizeof(b1), fed_acc, 4), fed_s, o->acc_rounds * o->acc_epochs,
+               o->acc_batch, o->acc_lr, o->acc_momentum, json_num(b2, sizeof(b2), cen_acc, 4),
+               cen_s, json_num(b3, sizeof(b3), gap, 2), gap <= 1.5 ? "true" : "false");
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < 3; i++)
+        fa_rbench_stop(w[i], 10000);
+    fa_rbench_stop(agg, 15000);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Main                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
+            "         [--dir DIR] [--reps 3] [--regions 8] [--hidden 8192,440]\n"
+            "         [--rss-regions 4,16] [--rss-rounds 1]\n"
+            "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
+            "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
+            "         [--acc-server-momentum 0.9] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
+            "         [--acc-tau 0.001] [--acc-clip 100]\n"
+            "JSON lines: round_e2e, round_bytes, round_rss, round_accuracy (see the source's\n"
+            "header comment for what each measures).  --quick: 1 rep, 5 accuracy rounds.\n");
+}
+
+static int parse_hidden(const char *s, struct opts *o)
+{
+    char *end;
+    o->n_hidden = 0;
+    while (*s && o->n_hidden < 4) {
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || v == 0)
+            return -1;
+        o->hidden[o->n_hidden++] = (uint32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return o->n_hidden ? 0 : -1;
+}
+
+/* The source tree: $FA_SRC, else the one this file was compiled from. */
+static int find_src(struct paths *P)
+{
+    const char *env = getenv("FA_SRC");
+    char probe[PATH_MAX + 64];
+    if (env && *env) {
+        snprintf(P->src, sizeof(P->src), "%s", env);
+    } else {
+        char f[PATH_MAX];
+        snprintf(f, sizeof(f), "%s", __FILE__);
+        snprintf(P->src, sizeof(P->src), "%s/..", dirname(f));
+    }
+    snprintf(probe, sizeof(probe), "%s/benchmarks/bench-round-setup.sh", P->src);
+    return access(probe, R_OK) == 0 ? 0 : -1;
+}
+
+static int rm_rf(const char *dir)
+{
+    char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
+    return fa_rbench_run(argv, "/dev/null");
+}
+
+int fa_bench_round(int argc, char **argv)
+{
+    static const struct option lopts[] = {
+        {"only", required_argument, NULL, 'o'},
+        {"quick", no_argument, NULL, 'q'},
+        {"keep", no_argument, NULL, 'k'},
+        {"dir", required_argument, NULL, 'D'},
+        {"reps", required_argument, NULL, 'r'},
+        {"regions", required_argument, NULL, 'n'},
+        {"hidden", required_argument, NULL, 'H'},
+        {"rss-regions", required_argument, NULL, 'R'},
+        {"rss-rounds", required_argument, NULL, 'T'},
+        {"acc-rounds", required_argument, NULL, 1},
+        {"acc-epochs", required_argument, NULL, 2},
+        {"acc-batch", required_argument, NULL, 3},
+        {"acc-lr", required_argument, NULL, 4},
+        {"acc-momentum", required_argument, NULL, 5},
+        {"acc-opt", required_argument, NULL, 6},
+        {"acc-server-lr", required_argument, NULL, 7},
+        {"acc-server-momentum", required_argument, NULL, 8},
+        {"acc-beta1", required_argument, NULL, 9},
+        {"acc-beta2", required_argument, NULL, 10},
+        {"acc-tau", required_argument, NULL, 11},
+        {"acc-clip", required_argument, NULL, 12},
+        {"serve-plain", required_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct opts o;
+    struct paths P;
+    char names[MAX_REGIONS][32];
+    int c, quick = 0, only = 0, status = 0, n_setup;
+    ssize_t len;
+
+    memset(&o, 0, sizeof(o));
+    memset(&P, 0, sizeof(P));
+    o.e2e = o.bytes = o.rss = o.accuracy = 1;
+    o.reps = 3;
+    o.regions = 8;
+    o.hidden[0] = 8192;
+    o.hidden[1] = 440;
+    o.n_hidden = 2;
+    o.rss_lo = 4;
+    o.rss_hi = 16;
+    o.rss_rounds = 1;
+    o.acc_rounds = 30;
+    o.acc_epochs = 1;
+    o.acc_batch = 64;
+    o.acc_lr = 0.05;
+    o.acc_momentum = 0.9;
+    o.acc_opt = "fedavgm";
+    o.acc_server_lr = 1.0;
+    o.acc_server_momentum = 0.9;
+    o.acc_beta1 = 0.9;
+    o.acc_beta2 = 0.99;
+    o.acc_tau = 0.001;
+    o.acc_clip = 100;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            only = 1;
+            o.e2e = strstr(optarg, "e2e") != NULL;
+            o.bytes = strstr(optarg, "bytes") != NULL || o.e2e;
+            o.e2e |= o.bytes;
+            o.rss = strstr(optarg, "rss") != NULL;
+            o.accuracy = strstr(optarg, "accuracy") != NULL;
+            break;
+        case 'q': quick = 1; break;
+        case 'k': o.keep = 1; break;
+        case 'D': o.dir = optarg; break;
+        case 'r': o.reps = atoi(optarg); break;
+        case 'n': o.regions = atoi(optarg); break;
+        case 'H':
+            if (parse_hidden(optarg, &o) != 0) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'R':
+            if (sscanf(optarg, "%d,%d", &o.rss_lo, &o.rss_hi) != 2) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'T': o.rss_rounds = atoi(optarg); break;
+        case 1: o.acc_rounds = atoi(optarg); break;
+        case 2: o.acc_epochs = atoi(optarg); break;
+        case 3: o.acc_batch = atoi(optarg); break;
+        case 4: o.acc_lr = strtod(optarg, NULL); break;
+        case 5: o.acc_momentum = strtod(optarg, NULL); break;
+        case 6: o.acc_opt = optarg; break;
+        case 7: o.acc_server_lr = strtod(optarg, NULL); break;
+        case 8: o.acc_server_momentum = strtod(optarg, NULL); break;
+        case 9: o.acc_beta1 = strtod(optarg, NULL); break;
+        case 10: o.acc_beta2 = strtod(optarg, NULL); break;
+        case 11: o.acc_tau = strtod(optarg, NULL); break;
+        case 12: o.acc_clip = strtod(optarg, NULL); break;
+        case 'P': return fa_rbench_plain_serve(optarg);
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    (void)only;
+    if (quick) {
+        o.reps = 1;
+        o.rss_rounds = 1;
+        o.acc_rounds = 5;
+    }
+    if (o.reps < 1 || o.reps > 64 || o.regions < 2 || o.regions > MAX_REGIONS || o.rss_lo < 2 ||
+        o.rss_hi > MAX_REGIONS || o.rss_lo > o.rss_hi || o.rss_rounds < 1 || o.acc_rounds < 1 ||
+        o.acc_epochs < 1 || o.acc_batch < 1) {
+        usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    fa_rbench_cleanup_on_signals();
+    fa_log_set_level(FA_LOG_WARN);
+    len = readlink("/proc/self/exe", P.self, sizeof(P.self) - 1);
+    if (len <= 0) {
+        json_error("setup", "cannot find this program (/proc/self/exe)");
+        return 1;
+    }
+    P.self[len] = '\0';
+    {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof(tmp), "%s", P.self);
+        snprintf(P.bin, sizeof(P.bin), "%s", dirname(tmp));
+    }
+    if (find_src(&P) != 0) {
+        json_error("setup", "cannot find the source tree (benchmarks/bench-round-setup.sh); set "
+                            "FA_SRC");
+        return 1;
+    }
+    if (o.dir) {
+        snprintf(P.dir, sizeof(P.dir), "%s", o.dir);
+    } else {
+        snprintf(P.dir, sizeof(P.dir), "/tmp/fedagg-bench-round.XXXXXX");
+        if (!mkdtemp(P.dir)) {
+            json_error("setup", "mkdtemp: %s", strerror(errno));
+            return 1;
+        }
+    }
+    n_setup = 0;
+    if (o.e2e)
+        n_setup = o.regions;
+    if (o.rss && o.rss_hi > n_setup)
+        n_setup = o.rss_hi;
+    for (int i = 0; i < n_setup; i++)
+        region_name(i, names[i], sizeof(names[i]));
+    if (n_setup > 0) {
+        char logs[PATH_MAX + 8];
+        fprintf(stderr, "fedagg-bench round: PKI and identity keys of %d regions in %s\n",
+                n_setup, P.dir);
+        snprintf(logs, sizeof(logs), "%s/logs", P.dir);
+        fa_file_mkdirs(logs, 0700, NULL);
+        if (setup_dir(&P, P.dir, names, n_setup, -1, 0) != 0) {
+            json_error("setup", "PKI/keys failed: see %s/setup.log", P.dir);
+            status = 1;
+            goto out;
+        }
+    }
+    if (o.e2e && part_e2e(&o, &P, names) != 0)
+        status = 1;
+    if (o.rss && part_rss(&o, &P, names) != 0)
+        status = 1;
+    if (o.accuracy && part_accuracy(&o, &P) != 0)
+        status = 1;
+out:
+    if (o.keep || status != 0)
+        fprintf(stderr, "fedagg-bench round: files kept in %s\n", P.dir);
+    else
+        rm_rf(P.dir);
+    return status;
+}
