@@ -20,6 +20,7 @@
 #include "aggregator/api.h"
 #include "aggregator/federation.h"
 #include "aggregator/metrics.h"
+#include "common/fa_daemon.h"
 #include "common/fa_log.h"
 #include "common/fa_quic_config.h"
 #include "common/fa_time.h"
@@ -37,20 +38,18 @@ struct app {
     int ready;
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: fedagg-aggregator --config FILE [--log-level debug|info|warn|error]\n"
-                 "\n"
-                 "Runs the aggregator of a fedagg federation: the HTTP/3 API for the regions'\n"
-                 "workers, secure aggregation rounds, the model store and the signed audit log.\n"
-                 "FILE is an AggregatorConfig in protobuf text format\n"
-                 "(`fedagg config print --type aggregator --defaults` prints an example;\n"
-                 "`fedagg config check FILE` validates one).\n"
-                 "\n"
-                 "  --config FILE      the configuration (required)\n"
-                 "  --log-level LEVEL  overrides the config's log_level\n"
-                 "  --version          prints the version\n");
-}
+static const char usage[] =
+    "usage: fedagg-aggregator --config FILE [--log-level debug|info|warn|error]\n"
+    "\n"
+    "Runs the aggregator of a fedagg federation: the HTTP/3 API for the regions'\n"
+    "workers, secure aggregation rounds, the model store and the signed audit log.\n"
+    "FILE is an AggregatorConfig in protobuf text format\n"
+    "(`fedagg config print --type aggregator --defaults` prints an example;\n"
+    "`fedagg config check FILE` validates one).\n"
+    "\n"
+    "  --config FILE      the configuration (required)\n"
+    "  --log-level LEVEL  overrides the config's log_level\n"
+    "  --version          prints the version\n";
 
 static void on_tick(fa_h3_server *srv, void *arg)
 {
@@ -84,57 +83,24 @@ int main(int argc, char **argv)
     fa_metrics *metrics = NULL;
     fa_metrics_server *msrv = NULL;
     fa_h3_server_config sc;
-    fa_diags *diags = NULL;
     struct app app = {0};
     fa_error err;
     int rc, lvl, status = 1;
 
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-            config = argv[++i];
-        } else if (!strcmp(argv[i], "--log-level") && i + 1 < argc) {
-            level = argv[++i];
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--version")) {
-            printf("fedagg-aggregator %s\n", FA_VERSION);
-            return 0;
-        } else {
-            fprintf(stderr, "fedagg-aggregator: unknown or incomplete option '%s'\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "fedagg-aggregator: --config FILE is required\n\n");
-        usage(stderr);
-        return 2;
-    }
-    /* OpenBLAS (evaluation) picks its kernels when it loads; on a CPU it does
-     * not know it uses generic ones: run again with the right ones named. */
-    if (fa_mlp_blas_advice() && !getenv("FEDAGG_NO_REEXEC")) {
-        setenv("OPENBLAS_CORETYPE", fa_mlp_blas_advice(), 1);
-        execv("/proc/self/exe", argv);
-    }
+    rc = fa_daemon_args(argc, argv, "fedagg-aggregator", usage, &config, &level);
+    if (rc >= 0)
+        return rc;
+    /* OpenBLAS (evaluation) picks its kernels when it loads. */
+    fa_mlp_blas_reexec(argv);
     fa_log_set_context("proc=aggregator");
     fa_error_clear(&err);
 
-    if (fa_diags_new(&diags) != 0) {
-        fprintf(stderr, "fedagg-aggregator: out of memory\n");
-        return 1;
-    }
-    rc = fa_config_load_aggregator(config, &cfg, diags, &err);
+    rc = fa_config_load_report(FA_CONFIG_AGGREGATOR, config, "fedagg-aggregator",
+                               (ProtobufCMessage **)&cfg);
     if (rc != 0) {
-        for (size_t i = 0; i < fa_diags_count(diags); i++)
-            fprintf(stderr, "%s\n", fa_diags_get(diags, i));
-        if (fa_diags_count(diags) == 0)
-            fprintf(stderr, "%s\n", fa_error_msg(&err, rc));
         fa_log(FA_LOG_ERROR, "invalid configuration; not starting", "config=%s", config);
-        fa_diags_del(diags);
         return 1;
     }
-    fa_diags_del(diags);
     lvl = fa_log_level_parse(level ? level : cfg->log_level);
     if (lvl < 0) {
         fprintf(stderr, "fedagg-aggregator: unknown log level '%s'\n",

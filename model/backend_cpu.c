@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "common/fa_log.h"
@@ -49,6 +50,15 @@ const char *fa_mlp_blas_advice(void)
         return "Haswell";
 #endif
     return NULL;
+}
+
+void fa_mlp_blas_reexec(char **argv)
+{
+    const char *advice = fa_mlp_blas_advice();
+    if (!advice || getenv("FEDAGG_NO_REEXEC"))
+        return;
+    setenv("OPENBLAS_CORETYPE", advice, 1);
+    execv("/proc/self/exe", argv);
 }
 
 struct fa_backend {

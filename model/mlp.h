@@ -240,6 +240,13 @@ int fa_mlp_reset_momentum(fa_mlp *m, fa_error *err);
 const char *fa_mlp_blas_core(void);
 const char *fa_mlp_blas_advice(void);
 
+/* For a program's main: when fa_mlp_blas_advice() has advice (and
+ * FEDAGG_NO_REEXEC is not set), runs the program again (execv of
+ * /proc/self/exe with argv) with OPENBLAS_CORETYPE set, since OpenBLAS reads
+ * it only when it loads.  Returns when there is nothing to do or exec failed
+ * (then the generic kernels run, and fa_mlp_new warns). */
+void fa_mlp_blas_reexec(char **argv);
+
 /* Accuracy and mean loss over a whole data set (batches of max_batch). */
 typedef struct fa_mlp_eval {
     double accuracy;  /* correct / n */

@@ -90,6 +90,13 @@ int fa_config_load_aggregator(const char *path, Fedagg__AggregatorConfig **out, 
 int fa_config_load_worker(const char *path, Fedagg__WorkerConfig **out, fa_diags *diags,
                           fa_error *err);
 
+/* For the daemons' main: loads a config of `kind` like fa_config_load
+ * (defaults, meaning checks) and on failure prints every problem to stderr
+ * as file:line:column lines, prefixed by prog when no position is known.
+ * Returns 0 or the error code. */
+int fa_config_load_report(fa_config_kind kind, const char *path, const char *prog,
+                          ProtobufCMessage **out);
+
 /* The secure-aggregation threshold for `threshold` as configured and n
  * regions: threshold itself when non-zero, else the majority n/2 + 1. */
 uint32_t fa_config_effective_threshold(uint32_t threshold, size_t n_regions);

@@ -529,3 +529,27 @@ int fa_config_load_worker(const char *path, Fedagg__WorkerConfig **out, fa_diags
 {
     return fa_config_load(FA_CONFIG_WORKER, path, 0, (ProtobufCMessage **)out, diags, err);
 }
+
+int fa_config_load_report(fa_config_kind kind, const char *path, const char *prog,
+                          ProtobufCMessage **out)
+{
+    fa_diags *diags = NULL;
+    fa_error err;
+    int rc;
+
+    *out = NULL;
+    fa_error_clear(&err);
+    if (fa_diags_new(&diags) != 0) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return FA_ERR_NOMEM;
+    }
+    rc = fa_config_load(kind, path, 0, out, diags, &err);
+    if (rc != 0) {
+        for (size_t i = 0; i < fa_diags_count(diags); i++)
+            fprintf(stderr, "%s\n", fa_diags_get(diags, i));
+        if (fa_diags_count(diags) == 0)
+            fprintf(stderr, "%s: %s\n", prog, fa_error_msg(&err, rc));
+    }
+    fa_diags_del(diags);
+    return rc;
+}

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fa_daemon.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
@@ -65,33 +66,17 @@ static void on_signal(int sig)
         in_network_wait = 0;                                                                       \
     } while (0)
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: fedagg-worker --config FILE [--log-level debug|info|warn|error]\n"
-            "       mpirun -np G fedagg-worker --config FILE\n"
-            "\n"
-            "Runs a region's worker of a fedagg federation: trains on the region's own data\n"
-            "and takes part in secure aggregation rounds over HTTP/3.  FILE is a WorkerConfig\n"
-            "in protobuf text format (`fedagg config print --type worker --defaults`).\n"
-            "\n"
-            "  --config FILE      the configuration (required)\n"
-            "  --log-level LEVEL  overrides the config's log_level\n"
-            "  --version          prints the version\n");
-}
-
-/* OpenBLAS picks its kernels when it loads, and on a CPU it does not know it
- * falls back to generic ones several times slower.  When that happened, run
- * this program again with the kernels named (once: the variable is then set). */
-static void reexec_for_blas(char **argv)
-{
-    const char *advice = fa_mlp_blas_advice();
-    if (!advice || getenv("FEDAGG_NO_REEXEC"))
-        return;
-    setenv("OPENBLAS_CORETYPE", advice, 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the generic kernels (the model warns) */
-}
+static const char usage[] =
+    "usage: fedagg-worker --config FILE [--log-level debug|info|warn|error]\n"
+    "       mpirun -np G fedagg-worker --config FILE\n"
+    "\n"
+    "Runs a region's worker of a fedagg federation: trains on the region's own data\n"
+    "and takes part in secure aggregation rounds over HTTP/3.  FILE is a WorkerConfig\n"
+    "in protobuf text format (`fedagg config print --type worker --defaults`).\n"
+    "\n"
+    "  --config FILE      the configuration (required)\n"
+    "  --log-level LEVEL  overrides the config's log_level\n"
+    "  --version          prints the version\n";
 
 static void sleep_ms(uint64_t ms)
 {
@@ -394,53 +379,24 @@ int main(int argc, char **argv)
     const char *config = NULL, *level = NULL;
     Fedagg__WorkerConfig *cfg = NULL;
     struct worker w;
-    fa_diags *diags = NULL;
     fa_error err;
     char ctx[256];
     int rc = 0, lvl;
 
     memset(&w, 0, sizeof(w));
     w.have_version = w.delta_version = UINT64_MAX;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-            config = argv[++i];
-        } else if (!strcmp(argv[i], "--log-level") && i + 1 < argc) {
-            level = argv[++i];
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--version")) {
-            printf("fedagg-worker %s\n", FA_VERSION);
-            return 0;
-        } else {
-            fprintf(stderr, "fedagg-worker: unknown or incomplete option '%s'\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "fedagg-worker: --config FILE is required\n\n");
-        usage(stderr);
-        return 2;
-    }
-    reexec_for_blas(argv);
+    rc = fa_daemon_args(argc, argv, "fedagg-worker", usage, &config, &level);
+    if (rc >= 0)
+        return rc;
+    fa_mlp_blas_reexec(argv);
     fa_error_clear(&err);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
 
-    if (fa_diags_new(&diags) != 0)
+    if (fa_config_load_report(FA_CONFIG_WORKER, config, "fedagg-worker",
+                              (ProtobufCMessage **)&cfg) != 0)
         return 1;
-    rc = fa_config_load_worker(config, &cfg, diags, &err);
-    if (rc != 0) {
-        for (size_t i = 0; i < fa_diags_count(diags); i++)
-            fprintf(stderr, "%s\n", fa_diags_get(diags, i));
-        if (fa_diags_count(diags) == 0)
-            fprintf(stderr, "fedagg-worker: %s\n", fa_error_msg(&err, rc));
-        fa_diags_del(diags);
-        return 1;
-    }
-    fa_diags_del(diags);
     w.cfg = cfg;
     lvl = fa_log_level_parse(level ? level : cfg->log_level);
     fa_log_set_level(lvl >= 0 ? lvl : FA_LOG_INFO);
