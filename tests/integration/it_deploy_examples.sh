@@ -348,6 +348,10 @@ done | sort -u | while read -r so; do
     [ -n "$path" ] || path=$(ldconfig -p | awk -v s="$so" '$1 == s && !p { p = $NF } END { print p }')
     [ -n "$path" ] || fail "cannot find $so"
     real=$(readlink -f "$path")
+    # A CUDA build links cuBLAS, NCCL and the CUDA runtime from the toolkit:
+    # no Debian package has them; the GPU image takes them from its CUDA base
+    # image (deploy/Dockerfile: BUILD_IMAGE / RUNTIME_IMAGE).
+    case "$real" in /usr/local/cuda*) continue ;; esac
     pkg=""
     for cand in "$real" "${real#/usr}" "$path" "${path#/usr}"; do
         pkg=$(dpkg -S "$cand" 2>/dev/null | awk -F: 'NR == 1 { print $1 }') || true
