@@ -5,9 +5,10 @@
  * pairwise masks, so 4 * d * n mask bytes), next to the raw AES-128-CTR
  * keystream of OpenSSL EVP over the same number of bytes in the same
  * process:
- *   what=mask_expand    the masking loop alone: each block of the input
- *                       copied into the accumulator and every mask added in
- *                       (fa_prg_apply, block-major)
+ *   what=mask_expand    the masking step alone, as the client runs it for a
+ *                       ring input: fa_prg_mask over each FA_PRG_BLOCK_WORDS
+ *                       block, from the input into the accumulator, with
+ *                       the client's buffers (sodium_malloc) and signs
  *   what=masked_stream  fa_secagg_client_masked_next end to end from a
  *                       pre-quantised input: masks, k-bit packing, SHA-256
  *   what=masked_stream_f32  the same from floats: clip, stochastic rounding
@@ -58,30 +59,45 @@ static double aes_seconds(uint64_t bytes)
     return t0;
 }
 
-/* The masking loop of the client: block-major, every PRG into the block. */
+/* The client's masking step (stream_block in crypto/secagg_client.c, ring
+ * input): the library's fa_prg_mask from the input into the accumulator,
+ * block by block, every mask of the block in one call.  The self mask is
+ * added and the pairwise masks alternate in sign, as they do for a client
+ * in the middle of the sorted ids. */
 static double expand_seconds(const uint32_t *in, uint64_t d, size_t n)
 {
     fa_prg *g = calloc(n, sizeof(*g));
-    uint32_t *acc = malloc(FA_PRG_BLOCK_WORDS * 4), *scratch = malloc(FA_PRG_BLOCK_WORDS * 4);
+    int *sign = calloc(n, sizeof(*sign));
+    uint32_t *acc = sodium_malloc(FA_PRG_BLOCK_WORDS * 4);
+    uint32_t *scratch = sodium_malloc(FA_PRG_BLOCK_WORDS * 4);
     uint8_t key[16];
-    double t0;
+    double t0 = -1;
+    if (!g || !sign || !acc || !scratch)
+        goto out;
     for (size_t i = 0; i < n; i++) {
         memset(key, (int)i + 1, sizeof(key));
-        fa_prg_init(&g[i], key, 0);
+        if (fa_prg_init(&g[i], key, 0) != 0)
+            goto out;
+        sign[i] = (i & 1) ? -1 : 1;
     }
     t0 = now_s();
     for (uint64_t off = 0; off < d; off += FA_PRG_BLOCK_WORDS) {
         size_t m = d - off < FA_PRG_BLOCK_WORDS ? (size_t)(d - off) : FA_PRG_BLOCK_WORDS;
-        memcpy(acc, in + off, m * 4);
-        for (size_t i = 0; i < n; i++)
-            fa_prg_apply(&g[i], acc, m, (i & 1) ? -1 : 1, scratch);
+        if (fa_prg_mask(g, sign, n, in + off, acc, m, scratch) != 0) {
+            t0 = -1;
+            goto out;
+        }
     }
     t0 = now_s() - t0;
-    for (size_t i = 0; i < n; i++)
+out:
+    for (size_t i = 0; g && i < n; i++)
         fa_prg_free(&g[i]);
     free(g);
-    free(acc);
-    free(scratch);
+    free(sign);
+    if (acc)
+        sodium_free(acc);
+    if (scratch)
+        sodium_free(scratch);
     return t0;
 }
 

@@ -79,38 +79,122 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
     return 0;
 }
 
-/* The add loops run in chunks of FA_CHUNK words (see crypto/ring.h). */
+/* ---- the masking loop ------------------------------------------------------
+ *
+ * Masking is AES-bound: the add is a few instructions per word, the
+ * keystream ~0.3 cycles per byte.  What costs beyond AES is memory traffic,
+ * so the loop is arranged around it:
+ *  - Keystreams of up to FA_PRG_GROUP generators for one sub-block of
+ *    FA_PRG_SUB_WORDS words are generated into the scratch block, then added
+ *    to the accumulator in ONE pass (mask_add_K below): one load and store
+ *    of acc per group instead of one per generator.  The scratch (16 KiB),
+ *    the accumulator's sub-block (4 KiB), the input's (4 KiB) and the zero
+ *    plaintext (4 KiB) together stay in a 32 KiB L1.
+ *  - The first group reads the input (base) and writes acc: no separate copy
+ *    of the input into acc.
+ *  - The input's next sub-block is prefetched in slices while AES runs, so
+ *    it is in L1 (not DRAM) when the add needs it.
+ * Keystreams are not generated straight into acc: CTR mode XORs the
+ * keystream into its input, and XOR is not addition mod 2^32. */
 
-FA_CLONES
-void fa_ring_add(uint32_t *restrict acc, const uint32_t *restrict src, size_t n)
+/* base + sum_k sign_k * ks_k for K keystreams (ks_k at ks + k *
+ * FA_PRG_SUB_WORDS), with no branch or multiply per word: with f_k = 0 to
+ * add or 0xffffffff to subtract, -x = (x ^ 0xffffffff) + 1 mod 2^32, so the
+ * sum is base + bias + sum_k (ks_k ^ f_k), bias = the number subtracted.
+ * INPLACE reads acc as base (base is then unused).  Fixed-size FA_CHUNK
+ * inner loops so that -O2 vectorises (see crypto/ring.h). */
+static inline __attribute__((always_inline)) void
+mask_add(uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *restrict ks,
+         const uint32_t *flip, uint32_t bias, size_t n, const unsigned K, const int INPLACE)
 {
+    const uint32_t *restrict k0 = ks, *restrict k1 = ks + FA_PRG_SUB_WORDS,
+                             *restrict k2 = ks + 2 * FA_PRG_SUB_WORDS,
+                             *restrict k3 = ks + 3 * FA_PRG_SUB_WORDS;
+    const uint32_t f0 = flip[0], f1 = K > 1 ? flip[1] : 0, f2 = K > 2 ? flip[2] : 0,
+                   f3 = K > 3 ? flip[3] : 0;
+#define FA_MASK_WORD(j)                                                                            \
+    ((INPLACE ? acc[j] : base[j]) + bias + (k0[j] ^ f0) + (K > 1 ? k1[j] ^ f1 : 0) +               \
+     (K > 2 ? k2[j] ^ f2 : 0) + (K > 3 ? k3[j] ^ f3 : 0))
     size_t i = 0;
     for (; i + FA_CHUNK <= n; i += FA_CHUNK)
-        for (size_t j = 0; j < FA_CHUNK; j++)
-            acc[i + j] += src[i + j];
+        for (size_t j = i; j < i + FA_CHUNK; j++)
+            acc[j] = FA_MASK_WORD(j);
     for (; i < n; i++)
-        acc[i] += src[i];
+        acc[i] = FA_MASK_WORD(i);
+#undef FA_MASK_WORD
 }
 
-FA_CLONES
-void fa_ring_sub(uint32_t *restrict acc, const uint32_t *restrict src, size_t n)
+typedef void (*mask_add_fn)(uint32_t *restrict, const uint32_t *restrict, const uint32_t *restrict,
+                            const uint32_t *, uint32_t, size_t);
+
+#define FA_MASK_ADD_FN(K)                                                                          \
+    FA_CLONES static void mask_add_##K(uint32_t *restrict acc, const uint32_t *restrict base,      \
+                                       const uint32_t *restrict ks, const uint32_t *flip,          \
+                                       uint32_t bias, size_t n)                                    \
+    {                                                                                              \
+        mask_add(acc, base, ks, flip, bias, n, K, 0);                                              \
+    }                                                                                              \
+    FA_CLONES static void mask_add_inplace_##K(                                                    \
+        uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *restrict ks,        \
+        const uint32_t *flip, uint32_t bias, size_t n)                                             \
+    {                                                                                              \
+        (void)base;                                                                                \
+        mask_add(acc, NULL, ks, flip, bias, n, K, 1);                                              \
+    }
+FA_MASK_ADD_FN(1)
+FA_MASK_ADD_FN(2)
+FA_MASK_ADD_FN(3)
+FA_MASK_ADD_FN(4)
+#if FA_PRG_GROUP != 4
+#error "mask_add is written for FA_PRG_GROUP == 4"
+#endif
+
+static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1] = {
+    {NULL, mask_add_1, mask_add_2, mask_add_3, mask_add_4},
+    {NULL, mask_add_inplace_1, mask_add_inplace_2, mask_add_inplace_3, mask_add_inplace_4},
+};
+
+int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, uint32_t *acc,
+                size_t n, uint32_t *scratch)
 {
-    size_t i = 0;
-    for (; i + FA_CHUNK <= n; i += FA_CHUNK)
-        for (size_t j = 0; j < FA_CHUNK; j++)
-            acc[i + j] -= src[i + j];
-    for (; i < n; i++)
-        acc[i] -= src[i];
+    /* cache lines of one sub-block of input, prefetched 1/count per AES call */
+    const size_t lines = FA_PRG_SUB_WORDS * sizeof(uint32_t) / 64;
+    int rc;
+
+    if (count == 0) {
+        if (base != acc)
+            memcpy(acc, base, n * sizeof(uint32_t));
+        return 0;
+    }
+    for (size_t off = 0; off < n; off += FA_PRG_SUB_WORDS) {
+        const size_t m = n - off < FA_PRG_SUB_WORDS ? n - off : FA_PRG_SUB_WORDS;
+        /* The input's next sub-block.  Past the end of this call it is what
+         * a caller streaming through a long input passes next; elsewhere a
+         * wasted prefetch, harmless (a prefetch never faults).  Computed as
+         * an integer: a pointer past the end of base would be undefined. */
+        const char *next =
+            (const char *)((uintptr_t)(base + off) + FA_PRG_SUB_WORDS * sizeof(uint32_t));
+        for (size_t g0 = 0; g0 < count; g0 += FA_PRG_GROUP) {
+            const size_t k_n = count - g0 < FA_PRG_GROUP ? count - g0 : FA_PRG_GROUP;
+            const int inplace = g0 > 0 || base == acc;
+            uint32_t flip[FA_PRG_GROUP], bias = 0;
+            for (size_t k = 0; k < k_n; k++) {
+                const size_t i = g0 + k;
+                for (size_t l = lines * i / count; l < lines * (i + 1) / count; l++)
+                    __builtin_prefetch(next + 64 * l, 0, 3);
+                if ((rc = fa_prg_words(&g[i], scratch + k * FA_PRG_SUB_WORDS, m)) != 0)
+                    return rc;
+                flip[k] = sign[i] < 0 ? 0xffffffffu : 0;
+                bias += sign[i] < 0;
+            }
+            mask_add_table[inplace][k_n](acc + off, inplace ? NULL : base + off, scratch, flip,
+                                         bias, m);
+        }
+    }
+    return 0;
 }
 
 int fa_prg_apply(fa_prg *g, uint32_t *acc, size_t n, int sign, uint32_t *scratch)
 {
-    int rc = fa_prg_words(g, scratch, n);
-    if (rc != 0)
-        return rc;
-    if (sign > 0)
-        fa_ring_add(acc, scratch, n);
-    else
-        fa_ring_sub(acc, scratch, n);
-    return 0;
+    return fa_prg_mask(g, &sign, 1, acc, acc, n, scratch);
 }

@@ -3,10 +3,9 @@
  * added into or subtracted from a ring vector (internal to crypto/).
  *
  * Word i of the mask of key K is bytes [4i, 4i+4) of AES-128-CTR(K, IV = 0)
- * encrypting zeros.  Callers expand masks block by block (FA_PRG_BLOCK_WORDS
- * words, sized so that the accumulator block, the keystream block and the
- * zero block all stay in L1/L2) straight into the running vector: a whole
- * mask vector is never materialised.
+ * encrypting zeros.  Callers expand masks block by block straight into the
+ * running vector with fa_prg_mask, which adds every mask of a block in
+ * L1-sized sub-blocks: a whole mask vector is never materialised.
  */
 #ifndef FA_CRYPTO_MASK_PRG_H
 #define FA_CRYPTO_MASK_PRG_H
@@ -17,6 +16,11 @@
 #define FA_PRG_KEY_BYTES 16
 /* Words per block: 16 KiB of keystream. */
 #define FA_PRG_BLOCK_WORDS 4096
+/* fa_prg_mask generates up to FA_PRG_GROUP keystreams of FA_PRG_SUB_WORDS
+ * words each into the scratch block (FA_PRG_GROUP * FA_PRG_SUB_WORDS ==
+ * FA_PRG_BLOCK_WORDS), then adds them all to the accumulator in one pass. */
+#define FA_PRG_GROUP 4
+#define FA_PRG_SUB_WORDS (FA_PRG_BLOCK_WORDS / FA_PRG_GROUP)
 
 typedef struct fa_prg {
     void *ctx; /* EVP_CIPHER_CTX; holds the key schedule, cleansed when freed */
@@ -36,13 +40,18 @@ void fa_prg_free(fa_prg *g);
 /* The next n (<= FA_PRG_BLOCK_WORDS) keystream words into out. */
 int fa_prg_words(fa_prg *g, uint32_t *out, size_t n);
 
-/* acc[0..n) += next n words (sign > 0) or -= them (sign < 0), mod 2^32.
- * scratch holds FA_PRG_BLOCK_WORDS words; n <= FA_PRG_BLOCK_WORDS. */
-int fa_prg_apply(fa_prg *g, uint32_t *acc, size_t n, int sign, uint32_t *scratch);
+/* The masking step of a block, for count generators at once:
+ *   acc[j] = base[j] + sum_i sign[i] * (word j of the next n words of g[i])
+ * mod 2^32, for j in [0, n); each g[i] advances by n words.  base is either
+ * acc itself (the masks are added in place) or an input that does not
+ * overlap acc.  n is any length; scratch holds FA_PRG_BLOCK_WORDS words (it
+ * ends up holding keystream: wipe it if that matters).  Returns 0 or
+ * FA_ERR_CRYPTO. */
+int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, uint32_t *acc,
+                size_t n, uint32_t *scratch);
 
-/* acc[i] += src[i] / -= src[i]: the vectorised add loops, shared with the
- * server's sum. */
-void fa_ring_add(uint32_t *restrict acc, const uint32_t *restrict src, size_t n);
-void fa_ring_sub(uint32_t *restrict acc, const uint32_t *restrict src, size_t n);
+/* acc[0..n) += next n words (sign > 0) or -= them (sign < 0), mod 2^32:
+ * fa_prg_mask for one generator. */
+int fa_prg_apply(fa_prg *g, uint32_t *acc, size_t n, int sign, uint32_t *scratch);
 
 #endif

@@ -882,7 +882,6 @@ out:
     return rc;
 }
 
-/* y_u = x_u + p_u + sum_v p_uv for one block of coordinates, packed. */
 /* y_u = x_u + p_u + sum_v p_uv for the next block of coordinates, packed
  * straight into out when it has room (*direct gets the bytes written),
  * else into the pending buffer. */
@@ -893,14 +892,19 @@ static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *
     const size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
     const size_t bytes = (size_t)fa_ring_packed_bytes(m, c->cfg.c.ring_bits);
     uint8_t *dst = bytes <= room ? out : st->pending;
+    const uint32_t *x = st->acc;
     int rc;
 
     *direct = 0;
-    if ((rc = encode_block(c, &st->round_prg, pos, m, st->rnd, st->acc)) != 0)
+    /* A ring input is masked straight from where it lies (fa_prg_mask reads
+     * it once, prefetching ahead): copying it into acc first would cost a
+     * pass over memory for nothing.  A float input is encoded into acc. */
+    if (c->input_kind == INPUT_RING)
+        x = c->xq + pos;
+    else if ((rc = encode_block(c, &st->round_prg, pos, m, st->rnd, st->acc)) != 0)
         return rc;
-    for (size_t i = 0; i < st->nprg; i++)
-        if ((rc = fa_prg_apply(&st->prg[i], st->acc, m, st->sign[i], st->scratch)) != 0)
-            return rc;
+    if ((rc = fa_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
+        return rc;
     fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
     if (EVP_DigestUpdate(st->sha, dst, bytes) != 1)
         return FA_ERR_CRYPTO;

@@ -965,10 +965,13 @@ struct mask_key {
 
 #define UNMASK_GROUP 64
 
-/* Subtracts the masks of keys[0..n) from the sum, block by block. */
+/* Applies the masks of keys[0..n) to the sum (each key's sign says which
+ * way), UNMASK_GROUP keys per pass over the sum: fa_prg_mask walks the sum
+ * once per pass, adding every key's mask to each cache-sized sub-block. */
 static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t n)
 {
     fa_prg prg[UNMASK_GROUP];
+    int sign[UNMASK_GROUP];
     uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
     const uint64_t len = s->cfg.c.vector_len;
     int rc = 0;
@@ -978,13 +981,12 @@ static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t
     memset(prg, 0, sizeof(prg));
     for (size_t g0 = 0; g0 < n && rc == 0; g0 += UNMASK_GROUP) {
         size_t g1 = n - g0 < UNMASK_GROUP ? n : g0 + UNMASK_GROUP;
-        for (size_t i = g0; i < g1 && rc == 0; i++)
+        for (size_t i = g0; i < g1 && rc == 0; i++) {
             rc = fa_prg_init(&prg[i - g0], keys[i].key, 0);
-        for (uint64_t off = 0; off < len && rc == 0; off += FA_PRG_BLOCK_WORDS) {
-            size_t m = len - off < FA_PRG_BLOCK_WORDS ? (size_t)(len - off) : FA_PRG_BLOCK_WORDS;
-            for (size_t i = g0; i < g1 && rc == 0; i++)
-                rc = fa_prg_apply(&prg[i - g0], s->sum + off, m, keys[i].sign, scratch);
+            sign[i - g0] = keys[i].sign;
         }
+        if (rc == 0)
+            rc = fa_prg_mask(prg, sign, g1 - g0, s->sum, s->sum, (size_t)len, scratch);
         for (size_t i = 0; i < UNMASK_GROUP; i++)
             fa_prg_free(&prg[i]);
     }
