@@ -27,6 +27,7 @@ struct req_ctx {
     uint8_t *buf; /* a protocol message being received */
     size_t len, cap;
     int uploading;   /* a masked upload is being summed */
+    uint64_t uncounted; /* body bytes not yet added to the region's count */
     uint64_t upload; /* its stream id (fa_fed_masked_begin) */
     int discard;     /* the body is read and dropped */
     int responded;
@@ -190,6 +191,8 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     struct req_ctx *c = fa_h3_request_get_data(req);
     if (!c)
         return;
+    if (c->uncounted)
+        fa_fed_count_bytes(a->fed, c->region, c->uncounted);
     if (c->uploading) {
         fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
         c->uploading = 0;
@@ -463,6 +466,11 @@ static int on_round_request(fa_h3_request *req, void *arg)
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         c->discard = 1;
+        /* Refused (503 no upload slot, 409, 4xx): stop reading, so the
+         * transport asks the region to stop sending (STOP_SENDING
+         * H3_NO_ERROR, RFC 9114 4.1.2) instead of taking a whole masked
+         * vector for nothing while the accepted uploads need the link. */
+        fa_h3_request_set_max_body(req, 0);
         return 0;
     }
     if (!c->discard)
@@ -479,7 +487,13 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
 
     if (!c)
         return 0;
-    fa_fed_count_bytes(a->fed, c->region, len);
+    /* Counted per MiB and at the end, not per QUIC packet: a masked upload
+     * arrives in some 20 000 chunks, each a metrics update otherwise. */
+    c->uncounted += len;
+    if (c->uncounted >= (1u << 20)) {
+        fa_fed_count_bytes(a->fed, c->region, c->uncounted);
+        c->uncounted = 0;
+    }
     if (c->responded || c->discard)
         return 0;
     if (c->kind == FA_FED_MASKED) {

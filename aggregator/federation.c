@@ -316,11 +316,30 @@ static int region_connected(const struct region *r, uint64_t now_ms)
 /* Writes round.state: called at every phase change, before any region can
  * learn of it.  Failing to save is fatal for the attempt (the caller aborts
  * it), never silently ignored. */
+/* Packs the round state straight into the file: the state holds the
+ * secure-aggregation sum (4 bytes per parameter), and a packed copy of it
+ * in memory would cost a malloc, page faults and a copy at every phase
+ * close (and that much more peak memory). */
+struct state_sink {
+    ProtobufCBuffer base;
+    fa_atomic_file *f;
+    fa_error *err;
+    int rc;
+};
+
+static void state_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+    struct state_sink *s = (struct state_sink *)b;
+    if (s->rc == 0 && len > 0)
+        s->rc = fa_atomic_file_write(s->f, data, len, s->err);
+}
+
 static int save_state(fa_fed *f, fa_error *err)
 {
     Fedagg__RoundState st = FEDAGG__ROUND_STATE__INIT;
-    uint8_t *blob = NULL, *buf;
-    size_t blob_len = 0, len;
+    struct state_sink sink = {{state_sink_append}, NULL, err, 0};
+    uint8_t *blob = NULL;
+    size_t blob_len = 0;
     int rc;
 
     st.round = f->round;
@@ -337,15 +356,15 @@ static int save_state(fa_fed *f, fa_error *err)
         st.secagg_server.data = blob;
         st.secagg_server.len = blob_len;
     }
-    len = fedagg__round_state__get_packed_size(&st);
-    buf = malloc(len ? len : 1);
-    if (!buf) {
-        free(blob);
-        return fa_errorf(err, FA_ERR_NOMEM, "round state: out of memory");
+    rc = fa_atomic_file_open(&sink.f, f->state_path, 0600, err);
+    if (rc == 0) {
+        fedagg__round_state__pack_to_buffer(&st, &sink.base);
+        rc = sink.rc;
     }
-    fedagg__round_state__pack(&st, buf);
-    rc = fa_file_write_atomic(f->state_path, buf, len, 0600, err);
-    free(buf);
+    if (rc == 0)
+        rc = fa_atomic_file_commit(sink.f, err);
+    else
+        fa_atomic_file_abort(sink.f);
     free(blob);
     return rc;
 }

@@ -453,7 +453,10 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
             if (status == 409)
                 return fa_errorf(err, FA_ERR_REPLAY, "%s: %s", kind_paths[kind], msg);
             if (status == 503) {
-                sleep_ms(100 + randombytes_uniform(400)); /* upload slots full: wait our turn */
+                /* Upload slots full: wait our turn.  The aggregator stopped
+                 * the body at once, so a retry costs a round trip, not an
+                 * upload: poll briskly. */
+                sleep_ms(30 + randombytes_uniform(70));
                 continue;
             }
             if (status < 500)
