@@ -440,6 +440,8 @@ struct fed {
     pthread_barrier_t bar;
     int mode;
     uint64_t round_secure, round_plain; /* the round each mode runs next */
+    pid_t srv_secure, srv_plain;        /* the server processes */
+    double cpu_clients, cpu_server;     /* CPU seconds of the last step */
 };
 
 /* A synthetic delta of d floats, uniform in [-1e-3, 1e-3] (L2 norm ~1.8 for
@@ -583,11 +585,16 @@ static int fed_start(struct fed *f)
  * first start to the last return, or a negative value on error (msg filled). */
 static double fed_step(struct fed *f, int mode, char *msg, size_t n)
 {
-    double t0 = INFINITY, t1 = 0;
+    double t0 = INFINITY, t1 = 0, c0, s0;
+    pid_t srv = mode == MODE_SECURE ? f->srv_secure : f->srv_plain;
     f->mode = mode;
     pthread_barrier_wait(&f->bar);
     pthread_barrier_wait(&f->bar);
+    c0 = fa_rbench_cpu_seconds(0);
+    s0 = srv > 0 ? fa_rbench_cpu_seconds(srv) : NAN;
     pthread_barrier_wait(&f->bar);
+    f->cpu_clients = fa_rbench_cpu_seconds(0) - c0;
+    f->cpu_server = srv > 0 ? fa_rbench_cpu_seconds(srv) - s0 : NAN;
     msg[0] = '\0';
     for (int i = 0; i < f->n; i++) {
         if (f->cl[i].err != 0 && !msg[0])
@@ -679,6 +686,7 @@ struct secure_round {
     double phase[5]; /* clients' phase seconds, mean over regions */
     double other;    /* the rest of a client's wall time, mean over regions */
     double up, down; /* bytes per region, mean */
+    double cpu_clients, cpu_server;
     struct agg_phases agg;
 };
 
@@ -697,6 +705,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     struct fed *f = calloc(1, sizeof(*f));
     struct secure_round sr[64];
     double secure_wall[64], plain_wall[64], plain_up = 0, plain_down = 0;
+    double plain_cpu_clients[64], plain_cpu_server[64];
     uint64_t model_down = 0;
     long agg_hwm = -1, plain_hwm = -1;
     int ns = 0, np = 0, rc = -1, started = 0;
@@ -768,6 +777,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                    plain_log);
         goto out;
     }
+    f->srv_secure = agg;
+    f->srv_plain = plain;
     snprintf(addr_p, sizeof(addr_p), "127.0.0.1:%d", port_p);
     snprintf(addr_s, sizeof(addr_s), "127.0.0.1:%d", port_s);
     f->n = o->regions;
@@ -824,12 +835,16 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                     s->up += (double)c->up / f->n;
                     s->down += (double)c->down / f->n;
                 }
+                s->cpu_clients = f->cpu_clients;
+                s->cpu_server = f->cpu_server;
                 secure_wall[ns++] = wall;
             } else {
                 for (int i = 0; i < f->n; i++) {
                     plain_up += (double)f->cl[i].up / f->n;
                     plain_down += (double)f->cl[i].down / f->n;
                 }
+                plain_cpu_clients[np] = f->cpu_clients;
+                plain_cpu_server[np] = f->cpu_server;
                 plain_wall[np++] = wall;
             }
         }
@@ -874,10 +889,18 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                json_num(b4, sizeof(b4), s->agg.phase[4], 3),
                json_num(b5, sizeof(b5), s->agg.finish, 3));
         printf("\"plain_server_s\":{\"upload\":%s,\"decode\":%s,\"optimizer\":%s,"
-               "\"commit\":%s},\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n",
+               "\"commit\":%s},",
                json_num(b1, sizeof(b1), pp.upload, 3), json_num(b2, sizeof(b2), pp.decode, 3),
-               json_num(b3, sizeof(b3), pp.optimizer, 3), json_num(b4, sizeof(b4), pp.commit, 3),
-               agg_hwm / 1024.0, plain_hwm / 1024.0);
+               json_num(b3, sizeof(b3), pp.optimizer, 3), json_num(b4, sizeof(b4), pp.commit, 3));
+        /* CPU seconds of the median rounds: all region clients together
+         * (this process), and the server process.  On this machine every
+         * region shares the same cores; spread over real regions the
+         * clients' part runs in parallel. */
+        printf("\"cpu_s\":{\"secure_clients\":%.2f,\"secure_aggregator\":%.2f,"
+               "\"plain_clients\":%.2f,\"plain_server\":%.2f,\"cores\":%ld},"
+               "\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n",
+               s->cpu_clients, s->cpu_server, plain_cpu_clients[pi], plain_cpu_server[pi],
+               sysconf(_SC_NPROCESSORS_ONLN), agg_hwm / 1024.0, plain_hwm / 1024.0);
         if (o->bytes) {
             double up = 0, down = 0;
             for (int i = 0; i < ns; i++) {

@@ -74,6 +74,10 @@ int fa_rbench_alive(pid_t pid);
 /* VmHWM (peak resident set) of a process in KiB, or -1. */
 long fa_rbench_vmhwm_kib(pid_t pid);
 
+/* CPU seconds (user + system, all threads) a process has used so far;
+ * pid 0 = this process.  -1 when unknown. */
+double fa_rbench_cpu_seconds(pid_t pid);
+
 /* A free port on 127.0.0.1 (udp non-zero: UDP, else TCP), or -1. */
 int fa_rbench_free_port(int udp);
 

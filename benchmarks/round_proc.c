@@ -174,6 +174,30 @@ long fa_rbench_vmhwm_kib(pid_t pid)
     return kib;
 }
 
+double fa_rbench_cpu_seconds(pid_t pid)
+{
+    char path[64], buf[2048], *p;
+    unsigned long long ut, st;
+    long hz = sysconf(_SC_CLK_TCK);
+    size_t n;
+    FILE *f;
+
+    if (pid == 0)
+        snprintf(path, sizeof(path), "/proc/self/stat");
+    else
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* fields after the command (which may hold spaces) in parentheses */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)(hz > 0 ? hz : 100);
+}
+
 int fa_rbench_free_port(int udp)
 {
     struct sockaddr_in a;
