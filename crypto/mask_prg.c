@@ -97,24 +97,24 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
  * Keystreams are not generated straight into acc: CTR mode XORs the
  * keystream into its input, and XOR is not addition mod 2^32. */
 
-/* base + sum_k sign_k * ks_k for K keystreams (ks_k at ks + k *
- * FA_PRG_SUB_WORDS), with no branch or multiply per word: with f_k = 0 to
- * add or 0xffffffff to subtract, -x = (x ^ 0xffffffff) + 1 mod 2^32, so the
- * sum is base + bias + sum_k (ks_k ^ f_k), bias = the number subtracted.
- * INPLACE reads acc as base (base is then unused).  Fixed-size FA_CHUNK
- * inner loops so that -O2 vectorises (see crypto/ring.h). */
+/* acc = base + (ks_0 + ... + ks_{P-1}) - (ks_P + ... + ks_{K-1}) for K
+ * keystreams at ks + k * FA_PRG_SUB_WORDS, the first P added and the rest
+ * subtracted: one add or subtract per keystream and word.  (Applying each
+ * sign in the loop, as -x = (x ^ 0xffffffff) + 1, took twice the vector
+ * operations, and 512-bit ones issue on two ports only: the pass was
+ * ALU-bound.)  K and P are compile-time constants of each instance below.
+ * INPLACE reads acc as base.  Fixed-size FA_CHUNK inner loops so that -O2
+ * vectorises (see crypto/ring.h). */
 static inline __attribute__((always_inline)) void
 mask_add(uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *restrict ks,
-         const uint32_t *flip, uint32_t bias, size_t n, const unsigned K, const int INPLACE)
+         size_t n, const unsigned K, const unsigned P, const int INPLACE)
 {
     const uint32_t *restrict k0 = ks, *restrict k1 = ks + FA_PRG_SUB_WORDS,
                              *restrict k2 = ks + 2 * FA_PRG_SUB_WORDS,
                              *restrict k3 = ks + 3 * FA_PRG_SUB_WORDS;
-    const uint32_t f0 = flip[0], f1 = K > 1 ? flip[1] : 0, f2 = K > 2 ? flip[2] : 0,
-                   f3 = K > 3 ? flip[3] : 0;
+#define FA_KS(x, j) ((x) < K ? ((x) < P ? k##x[j] : -k##x[j]) : 0)
 #define FA_MASK_WORD(j)                                                                            \
-    ((INPLACE ? acc[j] : base[j]) + bias + (k0[j] ^ f0) + (K > 1 ? k1[j] ^ f1 : 0) +               \
-     (K > 2 ? k2[j] ^ f2 : 0) + (K > 3 ? k3[j] ^ f3 : 0))
+    ((INPLACE ? acc[j] : base[j]) + FA_KS(0, j) + FA_KS(1, j) + FA_KS(2, j) + FA_KS(3, j))
     size_t i = 0;
     for (; i + FA_CHUNK <= n; i += FA_CHUNK)
         for (size_t j = i; j < i + FA_CHUNK; j++)
@@ -122,43 +122,70 @@ mask_add(uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *
     for (; i < n; i++)
         acc[i] = FA_MASK_WORD(i);
 #undef FA_MASK_WORD
+#undef FA_KS
 }
 
 typedef void (*mask_add_fn)(uint32_t *restrict, const uint32_t *restrict, const uint32_t *restrict,
-                            const uint32_t *, uint32_t, size_t);
+                            size_t);
 
-#define FA_MASK_ADD_FN(K)                                                                          \
-    FA_CLONES static void mask_add_##K(uint32_t *restrict acc, const uint32_t *restrict base,      \
-                                       const uint32_t *restrict ks, const uint32_t *flip,          \
-                                       uint32_t bias, size_t n)                                    \
+#define FA_MASK_ADD_FN(K, P)                                                                       \
+    FA_CLONES static void mask_add_##K##_##P(uint32_t *restrict acc,                               \
+                                             const uint32_t *restrict base,                        \
+                                             const uint32_t *restrict ks, size_t n)                \
     {                                                                                              \
-        mask_add(acc, base, ks, flip, bias, n, K, 0);                                              \
+        mask_add(acc, base, ks, n, K, P, 0);                                                       \
     }                                                                                              \
-    FA_CLONES static void mask_add_inplace_##K(                                                    \
-        uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *restrict ks,        \
-        const uint32_t *flip, uint32_t bias, size_t n)                                             \
+    FA_CLONES static void mask_add_inplace_##K##_##P(uint32_t *restrict acc,                       \
+                                                     const uint32_t *restrict base,                \
+                                                     const uint32_t *restrict ks, size_t n)        \
     {                                                                                              \
         (void)base;                                                                                \
-        mask_add(acc, NULL, ks, flip, bias, n, K, 1);                                              \
+        mask_add(acc, NULL, ks, n, K, P, 1);                                                       \
     }
-FA_MASK_ADD_FN(1)
-FA_MASK_ADD_FN(2)
-FA_MASK_ADD_FN(3)
-FA_MASK_ADD_FN(4)
+FA_MASK_ADD_FN(1, 0)
+FA_MASK_ADD_FN(1, 1)
+FA_MASK_ADD_FN(2, 0)
+FA_MASK_ADD_FN(2, 1)
+FA_MASK_ADD_FN(2, 2)
+FA_MASK_ADD_FN(3, 0)
+FA_MASK_ADD_FN(3, 1)
+FA_MASK_ADD_FN(3, 2)
+FA_MASK_ADD_FN(3, 3)
+FA_MASK_ADD_FN(4, 0)
+FA_MASK_ADD_FN(4, 1)
+FA_MASK_ADD_FN(4, 2)
+FA_MASK_ADD_FN(4, 3)
+FA_MASK_ADD_FN(4, 4)
 #if FA_PRG_GROUP != 4
 #error "mask_add is written for FA_PRG_GROUP == 4"
 #endif
 
-static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1] = {
-    {NULL, mask_add_1, mask_add_2, mask_add_3, mask_add_4},
-    {NULL, mask_add_inplace_1, mask_add_inplace_2, mask_add_inplace_3, mask_add_inplace_4},
+/* [in place][K keystreams][P of them added] */
+static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1][FA_PRG_GROUP + 1] = {
+    {
+        {NULL},
+        {mask_add_1_0, mask_add_1_1},
+        {mask_add_2_0, mask_add_2_1, mask_add_2_2},
+        {mask_add_3_0, mask_add_3_1, mask_add_3_2, mask_add_3_3},
+        {mask_add_4_0, mask_add_4_1, mask_add_4_2, mask_add_4_3, mask_add_4_4},
+    },
+    {
+        {NULL},
+        {mask_add_inplace_1_0, mask_add_inplace_1_1},
+        {mask_add_inplace_2_0, mask_add_inplace_2_1, mask_add_inplace_2_2},
+        {mask_add_inplace_3_0, mask_add_inplace_3_1, mask_add_inplace_3_2, mask_add_inplace_3_3},
+        {mask_add_inplace_4_0, mask_add_inplace_4_1, mask_add_inplace_4_2, mask_add_inplace_4_3,
+         mask_add_inplace_4_4},
+    },
 };
 
 int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, uint32_t *acc,
                 size_t n, uint32_t *scratch)
 {
-    /* cache lines of one sub-block of input, prefetched 1/count per AES call */
+    /* A sub-block of input is `lines` cache lines, prefetched `slice` per
+     * AES call (no division in the loop: it shows in the timings). */
     const size_t lines = FA_PRG_SUB_WORDS * sizeof(uint32_t) / 64;
+    const size_t slice = count ? (lines + count - 1) / count : 0;
     int rc;
 
     if (count == 0) {
@@ -174,21 +201,30 @@ int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, 
          * an integer: a pointer past the end of base would be undefined. */
         const char *next =
             (const char *)((uintptr_t)(base + off) + FA_PRG_SUB_WORDS * sizeof(uint32_t));
-        for (size_t g0 = 0; g0 < count; g0 += FA_PRG_GROUP) {
-            const size_t k_n = count - g0 < FA_PRG_GROUP ? count - g0 : FA_PRG_GROUP;
-            const int inplace = g0 > 0 || base == acc;
-            uint32_t flip[FA_PRG_GROUP], bias = 0;
-            for (size_t k = 0; k < k_n; k++) {
-                const size_t i = g0 + k;
-                for (size_t l = lines * i / count; l < lines * (i + 1) / count; l++)
+        size_t calls = 0;
+        unsigned k_n = 0, k_add = 0;
+        int first = 1;
+        /* The added masks first, then the subtracted ones (the sum does not
+         * depend on the order), so that each group is P adds then K - P
+         * subtracts, which mask_add does without applying a sign per word. */
+        for (int sub = 0; sub < 2; sub++) {
+            for (size_t i = 0; i < count; i++) {
+                if ((sign[i] < 0) != sub)
+                    continue;
+                for (size_t l = calls * slice; l < (calls + 1) * slice && l < lines; l++)
                     __builtin_prefetch(next + 64 * l, 0, 3);
-                if ((rc = fa_prg_words(&g[i], scratch + k * FA_PRG_SUB_WORDS, m)) != 0)
+                calls++;
+                if ((rc = fa_prg_words(&g[i], scratch + k_n * FA_PRG_SUB_WORDS, m)) != 0)
                     return rc;
-                flip[k] = sign[i] < 0 ? 0xffffffffu : 0;
-                bias += sign[i] < 0;
+                k_add += !sub;
+                if (++k_n == FA_PRG_GROUP || calls == count) {
+                    const int inplace = !first || base == acc;
+                    mask_add_table[inplace][k_n][k_add](acc + off, inplace ? NULL : base + off,
+                                                        scratch, m);
+                    first = 0;
+                    k_n = k_add = 0;
+                }
             }
-            mask_add_table[inplace][k_n](acc + off, inplace ? NULL : base + off, scratch, flip,
-                                         bias, m);
         }
     }
     return 0;
