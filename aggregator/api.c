@@ -26,10 +26,10 @@ struct req_ctx {
     uint32_t attempt;
     uint8_t *buf; /* a protocol message being received */
     size_t len, cap;
-    int uploading;   /* a masked upload is being summed */
+    int uploading;      /* a masked upload is being summed */
+    uint64_t upload;    /* its stream id (fa_fed_masked_begin) */
+    int discard;        /* the body is read and dropped */
     uint64_t uncounted; /* body bytes not yet added to the region's count */
-    uint64_t upload; /* its stream id (fa_fed_masked_begin) */
-    int discard;     /* the body is read and dropped */
     int responded;
     int pending; /* in the long-poll list */
     struct req_ctx *next;

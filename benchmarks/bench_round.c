@@ -127,7 +127,8 @@ struct paths {
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void json_error(const char *part, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void json_error(const char *part, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void json_error(const char *part, const char *fmt, ...)
 {
     char msg[1024], q[1100];
@@ -277,7 +278,10 @@ static const char *json_num(char *buf, size_t n, double v, int prec)
 /* The federation's files                                                    */
 /* ------------------------------------------------------------------------ */
 
-static void region_name(int i, char *out, size_t n) { snprintf(out, n, "region-%02d", i + 1); }
+static void region_name(int i, char *out, size_t n)
+{
+    snprintf(out, n, "region-%02d", i + 1);
+}
 
 /* PKI and keys (and shards with alpha >= 0) with benchmarks/bench-round-setup.sh. */
 static int setup_dir(const struct paths *P, const char *dir, char names[][32], int n, double alpha,
@@ -313,17 +317,17 @@ static int setup_dir(const struct paths *P, const char *dir, char names[][32], i
 }
 
 struct agg_spec {
-    const char *path;    /* config file to write */
+    const char *path; /* config file to write */
     int port, mport;
     char (*names)[32];
     int n;
     int rounds;
     const uint32_t *hidden;
     size_t n_hidden;
-    const char *optimizer;  /* body of the optimizer block */
-    const char *quant;      /* body of the quantization block */
-    const char *round;      /* the round block's policy (besides rounds) */
-    const char *storage;    /* storage dir, relative to the config */
+    const char *optimizer; /* body of the optimizer block */
+    const char *quant;     /* body of the quantization block */
+    const char *round;     /* the round block's policy (besides rounds) */
+    const char *storage;   /* storage dir, relative to the config */
     int evaluation;
 };
 
@@ -358,8 +362,9 @@ static int write_aggregator(const struct agg_spec *a)
     if (getenv("FEDAGG_BENCH_QLOG"))
         fprintf(f, "quic { qlog_dir: \"%s/agg\" }\n", getenv("FEDAGG_BENCH_QLOG"));
     if (a->evaluation)
-        fprintf(f, "evaluation { test_images: \"%s/t10k-images-idx3-ubyte.gz\" "
-                   "test_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
+        fprintf(f,
+                "evaluation { test_images: \"%s/t10k-images-idx3-ubyte.gz\" "
+                "test_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
                 FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
     fclose(f);
     rc = write_text(a->path, t);
@@ -391,12 +396,14 @@ static int write_worker(const char *path, const char *r, int port, char names[][
         fprintf(f, "regions { id: \"%s\" identity_public_key_file: \"keys/%s.pub\" }\n", names[i],
                 names[i]);
     if (data_dir)
-        fprintf(f, "data { train_images: \"%s/train-images-idx3-ubyte.gz\" "
-                   "train_labels: \"%s/train-labels-idx1-ubyte.gz\" }\n",
+        fprintf(f,
+                "data { train_images: \"%s/train-images-idx3-ubyte.gz\" "
+                "train_labels: \"%s/train-labels-idx1-ubyte.gz\" }\n",
                 data_dir, data_dir);
     else /* the client threads do not train; the config still names data */
-        fprintf(f, "data { train_images: \"%s/t10k-images-idx3-ubyte.gz\" "
-                   "train_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
+        fprintf(f,
+                "data { train_images: \"%s/t10k-images-idx3-ubyte.gz\" "
+                "train_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
                 FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
     fprintf(f, "trainer { builtin { %s } }\ndevice: CPU\nstate_dir: \"%s\"\n", trainer, state_dir);
     if (getenv("FEDAGG_BENCH_QLOG"))
@@ -511,16 +518,14 @@ static void *client_main(void *arg)
         pthread_barrier_wait(&f->bar); /* everyone prepared: go */
         c->t0 = fa_rbench_now();
         if (c->err == 0 && mode == MODE_SECURE) {
-            c->err = fa_round_client_run(c->rc, c->info, c->delta, c->d, c->weight, &c->out,
-                                         &err);
+            c->err = fa_round_client_run(c->rc, c->info, c->delta, c->d, c->weight, &c->out, &err);
             c->up = c->out.bytes_up;
             c->down = c->out.bytes_down;
         } else if (c->err == 0 && !c->info) {
             c->err = fa_errorf(&err, FA_ERR_STATE, "a plain round needs a secure one first");
         } else if (c->err == 0) {
             c->err = fa_rbench_plain_round(c->pc, f->round_plain, c->delta, c->d, c->weight,
-                                           c->info ? c->info->quant : NULL, &c->up, &c->down,
-                                           &err);
+                                           c->info ? c->info->quant : NULL, &c->up, &c->down, &err);
         }
         c->t1 = fa_rbench_now();
         if (c->err != 0)
@@ -625,13 +630,13 @@ static void fed_stop(struct fed *f)
 
 #define E2E_QUANT "bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 0.05 max_examples: 60000"
 #define E2E_OPT "kind: FEDADAM learning_rate: 0.01 beta1: 0.9 beta2: 0.99 tau: 0.001"
-#define E2E_ROUND                                                                                \
-    "advertise_deadline_ms: 600000 shares_deadline_ms: 120000 masked_deadline_ms: 600000 "      \
+#define E2E_ROUND                                                                                  \
+    "advertise_deadline_ms: 600000 shares_deadline_ms: 120000 masked_deadline_ms: 600000 "         \
     "consistency_deadline_ms: 120000 unmask_deadline_ms: 120000"
 
 struct agg_phases {
-    double phase[5];  /* aggregator: seconds each phase was open */
-    double finish;    /* unmask close -> round completed: decode, optimizer, commit, audit */
+    double phase[5]; /* aggregator: seconds each phase was open */
+    double finish;   /* unmask close -> round completed: decode, optimizer, commit, audit */
 };
 
 /* The aggregator's view of round r from its log. */
@@ -692,14 +697,14 @@ struct secure_round {
 };
 
 /* GET path from the server of client-config wcfg at addr; the QUIC bytes. */
-static int measure_download(const Fedagg__WorkerConfig *wcfg, const char *addr,
-                            uint64_t *down, fa_error *err);
+static int measure_download(const Fedagg__WorkerConfig *wcfg, const char *addr, uint64_t *down,
+                            fa_error *err);
 
 static int part_e2e(const struct opts *o, const struct paths *P, char names[][32])
 {
     char agg_cfg[PATH_MAX + 64], plain_cfg[PATH_MAX + 64], agg_log[PATH_MAX + 64],
-        plain_log[PATH_MAX + 64], wpath[PATH_MAX + 64], addr_p[64], addr_s[64], msg[600],
-        arch[128], b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+        plain_log[PATH_MAX + 64], wpath[PATH_MAX + 64], addr_p[64], addr_s[64], msg[600], arch[128],
+        b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     int port_s = fa_rbench_free_port(1), port_p = fa_rbench_free_port(1);
     int mport_s = fa_rbench_free_port(0), mport_p = fa_rbench_free_port(0);
     pid_t agg = -1, plain = -1;
@@ -734,9 +739,19 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     snprintf(plain_cfg, sizeof(plain_cfg), "%s/e2e-plain.textproto", P->dir);
     snprintf(agg_log, sizeof(agg_log), "%s/logs/e2e-aggregator.log", P->dir);
     snprintf(plain_log, sizeof(plain_log), "%s/logs/e2e-plain.log", P->dir);
-    struct agg_spec a = {agg_cfg, port_s, mport_s, names, o->regions, o->reps, o->hidden,
-                         o->n_hidden, E2E_OPT, E2E_QUANT,
-                         "min_regions: 2 " E2E_ROUND, "e2e-state", 0};
+    struct agg_spec a = {agg_cfg,
+                         port_s,
+                         mport_s,
+                         names,
+                         o->regions,
+                         o->reps,
+                         o->hidden,
+                         o->n_hidden,
+                         E2E_OPT,
+                         E2E_QUANT,
+                         "min_regions: 2 " E2E_ROUND,
+                         "e2e-state",
+                         0};
     if (write_aggregator(&a) != 0) {
         json_error("e2e", "cannot write %s", agg_cfg);
         goto out;
@@ -763,8 +778,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
         char agg_bin[PATH_MAX + 32];
         snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
         const char *lvl = getenv("FEDAGG_BENCH_LOG_LEVEL");
-        char *argv_a[] = {agg_bin, "--config", agg_cfg, lvl ? "--log-level" : NULL, (char *)lvl,
-                          NULL};
+        char *argv_a[] = {agg_bin,     "--config", agg_cfg, lvl ? "--log-level" : NULL,
+                          (char *)lvl, NULL};
         char *argv_p[] = {(char *)P->self, "round", "--serve-plain", plain_cfg, NULL};
         if (fa_rbench_spawn(&agg, argv_a, agg_log, &err) != 0 ||
             fa_rbench_spawn(&plain, argv_p, plain_log, &err) != 0) {
@@ -992,8 +1007,8 @@ out:
 /* Part 3: the aggregator's peak RSS with few and many regions               */
 /* ------------------------------------------------------------------------ */
 
-static long rss_run(const struct opts *o, const struct paths *P, char names[][32], int n,
-                    size_t d, double *round_s)
+static long rss_run(const struct opts *o, const struct paths *P, char names[][32], int n, size_t d,
+                    double *round_s)
 {
     char cfg[PATH_MAX + 64], log[PATH_MAX + 64], wpath[PATH_MAX + 64], storage[64], msg[600];
     int port = fa_rbench_free_port(1), mport = fa_rbench_free_port(0), started = 0;
@@ -1009,8 +1024,19 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
     snprintf(cfg, sizeof(cfg), "%s/rss%d-aggregator.textproto", P->dir, n);
     snprintf(log, sizeof(log), "%s/logs/rss%d-aggregator.log", P->dir, n);
     snprintf(storage, sizeof(storage), "rss%d-state", n);
-    struct agg_spec a = {cfg, port, mport, names, n, o->rss_rounds, o->hidden, o->n_hidden,
-                         E2E_OPT, E2E_QUANT, "min_regions: 2 " E2E_ROUND, storage, 0};
+    struct agg_spec a = {cfg,
+                         port,
+                         mport,
+                         names,
+                         n,
+                         o->rss_rounds,
+                         o->hidden,
+                         o->n_hidden,
+                         E2E_OPT,
+                         E2E_QUANT,
+                         "min_regions: 2 " E2E_ROUND,
+                         storage,
+                         0};
     if (write_aggregator(&a) != 0) {
         json_error("rss", "cannot write %s", cfg);
         goto out;
@@ -1113,9 +1139,9 @@ static int part_rss(const struct opts *o, const struct paths *P, char names[][32
  * this split, final and last-5 test accuracy; centralised 30 epochs at the
  * same SGD settings: 0.884).  FedAvgM lr 1.0 momentum 0.5 was the best and
  * steadiest; reported so that a reader can judge the tuning. */
-#define ACC_TUNED_OVER                                                                            \
-    "fedavg lr1: 0.871; fedavgm lr1 m0.9: 0.857; fedavgm lr1 m0.7: 0.873; fedavgm lr0.5 m0.9: "  \
-    "0.872; fedavgm lr1 m0.5: 0.878, 0.877; fedadam lr0.003: 0.861 (local sgd lr 0.05 m0.9 "      \
+#define ACC_TUNED_OVER                                                                             \
+    "fedavg lr1: 0.871; fedavgm lr1 m0.9: 0.857; fedavgm lr1 m0.7: 0.873; fedavgm lr0.5 m0.9: "    \
+    "0.872; fedavgm lr1 m0.5: 0.878, 0.877; fedadam lr0.003: 0.861 (local sgd lr 0.05 m0.9 "       \
     "batch 64, 1 epoch)"
 
 static const char *opt_kind(const char *name)
@@ -1140,8 +1166,8 @@ static double eval_of(const char *log, uint64_t v)
     double acc = NAN;
     snprintf(vs, sizeof(vs), "%" PRIu64, v);
     for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
-        if (strstr(line, "msg=\"global model evaluated\"") && kv(line, "version", got, sizeof(got)) &&
-            !strcmp(got, vs))
+        if (strstr(line, "msg=\"global model evaluated\"") &&
+            kv(line, "version", got, sizeof(got)) && !strcmp(got, vs))
             acc = kv_num(line, "accuracy");
     free(t);
     return acc;
@@ -1261,8 +1287,9 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
              "bits: 16 clip: CLIP_L2 clip_l2_norm: %g clip_value: 1.0 max_examples: 60000",
              o->acc_clip);
     snprintf(policy, sizeof(policy), "min_regions: 3 threshold: 2 %s", E2E_ROUND);
-    struct agg_spec a = {cfg, port, mport, names, 3, o->acc_rounds, (const uint32_t[]){256, 128},
-                         2, optimizer, quant, policy, "state", 1};
+    struct agg_spec a = {
+        cfg,       port,  mport,  names,   3, o->acc_rounds, (const uint32_t[]){256, 128}, 2,
+        optimizer, quant, policy, "state", 1};
     if (write_aggregator(&a) != 0) {
         json_error("accuracy", "cannot write %s", cfg);
         goto out;
@@ -1310,15 +1337,15 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
         for (;;) {
             size_t n = log_count(log, "msg=\"round completed\"");
             if (n != last) {
-                fprintf(stderr, "fedagg-bench round: accuracy: round %zu of %d: accuracy %.4f\n",
-                        n, o->acc_rounds, eval_of(log, n));
+                fprintf(stderr, "fedagg-bench round: accuracy: round %zu of %d: accuracy %.4f\n", n,
+                        o->acc_rounds, eval_of(log, n));
                 last = n;
             }
             if (log_has(log, "msg=\"federation finished\""))
                 break;
             if (!fa_rbench_alive(agg) || fa_rbench_now() - t0 > 60.0 * 60) {
-                json_error("accuracy", "the federation stopped after %zu of %d rounds: see %s",
-                           n, o->acc_rounds, log);
+                json_error("accuracy", "the federation stopped after %zu of %d rounds: see %s", n,
+                           o->acc_rounds, log);
                 goto out;
             }
             usleep(200000);
@@ -1386,8 +1413,8 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
                o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, o->acc_clip,
                ACC_TUNED_OVER, o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr,
                o->acc_momentum, json_num(b[1], sizeof(b[1]), fed_acc, 4),
-               json_num(b[2], sizeof(b[2]), cen_acc, 4), json_num(b[3], sizeof(b[3]), gap, 2),
-               tail, json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
+               json_num(b[2], sizeof(b[2]), cen_acc, 4), json_num(b[3], sizeof(b[3]), gap, 2), tail,
+               json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
                json_num(b[5], sizeof(b[5]), cen_tail, 4), tail,
                json_num(b[6], sizeof(b[6]), gap_tail, 2), gap <= 1.5 ? "true" : "false", fed_s,
                json_num(b[7], sizeof(b[7]), cen_s, 1), fc, cc);
@@ -1411,16 +1438,15 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
-            "         [--dir DIR] [--reps 5] [--regions 8] [--hidden 8192,440]\n"
-            "         [--rss-regions 4,16] [--rss-rounds 1]\n"
-            "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
-            "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
-            "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
-            "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
-            "JSON lines: round_e2e, round_bytes, round_rss, round_accuracy (see the source's\n"
-            "header comment for what each measures).  --quick: 1 rep, 5 accuracy rounds.\n");
+    fprintf(f, "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
+               "         [--dir DIR] [--reps 5] [--regions 8] [--hidden 8192,440]\n"
+               "         [--rss-regions 4,16] [--rss-rounds 1]\n"
+               "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
+               "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
+               "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
+               "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
+               "JSON lines: round_e2e, round_bytes, round_rss, round_accuracy (see the source's\n"
+               "header comment for what each measures).  --quick: 1 rep, 5 accuracy rounds.\n");
 }
 
 static int parse_hidden(const char *s, struct opts *o)
@@ -1640,8 +1666,8 @@ int fa_bench_round(int argc, char **argv)
         region_name(i, names[i], sizeof(names[i]));
     if (n_setup > 0) {
         char logs[PATH_MAX + 8];
-        fprintf(stderr, "fedagg-bench round: PKI and identity keys of %d regions in %s\n",
-                n_setup, P.dir);
+        fprintf(stderr, "fedagg-bench round: PKI and identity keys of %d regions in %s\n", n_setup,
+                P.dir);
         snprintf(logs, sizeof(logs), "%s/logs", P.dir);
         fa_file_mkdirs(logs, 0700, NULL);
         if (setup_dir(&P, P.dir, names, n_setup, -1, 0) != 0) {

@@ -56,12 +56,12 @@ struct plain_srv {
     const char *federation_id;
     size_t n_regions;
     fa_mlp_layout layout;
-    uint64_t n;        /* ring coordinates: d + 1 (the weight) */
-    unsigned k;        /* ring bits */
+    uint64_t n; /* ring coordinates: d + 1 (the weight) */
+    unsigned k; /* ring bits */
     uint64_t masked_bytes;
     fa_secagg_quant quant;
-    uint32_t *sum;     /* (n) */
-    float *params;     /* (d) */
+    uint32_t *sum; /* (n) */
+    float *params; /* (d) */
     fa_server_opt *opt;
     fa_model_store *store;
     uint64_t version, round;
@@ -110,10 +110,18 @@ static int commit(struct plain_srv *s, const float *w, uint64_t version, fa_erro
     optdesc[0] = '\0';
     if (s->opt)
         fa_server_opt_describe(s->opt, optdesc, sizeof(optdesc));
-    const char *meta[] = {"format", "pt", "fedagg.arch", arch, "fedagg.version", version_s,
-                          "fedagg.round", round_s, "fedagg.federation", s->federation_id};
-    const char *smeta[] = {"fedagg.optimizer", optdesc, "fedagg.steps", steps_s,
-                           "fedagg.version", version_s};
+    const char *meta[] = {"format",
+                          "pt",
+                          "fedagg.arch",
+                          arch,
+                          "fedagg.version",
+                          version_s,
+                          "fedagg.round",
+                          round_s,
+                          "fedagg.federation",
+                          s->federation_id};
+    const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
+                           "fedagg.version",   version_s};
     return fa_model_store_commit(s->store, version, version, model, s->layout.n_tensors, meta,
                                  sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
                                  sizeof(smeta) / sizeof(smeta[0]) / 2, err);
@@ -322,8 +330,7 @@ static void on_upload_close(fa_h3_request *req, int e, void *arg)
 int fa_rbench_plain_serve(const char *config_path)
 {
     static const fa_h3_handler hello = {on_hello, NULL, NULL, NULL};
-    static const fa_h3_handler upload = {on_upload, on_upload_body, on_upload_end,
-                                         on_upload_close};
+    static const fa_h3_handler upload = {on_upload, on_upload_body, on_upload_end, on_upload_close};
     Fedagg__AggregatorConfig *cfg = NULL;
     struct fa_server_opt_params op;
     struct plain_srv s;
@@ -447,8 +454,8 @@ int fa_rbench_plain_client_new(fa_rbench_plain_client **out, const Fedagg__Worke
     /* As worker/round_client.c configures its transport. */
     fa_h3_client_config_default(&hc);
     hc.server = server;
-    hc.server_name = cfg->tls->server_name && cfg->tls->server_name[0] ? cfg->tls->server_name
-                                                                       : NULL;
+    hc.server_name =
+        cfg->tls->server_name && cfg->tls->server_name[0] ? cfg->tls->server_name : NULL;
     hc.ca_file = cfg->tls->ca_file;
     hc.cert_file = cfg->tls->cert_file;
     hc.key_file = cfg->tls->key_file;
@@ -525,8 +532,8 @@ static ssize_t plain_read(void *arg, uint8_t *buf, size_t cap)
         }
         if (p->pos == p->n)
             break;
-        size_t m = p->n - p->pos < FA_PRG_BLOCK_WORDS ? (size_t)(p->n - p->pos)
-                                                      : FA_PRG_BLOCK_WORDS;
+        size_t m =
+            p->n - p->pos < FA_PRG_BLOCK_WORDS ? (size_t)(p->n - p->pos) : FA_PRG_BLOCK_WORDS;
         size_t mf = p->pos < p->d ? (size_t)(p->d - p->pos < m ? p->d - p->pos : m) : 0;
         int rc = fa_prg_words(&p->prg, p->rnd, m);
         if (rc != 0)
@@ -534,8 +541,7 @@ static ssize_t plain_read(void *arg, uint8_t *buf, size_t cap)
         fa_codec_encode(&p->codec, p->x + p->pos, mf, p->rnd, p->acc);
         if (p->pos + m > p->d)
             p->acc[p->d - p->pos] = (uint32_t)fa_codec_round(p->weight * p->codec.qmax,
-                                                             p->rnd[p->d - p->pos],
-                                                             p->codec.qmax);
+                                                             p->rnd[p->d - p->pos], p->codec.qmax);
         fa_ring_pack(p->pending, p->acc, m, p->k);
         p->pend_off = 0;
         p->pend_len = (size_t)fa_ring_packed_bytes(m, p->k);
@@ -600,8 +606,8 @@ int fa_rbench_plain_round(fa_rbench_plain_client *c, uint64_t round, const float
     req.timeout_ms = 10u * 60u * 1000u;
     rc = fa_h3_client_request(c->h3, &req, &resp, err);
     if (rc == 0 && resp.status != 200)
-        rc = fa_errorf(err, FA_ERR_HTTP, "plain upload of round %" PRIu64 ": status %d: %s",
-                       round, resp.status, resp.body ? (const char *)resp.body : "");
+        rc = fa_errorf(err, FA_ERR_HTTP, "plain upload of round %" PRIu64 ": status %d: %s", round,
+                       resp.status, resp.body ? (const char *)resp.body : "");
 out:
     fa_h3_client_get_stats(c->h3, &s1);
     *bytes_up = s1.bytes_sent - s0.bytes_sent;
