@@ -42,7 +42,7 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n);
 
 /* The masking step of a block, for count generators at once:
  *   acc[j] = base[j] + sum_i sign[i] * (word j of the next n words of g[i])
- * mod 2^32, for j in [0, n), sign[i] > 0 adding and < 0 subtracting; each
+ * mod 2^32, for j in [0, n), sign[i] < 0 subtracting and >= 0 adding; each
  * g[i] advances by n words.  base is either acc itself (the masks are added
  * in place) or an input that does not overlap acc.  n is any length;
  * scratch holds FA_PRG_BLOCK_WORDS words (it ends up holding keystream: wipe
