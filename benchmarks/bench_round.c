@@ -32,8 +32,27 @@
  *   record), i.e. everything the product pays for secure aggregation.
  *   Where the secure round's time goes: the clients' phase times
  *   (fa_round_outcome.phase_seconds, mean over regions), the rest of the
- *   client's wall time, and the aggregator's view from its log (phase
- *   closes, and the decode + optimizer + commit + audit after unmask).
+ *   client's wall time (update check and hash, attempt state and delta
+ *   written, audit proof), and the aggregator's view from its log (phase
+ *   closes, and the decode + optimizer + commit + audit after unmask); the
+ *   plain server's upload / decode / optimizer / commit split; and the CPU
+ *   seconds of a round: all region clients together (this process) and the
+ *   server process (cpu_s).
+ *   What this comparison is and is not.  Both sides pay for the same
+ *   transport, codec, optimizer and model store.  Secure additionally pays
+ *   the protocol (keys, shares, masks, unmasking, four extra round trips),
+ *   its integrity (SHA-256 commitments, signatures, the audit record and
+ *   proof) and its crash safety (the round state, including the 4·d-byte
+ *   sum, written and fsync'ed at every phase close; each region's attempt
+ *   state and delta written before its upload); and it takes at most 4
+ *   masked uploads at a time (the secure-aggregation server journals each
+ *   in-flight upload to remove it exactly if it breaks off; the others get
+ *   503, stop sending at once, and retry).  The plain anchor journals
+ *   nothing (a broken upload would spoil its round) and takes all uploads
+ *   at once.  All regions and the aggregator share this machine's cores
+ *   and disk: the clients' masking, which real regions do in parallel on
+ *   their own machines, is serialised here, so the ratio is an upper bound
+ *   of what a deployment sees; cpu_s shows how much of it is CPU.
  *
  * round_bytes     Bytes on the wire per parameter per region: the masked
  *                 upload's size / d (ring bits / 8), and the QUIC bytes up +
@@ -42,9 +61,12 @@
  *                 parameter, the raw delta); the model download of the next
  *                 round (safetensors, measured) is reported beside it.
  *
- * round_rss       Peak RSS (VmHWM) of the fedagg-aggregator process through a
- *                 round with 4 and with 16 regions at the same d (target
- *                 ratio <= 1.1): memory must not grow with the regions.
+ * round_rss       Peak RSS (VmHWM) of the fedagg-aggregator process through
+ *                 --rss-rounds (1) complete rounds (start-up, uploads,
+ *                 unmasking, optimizer step, commit) with 4 and with 16
+ *                 regions at the same d, region clients as threads of this
+ *                 process (target ratio <= 1.1): memory must not grow with
+ *                 the regions.
  *
  * round_accuracy  3 non-IID regions (Fashion-MNIST, `fedagg data split`,
  *                 Dirichlet alpha 0.5, seed 7), aggregator + 3 fedagg-worker
@@ -57,13 +79,21 @@
  *                 number of passes over the data (rounds x local epochs
  *                 centralised epochs), the same SGD settings (batch, learning
  *                 rate, momentum) as the regions' local trainer.  Target:
- *                 within 1.5 points.
+ *                 within 1.5 points after 30 rounds.  Both curves (test
+ *                 accuracy per round / epoch) and the means of the last 5
+ *                 are reported too (single values move by ~0.5 point from
+ *                 one round to the next), with the server settings that
+ *                 were tried before choosing the default (ACC_TUNED_OVER).
  *
  * Options: --only e2e,bytes,rss,accuracy (bytes comes with e2e), --quick
  * (1 rep, 1 rss round, 5 accuracy rounds), and the knobs in usage().  The
- * work directory (PKI, keys, configs, logs, model stores) is deleted unless
- * --keep.  Never fails for being slow; exits 1 only when a part could not be
- * measured (with an "error" JSON line).
+ * work directory (PKI, keys, configs, logs, model stores; under /tmp, on
+ * disk like a deployment's storage) is deleted unless --keep or an error.
+ * The default run takes about 2-3 minutes on 2 cores.  Never fails for
+ * being slow; exits 1 only when a part could not be measured (with an
+ * "error" JSON line).  Debugging: FEDAGG_BENCH_LOG_LEVEL=debug runs the
+ * aggregators at that log level, FEDAGG_BENCH_QLOG=DIR writes qlogs (DIR/agg,
+ * DIR/<region> must exist).
  */
 #include <cblas.h>
 #include <errno.h>
@@ -744,7 +774,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                          mport_s,
                          names,
                          o->regions,
-                         o->reps,
+                         o->reps + 1, /* never finished (and drained) while measured */
                          o->hidden,
                          o->n_hidden,
                          E2E_OPT,
@@ -1029,7 +1059,7 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
                          mport,
                          names,
                          n,
-                         o->rss_rounds,
+                         o->rss_rounds + 1, /* alive, not draining, when VmHWM is read */
                          o->hidden,
                          o->n_hidden,
                          E2E_OPT,
