@@ -1713,7 +1713,7 @@ int fa_bench_round(int argc, char **argv)
     if (o.accuracy && part_accuracy(&o, &P) != 0)
         status = 1;
 out:
-    if (o.keep || status != 0)
+    if (o.keep || status != 0 || o.dir) /* a directory given by --dir is the caller's */
         fprintf(stderr, "fedagg-bench round: files kept in %s\n", P.dir);
     else
         rm_rf(P.dir);
