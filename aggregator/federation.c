@@ -313,13 +313,10 @@ static int region_connected(const struct region *r, uint64_t now_ms)
 /* Durable round state                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Writes round.state: called at every phase change, before any region can
- * learn of it.  Failing to save is fatal for the attempt (the caller aborts
- * it), never silently ignored. */
-/* Packs the round state straight into the file: the state holds the
- * secure-aggregation sum (4 bytes per parameter), and a packed copy of it
- * in memory would cost a malloc, page faults and a copy at every phase
- * close (and that much more peak memory). */
+/* The round state is packed straight into its file: it holds the
+ * secure-aggregation sum (4 bytes per parameter), and a packed copy of it in
+ * memory would cost a malloc, page faults and a copy at every phase close
+ * (and that much more peak memory). */
 struct state_sink {
     ProtobufCBuffer base;
     fa_atomic_file *f;
@@ -334,6 +331,9 @@ static void state_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *dat
         s->rc = fa_atomic_file_write(s->f, data, len, s->err);
 }
 
+/* Writes round.state: called at every phase change, before any region can
+ * learn of it.  Failing to save is fatal for the attempt (the caller aborts
+ * it), never silently ignored. */
 static int save_state(fa_fed *f, fa_error *err)
 {
     Fedagg__RoundState st = FEDAGG__ROUND_STATE__INIT;
