@@ -3,6 +3,9 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -832,6 +835,14 @@ out:
         free(saved[i]);
     free(delta);
     free(w);
+#ifdef __GLIBC__
+    /* A round frees tens of MB in blocks of several sizes (upload journals,
+     * saved states, these buffers); glibc keeps them in its heap once its
+     * mmap threshold has adapted, and the next round's blocks do not always
+     * fit: without giving the free pages back, peak memory creeps up round
+     * after round (fedagg-bench round, round_rss). */
+    malloc_trim(0);
+#endif
     return rc;
 }
 

@@ -1118,7 +1118,8 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
             json_error("rss", "%d regions, round %d: %s", n, r + 1, msg);
             goto out;
         }
-        fprintf(stderr, "fedagg-bench round: rss: %d regions, round %d: %.2f s\n", n, r + 1, w);
+        fprintf(stderr, "fedagg-bench round: rss: %d regions, round %d: %.2f s, VmHWM %.1f MiB\n",
+                n, r + 1, w, fa_rbench_vmhwm_kib(agg) / 1024.0);
         *round_s = w;
     }
     /* The round is complete (every region has its RoundResult): the peak
