@@ -10,6 +10,7 @@
  * short grace period (so every region learns the outcome) and exits 0.
  */
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -92,6 +93,10 @@ int main(int argc, char **argv)
         return rc;
     /* OpenBLAS (evaluation) picks its kernels when it loads. */
     fa_mlp_blas_reexec(argv);
+    /* Large buffers (the O(d) sums, model copies) straight from mmap, so
+     * that freeing them returns the memory: otherwise the heap's peak creeps
+     * up round after round with the number of regions. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     fa_log_set_context("proc=aggregator");
     fa_error_clear(&err);
 

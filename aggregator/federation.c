@@ -364,8 +364,14 @@ static int save_state(fa_fed *f, fa_error *err)
         fedagg__round_state__pack_to_buffer(&st, &sink.base);
         rc = sink.rc;
     }
+    /* No fsync: a SIGKILL never loses it (page cache), and a machine crash
+     * that does only rolls the round back to an earlier phase, which the
+     * protocol tolerates (regions resend identical messages; a client refuses
+     * a different survivor set) or, when it predates the last commit, is
+     * dropped on restart (restore_round).  The model store and the audit log,
+     * which must not be lost, are fsync'ed. */
     if (rc == 0)
-        rc = fa_atomic_file_commit(sink.f, err);
+        rc = fa_atomic_file_commit_nosync(sink.f, err);
     else
         fa_atomic_file_abort(sink.f);
     free(blob);
@@ -1810,6 +1816,16 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         }
         fedagg__round_state__free_unpacked(st, NULL);
         return rc;
+    }
+    if (f->cur.version == audited && st->base_version < f->cur.version) {
+        /* The state predates the last committed round: the newer one was lost
+         * with the machine (round.state is not fsync'ed).  Start afresh. */
+        uint64_t next = (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1;
+        fa_log(FA_LOG_WARN, "round state older than the model store; starting the next round",
+               "state_round=%" PRIu64 " state_version=%" PRIu64 " version=%" PRIu64, st->round,
+               st->base_version, f->cur.version);
+        fedagg__round_state__free_unpacked(st, NULL);
+        return open_attempt(f, next, 0, now_ms, err);
     }
     if (f->cur.version != audited || st->base_version != f->cur.version) {
         rc = fa_errorf(err, FA_ERR_CORRUPT,

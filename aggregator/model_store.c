@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,36 @@
 
 #define MANIFEST_MAGIC "fedagg-model-store 1"
 #define MAX_KEEP 1000
+
+/* SHA-256 through OpenSSL: with the CPU's SHA extensions it runs ~6x faster
+ * here than libsodium's portable code, and every commit hashes the whole
+ * model and optimizer state (a few hundred MB for large models). */
+typedef struct {
+    EVP_MD_CTX *ctx;
+} sha256_ctx;
+
+static int sha256_init(sha256_ctx *h)
+{
+    h->ctx = EVP_MD_CTX_new();
+    return h->ctx && EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) == 1 ? 0 : FA_ERR_CRYPTO;
+}
+
+static void sha256_update(sha256_ctx *h, const void *data, size_t len)
+{
+    if (h->ctx && EVP_DigestUpdate(h->ctx, data, len) != 1) {
+        EVP_MD_CTX_free(h->ctx);
+        h->ctx = NULL;
+    }
+}
+
+/* Finishes (and frees) h; returns FA_ERR_CRYPTO if any step failed. */
+static int sha256_final(sha256_ctx *h, uint8_t out[32])
+{
+    int ok = h->ctx && EVP_DigestFinal_ex(h->ctx, out, NULL) == 1;
+    EVP_MD_CTX_free(h->ctx);
+    h->ctx = NULL;
+    return ok ? 0 : FA_ERR_CRYPTO;
+}
 
 struct entry {
     struct fa_model_version v;
@@ -46,7 +77,7 @@ char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char 
 
 static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error *err)
 {
-    crypto_hash_sha256_state st;
+    sha256_ctx st;
     uint8_t buf[1 << 16];
     FILE *f = fopen(path, "rb");
     uint64_t total = 0;
@@ -55,17 +86,22 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
     if (!f)
         return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
                          strerror(errno));
-    crypto_hash_sha256_init(&st);
+    if (sha256_init(&st) != 0) {
+        fclose(f);
+        return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
+    }
     while ((r = fread(buf, 1, sizeof(buf), f)) > 0) {
-        crypto_hash_sha256_update(&st, buf, r);
+        sha256_update(&st, buf, r);
         total += r;
     }
     if (ferror(f)) {
         fclose(f);
+        sha256_final(&st, out);
         return fa_errorf(err, FA_ERR_IO, "%s: read error", path);
     }
     fclose(f);
-    crypto_hash_sha256_final(&st, out);
+    if (sha256_final(&st, out) != 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     if (size)
         *size = total;
     return 0;
@@ -280,13 +316,14 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
 static int write_tensors(const char *path, const fa_st_view *t, size_t n, const char *const *meta,
                          size_t n_meta, uint8_t sha[32], uint64_t *size, fa_error *err)
 {
-    crypto_hash_sha256_state st;
+    sha256_ctx st;
     fa_st_writer *w = NULL;
     const uint8_t *hdr;
     size_t hdr_len;
     int rc;
 
-    crypto_hash_sha256_init(&st);
+    if (sha256_init(&st) != 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
     rc = fa_st_writer_new(&w, err);
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = fa_st_writer_add(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape, err);
@@ -295,7 +332,7 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
     if (rc == 0)
         rc = fa_st_writer_header(w, &hdr, &hdr_len, err);
     if (rc == 0) {
-        crypto_hash_sha256_update(&st, hdr, hdr_len);
+        sha256_update(&st, hdr, hdr_len);
         *size = fa_st_writer_total_size(w);
         rc = fa_st_writer_open(w, path, 0644, err);
     }
@@ -304,13 +341,14 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
         for (unsigned k = 0; k < t[i].ndim; k++)
             numel *= t[i].shape[k];
         size_t bytes = (size_t)(numel * fa_st_dtype_size(t[i].dtype));
-        crypto_hash_sha256_update(&st, t[i].data, bytes);
+        sha256_update(&st, t[i].data, bytes);
         rc = fa_st_writer_write(w, t[i].data, bytes, err);
     }
     if (rc == 0)
         rc = fa_st_writer_commit(w, err);
     fa_st_writer_del(w);
-    crypto_hash_sha256_final(&st, sha);
+    if (sha256_final(&st, sha) != 0 && rc == 0)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     return rc;
 }
 

@@ -124,6 +124,23 @@ fail:
     return rc;
 }
 
+int fa_atomic_file_commit_nosync(fa_atomic_file *f, fa_error *err)
+{
+    int rc = 0;
+
+    if (close(f->fd) != 0)
+        rc = fa_errorf(err, FA_ERR_IO, "%s: close: %s", f->path, strerror(errno));
+    f->fd = -1;
+    if (rc == 0 && rename(f->tmp, f->path) != 0)
+        rc = fa_errorf(err, FA_ERR_IO, "%s: rename: %s", f->path, strerror(errno));
+    if (rc == 0) {
+        free(f->tmp);
+        f->tmp = NULL;
+    }
+    fa_atomic_file_abort(f);
+    return rc;
+}
+
 void fa_atomic_file_abort(fa_atomic_file *f)
 {
     if (!f)

@@ -29,6 +29,12 @@ int fa_atomic_file_fd(const fa_atomic_file *f);
  * On failure the destination is untouched and f is freed.  Returns 0 or FA_ERR_IO. */
 int fa_atomic_file_commit(fa_atomic_file *f, fa_error *err);
 
+/* Like fa_atomic_file_commit but without the fsyncs: the rename is still
+ * atomic, so a process crash (SIGKILL) never leaves a mix, but a machine
+ * crash may lose the new content (the old one, or none, is found).  For
+ * state that is rewritten often and whose loss only costs work. */
+int fa_atomic_file_commit_nosync(fa_atomic_file *f, fa_error *err);
+
 /* Removes the temporary file and frees f.  NULL is a no-op. */
 void fa_atomic_file_abort(fa_atomic_file *f);
 

@@ -95,6 +95,7 @@ struct worker {
     fa_mlp_layout layout;
     fa_local_round *lr;
     fa_train_opts topts;
+    uint64_t base_seed; /* the config's seed; each round shuffles with base_seed + version */
     int external;
     fa_external_opts xopts;
     fa_round_client *rc;
@@ -207,11 +208,12 @@ static int train(struct worker *w, fa_error *err)
 static int follower_loop(struct worker *w, fa_error *err)
 {
     for (;;) {
-        int32_t cmd;
-        int rc = fa_comm_bcast(w->comm, &cmd, sizeof(cmd), 0, err);
+        uint64_t cmd[2]; /* the command, and the round's shuffling seed */
+        int rc = fa_comm_bcast(w->comm, cmd, sizeof(cmd), 0, err);
         if (rc != 0)
             return rc;
-        if (cmd == CMD_STOP)
+        w->topts.seed = cmd[1];
+        if (cmd[0] == CMD_STOP)
             return 0;
         if (!w->net && (rc = build_network(w, err)) != 0)
             return rc;
@@ -221,11 +223,14 @@ static int follower_loop(struct worker *w, fa_error *err)
     }
 }
 
-static int command(struct worker *w, int32_t cmd, fa_error *err)
+/* Rank 0 tells the other ranks what to do next, with the shuffling seed
+ * (every rank must train with the same options). */
+static int command(struct worker *w, uint64_t cmd, fa_error *err)
 {
+    uint64_t msg[2] = {cmd, w->topts.seed};
     if (w->world == 1)
         return 0;
-    return fa_comm_bcast(w->comm, &cmd, sizeof(cmd), 0, err);
+    return fa_comm_bcast(w->comm, msg, sizeof(msg), 0, err);
 }
 
 static void evaluate_local(struct worker *w, uint64_t version)
@@ -302,6 +307,8 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (w->delta_version != w->have_version) {
             /* Every rank trains: the first time they also build the network
              * from the architecture of the downloaded model. */
+            /* A new shuffle every round, the same on every rank. */
+            w->topts.seed = w->base_seed + w->have_version;
             rc = command(w, CMD_TRAIN, err);
             if (rc == 0 && !w->net)
                 rc = build_network(w, err);
@@ -432,6 +439,7 @@ int main(int argc, char **argv)
     } else if (rc == 0) {
         rc = fa_local_round_train_opts_from_proto(
             &w.topts, cfg->trainer ? cfg->trainer->builtin : NULL, &err);
+        w.base_seed = w.topts.seed;
     }
     if (rc != 0) {
         log_err("cannot start", rc, &err);
