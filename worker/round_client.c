@@ -487,7 +487,14 @@ static void state_paths(fa_round_client *rc, char *st, char *dl, size_t n)
     snprintf(dl, n, "%s/attempt.delta", rc->state_dir);
 }
 
-/* attempt.state: "<magic> <round> <attempt> <d> <weight>\n" then the sealed
+/* Both files are replaced atomically but not fsync'ed: a SIGKILL never loses
+ * them, and losing them to a machine crash loses the attempt's keys with its
+ * input, so no mask can ever meet another input: the restarted worker just
+ * sits that attempt out (the aggregator refuses a second, different
+ * advertisement) and joins the next.  Saving 4 bytes per parameter with
+ * fsync before every upload would cost more than the upload on a fast link.
+ *
+ * attempt.state: "<magic> <round> <attempt> <d> <weight>\n" then the sealed
  * client (weight in C99 hex-float notation, exact).
  * attempt.delta: the same header line, then d floats (little-endian). */
 static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t round,
@@ -509,7 +516,7 @@ static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t
     if (r == 0)
         r = fa_atomic_file_write(f, delta, d * sizeof(float), err);
     if (r == 0) {
-        r = fa_atomic_file_commit(f, err);
+        r = fa_atomic_file_commit_nosync(f, err);
         f = NULL;
     }
     fa_atomic_file_abort(f);
@@ -523,7 +530,7 @@ static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t
     if (r == 0)
         r = fa_atomic_file_write(f, blob, blob_len, err);
     if (r == 0) {
-        r = fa_atomic_file_commit(f, err);
+        r = fa_atomic_file_commit_nosync(f, err);
         f = NULL;
     }
     fa_atomic_file_abort(f);
