@@ -3,9 +3,10 @@
 # UDP impairment relay with the wan220 profile (220 ms RTT, 2 % bursty loss,
 # reordering).  Two rounds complete with all three regions, proofs verify,
 # and the audit log verifies.
-source "$FA_SRC/tests/integration/fedtest.sh"
-
+# Phase deadlines long enough for the slowest region behind the relay
+# (set before fedtest.sh, which writes them into the round policy).
 export FED_ADVERTISE_MS=30000 FED_PHASE_MS=30000
+source "$FA_SRC/tests/integration/fedtest.sh"
 fed_test_config 2
 "$FA_BIN/fedagg-relay" --listen 127.0.0.1:0 --upstream "127.0.0.1:$PORT" --profile wan220 \
     --seed 11 --port-file "$D/relay.port" >"$D/logs/relay.log" 2>&1 &
