@@ -477,6 +477,14 @@ static void conn_teardown(fa_h3_client *c)
                                                                 NGHTTP3_H3_NO_ERROR, NULL, 0);
         send_close(c);
     }
+    c->st.datagram_fallbacks += c->q.dg.fallbacks;
+    c->st.datagram_shrinks += c->q.dg.shrinks;
+    if (c->udp_open) {
+        if (c->udp.largest_sent > c->st.largest_datagram_sent)
+            c->st.largest_datagram_sent = c->udp.largest_sent;
+        if (c->udp.largest_recv > c->st.largest_datagram_received)
+            c->st.largest_datagram_received = c->udp.largest_recv;
+    }
     fa_qconn_free(&c->q);
     while (c->zombies) {
         creq *r = c->zombies;
@@ -522,11 +530,19 @@ void fa_h3_client_get_stats(const fa_h3_client *c, fa_h3_client_stats *st)
 {
     *st = c->st;
     st->key_updates = c->st.key_updates + c->q.key_updates;
+    st->datagram_fallbacks += c->q.dg.fallbacks;
+    st->datagram_shrinks += c->q.dg.shrinks;
+    st->udp_payload = (uint32_t)fa_qconn_udp_payload((fa_qconn *)&c->q);
+    st->route_mtu = c->q.dg.route_mtu;
     if (c->udp_open) {
         st->datagrams_sent = c->udp.dgrams_sent;
         st->datagrams_received = c->udp.dgrams_recv;
         st->send_calls = c->udp.send_calls;
         st->recv_calls = c->udp.recv_calls;
+        if (c->udp.largest_sent > st->largest_datagram_sent)
+            st->largest_datagram_sent = c->udp.largest_sent;
+        if (c->udp.largest_recv > st->largest_datagram_received)
+            st->largest_datagram_received = c->udp.largest_recv;
     }
 }
 
@@ -715,7 +731,8 @@ static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
     if (c->dead)
         return handshake_error(c, 0, err);
     c->st.connects++;
-    fa_log(FA_LOG_DEBUG, "connected", "server=%s peer=%s", c->server, c->q.peer_id);
+    fa_log(FA_LOG_DEBUG, "connected", "server=%s peer=%s route_mtu=%u udp_payload=%zu", c->server,
+           c->q.peer_id, c->q.dg.route_mtu, fa_qconn_udp_payload(&c->q));
     return 0;
 }
 

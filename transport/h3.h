@@ -82,10 +82,21 @@ typedef struct fa_h3_quic_opts {
     const char *qlog_dir;           /* one qlog file per connection here; NULL = none */
     int gso;                        /* UDP GSO on send when the kernel has it (1) */
     int gro;                        /* UDP GRO on receive when the kernel has it (1) */
-    /* Largest UDP payload sent, bytes.  0 = standard path MTU discovery from
-     * 1200 up to 1452 bytes (right for the Internet).  A larger value skips
-     * discovery and assumes the path carries it: only for known jumbo-frame
-     * links (e.g. 8952 for a 9000-byte MTU).  Clamped to the peer's limit. */
+    /* Largest UDP payload, bytes, sent and (as QUIC's max_udp_payload_size
+     * transport parameter) accepted; the peer's parameter bounds what we send.
+     * 0 = auto, sized from the kernel's route to the peer as TCP sizes its MSS:
+     *   route MTU >= 9000 (loopback's 65536, a jumbo-frame LAN): datagrams of
+     *     route MTU - IP/UDP headers (at most 65507 over IPv4, 65527 over
+     *     IPv6) once the handshake is done, no discovery;
+     *   otherwise, or unknown: standard path MTU discovery from 1200 up to
+     *     1452 bytes (right for the Internet).
+     * 1200..1452 = discovery up to that size (1452: always Internet-sized,
+     * e.g. through a loopback relay that emulates a WAN).  Larger = that size
+     * without discovery, trusting the path to carry it (e.g. 8952 for a
+     * 9000-byte MTU), but never above what the route takes.
+     * Path-sized datagrams shrink when the kernel learns a smaller path MTU
+     * (EMSGSIZE), and for a while after a probe timeout (the path may drop
+     * them silently); see h3_internal.h, fa_qconn_dgram. */
     uint32_t max_udp_payload;
     /* Test knob: initiate a QUIC key update after every this many stream
      * bytes sent or received (0 = only when the AEAD confidentiality limit
@@ -229,6 +240,12 @@ typedef struct fa_h3_server_stats {
     uint64_t connections_accepted, connections_refused, handshakes_failed;
     uint64_t retries_sent, version_negotiations_sent, stateless_resets_sent;
     uint64_t datagrams_dropped, requests, current_connections;
+    /* Largest UDP payloads sent and received on the socket, bytes; times a
+     * connection sent small datagrams for a while after a probe timeout with
+     * path-sized ones in flight, and times the kernel's path MTU (EMSGSIZE)
+     * made one shrink them for good (see max_udp_payload). */
+    uint64_t largest_datagram_sent, largest_datagram_received;
+    uint64_t datagram_fallbacks, datagram_shrinks;
 } fa_h3_server_stats;
 void fa_h3_server_get_stats(const fa_h3_server *srv, fa_h3_server_stats *st);
 
@@ -379,6 +396,13 @@ typedef struct fa_h3_client_stats {
     uint64_t connects, connect_failures, key_updates, bytes_sent, bytes_received;
     uint64_t datagrams_sent, datagrams_received, send_calls, recv_calls;
     int retry_seen; /* the last handshake went through a Retry */
+    /* The current connection's largest UDP payload (see max_udp_payload) and
+     * the route MTU it was sized from (0 = unknown); over all connections:
+     * the largest payloads sent and received, and the fallbacks and shrinks
+     * of path-sized datagrams (as in fa_h3_server_stats). */
+    uint32_t udp_payload, route_mtu;
+    uint64_t largest_datagram_sent, largest_datagram_received;
+    uint64_t datagram_fallbacks, datagram_shrinks;
 } fa_h3_client_stats;
 void fa_h3_client_get_stats(const fa_h3_client *c, fa_h3_client_stats *st);
 

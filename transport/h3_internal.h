@@ -25,9 +25,14 @@
  * super-datagram. */
 #define FA_UDP_MAX_GSO_SEGS 64
 #define FA_UDP_MAX_GSO_BYTES 65000
-/* Receive buffers of one recvmmsg call, each large enough for a GRO batch. */
+/* Receive buffers of one recvmmsg call, each large enough for a GRO batch
+ * (the kernel coalesces at most 64 KiB) or for the largest single datagram. */
 #define FA_UDP_RX_BATCH 8
 #define FA_UDP_RX_BUFSZ 65536
+/* Largest UDP payload of one datagram: IPv4's 65535-byte total length less
+ * 28 header bytes; over IPv6, QUIC's own limit (RFC 9000 18.2). */
+#define FA_UDP_MAX_PAYLOAD_V4 65507
+#define FA_UDP_MAX_PAYLOAD_V6 65527
 
 typedef struct fa_udp {
     int fd;
@@ -47,6 +52,8 @@ typedef struct fa_udp {
     uint8_t *rxbuf; /* FA_UDP_RX_BATCH * FA_UDP_RX_BUFSZ */
     /* Counters. */
     uint64_t send_calls, recv_calls, dgrams_sent, dgrams_recv, bytes_sent, bytes_recv;
+    uint64_t largest_sent, largest_recv; /* largest datagram payloads, bytes */
+    uint64_t too_big; /* sends refused with EMSGSIZE (larger than the path MTU) */
 } fa_udp;
 
 /* Parses "host:port" / "[v6]:port" into a socket address (numeric host, or a
@@ -61,8 +68,11 @@ int fa_udp_open(fa_udp *u, const struct sockaddr *addr, socklen_t len, int want_
 void fa_udp_close(fa_udp *u);
 
 /* Sends len bytes as datagrams of gso bytes each (the last may be shorter;
- * gso == len or 0 means one datagram).  Returns 0, FA_ERR_AGAIN (the unsent
- * part is kept: call fa_udp_flush when writable), or FA_ERR_IO (dropped). */
+ * gso == len or 0 means one datagram).  Returns 0 (sent, or lost to an error
+ * that QUIC's loss recovery repairs), FA_ERR_AGAIN (the unsent part is kept:
+ * call fa_udp_flush when writable), or FA_ERR_TOOBIG (the kernel refused the
+ * datagrams as larger than its path MTU to `to` (EMSGSIZE); they are
+ * dropped). */
 int fa_udp_send(fa_udp *u, const struct sockaddr *to, socklen_t tolen, unsigned ecn,
                 const uint8_t *data, size_t len, size_t gso);
 
@@ -79,6 +89,17 @@ int fa_udp_recv(fa_udp *u, fa_udp_rx_fn fn, void *arg, int max_calls);
 
 /* "ip:port" of an address. */
 void fa_udp_addr_str(const struct sockaddr *sa, char *buf, size_t cap);
+
+/* The MTU of the kernel's route to peer, or 0 when it cannot tell: the
+ * outgoing interface's MTU (65536 on loopback), or a smaller path MTU the
+ * kernel learned from ICMP "packet too big" (RFC 1191, RFC 8201), read as
+ * IP_MTU / IPV6_MTU of a throwaway UDP socket connected to peer (connect
+ * sends nothing). */
+unsigned fa_udp_route_mtu(const struct sockaddr *peer, socklen_t len);
+
+/* IP + UDP header bytes in front of a datagram to peer: 28 for IPv4 (and
+ * IPv4-mapped IPv6), 48 for IPv6. */
+unsigned fa_udp_header_len(const struct sockaddr *peer);
 
 /* ---------------------------------------------------------------- tls.c */
 
@@ -147,6 +168,60 @@ int fa_bodyq_acked(fa_bodyq *q, uint64_t n);
 
 /* -------------------------------------------------------------- qconn.c */
 
+/* Datagram sizes (qconn.c).  TCP sizes its segments from the route: each side
+ * announces an MSS from its interface MTU and the sender uses the smaller
+ * (RFC 9293 3.7.1), trusting ICMP to report a smaller hop.  A connection
+ * does the same with QUIC's max_udp_payload_size transport parameter: when
+ * the kernel's route to the peer has an MTU of at least FA_QCONN_BIG_MTU
+ * (loopback, a jumbo-frame LAN) and the application left max_udp_payload at
+ * 0, datagrams fill the route (path-sized mode: ngtcp2's discovery, which
+ * never probes beyond 1452 bytes, is off) and the transport parameter
+ * announces the same size, so the peer sends no more than our route
+ * carries.  Otherwise ngtcp2's discovery runs from 1200 up to 1452. */
+#define FA_QCONN_BIG_MTU 9000
+/* Datagrams every QUIC path carries (RFC 9000 14): the handshake, and
+ * loss probes of path-sized connections, use this size. */
+#define FA_QCONN_SAFE_DGRAM NGTCP2_MAX_UDP_PAYLOAD_SIZE
+
+typedef struct fa_qconn_dgram_plan {
+    size_t max_tx;      /* ngtcp2_settings.max_tx_udp_payload_size */
+    int path_sized;     /* 1: no discovery, datagrams up to max_tx after the handshake */
+    uint64_t advertise; /* our max_udp_payload_size transport parameter */
+} fa_qconn_dgram_plan;
+
+/* Decides a connection's datagram sizes from the application's option
+ * (max_udp_payload: 0 = auto), the route MTU to the peer (0 = unknown), the
+ * peer family's IP + UDP header length and largest datagram payload.
+ *   auto, route MTU >= FA_QCONN_BIG_MTU: path-sized, route MTU - headers
+ *   auto, otherwise: discovery up to 1452; announces route MTU - headers
+ *     (at least 1200), or 65527 when the route is unknown
+ *   1200..1452 (1..1199 count as 1200): discovery up to that size, announced
+ *   larger: path-sized at that size, or at route MTU - headers if smaller
+ *     (discovery when that is 1452 or less)
+ * Pure; fa_qconn_settings applies it. */
+void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned route_mtu,
+                              unsigned hdr_len, size_t max_payload);
+
+/* A path-sized connection's datagram size over time: FA_QCONN_SAFE_DGRAM
+ * until the handshake completes, then `path`.  A PTO (nothing acknowledged
+ * for a probe timeout) while sending larger datagrams may mean the path
+ * drops them silently (a "black hole", RFC 8899 4.3): the connection sends
+ * FA_QCONN_SAFE_DGRAM-sized datagrams for `backoff` (1 s, doubling on each
+ * repeat up to 64 s, back to 1 s after 30 s without one), then tries `path`
+ * again.  EMSGSIZE from the kernel (it learned a smaller path MTU) lowers
+ * `path` to the new route MTU for good. */
+typedef struct fa_qconn_dgram {
+    unsigned route_mtu; /* route MTU to the peer when the connection began (0 = unknown) */
+    unsigned hdr_len;   /* IP + UDP header bytes */
+    size_t path;        /* path-sized: the size the route carries; 0 = ngtcp2's discovery */
+    size_t cur;         /* path-sized: the cap in force now */
+    uint64_t low_until; /* after a PTO: at FA_QCONN_SAFE_DGRAM until then (ns) */
+    uint64_t backoff;   /* the next low period (ns) */
+    uint64_t raised_at; /* when cur last went back to path (ns) */
+    uint64_t fallbacks; /* times cur fell back to FA_QCONN_SAFE_DGRAM */
+    uint64_t shrinks;   /* times EMSGSIZE lowered path */
+} fa_qconn_dgram;
+
 /* Side-specific hooks of a connection. */
 typedef struct fa_qconn_ops {
     /* server: a new source CID to route (get_new_connection_id) */
@@ -197,6 +272,8 @@ typedef struct fa_qconn {
     FILE *qlog;
     /* transmit buffer (one GSO batch) */
     uint8_t *txbuf;
+    /* datagram sizes (set by fa_qconn_settings from remote) */
+    fa_qconn_dgram dg;
     /* stream resets requested from inside callbacks (fa_qconn_defer_reset) */
     fa_qconn_shut *shut;
     size_t nshut, capshut;
@@ -208,9 +285,16 @@ void fa_h3_random(uint8_t *p, size_t n);
 /* Monotonic timestamp in ns for ngtcp2. */
 uint64_t fa_h3_now(void);
 
-/* Fills the ngtcp2 settings/params common to both sides from opts. */
+/* Fills the ngtcp2 settings/params common to both sides from opts, and
+ * plans the datagram sizes (qc->dg) from the route to qc->remote, which must
+ * be set. */
 void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params *p,
                        const fa_h3_quic_opts *o, uint64_t now);
+
+/* The largest UDP payload the connection sends now: in path-sized mode the
+ * cap in force, once the handshake is done also bounded by the peer's
+ * max_udp_payload_size; else what ngtcp2's discovery has validated. */
+size_t fa_qconn_udp_payload(fa_qconn *qc);
 
 /* The ngtcp2 callbacks shared by both sides (the caller sets
  * client_initial / recv_client_initial / recv_retry etc.). */

@@ -22,6 +22,12 @@
 
 #include "common/fa_log.h"
 
+/* Path-sized datagrams after a PTO (see fa_qconn_dgram): the first period
+ * at FA_QCONN_SAFE_DGRAM, its cap, and how long without a PTO resets it. */
+#define FA_QCONN_DG_LOW_MIN (1000 * NGTCP2_MILLISECONDS)
+#define FA_QCONN_DG_LOW_MAX (64000 * NGTCP2_MILLISECONDS)
+#define FA_QCONN_DG_STABLE (30000 * NGTCP2_MILLISECONDS)
+
 void fa_h3_random(uint8_t *p, size_t n)
 {
     while (n) {
@@ -279,6 +285,38 @@ void fa_qconn_callbacks(ngtcp2_callbacks *cb)
 
 /* ------------------------------------------------------------- settings */
 
+void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned route_mtu,
+                              unsigned hdr_len, size_t max_payload)
+{
+    size_t fit = route_mtu > hdr_len ? route_mtu - hdr_len : 0, want;
+
+    if (fit > max_payload)
+        fit = max_payload;
+    if (opt == 0) {
+        if (route_mtu >= FA_QCONN_BIG_MTU) {
+            p->path_sized = 1;
+            p->max_tx = fit;
+            p->advertise = fit;
+        } else {
+            /* ngtcp2's defaults, but announce what our route carries, as a
+             * TCP MSS does: a peer on a jumbo-frame route sends no more */
+            p->path_sized = 0;
+            p->max_tx = NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE;
+            p->advertise = fit ? (fit < FA_QCONN_SAFE_DGRAM ? FA_QCONN_SAFE_DGRAM : fit)
+                               : NGTCP2_DEFAULT_MAX_RECV_UDP_PAYLOAD_SIZE;
+        }
+        return;
+    }
+    want = opt < max_payload ? opt : max_payload;
+    if (fit && fit < want)
+        want = fit; /* the kernel would refuse larger ones (EMSGSIZE) */
+    if (want < FA_QCONN_SAFE_DGRAM)
+        want = FA_QCONN_SAFE_DGRAM;
+    p->path_sized = want > NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE;
+    p->max_tx = want;
+    p->advertise = want;
+}
+
 static ngtcp2_cc_algo cc_algo(int cc)
 {
     switch (cc) {
@@ -291,6 +329,9 @@ static ngtcp2_cc_algo cc_algo(int cc)
 void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params *p,
                        const fa_h3_quic_opts *o, uint64_t now)
 {
+    const struct sockaddr *peer = (const struct sockaddr *)&qc->remote;
+    fa_qconn_dgram_plan plan;
+
     ngtcp2_settings_default(s);
     ngtcp2_transport_params_default(p);
     s->initial_ts = now;
@@ -306,11 +347,22 @@ void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params
     s->handshake_timeout = 10 * NGTCP2_SECONDS;
     if (o->initial_rtt_ms)
         s->initial_rtt = (uint64_t)o->initial_rtt_ms * NGTCP2_MILLISECONDS;
-    if (o->max_udp_payload > 1452) {
-        s->max_tx_udp_payload_size = o->max_udp_payload;
+    memset(&qc->dg, 0, sizeof(qc->dg));
+    qc->dg.route_mtu = fa_udp_route_mtu(peer, qc->remote_len);
+    qc->dg.hdr_len = fa_udp_header_len(peer);
+    fa_qconn_dgram_plan_make(&plan, o->max_udp_payload, qc->dg.route_mtu, qc->dg.hdr_len,
+                             qc->dg.hdr_len == 28 ? FA_UDP_MAX_PAYLOAD_V4 : FA_UDP_MAX_PAYLOAD_V6);
+    s->max_tx_udp_payload_size = plan.max_tx;
+    if (plan.path_sized) {
+        /* every packet as large as the write buffer we pass (dgram_cap),
+         * bounded by max_tx and the peer's max_udp_payload_size */
         s->no_tx_udp_payload_size_shaping = 1;
         s->no_pmtud = 1;
+        qc->dg.path = plan.max_tx;
+        qc->dg.cur = FA_QCONN_SAFE_DGRAM;
+        qc->dg.backoff = FA_QCONN_DG_LOW_MIN;
     }
+    p->max_udp_payload_size = plan.advertise;
     p->initial_max_stream_data_bidi_local = o->max_stream_window;
     p->initial_max_stream_data_bidi_remote = o->max_stream_window;
     p->initial_max_stream_data_uni = 1u << 20; /* control and QPACK streams */
@@ -412,11 +464,110 @@ int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, 
     return rv;
 }
 
+/* ------------------------------------------------------- datagram sizes */
+
+static void dgram_log(fa_qconn *qc, int level, const char *msg, const char *why, uint64_t now)
+{
+    char addr[80];
+    fa_udp_addr_str((const struct sockaddr *)&qc->remote, addr, sizeof(addr));
+    fa_log(level, msg, "addr=%s route_mtu=%u udp_payload=%zu now=%zu for_ms=%llu reason=\"%s\"",
+           addr, qc->dg.route_mtu, qc->dg.path, qc->dg.cur,
+           (unsigned long long)(qc->dg.low_until > now ? (qc->dg.low_until - now) / 1000000u : 0),
+           why);
+}
+
+/* The size of the next datagrams (see fa_qconn_dgram). */
+static size_t dgram_cap(fa_qconn *qc, uint64_t ts)
+{
+    fa_qconn_dgram *d = &qc->dg;
+    if (!d->path)
+        return ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn);
+    if (d->cur < d->path && ts >= d->low_until && ngtcp2_conn_get_handshake_completed(qc->conn)) {
+        d->cur = d->path;
+        d->raised_at = ts;
+    }
+    return d->cur;
+}
+
+/* A PTO fired: probe, and go on for a while, with datagrams any path carries. */
+static void dgram_on_pto(fa_qconn *qc, uint64_t now)
+{
+    fa_qconn_dgram *d = &qc->dg;
+    if (d->cur <= FA_QCONN_SAFE_DGRAM)
+        return;
+    if (now - d->raised_at >= FA_QCONN_DG_STABLE)
+        d->backoff = FA_QCONN_DG_LOW_MIN;
+    d->cur = FA_QCONN_SAFE_DGRAM;
+    d->low_until = now + d->backoff;
+    if (d->backoff < FA_QCONN_DG_LOW_MAX)
+        d->backoff *= 2;
+    d->fallbacks++;
+    dgram_log(qc, d->fallbacks == 1 ? FA_LOG_INFO : FA_LOG_DEBUG,
+              "QUIC datagrams shrink for a while",
+              "probe timeout with large datagrams in flight (does the path drop them?)", now);
+}
+
+/* The kernel refused a datagram as larger than its path MTU to the peer
+ * (EMSGSIZE, after an ICMP "packet too big" or a route change). */
+static void dgram_on_too_big(fa_qconn *qc, uint64_t now)
+{
+    fa_qconn_dgram *d = &qc->dg;
+    unsigned mtu;
+    size_t fit;
+
+    if (!d->path)
+        return; /* ngtcp2's discovery: a probe beyond the path MTU, lost */
+    mtu = fa_udp_route_mtu((const struct sockaddr *)&qc->remote, qc->remote_len);
+    fit = mtu > d->hdr_len ? mtu - d->hdr_len : 0;
+    if (fit && fit < d->path) {
+        d->path = fit < FA_QCONN_SAFE_DGRAM ? FA_QCONN_SAFE_DGRAM : fit;
+        if (d->cur > d->path)
+            d->cur = d->path;
+        d->route_mtu = mtu;
+        d->shrinks++;
+        dgram_log(qc, FA_LOG_INFO, "QUIC datagrams shrink", "the path MTU shrank (EMSGSIZE)", now);
+    } else {
+        dgram_on_pto(qc, now); /* refused, yet the route claims to fit: play safe */
+    }
+}
+
+size_t fa_qconn_udp_payload(fa_qconn *qc)
+{
+    const ngtcp2_transport_params *rp;
+    size_t n;
+
+    if (!qc->conn)
+        return 0;
+    if (!qc->dg.path)
+        return ngtcp2_conn_get_path_max_tx_udp_payload_size(qc->conn);
+    n = qc->dg.cur;
+    if (ngtcp2_conn_get_handshake_completed(qc->conn) && fa_h3_now() >= qc->dg.low_until)
+        n = qc->dg.path; /* from the next write on */
+    rp = ngtcp2_conn_get_remote_transport_params(qc->conn);
+    if (rp && rp->max_udp_payload_size < n)
+        n = (size_t)rp->max_udp_payload_size;
+    return n;
+}
+
 int fa_qconn_expiry(fa_qconn *qc, uint64_t now)
 {
-    int rv = ngtcp2_conn_handle_expiry(qc->conn, now);
+    ngtcp2_conn_stat st;
+    size_t ptos = 0;
+    int rv;
+
+    if (qc->dg.path) {
+        ngtcp2_conn_get_conn_stat(qc->conn, &st);
+        ptos = st.pto_count;
+    }
+    rv = ngtcp2_conn_handle_expiry(qc->conn, now);
     if (rv != 0 && rv != NGTCP2_ERR_IDLE_CLOSE && !qc->last_error.error_code)
         ngtcp2_connection_close_error_set_transport_error_liberr(&qc->last_error, rv, NULL, 0);
+    if (rv == 0 && qc->dg.path) {
+        /* pto_count grows only when a PTO fires (an ACK lowers it) */
+        ngtcp2_conn_get_conn_stat(qc->conn, &st);
+        if (st.pto_count > ptos && ngtcp2_conn_get_handshake_completed(qc->conn))
+            dgram_on_pto(qc, now);
+    }
     return rv;
 }
 
@@ -439,6 +590,8 @@ static int send_batch(fa_qconn *qc, const ngtcp2_path *path, unsigned ecn, const
                       size_t len, size_t gso)
 {
     int rv = fa_udp_send(qc->udp, path->remote.addr, path->remote.addrlen, ecn, data, len, gso);
+    if (rv == FA_ERR_TOOBIG)
+        dgram_on_too_big(qc, fa_h3_now());
     return rv == FA_ERR_AGAIN ? FA_ERR_AGAIN : 0; /* other failures = loss */
 }
 
@@ -495,7 +648,7 @@ static int write_loop(fa_qconn *qc, int budget)
     nghttp3_vec vec[16];
     ngtcp2_conn *conn = qc->conn;
     uint64_t ts = fa_h3_now();
-    size_t mtu = ngtcp2_conn_get_max_tx_udp_payload_size(conn);
+    size_t mtu;
     size_t path_mtu = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn);
     int rounds = 0;
 
@@ -505,9 +658,15 @@ static int write_loop(fa_qconn *qc, int budget)
     ngtcp2_path_storage_zero(&prev);
     for (;;) {
         size_t quantum = ngtcp2_conn_get_send_quantum(conn);
-        size_t max_pkts = quantum / mtu, npkts = 0, off = 0, gso = 0;
+        size_t max_pkts, npkts = 0, off = 0, gso = 0;
         unsigned ecn = 0;
         int idle = 0, rv = 0;
+
+        /* the packet size: ngtcp2 fills the buffer we pass in path-sized
+         * mode, so it is our choice (a datagram of up to 64 KiB is a GSO
+         * batch of its own) */
+        mtu = dgram_cap(qc, ts);
+        max_pkts = quantum / mtu;
 
         if (max_pkts < 1)
             max_pkts = 1;

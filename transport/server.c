@@ -1043,7 +1043,8 @@ static int qc_handshake_done(fa_qconn *qc)
         return -1;
     c->established = 1;
     c->srv->st.connections_accepted++;
-    fa_log(FA_LOG_INFO, "connection established", "peer=%s addr=%s", qc->peer_id, c->addr);
+    fa_log(FA_LOG_INFO, "connection established", "peer=%s addr=%s route_mtu=%u udp_payload=%zu",
+           qc->peer_id, c->addr, qc->dg.route_mtu, fa_qconn_udp_payload(qc));
     /* a token for the next connection from this address skips Retry (8.1.3) */
     n = ngtcp2_crypto_generate_regular_token(token, c->srv->token_key, 32, path->remote.addr,
                                              path->remote.addrlen, realtime_ns());
@@ -1220,6 +1221,8 @@ static void conn_free(srv_conn *c)
     conn_fail_requests(c, FA_ERR_QUIC);
     conn_unlink(c);
     heap_remove(s, &c->h);
+    s->st.datagram_fallbacks += c->q.dg.fallbacks;
+    s->st.datagram_shrinks += c->q.dg.shrinks;
     if (c->q.conn) {
         n = ngtcp2_conn_get_num_scid(c->q.conn);
         if (n <= 16) {
@@ -1869,6 +1872,12 @@ void fa_h3_server_timer_cancel(fa_h3_server *s, int64_t id)
 void fa_h3_server_get_stats(const fa_h3_server *s, fa_h3_server_stats *st)
 {
     *st = s->st;
+    st->largest_datagram_sent = s->udp.largest_sent;
+    st->largest_datagram_received = s->udp.largest_recv;
+    for (const srv_conn *c = s->conns; c; c = c->next) {
+        st->datagram_fallbacks += c->q.dg.fallbacks;
+        st->datagram_shrinks += c->q.dg.shrinks;
+    }
 }
 
 /* ------------------------------------------------------------------ loop */

@@ -5,7 +5,11 @@
  * IPV6_TCLASS control message.  Receive: recvmmsg into 64 KiB buffers with
  * UDP_GRO, so one call can return dozens of coalesced datagrams; the TOS
  * byte reports ECN marks.  Both fall back to one datagram per call where the
- * kernel lacks the feature.
+ * kernel lacks the feature.  Datagrams are never fragmented (DF on IPv4,
+ * IPV6_DONTFRAG behaviour on IPv6, RFC 9000 14): one larger than the
+ * kernel's path MTU is refused with EMSGSIZE, reported as FA_ERR_TOOBIG so
+ * the connection can shrink its datagrams.  fa_udp_route_mtu tells a
+ * connection how large they may be to begin with.
  */
 #include "transport/h3_internal.h"
 
@@ -114,7 +118,9 @@ int fa_udp_open(fa_udp *u, const struct sockaddr *addr, socklen_t len, int want_
     if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bufsz, sizeof(bufsz)) != 0)
         (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof(bufsz));
     if (addr->sa_family == AF_INET6) {
+        int pmtu = IPV6_PMTUDISC_DO; /* no fragmentation at the source either */
         (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
     } else {
         int pmtu = IP_PMTUDISC_DO; /* DF set: QUIC does its own PMTUD (RFC 9000 14.2) */
         (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
@@ -210,19 +216,29 @@ static ssize_t send_one(fa_udp *u, const struct sockaddr *to, socklen_t tolen, u
         n = sendmsg(u->fd, &msg, 0);
     } while (n < 0 && errno == EINTR);
     u->send_calls++;
-    if (n < 0)
+    if (n < 0) {
+        if (errno == EMSGSIZE)
+            u->too_big++;
         return -errno;
-    u->dgrams_sent += gso && len > gso ? (len + gso - 1) / gso : 1;
-    u->bytes_sent += (uint64_t)n;
+    }
+    {
+        size_t dgram = gso && len > gso ? gso : len;
+        u->dgrams_sent += dgram < len ? (len + gso - 1) / gso : 1;
+        u->bytes_sent += (uint64_t)n;
+        if (dgram > u->largest_sent)
+            u->largest_sent = dgram;
+    }
     return n;
 }
 
 /* Sends a batch; on EAGAIN returns FA_ERR_AGAIN with *sent = the bytes the
- * kernel took before it blocked (whole datagrams). */
+ * kernel took before it blocked (whole datagrams); FA_ERR_TOOBIG when the
+ * datagrams exceed the path MTU (the batch is dropped). */
 static int send_batch(fa_udp *u, const struct sockaddr *to, socklen_t tolen, unsigned ecn,
                       const uint8_t *data, size_t len, size_t gso, size_t *sent)
 {
     ssize_t n;
+    int gso_refused = 0;
 
     *sent = 0;
     if (gso >= len)
@@ -233,9 +249,16 @@ static int send_batch(fa_udp *u, const struct sockaddr *to, socklen_t tolen, uns
             return 0;
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             return FA_ERR_AGAIN;
+        if (n == -EMSGSIZE) {
+            *sent = len;
+            return FA_ERR_TOOBIG;
+        }
         if (n != -EIO && n != -EINVAL && n != -ENOPROTOOPT && n != -EOPNOTSUPP)
-            return 0; /* lost (EMSGSIZE of a PMTU probe...): QUIC recovers */
-        u->gso = 0;   /* no GSO here: fall back to one datagram per call */
+            return 0; /* lost: QUIC recovers */
+        /* The kernel has no GSO here, or (EINVAL) a segment is larger than
+         * its path MTU: send this batch datagram by datagram, and give up
+         * GSO only when that works. */
+        gso_refused = 1;
     }
     if (!gso)
         gso = len;
@@ -244,6 +267,15 @@ static int send_batch(fa_udp *u, const struct sockaddr *to, socklen_t tolen, uns
         n = send_one(u, to, tolen, ecn, data + *sent, seg, 0);
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             return FA_ERR_AGAIN;
+        if (n == -EMSGSIZE) {
+            /* the rest of the batch has the same size: drop it too */
+            *sent = len;
+            return FA_ERR_TOOBIG;
+        }
+        if (n >= 0 && gso_refused) {
+            u->gso = 0; /* no GSO here: one datagram per call from now on */
+            gso_refused = 0;
+        }
         /* other errors: the datagram is lost, QUIC loss recovery resends */
         *sent += seg;
     }
@@ -255,10 +287,13 @@ int fa_udp_send(fa_udp *u, const struct sockaddr *to, socklen_t tolen, unsigned 
 {
     size_t sent;
 
+    int rv;
+
     if (u->blocked)
         return FA_ERR_AGAIN; /* callers flush first: never reorder behind it */
-    if (send_batch(u, to, tolen, ecn, data, len, gso, &sent) == 0)
-        return 0;
+    rv = send_batch(u, to, tolen, ecn, data, len, gso, &sent);
+    if (rv != FA_ERR_AGAIN)
+        return rv;
     len -= sent;
     if (len > u->pend_cap)
         len = u->pend_cap; /* cannot happen: batches are capped */
@@ -279,6 +314,8 @@ int fa_udp_flush(fa_udp *u)
 
     if (!u->blocked)
         return 0;
+    /* FA_ERR_TOOBIG here: dropped, and the connection that queued the batch
+     * hears of the smaller path MTU at its next send */
     rv = send_batch(u, (struct sockaddr *)&u->pend_to, u->pend_tolen, u->pend_ecn, u->pend,
                     u->pend_len, u->pend_gso, &sent);
     if (rv == FA_ERR_AGAIN) {
@@ -345,6 +382,8 @@ int fa_udp_recv(fa_udp *u, fa_udp_rx_fn fn, void *arg, int max_calls)
                 }
             }
             u->bytes_recv += len;
+            if ((seg < len ? seg : len) > u->largest_recv)
+                u->largest_recv = seg < len ? seg : len;
             while (len) {
                 size_t l = len < seg ? len : seg;
                 u->dgrams_recv++;
@@ -358,4 +397,31 @@ int fa_udp_recv(fa_udp *u, fa_udp_rx_fn fn, void *arg, int max_calls)
             break;
     }
     return total;
+}
+
+unsigned fa_udp_header_len(const struct sockaddr *peer)
+{
+    if (peer->sa_family == AF_INET6 &&
+        !IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)peer)->sin6_addr))
+        return 40 + 8;
+    return 20 + 8;
+}
+
+unsigned fa_udp_route_mtu(const struct sockaddr *peer, socklen_t len)
+{
+    int fd, mtu = 0;
+    socklen_t ol = sizeof(mtu);
+
+    if (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)
+        return 0;
+    fd = socket(peer->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    /* connect() on UDP only looks the route up: nothing is sent */
+    if (connect(fd, peer, len) != 0 ||
+        (peer->sa_family == AF_INET6 ? getsockopt(fd, IPPROTO_IPV6, IPV6_MTU, &mtu, &ol)
+                                     : getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &ol)) != 0)
+        mtu = 0;
+    close(fd);
+    return mtu > 0 ? (unsigned)mtu : 0;
 }

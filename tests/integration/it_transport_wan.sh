@@ -8,6 +8,10 @@
 # BBR2 carries the larger transfers on the lossy paths (CUBIC backs off to
 # ~0.3 MB/s at 1 % random loss and 80 ms, as loss-based control must), CUBIC
 # a smaller one on each, so both controllers are exercised.
+# Both ends pin Internet-sized datagrams (--udp-payload 1452: discovery up to
+# 1452 bytes, announced to the peer): the relay listens on loopback, whose
+# 65536-byte MTU would otherwise give 64 KB datagrams, and the profiles' loss
+# rates are per datagram (2 % of 64 KB datagrams is not the emulated path).
 set -euo pipefail
 
 : "${FA_BIN:?FA_BIN (build/bin) must be set}" "${FA_SRC:?FA_SRC must be set}"
@@ -26,13 +30,13 @@ fail() { echo "FAIL: $*" >&2; for l in "$tmp"/*.log; do [ -f "$l" ] && tail -5 "
 
 bash "$FA_SRC/deploy/pki.sh" "$tmp/pki" --regions eu-west >/dev/null
 pki="$tmp/pki"
-cargs=(--name localhost --ca "$pki/ca.crt" --cert "$pki/client-eu-west.crt" --key "$pki/client-eu-west.key" --timeout-ms 120000)
+cargs=(--name localhost --ca "$pki/ca.crt" --cert "$pki/client-eu-west.crt" --key "$pki/client-eu-west.key" --timeout-ms 120000 --udp-payload 1452)
 
 wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.05; done; fail "no $1"; }
 
 start_server() { # name cc
     "$H3" serve --listen 127.0.0.1:0 --cert "$pki/server.crt" --key "$pki/server.key" \
-        --ca "$pki/ca.crt" --cc "$2" --port-file "$tmp/$1.port" 2>"$tmp/$1.log" &
+        --ca "$pki/ca.crt" --cc "$2" --udp-payload 1452 --port-file "$tmp/$1.port" 2>"$tmp/$1.log" &
     pids+=("$!")
     wait_file "$tmp/$1.port"
 }
@@ -102,4 +106,11 @@ through corrupt3 cubic up 10485760 --profile corrupt3
 # 100 MB at 40 MB/s takes 2.5 s; the path goes dark from 1.0 s to 3.0 s
 through blackhole cubic down 104857600 --rate 40M --blackhole 1.0:2.0 --t0 first-packet
 [ "$(stat_of s2c_dropped_blackhole)" -gt 0 ] || fail "blackhole: nothing fell into it"
+# and no connection went beyond Internet-sized datagrams
+n=$(cat "$tmp/cubic.log" "$tmp/bbr2.log" | grep -c 'msg="connection established"') || true
+[ "$n" -ge 14 ] || fail "only $n connections in the servers' logs"
+if cat "$tmp/cubic.log" "$tmp/bbr2.log" | grep 'msg="connection established"' |
+    grep -Eqv 'udp_payload=(1[23][0-9][0-9]|14[0-4][0-9]|145[0-2])( |$)'; then
+    fail "datagrams above 1452 bytes: $(grep -h 'connection established' "$tmp"/*.log | head -3)"
+fi
 echo "PASS"
