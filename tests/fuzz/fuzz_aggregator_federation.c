@@ -26,9 +26,23 @@ static Fedagg__AggregatorConfig *cfg;
 static uint64_t now_ms = 1000;
 static const char *regions[4] = {"ap-south", "eu-west", "us-east", "mars"};
 
+static char dir[] = "/tmp/fa_fuzz_fed.XXXXXX";
+
+static void cleanup(void)
+{
+    char cmd[128];
+    fa_fed_close(fed);
+    fed = NULL;
+    if (cfg)
+        protobuf_c_message_free_unpacked(&cfg->base, NULL);
+    cfg = NULL;
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "fuzz: could not remove %s\n", dir);
+}
+
 static int setup(void)
 {
-    static char dir[] = "/tmp/fa_fuzz_fed.XXXXXX";
     char text[4096], path[512], key[FA_IDENTITY_SECRET_TEXT_MAX];
     uint8_t seed[32], pk[32];
     size_t n = 0, klen;
@@ -36,6 +50,7 @@ static int setup(void)
     fa_log_set_level(FA_LOG_ERROR);
     if (!mkdtemp(dir))
         return -1;
+    atexit(cleanup);
     if (fa_identity_generate(seed, pk, NULL) != 0 ||
         fa_identity_format_secret(seed, key, &klen) != 0)
         return -1;
