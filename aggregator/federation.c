@@ -28,7 +28,7 @@
 #include "fedagg.pb-c.h"
 #include "model/mlp.h"
 #include "secagg.pb-c.h"
-#include "worker/data.h"
+#include "model/data.h"
 
 #define N_KINDS 5
 #define MAX_MSG_BYTES (64u << 20)

@@ -121,7 +121,7 @@ int fa_mlp_config_from_st(const fa_safetensors *st, fa_mlp_config *c, fa_error *
 /* ---------------------------------------------------------------------- */
 
 /* A labelled data set held in host memory (a view: not owned).  The worker's
- * loader (worker/data.h) produces one from IDX files. */
+ * loader (model/data.h) produces one from IDX files. */
 typedef struct fa_dataset {
     uint32_t n;       /* examples */
     uint32_t dim;     /* features per example (must equal config.dims[0]) */

@@ -1,6 +1,6 @@
 /* idx.c - IDX files (gzip or plain) and the labelled image sets built from
  * them (see data.h). */
-#include "worker/data.h"
+#include "model/data.h"
 
 #include <errno.h>
 #include <stdio.h>
