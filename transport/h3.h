@@ -93,7 +93,8 @@ typedef struct fa_h3_quic_opts {
      * 1200..1452 = discovery up to that size (1452: always Internet-sized,
      * e.g. through a loopback relay that emulates a WAN).  Larger = that size
      * without discovery, trusting the path to carry it (e.g. 8952 for a
-     * 9000-byte MTU), but never above what the route takes.
+     * 9000-byte MTU); on a route that takes less, the route's size when its
+     * MTU is 9000 or more, else as auto.
      * Path-sized datagrams shrink when the kernel learns a smaller path MTU
      * (EMSGSIZE), and for a while after a probe timeout (the path may drop
      * them silently); see h3_internal.h, fa_qconn_dgram. */

@@ -196,20 +196,30 @@ typedef struct fa_qconn_dgram_plan {
  *   auto, otherwise: discovery up to 1452; announces route MTU - headers
  *     (at least 1200), or 65527 when the route is unknown
  *   1200..1452 (1..1199 count as 1200): discovery up to that size, announced
- *   larger: path-sized at that size, or at route MTU - headers if smaller
- *     (discovery when that is 1452 or less)
+ *   larger: path-sized at that size; if the route takes less, path-sized
+ *     at route MTU - headers on a route of FA_QCONN_BIG_MTU or more, else
+ *     as auto
  * Pure; fa_qconn_settings applies it. */
 void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned route_mtu,
                               unsigned hdr_len, size_t max_payload);
 
 /* A path-sized connection's datagram size over time: FA_QCONN_SAFE_DGRAM
  * until the handshake completes, then `path`.  A PTO (nothing acknowledged
- * for a probe timeout) while sending larger datagrams may mean the path
- * drops them silently (a "black hole", RFC 8899 4.3): the connection sends
+ * for a probe timeout) after large datagrams were sent, with little stream
+ * data acknowledged since the first of them (under 4 of them: ngtcp2 0.12
+ * does not say which packets were acknowledged), means the path may drop
+ * them silently (a "black hole", RFC 8899 4.3): the connection sends
  * FA_QCONN_SAFE_DGRAM-sized datagrams for `backoff` (1 s, doubling on each
  * repeat up to 64 s, back to 1 s after 30 s without one), then tries `path`
- * again.  EMSGSIZE from the kernel (it learned a smaller path MTU) lowers
- * `path` to the new route MTU for good. */
+ * again.  A PTO after large datagrams did get through (a loss, or a peer
+ * that stalled) only restarts that count, so a path that changes later
+ * costs two PTOs.  A peer that merely stopped reading (a blocking client
+ * between requests) looks the same until it reads again; then it
+ * acknowledges more stream bytes than the small datagrams sent since could
+ * carry, which undoes the fall-back (as does a low period in which nothing
+ * at all was acknowledged: on a path that drops large datagrams only, the
+ * small ones are).  EMSGSIZE from the kernel (it learned
+ * a smaller path MTU) lowers `path` to the new route MTU for good. */
 typedef struct fa_qconn_dgram {
     unsigned route_mtu; /* route MTU to the peer when the connection began (0 = unknown) */
     unsigned hdr_len;   /* IP + UDP header bytes */
@@ -220,6 +230,14 @@ typedef struct fa_qconn_dgram {
     uint64_t raised_at; /* when cur last went back to path (ns) */
     uint64_t fallbacks; /* times cur fell back to FA_QCONN_SAFE_DGRAM */
     uint64_t shrinks;   /* times EMSGSIZE lowered path */
+    uint64_t acked;     /* stream bytes the peer acknowledged, all streams */
+    uint64_t acked0;    /* ... when the first large datagram since big_sent went out */
+    uint64_t sent;      /* datagram bytes sent */
+    int big_sent;       /* a datagram above FA_QCONN_SAFE_DGRAM went out since the count began */
+    int suspect;        /* the fall-back is tentative: the peer may only have stalled */
+    int told;           /* the INFO line about a black hole was logged */
+    uint64_t acked_s, sent_s; /* acked and sent when the fall-back began */
+    uint64_t backoff_prev;    /* backoff before the fall-back doubled it */
 } fa_qconn_dgram;
 
 /* Side-specific hooks of a connection. */

@@ -27,6 +27,9 @@
 #define FA_QCONN_DG_LOW_MIN (1000 * NGTCP2_MILLISECONDS)
 #define FA_QCONN_DG_LOW_MAX (64000 * NGTCP2_MILLISECONDS)
 #define FA_QCONN_DG_STABLE (30000 * NGTCP2_MILLISECONDS)
+/* Stream bytes acknowledged, in path-sized datagrams, that show they get
+ * through. */
+#define FA_QCONN_DG_CONFIRM 4
 
 void fa_h3_random(uint8_t *p, size_t n)
 {
@@ -69,6 +72,8 @@ void fa_h3_quic_default(fa_h3_quic_opts *o)
 }
 
 /* ------------------------------------------------------------ callbacks */
+
+static void dgram_acked(fa_qconn *qc, uint64_t n);
 
 static void cb_rand(uint8_t *dest, size_t destlen, const ngtcp2_rand_ctx *ctx)
 {
@@ -152,6 +157,7 @@ static int cb_acked_stream_data_offset(ngtcp2_conn *conn, int64_t stream_id, uin
                                        uint64_t datalen, void *user_data, void *stream_user_data)
 {
     fa_qconn *qc = user_data;
+    dgram_acked(qc, datalen);
     if (qc->h3 && nghttp3_conn_add_ack_offset(qc->h3, stream_id, datalen) != 0)
         return NGTCP2_ERR_CALLBACK_FAILURE;
     return 0;
@@ -292,6 +298,15 @@ void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned rou
 
     if (fit > max_payload)
         fit = max_payload;
+    want = opt < max_payload ? opt : max_payload;
+    if (want > NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE && fit && fit < want) {
+        /* the kernel would refuse such datagrams (EMSGSIZE): a jumbo-frame
+         * route has the route's size, a smaller one is sized as in auto */
+        if (route_mtu >= FA_QCONN_BIG_MTU)
+            want = fit;
+        else
+            opt = 0;
+    }
     if (opt == 0) {
         if (route_mtu >= FA_QCONN_BIG_MTU) {
             p->path_sized = 1;
@@ -307,9 +322,6 @@ void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned rou
         }
         return;
     }
-    want = opt < max_payload ? opt : max_payload;
-    if (fit && fit < want)
-        want = fit; /* the kernel would refuse larger ones (EMSGSIZE) */
     if (want < FA_QCONN_SAFE_DGRAM)
         want = FA_QCONN_SAFE_DGRAM;
     p->path_sized = want > NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE;
@@ -483,28 +495,93 @@ static size_t dgram_cap(fa_qconn *qc, uint64_t ts)
     if (!d->path)
         return ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn);
     if (d->cur < d->path && ts >= d->low_until && ngtcp2_conn_get_handshake_completed(qc->conn)) {
+        if (d->suspect && d->acked == d->acked_s) {
+            /* nothing acknowledged at all: a silent peer, not a path that
+             * takes small datagrams only; forget the fall-back */
+            d->fallbacks--;
+            d->backoff = d->backoff_prev;
+        } else if (d->suspect && !d->told) {
+            /* small datagrams got through a whole low period, large ones not */
+            d->told = 1;
+            dgram_log(qc, FA_LOG_INFO, "QUIC datagrams were small for a while",
+                      "large ones went unacknowledged after a probe timeout, small ones did not "
+                      "(does the path drop large ones?); trying them again",
+                      ts);
+        }
+        d->suspect = 0;
         d->cur = d->path;
         d->raised_at = ts;
+        d->big_sent = 0;
     }
     return d->cur;
 }
 
-/* A PTO fired: probe, and go on for a while, with datagrams any path carries. */
-static void dgram_on_pto(fa_qconn *qc, uint64_t now)
+/* A datagram of n bytes went out. */
+static void dgram_sent(fa_qconn *qc, size_t n)
+{
+    fa_qconn_dgram *d = &qc->dg;
+    d->sent += n;
+    if (d->path && n > FA_QCONN_SAFE_DGRAM && !d->big_sent) {
+        d->big_sent = 1;
+        d->acked0 = d->acked;
+    }
+}
+
+/* Sends datagrams any path carries for a while (see fa_qconn_dgram). */
+static void dgram_fall_back(fa_qconn *qc, uint64_t now, const char *why)
 {
     fa_qconn_dgram *d = &qc->dg;
     if (d->cur <= FA_QCONN_SAFE_DGRAM)
         return;
     if (now - d->raised_at >= FA_QCONN_DG_STABLE)
         d->backoff = FA_QCONN_DG_LOW_MIN;
+    d->backoff_prev = d->backoff;
     d->cur = FA_QCONN_SAFE_DGRAM;
     d->low_until = now + d->backoff;
     if (d->backoff < FA_QCONN_DG_LOW_MAX)
         d->backoff *= 2;
     d->fallbacks++;
-    dgram_log(qc, d->fallbacks == 1 ? FA_LOG_INFO : FA_LOG_DEBUG,
-              "QUIC datagrams shrink for a while",
-              "probe timeout with large datagrams in flight (does the path drop them?)", now);
+    dgram_log(qc, FA_LOG_DEBUG, "QUIC datagrams shrink for a while", why, now);
+}
+
+/* A PTO fired.  Large datagrams went out and few got through since: the
+ * path may drop them, or the peer stopped reading (a blocking client
+ * between requests does).  Fall back, tentatively (see dgram_acked). */
+static void dgram_on_pto(fa_qconn *qc, uint64_t now)
+{
+    fa_qconn_dgram *d = &qc->dg;
+    if (d->cur <= FA_QCONN_SAFE_DGRAM || !d->big_sent)
+        return; /* nothing large in flight: not about size */
+    if (d->acked - d->acked0 >= FA_QCONN_DG_CONFIRM * (uint64_t)d->path) {
+        /* large datagrams got through: a loss or a stalled peer; count
+         * afresh from the next large datagram */
+        d->big_sent = 0;
+        return;
+    }
+    dgram_fall_back(qc, now, "probe timeout, large datagrams unacknowledged");
+    d->suspect = 1;
+    d->acked_s = d->acked;
+    d->sent_s = d->sent;
+}
+
+/* n stream bytes were acknowledged.  After a tentative fall-back, more
+ * stream bytes acknowledged than all the (small) datagrams sent since could
+ * carry means some came in the large datagrams sent before: the peer had
+ * only stalled.  Back to path-sized datagrams, as if nothing happened. */
+static void dgram_acked(fa_qconn *qc, uint64_t n)
+{
+    fa_qconn_dgram *d = &qc->dg;
+    d->acked += n;
+    if (d->suspect && d->acked - d->acked_s > d->sent - d->sent_s) {
+        d->suspect = 0;
+        d->cur = d->path;
+        d->low_until = 0;
+        d->backoff = d->backoff_prev;
+        d->fallbacks--;
+        d->big_sent = 0;
+        dgram_log(qc, FA_LOG_DEBUG, "QUIC datagrams grow back",
+                  "large datagrams sent before the probe timeout were acknowledged", fa_h3_now());
+    }
 }
 
 /* The kernel refused a datagram as larger than its path MTU to the peer
@@ -527,7 +604,7 @@ static void dgram_on_too_big(fa_qconn *qc, uint64_t now)
         d->shrinks++;
         dgram_log(qc, FA_LOG_INFO, "QUIC datagrams shrink", "the path MTU shrank (EMSGSIZE)", now);
     } else {
-        dgram_on_pto(qc, now); /* refused, yet the route claims to fit: play safe */
+        dgram_fall_back(qc, now, "EMSGSIZE, yet the route MTU fits"); /* play safe */
     }
 }
 
@@ -750,6 +827,7 @@ static int write_loop(fa_qconn *qc, int budget)
             }
             off += (size_t)n;
             npkts++;
+            dgram_sent(qc, (size_t)n);
             if (npkts >= max_pkts || (size_t)n < gso)
                 break;
         }
