@@ -208,17 +208,20 @@ void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned rou
  * for a probe timeout) after large datagrams were sent, with little stream
  * data acknowledged since the first of them (under 4 of them: ngtcp2 0.12
  * does not say which packets were acknowledged), means the path may drop
- * them silently (a "black hole", RFC 8899 4.3): the connection sends
- * FA_QCONN_SAFE_DGRAM-sized datagrams for `backoff` (1 s, doubling on each
- * repeat up to 64 s, back to 1 s after 30 s without one), then tries `path`
- * again.  A PTO after large datagrams did get through (a loss, or a peer
- * that stalled) only restarts that count, so a path that changes later
- * costs two PTOs.  A peer that merely stopped reading (a blocking client
- * between requests) looks the same until it reads again; then it
- * acknowledges more stream bytes than the small datagrams sent since could
- * carry, which undoes the fall-back (as does a low period in which nothing
- * at all was acknowledged: on a path that drops large datagrams only, the
- * small ones are).  EMSGSIZE from the kernel (it learned
+ * them silently (a "black hole", RFC 8899 4.3), or that the peer stopped
+ * reading for a while (a blocking client between requests, a process the
+ * scheduler starves): the connection sends FA_QCONN_SAFE_DGRAM-sized
+ * datagrams, tentatively.  The first packet from the peer that
+ * acknowledges anything settles it: if ngtcp2 declared packets lost on it
+ * (a new congestion recovery period: the large datagrams went missing and
+ * the small ones after them arrived), the path drops large ones, and the
+ * fall-back stands for `backoff` (1 s, doubling on each repeat up to 64 s,
+ * back to 1 s after 30 s without one), then `path` is tried again; if not,
+ * everything arrived, the peer had only stalled, and the fall-back is
+ * undone (as it is when nothing at all is acknowledged for a whole low
+ * period: a silent peer).  A PTO after large datagrams did get through (a
+ * loss, or a peer that stalled) only restarts that count, so a path that
+ * changes later costs two PTOs.  EMSGSIZE from the kernel (it learned
  * a smaller path MTU) lowers `path` to the new route MTU for good. */
 typedef struct fa_qconn_dgram {
     unsigned route_mtu; /* route MTU to the peer when the connection began (0 = unknown) */
@@ -232,12 +235,11 @@ typedef struct fa_qconn_dgram {
     uint64_t shrinks;   /* times EMSGSIZE lowered path */
     uint64_t acked;     /* stream bytes the peer acknowledged, all streams */
     uint64_t acked0;    /* ... when the first large datagram since big_sent went out */
-    uint64_t sent;      /* datagram bytes sent */
     int big_sent;       /* a datagram above FA_QCONN_SAFE_DGRAM went out since the count began */
     int suspect;        /* the fall-back is tentative: the peer may only have stalled */
     int told;           /* the INFO line about a black hole was logged */
-    uint64_t acked_s, sent_s; /* acked and sent when the fall-back began */
-    uint64_t backoff_prev;    /* backoff before the fall-back doubled it */
+    uint64_t recovery_s;   /* ngtcp2's congestion_recovery_start_ts when the fall-back began */
+    uint64_t backoff_prev; /* backoff before the fall-back doubled it */
 } fa_qconn_dgram;
 
 /* Side-specific hooks of a connection. */

@@ -74,6 +74,7 @@ void fa_h3_quic_default(fa_h3_quic_opts *o)
 /* ------------------------------------------------------------ callbacks */
 
 static void dgram_acked(fa_qconn *qc, uint64_t n);
+static void dgram_settle(fa_qconn *qc, uint64_t in_flight_before, uint64_t now);
 
 static void cb_rand(uint8_t *dest, size_t destlen, const ngtcp2_rand_ctx *ctx)
 {
@@ -457,7 +458,15 @@ int fa_qconn_read(fa_qconn *qc, const struct sockaddr *from, socklen_t fromlen, 
     path.remote.addr = (struct sockaddr *)from;
     path.remote.addrlen = fromlen;
     path.user_data = NULL;
-    rv = ngtcp2_conn_read_pkt(qc->conn, &path, &pi, data, len, now);
+    if (qc->dg.suspect) {
+        ngtcp2_conn_stat st;
+        ngtcp2_conn_get_conn_stat(qc->conn, &st);
+        rv = ngtcp2_conn_read_pkt(qc->conn, &path, &pi, data, len, now);
+        if (rv == 0)
+            dgram_settle(qc, st.bytes_in_flight, now);
+    } else {
+        rv = ngtcp2_conn_read_pkt(qc->conn, &path, &pi, data, len, now);
+    }
     if (rv == 0)
         return 0;
     switch (rv) {
@@ -495,20 +504,14 @@ static size_t dgram_cap(fa_qconn *qc, uint64_t ts)
     if (!d->path)
         return ngtcp2_conn_get_max_tx_udp_payload_size(qc->conn);
     if (d->cur < d->path && ts >= d->low_until && ngtcp2_conn_get_handshake_completed(qc->conn)) {
-        if (d->suspect && d->acked == d->acked_s) {
-            /* nothing acknowledged at all: a silent peer, not a path that
-             * takes small datagrams only; forget the fall-back */
+        if (d->suspect) {
+            /* a whole low period and the peer acknowledged nothing at all:
+             * a silent peer, not a path that takes small datagrams only;
+             * forget the fall-back */
             d->fallbacks--;
             d->backoff = d->backoff_prev;
-        } else if (d->suspect && !d->told) {
-            /* small datagrams got through a whole low period, large ones not */
-            d->told = 1;
-            dgram_log(qc, FA_LOG_INFO, "QUIC datagrams were small for a while",
-                      "large ones went unacknowledged after a probe timeout, small ones did not "
-                      "(does the path drop large ones?); trying them again",
-                      ts);
+            d->suspect = 0;
         }
-        d->suspect = 0;
         d->cur = d->path;
         d->raised_at = ts;
         d->big_sent = 0;
@@ -520,7 +523,6 @@ static size_t dgram_cap(fa_qconn *qc, uint64_t ts)
 static void dgram_sent(fa_qconn *qc, size_t n)
 {
     fa_qconn_dgram *d = &qc->dg;
-    d->sent += n;
     if (d->path && n > FA_QCONN_SAFE_DGRAM && !d->big_sent) {
         d->big_sent = 1;
         d->acked0 = d->acked;
@@ -546,10 +548,13 @@ static void dgram_fall_back(fa_qconn *qc, uint64_t now, const char *why)
 
 /* A PTO fired.  Large datagrams went out and few got through since: the
  * path may drop them, or the peer stopped reading (a blocking client
- * between requests does).  Fall back, tentatively (see dgram_acked). */
+ * between requests does, and so does a peer the scheduler starves).  Fall
+ * back, tentatively: dgram_settle tells the two apart. */
 static void dgram_on_pto(fa_qconn *qc, uint64_t now)
 {
     fa_qconn_dgram *d = &qc->dg;
+    ngtcp2_conn_stat st;
+
     if (d->cur <= FA_QCONN_SAFE_DGRAM || !d->big_sent)
         return; /* nothing large in flight: not about size */
     if (d->acked - d->acked0 >= FA_QCONN_DG_CONFIRM * (uint64_t)d->path) {
@@ -559,20 +564,43 @@ static void dgram_on_pto(fa_qconn *qc, uint64_t now)
         return;
     }
     dgram_fall_back(qc, now, "probe timeout, large datagrams unacknowledged");
+    ngtcp2_conn_get_conn_stat(qc->conn, &st);
     d->suspect = 1;
-    d->acked_s = d->acked;
-    d->sent_s = d->sent;
+    d->recovery_s = st.congestion_recovery_start_ts;
 }
 
-/* n stream bytes were acknowledged.  After a tentative fall-back, more
- * stream bytes acknowledged than all the (small) datagrams sent since could
- * carry means some came in the large datagrams sent before: the peer had
- * only stalled.  Back to path-sized datagrams, as if nothing happened. */
+/* Stream bytes the peer acknowledged (for dgram_on_pto's count). */
 static void dgram_acked(fa_qconn *qc, uint64_t n)
 {
+    qc->dg.acked += n;
+}
+
+/* A packet from the peer was processed during a tentative fall-back.  If it
+ * acknowledged something (fewer bytes in flight), the peer is alive, and
+ * ngtcp2's loss detection has run on the datagrams sent before the probe
+ * timeout: anything acknowledged after them declares them lost (RFC 9002
+ * 6.1.2: the PTO is longer than the time threshold).  Packets declared lost
+ * start a new congestion recovery period: the large datagrams went missing
+ * while the small ones after them arrived, so the path drops large ones;
+ * the fall-back stands.  No new recovery period: everything arrived, the
+ * peer had only stalled; back to path-sized datagrams as if nothing
+ * happened. */
+static void dgram_settle(fa_qconn *qc, uint64_t in_flight_before, uint64_t now)
+{
     fa_qconn_dgram *d = &qc->dg;
-    d->acked += n;
-    if (d->suspect && d->acked - d->acked_s > d->sent - d->sent_s) {
+    ngtcp2_conn_stat st;
+
+    ngtcp2_conn_get_conn_stat(qc->conn, &st);
+    if (st.congestion_recovery_start_ts != d->recovery_s) {
+        d->suspect = 0;
+        if (!d->told) {
+            d->told = 1;
+            dgram_log(qc, FA_LOG_INFO, "QUIC datagrams are small for a while",
+                      "large ones were lost after a probe timeout while small ones after them "
+                      "arrived (does the path drop large ones?)",
+                      now);
+        }
+    } else if (st.bytes_in_flight < in_flight_before) {
         d->suspect = 0;
         d->cur = d->path;
         d->low_until = 0;
@@ -580,7 +608,7 @@ static void dgram_acked(fa_qconn *qc, uint64_t n)
         d->fallbacks--;
         d->big_sent = 0;
         dgram_log(qc, FA_LOG_DEBUG, "QUIC datagrams grow back",
-                  "large datagrams sent before the probe timeout were acknowledged", fa_h3_now());
+                  "the peer acknowledged the large datagrams sent before the probe timeout", now);
     }
 }
 
