@@ -1060,6 +1060,21 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     if (r->have_msg[kind]) {
         if (sodium_memcmp(sha, r->msg_sha[kind], 32) == 0)
             return 0; /* a retry of what was accepted: wait for the close again */
+        if (kind == FA_FED_ADVERTISE && f->phase == FEDAGG__PHASE__PHASE_ADVERTISE) {
+            /* New keys while nobody has seen the old ones: its worker
+             * restarted and lost them.  They replace the old ones. */
+            fa_error_clear(&err);
+            rc = fa_secagg_server_readvertise(f->sa, region, body, len, now_ms, &err);
+            if (rc != 0)
+                return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+            memcpy(r->msg_sha[kind], sha, 32);
+            f->last_advertise_ms = now_ms;
+            fa_log(FA_LOG_INFO, "advertisement replaced",
+                   "region=%s round=%" PRIu64 " attempt=%u reason=\"new keys before the advertise "
+                   "phase closed (did its worker restart?)\"",
+                   region, round, attempt);
+            return 0;
+        }
         return reply_error(f, reply, 409, FA_ERR_EXISTS,
                            "region %s already sent a different %s message for round %" PRIu64
                            " attempt %u",
@@ -2054,6 +2069,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     f->sa_cfg.federation_id = f->federation_id;
     f->sa_cfg.threshold = f->threshold;
     f->sa_cfg.neighbours = f->neighbours;
+    f->sa_cfg.max_uploads_in_flight = rp->max_uploads_in_flight;
     f->sa_cfg.vector_len = f->layout.n_params + 1;
     f->sa_cfg.ring_bits = ring_bits;
     f->sa_cfg.quant = f->quant;

@@ -313,6 +313,16 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
 /* Round 0: an AdvertiseKeys. */
 int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
                                size_t len, uint64_t now_ms, fa_error *err);
+
+/* Round 0: an AdvertiseKeys that replaces the one this client sent before,
+ * while the advertise phase is open (a worker that restarted lost the keys
+ * of its first one).  Nobody has seen the old keys yet: the PeerList goes out
+ * when the phase closes.  Checked as fa_secagg_server_advertise checks (its
+ * own old keys aside); refused (FA_ERR_STATE) when the client has not
+ * advertised, and on any refusal the old advertisement stands. */
+int fa_secagg_server_readvertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                                 size_t len, uint64_t now_ms, fa_error *err);
+
 /* Round 1: a ShareKeys: exactly one ciphertext of the right size for each
  * other client of U1 (each neighbour with SecAgg+), and nobody else. */
 int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,

@@ -279,8 +279,10 @@ static int check_phase(const fa_secagg_server *s, int phase, const char *what, f
 
 /* ---- round 0: AdvertiseKeys ------------------------------------------------ */
 
-int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
-                               size_t len, uint64_t now_ms, fa_error *err)
+/* Round 0 (fa_secagg_server_advertise and _readvertise): `replace` lets a
+ * client that already advertised replace its advertisement. */
+static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg, size_t len,
+                     uint64_t now_ms, int replace, fa_error *err)
 {
     Fedagg__AdvertiseKeys *m = NULL;
     uint8_t *signed_msg = NULL;
@@ -297,8 +299,14 @@ int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const u
     if ((rc = check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) != 0 ||
         (rc = check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id, err)) != 0)
         goto out;
-    if (s->cl[r].flags & CF_ADV) {
+    if ((s->cl[r].flags & CF_ADV) && !replace) {
         rc = fa_errorf(err, FA_ERR_EXISTS, "AdvertiseKeys from '%s': already received", auth_id);
+        goto out;
+    }
+    if (!(s->cl[r].flags & CF_ADV) && replace) {
+        rc = fa_errorf(err, FA_ERR_STATE,
+                       "AdvertiseKeys from '%s': nothing to replace (no advertisement yet)",
+                       auth_id);
         goto out;
     }
     if (m->c_pk.len != 32 || m->s_pk.len != 32 || m->self_mask_commitment.len != 32 ||
@@ -322,8 +330,8 @@ int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const u
     }
     for (size_t i = 0; i < s->roster.n; i++) {
         const fa_sa_peer *q = &s->cl[i].adv;
-        if (!(s->cl[i].flags & CF_ADV))
-            continue;
+        if (!(s->cl[i].flags & CF_ADV) || (int)i == r)
+            continue; /* (its own old keys: replaced below, never used) */
         if (!memcmp(q->c_pk, p.c_pk, 32) || !memcmp(q->s_pk, p.s_pk, 32) ||
             !memcmp(q->c_pk, p.s_pk, 32) || !memcmp(q->s_pk, p.c_pk, 32)) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
@@ -350,6 +358,18 @@ out:
     free(signed_msg);
     fedagg__advertise_keys__free_unpacked(m, &fa_sa_pb_alloc);
     return rc;
+}
+
+int fa_secagg_server_advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                               size_t len, uint64_t now_ms, fa_error *err)
+{
+    return advertise(s, auth_id, msg, len, now_ms, 0, err);
+}
+
+int fa_secagg_server_readvertise(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
+                                 size_t len, uint64_t now_ms, fa_error *err)
+{
+    return advertise(s, auth_id, msg, len, now_ms, 1, err);
 }
 
 int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,

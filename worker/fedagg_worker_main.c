@@ -366,8 +366,10 @@ static int leader_loop(struct worker *w, fa_error *err)
             fa_log(FA_LOG_INFO, "the federation moved on; resynchronising",
                    "round=%" PRIu64 " attempt=%u reason=%s", info->round, info->attempt,
                    fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
-            /* A new attempt of the same round may take this region again. */
+            /* A new attempt of the same round may take this region again.
+             * Not at once: whatever refused us may still hold (never spin). */
             last_attempt = UINT32_MAX;
+            sleep_ms(250);
         } else if (rc == FA_ERR_TLS || rc == FA_ERR_AUTH) {
             fedagg__federation_info__free_unpacked(info, NULL);
             return rc;

@@ -411,6 +411,47 @@ static void test_dropout_and_refusals(void **state)
     sim_del(s);
 }
 
+/* A worker that restarts during the advertise phase lost the keys it
+ * advertised: its new advertisement replaces the old one until the phase
+ * closes (the round then completes with its new keys); after that, new keys
+ * are refused (409) and the round is not disturbed. */
+static void test_readvertise_after_worker_restart(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    const uint8_t junk[] = {0x0a, 0x03, 'u', 's', '-'};
+    uint8_t *m, *late;
+    size_t len, late_len;
+    int status;
+    uint64_t version;
+    fa_error err;
+
+    clients_new(s);
+    must(fa_secagg_client_advertise(s->c[2], &m, &len, &err), &err);
+    assert_int_equal(submit(s, FA_FED_ADVERTISE, 2, m, len, NULL), 0);
+    free(m);
+    /* the worker restarts (twice): fresh keys each time */
+    clients_new(s);
+    must(fa_secagg_client_advertise(s->c[2], &late, &late_len, &err), &err);
+    clients_new(s);
+    /* a broken replacement is refused and the advertisement stands */
+    assert_int_not_equal(submit(s, FA_FED_ADVERTISE, 2, junk, sizeof(junk), &status), 0);
+    assert_int_equal(status, 400);
+    run_to_masked(s, all, NR); /* us-east's newest keys replace its first ones */
+    /* the phase is closed: other keys are refused now */
+    assert_int_equal(submit(s, FA_FED_ADVERTISE, 2, late, late_len, &status), FA_ERR_EXISTS);
+    assert_int_equal(status, 409);
+    free(late);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 0);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    sim_del(s);
+}
+
 static void test_restart_mid_round(void **state)
 {
     struct sim *s = sim_new(1000);
@@ -517,6 +558,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete_round),
         cmocka_unit_test(test_dropout_and_refusals),
+        cmocka_unit_test(test_readvertise_after_worker_restart),
         cmocka_unit_test(test_restart_mid_round),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
     };

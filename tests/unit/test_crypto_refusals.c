@@ -363,6 +363,65 @@ static void test_server_advertise_refusals(void **state)
     fx_del(x);
 }
 
+/* A client that lost its keys (a restarted worker) advertises anew while
+ * the advertise phase is open: the new advertisement replaces the old one,
+ * checked like any other; the round completes with the new keys. */
+static void test_server_readvertise(void **state)
+{
+    struct fx *x = fx_new();
+    struct buf m = {0}, old = {0};
+    fa_secagg_client *lost;
+
+    S_REFUSED(x, fa_secagg_server_readvertise(x->s, x->f.ids[0], x->adv[0].p, x->adv[0].n, 1, &e_),
+              FA_ERR_STATE, "nothing to replace");
+    assert_int_equal(fa_secagg_client_new(&lost, &x->cfg, x->f.seeds[0], x->f.ids[0],
+                                          x->f.members, N, &x->rng, NULL),
+                     0);
+    assert_int_equal(fa_secagg_client_advertise(lost, &old.p, &old.n, NULL), 0);
+    fa_secagg_client_del(lost);
+    assert_int_equal(fa_secagg_server_advertise(x->s, x->f.ids[0], old.p, old.n, 1, NULL), 0);
+    assert_int_equal(
+        fa_secagg_server_advertise(x->s, x->f.ids[1], x->adv[1].p, x->adv[1].n, 1, NULL), 0);
+    /* refusals leave the first advertisement in place */
+    MUTATE(Fedagg__AdvertiseKeys, fedagg__advertise_keys, x->adv[0], a, a->signature.data[0] ^= 1,
+           m);
+    S_REFUSED(x, fa_secagg_server_readvertise(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_VERIFY,
+              "signature does not verify");
+    bfree(&m);
+    S_REFUSED(x, fa_secagg_server_readvertise(x->s, x->f.ids[0], x->adv[1].p, x->adv[1].n, 1, &e_),
+              FA_ERR_AUTH, "authenticated as 'region-000'");
+    {
+        Fedagg__AdvertiseKeys *a1 = fedagg__advertise_keys__unpack(NULL, x->adv[1].n, x->adv[1].p);
+        MUTATE(Fedagg__AdvertiseKeys, fedagg__advertise_keys, x->adv[0], a,
+               memcpy(a->c_pk.data, a1->c_pk.data, 32), m);
+        fedagg__advertise_keys__free_unpacked(a1, NULL);
+        S_REFUSED(x, fa_secagg_server_readvertise(x->s, x->f.ids[0], m.p, m.n, 1, &e_),
+                  FA_ERR_PROTOCOL, "reuses a public key of 'region-001'");
+        bfree(&m);
+    }
+    /* its own old keys again are fine (the same message as before) */
+    assert_int_equal(fa_secagg_server_readvertise(x->s, x->f.ids[0], old.p, old.n, 1, NULL), 0);
+    /* the keys it holds now replace them */
+    assert_int_equal(
+        fa_secagg_server_readvertise(x->s, x->f.ids[0], x->adv[0].p, x->adv[0].n, 1, NULL), 0);
+    for (int i = 2; i < 4; i++)
+        assert_int_equal(
+            fa_secagg_server_advertise(x->s, x->f.ids[i], x->adv[i].p, x->adv[i].n, 10, NULL), 0);
+    assert_int_equal(fa_secagg_server_close(x->s, 11, NULL), 0);
+    /* the phase is closed: no more replacing */
+    S_REFUSED(x, fa_secagg_server_readvertise(x->s, x->f.ids[0], old.p, old.n, 12, &e_),
+              FA_ERR_STATE, "advertise phase");
+    bfree(&old);
+    assert_int_equal(fa_secagg_server_peer_list(x->s, &x->peers.p, &x->peers.n, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(fa_secagg_client_peer_list(x->c[i], x->peers.p, x->peers.n, 12, NULL), 0);
+        assert_int_equal(fa_secagg_client_share_keys(x->c[i], &x->sk[i].p, &x->sk[i].n, NULL), 0);
+    }
+    x->phase = 1;
+    fx_check_sum(x);
+    fx_del(x);
+}
+
 static void test_server_share_refusals(void **state)
 {
     struct fx *x = fx_new();
@@ -1045,6 +1104,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_server_advertise_refusals),
+        cmocka_unit_test(test_server_readvertise),
         cmocka_unit_test(test_server_share_refusals),
         cmocka_unit_test(test_server_masked_refusals),
         cmocka_unit_test(test_server_masked_threshold),
