@@ -44,12 +44,13 @@
  *   its integrity (SHA-256 commitments, signatures, the audit record and
  *   proof) and its crash safety (the round state, including the 4·d-byte
  *   sum, written and fsync'ed at every phase close; each region's attempt
- *   state and delta written before its upload); and it takes at most 4
- *   masked uploads at a time (the secure-aggregation server journals each
- *   in-flight upload to remove it exactly if it breaks off; the others get
- *   503, stop sending at once, and retry).  The plain anchor journals
- *   nothing (a broken upload would spoil its round) and takes all uploads
- *   at once.  All regions and the aggregator share this machine's cores
+ *   state and delta written before its upload); and it journals each
+ *   masked upload in flight to remove it exactly if it breaks off.  It
+ *   takes round.max_uploads_in_flight uploads at a time, set here to the
+ *   number of regions (--uploads-in-flight N to change; the others get
+ *   503, stop sending at once, and retry), as the plain anchor, which
+ *   journals nothing (a broken upload would spoil its round), takes all
+ *   uploads at once.  All regions and the aggregator share this machine's cores
  *   and disk: the clients' masking, which real regions do in parallel on
  *   their own machines, is serialised here, so the ratio is an upper bound
  *   of what a deployment sees; cpu_s shows how much of it is CPU.
@@ -138,6 +139,7 @@ const char fa_bench_round_help[] =
 struct opts {
     int e2e, bytes, rss, accuracy;
     int reps, regions;
+    int in_flight; /* e2e: the aggregator's round.max_uploads_in_flight; 0 = regions */
     uint32_t hidden[4];
     size_t n_hidden;
     int rss_lo, rss_hi, rss_rounds;
@@ -754,6 +756,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     fa_error err;
     size_t d;
     uint32_t ring_bits = fa_secagg_ring_bits_for(16, (uint32_t)o->regions);
+    char round_policy[512];
+    int in_flight;
 
     fa_error_clear(&err);
     if (!f || fa_mlp_config_make(&mc, 784, o->hidden, (uint32_t)o->n_hidden, 10, &err) != 0) {
@@ -769,6 +773,11 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     fa_mlp_config_str(&mc, arch, sizeof(arch));
     fprintf(stderr, "fedagg-bench round: e2e: %d regions x %zu parameters (mlp %s), %d reps\n",
             o->regions, d, arch, o->reps);
+    /* Masked uploads taken at once: all regions, as the plain server takes
+     * them (memory 4d + in_flight x the upload, reported below) */
+    in_flight = o->in_flight > 0 ? o->in_flight : o->regions;
+    snprintf(round_policy, sizeof(round_policy), "min_regions: 2 max_uploads_in_flight: %d %s",
+             in_flight, E2E_ROUND);
 
     snprintf(agg_cfg, sizeof(agg_cfg), "%s/e2e-aggregator.textproto", P->dir);
     snprintf(plain_cfg, sizeof(plain_cfg), "%s/e2e-plain.textproto", P->dir);
@@ -784,7 +793,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                          o->n_hidden,
                          E2E_OPT,
                          E2E_QUANT,
-                         "min_regions: 2 " E2E_ROUND,
+                         round_policy,
                          "e2e-state",
                          0};
     if (write_aggregator(&a) != 0) {
@@ -924,7 +933,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
             snprintf(list_p + strlen(list_p), sizeof(list_p) - strlen(list_p), "%s%.3f",
                      i ? "," : "", plain_wall[i]);
         printf("{\"bench\":\"round_e2e\",\"regions\":%d,\"d\":%zu,\"model\":\"mlp-%s\","
-               "\"bits\":16,\"ring_bits\":%u,\"server_optimizer\":\"fedadam\",\"reps\":%d,"
+               "\"bits\":16,\"ring_bits\":%u,\"server_optimizer\":\"fedadam\","
+               "\"max_uploads_in_flight\":%d,\"reps\":%d,"
                "\"secure_s\":[%s],\"plain_s\":[%s],\"secure_median_s\":%.3f,"
                "\"plain_median_s\":%.3f,\"ref\":\"plaintext_same_transport_same_codec\","
                "\"ratio\":%.3f,\"target\":1.25,\"met\":%s,"
@@ -932,7 +942,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                "\"consistency\":%.3f,\"unmask\":%.3f,\"other\":%.3f},"
                "\"secure_aggregator_phases_s\":{\"shares\":%s,\"masked\":%s,\"consistency\":%s,"
                "\"unmask\":%s,\"decode_optimizer_commit_audit\":%s},",
-               o->regions, d, arch, ring_bits, o->reps, list_s, list_p, sm, pm, sm / pm,
+               o->regions, d, arch, ring_bits, in_flight, o->reps, list_s, list_p, sm, pm, sm / pm,
                sm / pm <= 1.25 ? "true" : "false", s->phase[0], s->phase[1], s->phase[2],
                s->phase[3], s->phase[4], s->other, json_num(b1, sizeof(b1), s->agg.phase[1], 3),
                json_num(b2, sizeof(b2), s->agg.phase[2], 3),
@@ -1069,7 +1079,7 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
                          o->n_hidden,
                          E2E_OPT,
                          E2E_QUANT,
-                         "min_regions: 2 " E2E_ROUND,
+                         "min_regions: 2 " E2E_ROUND, /* 4 uploads at a time (the default) */
                          storage,
                          0};
     if (write_aggregator(&a) != 0) {
@@ -1475,7 +1485,8 @@ out:
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
-               "         [--dir DIR] [--reps 5] [--regions 8] [--hidden 8192,440]\n"
+               "         [--dir DIR] [--reps 5] [--regions 8] [--uploads-in-flight N]\n"
+               "         [--hidden 8192,440]\n"
                "         [--rss-regions 4,16] [--rss-rounds 3]\n"
                "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
                "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
@@ -1555,6 +1566,7 @@ int fa_bench_round(int argc, char **argv)
         {"dir", required_argument, NULL, 'D'},
         {"reps", required_argument, NULL, 'r'},
         {"regions", required_argument, NULL, 'n'},
+        {"uploads-in-flight", required_argument, NULL, 'U'},
         {"hidden", required_argument, NULL, 'H'},
         {"rss-regions", required_argument, NULL, 'R'},
         {"rss-rounds", required_argument, NULL, 'T'},
@@ -1621,6 +1633,7 @@ int fa_bench_round(int argc, char **argv)
         case 'D': o.dir = optarg; break;
         case 'r': o.reps = atoi(optarg); break;
         case 'n': o.regions = atoi(optarg); break;
+        case 'U': o.in_flight = atoi(optarg); break;
         case 'H':
             if (parse_hidden(optarg, &o) != 0) {
                 usage(stderr);

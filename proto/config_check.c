@@ -379,6 +379,11 @@ static void check_round(struct ck *c, const Fedagg__RoundPolicy *r, size_t n)
                 "`round.neighbours` (%u) must be below the number of regions (%zu), or 0 for "
                 "all",
                 r->neighbours, n);
+    if (r->max_uploads_in_flight > 1024)
+        problem(c, r, "max_uploads_in_flight", 0,
+                "`round.max_uploads_in_flight` (%u) is over 1024 (each one in flight holds a "
+                "journal as large as an upload)",
+                r->max_uploads_in_flight);
 }
 
 static void check_model(struct ck *c, const Fedagg__ModelSpec *m)

@@ -100,7 +100,7 @@ static void test_meaning_errors_with_positions(void **state)
 {
     static const char text[] = "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
                                "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
-                               "round { threshold: 3 }\n"
+                               "round { threshold: 3 max_uploads_in_flight: 2000 }\n"
                                "quantization { bits: 1 }\n";
     ProtobufCMessage *m = (ProtobufCMessage *)1;
     fa_diags *d = NULL;
@@ -115,6 +115,7 @@ static void test_meaning_errors_with_positions(void **state)
                             "regions[0]"));
     assert_true(has_diag(d, "c.textproto:3:9: `round.threshold` (3) exceeds the number of "
                             "regions (2)"));
+    assert_true(has_diag(d, "c.textproto:3:22: `round.max_uploads_in_flight` (2000) is over 1024"));
     assert_true(has_diag(d, "c.textproto:4:16: `quantization.bits` (1) must be from 2 to 24"));
     /* required fields in absent messages point at the top of the file */
     assert_true(has_diag(d, "c.textproto:1:1: `tls.cert_file` is required"));
