@@ -295,6 +295,21 @@ static void run_to_end(struct sim *s, const int *who, int nwho, uint64_t round, 
     assert_int_equal(fa_fed_tick(s->f, s->now), 1);
 }
 
+/* Every region uploads, then rounds 3 and 4: attempt `attempt` of round 1
+ * completes and version 1 is the model. */
+static void finish_round_1(struct sim *s, uint32_t attempt)
+{
+    const int all[] = {0, 1, 2};
+    uint64_t version;
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, attempt);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+}
+
 /* The current model's parameters. */
 static void model_params(struct sim *s, float *out)
 {
@@ -423,7 +438,6 @@ static void test_readvertise_after_worker_restart(void **state)
     uint8_t *m, *late;
     size_t len, late_len;
     int status;
-    uint64_t version;
     fa_error err;
 
     clients_new(s);
@@ -442,13 +456,7 @@ static void test_readvertise_after_worker_restart(void **state)
     assert_int_equal(submit(s, FA_FED_ADVERTISE, 2, late, late_len, &status), FA_ERR_EXISTS);
     assert_int_equal(status, 409);
     free(late);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
-    run_to_end(s, all, NR, 1, 0);
-    position(s, NULL, NULL, NULL, &version);
-    assert_int_equal(version, 1);
+    finish_round_1(s, 0);
     sim_del(s);
 }
 
@@ -543,13 +551,7 @@ static void test_below_threshold_aborts_attempt(void **state)
     /* the next attempt, with fresh keys, succeeds */
     clients_new(s);
     run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
-    run_to_end(s, all, NR, 1, 1);
-    position(s, NULL, NULL, NULL, &version);
-    assert_int_equal(version, 1);
+    finish_round_1(s, 1);
     sim_del(s);
 }
 
