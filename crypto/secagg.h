@@ -87,6 +87,9 @@ typedef struct fa_secagg_config {
     uint32_t ring_bits;             /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
     fa_secagg_quant quant;          /* for float inputs and fa_secagg_server_result_f32 */
     uint32_t max_uploads_in_flight; /* server: concurrent masked uploads, 0 = 4 (see below) */
+    uint32_t unmask_threads;        /* server: threads that remove the masks at unmasking, each
+                                     * over its own range of the sum; 0 = one per online CPU
+                                     * (at most 16, each range at least 1 MiB); <= 256 */
 } fa_secagg_config;
 
 /* One member of the federation: its client id and long-term Ed25519 identity

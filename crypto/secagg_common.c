@@ -76,6 +76,9 @@ int fa_secagg_config_check(const fa_secagg_config *cfg, fa_error *err)
     if (q->clip_mode != FA_SECAGG_CLIP_COORDINATE &&
         !(isfinite(q->clip_l2_norm) && q->clip_l2_norm > 0))
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: quant.clip_l2_norm must be > 0");
+    if (cfg->unmask_threads > 256)
+        return fa_errorf(err, FA_ERR_INVAL, "secagg config: unmask_threads %u over 256",
+                         cfg->unmask_threads);
     if (cfg->max_uploads_in_flight > 1024)
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: max_uploads_in_flight %u over 1024",
                          cfg->max_uploads_in_flight);

@@ -2,8 +2,10 @@
  * "Server" column), as a sans-I/O state machine.  See crypto/secagg.h. */
 #include "crypto/secagg.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 #include <sodium.h>
@@ -984,34 +986,98 @@ struct mask_key {
 };
 
 #define UNMASK_GROUP 64
+/* Auto threads: at most this many, each over at least this many words. */
+#define UNMASK_AUTO_THREADS 16
+#define UNMASK_MIN_WORDS ((uint64_t)1 << 18)
 
-/* Applies the masks of keys[0..n) to the sum (each key's sign says which
- * way), UNMASK_GROUP keys per pass over the sum: fa_prg_mask walks the sum
- * once per pass, adding every key's mask to each cache-sized sub-block. */
-static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t n)
+/* One range [start, start + len) of the sum, and the masks to apply there. */
+struct unmask_part {
+    const struct mask_key *keys;
+    size_t n;
+    uint32_t *sum;
+    uint64_t start, len;
+    int rc;
+};
+
+/* Applies the masks of keys[0..n) to one range of the sum (each key's sign
+ * says which way), UNMASK_GROUP keys per pass: fa_prg_mask walks the range
+ * once per pass, adding every key's mask to each cache-sized sub-block.  The
+ * keystreams start at the range's first word (CTR mode seeks for free). */
+static void *remove_masks_part(void *arg)
 {
+    struct unmask_part *p = arg;
     fa_prg prg[UNMASK_GROUP];
     int sign[UNMASK_GROUP];
     uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    const uint64_t len = s->cfg.c.vector_len;
     int rc = 0;
 
-    if (!scratch)
-        return FA_ERR_NOMEM;
+    if (!scratch) {
+        p->rc = FA_ERR_NOMEM;
+        return NULL;
+    }
     memset(prg, 0, sizeof(prg));
-    for (size_t g0 = 0; g0 < n && rc == 0; g0 += UNMASK_GROUP) {
-        size_t g1 = n - g0 < UNMASK_GROUP ? n : g0 + UNMASK_GROUP;
+    for (size_t g0 = 0; g0 < p->n && rc == 0; g0 += UNMASK_GROUP) {
+        size_t g1 = p->n - g0 < UNMASK_GROUP ? p->n : g0 + UNMASK_GROUP;
         for (size_t i = g0; i < g1 && rc == 0; i++) {
-            rc = fa_prg_init(&prg[i - g0], keys[i].key, 0);
-            sign[i - g0] = keys[i].sign;
+            rc = fa_prg_init(&prg[i - g0], p->keys[i].key, p->start);
+            sign[i - g0] = p->keys[i].sign;
         }
         if (rc == 0)
-            rc = fa_prg_mask(prg, sign, g1 - g0, s->sum, s->sum, (size_t)len, scratch);
+            rc = fa_prg_mask(prg, sign, g1 - g0, p->sum + p->start, p->sum + p->start,
+                             (size_t)p->len, scratch);
         for (size_t i = 0; i < UNMASK_GROUP; i++)
             fa_prg_free(&prg[i]);
     }
     sodium_memzero(scratch, FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
     free(scratch);
+    p->rc = rc;
+    return NULL;
+}
+
+/* Applies the masks of keys[0..n) to the whole sum, on several threads for
+ * a long vector (cfg unmask_threads): each removes every mask from its own
+ * range, so the result is the same bits whatever the number of threads.
+ * A thread that cannot be started leaves its range to this one. */
+static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t n)
+{
+    const uint64_t len = s->cfg.c.vector_len;
+    struct unmask_part part[256];
+    pthread_t th[256];
+    int started[256];
+    uint64_t t = s->cfg.c.unmask_threads, per;
+    int rc = 0;
+
+    if (t == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        t = cpus > 0 ? (uint64_t)cpus : 1;
+        if (t > UNMASK_AUTO_THREADS)
+            t = UNMASK_AUTO_THREADS;
+        if (t > len / UNMASK_MIN_WORDS)
+            t = len / UNMASK_MIN_WORDS;
+    }
+    /* ranges of whole keystream blocks */
+    if (t > (len + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS)
+        t = (len + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS;
+    if (t == 0)
+        t = 1;
+    per = (len / t + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS * FA_PRG_BLOCK_WORDS;
+    for (uint64_t i = 0; i < t; i++) {
+        uint64_t a = i * per < len ? i * per : len, b = a + per < len ? a + per : len;
+        part[i] = (struct unmask_part){keys, n, s->sum, a, b - a, 0};
+        if (i == t - 1)
+            part[i].len = len - a; /* the last one takes the rest */
+        started[i] = i > 0 && part[i].len > 0 &&
+                     pthread_create(&th[i], NULL, remove_masks_part, &part[i]) == 0;
+    }
+    remove_masks_part(&part[0]);
+    for (uint64_t i = 1; i < t; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else if (part[i].len > 0)
+            remove_masks_part(&part[i]);
+    }
+    for (uint64_t i = 0; i < t && rc == 0; i++)
+        rc = part[i].rc;
     return rc;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crypto/mask_prg.h"
 #include "test_crypto_harness.h"
 
 #define VLEN 37 /* not a multiple of 8: exercises the partial last group */
@@ -255,6 +256,32 @@ static void test_dropouts_n32(void **state)
         for (size_t i = 0; i < n - t + 1; i++)
             drop[i] = TH_DROP_MASKED;
         check_round(&f, &cfg, &in, drop, NULL, 0, 77);
+    }
+    inputs_free(&in, n);
+}
+
+/* The server removes the masks on several threads, each over its own range
+ * of the sum (ranges of whole keystream blocks, the last one shorter): the
+ * sum is exact whatever the number of threads, with self masks only and
+ * with the pairwise masks of dropouts too. */
+static void test_unmask_threads(void **state)
+{
+    const uint32_t threads[] = {1, 2, 3, 7, 40};
+    const uint64_t len = 12 * FA_PRG_BLOCK_WORDS + 123;
+    th_fed f;
+    struct inputs in;
+    size_t n = 5;
+    uint32_t t = majority(n);
+
+    th_fed_init(&f, n, n);
+    inputs_make(&in, n, len, 500);
+    for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+        fa_secagg_config cfg = th_cfg(t, 22, len, 0);
+        int none[FA_SECAGG_MAX_CLIENTS] = {0}, two[FA_SECAGG_MAX_CLIENTS] = {0};
+        cfg.unmask_threads = threads[k];
+        two[1] = two[3] = TH_DROP_MASKED; /* shared keys, then no upload */
+        check_round(&f, &cfg, &in, none, NULL, 0, 900 + k);
+        check_round(&f, &cfg, &in, two, NULL, 0, 950 + k);
     }
     inputs_free(&in, n);
 }
@@ -551,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_dropouts_n5),
         cmocka_unit_test(test_dropouts_n10),
         cmocka_unit_test(test_dropouts_n32),
+        cmocka_unit_test(test_unmask_threads),
         cmocka_unit_test(test_dropouts_mixed),
         cmocka_unit_test(test_uploads_retried),
         cmocka_unit_test(test_uploads_interleaved),
