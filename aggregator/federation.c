@@ -3,7 +3,9 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #ifdef __GLIBC__
+#include <dirent.h>
 #include <malloc.h>
 #endif
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aggregator/audit_log.h"
 #include "aggregator/metrics.h"
@@ -52,6 +55,11 @@ struct fa_fed {
     char *federation_id;
     char *storage_dir;
     char *state_path;
+    /* The secure-aggregation sum last written next to round.state (see
+     * write_sum): its round, attempt and generation; have_sum = 0: none. */
+    int have_sum;
+    uint64_t sum_round, sum_gen;
+    uint32_t sum_attempt;
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
     uint64_t deadline_ms[N_KINDS];
     uint64_t advertise_grace_ms;
@@ -334,6 +342,160 @@ static void state_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *dat
         s->rc = fa_atomic_file_write(s->f, data, len, s->err);
 }
 
+/* The secure-aggregation sum lives in its own file, written only when it
+ * changed (its generation), not at every phase close: after the masked
+ * phase it stays the same (and unmasking is redone from the masked sum on
+ * restart, see fa_secagg_server_save_meta), so a round writes its 4 bytes
+ * per parameter once.  round.sum.<round>.<attempt>.<generation>:
+ * "FASUM" 0 0 1, round u64, attempt u32, generation u64, words u64 (all
+ * little-endian), the words (u32 little-endian), SHA-256 of all before it.
+ * A new generation goes to a new file before round.state names it; the
+ * others are removed after. */
+static const uint8_t sum_magic[8] = {'F', 'A', 'S', 'U', 'M', 0, 0, 1};
+#define SUM_HEADER 36
+
+static void sum_path(const fa_fed *f, uint64_t round, uint32_t attempt, uint64_t gen, char *out,
+                     size_t n)
+{
+    snprintf(out, n, "%s/round.sum.%" PRIu64 ".%u.%" PRIu64, f->storage_dir, round, attempt, gen);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void sum_header(uint8_t h[SUM_HEADER], uint64_t round, uint32_t attempt, uint64_t gen,
+                       uint64_t n)
+{
+    memcpy(h, sum_magic, 8);
+    put_le(h + 8, round, 8);
+    put_le(h + 16, attempt, 4);
+    put_le(h + 20, gen, 8);
+    put_le(h + 28, n, 8);
+}
+
+static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
+{
+    const uint32_t *w = fa_secagg_server_sum_words(f->sa);
+    const uint64_t n = f->sa_cfg.vector_len;
+    uint8_t h[SUM_HEADER], md[32], buf[1 << 16];
+    EVP_MD_CTX *sha = EVP_MD_CTX_new();
+    fa_atomic_file *af = NULL;
+    char path[4200];
+    int rc;
+
+    sum_path(f, f->round, f->attempt, gen, path, sizeof(path));
+    sum_header(h, f->round, f->attempt, gen, n);
+    if (!sha || EVP_DigestInit_ex(sha, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(sha);
+        return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 unavailable", path);
+    }
+    rc = fa_atomic_file_open(&af, path, 0600, err);
+    if (rc == 0)
+        rc = fa_atomic_file_write(af, h, sizeof(h), err);
+    EVP_DigestUpdate(sha, h, sizeof(h));
+    for (uint64_t i = 0; i < n && rc == 0;) {
+        size_t m = n - i < sizeof(buf) / 4 ? (size_t)(n - i) : sizeof(buf) / 4;
+        for (size_t j = 0; j < m; j++)
+            put_le(buf + 4 * j, w[i + j], 4);
+        EVP_DigestUpdate(sha, buf, m * 4);
+        rc = fa_atomic_file_write(af, buf, m * 4, err);
+        i += m;
+    }
+    if (rc == 0 && EVP_DigestFinal_ex(sha, md, NULL) != 1)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+    if (rc == 0)
+        rc = fa_atomic_file_write(af, md, sizeof(md), err);
+    if (rc == 0) {
+        rc = fa_atomic_file_commit_nosync(af, err); /* as round.state (see save_state) */
+        af = NULL;
+    }
+    fa_atomic_file_abort(af);
+    EVP_MD_CTX_free(sha);
+    if (rc != 0)
+        return rc;
+    f->have_sum = 1;
+    f->sum_round = f->round;
+    f->sum_attempt = f->attempt;
+    f->sum_gen = gen;
+    return 0;
+}
+
+/* Reads the sum of generation gen of the round in flight into *out
+ * (vector_len words, malloc'ed); refuses a file that is not exactly it. */
+static int read_sum(fa_fed *f, uint64_t gen, uint32_t **out, fa_error *err)
+{
+    const uint64_t n = f->sa_cfg.vector_len;
+    uint8_t h[SUM_HEADER], md[32], *data = NULL;
+    size_t len = 0;
+    uint32_t *w = NULL;
+    char path[4200];
+    int rc;
+
+    *out = NULL;
+    sum_path(f, f->round, f->attempt, gen, path, sizeof(path));
+    rc = fa_file_read_all(path, &data, &len, (size_t)(SUM_HEADER + 4 * n + 32), err);
+    if (rc != 0)
+        return fa_error_prefix(err, rc, "the round state's sum");
+    sum_header(h, f->round, f->attempt, gen, n);
+    if (len != SUM_HEADER + 4 * n + 32 || memcmp(data, h, SUM_HEADER) != 0)
+        rc = fa_errorf(err, FA_ERR_CORRUPT,
+                       "%s: not the sum of round %" PRIu64 " attempt %u generation %" PRIu64
+                       " with %" PRIu64 " words",
+                       path, f->round, f->attempt, gen, n);
+    if (rc == 0 && (EVP_Digest(data, len - 32, md, NULL, EVP_sha256(), NULL) != 1 ||
+                    memcmp(md, data + len - 32, 32) != 0))
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: fails its SHA-256", path);
+    if (rc == 0 && !(w = malloc(n * sizeof(uint32_t))))
+        rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", path);
+    for (uint64_t i = 0; rc == 0 && i < n; i++)
+        w[i] = (uint32_t)get_le(data + SUM_HEADER + 4 * i, 4);
+    free(data);
+    if (rc != 0) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    f->have_sum = 1;
+    f->sum_round = f->round;
+    f->sum_attempt = f->attempt;
+    f->sum_gen = gen;
+    return 0;
+}
+
+/* Removes every sum file but the one round.state names (keep = 0: all),
+ * and leftovers of interrupted writes. */
+static void remove_stale_sums(fa_fed *f, uint64_t keep)
+{
+    char name[200], path[4200];
+    struct dirent *e;
+    DIR *d = opendir(f->storage_dir);
+
+    if (!d)
+        return;
+    snprintf(name, sizeof(name), "round.sum.%" PRIu64 ".%u.%" PRIu64, f->round, f->attempt, keep);
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "round.sum.", 10) != 0 || (keep && !strcmp(e->d_name, name)))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", f->storage_dir, e->d_name);
+        if (unlink(path) != 0)
+            fa_log(FA_LOG_WARN, "cannot remove an old round sum", "file=%s", path);
+    }
+    closedir(d);
+    if (!keep)
+        f->have_sum = 0;
+}
+
 /* Writes round.state: called at every phase change, before any region can
  * learn of it.  Failing to save is fatal for the attempt (the caller aborts
  * it), never silently ignored. */
@@ -343,6 +505,7 @@ static int save_state(fa_fed *f, fa_error *err)
     struct state_sink sink = {{state_sink_append}, NULL, err, 0};
     uint8_t *blob = NULL;
     size_t blob_len = 0;
+    uint64_t t0 = fa_time_mono_ns();
     int rc;
 
     st.round = f->round;
@@ -353,11 +516,30 @@ static int save_state(fa_fed *f, fa_error *err)
     st.rounds_completed = f->rounds_completed;
     st.rounds_aborted = f->rounds_aborted;
     if (f->phase != FEDAGG__PHASE__PHASE_ADVERTISE && f->sa) {
-        rc = fa_secagg_server_save(f->sa, &blob, &blob_len, err);
+        uint64_t gen = 0;
+        rc = fa_secagg_server_save_meta(f->sa, &blob, &blob_len, &gen, err);
         if (rc != 0)
             return rc;
+        if (gen != 0 && !(f->have_sum && f->sum_round == f->round &&
+                          f->sum_attempt == f->attempt && f->sum_gen == gen)) {
+            if (gen == fa_secagg_server_sum_generation(f->sa)) {
+                rc = write_sum(f, gen, err);
+            } else {
+                /* The state needs a masked sum that is not on disk (restored
+                 * from an older round.state): save the sum inside it. */
+                free(blob);
+                blob = NULL;
+                gen = 0;
+                rc = fa_secagg_server_save(f->sa, &blob, &blob_len, err);
+            }
+            if (rc != 0) {
+                free(blob);
+                return rc;
+            }
+        }
         st.secagg_server.data = blob;
         st.secagg_server.len = blob_len;
+        st.sum_generation = gen;
     }
     rc = fa_atomic_file_open(&sink.f, f->state_path, 0600, err);
     if (rc == 0) {
@@ -375,6 +557,14 @@ static int save_state(fa_fed *f, fa_error *err)
     else
         fa_atomic_file_abort(sink.f);
     free(blob);
+    if (rc == 0) {
+        remove_stale_sums(f, st.sum_generation);
+        fa_log(FA_LOG_DEBUG, "round state saved",
+               "round=%" PRIu64 " attempt=%u phase=%d bytes=%zu sum_generation=%" PRIu64
+               " seconds=%.3f",
+               f->round, f->attempt, (int)f->phase, blob_len, st.sum_generation,
+               (double)(fa_time_mono_ns() - t0) / 1e9);
+    }
     return rc;
 }
 
@@ -1756,6 +1946,24 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
     return 0;
 }
 
+/* The secure-aggregation server of round.state, with its sum from the file
+ * the state names (or inside the state, as older versions saved it). */
+static int restore_secagg(fa_fed *f, const Fedagg__RoundState *st, fa_error *err)
+{
+    uint32_t *sum = NULL;
+    int rc = 0;
+
+    f->have_sum = 0;
+    if (st->sum_generation != 0)
+        rc = read_sum(f, st->sum_generation, &sum, err);
+    if (rc == 0)
+        rc = fa_secagg_server_restore_meta(&f->sa, st->secagg_server.data, st->secagg_server.len,
+                                           sum, sum ? f->sa_cfg.vector_len : 0, &f->sa_cfg,
+                                           f->members, f->n_regions, err);
+    free(sum);
+    return rc;
+}
+
 static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
 {
     uint8_t *data = NULL;
@@ -1798,8 +2006,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         char path[4096];
         fa_safetensors *mst = NULL;
         const char *prev_hex;
-        rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len,
-                                      &f->sa_cfg, f->members, f->n_regions, err);
+        rc = restore_secagg(f, st, err);
         if (rc == 0) {
             fa_model_store_model_path(f->store, f->cur.version, path, sizeof(path));
             rc = fa_st_open(&mst, path, err);
@@ -1861,8 +2068,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         /* The sum was unmasked and saved, but the new model was never
          * committed: finish the round from the saved result. */
         int committed = 0;
-        rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len,
-                                      &f->sa_cfg, f->members, f->n_regions, err);
+        rc = restore_secagg(f, st, err);
         fedagg__round_state__free_unpacked(st, NULL);
         if (rc != 0)
             return fa_error_prefix(err, rc, "%s", f->state_path);
@@ -1879,8 +2085,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
                "round=%" PRIu64 " attempt=%u phase=advertise", r, a);
         return open_attempt(f, r, a, now_ms, err);
     }
-    rc = fa_secagg_server_restore(&f->sa, st->secagg_server.data, st->secagg_server.len, &f->sa_cfg,
-                                  f->members, f->n_regions, err);
+    rc = restore_secagg(f, st, err);
     if (rc != 0) {
         fedagg__round_state__free_unpacked(st, NULL);
         return fa_error_prefix(err, rc, "%s", f->state_path);

@@ -424,4 +424,27 @@ int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t
                              const fa_secagg_config *cfg, const fa_secagg_member *members,
                              size_t n_members, fa_error *err);
 
+/* The same, without the running sum, for a caller that keeps the sum
+ * itself (an aggregator that writes 4 bytes per parameter only when they
+ * changed, not at every phase close).  The sum changes only when its
+ * generation does (fa_secagg_server_sum_generation: 0 = all zeros, as
+ * created); fa_secagg_server_sum_words gives its vector_len words.
+ * fa_secagg_server_save_meta says in *sum_generation which sum a restore
+ * needs: the current one, except after unmasking (FA_SECAGG_DONE), where it
+ * is the masked sum of the generation the masked phase closed with (the
+ * caller saved it then), and fa_secagg_server_restore_meta unmasks it again
+ * from the revealed shares in the state (the same result).  A state made
+ * by fa_secagg_server_save names no generation the caller has: its DONE
+ * state's masked sum is unknown (UINT64_MAX), so save it whole again.
+ * restore_meta takes the sum (sum_len = vector_len words; NULL and 0 when
+ * the generation is 0) and also reads fa_secagg_server_save's states. */
+int fa_secagg_server_save_meta(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                               uint64_t *sum_generation, fa_error *err);
+uint64_t fa_secagg_server_sum_generation(const fa_secagg_server *s);
+const uint32_t *fa_secagg_server_sum_words(const fa_secagg_server *s);
+int fa_secagg_server_restore_meta(fa_secagg_server **out, const uint8_t *blob, size_t len,
+                                  const uint32_t *sum, uint64_t sum_len,
+                                  const fa_secagg_config *cfg, const fa_secagg_member *members,
+                                  size_t n_members, fa_error *err);
+
 #endif

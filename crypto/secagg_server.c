@@ -68,6 +68,8 @@ struct fa_secagg_server {
     uint8_t *rev;      /* [sender][owner] of U1: revealed shares, 32 bytes each */
     uint8_t *rev_kind; /* [sender][owner]: REV_* */
     uint32_t *sum;     /* vector_len: the running sum, then the result */
+    uint64_t sum_gen;    /* changes with every change of sum (0: all zeros, as created) */
+    uint64_t masked_gen; /* sum_gen when the masked phase closed (the masked sum's) */
     uint64_t masked_bytes;
     struct upload_slot *slots;
     uint32_t in_flight;
@@ -627,6 +629,7 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
         return fa_errorf(err, FA_ERR_CRYPTO, "masked chunk: SHA-256 failed");
     memcpy(sl->journal + sl->bytes, data, len);
     sl->bytes += len;
+    s->sum_gen++;
     /* Complete the group begun by an earlier chunk. */
     if (sl->carry_len > 0 && sl->coords / 8 < full_groups) {
         size_t need = k - sl->carry_len, take = len < need ? len : need;
@@ -689,6 +692,7 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
                          auth_id);
     if (n % 8)
         fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, 1);
+    s->sum_gen++;
     if (EVP_DigestFinal_ex(sl->sha, s->cl[r].upload_sha, NULL) != 1) {
         if (n % 8) /* undo the tail: the upload stays in flight */
             fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, -1);
@@ -703,6 +707,7 @@ static void upload_remove(fa_secagg_server *s, struct upload_slot *sl)
 {
     /* Subtract exactly the groups that went into the sum. */
     fa_ring_unpack_add(s->sum, sl->journal, (size_t)sl->coords, s->cfg.c.ring_bits, -1);
+    s->sum_gen++;
     slot_release(s, sl);
 }
 
@@ -1170,6 +1175,7 @@ static int close_unmask(fa_secagg_server *s, fa_error *err)
     if (rc != 0)
         goto out;
     /* From here on the sum changes: only an internal failure can stop it. */
+    s->sum_gen++;
     rc = remove_masks(s, keys, nkeys);
     if (rc != 0) {
         s->phase = FA_SECAGG_FAILED;
@@ -1262,6 +1268,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
             free(s->slots[i].journal);
             s->slots[i].journal = NULL;
         }
+        s->masked_gen = s->sum_gen;
         break;
     case FA_SECAGG_UNMASK:
         if ((rc = close_unmask(s, err)) != 0)
@@ -1366,7 +1373,11 @@ int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char 
 /* ---- save / restore ---------------------------------------------------------- */
 
 /* Version 2: the sum is preceded by a byte saying whether it is all zeros. */
-static const uint8_t srv_magic[8] = {'F', 'A', 'S', 'A', 'S', 'R', 'V', 2};
+/* Saved states: version 2 holds the sum; version 3 (save_meta) holds its
+ * generation instead, the caller keeping the words. */
+#define SRV_V_SUM 2
+#define SRV_V_META 3
+static const uint8_t srv_magic[7] = {'F', 'A', 'S', 'A', 'S', 'R', 'V'};
 
 static void put_cfg(fa_wbuf *w, const fa_sa_cfg *cfg)
 {
@@ -1393,51 +1404,80 @@ static void put_roster(fa_wbuf *w, const fa_sa_roster *r)
     }
 }
 
-int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len, fa_error *err)
+/* The state before the sum, as both versions write it. */
+static void put_state(fa_wbuf *w, const fa_secagg_server *s, uint8_t version)
 {
-    fa_wbuf w;
-    uint8_t *p;
+    fa_wbuf_raw(w, srv_magic, sizeof(srv_magic));
+    fa_wbuf_u8(w, version);
+    put_cfg(w, &s->cfg);
+    put_roster(w, &s->roster);
+    fa_wbuf_u32(w, (uint32_t)s->phase);
+    fa_wbuf_u64(w, s->phase_opened_ms);
+    for (size_t i = 0; i < s->roster.n; i++) {
+        const struct srv_client *c = &s->cl[i];
+        fa_wbuf_u32(w, c->flags);
+        fa_wbuf_raw(w, c->adv.c_pk, 32);
+        fa_wbuf_raw(w, c->adv.s_pk, 32);
+        fa_wbuf_raw(w, c->adv.b_commit, 32);
+        fa_wbuf_raw(w, c->adv.sig, 64);
+        fa_wbuf_raw(w, c->upload_sha, 32);
+        fa_wbuf_raw(w, c->upload_sig, 64);
+        fa_wbuf_raw(w, c->surv_sig, 64);
+    }
+    if (s->phase > FA_SECAGG_ADVERTISE) {
+        for (size_t c = 0; c < s->n1 * s->n1; c++) {
+            fa_wbuf_u8(w, s->ct_have[c]);
+            if (s->ct_have[c])
+                fa_wbuf_raw(w, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
+            fa_wbuf_u8(w, s->rev_kind[c]);
+            if (s->rev_kind[c])
+                fa_wbuf_raw(w, s->rev + c * 32, 32);
+        }
+    }
+}
 
+static int save_check(const fa_secagg_server *s, fa_error *err)
+{
     if (s->in_flight)
         return fa_errorf(err, FA_ERR_STATE,
                          "secagg save: %u masked uploads in flight; save at a phase boundary",
                          s->in_flight);
     if (s->phase == FA_SECAGG_FAILED)
         return fa_errorf(err, FA_ERR_STATE, "secagg save: the round failed");
+    return 0;
+}
+
+/* Appends the SHA-256 of everything before it and hands the buffer out. */
+static int save_finish(fa_wbuf *w, uint8_t **out, size_t *out_len, fa_error *err)
+{
+    uint8_t *p = fa_wbuf_reserve(w, 32);
+    if (w->failed) {
+        fa_wbuf_free(w);
+        return fa_errorf(err, FA_ERR_NOMEM, "secagg save: out of memory");
+    }
+    fa_sa_sha256(w->p, w->len - 32, p);
+    *out = w->p;
+    *out_len = w->len;
+    return 0;
+}
+
+int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len, fa_error *err)
+{
+    fa_wbuf w;
+    uint8_t *p;
+    int rc;
+
+    if ((rc = save_check(s, err)) != 0)
+        return rc;
     fa_wbuf_init(&w, 1);
-    fa_wbuf_raw(&w, srv_magic, sizeof(srv_magic));
-    put_cfg(&w, &s->cfg);
-    put_roster(&w, &s->roster);
-    fa_wbuf_u32(&w, (uint32_t)s->phase);
-    fa_wbuf_u64(&w, s->phase_opened_ms);
-    for (size_t i = 0; i < s->roster.n; i++) {
-        const struct srv_client *c = &s->cl[i];
-        fa_wbuf_u32(&w, c->flags);
-        fa_wbuf_raw(&w, c->adv.c_pk, 32);
-        fa_wbuf_raw(&w, c->adv.s_pk, 32);
-        fa_wbuf_raw(&w, c->adv.b_commit, 32);
-        fa_wbuf_raw(&w, c->adv.sig, 64);
-        fa_wbuf_raw(&w, c->upload_sha, 32);
-        fa_wbuf_raw(&w, c->upload_sig, 64);
-        fa_wbuf_raw(&w, c->surv_sig, 64);
-    }
-    if (s->phase > FA_SECAGG_ADVERTISE) {
-        for (size_t c = 0; c < s->n1 * s->n1; c++) {
-            fa_wbuf_u8(&w, s->ct_have[c]);
-            if (s->ct_have[c])
-                fa_wbuf_raw(&w, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
-            fa_wbuf_u8(&w, s->rev_kind[c]);
-            if (s->rev_kind[c])
-                fa_wbuf_raw(&w, s->rev + c * 32, 32);
-        }
-    }
+    put_state(&w, s, SRV_V_SUM);
     /* The sum: one byte saying whether it is all zeros (as it is at every
      * boundary before the masked phase closes), then its words if not, so
      * that the early phase closes save kilobytes rather than 4 bytes per
      * coordinate. */
     {
-        int zero = 1;
-        for (uint64_t i = 0; i < s->cfg.c.vector_len && zero; i++)
+        int zero = 1; /* a sum never changed is all zeros */
+        for (uint64_t i = 0; i < s->cfg.c.vector_len && zero && s->sum_gen; i++)
             zero = s->sum[i] == 0;
         fa_wbuf_u8(&w, (uint8_t)!zero);
         p = zero ? NULL : fa_wbuf_reserve(&w, (size_t)s->cfg.c.vector_len * 4);
@@ -1445,20 +1485,43 @@ int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_
             for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
                 fa_store_u32le(p + 4 * i, s->sum[i]);
     }
-    p = fa_wbuf_reserve(&w, 32);
-    if (w.failed) {
-        fa_wbuf_free(&w);
-        return fa_errorf(err, FA_ERR_NOMEM, "secagg save: out of memory");
-    }
-    fa_sa_sha256(w.p, w.len - 32, p);
-    *out = w.p;
-    *out_len = w.len;
-    return 0;
+    return save_finish(&w, out, out_len, err);
 }
 
-int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t len,
-                             const fa_secagg_config *cfg, const fa_secagg_member *members,
-                             size_t n_members, fa_error *err)
+int fa_secagg_server_save_meta(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
+                               uint64_t *sum_generation, fa_error *err)
+{
+    fa_wbuf w;
+    int redo = s->phase == FA_SECAGG_DONE;
+    int rc;
+
+    if ((rc = save_check(s, err)) != 0)
+        return rc;
+    fa_wbuf_init(&w, 1);
+    put_state(&w, s, SRV_V_META);
+    fa_wbuf_u64(&w, s->sum_gen);
+    fa_wbuf_u64(&w, s->masked_gen);
+    fa_wbuf_u8(&w, (uint8_t)redo);
+    rc = save_finish(&w, out, out_len, err);
+    if (rc == 0)
+        *sum_generation = redo ? s->masked_gen : s->sum_gen;
+    return rc;
+}
+
+uint64_t fa_secagg_server_sum_generation(const fa_secagg_server *s)
+{
+    return s->sum_gen;
+}
+
+const uint32_t *fa_secagg_server_sum_words(const fa_secagg_server *s)
+{
+    return s->sum;
+}
+
+/* Both versions; `sum` (sum_len words) is the sum a version-3 state names. */
+static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
+                        const uint32_t *sum_words, uint64_t sum_len, const fa_secagg_config *cfg,
+                        const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
     fa_secagg_server *s = NULL;
     fa_wbuf expect;
@@ -1466,11 +1529,14 @@ int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t
     uint8_t sum[32];
     const uint8_t *p;
     uint32_t phase;
-    int rc;
+    uint8_t version;
+    int rc, redo = 0;
 
     *out = NULL;
-    if (len < sizeof(srv_magic) + 32 || memcmp(blob, srv_magic, sizeof(srv_magic)) != 0)
+    if (len < sizeof(srv_magic) + 1 + 32 || memcmp(blob, srv_magic, sizeof(srv_magic)) != 0 ||
+        (blob[sizeof(srv_magic)] != SRV_V_SUM && blob[sizeof(srv_magic)] != SRV_V_META))
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: not a saved secagg server state");
+    version = blob[sizeof(srv_magic)];
     fa_sa_sha256(blob, len - 32, sum);
     if (memcmp(sum, blob + len - 32, 32) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state fails its checksum");
@@ -1479,6 +1545,7 @@ int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t
     /* The blob must have been made with exactly this config and federation. */
     fa_wbuf_init(&expect, 0);
     fa_wbuf_raw(&expect, srv_magic, sizeof(srv_magic));
+    fa_wbuf_u8(&expect, version);
     put_cfg(&expect, &s->cfg);
     put_roster(&expect, &s->roster);
     if (expect.failed) {
@@ -1534,21 +1601,64 @@ int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t
                 fa_rbuf_copy(&r, s->rev + c * 32, 32);
         }
     }
-    switch (fa_rbuf_u8(&r)) {
-    case 0: /* an all-zero sum: server_alloc zeroed it */
-        break;
-    case 1:
-        p = fa_rbuf_raw(&r, (size_t)s->cfg.c.vector_len * 4);
-        if (p)
-            for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
-                s->sum[i] = fa_load_u32le(p + 4 * i);
-        break;
-    default:
-        r.failed = 1;
+    if (version == SRV_V_SUM) {
+        switch (fa_rbuf_u8(&r)) {
+        case 0: /* an all-zero sum: server_alloc zeroed it */
+            break;
+        case 1:
+            p = fa_rbuf_raw(&r, (size_t)s->cfg.c.vector_len * 4);
+            if (p)
+                for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
+                    s->sum[i] = fa_load_u32le(p + 4 * i);
+            s->sum_gen = 1;
+            break;
+        default:
+            r.failed = 1;
+        }
+        /* the masked sum of a finished round is not in the state */
+        s->masked_gen = s->phase == FA_SECAGG_DONE ? UINT64_MAX
+                        : s->phase > FA_SECAGG_MASKED ? s->sum_gen
+                                                      : 0;
+        if (sum_words) {
+            rc = fa_errorf(err, FA_ERR_INVAL, "secagg restore: the state holds its sum");
+            goto fail;
+        }
+    } else {
+        uint64_t need;
+        s->sum_gen = fa_rbuf_u64(&r);
+        s->masked_gen = fa_rbuf_u64(&r);
+        redo = fa_rbuf_u8(&r);
+        if (redo > 1 || (redo && s->phase != FA_SECAGG_DONE) ||
+            (!redo && s->phase == FA_SECAGG_DONE))
+            r.failed = 1;
+        need = redo ? s->masked_gen : s->sum_gen;
+        if (!r.failed && need != 0) {
+            if (!sum_words || sum_len != s->cfg.c.vector_len) {
+                rc = fa_errorf(err, FA_ERR_INVAL,
+                               "secagg restore: the state needs its sum (%llu words, generation "
+                               "%llu)",
+                               (unsigned long long)s->cfg.c.vector_len, (unsigned long long)need);
+                goto fail;
+            }
+            memcpy(s->sum, sum_words, (size_t)sum_len * sizeof(uint32_t));
+        }
     }
     if (r.failed || r.off != r.len) {
         rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state is truncated or malformed");
         goto fail;
+    }
+    if (redo) {
+        /* Saved after unmasking, over the masked sum: unmask again (the same
+         * shares give the same secrets, so the same result). */
+        uint64_t gen = s->sum_gen;
+        s->phase = FA_SECAGG_UNMASK;
+        build_survivors(s);
+        if ((rc = close_unmask(s, err)) != 0) {
+            fa_error_prefix(err, rc, "secagg restore");
+            goto fail;
+        }
+        s->phase = FA_SECAGG_DONE;
+        s->sum_gen = gen;
     }
     if (s->phase > FA_SECAGG_MASKED)
         build_survivors(s);
@@ -1564,4 +1674,19 @@ fail:
     fa_wbuf_free(&expect);
     fa_secagg_server_del(s);
     return rc;
+}
+
+int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t len,
+                             const fa_secagg_config *cfg, const fa_secagg_member *members,
+                             size_t n_members, fa_error *err)
+{
+    return restore_impl(out, blob, len, NULL, 0, cfg, members, n_members, err);
+}
+
+int fa_secagg_server_restore_meta(fa_secagg_server **out, const uint8_t *blob, size_t len,
+                                  const uint32_t *sum, uint64_t sum_len,
+                                  const fa_secagg_config *cfg, const fa_secagg_member *members,
+                                  size_t n_members, fa_error *err)
+{
+    return restore_impl(out, blob, len, sum, sum_len, cfg, members, n_members, err);
 }

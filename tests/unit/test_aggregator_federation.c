@@ -14,6 +14,7 @@
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -527,6 +528,117 @@ static void test_restart_mid_round(void **state)
     sim_del(s);
 }
 
+/* The name of the one round.sum.* file in the store, or "" when none. */
+static void sum_file(struct sim *s, char *out, size_t n)
+{
+    char dir[600];
+    struct dirent *e;
+    DIR *d;
+    int found = 0;
+    snprintf(dir, sizeof(dir), "%s/store", s->dir);
+    d = opendir(dir);
+    assert_non_null(d);
+    out[0] = '\0';
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, "round.sum.", 10)) {
+            snprintf(out, n, "%s/%s", dir, e->d_name);
+            found++;
+        }
+    closedir(d);
+    assert_true(found <= 1);
+}
+
+static void flip_byte(const char *path, long at)
+{
+    FILE *fp = fopen(path, "r+b");
+    int c;
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, at, SEEK_SET), 0);
+    c = fgetc(fp);
+    assert_int_equal(fseek(fp, at, SEEK_SET), 0);
+    fputc(c ^ 0x01, fp);
+    fclose(fp);
+}
+
+/* The sum is written next to round.state once, when the masked phase
+ * closes (the later phase closes name the same file); a restart reads it
+ * back, and a damaged or missing one is refused with the file's name,
+ * nothing changed.  (After unmasking the state still names the masked
+ * sum, and a restart there unmasks it again: it_fed_aggregator_crash.) */
+static void test_round_sum_file(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    char path[800], again[800];
+    uint64_t version;
+    int phase;
+    fa_error err;
+
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    sum_file(s, path, sizeof(path));
+    assert_string_equal(path, ""); /* all zeros so far: no file */
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    sum_file(s, path, sizeof(path));
+    assert_non_null(strstr(path, "/round.sum.1.0."));
+    fa_fed_close(s->f);
+    s->f = NULL;
+    /* a flipped bit in the words */
+    flip_byte(path, 100);
+    fa_error_clear(&err);
+    assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), FA_ERR_CORRUPT);
+    assert_null(s->f);
+    assert_non_null(strstr(err.msg, "fails its SHA-256"));
+    assert_non_null(strstr(err.msg, path));
+    flip_byte(path, 100);
+    /* gone */
+    snprintf(again, sizeof(again), "%s.away", path);
+    assert_int_equal(rename(path, again), 0);
+    fa_error_clear(&err);
+    assert_int_not_equal(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), 0);
+    assert_null(s->f);
+    assert_non_null(strstr(err.msg, "the round state's sum"));
+    assert_int_equal(rename(again, path), 0);
+    /* intact: the round goes on from the consistency phase */
+    sim_open(s);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_CONSISTENCY);
+    {
+        uint8_t *m, *a;
+        size_t len, alen;
+        for (int k = 0; k < NR; k++) {
+            a = poll_ok(s, FA_FED_MASKED, k, 1, 0, &alen);
+            must(fa_secagg_client_survivors(s->c[k], a, alen, 0, &m, &len, &err), &err);
+            free(a);
+            assert_int_equal(submit(s, FA_FED_CONSISTENCY, k, m, len, NULL), 0);
+            free(m);
+        }
+        s->now += 1;
+        assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+        /* the consistency close named the same file */
+        sum_file(s, again, sizeof(again));
+        assert_string_equal(again, path);
+        for (int k = 0; k < NR; k++) {
+            a = poll_ok(s, FA_FED_CONSISTENCY, k, 1, 0, &alen);
+            must(fa_secagg_client_signatures(s->c[k], a, alen, 0, &m, &len, &err), &err);
+            free(a);
+            assert_int_equal(submit(s, FA_FED_UNMASK, k, m, len, NULL), 0);
+            free(m);
+        }
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    /* the next round's state needs no sum: the file is gone */
+    sum_file(s, again, sizeof(again));
+    assert_string_equal(again, "");
+    sim_del(s);
+}
+
 static void test_below_threshold_aborts_attempt(void **state)
 {
     struct sim *s = sim_new(1000);
@@ -562,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_dropout_and_refusals),
         cmocka_unit_test(test_readvertise_after_worker_restart),
         cmocka_unit_test(test_restart_mid_round),
+        cmocka_unit_test(test_round_sum_file),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

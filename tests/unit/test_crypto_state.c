@@ -25,7 +25,15 @@ struct world {
     fa_secagg_server *s;
     fa_secagg_client *c[N];
     uint32_t in[N][LEN];
+    /* the sum as a caller of fa_secagg_server_save_meta keeps it */
+    uint32_t kept[LEN];
+    uint64_t kept_gen;
 };
+
+/* 1: the server saves with fa_secagg_server_save_meta, and the test keeps
+ * the sum as the aggregator does (at every phase close, only when its
+ * generation changed). */
+static int server_meta;
 
 static void crash_client(struct world *w, int i)
 {
@@ -43,10 +51,73 @@ static void crash_client(struct world *w, int i)
     free(blob);
 }
 
+/* A save_meta as the aggregator makes it at a phase close: the sum is
+ * copied when the state needs a generation the caller does not have yet,
+ * which is always the current one (after unmasking, the masked sum's,
+ * kept since the masked phase closed).  Returns the state. */
+static uint8_t *save_meta(struct world *w, size_t *len, uint64_t *need)
+{
+    uint8_t *blob;
+    assert_int_equal(fa_secagg_server_save_meta(w->s, &blob, len, need, NULL), 0);
+    if (*need != 0 && *need != w->kept_gen) {
+        assert_int_equal(*need, fa_secagg_server_sum_generation(w->s));
+        memcpy(w->kept, fa_secagg_server_sum_words(w->s), sizeof(w->kept));
+        w->kept_gen = *need;
+    }
+    return blob;
+}
+
+/* The aggregator saves at every phase close. */
+static void phase_closed(struct world *w)
+{
+    uint8_t *blob;
+    size_t len;
+    uint64_t need;
+    if (!server_meta)
+        return;
+    blob = save_meta(w, &len, &need);
+    free(blob);
+}
+
+static void crash_server_meta(struct world *w)
+{
+    uint8_t *blob, *again;
+    size_t len, len2;
+    uint64_t need, need2;
+    fa_error e;
+
+    blob = save_meta(w, &len, &need);
+    fa_secagg_server_del(w->s);
+    w->s = NULL;
+    if (need != 0) { /* the sum is needed */
+        fa_error_clear(&e);
+        assert_int_equal(fa_secagg_server_restore_meta(&w->s, blob, len, NULL, 0, &w->cfg,
+                                                       w->f.members, N, &e),
+                         FA_ERR_INVAL);
+        assert_non_null(strstr(e.msg, "needs its sum"));
+        assert_int_equal(fa_secagg_server_restore_meta(&w->s, blob, len, w->kept, LEN - 1, &w->cfg,
+                                                       w->f.members, N, NULL),
+                         FA_ERR_INVAL);
+    }
+    assert_int_equal(fa_secagg_server_restore_meta(&w->s, blob, len, need ? w->kept : NULL,
+                                                   need ? LEN : 0, &w->cfg, w->f.members, N, NULL),
+                     0);
+    again = save_meta(w, &len2, &need2);
+    assert_int_equal(need, need2);
+    assert_int_equal(len, len2);
+    assert_memory_equal(blob, again, len);
+    free(blob);
+    free(again);
+}
+
 static void crash_server(struct world *w)
 {
     uint8_t *blob, *again;
     size_t len, len2;
+    if (server_meta) {
+        crash_server_meta(w);
+        return;
+    }
     assert_int_equal(fa_secagg_server_save(w->s, &blob, &len, NULL), 0);
     fa_secagg_server_del(w->s);
     w->s = NULL;
@@ -94,6 +165,7 @@ static void round_with_crash(int at, int crash_srv)
         free(m);
     }
     assert_int_equal(fa_secagg_server_close(w.s, 2, NULL), 0);
+    phase_closed(&w);
     STEP(1);
     assert_int_equal(fa_secagg_server_peer_list(w.s, &r, &rlen, NULL), 0);
     for (int i = 0; i < N; i++) {
@@ -114,6 +186,7 @@ static void round_with_crash(int at, int crash_srv)
     }
     free(r);
     assert_int_equal(fa_secagg_server_close(w.s, 4, NULL), 0);
+    phase_closed(&w);
     if (crash_srv && at == 2)
         crash_server(&w);
     for (int i = 0; i < N; i++) {
@@ -152,6 +225,7 @@ static void round_with_crash(int at, int crash_srv)
         assert_int_equal(fa_secagg_server_masked_end(w.s, w.f.ids[i], 6, NULL), 0);
     }
     assert_int_equal(fa_secagg_server_close(w.s, 7, NULL), 0);
+    phase_closed(&w);
     STEP(4);
     assert_int_equal(fa_secagg_server_survivor_list(w.s, &r, &rlen, NULL), 0);
     for (int i = 0; i < N; i++) {
@@ -161,6 +235,7 @@ static void round_with_crash(int at, int crash_srv)
     }
     free(r);
     assert_int_equal(fa_secagg_server_close(w.s, 9, NULL), 0);
+    phase_closed(&w);
     STEP(5);
     assert_int_equal(fa_secagg_server_survivor_signatures(w.s, &r, &rlen, NULL), 0);
     for (int i = 0; i < N; i++) {
@@ -171,6 +246,7 @@ static void round_with_crash(int at, int crash_srv)
     free(r);
     STEP(6);
     assert_int_equal(fa_secagg_server_close(w.s, 11, NULL), 0);
+    phase_closed(&w);
     if (crash_srv)
         crash_server(&w);
     assert_int_equal(fa_secagg_server_result_ring(w.s, sum, LEN, NULL), 0);
@@ -196,6 +272,17 @@ static void test_server_crash_every_step(void **state)
 {
     for (int at = 0; at <= 6; at++)
         round_with_crash(at, 1);
+}
+
+/* The same with the sum kept by the caller (fa_secagg_server_save_meta):
+ * after the masked phase closed, at every later step the state needs the
+ * masked sum, and a restore after unmasking unmasks it again. */
+static void test_server_crash_every_step_meta(void **state)
+{
+    server_meta = 1;
+    for (int at = 0; at <= 6; at++)
+        round_with_crash(at, 1);
+    server_meta = 0;
 }
 
 static void test_client_restore_refusals(void **state)
@@ -284,6 +371,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_crash_every_step),
         cmocka_unit_test(test_server_crash_every_step),
+        cmocka_unit_test(test_server_crash_every_step_meta),
         cmocka_unit_test(test_client_restore_refusals),
         cmocka_unit_test(test_server_restore_refusals),
     };
