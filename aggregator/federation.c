@@ -60,6 +60,7 @@ struct fa_fed {
     int have_sum;
     uint64_t sum_round, sum_gen;
     uint32_t sum_attempt;
+    float *opt_next[2]; /* the server optimizer's next state (fa_server_opt_step_to) */
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
     uint64_t deadline_ms[N_KINDS];
     uint64_t advertise_grace_ms;
@@ -886,7 +887,10 @@ static void debug_dump_sum(fa_fed *f)
 }
 
 /* Writes version cur+1 from new_params and the optimizer's state. */
-static int commit_version(fa_fed *f, const float *new_params, fa_error *err)
+/* Commits version cur + 1: new_params, and the optimizer's state after its
+ * step (opt_state, steps). */
+static int commit_version(fa_fed *f, const float *new_params, float *const *opt_state,
+                          uint64_t steps, fa_error *err)
 {
     fa_st_view model[2 * FA_MLP_MAX_LAYERS], state[2];
     uint64_t shapes[2 * FA_MLP_MAX_LAYERS][2], sshape[2][1];
@@ -912,14 +916,14 @@ static int commit_version(fa_fed *f, const float *new_params, fa_error *err)
         state[i].dtype = FA_ST_F32;
         state[i].ndim = 1;
         state[i].shape = sshape[i];
-        state[i].data = fa_server_opt_state(f->opt, i);
+        state[i].data = opt_state[i];
     }
     snprintf(round_s, sizeof(round_s), "%" PRIu64, f->round);
     snprintf(attempt_s, sizeof(attempt_s), "%u", f->attempt);
     snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
     fa_model_store_hex(f->cur.model_sha256, prev_hex);
     fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
-    snprintf(steps_s, sizeof(steps_s), "%" PRIu64, fa_server_opt_steps(f->opt));
+    snprintf(steps_s, sizeof(steps_s), "%" PRIu64, steps);
     fa_server_opt_describe(f->opt, optdesc, sizeof(optdesc));
     const char *meta[] = {"format",
                           "pt",
@@ -950,8 +954,7 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
 {
     size_t d = f->layout.n_params, ns = fa_server_opt_state_count(f->opt);
     float *delta = malloc(d * sizeof(float)), *w = malloc(d * sizeof(float));
-    float *saved[2] = {NULL, NULL};
-    uint64_t prev_version = f->cur.version, saved_steps = fa_server_opt_steps(f->opt);
+    uint64_t prev_version = f->cur.version;
     uint8_t prev_sha[32];
     double wsum = 0;
     double secs = (double)(fa_time_unix_ms() - f->attempt_start_unix_ms) / 1000.0;
@@ -966,25 +969,21 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     if (rc != 0)
         goto out;
     debug_dump_sum(f);
-    /* The optimizer works on a copy of the weights and a snapshot of its
-     * state, so a failed commit leaves both as they were. */
+    /* The optimizer steps a copy of the weights and writes its new state
+     * to spare arrays (kept from round to round), adopted only once the
+     * commit succeeded: a failed commit leaves both as they were. */
     for (size_t i = 0; i < ns; i++) {
-        saved[i] = malloc(d * sizeof(float));
-        if (!saved[i]) {
+        if (!f->opt_next[i] && !(f->opt_next[i] = malloc(d * sizeof(float)))) {
             rc = fa_errorf(err, FA_ERR_NOMEM, "round %" PRIu64 ": out of memory", f->round);
             goto out;
         }
-        memcpy(saved[i], fa_server_opt_state(f->opt, i), d * sizeof(float));
     }
     memcpy(w, f->params, d * sizeof(float));
-    fa_server_opt_step(f->opt, w, delta);
-    rc = commit_version(f, w, err);
-    if (rc != 0) {
-        for (size_t i = 0; i < ns; i++)
-            memcpy(fa_server_opt_state(f->opt, i), saved[i], d * sizeof(float));
-        fa_server_opt_set_steps(f->opt, saved_steps);
+    fa_server_opt_step_to(f->opt, w, delta, f->opt_next);
+    rc = commit_version(f, w, f->opt_next, fa_server_opt_steps(f->opt) + 1, err);
+    if (rc != 0)
         goto out;
-    }
+    fa_server_opt_adopt(f->opt, f->opt_next);
     memcpy(f->params, w, d * sizeof(float));
     *committed = 1;
     fa_failpoint("aggregator-after-commit");
@@ -1027,8 +1026,6 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
            fa_secagg_server_dropout_count(f->sa), wsum, secs);
     rc = open_next_round(f, now_ms, err);
 out:
-    for (size_t i = 0; i < 2; i++)
-        free(saved[i]);
     free(delta);
     free(w);
 #ifdef __GLIBC__
@@ -2305,6 +2302,8 @@ void fa_fed_close(fa_fed *f)
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);
     fa_server_opt_del(f->opt);
+    free(f->opt_next[0]);
+    free(f->opt_next[1]);
     fa_mlp_del(f->eval_net);
     fa_data_free(&f->eval_data);
     for (size_t i = 0; i < f->n_last_participants; i++)

@@ -89,11 +89,13 @@ void fa_server_opt_del(fa_server_opt *o)
     free(o);
 }
 
-void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restrict delta)
+/* One step reading the state from m, v and writing it to m2, v2 (the same
+ * arrays, or others). */
+static void step(const fa_server_opt *o, float *restrict w, const float *restrict delta,
+                 const float *m, const float *v, float *m2, float *v2)
 {
     const size_t d = o->d;
     const float lr = (float)o->p.learning_rate;
-    float *restrict m = o->m, *restrict v = o->v;
 
     switch (o->p.kind) {
     case FA_SERVER_OPT_FEDAVG:
@@ -103,8 +105,9 @@ void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restri
     case FA_SERVER_OPT_FEDAVGM: {
         const float mu = (float)o->p.momentum;
         for (size_t i = 0; i < d; i++) {
-            m[i] = mu * m[i] + delta[i];
-            w[i] += lr * m[i];
+            const float mi = mu * m[i] + delta[i];
+            m2[i] = mi;
+            w[i] += lr * mi;
         }
         break;
     }
@@ -112,19 +115,47 @@ void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restri
         const float b1 = (float)o->p.beta1, b2 = (float)o->p.beta2, tau = (float)o->p.tau;
         for (size_t i = 0; i < d; i++) {
             const float g = delta[i], g2 = g * g;
-            m[i] = b1 * m[i] + (1.0f - b1) * g;
+            const float mi = b1 * m[i] + (1.0f - b1) * g;
+            float vi;
             if (o->p.kind == FA_SERVER_OPT_FEDADAM) {
-                v[i] = b2 * v[i] + (1.0f - b2) * g2;
+                vi = b2 * v[i] + (1.0f - b2) * g2;
             } else if (o->p.kind == FA_SERVER_OPT_FEDYOGI) {
                 const float s = v[i] > g2 ? 1.0f : v[i] < g2 ? -1.0f : 0.0f;
-                v[i] = v[i] - (1.0f - b2) * g2 * s;
+                vi = v[i] - (1.0f - b2) * g2 * s;
             } else { /* FedAdagrad */
-                v[i] = v[i] + g2;
+                vi = v[i] + g2;
             }
-            w[i] += lr * m[i] / (sqrtf(v[i]) + tau);
+            m2[i] = mi;
+            v2[i] = vi;
+            w[i] += lr * mi / (sqrtf(vi) + tau);
         }
         break;
     }
+    }
+}
+
+void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restrict delta)
+{
+    step(o, w, delta, o->m, o->v, o->m, o->v);
+    o->steps++;
+}
+
+void fa_server_opt_step_to(const fa_server_opt *o, float *restrict w, const float *restrict delta,
+                           float *const next[2])
+{
+    step(o, w, delta, o->m, o->v, next[0], next[1]);
+}
+
+void fa_server_opt_adopt(fa_server_opt *o, float *next[2])
+{
+    float *m = o->m, *v = o->v;
+    if (o->m) {
+        o->m = next[0];
+        next[0] = m;
+    }
+    if (o->v) {
+        o->v = next[1];
+        next[1] = v;
     }
     o->steps++;
 }

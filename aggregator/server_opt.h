@@ -51,6 +51,17 @@ void fa_server_opt_del(fa_server_opt *o);
 /* One server step: updates w (d floats) in place from the mean delta. */
 void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restrict delta);
 
+/* The same step, leaving the optimizer as it was (for a caller that may
+ * have to undo it): w is updated in place, and the new state goes to
+ * next[i] (d floats each, malloc'ed, for the fa_server_opt_state_count
+ * states; NULL beyond).  fa_server_opt_adopt then makes next the state
+ * (the optimizer owns those arrays from then on) and counts the step,
+ * handing the old state arrays back in next (the caller's now: to reuse
+ * next time, or free). */
+void fa_server_opt_step_to(const fa_server_opt *o, float *restrict w, const float *restrict delta,
+                           float *const next[2]);
+void fa_server_opt_adopt(fa_server_opt *o, float *next[2]);
+
 /* Steps taken so far (restored with the state). */
 uint64_t fa_server_opt_steps(const fa_server_opt *o);
 

@@ -21,6 +21,7 @@
 #include "aggregator/audit_log.h"
 #include "aggregator/federation.h"
 #include "common/fa_file.h"
+#include "common/fa_safetensors.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
@@ -77,7 +78,7 @@ static void write_config(struct sim *s, uint32_t masked_deadline_ms)
         "  shares_deadline_ms: 1000 masked_deadline_ms: %u consistency_deadline_ms: 1000\n"
         "  unmask_deadline_ms: 1000 }\n"
         "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
-        "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"
+        "optimizer { kind: FEDAVGM learning_rate: 1.0 momentum: 0.5 }\n"
         "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 }\n"
         "storage { dir: \"%s/store\" keep_versions: 3 }\n"
         "audit { signing_key_file: \"%s/audit.key\" origin: \"unit.test/log\" }\n"
@@ -354,12 +355,26 @@ static void test_complete_round(void **state)
     assert_non_null(strstr(res->checkpoint, "unit.test/log\n1\n"));
     fedagg__round_result__free_unpacked(res, NULL);
     free(a);
-    /* FedAvg with lr 1: the new weights are the old plus the mean delta,
-     * within the 16-bit quantiser's step (0.5 / 32767) */
+    /* FedAvgM with lr 1 from m = 0: the new weights are the old plus the
+     * mean delta, within the 16-bit quantiser's step (0.5 / 32767), and so
+     * is the momentum saved with version 1 (the state after the step) */
     model_params(s, after);
-    for (size_t j = 0; j < s->d; j++) {
-        double mean = (s->delta[0][j] + s->delta[1][j] + s->delta[2][j]) / 3.0;
-        assert_true(fabs((double)after[j] - before[j] - mean) < 2e-4);
+    {
+        char path[4096];
+        fa_safetensors *st;
+        float *m = malloc(s->d * sizeof(float));
+        fa_error err;
+        snprintf(path, sizeof(path), "%s/store/state-00000001.safetensors", s->dir);
+        must(fa_st_open(&st, path, &err), &err);
+        must(fa_st_read_f32(st, fa_st_find(st, "m"), m, s->d, &err), &err);
+        assert_string_equal(fa_st_metadata_get(st, "fedagg.steps"), "1");
+        for (size_t j = 0; j < s->d; j++) {
+            double mean = (s->delta[0][j] + s->delta[1][j] + s->delta[2][j]) / 3.0;
+            assert_true(fabs((double)after[j] - before[j] - mean) < 2e-4);
+            assert_true(fabs((double)m[j] - mean) < 2e-4);
+        }
+        fa_st_del(st);
+        free(m);
     }
     free(before);
     free(after);

@@ -49,9 +49,11 @@ static void check_kind(int kind)
 {
     struct fa_server_opt_params p = {kind, 0.03, 0.9, 0.9, 0.99, 1e-3};
     fa_server_opt *o;
-    float w[D], delta[D];
+    float w[D], delta[D], before[2][D], *next[2] = {malloc(D * sizeof(float)),
+                                                    malloc(D * sizeof(float))};
     double x[D], m[D] = {0}, v[D], g[D];
     uint64_t seed = 42 + (uint64_t)kind;
+    size_t ns;
 
     if (kind == FA_SERVER_OPT_FEDAVG)
         p.learning_rate = 1.0;
@@ -69,12 +71,30 @@ static void check_kind(int kind)
             g[i] = delta[i];
         }
         reference(kind, &p, x, m, v, g);
-        fa_server_opt_step(o, w, delta);
+        if (s % 2 == 0) {
+            fa_server_opt_step(o, w, delta);
+            continue;
+        }
+        /* every other step in two halves: the state stays as it was until
+         * adopted (a failed commit undoes nothing but w) */
+        ns = fa_server_opt_state_count(o);
+        for (size_t k = 0; k < ns; k++)
+            memcpy(before[k], fa_server_opt_state(o, k), sizeof(before[k]));
+        fa_server_opt_step_to(o, w, delta, next);
+        for (size_t k = 0; k < ns; k++)
+            assert_memory_equal(before[k], fa_server_opt_state(o, k), sizeof(before[k]));
+        assert_int_equal(fa_server_opt_steps(o), (uint64_t)s);
+        fa_server_opt_adopt(o, next);
+        assert_int_equal(fa_server_opt_steps(o), (uint64_t)s + 1);
+        for (size_t k = 0; k < ns; k++)
+            assert_memory_equal(before[k], next[k], sizeof(before[k])); /* handed back */
     }
     for (int i = 0; i < D; i++)
         assert_true(fabs(w[i] - x[i]) <= 1e-4 * (1 + fabs(x[i])));
     assert_int_equal(fa_server_opt_steps(o), STEPS);
     fa_server_opt_del(o);
+    free(next[0]);
+    free(next[1]);
 }
 
 static void test_fedavg(void **state)
