@@ -60,7 +60,7 @@ struct fa_fed {
     int have_sum;
     uint64_t sum_round, sum_gen;
     uint32_t sum_attempt;
-    float *opt_next[2]; /* the server optimizer's next state (fa_server_opt_step_to) */
+    float *opt_next[2]; /* during finish_round: the optimizer's next state (fa_server_opt_step_to) */
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
     uint64_t deadline_ms[N_KINDS];
     uint64_t advertise_grace_ms;
@@ -405,6 +405,15 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     if (rc == 0)
         rc = fa_atomic_file_write(af, h, sizeof(h), err);
     EVP_DigestUpdate(sha, h, sizeof(h));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    (void)buf; /* the words are little-endian already */
+    for (uint64_t i = 0; i < n && rc == 0;) {
+        size_t m = n - i < ((size_t)1 << 18) ? (size_t)(n - i) : (size_t)1 << 18;
+        EVP_DigestUpdate(sha, w + i, m * 4);
+        rc = fa_atomic_file_write(af, w + i, m * 4, err);
+        i += m;
+    }
+#else
     for (uint64_t i = 0; i < n && rc == 0;) {
         size_t m = n - i < sizeof(buf) / 4 ? (size_t)(n - i) : sizeof(buf) / 4;
         for (size_t j = 0; j < m; j++)
@@ -413,6 +422,7 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
         rc = fa_atomic_file_write(af, buf, m * 4, err);
         i += m;
     }
+#endif
     if (rc == 0 && EVP_DigestFinal_ex(sha, md, NULL) != 1)
         rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     if (rc == 0)
@@ -970,10 +980,12 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
         goto out;
     debug_dump_sum(f);
     /* The optimizer steps a copy of the weights and writes its new state
-     * to spare arrays (kept from round to round), adopted only once the
-     * commit succeeded: a failed commit leaves both as they were. */
+     * to other arrays, adopted only once the commit succeeded: a failed
+     * commit leaves both as they were.  (Allocated for the step only: kept
+     * from round to round they would add their size to the peak memory of
+     * the masked phase.) */
     for (size_t i = 0; i < ns; i++) {
-        if (!f->opt_next[i] && !(f->opt_next[i] = malloc(d * sizeof(float)))) {
+        if (!(f->opt_next[i] = malloc(d * sizeof(float)))) {
             rc = fa_errorf(err, FA_ERR_NOMEM, "round %" PRIu64 ": out of memory", f->round);
             goto out;
         }
@@ -1026,6 +1038,10 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
            fa_secagg_server_dropout_count(f->sa), wsum, secs);
     rc = open_next_round(f, now_ms, err);
 out:
+    for (size_t i = 0; i < 2; i++) { /* the old state after an adopt */
+        free(f->opt_next[i]);
+        f->opt_next[i] = NULL;
+    }
     free(delta);
     free(w);
 #ifdef __GLIBC__
