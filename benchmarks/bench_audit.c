@@ -389,7 +389,7 @@ static void bench_proofs(const char *path, const fa_note_verifier *key, uint64_t
     for (uint64_t k = 0; k < probes; k++) {
         uint64_t i = randombytes_uniform((uint32_t)(n < UINT32_MAX ? n : UINT32_MAX));
         char *bundle;
-        size_t blen, plen;
+        size_t blen, plen = 0;
         fa_proof_bundle b;
         fa_checkpoint cp;
 

@@ -50,8 +50,8 @@ static void test_secret_refusals(void **state)
         "fedagg-ed25519-secret-v1 AAAA\n",
         "fedagg-ed25519-secret-v1 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n",
         "fedagg-ed25519-secret-v2 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n",
-        "fedagg-ed25519-secret-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"
-        "fedagg-ed25519-secret-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n",
+        ("fedagg-ed25519-secret-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n" /* two keys */
+         "fedagg-ed25519-secret-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"),
         "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n", /* a .pub file given as the key */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -174,8 +174,9 @@ static int pid_alive(pid_t pid)
  * loaded machine. */
 static void test_timeout_kills_group(void **state)
 {
-    const char *argv[] = {"sh", "-c", "sleep 300 & echo $! > \"$FAKE_PIDFILE.tmp\"; "
-                                      "mv \"$FAKE_PIDFILE.tmp\" \"$FAKE_PIDFILE\"; wait",
+    const char *argv[] = {"sh", "-c",
+                          ("sleep 300 & echo $! > \"$FAKE_PIDFILE.tmp\"; "
+                           "mv \"$FAKE_PIDFILE.tmp\" \"$FAKE_PIDFILE\"; wait"),
                           "{input}", "{output}"};
     char pidfile[300], envpid[340], scratch[300];
     const char *env[1];
