@@ -30,6 +30,8 @@
 /* Stream bytes acknowledged, in path-sized datagrams, that show they get
  * through. */
 #define FA_QCONN_DG_CONFIRM 4
+/* Bytes received per ACK on a fast path (see fa_qconn_settings). */
+#define FA_QCONN_ACK_BYTES (64 * 1024)
 
 void fa_h3_random(uint8_t *p, size_t n)
 {
@@ -353,10 +355,12 @@ void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params
      * seconds growing them); auto-tuning may not shrink below them. */
     s->max_window = o->max_connection_window;
     s->max_stream_window = o->max_stream_window;
-    /* Fewer ACKs: one per 8 packets instead of per 2 halves the receiver's
-     * sends and the sender's ACK processing on fast paths; loss detection
-     * keeps its timing through max_ack_delay. */
-    s->ack_thresh = 8;
+    /* Fewer ACKs on fast paths (fewer sends here, less ACK processing at
+     * the sender; loss detection keeps its timing through max_ack_delay):
+     * one per FA_QCONN_ACK_BYTES received, counted in packets of the size
+     * this path carries (set below), between 2 (ngtcp2's default) and 8.
+     * A count of 8 with path-sized 64 KB datagrams would wait for more than
+     * a congestion window holds, and every ACK for max_ack_delay. */
     s->handshake_timeout = 10 * NGTCP2_SECONDS;
     if (o->initial_rtt_ms)
         s->initial_rtt = (uint64_t)o->initial_rtt_ms * NGTCP2_MILLISECONDS;
@@ -366,6 +370,11 @@ void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params
     fa_qconn_dgram_plan_make(&plan, o->max_udp_payload, qc->dg.route_mtu, qc->dg.hdr_len,
                              qc->dg.hdr_len == 28 ? FA_UDP_MAX_PAYLOAD_V4 : FA_UDP_MAX_PAYLOAD_V6);
     s->max_tx_udp_payload_size = plan.max_tx;
+    s->ack_thresh = FA_QCONN_ACK_BYTES / plan.max_tx;
+    if (s->ack_thresh < 2)
+        s->ack_thresh = 2;
+    if (s->ack_thresh > 8)
+        s->ack_thresh = 8;
     if (plan.path_sized) {
         /* every packet as large as the write buffer we pass (dgram_cap),
          * bounded by max_tx and the peer's max_udp_payload_size */
