@@ -24,9 +24,7 @@
  *           store, then answers (benchmarks/round_plain.c).
  *   Before every round the machine settles (dirty pages written back, both
  *   servers and the clients idle; --idle-ms N adds a pause, as local
- *   training puts between real rounds: on this 2-core machine a round after
- *   a pause of seconds is slower for both modes, the plain one more, so the
- *   ratio is lower then; the note of issue 7 gives both).
+ *   training puts between real rounds; idle_ms_before_round says which).
  *   Timed the same way: from the moment every client starts its round (after
  *   a barrier; the QUIC connections are already up, the deltas already
  *   computed: local training is excluded) to the last client's return.  For
