@@ -404,13 +404,16 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     rc = fa_atomic_file_open(&af, path, 0600, err);
     if (rc == 0)
         rc = fa_atomic_file_write(af, h, sizeof(h), err);
-    EVP_DigestUpdate(sha, h, sizeof(h));
+    if (rc == 0 && EVP_DigestUpdate(sha, h, sizeof(h)) != 1)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     (void)buf; /* the words are little-endian already */
     for (uint64_t i = 0; i < n && rc == 0;) {
         size_t m = n - i < ((size_t)1 << 18) ? (size_t)(n - i) : (size_t)1 << 18;
-        EVP_DigestUpdate(sha, w + i, m * 4);
-        rc = fa_atomic_file_write(af, w + i, m * 4, err);
+        if (EVP_DigestUpdate(sha, w + i, m * 4) != 1)
+            rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+        else
+            rc = fa_atomic_file_write(af, w + i, m * 4, err);
         i += m;
     }
 #else
@@ -418,8 +421,10 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
         size_t m = n - i < sizeof(buf) / 4 ? (size_t)(n - i) : sizeof(buf) / 4;
         for (size_t j = 0; j < m; j++)
             put_le(buf + 4 * j, w[i + j], 4);
-        EVP_DigestUpdate(sha, buf, m * 4);
-        rc = fa_atomic_file_write(af, buf, m * 4, err);
+        if (EVP_DigestUpdate(sha, buf, m * 4) != 1)
+            rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+        else
+            rc = fa_atomic_file_write(af, buf, m * 4, err);
         i += m;
     }
 #endif
