@@ -385,6 +385,15 @@ static void sum_header(uint8_t h[SUM_HEADER], uint64_t round, uint32_t attempt, 
     put_le(h + 28, n, 8);
 }
 
+/* The sum of generation gen of the round in flight is on disk. */
+static void sum_on_disk(fa_fed *f, uint64_t gen)
+{
+    f->have_sum = 1;
+    f->sum_round = f->round;
+    f->sum_attempt = f->attempt;
+    f->sum_gen = gen;
+}
+
 static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
 {
     const uint32_t *w = fa_secagg_server_sum_words(f->sa);
@@ -438,13 +447,9 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     }
     fa_atomic_file_abort(af);
     EVP_MD_CTX_free(sha);
-    if (rc != 0)
-        return rc;
-    f->have_sum = 1;
-    f->sum_round = f->round;
-    f->sum_attempt = f->attempt;
-    f->sum_gen = gen;
-    return 0;
+    if (rc == 0)
+        sum_on_disk(f, gen);
+    return rc;
 }
 
 /* Reads the sum of generation gen of the round in flight into *out
@@ -482,10 +487,7 @@ static int read_sum(fa_fed *f, uint64_t gen, uint32_t **out, fa_error *err)
         return rc;
     }
     *out = w;
-    f->have_sum = 1;
-    f->sum_round = f->round;
-    f->sum_attempt = f->attempt;
-    f->sum_gen = gen;
+    sum_on_disk(f, gen);
     return 0;
 }
 
