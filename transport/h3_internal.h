@@ -187,6 +187,13 @@ typedef struct fa_qconn_dgram_plan {
     size_t max_tx;      /* ngtcp2_settings.max_tx_udp_payload_size */
     int path_sized;     /* 1: no discovery, datagrams up to max_tx after the handshake */
     uint64_t advertise; /* our max_udp_payload_size transport parameter */
+    /* ngtcp2_settings.ack_thresh: an ACK per ~64 KB received, counted in
+     * packets of max_tx bytes, 2 (ngtcp2's default) to 8.  Fewer ACKs on
+     * fast paths mean fewer sends here and less ACK processing at the
+     * sender (loss detection keeps its timing through max_ack_delay); a
+     * count of 8 path-sized 64 KB packets would be more than a congestion
+     * window holds, and every ACK would wait max_ack_delay (25 ms). */
+    size_t ack_thresh;
 } fa_qconn_dgram_plan;
 
 /* Decides a connection's datagram sizes from the application's option

@@ -30,7 +30,7 @@
 /* Stream bytes acknowledged, in path-sized datagrams, that show they get
  * through. */
 #define FA_QCONN_DG_CONFIRM 4
-/* Bytes received per ACK on a fast path (see fa_qconn_settings). */
+/* Bytes received per ACK on a fast path (fa_qconn_dgram_plan.ack_thresh). */
 #define FA_QCONN_ACK_BYTES (64 * 1024)
 
 void fa_h3_random(uint8_t *p, size_t n)
@@ -294,8 +294,8 @@ void fa_qconn_callbacks(ngtcp2_callbacks *cb)
 
 /* ------------------------------------------------------------- settings */
 
-void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned route_mtu,
-                              unsigned hdr_len, size_t max_payload)
+static void plan_sizes(fa_qconn_dgram_plan *p, uint32_t opt, unsigned route_mtu, unsigned hdr_len,
+                       size_t max_payload)
 {
     size_t fit = route_mtu > hdr_len ? route_mtu - hdr_len : 0, want;
 
@@ -332,6 +332,17 @@ void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned rou
     p->advertise = want;
 }
 
+void fa_qconn_dgram_plan_make(fa_qconn_dgram_plan *p, uint32_t opt, unsigned route_mtu,
+                              unsigned hdr_len, size_t max_payload)
+{
+    plan_sizes(p, opt, route_mtu, hdr_len, max_payload);
+    p->ack_thresh = FA_QCONN_ACK_BYTES / p->max_tx;
+    if (p->ack_thresh < 2)
+        p->ack_thresh = 2;
+    if (p->ack_thresh > 8)
+        p->ack_thresh = 8;
+}
+
 static ngtcp2_cc_algo cc_algo(int cc)
 {
     switch (cc) {
@@ -355,12 +366,6 @@ void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params
      * seconds growing them); auto-tuning may not shrink below them. */
     s->max_window = o->max_connection_window;
     s->max_stream_window = o->max_stream_window;
-    /* Fewer ACKs on fast paths (fewer sends here, less ACK processing at
-     * the sender; loss detection keeps its timing through max_ack_delay):
-     * one per FA_QCONN_ACK_BYTES received, counted in packets of the size
-     * this path carries (set below), between 2 (ngtcp2's default) and 8.
-     * A count of 8 with path-sized 64 KB datagrams would wait for more than
-     * a congestion window holds, and every ACK for max_ack_delay. */
     s->handshake_timeout = 10 * NGTCP2_SECONDS;
     if (o->initial_rtt_ms)
         s->initial_rtt = (uint64_t)o->initial_rtt_ms * NGTCP2_MILLISECONDS;
@@ -370,11 +375,7 @@ void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params
     fa_qconn_dgram_plan_make(&plan, o->max_udp_payload, qc->dg.route_mtu, qc->dg.hdr_len,
                              qc->dg.hdr_len == 28 ? FA_UDP_MAX_PAYLOAD_V4 : FA_UDP_MAX_PAYLOAD_V6);
     s->max_tx_udp_payload_size = plan.max_tx;
-    s->ack_thresh = FA_QCONN_ACK_BYTES / plan.max_tx;
-    if (s->ack_thresh < 2)
-        s->ack_thresh = 2;
-    if (s->ack_thresh > 8)
-        s->ack_thresh = 8;
+    s->ack_thresh = plan.ack_thresh;
     if (plan.path_sized) {
         /* every packet as large as the write buffer we pass (dgram_cap),
          * bounded by max_tx and the peer's max_udp_payload_size */

@@ -52,6 +52,9 @@ static void test_plan_auto(void **state)
     assert_int_equal(p.path_sized, 1);
     assert_int_equal(p.max_tx, 65507);
     assert_int_equal(p.advertise, 65507);
+    /* an ACK per such datagram or two: 8 of them would be more than a
+     * congestion window holds (every ACK would wait max_ack_delay) */
+    assert_int_equal(p.ack_thresh, 2);
     /* IPv6 loopback: 65536 - 48 */
     fa_qconn_dgram_plan_make(&p, 0, 65536, 48, FA_UDP_MAX_PAYLOAD_V6);
     assert_int_equal(p.path_sized, 1);
@@ -61,6 +64,7 @@ static void test_plan_auto(void **state)
     assert_int_equal(p.path_sized, 1);
     assert_int_equal(p.max_tx, 8972);
     assert_int_equal(p.advertise, 8972);
+    assert_int_equal(p.ack_thresh, 7); /* ~64 KB */
     /* just below: standard discovery, announcing what the route carries */
     plan(&p, 0, 8999);
     assert_int_equal(p.path_sized, 0);
@@ -71,6 +75,7 @@ static void test_plan_auto(void **state)
     assert_int_equal(p.path_sized, 0);
     assert_int_equal(p.max_tx, 1452);
     assert_int_equal(p.advertise, 1472);
+    assert_int_equal(p.ack_thresh, 8); /* 8 packets of 1452 bytes */
     /* a route below QUIC's minimum still announces 1200 (RFC 9000 18.2) */
     plan(&p, 0, 1000);
     assert_int_equal(p.path_sized, 0);
