@@ -88,12 +88,20 @@ out=$(h3 client-eu-west post "/v1/rounds/$ROUND/$ATTEMPT/advertise" --gen 17M --
 [ "$(echo "$out" | grep -c '"status":413')" = 2 ] || fail "oversized message: $out"
 echo "ok: oversized message -> 413, twice on one connection"
 
-# No effect: the federation goes on with everybody.
+# No effect: the federation goes on with everybody.  (The round that was
+# open when the workers stopped may still hold the advertisement of a
+# region whose worker then died; the others' new ones can close its
+# advertise phase before that region's new worker replaces it, and the
+# round completes without it.  So: the next round with all three.)
 done_before=$(fed_rounds_completed "$D")
 for r in "${REGIONS[@]}"; do fed_start_worker "$D" "$r"; done
 fed_wait_rounds "$D" $((done_before + 1)) 120 || fail "no round completed after the refusals"
-round_line $((done_before + 1)) | grep -q 'participants=3 ' ||
-    fail "the round after the refusals: $(round_line $((done_before + 1)))"
+if ! round_line $((done_before + 1)) | grep -q 'participants=3 '; then
+    echo "  (first round after the restart: $(round_line $((done_before + 1)) | grep -o 'participants=[0-9]*'))"
+    fed_wait_rounds "$D" $((done_before + 2)) 120 || fail "no second round after the refusals"
+    round_line $((done_before + 2)) | grep -q 'participants=3 ' ||
+        fail "the rounds after the refusals: $(round_line $((done_before + 2)))"
+fi
 fed_stop_all
 check_audit_and_versions
 echo "PASS"
