@@ -194,60 +194,6 @@ static fa_h3_client *client_to(const char *addr, uint32_t udp_payload, const cha
     return c;
 }
 
-static void download(fa_h3_client *c, uint64_t n)
-{
-    fa_h3_client_req req;
-    fa_h3_response resp;
-    fa_error err = {0};
-    tp_sink sink;
-    char path[64], got[65], want[65];
-    int rv;
-
-    snprintf(path, sizeof(path), "/gen/%" PRIu64, n);
-    memset(&req, 0, sizeof(req));
-    req.method = "GET";
-    req.path = path;
-    req.timeout_ms = 60000;
-    tp_sink_init(&sink);
-    req.on_body = tp_sink_body;
-    req.on_body_arg = &sink;
-    rv = fa_h3_client_request(c, &req, &resp, &err);
-    if (rv != 0)
-        fail_msg("GET %s: %s", path, fa_error_msg(&err, rv));
-    tp_sink_final(&sink, got);
-    tp_gen_sha(n, want);
-    assert_int_equal(resp.status, 200);
-    assert_int_equal(sink.bytes, n);
-    assert_string_equal(got, want);
-    fa_h3_response_free(&resp);
-}
-
-static void upload(fa_h3_client *c, uint64_t n)
-{
-    fa_h3_client_req req;
-    fa_h3_response resp;
-    fa_error err = {0};
-    tp_gen g = {0, n, 0};
-    char want[65], expect[128];
-    int rv;
-
-    memset(&req, 0, sizeof(req));
-    req.method = "POST";
-    req.path = "/upload";
-    req.body_read = tp_gen_read;
-    req.body_arg = &g;
-    req.body_length = (int64_t)n;
-    req.timeout_ms = 60000;
-    rv = fa_h3_client_request(c, &req, &resp, &err);
-    if (rv != 0)
-        fail_msg("POST /upload: %s", fa_error_msg(&err, rv));
-    tp_gen_sha(n, want);
-    snprintf(expect, sizeof(expect), "%" PRIu64 " %s", n, want);
-    assert_int_equal(resp.status, 200);
-    assert_non_null(resp.body);
-    assert_string_equal((char *)resp.body, expect); /* the server's SHA-256 */
-    fa_h3_response_free(&resp);
-}
 
 /* The server's statistics, read on its loop thread. */
 static fa_h3_server_stats srv_stats_out;
@@ -322,8 +268,8 @@ static void test_loopback_path_sized_both_ways(void **state)
     snprintf(qdir, sizeof(qdir), "%s/qlog-auto", tp_dir);
     assert_int_equal(mkdir(qdir, 0700), 0);
     c = client_to(NULL, 0, qdir);
-    download(c, 4u << 20);
-    upload(c, 4u << 20);
+    tp_download(c, 4u << 20);
+    tp_upload(c, 4u << 20);
     fa_h3_client_get_stats(c, &st);
     ss = server_stats();
     /* both ends sized their datagrams from the loopback route ... */
@@ -350,10 +296,10 @@ static void test_stalled_peer_is_no_black_hole(void **state)
     fa_h3_server_stats before, ss;
     fa_h3_client_stats st;
 
-    download(c, 4u << 20);
+    tp_download(c, 4u << 20);
     before = server_stats();
     usleep(300 * 1000); /* several of the server's PTOs on loopback */
-    download(c, 4u << 20);
+    tp_download(c, 4u << 20);
     ss = server_stats();
     fa_h3_client_get_stats(c, &st);
     assert_int_equal(ss.datagram_fallbacks, before.datagram_fallbacks);
@@ -367,8 +313,8 @@ static void test_pinned_internet_sized(void **state)
     fa_h3_client *c = client_to(NULL, 1452, NULL);
     fa_h3_client_stats st;
 
-    download(c, 4u << 20);
-    upload(c, 4u << 20);
+    tp_download(c, 4u << 20);
+    tp_upload(c, 4u << 20);
     fa_h3_client_get_stats(c, &st);
     /* we sent at most 1452 bytes (discovery), and the path-sized server
      * obeyed the 1452 we announced */
@@ -476,8 +422,8 @@ static void test_black_hole_for_large_datagrams(void **state)
     /* both ends see a loopback route, so both go path-sized after the
      * handshake (1200-byte datagrams, which pass) */
     c = client_to(addr, 0, NULL);
-    download(c, 4u << 20);
-    upload(c, 4u << 20);
+    tp_download(c, 4u << 20);
+    tp_upload(c, 4u << 20);
     fa_h3_client_get_stats(c, &st);
     ss = server_stats();
     /* the large datagrams vanished, each side's PTO fell back to 1200-byte
@@ -488,7 +434,7 @@ static void test_black_hole_for_large_datagrams(void **state)
     /* after the low period the sender tries large datagrams again, loses
      * them again, and falls back for longer; the transfer still completes */
     usleep(1100 * 1000);
-    download(c, 4u << 20);
+    tp_download(c, 4u << 20);
     ss = server_stats();
     assert_true(ss.datagram_fallbacks >= before.datagram_fallbacks + 2);
     fa_h3_client_del(c);

@@ -45,71 +45,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void download_path(fa_h3_client *c, const char *prefix, uint64_t n);
-
-static void download(fa_h3_client *c, uint64_t n)
-{
-    download_path(c, "/gen/", n);
-}
-
-static void download_path(fa_h3_client *c, const char *prefix, uint64_t n)
-{
-    fa_h3_client_req req;
-    fa_h3_response resp;
-    fa_error err = {0};
-    tp_sink sink;
-    char path[64], got[65], want[65];
-    int rv;
-
-    snprintf(path, sizeof(path), "%s%" PRIu64, prefix, n);
-    memset(&req, 0, sizeof(req));
-    req.method = "GET";
-    req.path = path;
-    req.timeout_ms = 120000;
-    tp_sink_init(&sink);
-    req.on_body = tp_sink_body;
-    req.on_body_arg = &sink;
-    rv = fa_h3_client_request(c, &req, &resp, &err);
-    if (rv != 0)
-        fail_msg("GET %s: %s", path, fa_error_msg(&err, rv));
-    tp_sink_final(&sink, got);
-    tp_gen_sha(n, want);
-    assert_int_equal(resp.status, 200);
-    assert_int_equal(sink.bytes, n);
-    assert_int_equal(resp.body_received, n);
-    assert_string_equal(got, want);
-    assert_string_equal(fa_h3_response_header(&resp, "content-length") ? "ok" : "missing", "ok");
-    fa_h3_response_free(&resp);
-}
-
-static void upload(fa_h3_client *c, uint64_t n)
-{
-    fa_h3_client_req req;
-    fa_h3_response resp;
-    fa_error err = {0};
-    tp_gen g = {0, n, 0};
-    char want[65], expect[128];
-    int rv;
-
-    memset(&req, 0, sizeof(req));
-    req.method = "POST";
-    req.path = "/upload";
-    req.body_read = tp_gen_read;
-    req.body_arg = &g;
-    req.body_length = (int64_t)n;
-    req.timeout_ms = 120000;
-    rv = fa_h3_client_request(c, &req, &resp, &err);
-    if (rv != 0)
-        fail_msg("POST /upload: %s", fa_error_msg(&err, rv));
-    tp_gen_sha(n, want);
-    snprintf(expect, sizeof(expect), "%" PRIu64 " %s", n, want);
-    assert_int_equal(resp.status, 200);
-    assert_non_null(resp.body);
-    /* the server's SHA-256 of what it received equals ours of what we sent */
-    assert_string_equal((char *)resp.body, expect);
-    fa_h3_response_free(&resp);
-}
-
 static fa_h3_client *client_new(uint64_t key_update_bytes)
 {
     fa_h3_client_config cfg;
@@ -128,10 +63,10 @@ static void test_small_both_ways(void **state)
 {
     fa_h3_client *c = client_new(0);
     fa_h3_client_stats st;
-    download(c, 1000);
-    upload(c, 1000);
-    download(c, 0);
-    upload(c, 0);
+    tp_download(c, 1000);
+    tp_upload(c, 1000);
+    tp_download(c, 0);
+    tp_upload(c, 0);
     fa_h3_client_get_stats(c, &st);
     assert_int_equal(st.connects, 1); /* one connection carried every request */
     assert_string_equal(tp_last.peer, "eu-west");
@@ -142,8 +77,8 @@ static void test_borrowed_buffer_body(void **state)
 {
     fa_h3_client *c = client_new(0);
     int before = atomic_load(&tp_ref_released);
-    download_path(c, "/ref/", 1000);
-    download_path(c, "/ref/", 10u << 20);
+    tp_download_path(c, "/ref/", 1000);
+    tp_download_path(c, "/ref/", 10u << 20);
     fa_h3_client_del(c);
     /* each buffer went back to its owner once its stream was over */
     for (int i = 0; i < 200 && atomic_load(&tp_ref_released) < before + 2; i++)
@@ -154,10 +89,10 @@ static void test_borrowed_buffer_body(void **state)
 static void test_10mb_both_ways(void **state)
 {
     fa_h3_client *c = client_new(0);
-    download(c, 10u << 20);
-    upload(c, 10u << 20);
-    download(c, 10000000);
-    upload(c, 10000001);
+    tp_download(c, 10u << 20);
+    tp_upload(c, 10u << 20);
+    tp_download(c, 10000000);
+    tp_upload(c, 10000001);
     fa_h3_client_del(c);
 }
 
@@ -166,8 +101,8 @@ static void test_big_both_ways_with_key_updates(void **state)
     uint64_t n = big_bytes();
     fa_h3_client *c = client_new(n / 16);
     fa_h3_client_stats st;
-    download(c, n);
-    upload(c, n);
+    tp_download(c, n);
+    tp_upload(c, n);
     fa_h3_client_get_stats(c, &st);
     /* the client initiated a key update every n/16 bytes it sent and the
      * server every 48 MiB: the transfers crossed key phases intact */
