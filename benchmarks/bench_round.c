@@ -1563,28 +1563,6 @@ static int find_src(struct paths *P)
     return access(probe, R_OK) == 0 ? 0 : -1;
 }
 
-/* OpenBLAS picks its kernels when it loads: when it fell back to generic
- * ones on this CPU, run this benchmark again with OPENBLAS_CORETYPE set
- * (the centralised training must run what an operator following the
- * warning would run).  The whole command line comes from /proc. */
-static void blas_reexec(void)
-{
-    static char buf[1 << 16];
-    char *args[256];
-    size_t len, n = 0;
-    FILE *f;
-
-    if (!fa_mlp_blas_advice() || !(f = fopen("/proc/self/cmdline", "rb")))
-        return;
-    len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    for (size_t i = 0; i < len && n < 255; i += strlen(buf + i) + 1)
-        args[n++] = buf + i;
-    args[n] = NULL;
-    fa_mlp_blas_reexec(args);
-}
-
 static int rm_rf(const char *dir)
 {
     char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
@@ -1713,8 +1691,12 @@ int fa_bench_round(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* OpenBLAS picks its kernels when it loads: when it fell back to generic
+     * ones on this CPU, run again with OPENBLAS_CORETYPE set (the
+     * centralised training must run what an operator following the warning
+     * would run) */
     if (o.accuracy && o.acc_centralised)
-        blas_reexec();
+        fa_mlp_blas_reexec_self();
     signal(SIGPIPE, SIG_IGN);
     fa_rbench_cleanup_on_signals();
     fa_log_set_level(FA_LOG_WARN);

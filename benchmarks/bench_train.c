@@ -139,23 +139,12 @@ static int on_epoch(void *user, fa_mlp *m, uint32_t epoch, uint64_t step, double
 static void reexec_with_better_blas(void)
 {
     const char *advice = fa_mlp_blas_advice();
-    static char buf[1 << 16];
-    char *args[256];
-    size_t len = 0, n = 0;
-    FILE *f;
 
-    if (!advice || !(f = fopen("/proc/self/cmdline", "rb")))
+    if (!advice || getenv("FEDAGG_NO_REEXEC"))
         return;
-    len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    for (size_t i = 0; i < len && n < 255; i += strlen(buf + i) + 1)
-        args[n++] = buf + i;
-    args[n] = NULL;
     fprintf(stderr, "fedagg-bench train: OpenBLAS chose generic '%s' kernels; re-running with "
                     "OPENBLAS_CORETYPE=%s\n", fa_mlp_blas_core(), advice);
-    setenv("OPENBLAS_CORETYPE", advice, 1);
-    execv("/proc/self/exe", args);
+    fa_mlp_blas_reexec_self();
     fprintf(stderr, "fedagg-bench train: re-exec failed; continuing with generic kernels\n");
 }
 

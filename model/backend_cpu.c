@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,6 +60,25 @@ void fa_mlp_blas_reexec(char **argv)
         return;
     setenv("OPENBLAS_CORETYPE", advice, 1);
     execv("/proc/self/exe", argv);
+}
+
+void fa_mlp_blas_reexec_self(void)
+{
+    static char buf[1 << 16];
+    char *args[256];
+    size_t len, n = 0;
+    FILE *f;
+
+    if (!fa_mlp_blas_advice() || getenv("FEDAGG_NO_REEXEC") ||
+        !(f = fopen("/proc/self/cmdline", "rb")))
+        return;
+    len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    for (size_t i = 0; i < len && n < 255; i += strlen(buf + i) + 1)
+        args[n++] = buf + i;
+    args[n] = NULL;
+    fa_mlp_blas_reexec(args);
 }
 
 struct fa_backend {

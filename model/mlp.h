@@ -247,6 +247,10 @@ const char *fa_mlp_blas_advice(void);
  * (then the generic kernels run, and fa_mlp_new warns). */
 void fa_mlp_blas_reexec(char **argv);
 
+/* The same with this process's own command line (/proc/self/cmdline), for
+ * code that no longer has main's argv (a subcommand of a dispatcher). */
+void fa_mlp_blas_reexec_self(void);
+
 /* Accuracy and mean loss over a whole data set (batches of max_batch). */
 typedef struct fa_mlp_eval {
     double accuracy;  /* correct / n */
