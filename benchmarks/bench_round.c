@@ -619,13 +619,45 @@ static void client_free(struct client *c)
     memset(c, 0, sizeof(*c));
 }
 
-static int fed_start(struct fed *f)
+/* The clients of regions names[0..n) (each with its config
+ * DIR/<prefix>-worker-<region>.textproto; plain_addr: the plain server, or
+ * NULL), then their threads.  0, or -1 after a json_error line for `part`. */
+static int fed_start(struct fed *f, const struct paths *P, const char *part, const char *prefix,
+                     char names[][32], int n, const char *plain_addr, size_t d)
 {
-    pthread_barrier_init(&f->bar, NULL, (unsigned)f->n + 1);
-    for (int i = 0; i < f->n; i++)
-        if (pthread_create(&f->cl[i].th, NULL, client_main, &f->cl[i]) != 0)
-            return -1; /* n threads or none: checked before any barrier */
+    char wpath[PATH_MAX + 64];
+    fa_error err;
+
+    fa_error_clear(&err);
+    f->n = n;
+    f->round_secure = 1;
+    f->round_plain = 1;
+    for (int i = 0; i < n; i++) {
+        snprintf(wpath, sizeof(wpath), "%s/%s-worker-%s.textproto", P->dir, prefix, names[i]);
+        if (client_init(&f->cl[i], f, i, names[i], wpath, plain_addr, d, &err) != 0) {
+            json_error(part, "region %s: %s", names[i], err.msg);
+            return -1;
+        }
+    }
+    pthread_barrier_init(&f->bar, NULL, (unsigned)n + 1);
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&f->cl[i].th, NULL, client_main, &f->cl[i]) != 0) {
+            /* n threads or none: checked before any barrier */
+            json_error(part, "cannot start the client threads");
+            return -1;
+        }
     return 0;
+}
+
+/* CPU seconds of this process and both servers. */
+static double cpu_all(const struct fed *f)
+{
+    double c = fa_rbench_cpu_seconds(0);
+    if (f->srv_secure > 0)
+        c += fa_rbench_cpu_seconds(f->srv_secure);
+    if (f->srv_plain > 0)
+        c += fa_rbench_cpu_seconds(f->srv_plain);
+    return c;
 }
 
 /* Before every round: idle_ms of pause (--idle-ms, 0 by default), then
@@ -641,18 +673,9 @@ static void settle(const struct fed *f, int idle_ms)
         usleep((useconds_t)idle_ms * 1000);
     sync();
     while (fa_rbench_now() - t0 < 10) {
-        double c0 = fa_rbench_cpu_seconds(0), c1;
-        if (f->srv_secure > 0)
-            c0 += fa_rbench_cpu_seconds(f->srv_secure);
-        if (f->srv_plain > 0)
-            c0 += fa_rbench_cpu_seconds(f->srv_plain);
+        double c0 = cpu_all(f);
         usleep(100 * 1000);
-        c1 = fa_rbench_cpu_seconds(0);
-        if (f->srv_secure > 0)
-            c1 += fa_rbench_cpu_seconds(f->srv_secure);
-        if (f->srv_plain > 0)
-            c1 += fa_rbench_cpu_seconds(f->srv_plain);
-        if (c1 - c0 < 0.005)
+        if (cpu_all(f) - c0 < 0.005)
             return;
     }
 }
@@ -874,20 +897,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     f->srv_plain = plain;
     snprintf(addr_p, sizeof(addr_p), "127.0.0.1:%d", port_p);
     snprintf(addr_s, sizeof(addr_s), "127.0.0.1:%d", port_s);
-    f->n = o->regions;
-    f->round_secure = 1;
-    f->round_plain = 1;
-    for (int i = 0; i < o->regions; i++) {
-        snprintf(wpath, sizeof(wpath), "%s/e2e-worker-%s.textproto", P->dir, names[i]);
-        if (client_init(&f->cl[i], f, i, names[i], wpath, addr_p, d, &err) != 0) {
-            json_error("e2e", "region %s: %s", names[i], err.msg);
-            goto out;
-        }
-    }
-    if (fed_start(f) != 0) {
-        json_error("e2e", "cannot start the client threads");
+    if (fed_start(f, P, "e2e", "e2e", names, o->regions, addr_p, d) != 0)
         goto out;
-    }
     started = 1;
     /* The plain clients need the round's quantisation: one secure info. */
     for (int rep = 0; rep < o->reps; rep++) {
@@ -1142,18 +1153,11 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
         json_error("rss", "the aggregator did not start: see %s", log);
         goto out;
     }
-    f->n = n;
-    f->round_secure = 1;
-    for (int i = 0; i < n; i++) {
-        snprintf(wpath, sizeof(wpath), "%s/rss%d-worker-%s.textproto", P->dir, n, names[i]);
-        if (client_init(&f->cl[i], f, i, names[i], wpath, NULL, d, &err) != 0) {
-            json_error("rss", "region %s: %s", names[i], err.msg);
+    {
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "rss%d", n);
+        if (fed_start(f, P, "rss", prefix, names, n, NULL, d) != 0)
             goto out;
-        }
-    }
-    if (fed_start(f) != 0) {
-        json_error("rss", "cannot start the client threads");
-        goto out;
     }
     started = 1;
     for (int r = 0; r < o->rss_rounds; r++) {
