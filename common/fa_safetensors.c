@@ -12,6 +12,9 @@
 
 #include "common/fa_file.h"
 
+/* Chunk size of fa_st_view fill callbacks. */
+#define ST_FILL_CHUNK ((size_t)1 << 20)
+
 /* ---------------------------------------------------------------------- */
 /* dtypes                                                                  */
 /* ---------------------------------------------------------------------- */
@@ -22,7 +25,10 @@ static const struct {
 } dtypes[] = {
     [FA_ST_F32] = {"F32", 4}, [FA_ST_F16] = {"F16", 2}, [FA_ST_BF16] = {"BF16", 2},
     [FA_ST_I32] = {"I32", 4}, [FA_ST_I64] = {"I64", 8}, [FA_ST_U8] = {"U8", 1},
+    [FA_ST_BOOL] = {"BOOL", 1}, [FA_ST_F64] = {"F64", 8}, [FA_ST_I8] = {"I8", 1},
+    [FA_ST_I16] = {"I16", 2},
 };
+_Static_assert(sizeof(dtypes) / sizeof(dtypes[0]) == FA_ST_NDTYPES, "one name per dtype");
 #define N_DTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
 
 const char *fa_st_dtype_name(fa_st_dtype dtype)
@@ -843,9 +849,36 @@ int fa_st_save(const char *path, unsigned mode, const fa_st_view *tensors, size_
     if (rc == 0)
         rc = fa_st_writer_open(w, path, mode, err);
     for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = fa_st_writer_write(w, tensors[i].data, (size_t)w->t[i].bytes, err);
+        rc = fa_st_writer_write_view(w, &tensors[i], err);
     if (rc == 0)
         rc = fa_st_writer_commit(w, err);
     fa_st_writer_del(w);
+    return rc;
+}
+
+int fa_st_writer_write_view(fa_st_writer *w, const fa_st_view *v, fa_error *err)
+{
+    uint64_t bytes = 0;
+    uint8_t *buf;
+    int rc = 0;
+
+    if (!fa_st_dtype_size(v->dtype))
+        return fa_errorf(err, FA_ERR_INVAL, "tensor '%s': unknown dtype", v->name);
+    bytes = fa_st_dtype_size(v->dtype);
+    for (unsigned d = 0; d < v->ndim; d++)
+        bytes *= v->shape[d];
+    if (!v->fill)
+        return bytes ? fa_st_writer_write(w, v->data, (size_t)bytes, err) : 0;
+    buf = malloc(bytes < ST_FILL_CHUNK ? (size_t)(bytes ? bytes : 1) : ST_FILL_CHUNK);
+    if (!buf)
+        return fa_errorf(err, FA_ERR_NOMEM, "tensor '%s': out of memory", v->name);
+    for (uint64_t off = 0; rc == 0 && off < bytes;) {
+        size_t n = bytes - off < ST_FILL_CHUNK ? (size_t)(bytes - off) : ST_FILL_CHUNK;
+        rc = v->fill(v->ctx, v, off, buf, n, err);
+        if (rc == 0)
+            rc = fa_st_writer_write(w, buf, n, err);
+        off += n;
+    }
+    free(buf);
     return rc;
 }

@@ -48,11 +48,19 @@ typedef enum fa_st_dtype {
     FA_ST_I32 = 3,
     FA_ST_I64 = 4,
     FA_ST_U8 = 5,
+    FA_ST_BOOL = 6, /* one byte, 0 or 1 */
+    FA_ST_F64 = 7,
+    FA_ST_I8 = 8,
+    FA_ST_I16 = 9,
 } fa_st_dtype;
 
-/* "F32", "F16", "BF16", "I32", "I64", "U8"; NULL for an unknown value. */
+/* Number of dtypes (values are 0 .. FA_ST_NDTYPES - 1). */
+#define FA_ST_NDTYPES 10
+
+/* "F32", "F16", "BF16", "I32", "I64", "U8", "BOOL", "F64", "I8", "I16";
+ * NULL for an unknown value. */
 const char *fa_st_dtype_name(fa_st_dtype dtype);
-/* Bytes per element (4, 2, 2, 4, 8, 1); 0 for an unknown value. */
+/* Bytes per element (4, 2, 2, 4, 8, 1, 1, 8, 1, 2); 0 for an unknown value. */
 size_t fa_st_dtype_size(fa_st_dtype dtype);
 /* Parses a dtype name; returns 0 or FA_ERR_UNSUPPORTED. */
 int fa_st_dtype_parse(const char *name, fa_st_dtype *out);
@@ -194,14 +202,26 @@ int fa_st_writer_commit(fa_st_writer *w, fa_error *err);
 /* Frees w; an uncommitted file is removed.  NULL is a no-op. */
 void fa_st_writer_del(fa_st_writer *w);
 
-/* One tensor held in memory, for fa_st_save. */
+/* One tensor to write, for fa_st_save and the model store: held in memory
+ * (data), or produced on demand (fill) so that a large model is never
+ * copied whole. */
 typedef struct fa_st_view {
     const char *name;
     fa_st_dtype dtype;
     unsigned ndim;
     const uint64_t *shape;
-    const void *data; /* numel x dtype size bytes */
+    const void *data; /* numel x dtype size bytes; NULL when fill is set */
+    /* Writes bytes [off, off + len) of the tensor's data into buf; returns
+     * 0 or a negative FA_ERR_* code with err filled.  Called in increasing
+     * off order, in chunks of at most 1 MiB. */
+    int (*fill)(void *ctx, const struct fa_st_view *v, uint64_t off, void *buf, size_t len,
+                fa_error *err);
+    void *ctx;
 } fa_st_view;
+
+/* Writes view v's bytes (fill or data) to w in chunks.  Returns 0, the
+ * writer's errors, or fill's. */
+int fa_st_writer_write_view(fa_st_writer *w, const fa_st_view *v, fa_error *err);
 
 /* One-shot atomic save of n tensors with n_meta metadata pairs
  * (meta[2i] = key, meta[2i+1] = value; meta may be NULL when n_meta is 0).

@@ -291,8 +291,8 @@ static void test_validation_errors(void **state)
     expect_parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                  "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                  8, FA_ERR_PARSE, "duplicate");
-    expect_parse("{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
-                 FA_ERR_UNSUPPORTED, "tensor 'a': unsupported dtype 'F64'");
+    expect_parse("{\"a\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+                 FA_ERR_UNSUPPORTED, "tensor 'a': unsupported dtype 'C64'");
     expect_parse("{\"a\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, FA_ERR_PARSE,
                  "tensor 'a': dtype is not a string");
     expect_parse("{\"a\":[1]}", 0, FA_ERR_PARSE, "tensor 'a': entry is not a JSON object");
