@@ -397,6 +397,15 @@ static void check_model(struct ck *c, const Fedagg__ModelSpec *m)
             problem(c, m, "hidden", i, "`model.hidden[%zu]` (%u) must be from 1 to 1048576", i,
                     m->hidden[i]);
     need_file(c, m, "init_file", 0, m->init_file, "model.init_file");
+    if (m->federated) {
+        const Fedagg__TensorSelection *f = m->federated;
+        for (size_t i = 0; i < f->n_include; i++)
+            if (empty(f->include[i]))
+                problem(c, f, "include", i, "`model.federated.include[%zu]` is empty", i);
+        for (size_t i = 0; i < f->n_exclude; i++)
+            if (empty(f->exclude[i]))
+                problem(c, f, "exclude", i, "`model.federated.exclude[%zu]` is empty", i);
+    }
 }
 
 static void check_optimizer(struct ck *c, const Fedagg__ServerOptimizer *o)
@@ -426,6 +435,18 @@ static void check_quantization(struct ck *c, const Fedagg__Quantization *q)
                 q->clip_value);
     if (q->max_examples == 0)
         problem(c, q, "max_examples", 0, "`quantization.max_examples` must be at least 1");
+    if (!finite_pos(q->range_headroom) || q->range_headroom < 1)
+        problem(c, q, "range_headroom", 0, "`quantization.range_headroom` (%g) must be at least 1",
+                q->range_headroom);
+    if (!finite_pos(q->range_initial))
+        problem(c, q, "range_initial", 0, "`quantization.range_initial` (%g) must be positive",
+                q->range_initial);
+    if (!isfinite(q->range_floor) || q->range_floor < 0)
+        problem(c, q, "range_floor", 0, "`quantization.range_floor` (%g) must be 0 or more",
+                q->range_floor);
+    if (!finite_pos(q->range_min))
+        problem(c, q, "range_min", 0, "`quantization.range_min` (%g) must be positive",
+                q->range_min);
 }
 
 static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,
@@ -472,6 +493,12 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
               "evaluation.test_labels");
     if (cfg->evaluation->every == 0)
         problem(c, cfg->evaluation, "every", 0, "`evaluation.every` must be at least 1");
+    if (cfg->evaluation->n_command && empty(cfg->evaluation->command[0]))
+        problem(c, cfg->evaluation, "command", 0,
+                "`evaluation.command`: give the evaluator and its arguments, e.g. "
+                "command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]");
+    if (cfg->evaluation->timeout_s == 0)
+        problem(c, cfg->evaluation, "timeout_s", 0, "`evaluation.timeout_s` must be positive");
     check_log_level(c, cfg, cfg->log_level);
 }
 
@@ -509,6 +536,8 @@ static void check_external(struct ck *c, const Fedagg__ExternalTrainer *x)
     }
     if (x->timeout_s == 0)
         problem(c, x, "timeout_s", 0, "`trainer.external.timeout_s` must be positive");
+    if (x->start_timeout_s == 0)
+        problem(c, x, "start_timeout_s", 0, "`trainer.external.start_timeout_s` must be positive");
     if (!empty(x->workdir) && check_files(c) &&
         (stat(x->workdir, &st) != 0 || !S_ISDIR(st.st_mode)))
         problem(c, x, "workdir", 0, "`trainer.external.workdir`: %s is not a directory",

@@ -232,6 +232,7 @@ static const char *const path_fields[] = {
     "fedagg.WorkerConfig.identity_key_file",
     "fedagg.WorkerConfig.state_dir",
     "fedagg.WorkerConfig.aggregator_public_key_file",
+    "fedagg.WorkerConfig.metrics_file",
     NULL,
 };
 
