@@ -1,6 +1,7 @@
 #include "crypto/identity.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
@@ -169,4 +170,48 @@ int fa_identity_verify(const uint8_t pk[FA_IDENTITY_PK_BYTES], const uint8_t *ms
                        const uint8_t sig[FA_IDENTITY_SIG_BYTES])
 {
     return crypto_sign_verify_detached(sig, msg, len, pk) == 0 ? 0 : FA_ERR_VERIFY;
+}
+
+/* domain || 0x00 || msg, malloc'ed. */
+static uint8_t *statement_bytes(const char *domain, const uint8_t *msg, size_t len, size_t *n)
+{
+    size_t dl = strlen(domain);
+    uint8_t *b = malloc(dl + 1 + len);
+    if (!b)
+        return NULL;
+    memcpy(b, domain, dl);
+    b[dl] = 0;
+    if (len)
+        memcpy(b + dl + 1, msg, len);
+    *n = dl + 1 + len;
+    return b;
+}
+
+int fa_identity_sign_statement(const uint8_t seed[FA_IDENTITY_SEED_BYTES], const char *domain,
+                               const uint8_t *msg, size_t len, uint8_t sig[FA_IDENTITY_SIG_BYTES])
+{
+    size_t n;
+    uint8_t *b = statement_bytes(domain, msg, len, &n);
+    int rc;
+
+    if (!b)
+        return FA_ERR_NOMEM;
+    rc = fa_identity_sign(seed, b, n, sig);
+    free(b);
+    return rc;
+}
+
+int fa_identity_verify_statement(const uint8_t pk[FA_IDENTITY_PK_BYTES], const char *domain,
+                                 const uint8_t *msg, size_t len,
+                                 const uint8_t sig[FA_IDENTITY_SIG_BYTES])
+{
+    size_t n;
+    uint8_t *b = statement_bytes(domain, msg, len, &n);
+    int rc;
+
+    if (!b)
+        return FA_ERR_NOMEM;
+    rc = fa_identity_verify(pk, b, n, sig);
+    free(b);
+    return rc;
 }

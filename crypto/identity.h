@@ -62,4 +62,19 @@ int fa_identity_sign(const uint8_t seed[FA_IDENTITY_SEED_BYTES], const uint8_t *
 int fa_identity_verify(const uint8_t pk[FA_IDENTITY_PK_BYTES], const uint8_t *msg, size_t len,
                        const uint8_t sig[FA_IDENTITY_SIG_BYTES]);
 
+/* Domain-separated statements (e.g. a region's federated-evaluation report,
+ * fedagg.proto SignedEval): the signature covers domain || 0x00 || msg, so a
+ * signature made for one kind of statement never verifies as another. */
+#define FA_IDENTITY_DOMAIN_EVAL "fedagg-eval-v1"
+
+/* Signs domain || 0x00 || msg.  Returns 0, FA_ERR_NOMEM or FA_ERR_CRYPTO. */
+int fa_identity_sign_statement(const uint8_t seed[FA_IDENTITY_SEED_BYTES], const char *domain,
+                               const uint8_t *msg, size_t len, uint8_t sig[FA_IDENTITY_SIG_BYTES]);
+
+/* Returns 0 when sig is pk's signature of domain || 0x00 || msg,
+ * FA_ERR_VERIFY otherwise (FA_ERR_NOMEM when out of memory). */
+int fa_identity_verify_statement(const uint8_t pk[FA_IDENTITY_PK_BYTES], const char *domain,
+                                 const uint8_t *msg, size_t len,
+                                 const uint8_t sig[FA_IDENTITY_SIG_BYTES]);
+
 #endif

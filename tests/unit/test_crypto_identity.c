@@ -134,6 +134,37 @@ static void test_commitment(void **state)
     th_run_free(&run);
 }
 
+/* A statement signature covers its domain: it verifies only as what it was
+ * signed as, and not after any change to the message. */
+static void test_statement(void **state)
+{
+    uint8_t seed[32], pk[32], sig[64], sig2[64];
+    const uint8_t msg[] = "version 3: accuracy 0.8123";
+    (void)state;
+    assert_int_equal(fa_identity_generate(seed, pk, NULL), 0);
+    assert_int_equal(fa_identity_sign_statement(seed, FA_IDENTITY_DOMAIN_EVAL, msg, sizeof(msg),
+                                                sig),
+                     0);
+    assert_int_equal(
+        fa_identity_verify_statement(pk, FA_IDENTITY_DOMAIN_EVAL, msg, sizeof(msg), sig), 0);
+    assert_int_equal(fa_identity_verify_statement(pk, "fedagg-other-v1", msg, sizeof(msg), sig),
+                     FA_ERR_VERIFY);
+    /* Not a plain signature of the message either. */
+    assert_int_equal(fa_identity_verify(pk, msg, sizeof(msg), sig), FA_ERR_VERIFY);
+    assert_int_equal(fa_identity_verify_statement(pk, FA_IDENTITY_DOMAIN_EVAL, msg,
+                                                  sizeof(msg) - 1, sig),
+                     FA_ERR_VERIFY);
+    /* Ed25519 is deterministic: the same statement, the same bytes. */
+    assert_int_equal(fa_identity_sign_statement(seed, FA_IDENTITY_DOMAIN_EVAL, msg, sizeof(msg),
+                                                sig2),
+                     0);
+    assert_memory_equal(sig, sig2, 64);
+    sig[10] ^= 1;
+    assert_int_equal(
+        fa_identity_verify_statement(pk, FA_IDENTITY_DOMAIN_EVAL, msg, sizeof(msg), sig),
+        FA_ERR_VERIFY);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -141,6 +172,7 @@ int main(void)
         cmocka_unit_test(test_secret_refusals),
         cmocka_unit_test(test_public_refusals),
         cmocka_unit_test(test_commitment),
+        cmocka_unit_test(test_statement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
