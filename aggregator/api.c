@@ -299,6 +299,7 @@ static int on_model(fa_h3_request *req, void *arg)
     char path[4096], hex[65], vs[32], *end;
     struct file_src *src;
     off_t size;
+    int f32;
 
     if (!c)
         return 0;
@@ -311,7 +312,16 @@ static int on_model(fa_h3_request *req, void *arg)
             return 0;
         }
     }
-    if (fa_fed_model(a->fed, version, path, sizeof(path), &got, sha) != 0) {
+    {
+        /* ?dtype=f32: the float32 master weights instead of the model's own dtypes. */
+        const char *q = fa_h3_request_query(req);
+        if (q[0] && strcmp(q, "dtype=f32") != 0 && strcmp(q, "dtype=native") != 0) {
+            respond_error(c, req, 400, "unknown query '%s': use ?dtype=f32 or none", q);
+            return 0;
+        }
+        f32 = strcmp(q, "dtype=f32") == 0;
+    }
+    if (fa_fed_model(a->fed, version, f32, path, sizeof(path), &got, sha) != 0) {
         respond_error(c, req, 404, "model version %s is not retained", which);
         return 0;
     }
@@ -565,6 +575,60 @@ static void on_round_end(fa_h3_request *req, void *arg)
     fa_api_tick(a);
 }
 
+/* --- POST /v1/evaluations ------------------------------------------------- */
+
+#define MAX_EVAL_REPORT (64u << 10)
+
+static int on_eval_request(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    if (!admit(a, req))
+        return 0;
+    fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
+    return 0;
+}
+
+static int on_eval_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
+{
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    uint8_t *nb;
+    (void)arg;
+    if (!c || c->responded)
+        return 0;
+    if (c->len + len > MAX_EVAL_REPORT) {
+        respond_error(c, req, 413, "evaluation report larger than %u bytes", MAX_EVAL_REPORT);
+        return 0;
+    }
+    if (c->len + len > c->cap) {
+        if (!(nb = realloc(c->buf, MAX_EVAL_REPORT))) {
+            respond_error(c, req, 500, "out of memory");
+            return 0;
+        }
+        c->buf = nb;
+        c->cap = MAX_EVAL_REPORT;
+    }
+    memcpy(c->buf + c->len, data, len);
+    c->len += len;
+    return 0;
+}
+
+static void on_eval_end(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    fa_fed_reply r = {0};
+
+    if (!c || c->responded)
+        return;
+    if (fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r) != 0) {
+        respond_reply(c, &r);
+        fa_fed_reply_free(&r);
+        return;
+    }
+    c->responded = 1;
+    fa_h3_respond(req, 200, NULL, 0, NULL, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 
 int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
@@ -574,6 +638,7 @@ int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
     static const fa_h3_handler model = {on_model, NULL, NULL, on_close};
     static const fa_h3_handler audit = {on_audit, NULL, NULL, on_close};
     static const fa_h3_handler rounds = {on_round_request, on_round_body, on_round_end, on_close};
+    static const fa_h3_handler evals = {on_eval_request, on_eval_body, on_eval_end, on_close};
     fa_api *a = calloc(1, sizeof(*a));
     int rc;
 
@@ -586,7 +651,8 @@ int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
         (rc = fa_h3_server_route(srv, "GET", "/v1/status", &status, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "GET", "/v1/models/", &model, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "GET", "/v1/audit/", &audit, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0) {
+        (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", "/v1/evaluations", &evals, a)) != 0) {
         free(a);
         return fa_errorf(err, rc, "cannot register the API routes: %s", fa_strerror(rc));
     }

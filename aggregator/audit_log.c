@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "crypto/identity.h"
 #include "crypto/secagg.h"
 
 #define HLEN FA_MERKLE_HASH_LEN
@@ -360,6 +362,16 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
             BAD("region %s: signature has %zu bytes, not 64 (or none)", c->region,
                 c->signature.len);
     }
+    if (r->tensor_table_digest.len != 0 && r->tensor_table_digest.len != 32)
+        BAD("tensor_table_digest has %zu bytes, not 32", r->tensor_table_digest.len);
+    if (r->quantization && r->quantization->ranges_sha256.len != 0 &&
+        r->quantization->ranges_sha256.len != 32)
+        BAD("quantization.ranges_sha256 has %zu bytes, not 32",
+            r->quantization->ranges_sha256.len);
+    for (size_t i = 0; i < r->n_evaluations; i++)
+        if (r->evaluations[i]->signature.len != FA_ED25519_SIG_LEN)
+            BAD("evaluation %zu: signature has %zu bytes, not 64", i,
+                r->evaluations[i]->signature.len);
     return 0;
 #undef BAD
 }
@@ -1578,7 +1590,73 @@ struct vprev {
     uint32_t attempt;
     uint8_t new_model[HLEN];
     char federation[256];
+    int have_table;
+    uint8_t table[HLEN];
 };
+
+/* The federated-evaluation statements of a record: each signed by the
+ * region it names, about the model the round started from; and the means
+ * the record publishes are those of the statements. */
+static void verify_evaluations(struct vstate *v, int64_t at, const Fedagg__AuditRecord *r)
+{
+    double n = 0, sl = 0, wl = 0, sa = 0, wa = 0;
+    size_t ok = 0;
+
+    for (size_t k = 0; k < r->n_evaluations; k++) {
+        const Fedagg__SignedEval *se = r->evaluations[k];
+        Fedagg__EvalStatement *s =
+            fedagg__eval_statement__unpack(NULL, se->statement.len, se->statement.data);
+        const uint8_t *pk;
+        if (!s) {
+            vreport(v, FA_AUDIT_PROBLEM, at, "evaluation %zu: the statement does not decode", k);
+            continue;
+        }
+        if (!s->region || !s->federation_id || strcmp(s->federation_id, r->federation_id) ||
+            s->model_version != r->prev_version || s->model_sha256.len != HLEN ||
+            memcmp(s->model_sha256.data, r->prev_model_sha256.data, HLEN) != 0) {
+            vreport(v, FA_AUDIT_PROBLEM, at,
+                    "evaluation %zu (region %s) is not of this record's previous model "
+                    "(version %" PRIu64 " of federation %s)",
+                    k, s->region ? s->region : "?", r->prev_version, r->federation_id);
+        } else if (!(pk = region_key(v->o, s->region))) {
+            v->res->region_unknown++;
+        } else if (fa_identity_verify_statement(pk, FA_IDENTITY_DOMAIN_EVAL, se->statement.data,
+                                                se->statement.len, se->signature.data) != 0) {
+            vreport(v, FA_AUDIT_PROBLEM, at,
+                    "region %s: the signature of its evaluation report does not verify with its "
+                    "key",
+                    s->region);
+        } else {
+            v->res->eval_signatures++;
+        }
+        n += (double)s->num_examples;
+        if (!isnan(s->loss)) {
+            sl += (double)s->num_examples * s->loss;
+            wl += (double)s->num_examples;
+        }
+        if (!isnan(s->accuracy)) {
+            sa += (double)s->num_examples * s->accuracy;
+            wa += (double)s->num_examples;
+        }
+        ok++;
+        fedagg__eval_statement__free_unpacked(s, NULL);
+    }
+    if (r->federated_eval && ok) {
+        const Fedagg__EvalSummary *m = r->federated_eval;
+        double ml = wl > 0 ? sl / wl : NAN, ma = wa > 0 ? sa / wa : NAN;
+        int same_l = isnan(ml) ? isnan(m->loss) : fabs(m->loss - ml) <= 1e-9 * (1 + fabs(ml));
+        int same_a = isnan(ma) ? isnan(m->accuracy) : fabs(m->accuracy - ma) <= 1e-9;
+        if (m->num_examples != (uint64_t)n || m->regions != ok || !same_l || !same_a)
+            vreport(v, FA_AUDIT_PROBLEM, at,
+                    "the federated evaluation means (n=%" PRIu64 " loss=%g accuracy=%g) are not "
+                    "those of its %zu signed statements (n=%.0f loss=%g accuracy=%g)",
+                    m->num_examples, m->loss, m->accuracy, ok, n, ml, ma);
+    } else if (r->federated_eval && r->federated_eval->regions) {
+        vreport(v, FA_AUDIT_PROBLEM, at,
+                "a federated evaluation summary of %u regions without their statements",
+                r->federated_eval->regions);
+    }
+}
 
 static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecord *r,
                           struct vprev *prev)
@@ -1596,6 +1674,14 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
     if (record_follows(prev->have, prev->round, prev->attempt, prev->new_version, prev->new_model,
                        r, why, sizeof(why)) != 0)
         vreport(v, FA_AUDIT_PROBLEM, at, "%s", why);
+    if (r->tensor_table_digest.len == HLEN) {
+        if (prev->have_table && memcmp(prev->table, r->tensor_table_digest.data, HLEN) != 0)
+            vreport(v, FA_AUDIT_PROBLEM, at,
+                    "the model's tensor table differs from that of the records before it");
+        prev->have_table = 1;
+        memcpy(prev->table, r->tensor_table_digest.data, HLEN);
+    }
+    verify_evaluations(v, at, r);
     for (size_t k = 0; k < r->n_commitments; k++) {
         const Fedagg__RegionCommitment *c = r->commitments[k];
         const uint8_t *pk = region_key(v->o, c->region);

@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "aggregator/audit_log.h"
+#include "aggregator/evaluator.h"
+#include "aggregator/fed_eval.h"
+#include "aggregator/global_model.h"
 #include "aggregator/metrics.h"
 #include "aggregator/model_store.h"
 #include "aggregator/server_opt.h"
@@ -29,9 +32,10 @@
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
-#include "model/mlp.h"
-#include "secagg.pb-c.h"
 #include "model/data.h"
+#include "model/mlp.h"
+#include "model/tensors.h"
+#include "secagg.pb-c.h"
 
 #define N_KINDS 5
 #define MAX_MSG_BYTES (64u << 20)
@@ -64,7 +68,8 @@ struct fa_fed {
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
     uint64_t deadline_ms[N_KINDS];
     uint64_t advertise_grace_ms;
-    fa_secagg_quant quant;
+    fa_secagg_quant quant; /* the secure-aggregation codec's */
+    int clip_cfg;          /* config ClipMode (the record; the regions' L2 bound when per tensor) */
     uint64_t max_examples;
     uint8_t config_digest[32];
     Fedagg__ServerOptimizer opt_cfg;
@@ -73,24 +78,33 @@ struct fa_fed {
     size_t n_regions;
     fa_secagg_member *members;
 
-    /* The model. */
-    fa_mlp_layout layout;
-    float *params; /* (n_params) current global weights */
+    /* The model: a tensor table and the master weights of its federated
+     * tensors (global_model.h). */
+    fa_global_model *model;
+    size_t d; /* federated coordinates */
     fa_model_store *store;
     struct fa_model_version cur;
     fa_server_opt *opt;
+    uint8_t round_ranges_sha[32]; /* the ranges of the round in flight (its base version's) */
 
     /* The audit log. */
     fa_audit_log *audit;
     fa_note_signer *signer;
 
-    /* Evaluation on a public test set (optional). */
+    /* Evaluation of the built-in MLP on a public test set (optional). */
     fa_data eval_data;
     fa_mlp *eval_net;
+    fa_mlp_layout eval_layout;
+    float *eval_params;
     uint32_t eval_every;
     double eval_accuracy, eval_loss;
     int have_eval;
     uint64_t eval_version; /* the version eval_accuracy is of */
+    /* Federated evaluation (the regions' signed reports), and the
+     * evaluator command's result on any model. */
+    fa_fed_eval *feval;
+    fa_evaluator *evaluator;
+    fa_eval_summary central;
 
     /* The round in flight. */
     uint64_t round;
@@ -265,6 +279,27 @@ static void define_metrics(fa_fed *f)
                       NULL);
     fa_metrics_define(m, "fedagg_audit_tree_size", FA_METRIC_GAUGE,
                       "Records in the signed audit log.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_model_tensors", FA_METRIC_GAUGE,
+                      "Tensors of the model, by whether they are federated.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_model_federated_params", FA_METRIC_GAUGE,
+                      "Coordinates of the federated tensors (what a region uploads).", NULL, 0,
+                      NULL);
+    fa_metrics_define(m, "fedagg_fedeval_version", FA_METRIC_GAUGE,
+                      "Model version of the latest federated evaluation shown.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_fedeval_regions", FA_METRIC_GAUGE,
+                      "Regions that reported on that version.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_fedeval_examples", FA_METRIC_GAUGE,
+                      "Held-out examples the regions evaluated it on.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_fedeval_accuracy", FA_METRIC_GAUGE,
+                      "Example-weighted mean accuracy the regions reported.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_fedeval_loss", FA_METRIC_GAUGE,
+                      "Example-weighted mean loss the regions reported.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_central_eval_version", FA_METRIC_GAUGE,
+                      "Model version of the evaluator command's latest result.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_central_eval_accuracy", FA_METRIC_GAUGE,
+                      "Accuracy the evaluator command measured.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_central_eval_loss", FA_METRIC_GAUGE,
+                      "Mean loss the evaluator command measured.", NULL, 0, NULL);
     for (size_t i = 0; i < f->n_regions; i++) {
         metric_region(f, "fedagg_region_bytes_received_total", f->regions[i].id, 0, 0);
         metric_region(f, "fedagg_region_dropouts_total", f->regions[i].id, 0, 0);
@@ -286,6 +321,37 @@ static void update_gauges(fa_fed *f)
     if (f->have_eval) {
         fa_metrics_set(f->metrics, "fedagg_eval_accuracy", NULL, f->eval_accuracy);
         fa_metrics_set(f->metrics, "fedagg_eval_loss", NULL, f->eval_loss);
+    }
+    {
+        const fa_tensors *t = fa_global_model_table(f->model);
+        size_t nf = fa_tensors_fed_count(t);
+        fa_metrics_set(f->metrics, "fedagg_model_tensors", "federated=\"true\"", (double)nf);
+        fa_metrics_set(f->metrics, "fedagg_model_tensors", "federated=\"false\"",
+                       (double)(fa_tensors_count(t) - nf));
+        fa_metrics_set(f->metrics, "fedagg_model_federated_params", NULL, (double)f->d);
+    }
+    {
+        fa_eval_summary fe;
+        fa_fed_eval_summary(f->feval, &fe);
+        if (!fe.valid)
+            fa_fed_eval_last(f->feval, &fe);
+        if (fe.valid) {
+            fa_metrics_set(f->metrics, "fedagg_fedeval_version", NULL, (double)fe.version);
+            fa_metrics_set(f->metrics, "fedagg_fedeval_regions", NULL, (double)fe.regions);
+            fa_metrics_set(f->metrics, "fedagg_fedeval_examples", NULL, (double)fe.n);
+            if (!isnan(fe.accuracy))
+                fa_metrics_set(f->metrics, "fedagg_fedeval_accuracy", NULL, fe.accuracy);
+            if (!isnan(fe.loss))
+                fa_metrics_set(f->metrics, "fedagg_fedeval_loss", NULL, fe.loss);
+        }
+    }
+    if (f->central.valid) {
+        fa_metrics_set(f->metrics, "fedagg_central_eval_version", NULL,
+                       (double)f->central.version);
+        if (!isnan(f->central.accuracy))
+            fa_metrics_set(f->metrics, "fedagg_central_eval_accuracy", NULL, f->central.accuracy);
+        if (!isnan(f->central.loss))
+            fa_metrics_set(f->metrics, "fedagg_central_eval_loss", NULL, f->central.loss);
     }
 }
 
@@ -524,8 +590,30 @@ static int save_state(fa_fed *f, fa_error *err)
     uint8_t *blob = NULL;
     size_t blob_len = 0;
     uint64_t t0 = fa_time_mono_ns();
+    size_t ne = fa_fed_eval_count(f->feval);
+    Fedagg__SignedEval *evs = calloc(ne ? ne : 1, sizeof(*evs));
+    Fedagg__SignedEval **evp = calloc(ne ? ne : 1, sizeof(*evp));
+    Fedagg__EvalSummary central;
+    Fedagg__NamedValue nv[FA_EVAL_MAX_METRICS], *nvp[FA_EVAL_MAX_METRICS];
     int rc;
 
+    if (!evs || !evp) {
+        free(evs);
+        free(evp);
+        return fa_errorf(err, FA_ERR_NOMEM, "round state: out of memory");
+    }
+    for (size_t i = 0; i < ne; i++) {
+        fa_fed_eval_at(f->feval, i, &evs[i]);
+        evp[i] = &evs[i];
+    }
+    st.n_evaluations = ne;
+    st.evaluations = evp;
+    st.ranges_sha256.data = f->round_ranges_sha;
+    st.ranges_sha256.len = 32;
+    if (f->central.valid && f->central.version == f->cur.version) {
+        fa_eval_summary_to_pb(&f->central, &central, nv, nvp);
+        st.central_eval = &central;
+    }
     st.round = f->round;
     st.attempt = f->attempt;
     st.phase = (Fedagg__Phase)f->phase;
@@ -536,8 +624,11 @@ static int save_state(fa_fed *f, fa_error *err)
     if (f->phase != FEDAGG__PHASE__PHASE_ADVERTISE && f->sa) {
         uint64_t gen = 0;
         rc = fa_secagg_server_save_meta(f->sa, &blob, &blob_len, &gen, err);
-        if (rc != 0)
+        if (rc != 0) {
+            free(evs);
+            free(evp);
             return rc;
+        }
         if (gen != 0 && !(f->have_sum && f->sum_round == f->round &&
                           f->sum_attempt == f->attempt && f->sum_gen == gen)) {
             if (gen == fa_secagg_server_sum_generation(f->sa)) {
@@ -552,6 +643,8 @@ static int save_state(fa_fed *f, fa_error *err)
             }
             if (rc != 0) {
                 free(blob);
+                free(evs);
+                free(evp);
                 return rc;
             }
         }
@@ -575,6 +668,8 @@ static int save_state(fa_fed *f, fa_error *err)
     else
         fa_atomic_file_abort(sink.f);
     free(blob);
+    free(evs);
+    free(evp);
     if (rc == 0) {
         remove_stale_sums(f, st.sum_generation);
         fa_log(FA_LOG_DEBUG, "round state saved",
@@ -686,11 +781,13 @@ static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 /* Completing a round                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* config ClipMode */
 static const char *clip_name(int mode)
 {
-    return mode == FA_SECAGG_CLIP_COORDINATE ? "coordinate"
-           : mode == FA_SECAGG_CLIP_BOTH     ? "both"
-                                             : "l2";
+    return mode == FEDAGG__CLIP_MODE__CLIP_COORDINATE ? "coordinate"
+           : mode == FEDAGG__CLIP_MODE__CLIP_BOTH     ? "both"
+           : mode == FEDAGG__CLIP_MODE__CLIP_NONE     ? "none"
+                                                      : "l2";
 }
 
 /* Builds the audit record of the completed attempt in f->sa. */
@@ -709,9 +806,16 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     char **drops = calloc(nd ? nd : 1, sizeof(char *));
     uint8_t(*shas)[32] = calloc(ns ? ns : 1, 32);
     uint8_t(*sigs)[64] = calloc(ns ? ns : 1, 64);
+    size_t ne = fa_fed_eval_count(f->feval);
+    Fedagg__SignedEval *evs = calloc(ne ? ne : 1, sizeof(*evs));
+    Fedagg__SignedEval **evp = calloc(ne ? ne : 1, sizeof(*evp));
+    Fedagg__EvalSummary fsum, csum;
+    Fedagg__NamedValue fnv[FA_EVAL_MAX_METRICS], *fnvp[FA_EVAL_MAX_METRICS];
+    Fedagg__NamedValue cnv[FA_EVAL_MAX_METRICS], *cnvp[FA_EVAL_MAX_METRICS];
+    fa_eval_summary fe;
     int rc = 0;
 
-    if (!cm || !cmp || !parts || !drops || !shas || !sigs) {
+    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
         goto out;
     }
@@ -763,15 +867,39 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     rec.optimizer = &opt;
     q.bits = f->quant.bits;
     q.ring_bits = f->sa_cfg.ring_bits;
-    q.clip_mode = (char *)clip_name(f->quant.clip_mode);
+    q.clip_mode = (char *)clip_name(f->clip_cfg);
     q.clip_l2_norm = f->quant.clip_l2_norm;
     q.clip_value = f->quant.clip_value;
     q.max_examples = f->max_examples;
+    q.range = fa_global_model_per_tensor(f->model) ? "adaptive" : "fixed";
+    if (fa_global_model_per_tensor(f->model)) {
+        q.ranges_sha256.data = f->round_ranges_sha;
+        q.ranges_sha256.len = 32;
+    }
     rec.quantization = &q;
     rec.threshold = f->sa_cfg.threshold;
     rec.neighbours = f->sa_cfg.neighbours;
-    rec.num_params = f->layout.n_params;
+    rec.num_params = f->d;
     rec.software_version = FA_VERSION;
+    rec.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
+    rec.tensor_table_digest.len = 32;
+    rec.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
+    /* Federated evaluation of the version this round started from. */
+    for (size_t i = 0; i < ne; i++) {
+        fa_fed_eval_at(f->feval, i, &evs[i]);
+        evp[i] = &evs[i];
+    }
+    rec.n_evaluations = ne;
+    rec.evaluations = evp;
+    fa_fed_eval_summary(f->feval, &fe);
+    if (fe.valid && fe.version == prev_version) {
+        fa_eval_summary_to_pb(&fe, &fsum, fnv, fnvp);
+        rec.federated_eval = &fsum;
+    }
+    if (f->central.valid && f->central.version == prev_version) {
+        fa_eval_summary_to_pb(&f->central, &csum, cnv, cnvp);
+        rec.central_eval = &csum;
+    }
 
     *out_len = fedagg__audit_record__get_packed_size(&rec);
     *out = malloc(*out_len ? *out_len : 1);
@@ -787,6 +915,8 @@ out:
     free(drops);
     free(shas);
     free(sigs);
+    free(evs);
+    free(evp);
     return rc;
 }
 
@@ -866,7 +996,9 @@ static void evaluate(fa_fed *f)
         (f->have_eval && f->eval_version == f->cur.version))
         return;
     fa_error_clear(&err);
-    if (fa_mlp_set_params(f->eval_net, f->params, &err) != 0 ||
+    if (fa_global_model_read_mlp(f->model, f->store, f->cur.version, &f->eval_layout,
+                                 f->eval_params, &err) != 0 ||
+        fa_mlp_set_params(f->eval_net, f->eval_params, &err) != 0 ||
         fa_mlp_evaluate(f->eval_net, &f->eval_data.ds, &ev, &err) != 0) {
         fa_log(FA_LOG_WARN, "evaluation failed", "error=\"%s\"", err.msg);
         return;
@@ -903,49 +1035,36 @@ static void debug_dump_sum(fa_fed *f)
     free(q);
 }
 
-/* Writes version cur+1 from new_params and the optimizer's state. */
-/* Commits version cur + 1: new_params, and the optimizer's state after its
- * step (opt_state, steps). */
-static int commit_version(fa_fed *f, const float *new_params, float *const *opt_state,
-                          uint64_t steps, fa_error *err)
+/* Commits version cur + 1: new_params, the ranges for the next round from
+ * the decoded mean delta, and the optimizer's state after its step
+ * (opt_state, steps). */
+static int commit_version(fa_fed *f, const float *new_params, const float *mean_delta,
+                          float *const *opt_state, uint64_t steps, fa_error *err)
 {
-    fa_st_view model[2 * FA_MLP_MAX_LAYERS], state[2];
-    uint64_t shapes[2 * FA_MLP_MAX_LAYERS][2], sshape[2][1];
-    char round_s[32], attempt_s[32], version_s[32], prev_hex[65], steps_s[32], arch[128];
+    fa_st_view state[2];
+    uint64_t sshape[2][1];
+    char round_s[32], attempt_s[32], version_s[32], prev_hex[65], steps_s[32];
     char optdesc[256];
     uint64_t version = f->cur.version + 1;
     size_t ns = fa_server_opt_state_count(f->opt);
     int rc;
 
-    for (uint32_t i = 0; i < f->layout.n_tensors; i++) {
-        const fa_mlp_tensor *t = &f->layout.tensors[i];
-        shapes[i][0] = t->shape[0];
-        shapes[i][1] = t->shape[1];
-        model[i].name = t->name;
-        model[i].dtype = FA_ST_F32;
-        model[i].ndim = t->ndim;
-        model[i].shape = shapes[i];
-        model[i].data = new_params + t->offset;
-    }
     for (size_t i = 0; i < ns; i++) {
-        sshape[i][0] = f->layout.n_params;
-        state[i].name = fa_server_opt_state_name(f->opt, i);
-        state[i].dtype = FA_ST_F32;
-        state[i].ndim = 1;
-        state[i].shape = sshape[i];
-        state[i].data = opt_state[i];
+        sshape[i][0] = f->d;
+        state[i] = (fa_st_view){.name = fa_server_opt_state_name(f->opt, i),
+                                .dtype = FA_ST_F32,
+                                .ndim = 1,
+                                .shape = sshape[i],
+                                .data = opt_state[i]};
     }
     snprintf(round_s, sizeof(round_s), "%" PRIu64, f->round);
     snprintf(attempt_s, sizeof(attempt_s), "%u", f->attempt);
     snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
     fa_model_store_hex(f->cur.model_sha256, prev_hex);
-    fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
     snprintf(steps_s, sizeof(steps_s), "%" PRIu64, steps);
     fa_server_opt_describe(f->opt, optdesc, sizeof(optdesc));
     const char *meta[] = {"format",
                           "pt",
-                          "fedagg.arch",
-                          arch,
                           "fedagg.version",
                           version_s,
                           "fedagg.round",
@@ -958,18 +1077,35 @@ static int commit_version(fa_fed *f, const float *new_params, float *const *opt_
                           f->federation_id};
     const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
                            "fedagg.version",   version_s};
-    rc = fa_model_store_commit(f->store, version, f->round, model, f->layout.n_tensors, meta,
-                               sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
-                               sizeof(smeta) / sizeof(smeta[0]) / 2, err);
+    rc = fa_global_model_commit(f->model, f->store, version, f->round, new_params, mean_delta,
+                                meta, sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
+                                sizeof(smeta) / sizeof(smeta[0]) / 2, err);
     if (rc != 0)
         return rc;
     return fa_model_store_current(f->store, &f->cur);
 }
 
+/* A new version is current: regions' evaluations are now of it, the
+ * evaluator command evaluates it, and its ranges are the next round's. */
+static void version_changed(fa_fed *f, uint64_t now_ms)
+{
+    char path[4096];
+    fa_error err;
+
+    fa_fed_eval_begin(f->feval, f->cur.version, f->cur.model_sha256);
+    fa_error_clear(&err);
+    if (fa_global_model_ranges_digest(f->model, f->round_ranges_sha, &err) != 0)
+        fa_log(FA_LOG_WARN, "cannot hash the quantiser ranges", "error=\"%s\"", err.msg);
+    if (f->evaluator) {
+        fa_model_store_model_path(f->store, f->cur.version, path, sizeof(path));
+        fa_evaluator_request(f->evaluator, f->cur.version, path, now_ms);
+    }
+}
+
 /* The unmask phase closed: the sum is known.  Apply it and start the next round. */
 static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *err)
 {
-    size_t d = f->layout.n_params, ns = fa_server_opt_state_count(f->opt);
+    size_t d = f->d, ns = fa_server_opt_state_count(f->opt);
     float *delta = malloc(d * sizeof(float)), *w = malloc(d * sizeof(float));
     uint64_t prev_version = f->cur.version;
     uint8_t prev_sha[32];
@@ -985,6 +1121,7 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     rc = fa_secagg_server_result_f32(f->sa, delta, d, &wsum, err);
     if (rc != 0)
         goto out;
+    fa_global_model_unscale(f->model, delta); /* per-tensor ranges to the model's units */
     debug_dump_sum(f);
     /* The optimizer steps a copy of the weights and writes its new state
      * to other arrays, adopted only once the commit succeeded: a failed
@@ -997,13 +1134,12 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
             goto out;
         }
     }
-    memcpy(w, f->params, d * sizeof(float));
+    memcpy(w, fa_global_model_params(f->model), d * sizeof(float));
     fa_server_opt_step_to(f->opt, w, delta, f->opt_next);
-    rc = commit_version(f, w, f->opt_next, fa_server_opt_steps(f->opt) + 1, err);
+    rc = commit_version(f, w, delta, f->opt_next, fa_server_opt_steps(f->opt) + 1, err);
     if (rc != 0)
         goto out;
     fa_server_opt_adopt(f->opt, f->opt_next);
-    memcpy(f->params, w, d * sizeof(float));
     *committed = 1;
     fa_failpoint("aggregator-after-commit");
     /* Committed.  From here on the round counts: the audit record follows;
@@ -1037,6 +1173,7 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     count_outcome(f, "completed");
     if (f->metrics)
         fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", NULL, secs);
+    version_changed(f, now_ms);
     evaluate(f);
     fa_log(FA_LOG_INFO, "round completed",
            "round=%" PRIu64 " attempt=%u version=%" PRIu64 " participants=%zu dropped=%zu "
@@ -1177,6 +1314,13 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     for (size_t i = 0; i < f->n_regions; i++)
         if (f->regions[i].last_seen_ms && !region_connected(&f->regions[i], now_ms))
             metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
+    if (f->evaluator) {
+        fa_eval_summary res;
+        if (fa_evaluator_poll(f->evaluator, now_ms, &res)) {
+            f->central = res;
+            update_gauges(f);
+        }
+    }
     return changed;
 }
 
@@ -1562,13 +1706,18 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
     fi.phase = (Fedagg__Phase)f->phase;
     fi.phase_deadline_unix_ms = deadline;
     fi.threshold = f->sa_cfg.threshold;
-    fi.num_params = f->layout.n_params;
+    fi.num_params = f->d;
+    fi.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
+    fi.tensor_table_digest.len = 32;
+    fi.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
     q.bits = f->quant.bits;
     q.ring_bits = f->sa_cfg.ring_bits;
     q.clip_mode = (uint32_t)f->quant.clip_mode;
     q.clip_l2_norm = f->quant.clip_l2_norm;
     q.clip_value = f->quant.clip_value;
     q.max_examples = f->max_examples;
+    q.per_tensor = fa_global_model_per_tensor(f->model);
+    q.l2_clip_mode = (uint32_t)f->clip_cfg;
     fi.quant = &q;
     fi.n_regions = f->n_regions;
     fi.regions = ids;
@@ -1591,6 +1740,10 @@ int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err)
     Fedagg__RegionStatus *rs = calloc(f->n_regions ? f->n_regions : 1, sizeof(*rs));
     Fedagg__RegionStatus **rsp = calloc(f->n_regions ? f->n_regions : 1, sizeof(*rsp));
     uint64_t now = fa_time_mono_ns() / 1000000u;
+    Fedagg__EvalSummary fsum, csum;
+    Fedagg__NamedValue fnv[FA_EVAL_MAX_METRICS], *fnvp[FA_EVAL_MAX_METRICS];
+    Fedagg__NamedValue cnv[FA_EVAL_MAX_METRICS], *cnvp[FA_EVAL_MAX_METRICS];
+    fa_eval_summary fe;
     int rc = 0;
 
     if (!rs || !rsp) {
@@ -1618,6 +1771,19 @@ int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err)
     s.rounds_completed = f->rounds_completed;
     s.rounds_aborted = f->rounds_aborted;
     s.audit_tree_size = fa_audit_log_signed_size(f->audit);
+    s.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
+    s.num_params = f->d;
+    fa_fed_eval_summary(f->feval, &fe);
+    if (!fe.valid)
+        fa_fed_eval_last(f->feval, &fe);
+    if (fe.valid) {
+        fa_eval_summary_to_pb(&fe, &fsum, fnv, fnvp);
+        s.federated_eval = &fsum;
+    }
+    if (f->central.valid) {
+        fa_eval_summary_to_pb(&f->central, &csum, cnv, cnvp);
+        s.central_eval = &csum;
+    }
     *len = fedagg__status__get_packed_size(&s);
     *out = malloc(*len ? *len : 1);
     if (!*out) {
@@ -1642,6 +1808,29 @@ static const char *phase_name(int phase)
     case FEDAGG__PHASE__PHASE_DONE: return "finished";
     default: return "idle";
     }
+}
+
+/* An evaluation summary as JSON (NaN values left out). */
+static json_t *summary_json(const fa_eval_summary *s)
+{
+    json_t *o = json_object(), *m = json_object();
+    if (!o || !m) {
+        json_decref(o);
+        json_decref(m);
+        return NULL;
+    }
+    json_object_set_new(o, "version", json_integer((json_int_t)s->version));
+    json_object_set_new(o, "regions", json_integer(s->regions));
+    json_object_set_new(o, "num_examples", json_integer((json_int_t)s->n));
+    if (!isnan(s->loss))
+        json_object_set_new(o, "loss", json_real(s->loss));
+    if (!isnan(s->accuracy))
+        json_object_set_new(o, "accuracy", json_real(s->accuracy));
+    for (size_t i = 0; i < s->n_metrics; i++)
+        if (!isnan(s->values[i]))
+            json_object_set_new(m, s->names[i], json_real(s->values[i]));
+    json_object_set_new(o, "metrics", m);
+    return o;
 }
 
 int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
@@ -1670,6 +1859,20 @@ int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
     json_object_set_new(o, "rounds_aborted", json_integer((json_int_t)f->rounds_aborted));
     json_object_set_new(o, "audit_tree_size",
                         json_integer((json_int_t)fa_audit_log_signed_size(f->audit)));
+    json_object_set_new(
+        o, "num_tensors",
+        json_integer((json_int_t)fa_tensors_count(fa_global_model_table(f->model))));
+    json_object_set_new(o, "num_params", json_integer((json_int_t)f->d));
+    {
+        fa_eval_summary fe;
+        fa_fed_eval_summary(f->feval, &fe);
+        if (!fe.valid)
+            fa_fed_eval_last(f->feval, &fe);
+        if (fe.valid)
+            json_object_set_new(o, "federated_eval", summary_json(&fe));
+        if (f->central.valid)
+            json_object_set_new(o, "central_eval", summary_json(&f->central));
+    }
     for (size_t i = 0; i < f->n_regions; i++) {
         const struct region *r = &f->regions[i];
         json_t *ro = json_object();
@@ -1692,16 +1895,55 @@ int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
     return 0;
 }
 
-int fa_fed_model(fa_fed *f, uint64_t version, char *path, size_t n, uint64_t *out_version,
-                 uint8_t sha256[32])
+int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
+                 uint64_t *out_version, uint8_t sha256[32])
 {
     if (version == UINT64_MAX)
         version = f->cur.version;
     if (!fa_model_store_has(f->store, version) ||
         fa_model_store_sha256(f->store, version, sha256, NULL) != 0)
         return FA_ERR_NOTFOUND;
-    fa_model_store_model_path(f->store, version, path, n);
+    if (f32) {
+        /* The master weights, or the model itself when it is all F32. */
+        struct fa_model_version v;
+        if (fa_model_store_version(f->store, version, &v) != 0 ||
+            !fa_model_store_weights_path(f->store, version, path, n))
+            return FA_ERR_NOTFOUND;
+        if (v.has_master)
+            memcpy(sha256, v.master_sha256, 32);
+    } else {
+        fa_model_store_model_path(f->store, version, path, n);
+    }
     *out_version = version;
+    return 0;
+}
+
+int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                       fa_fed_reply *reply)
+{
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    rc = fa_fed_eval_submit(f->feval, region, body, len, &err);
+    if (rc != 0) {
+        int status = rc == FA_ERR_AUTH                             ? 403
+                     : rc == FA_ERR_REPLAY || rc == FA_ERR_EXISTS ? 409
+                     : rc == FA_ERR_NOMEM                         ? 500
+                                                                  : 400;
+        fa_log(FA_LOG_WARN, "evaluation report refused", "region=%s status=%d error=\"%s\"",
+               region, status, fa_error_msg(&err, rc));
+        return reply_error(f, reply, status, rc, "%s", fa_error_msg(&err, rc));
+    }
+    {
+        fa_eval_summary fe;
+        fa_fed_eval_summary(f->feval, &fe);
+        fa_log(FA_LOG_INFO, "evaluation report accepted",
+               "region=%s version=%" PRIu64 " reports=%u examples=%" PRIu64
+               " mean_accuracy=%.4f mean_loss=%.4f",
+               region, fe.version, fe.regions, fe.n, fe.accuracy, fe.loss);
+    }
+    update_gauges(f);
     return 0;
 }
 
@@ -1821,90 +2063,6 @@ static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const cha
     return 0;
 }
 
-/* The model of version 0: from init_file, else He-initialised from the spec. */
-static int init_layout(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
-{
-    const Fedagg__ModelSpec *ms = cfg->model;
-    fa_mlp_config mc;
-    static const uint32_t default_hidden[] = {256, 128};
-    int rc;
-
-    if (ms && ms->init_file && ms->init_file[0]) {
-        fa_safetensors *st;
-        rc = fa_st_open(&st, ms->init_file, err);
-        if (rc != 0)
-            return rc;
-        rc = fa_mlp_config_from_st(st, &mc, err);
-        fa_st_del(st);
-        if (rc != 0)
-            return fa_error_prefix(err, rc, "%s", ms->init_file);
-    } else {
-        uint32_t input = ms && ms->has_input_dim ? ms->input_dim : 784;
-        uint32_t classes = ms && ms->has_output_dim ? ms->output_dim : 10;
-        const uint32_t *hidden = ms && ms->n_hidden ? ms->hidden : default_hidden;
-        uint32_t nh = ms && ms->n_hidden ? (uint32_t)ms->n_hidden : 2;
-        rc = fa_mlp_config_make(&mc, input, hidden, nh, classes, err);
-        if (rc != 0)
-            return fa_error_prefix(err, rc, "config: model");
-    }
-    return fa_mlp_layout_init(&f->layout, &mc, err);
-}
-
-static int init_model(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
-{
-    const Fedagg__ModelSpec *ms = cfg->model;
-    int rc;
-
-    f->params = malloc(f->layout.n_params * sizeof(float));
-    if (!f->params)
-        return fa_errorf(err, FA_ERR_NOMEM, "model of %zu parameters: out of memory",
-                         f->layout.n_params);
-    if (fa_model_store_current(f->store, &f->cur) == 0) {
-        char path[4096];
-        fa_model_store_model_path(f->store, f->cur.version, path, sizeof(path));
-        rc = fa_mlp_load(path, &f->layout, f->params, err);
-        if (rc != 0)
-            return fa_error_prefix(err, rc,
-                                   "%s does not match the configured model (was the model spec "
-                                   "changed?)",
-                                   path);
-        fa_log(FA_LOG_INFO, "model store opened", "version=%" PRIu64 " round=%" PRIu64,
-               f->cur.version, f->cur.round);
-        return 0;
-    }
-    if (ms && ms->init_file && ms->init_file[0]) {
-        rc = fa_mlp_load(ms->init_file, &f->layout, f->params, err);
-        if (rc != 0)
-            return rc;
-    } else {
-        fa_mlp_init_he(&f->layout, f->params, ms && ms->has_init_seed ? ms->init_seed : 1);
-    }
-    /* Version 0 has no previous model: its prev digest is all zeros. */
-    memset(f->cur.model_sha256, 0, 32);
-    f->cur.version = UINT64_MAX; /* so that commit_version writes version 0 */
-    {
-        fa_st_view model[2 * FA_MLP_MAX_LAYERS];
-        uint64_t shapes[2 * FA_MLP_MAX_LAYERS][2];
-        char arch[128];
-        for (uint32_t i = 0; i < f->layout.n_tensors; i++) {
-            const fa_mlp_tensor *t = &f->layout.tensors[i];
-            shapes[i][0] = t->shape[0];
-            shapes[i][1] = t->shape[1];
-            model[i] = (fa_st_view){t->name, FA_ST_F32, t->ndim, shapes[i], f->params + t->offset};
-        }
-        fa_mlp_config_str(&f->layout.config, arch, sizeof(arch));
-        const char *meta[] = {"format",         "pt", "fedagg.arch",       arch,
-                              "fedagg.version", "0",  "fedagg.federation", f->federation_id};
-        rc = fa_model_store_commit(f->store, 0, 0, model, f->layout.n_tensors, meta, 4, NULL, 0,
-                                   NULL, 0, err);
-    }
-    if (rc == 0)
-        rc = fa_model_store_current(f->store, &f->cur);
-    if (rc == 0)
-        fa_log(FA_LOG_INFO, "initial model written", "version=0 params=%zu", f->layout.n_params);
-    return rc;
-}
-
 static int load_optimizer_state(fa_fed *f, fa_error *err)
 {
     size_t ns = fa_server_opt_state_count(f->opt);
@@ -1928,7 +2086,7 @@ static int load_optimizer_state(fa_fed *f, fa_error *err)
                    "file=%s tensor=%s", path, name);
             break;
         }
-        rc = fa_st_read_f32(st, t, fa_server_opt_state(f->opt, i), f->layout.n_params, err);
+        rc = fa_st_read_f32(st, t, fa_server_opt_state(f->opt, i), f->d, err);
     }
     steps = fa_st_metadata_get(st, "fedagg.steps");
     if (rc == 0 && steps)
@@ -1982,6 +2140,42 @@ static int restore_secagg(fa_fed *f, const Fedagg__RoundState *st, fa_error *err
                                            f->members, f->n_regions, err);
     free(sum);
     return rc;
+}
+
+/* The evaluation reports, ranges digest and evaluator result saved with
+ * a round state based on the version that feval collects for. */
+static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < st->n_evaluations; i++) {
+        fa_error e;
+        fa_error_clear(&e);
+        if (fa_fed_eval_restore(f->feval, st->evaluations[i], &e) == 0)
+            kept++;
+        else
+            fa_log(FA_LOG_WARN, "a saved evaluation report was refused", "error=\"%s\"", e.msg);
+    }
+    if (st->ranges_sha256.len == 32)
+        memcpy(f->round_ranges_sha, st->ranges_sha256.data, 32);
+    if (st->central_eval && st->central_eval->model_version == st->base_version) {
+        const Fedagg__EvalSummary *c = st->central_eval;
+        memset(&f->central, 0, sizeof(f->central));
+        f->central.valid = 1;
+        f->central.version = c->model_version;
+        f->central.regions = c->regions;
+        f->central.n = c->num_examples;
+        f->central.loss = c->loss;
+        f->central.accuracy = c->accuracy;
+        for (size_t i = 0; i < c->n_metrics && i < FA_EVAL_MAX_METRICS; i++) {
+            snprintf(f->central.names[i], sizeof(f->central.names[i]), "%s",
+                     c->metrics[i]->name ? c->metrics[i]->name : "");
+            f->central.values[i] = c->metrics[i]->value;
+            f->central.n_metrics++;
+        }
+    }
+    if (st->n_evaluations)
+        fa_log(FA_LOG_INFO, "evaluation reports restored", "version=%" PRIu64 " reports=%zu",
+               st->base_version, kept);
 }
 
 static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
@@ -2039,6 +2233,12 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
             fa_st_del(mst);
         }
         if (rc == 0) {
+            /* The record is of the round that started from the previous
+             * version: its reports and ranges are in the state. */
+            fa_fed_eval_begin(f->feval, st->base_version, prev_sha);
+            restore_round_extras(f, st);
+        }
+        if (rc == 0) {
             fa_log(FA_LOG_WARN,
                    "repairing the audit log: the last round was committed but not "
                    "recorded",
@@ -2053,6 +2253,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
                    "repaired=1",
                    f->round, f->attempt, f->cur.version, fa_secagg_server_survivor_count(f->sa),
                    fa_secagg_server_dropout_count(f->sa));
+            version_changed(f, now_ms);
             evaluate(f);
             rc = open_next_round(f, now_ms, err);
         }
@@ -2084,6 +2285,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         fa_log(FA_LOG_INFO, "federation already finished", "rounds=%" PRIu64, f->rounds_completed);
         return 0;
     }
+    restore_round_extras(f, st); /* based on the current version from here on */
     if (st->phase == FEDAGG__PHASE__PHASE_DONE) {
         /* The sum was unmasked and saved, but the new model was never
          * committed: finish the round from the saved result. */
@@ -2133,17 +2335,31 @@ static int load_eval(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *e
     fa_mlp_opts o;
     int rc;
 
+    fa_mlp_config mc;
+
     if (!ev || !ev->test_images || !ev->test_images[0])
         return 0;
+    if (!fa_global_model_mlp(f->model, &mc)) {
+        fa_log(FA_LOG_WARN,
+               "evaluation.test_images is for the built-in MLP; this model is not one (use "
+               "evaluation.command)",
+               "file=%s", ev->test_images);
+        return 0;
+    }
+    rc = fa_mlp_layout_init(&f->eval_layout, &mc, err);
+    if (rc != 0)
+        return rc;
     rc = fa_data_load(&f->eval_data, ev->test_images, ev->test_labels, err);
     if (rc != 0)
         return fa_error_prefix(err, rc, "evaluation set");
-    if (f->eval_data.ds.dim != f->layout.config.dims[0])
+    if (f->eval_data.ds.dim != mc.dims[0])
         return fa_errorf(err, FA_ERR_INVAL, "evaluation set %s has %u features; the model takes %u",
-                         ev->test_images, f->eval_data.ds.dim, f->layout.config.dims[0]);
+                         ev->test_images, f->eval_data.ds.dim, mc.dims[0]);
+    if (!(f->eval_params = malloc(f->eval_layout.n_params * sizeof(float))))
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     fa_mlp_opts_default(&o);
     o.backend = FA_MLP_CPU;
-    rc = fa_mlp_new(&f->eval_net, &f->layout.config, &o, err);
+    rc = fa_mlp_new(&f->eval_net, &mc, &o, err);
     if (rc != 0)
         return rc;
     f->eval_every = ev->has_every && ev->every ? ev->every : 1;
@@ -2209,11 +2425,21 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         goto fail;
     }
 
-    /* Quantisation and the ring. */
+    /* Quantisation and the ring.  With ranges per tensor the regions scale
+     * each tensor into [-1, 1] (after their L2 bound, if any) and the codec
+     * saturates there; with one fixed range the codec clips in the model's
+     * units as configured. */
+    f->clip_cfg = (int)q->clip;
     f->quant.bits = q->bits;
-    f->quant.clip_mode = (int)q->clip;
     f->quant.clip_l2_norm = q->clip_l2_norm;
-    f->quant.clip_value = q->clip_value;
+    if (q->range == FEDAGG__QUANT_RANGE__RANGE_ADAPTIVE) {
+        f->quant.clip_mode = FA_SECAGG_CLIP_COORDINATE;
+        f->quant.clip_value = 1.0;
+    } else {
+        f->quant.clip_mode = q->clip == FEDAGG__CLIP_MODE__CLIP_NONE ? FA_SECAGG_CLIP_COORDINATE
+                                                                      : (int)q->clip;
+        f->quant.clip_value = q->clip_value;
+    }
     f->max_examples = q->max_examples ? q->max_examples : 1;
     ring_bits = fa_secagg_ring_bits_for(q->bits, (uint32_t)f->n_regions);
     if (ring_bits == 0) {
@@ -2225,14 +2451,24 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     }
 
     /* The model, its store and the optimizer. */
-    rc = init_layout(f, cfg, err);
-    if (rc != 0)
-        goto fail;
     rc = fa_model_store_open(&f->store, cfg->storage->dir,
                              cfg->storage->has_keep_versions ? cfg->storage->keep_versions : 10,
                              err);
     if (rc != 0)
         goto fail;
+    {
+        const char *meta0[] = {"format", "pt", "fedagg.version", "0", "fedagg.federation",
+                               f->federation_id};
+        rc = fa_global_model_open(&f->model, cfg, f->store, meta0, 3, err);
+        if (rc != 0)
+            goto fail;
+        f->d = (size_t)fa_global_model_d(f->model);
+        rc = fa_model_store_current(f->store, &f->cur);
+        if (rc != 0) {
+            fa_errorf(err, rc, "model store: no current version after opening the model");
+            goto fail;
+        }
+    }
     f->opt_cfg = cfg->optimizer ? *cfg->optimizer : o_default;
     op.kind = (int)f->opt_cfg.kind;
     op.learning_rate = f->opt_cfg.learning_rate;
@@ -2240,25 +2476,53 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     op.beta1 = f->opt_cfg.beta1;
     op.beta2 = f->opt_cfg.beta2;
     op.tau = f->opt_cfg.tau;
-    rc = fa_server_opt_new(&f->opt, &op, f->layout.n_params, err);
-    if (rc != 0)
-        goto fail;
-    rc = init_model(f, cfg, err);
+    rc = fa_server_opt_new(&f->opt, &op, f->d, err);
     if (rc == 0)
         rc = load_optimizer_state(f, err);
     if (rc != 0)
         goto fail;
 
-    /* The config digest that every record names. */
+    /* The config digest that every record names: the configuration's
+     * binary encoding followed by the tensor table's digest, so that the
+     * model's tensors (not only the file naming them) are bound too. */
     enc_len = fedagg__aggregator_config__get_packed_size(cfg);
-    enc = malloc(enc_len ? enc_len : 1);
+    enc = malloc(enc_len + 32);
     if (!enc) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto fail;
     }
     fedagg__aggregator_config__pack(cfg, enc);
-    crypto_hash_sha256(f->config_digest, enc, enc_len);
+    memcpy(enc + enc_len, fa_global_model_digest(f->model), 32);
+    crypto_hash_sha256(f->config_digest, enc, enc_len + 32);
     free(enc);
+
+    /* Federated evaluation and the evaluator command. */
+    {
+        fa_fed_eval_member *fm = calloc(f->n_regions ? f->n_regions : 1, sizeof(*fm));
+        if (!fm) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < f->n_regions; i++) {
+            fm[i].id = f->regions[i].id;
+            memcpy(fm[i].pk, f->regions[i].pk, 32);
+        }
+        rc = fa_fed_eval_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        free(fm);
+        if (rc != 0)
+            goto fail;
+        fa_fed_eval_begin(f->feval, f->cur.version, f->cur.model_sha256);
+        rc = fa_global_model_ranges_digest(f->model, f->round_ranges_sha, err);
+        if (rc != 0)
+            goto fail;
+    }
+    if (cfg->evaluation && cfg->evaluation->n_command) {
+        snprintf(path, sizeof(path), "%s/evaluator", cfg->storage->dir);
+        rc = fa_evaluator_new(&f->evaluator, (const char *const *)cfg->evaluation->command,
+                              cfg->evaluation->n_command, cfg->evaluation->timeout_s, path, err);
+        if (rc != 0)
+            goto fail;
+    }
 
     /* The audit log. */
     if (origin_cfg && origin_cfg[0])
@@ -2295,7 +2559,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     f->sa_cfg.threshold = f->threshold;
     f->sa_cfg.neighbours = f->neighbours;
     f->sa_cfg.max_uploads_in_flight = rp->max_uploads_in_flight;
-    f->sa_cfg.vector_len = f->layout.n_params + 1;
+    f->sa_cfg.vector_len = (uint64_t)f->d + 1;
     f->sa_cfg.ring_bits = ring_bits;
     f->sa_cfg.quant = f->quant;
     rc = fa_secagg_config_check(&f->sa_cfg, err);
@@ -2308,7 +2572,16 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     if (rc != 0)
         goto fail;
     evaluate(f);
+    if (f->evaluator) {
+        fa_model_store_model_path(f->store, f->cur.version, path, sizeof(path));
+        fa_evaluator_request(f->evaluator, f->cur.version, path, now_ms);
+    }
     update_gauges(f);
+    fa_log(FA_LOG_INFO, "model",
+           "tensors=%zu federated_tensors=%zu federated_params=%zu ranges=%s version=%" PRIu64,
+           fa_tensors_count(fa_global_model_table(f->model)),
+           fa_tensors_fed_count(fa_global_model_table(f->model)), f->d,
+           fa_global_model_per_tensor(f->model) ? "adaptive" : "fixed", f->cur.version);
     *out = f;
     return 0;
 fail:
@@ -2324,6 +2597,10 @@ void fa_fed_close(fa_fed *f)
     fa_audit_log_close(f->audit);
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);
+    fa_global_model_del(f->model);
+    fa_fed_eval_del(f->feval);
+    fa_evaluator_del(f->evaluator);
+    free(f->eval_params);
     fa_server_opt_del(f->opt);
     free(f->opt_next[0]);
     free(f->opt_next[1]);
@@ -2333,7 +2610,6 @@ void fa_fed_close(fa_fed *f)
         free(f->last_participants[i]);
     free(f->last_participants);
     free(f->last_result);
-    free(f->params);
     free(f->regions);
     free(f->members);
     free(f->federation_id);

@@ -130,9 +130,20 @@ int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err);
 int fa_fed_status_json(fa_fed *f, char **out, fa_error *err);
 
 /* The model file of `version` (UINT64_MAX = the current one): its path, the
- * version and its SHA-256.  Returns 0 or FA_ERR_NOTFOUND (not retained). */
-int fa_fed_model(fa_fed *f, uint64_t version, char *path, size_t n, uint64_t *out_version,
-                 uint8_t sha256[32]);
+ * version and its SHA-256; with f32, the file of its float32 master weights
+ * (the model file itself when every federated tensor is F32).  Returns 0 or
+ * FA_ERR_NOTFOUND (not retained). */
+int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
+                 uint64_t *out_version, uint8_t sha256[32]);
+
+/* POST /v1/evaluations: a region's signed federated-evaluation report
+ * (fedagg.SignedEval) of the current model version.  Returns 0 when
+ * accepted (or an identical retry), else the FA_ERR_* code with reply
+ * filled: 400 (malformed, bad signature or values), 403 (another region or
+ * federation), 409 (another version, or a different report of this one).
+ * See aggregator/fed_eval.h. */
+int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                       fa_fed_reply *reply);
 
 /* The latest signed audit checkpoint (malloc'ed text), and the proof bundle
  * of `region`'s record for `round` (malloc'ed text).  Return 0,

@@ -75,6 +75,21 @@ char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char 
     return buf;
 }
 
+char *fa_model_store_master_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/master-%08" PRIu64 ".safetensors", s->dir, version);
+    return buf;
+}
+
+char *fa_model_store_weights_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->entries[i].v.version == version)
+            return s->entries[i].v.has_master ? fa_model_store_master_path(s, version, buf, n)
+                                              : fa_model_store_model_path(s, version, buf, n);
+    return NULL;
+}
+
 static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error *err)
 {
     sha256_ctx st;
@@ -108,7 +123,9 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
 }
 
 /* MANIFEST: the magic line, then one line per retained version, ascending:
- *   v <version> <round> <model-size> <model-sha256-hex> <state-sha256-hex> */
+ *   v <version> <round> <model-size> <model-sha256-hex> <state-sha256-hex> <master>
+ * where <master> is "-" (no master file) or <master-size>:<master-sha256-hex>;
+ * lines of stores written before master files existed end after the state. */
 static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa_error *err)
 {
     char path[4096], *text;
@@ -120,12 +137,18 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
         return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
     len += (size_t)snprintf(text, cap, "%s\n", MANIFEST_MAGIC);
     for (size_t i = 0; i < n; i++) {
-        char mh[65], sh[65];
+        char mh[65], sh[65], xh[65], master[96];
         fa_model_store_hex(e[i].v.model_sha256, mh);
         fa_model_store_hex(e[i].v.state_sha256, sh);
-        len +=
-            (size_t)snprintf(text + len, cap - len, "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s\n",
-                             e[i].v.version, e[i].v.round, e[i].v.model_size, mh, sh);
+        if (e[i].v.has_master) {
+            fa_model_store_hex(e[i].v.master_sha256, xh);
+            snprintf(master, sizeof(master), "%" PRIu64 ":%s", e[i].v.master_size, xh);
+        } else {
+            snprintf(master, sizeof(master), "-");
+        }
+        len += (size_t)snprintf(text + len, cap - len,
+                                "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s %s\n", e[i].v.version,
+                                e[i].v.round, e[i].v.model_size, mh, sh, master);
     }
     snprintf(path, sizeof(path), "%s/MANIFEST", s->dir);
     rc = fa_file_write_atomic(path, text, len, 0644, err);
@@ -140,8 +163,8 @@ static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_er
 
     for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         struct entry e = {0};
-        char mh[65], sh[65];
-        int used = 0;
+        char mh[65], sh[65], xh[65];
+        int used = 0, used2 = 0;
         lineno++;
         if (lineno == 1) {
             if (strcmp(line, MANIFEST_MAGIC))
@@ -150,10 +173,21 @@ static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_er
         }
         if (sscanf(line, "v %" SCNu64 " %" SCNu64 " %" SCNu64 " %64s %64s%n", &e.v.version,
                    &e.v.round, &e.v.model_size, mh, sh, &used) != 5 ||
-            line[used] != '\0' ||
+            (line[used] != '\0' && line[used] != ' ') ||
             sodium_hex2bin(e.v.model_sha256, 32, mh, 64, NULL, NULL, NULL) != 0 ||
             sodium_hex2bin(e.v.state_sha256, 32, sh, 64, NULL, NULL, NULL) != 0)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);
+        if (line[used] == ' ' && !strcmp(line + used, " -")) {
+            used += 2;
+        } else if (line[used] == ' ') {
+            if (sscanf(line + used, " %" SCNu64 ":%64s%n", &e.v.master_size, xh, &used2) != 2 ||
+                line[used + used2] != '\0' || strlen(xh) != 64 ||
+                sodium_hex2bin(e.v.master_sha256, 32, xh, 64, NULL, NULL, NULL) != 0)
+                return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed master field", path,
+                                 lineno);
+            e.v.has_master = 1;
+            used += used2;
+        }
         if (s->n > 0 && e.v.version <= s->entries[s->n - 1].v.version)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: versions not ascending", path, lineno);
         if (s->n >= MAX_KEEP + 1)
@@ -190,6 +224,9 @@ static void remove_leftovers(fa_model_store *s)
                   sscanf(de->d_name, "state-%" SCNu64 ".safetensors%n", &v, &end) == 1) &&
                  de->d_name[end] == '\0' && (!have || v > current))
             stale = 1;
+        else if (sscanf(de->d_name, "master-%" SCNu64 ".safetensors%n", &v, &end) == 1 &&
+                 de->d_name[end] == '\0' && (!have || v > current))
+            stale = 1;
         if (stale) {
             snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
             fa_log(FA_LOG_WARN, "model store: removing leftover of an interrupted commit",
@@ -224,6 +261,17 @@ static int verify_current(fa_model_store *s, fa_error *err)
     if (sodium_memcmp(sha, v->state_sha256, 32) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT,
                          "%s: SHA-256 does not match MANIFEST: the optimizer state is damaged",
+                         path);
+    if (!v->has_master)
+        return 0;
+    fa_model_store_master_path(s, v->version, path, sizeof(path));
+    rc = hash_file(path, sha, &size, err);
+    if (rc != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s: master weights file unreadable: %s", path,
+                         fa_error_msg(err, rc));
+    if (sodium_memcmp(sha, v->master_sha256, 32) != 0 || size != v->master_size)
+        return fa_errorf(err, FA_ERR_CORRUPT,
+                         "%s: SHA-256 does not match MANIFEST: the master weights are damaged",
                          path);
     return 0;
 }
@@ -294,6 +342,16 @@ int fa_model_store_current(const fa_model_store *s, struct fa_model_version *out
     return 0;
 }
 
+int fa_model_store_version(const fa_model_store *s, uint64_t version, struct fa_model_version *out)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->entries[i].v.version == version) {
+            *out = s->entries[i].v;
+            return 0;
+        }
+    return FA_ERR_NOTFOUND;
+}
+
 int fa_model_store_has(const fa_model_store *s, uint64_t version)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -312,6 +370,9 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
     return fa_errorf(err, FA_ERR_NOTFOUND, "model version %" PRIu64 " is not retained", version);
 }
 
+/* Chunks of a view's bytes produced through fill. */
+#define FILL_CHUNK ((size_t)1 << 20)
+
 /* Writes one safetensors file atomically, hashing exactly the bytes written. */
 static int write_tensors(const char *path, const fa_st_view *t, size_t n, const char *const *meta,
                          size_t n_meta, uint8_t sha[32], uint64_t *size, fa_error *err)
@@ -320,6 +381,7 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
     fa_st_writer *w = NULL;
     const uint8_t *hdr;
     size_t hdr_len;
+    uint8_t *buf = NULL;
     int rc;
 
     if (sha256_init(&st) != 0)
@@ -337,28 +399,42 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
         rc = fa_st_writer_open(w, path, 0644, err);
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        uint64_t numel = 1;
+        uint64_t bytes = fa_st_dtype_size(t[i].dtype);
         for (unsigned k = 0; k < t[i].ndim; k++)
-            numel *= t[i].shape[k];
-        size_t bytes = (size_t)(numel * fa_st_dtype_size(t[i].dtype));
-        sha256_update(&st, t[i].data, bytes);
-        rc = fa_st_writer_write(w, t[i].data, bytes, err);
+            bytes *= t[i].shape[k];
+        if (!t[i].fill) {
+            sha256_update(&st, t[i].data, (size_t)bytes);
+            rc = fa_st_writer_write(w, t[i].data, (size_t)bytes, err);
+            continue;
+        }
+        if (!buf && !(buf = malloc(FILL_CHUNK))) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        for (uint64_t off = 0; rc == 0 && off < bytes;) {
+            size_t m = bytes - off < FILL_CHUNK ? (size_t)(bytes - off) : FILL_CHUNK;
+            rc = t[i].fill(t[i].ctx, &t[i], off, buf, m, err);
+            if (rc == 0) {
+                sha256_update(&st, buf, m);
+                rc = fa_st_writer_write(w, buf, m, err);
+            }
+            off += m;
+        }
     }
     if (rc == 0)
         rc = fa_st_writer_commit(w, err);
     fa_st_writer_del(w);
+    free(buf);
     if (sha256_final(&st, sha) != 0 && rc == 0)
         rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     return rc;
 }
 
 int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
-                          const fa_st_view *model, size_t n_model, const char *const *meta,
-                          size_t n_meta, const fa_st_view *state, size_t n_state,
-                          const char *const *state_meta, size_t n_state_meta, fa_error *err)
+                          const fa_model_files *files, fa_error *err)
 {
     struct entry e = {0}, *all;
-    char mpath[4096], spath[4096];
+    char mpath[4096], spath[4096], xpath[4096];
     uint64_t state_size;
     size_t first;
     int rc;
@@ -371,10 +447,17 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
     e.v.round = round;
     fa_model_store_model_path(s, version, mpath, sizeof(mpath));
     fa_model_store_state_path(s, version, spath, sizeof(spath));
-    rc = write_tensors(mpath, model, n_model, meta, n_meta, e.v.model_sha256, &e.v.model_size, err);
+    fa_model_store_master_path(s, version, xpath, sizeof(xpath));
+    rc = write_tensors(mpath, files->model, files->n_model, files->meta, files->n_meta,
+                       e.v.model_sha256, &e.v.model_size, err);
+    if (rc == 0 && files->n_master) {
+        rc = write_tensors(xpath, files->master, files->n_master, files->master_meta,
+                           files->n_master_meta, e.v.master_sha256, &e.v.master_size, err);
+        e.v.has_master = 1;
+    }
     if (rc == 0)
-        rc = write_tensors(spath, state, n_state, state_meta, n_state_meta, e.v.state_sha256,
-                           &state_size, err);
+        rc = write_tensors(spath, files->state, files->n_state, files->state_meta,
+                           files->n_state_meta, e.v.state_sha256, &state_size, err);
     if (rc != 0)
         goto fail;
 
@@ -398,6 +481,8 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
         char p[4096];
         unlink(fa_model_store_model_path(s, all[i].v.version, p, sizeof(p)));
         unlink(fa_model_store_state_path(s, all[i].v.version, p, sizeof(p)));
+        if (all[i].v.has_master)
+            unlink(fa_model_store_master_path(s, all[i].v.version, p, sizeof(p)));
     }
     memmove(all, all + first, (s->n + 1 - first) * sizeof(*all));
     free(s->entries);
@@ -407,5 +492,6 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
 fail:
     unlink(mpath);
     unlink(spath);
+    unlink(xpath);
     return rc;
 }

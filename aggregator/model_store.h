@@ -1,14 +1,18 @@
 /* model_store.h - the aggregator's durable store of global model versions.
  *
  * Layout of the storage directory:
- *   model-<version>.safetensors   the global weights (PyTorch nn.Linear names),
- *                                 what workers download
+ *   model-<version>.safetensors   the global model, every tensor in its own
+ *                                 dtype: what workers download
+ *   master-<version>.safetensors  the float32 master weights, when the model's
+ *                                 dtypes cannot hold them (a BF16 model): the
+ *                                 federated tensors in float32, the others as
+ *                                 the model has them widened; absent otherwise
  *   state-<version>.safetensors   the server optimizer's state after producing
  *                                 that version (empty for FedAvg)
  *   MANIFEST                      names the latest committed version and the
- *                                 SHA-256 of both files
+ *                                 SHA-256 of its files
  *
- * A commit writes both files atomically (temporary file, fsync, rename,
+ * A commit writes the files atomically (temporary file, fsync, rename,
  * directory fsync), then replaces MANIFEST atomically: the MANIFEST rename is
  * the commit point.  A crash before it leaves the previous version current;
  * files of versions newer than MANIFEST and temporary files are removed on
@@ -33,6 +37,9 @@ struct fa_model_version {
     uint8_t model_sha256[32];
     uint8_t state_sha256[32];
     uint64_t model_size; /* bytes */
+    int has_master;      /* a master-<version> file exists */
+    uint8_t master_sha256[32];
+    uint64_t master_size;
 };
 
 /* Opens (creating when missing) the store in dir, keeping `keep` >= 1
@@ -46,20 +53,43 @@ void fa_model_store_del(fa_model_store *s);
 /* The current version; FA_ERR_NOTFOUND when nothing was ever committed. */
 int fa_model_store_current(const fa_model_store *s, struct fa_model_version *out);
 
-/* Commits a new version: the model tensors (with metadata pairs meta[2i],
- * meta[2i+1]) and the optimizer state tensors (n_state may be 0, with
- * state_meta pairs).  version must be greater than the current one.
- * Returns 0, FA_ERR_INVAL (version not increasing), FA_ERR_IO; on failure the
- * current version is unchanged. */
+/* The files of one version.  Views may carry their bytes or produce them
+ * on demand (fa_st_view.fill), so that a large model is never copied whole. */
+typedef struct fa_model_files {
+    const fa_st_view *model; /* the model tensors, with metadata pairs meta[2i], meta[2i+1] */
+    size_t n_model;
+    const char *const *meta;
+    size_t n_meta;
+    const fa_st_view *master; /* the float32 master weights; n_master 0 = no master file */
+    size_t n_master;
+    const char *const *master_meta;
+    size_t n_master_meta;
+    const fa_st_view *state; /* the optimizer state (n_state may be 0) */
+    size_t n_state;
+    const char *const *state_meta;
+    size_t n_state_meta;
+} fa_model_files;
+
+/* Commits a new version from files.  version must be greater than the
+ * current one.  Returns 0, FA_ERR_INVAL (version not increasing), FA_ERR_IO,
+ * or a view's fill error; on failure the current version is unchanged and
+ * no file of the new version is left behind. */
 int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
-                          const fa_st_view *model, size_t n_model, const char *const *meta,
-                          size_t n_meta, const fa_st_view *state, size_t n_state,
-                          const char *const *state_meta, size_t n_state_meta, fa_error *err);
+                          const fa_model_files *files, fa_error *err);
 
 /* Path of a version's model or state file (it may have been retired).
  * Writes into buf (n bytes); returns buf. */
 char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
 char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
+char *fa_model_store_master_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
+
+/* The file holding a retained version's float32 master weights: its master
+ * file when it has one, else its model file.  Returns buf, or NULL when the
+ * version is not retained. */
+char *fa_model_store_weights_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
+
+/* The MANIFEST entry of a retained version; FA_ERR_NOTFOUND when it is not. */
+int fa_model_store_version(const fa_model_store *s, uint64_t version, struct fa_model_version *out);
 
 /* Whether a version's model file is still retained. */
 int fa_model_store_has(const fa_model_store *s, uint64_t version);

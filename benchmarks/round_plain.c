@@ -96,12 +96,12 @@ static int commit(struct plain_srv *s, const float *w, uint64_t version, fa_erro
         const fa_mlp_tensor *t = &s->layout.tensors[i];
         shapes[i][0] = t->shape[0];
         shapes[i][1] = t->shape[1];
-        model[i] = (fa_st_view){t->name, FA_ST_F32, t->ndim, shapes[i], w + t->offset};
+        model[i] = (fa_st_view){t->name, FA_ST_F32, t->ndim, shapes[i], w + t->offset, NULL, NULL};
     }
     for (size_t i = 0; i < ns; i++) {
         sshape[i][0] = s->layout.n_params;
         state[i] = (fa_st_view){fa_server_opt_state_name(s->opt, i), FA_ST_F32, 1, sshape[i],
-                                fa_server_opt_state(s->opt, i)};
+                                fa_server_opt_state(s->opt, i), NULL, NULL};
     }
     snprintf(round_s, sizeof(round_s), "%" PRIu64, version);
     snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
@@ -122,9 +122,15 @@ static int commit(struct plain_srv *s, const float *w, uint64_t version, fa_erro
                           s->federation_id};
     const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
                            "fedagg.version",   version_s};
-    return fa_model_store_commit(s->store, version, version, model, s->layout.n_tensors, meta,
-                                 sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
-                                 sizeof(smeta) / sizeof(smeta[0]) / 2, err);
+    fa_model_files files = {.model = model,
+                            .n_model = s->layout.n_tensors,
+                            .meta = meta,
+                            .n_meta = sizeof(meta) / sizeof(meta[0]) / 2,
+                            .state = state,
+                            .n_state = ns,
+                            .state_meta = smeta,
+                            .n_state_meta = sizeof(smeta) / sizeof(smeta[0]) / 2};
+    return fa_model_store_commit(s->store, version, version, &files, err);
 }
 
 /* Every region is in: decode, step, commit, answer. */

@@ -126,7 +126,61 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         json_object_set_new(qj, "clip_l2_norm", json_real(q->clip_l2_norm));
         json_object_set_new(qj, "clip_value", json_real(q->clip_value));
         json_object_set_new(qj, "max_examples", json_integer((json_int_t)q->max_examples));
+        if (q->range && q->range[0])
+            json_object_set_new(qj, "range", json_string(q->range));
+        if (q->ranges_sha256.len)
+            json_object_set_new(qj, "ranges_sha256",
+                                hex_json(q->ranges_sha256.data, q->ranges_sha256.len));
         json_object_set_new(o, "quantization", qj);
+    }
+    if (r->tensor_table_digest.len) {
+        json_object_set_new(o, "tensor_table_digest",
+                            hex_json(r->tensor_table_digest.data, r->tensor_table_digest.len));
+        json_object_set_new(o, "num_tensors", json_integer((json_int_t)r->num_tensors));
+    }
+    if (r->n_evaluations || r->federated_eval) {
+        json_t *ev = json_array();
+        for (size_t i = 0; ev && i < r->n_evaluations; i++) {
+            const Fedagg__SignedEval *se = r->evaluations[i];
+            Fedagg__EvalStatement *st =
+                fedagg__eval_statement__unpack(NULL, se->statement.len, se->statement.data);
+            json_t *e = json_object();
+            if (!e)
+                break;
+            if (st) {
+                json_object_set_new(e, "region", json_string(st->region ? st->region : ""));
+                json_object_set_new(e, "model_version",
+                                    json_integer((json_int_t)st->model_version));
+                json_object_set_new(e, "num_examples", json_integer((json_int_t)st->num_examples));
+                json_object_set_new(e, "loss", json_real(st->loss));
+                json_object_set_new(e, "accuracy", json_real(st->accuracy));
+                fedagg__eval_statement__free_unpacked(st, NULL);
+            }
+            json_object_set_new(e, "signature", b64_json(se->signature.data, se->signature.len));
+            json_array_append_new(ev, e);
+        }
+        json_object_set_new(o, "evaluations", ev);
+    }
+    if (r->federated_eval) {
+        json_t *fe = json_object();
+        json_object_set_new(fe, "model_version",
+                            json_integer((json_int_t)r->federated_eval->model_version));
+        json_object_set_new(fe, "regions", json_integer(r->federated_eval->regions));
+        json_object_set_new(fe, "num_examples",
+                            json_integer((json_int_t)r->federated_eval->num_examples));
+        json_object_set_new(fe, "loss", json_real(r->federated_eval->loss));
+        json_object_set_new(fe, "accuracy", json_real(r->federated_eval->accuracy));
+        json_object_set_new(o, "federated_eval", fe);
+    }
+    if (r->central_eval) {
+        json_t *ce = json_object();
+        json_object_set_new(ce, "model_version",
+                            json_integer((json_int_t)r->central_eval->model_version));
+        json_object_set_new(ce, "num_examples",
+                            json_integer((json_int_t)r->central_eval->num_examples));
+        json_object_set_new(ce, "loss", json_real(r->central_eval->loss));
+        json_object_set_new(ce, "accuracy", json_real(r->central_eval->accuracy));
+        json_object_set_new(o, "central_eval", ce);
     }
     json_object_set_new(o, "threshold", json_integer(r->threshold));
     json_object_set_new(o, "neighbours", json_integer(r->neighbours));

@@ -239,6 +239,8 @@ static int cmd_verify(struct opts *o)
         json_object_set_new(j, "origin", json_string(res.origin));
         json_object_set_new(j, "region_signatures",
                             json_integer((json_int_t)res.region_signatures));
+        json_object_set_new(j, "evaluation_signatures",
+                            json_integer((json_int_t)res.eval_signatures));
         json_object_set_new(j, "region_signatures_unchecked",
                             json_integer((json_int_t)res.region_unknown));
         json_object_set_new(j, "problems", json_integer((json_int_t)res.problems));
@@ -259,6 +261,8 @@ static int cmd_verify(struct opts *o)
                " region signatures verified",
                o->pos[0], res.records, res.checkpoints, res.origin, res.signed_size, root,
                res.region_signatures);
+        if (res.eval_signatures)
+            printf(", %" PRIu64 " evaluation reports verified", res.eval_signatures);
         if (res.region_unknown)
             printf(", %" PRIu64 " not checked (no key given)", res.region_unknown);
         printf("\n");

@@ -79,7 +79,8 @@ static void write_config(struct sim *s, uint32_t masked_deadline_ms)
         "  unmask_deadline_ms: 1000 }\n"
         "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
         "optimizer { kind: FEDAVGM learning_rate: 1.0 momentum: 0.5 }\n"
-        "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 }\n"
+        "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100\n"
+        "  range: RANGE_FIXED }\n"
         "storage { dir: \"%s/store\" keep_versions: 3 }\n"
         "audit { signing_key_file: \"%s/audit.key\" origin: \"unit.test/log\" }\n"
         "metrics_listen: \"\"\n",
@@ -323,7 +324,7 @@ static void model_params(struct sim *s, float *out)
     uint8_t sha[32];
     must(fa_mlp_config_make(&mc, 6, hidden, 1, 3, NULL), NULL);
     must(fa_mlp_layout_init(&l, &mc, NULL), NULL);
-    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, path, sizeof(path), &v, sha), 0);
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &v, sha), 0);
     must(fa_mlp_load(path, &l, out, NULL), NULL);
 }
 

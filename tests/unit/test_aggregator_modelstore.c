@@ -53,10 +53,12 @@ static int commit(fa_model_store *s, uint64_t v, fa_error *err)
     for (int i = 0; i < 9; i++)
         m[i] = -(float)v;
     snprintf(vs, sizeof(vs), "%llu", (unsigned long long)v);
-    fa_st_view model[2] = {{"fc1.weight", FA_ST_F32, 2, wshape, w},
-                           {"fc1.bias", FA_ST_F32, 1, bshape, b}};
-    fa_st_view st[1] = {{"m", FA_ST_F32, 1, mshape, m}};
-    return fa_model_store_commit(s, v, v, model, 2, meta, 1, st, 1, smeta, 1, err);
+    fa_st_view model[2] = {{"fc1.weight", FA_ST_F32, 2, wshape, w, NULL, NULL},
+                           {"fc1.bias", FA_ST_F32, 1, bshape, b, NULL, NULL}};
+    fa_st_view st[1] = {{"m", FA_ST_F32, 1, mshape, m, NULL, NULL}};
+    fa_model_files files = {.model = model, .n_model = 2, .meta = meta, .n_meta = 1,
+                            .state = st, .n_state = 1, .state_meta = smeta, .n_state_meta = 1};
+    return fa_model_store_commit(s, v, v, &files, err);
 }
 
 static void test_commit_retain_reopen(void **state)
@@ -150,12 +152,161 @@ static void test_damaged_model_is_refused(void **state)
     assert_int_equal(fa_model_store_open(&s, dir, 0, &err), FA_ERR_INVAL);
 }
 
+/* A view whose bytes come from a fill callback: element i is base + i. */
+static int fill_ramp(void *ctx, const fa_st_view *v, uint64_t off, void *buf, size_t len,
+                     fa_error *err)
+{
+    const float *base = ctx;
+    (void)v;
+    (void)err;
+    assert_int_equal(off % 4, 0);
+    assert_int_equal(len % 4, 0);
+    for (size_t i = 0; i < len / 4; i++) {
+        float x = *base + (float)(off / 4 + i);
+        memcpy((uint8_t *)buf + 4 * i, &x, 4);
+    }
+    return 0;
+}
+
+static int fill_fails(void *ctx, const fa_st_view *v, uint64_t off, void *buf, size_t len,
+                      fa_error *err)
+{
+    (void)ctx;
+    (void)buf;
+    (void)len;
+    return off > 0 ? fa_errorf(err, FA_ERR_IO, "tensor %s: disk gone", v->name) : 0;
+}
+
+/* Master files: written, verified on open, retired with their version;
+ * views produced by fill callbacks (3 MiB: several chunks); a failed fill
+ * leaves no file of the version behind. */
+static void test_master_and_fill(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version cur;
+    uint64_t big[1] = {3u << 18}, small[1] = {4};
+    uint16_t bf[4] = {0x3f80, 0x4000, 0x4040, 0x4080}; /* 1, 2, 3, 4 in BF16 */
+    float b0 = 10.0f, b1 = 0.0f;
+    char path[512], wpath[512];
+    fa_safetensors *st;
+    float got[4];
+    fa_error err;
+    (void)state;
+
+    char sub[300];
+    snprintf(sub, sizeof(sub), "%s/master", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    for (uint64_t v = 0; v < 3; v++) {
+        fa_st_view model[2] = {{"w", FA_ST_BF16, 1, small, bf, NULL, NULL},
+                               {"big", FA_ST_F32, 1, big, NULL, fill_ramp, &b0}};
+        fa_st_view master[1] = {{"w", FA_ST_F32, 1, small, NULL, fill_ramp, &b1}};
+        fa_model_files files = {.model = model, .n_model = 2, .master = master, .n_master = 1};
+        assert_int_equal(fa_model_store_commit(s, v, v, &files, NULL), 0);
+    }
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.has_master, 1);
+    assert_non_null(fa_model_store_weights_path(s, 2, wpath, sizeof(wpath)));
+    assert_non_null(strstr(wpath, "master-00000002.safetensors"));
+    assert_null(fa_model_store_weights_path(s, 0, wpath, sizeof(wpath))); /* retired */
+    assert_false(exists("master/master-00000000.safetensors"));
+    assert_true(exists("master/master-00000001.safetensors"));
+    fa_model_store_del(s);
+
+    /* The files hold what the views produced. */
+    snprintf(path, sizeof(path), "%s/master-00000002.safetensors", sub);
+    assert_int_equal(fa_st_open(&st, path, NULL), 0);
+    assert_int_equal(fa_st_read_f32(st, fa_st_find(st, "w"), got, 4, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        assert_true(got[i] == (float)i);
+    fa_st_del(st);
+    snprintf(path, sizeof(path), "%s/model-00000002.safetensors", sub);
+    assert_int_equal(fa_st_open(&st, path, NULL), 0);
+    {
+        const fa_st_tensor *t = fa_st_find(st, "big");
+        float *all = malloc(big[0] * 4);
+        assert_non_null(all);
+        assert_int_equal(fa_st_read_f32(st, t, all, big[0], NULL), 0);
+        for (uint64_t i = 0; i < big[0]; i += 4099)
+            assert_true(all[i] == 10.0f + (float)i);
+        free(all);
+        assert_int_equal(fa_st_read_f32(st, fa_st_find(st, "w"), got, 4, NULL), 0);
+        assert_true(got[3] == 4.0f);
+    }
+    fa_st_del(st);
+
+    /* Reopen verifies the master file too. */
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    {
+        fa_st_view model[1] = {{"big", FA_ST_F32, 1, big, NULL, fill_fails, NULL}};
+        fa_model_files files = {.model = model, .n_model = 1};
+        assert_int_equal(fa_model_store_commit(s, 3, 3, &files, &err), FA_ERR_IO);
+        assert_non_null(strstr(err.msg, "disk gone"));
+    }
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 2);
+    assert_false(exists("master/model-00000003.safetensors"));
+    fa_model_store_del(s);
+    snprintf(path, sizeof(path), "%s/master-00000002.safetensors", sub);
+    {
+        uint8_t *data;
+        size_t len;
+        assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+        data[len - 1] ^= 1;
+        assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);
+        free(data);
+    }
+    assert_int_equal(fa_model_store_open(&s, sub, 2, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "master weights are damaged"));
+}
+
+/* A MANIFEST written before master files existed (5 fields a line) opens. */
+static void test_old_manifest(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version cur;
+    char path[512], sub[300];
+    uint8_t *data;
+    size_t len;
+    (void)state;
+
+    snprintf(sub, sizeof(sub), "%s/old", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
+    assert_int_equal(commit(s, 0, NULL), 0);
+    assert_int_equal(commit(s, 1, NULL), 0);
+    fa_model_store_del(s);
+    snprintf(path, sizeof(path), "%s/MANIFEST", sub);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    /* strip the " -" master field of every line */
+    {
+        char *text = malloc(len + 1), *o = text;
+        for (size_t i = 0; i < len; i++) {
+            if (i + 2 < len && data[i] == ' ' && data[i + 1] == '-' && data[i + 2] == '\n') {
+                i++; /* skip " -", keep the newline */
+                continue;
+            }
+            *o++ = (char)data[i];
+        }
+        *o = '\0';
+        assert_null(strstr(text, " -"));
+        assert_int_equal(fa_file_write_atomic(path, text, (size_t)(o - text), 0644, NULL), 0);
+        free(text);
+    }
+    free(data);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 1);
+    assert_int_equal(cur.has_master, 0);
+    fa_model_store_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_retain_reopen),
         cmocka_unit_test(test_interrupted_commit_is_cleaned),
         cmocka_unit_test(test_damaged_model_is_refused),
+        cmocka_unit_test(test_master_and_fill),
+        cmocka_unit_test(test_old_manifest),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

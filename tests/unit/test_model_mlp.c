@@ -179,7 +179,7 @@ static void test_save_load_pytorch_names(void **state)
 
     /* Missing tensor, extra tensor, wrong dtype. */
     uint64_t s1[1] = {256}, sw[2] = {256, 784};
-    fa_st_view only_bias = {"fc1.bias", FA_ST_F32, 1, s1, a};
+    fa_st_view only_bias = {"fc1.bias", FA_ST_F32, 1, s1, a, NULL, NULL};
     snprintf(path, sizeof(path), "%s/partial.safetensors", tmpdir);
     assert_int_equal(fa_st_save(path, 0644, &only_bias, 1, NULL, 0, &err), 0);
     assert_int_equal(fa_mlp_load(path, &l, b, &err), FA_ERR_NOTFOUND);
@@ -191,16 +191,16 @@ static void test_save_load_pytorch_names(void **state)
         shapes[i][0] = l.tensors[i].shape[0];
         shapes[i][1] = l.tensors[i].shape[1];
         extra[i] = (fa_st_view){l.tensors[i].name, FA_ST_F32, l.tensors[i].ndim, shapes[i],
-                                a + l.tensors[i].offset};
+                                a + l.tensors[i].offset, NULL, NULL};
     }
-    extra[6] = (fa_st_view){"fc4.bias", FA_ST_F32, 1, s1, a};
+    extra[6] = (fa_st_view){"fc4.bias", FA_ST_F32, 1, s1, a, NULL, NULL};
     snprintf(path, sizeof(path), "%s/extra.safetensors", tmpdir);
     assert_int_equal(fa_st_save(path, 0644, extra, 7, NULL, 0, &err), 0);
     assert_int_equal(fa_mlp_load(path, &l, b, &err), FA_ERR_INVAL);
     assert_non_null(strstr(err.msg, "unexpected tensor 'fc4.bias'"));
 
     uint16_t *half = calloc(256 * 784, 2);
-    extra[0] = (fa_st_view){"fc1.weight", FA_ST_BF16, 2, sw, half};
+    extra[0] = (fa_st_view){"fc1.weight", FA_ST_BF16, 2, sw, half, NULL, NULL};
     snprintf(path, sizeof(path), "%s/bf16.safetensors", tmpdir);
     assert_int_equal(fa_st_save(path, 0644, extra, 6, NULL, 0, &err), 0);
     assert_int_equal(fa_mlp_load(path, &l, b, &err), FA_ERR_INVAL);
@@ -211,7 +211,7 @@ static void test_save_load_pytorch_names(void **state)
 
     /* config_from_st: a broken chain of shapes */
     uint64_t bad[2] = {128, 255};
-    extra[0] = (fa_st_view){"fc1.weight", FA_ST_F32, 2, sw, a};
+    extra[0] = (fa_st_view){"fc1.weight", FA_ST_F32, 2, sw, a, NULL, NULL};
     extra[2].shape = bad;
     snprintf(path, sizeof(path), "%s/chain.safetensors", tmpdir);
     assert_int_equal(fa_st_save(path, 0644, extra, 6, NULL, 0, &err), 0);
