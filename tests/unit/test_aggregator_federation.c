@@ -17,15 +17,18 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aggregator/audit_log.h"
 #include "aggregator/federation.h"
+#include "aggregator/model_store.h"
 #include "common/fa_file.h"
 #include "common/fa_safetensors.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 #include "model/mlp.h"
+#include "model/tensors.h"
 #include "proto/config_check.h"
 #include "secagg.pb-c.h"
 
@@ -34,6 +37,7 @@ static const char *ids[NR] = {"ap-south", "eu-west", "us-east"}; /* sorted */
 
 struct sim {
     char dir[256];
+    const char *model_txt; /* the config's model, quantization, optimizer, evaluation */
     Fedagg__AggregatorConfig *cfg;
     fa_fed *f;
     uint8_t seed[NR][32];
@@ -57,10 +61,12 @@ static void write_config(struct sim *s, uint32_t masked_deadline_ms)
     uint8_t aseed[32], apk[32];
     fa_error err;
 
-    must(fa_identity_generate(aseed, apk, NULL), NULL);
-    must(fa_identity_format_secret(aseed, key, &klen), NULL);
     snprintf(path, sizeof(path), "%s/audit.key", s->dir);
-    must(fa_file_write_atomic(path, key, klen, 0600, &err), &err);
+    if (access(path, F_OK) != 0) { /* a config written again keeps the log's key */
+        must(fa_identity_generate(aseed, apk, NULL), NULL);
+        must(fa_identity_format_secret(aseed, key, &klen), NULL);
+        must(fa_file_write_atomic(path, key, klen, 0600, &err), &err);
+    }
     n += (size_t)snprintf(text + n, sizeof(text) - n,
                           "federation_id: \"unit\"\nlisten: \"127.0.0.1:4433\"\n"
                           "tls { cert_file: \"x.crt\" key_file: \"x.key\" ca_file: \"ca.crt\" }\n");
@@ -77,14 +83,17 @@ static void write_config(struct sim *s, uint32_t masked_deadline_ms)
         "round { rounds: 0 min_regions: 2 threshold: 2 advertise_deadline_ms: 1000\n"
         "  shares_deadline_ms: 1000 masked_deadline_ms: %u consistency_deadline_ms: 1000\n"
         "  unmask_deadline_ms: 1000 }\n"
-        "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
-        "optimizer { kind: FEDAVGM learning_rate: 1.0 momentum: 0.5 }\n"
-        "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100\n"
-        "  range: RANGE_FIXED }\n"
+        "%s"
         "storage { dir: \"%s/store\" keep_versions: 3 }\n"
         "audit { signing_key_file: \"%s/audit.key\" origin: \"unit.test/log\" }\n"
         "metrics_listen: \"\"\n",
-        masked_deadline_ms, s->dir, s->dir);
+        masked_deadline_ms,
+        s->model_txt ? s->model_txt
+                     : "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
+                       "optimizer { kind: FEDAVGM learning_rate: 1.0 momentum: 0.5 }\n"
+                       "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 "
+                       "max_examples: 100 range: RANGE_FIXED }\n",
+        s->dir, s->dir);
     must(fa_config_load_text(FA_CONFIG_AGGREGATOR, text, n, "unit.textproto", s->dir,
                              FA_CONFIG_NO_FILES, (ProtobufCMessage **)&s->cfg, NULL, &err),
          &err);
@@ -97,16 +106,25 @@ static void sim_open(struct sim *s)
     must(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), &err);
 }
 
-static struct sim *sim_new(uint32_t masked_deadline_ms)
+/* A federation of the three regions.  model_txt NULL: the built-in MLP
+ * 6-5-3 with one fixed quantiser range; else the config's model,
+ * quantization and optimizer (and evaluation) sections, with files made by
+ * make_files(dir) first (may be NULL). */
+static struct sim *sim_new_model(uint32_t masked_deadline_ms, const char *model_txt,
+                                 void (*make_files)(const char *dir))
 {
     struct sim *s = calloc(1, sizeof(*s));
-    fa_mlp_config mc;
-    fa_mlp_layout l;
-    const uint32_t hidden[] = {5};
+    Fedagg__FederationInfo *fi;
+    uint8_t *info;
+    size_t len;
+    fa_error err;
 
     assert_int_equal(sodium_init() >= 0, 1);
     snprintf(s->dir, sizeof(s->dir), "/tmp/fa_test_fed.XXXXXX");
     assert_non_null(mkdtemp(s->dir));
+    s->model_txt = model_txt;
+    if (make_files)
+        make_files(s->dir);
     for (int i = 0; i < NR; i++) {
         must(fa_identity_generate(s->seed[i], s->members[i].identity_pk, NULL), NULL);
         s->members[i].id = ids[i];
@@ -114,14 +132,24 @@ static struct sim *sim_new(uint32_t masked_deadline_ms)
     write_config(s, masked_deadline_ms);
     s->now = 1000;
     sim_open(s);
-    must(fa_mlp_config_make(&mc, 6, hidden, 1, 3, NULL), NULL);
-    must(fa_mlp_layout_init(&l, &mc, NULL), NULL);
-    s->d = l.n_params;
+    must(fa_fed_info(s->f, s->now, &info, &len, &err), &err);
+    fi = fedagg__federation_info__unpack(NULL, len, info);
+    assert_non_null(fi);
+    s->d = fi->num_params;
+    fedagg__federation_info__free_unpacked(fi, NULL);
+    free(info);
     for (int i = 0; i < NR; i++) {
         s->delta[i] = malloc(s->d * sizeof(float));
         for (size_t j = 0; j < s->d; j++)
             s->delta[i][j] = 0.01f * (float)(i + 1) * (float)((int)(j % 7) - 3);
     }
+    return s;
+}
+
+static struct sim *sim_new(uint32_t masked_deadline_ms)
+{
+    struct sim *s = sim_new_model(masked_deadline_ms, NULL, NULL);
+    assert_int_equal(s->d, 6 * 5 + 5 + 5 * 3 + 3); /* the MLP 6-5-3 */
     return s;
 }
 
@@ -683,6 +711,427 @@ static void test_below_threshold_aborts_attempt(void **state)
     sim_del(s);
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* Any model                                                               */
+/* ---------------------------------------------------------------------- */
+
+/* A small state_dict as PyTorch has them: a BF16 weight, an F32 bias, a
+ * BatchNorm's F32 statistics and I64 counter, a BOOL buffer. */
+static const float emb0[6] = {0.5f, -0.25f, 1.0f, 2.0f, -1.0f, 0.125f}; /* exact in BF16 */
+static const float bias0[3] = {0.1f, -0.2f, 0.3f};
+static const float mean0[3] = {1.0f, 2.0f, 3.0f};
+
+static void make_mixed_model(const char *dir)
+{
+    uint16_t emb[6];
+    int64_t count = 7;
+    uint8_t mask[4] = {1, 0, 1, 1};
+    uint64_t s23[2] = {2, 3}, s3[1] = {3}, s4[1] = {4};
+    char path[512];
+    fa_error err;
+
+    for (int i = 0; i < 6; i++)
+        emb[i] = fa_st_f32_to_bf16(emb0[i]);
+    fa_st_view v[] = {
+        {.name = "emb.weight", .dtype = FA_ST_BF16, .ndim = 2, .shape = s23, .data = emb},
+        {.name = "head.bias", .dtype = FA_ST_F32, .ndim = 1, .shape = s3, .data = bias0},
+        {.name = "bn.running_mean", .dtype = FA_ST_F32, .ndim = 1, .shape = s3, .data = mean0},
+        {.name = "bn.num_batches_tracked", .dtype = FA_ST_I64, .ndim = 0, .data = &count},
+        {.name = "mask", .dtype = FA_ST_BOOL, .ndim = 1, .shape = s4, .data = mask},
+    };
+    snprintf(path, sizeof(path), "%s/init.safetensors", dir);
+    must(fa_st_save(path, 0644, v, 5, NULL, 0, &err), &err);
+}
+
+#define MIXED_MODEL                                                                                \
+    "model { init_file: \"init.safetensors\" federated { exclude: [\"bn.*\"] } }\n"                \
+    "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"                                              \
+    "quantization { bits: 16 max_examples: 100 }\n"
+
+static fa_safetensors *open_store_file(struct sim *s, const char *name)
+{
+    char path[600];
+    fa_safetensors *st;
+    fa_error err;
+    snprintf(path, sizeof(path), "%s/store/%s", s->dir, name);
+    must(fa_st_open(&st, path, &err), &err);
+    return st;
+}
+
+/* The ranges a model file publishes, by tensor name. */
+static float range_of(const fa_safetensors *st, const char *name)
+{
+    fa_tensors *t;
+    const fa_tensor *x;
+    float r;
+    must(fa_tensors_from_st(&t, st, NULL), NULL);
+    x = fa_tensors_find(t, name);
+    assert_non_null(x);
+    assert_true(x->federated);
+    r = x->range;
+    fa_tensors_del(t);
+    return r;
+}
+
+static void test_any_model_round(void **state)
+{
+    struct sim *s = sim_new_model(1000, MIXED_MODEL, make_mixed_model);
+    const int all[] = {0, 1, 2};
+    Fedagg__FederationInfo *fi;
+    fa_safetensors *v0, *v1, *m1;
+    uint8_t *info, digest[32], sha[32];
+    size_t len;
+    uint64_t version;
+    char path[4096];
+    float master[9], r_emb, r_bias, scaled[NR][9];
+    fa_error err;
+    (void)state;
+
+    /* Only the two floating tensors outside bn.* are federated: 6 + 3. */
+    assert_int_equal(s->d, 9);
+    must(fa_fed_info(s->f, s->now, &info, &len, &err), &err);
+    fi = fedagg__federation_info__unpack(NULL, len, info);
+    free(info);
+    assert_int_equal(fi->num_tensors, 5);
+    assert_true(fi->quant->per_tensor);
+    assert_int_equal(fi->quant->clip_mode, FA_SECAGG_CLIP_COORDINATE);
+    assert_true(fi->quant->clip_value == 1.0);
+    assert_int_equal(fi->quant->l2_clip_mode, FEDAGG__CLIP_MODE__CLIP_NONE);
+    /* The digest names the table of the published model. */
+    v0 = open_store_file(s, "model-00000000.safetensors");
+    {
+        fa_tensors *t;
+        must(fa_tensors_from_st(&t, v0, &err), &err);
+        must(fa_tensors_digest(t, digest, &err), &err);
+        assert_int_equal(fa_tensors_fed_count(t), 2);
+        fa_tensors_del(t);
+    }
+    assert_int_equal(fi->tensor_table_digest.len, 32);
+    assert_memory_equal(fi->tensor_table_digest.data, digest, 32);
+    fedagg__federation_info__free_unpacked(fi, NULL);
+    /* Version 0 keeps every tensor's dtype; first ranges from the weights:
+     * max(1.0 x max|w|, 0.05). */
+    assert_int_equal(fa_st_find(v0, "emb.weight")->dtype, FA_ST_BF16);
+    assert_int_equal(fa_st_find(v0, "bn.num_batches_tracked")->dtype, FA_ST_I64);
+    r_emb = range_of(v0, "emb.weight");
+    r_bias = range_of(v0, "head.bias");
+    assert_true(r_emb == 2.0f);
+    assert_true(r_bias == 0.3f);
+
+    /* Each region sends its delta divided by the tensor's range. */
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < 9; j++) {
+            float d = 0.01f * (float)(i + 1) * (float)(j - 4);
+            scaled[i][j] = d / (j < 6 ? r_emb : r_bias);
+            s->delta[i][j] = scaled[i][j];
+        }
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 0);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+
+    /* Version 1: BF16 published, float32 master beside it, the others byte
+     * for byte as they were. */
+    v1 = open_store_file(s, "model-00000001.safetensors");
+    m1 = open_store_file(s, "master-00000001.safetensors");
+    assert_int_equal(fa_st_find(v1, "emb.weight")->dtype, FA_ST_BF16);
+    assert_int_equal(fa_st_find(m1, "emb.weight")->dtype, FA_ST_F32);
+    must(fa_st_read_f32(m1, fa_st_find(m1, "emb.weight"), master, 6, &err), &err);
+    must(fa_st_read_f32(m1, fa_st_find(m1, "head.bias"), master + 6, 3, &err), &err);
+    for (int j = 0; j < 9; j++) {
+        double mean = 0.01 * 2.0 * (j - 4); /* (1 + 2 + 3) / 3 = 2 */
+        double before = j < 6 ? emb0[j] : bias0[j - 6];
+        double step = (j < 6 ? r_emb : r_bias) / 32767.0;
+        assert_true(fabs(master[j] - before - mean) <= 2 * step);
+    }
+    {
+        float pub[6];
+        must(fa_st_read_f32(v1, fa_st_find(v1, "emb.weight"), pub, 6, &err), &err);
+        for (int j = 0; j < 6; j++)
+            assert_true(pub[j] == fa_st_bf16_to_f32(fa_st_f32_to_bf16(master[j])));
+    }
+    {
+        const char *names[] = {"bn.running_mean", "bn.num_batches_tracked", "mask"};
+        for (int k = 0; k < 3; k++) {
+            const fa_st_tensor *a = fa_st_find(v0, names[k]), *b = fa_st_find(v1, names[k]);
+            uint8_t x[64], y[64];
+            assert_int_equal(a->end - a->begin, b->end - b->begin);
+            must(fa_st_read(v0, a, x, sizeof(x), &err), &err);
+            must(fa_st_read(v1, b, y, sizeof(y), &err), &err);
+            assert_memory_equal(x, y, a->end - a->begin);
+        }
+    }
+    /* The next round's ranges: max(8 x max|mean delta|, 0.01 x max|w|, 0.05):
+     * emb's mean delta reaches 0.08 (j = 0), head.bias's 0.08 too (j = 8). */
+    assert_true(fabsf(range_of(v1, "emb.weight") - 8 * 0.08f) < 1e-3f);
+    assert_true(fabsf(range_of(v1, "head.bias") - 8 * 0.08f) < 1e-3f);
+    /* ?dtype=f32 serves the master file with its own digest. */
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, 1, path, sizeof(path), &version, sha), 0);
+    assert_non_null(strstr(path, "master-00000001.safetensors"));
+    {
+        struct fa_model_version mv;
+        fa_model_store *store;
+        char sdir[512];
+        snprintf(sdir, sizeof(sdir), "%s/store", s->dir);
+        must(fa_model_store_open(&store, sdir, 3, &err), &err);
+        must(fa_model_store_current(store, &mv), NULL);
+        assert_memory_equal(sha, mv.master_sha256, 32);
+        fa_model_store_del(store);
+    }
+    fa_st_del(v0);
+    fa_st_del(v1);
+    fa_st_del(m1);
+
+    /* A restart resumes from the master weights: the info is the same. */
+    fa_fed_close(s->f);
+    sim_open(s);
+    must(fa_fed_info(s->f, s->now, &info, &len, &err), &err);
+    fi = fedagg__federation_info__unpack(NULL, len, info);
+    free(info);
+    assert_int_equal(fi->model_version, 1);
+    assert_memory_equal(fi->tensor_table_digest.data, digest, 32);
+    fedagg__federation_info__free_unpacked(fi, NULL);
+
+    /* The selection cannot change under a running federation. */
+    fa_fed_close(s->f);
+    s->f = NULL;
+    protobuf_c_message_free_unpacked(&s->cfg->base, NULL);
+    s->model_txt = "model { init_file: \"init.safetensors\" }\n"
+                   "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"
+                   "quantization { bits: 16 max_examples: 100 }\n";
+    write_config(s, 1000);
+    fa_error_clear(&err);
+    assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "bn.running_mean"));
+    assert_non_null(strstr(err.msg, "model.federated"));
+    assert_null(s->f);
+    protobuf_c_message_free_unpacked(&s->cfg->base, NULL);
+    s->model_txt = MIXED_MODEL;
+    write_config(s, 1000);
+    sim_open(s);
+    sim_del(s);
+}
+
+/* A region's signed evaluation report of the current version. */
+static size_t eval_report(struct sim *s, int i, const char *as_region, uint64_t version,
+                          uint64_t n, double loss, double accuracy, int bad_sig, uint8_t **out)
+{
+    Fedagg__EvalStatement st = FEDAGG__EVAL_STATEMENT__INIT;
+    Fedagg__SignedEval se = FEDAGG__SIGNED_EVAL__INIT;
+    Fedagg__NamedValue f1 = FEDAGG__NAMED_VALUE__INIT, *mv[1] = {&f1};
+    uint8_t sha[32], sig[64], *stb;
+    char path[4096];
+    uint64_t v;
+    size_t len;
+
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &v, sha), 0);
+    st.federation_id = "unit";
+    st.region = (char *)as_region;
+    st.model_version = version;
+    st.model_sha256.data = sha;
+    st.model_sha256.len = 32;
+    st.num_examples = n;
+    st.loss = loss;
+    st.accuracy = accuracy;
+    f1.name = "f1";
+    f1.value = accuracy - 0.1;
+    st.n_metrics = 1;
+    st.metrics = mv;
+    len = fedagg__eval_statement__get_packed_size(&st);
+    stb = malloc(len);
+    fedagg__eval_statement__pack(&st, stb);
+    must(fa_identity_sign_statement(s->seed[i], FA_IDENTITY_DOMAIN_EVAL, stb, len, sig), NULL);
+    if (bad_sig)
+        sig[0] ^= 1;
+    se.statement.data = stb;
+    se.statement.len = len;
+    se.signature.data = sig;
+    se.signature.len = 64;
+    len = fedagg__signed_eval__get_packed_size(&se);
+    *out = malloc(len);
+    fedagg__signed_eval__pack(&se, *out);
+    free(stb);
+    return len;
+}
+
+static int submit_eval(struct sim *s, int i, const uint8_t *b, size_t len, int *status)
+{
+    fa_fed_reply r = {0};
+    int rc = fa_fed_submit_eval(s->f, ids[i], b, len, &r);
+    *status = rc ? r.status : 200;
+    fa_fed_reply_free(&r);
+    return rc;
+}
+
+static void test_federated_evaluation(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    uint8_t *b, *rec;
+    size_t len, rlen;
+    int status;
+    char *json;
+    Fedagg__AuditRecord *r;
+    fa_error err;
+    (void)state;
+
+    len = eval_report(s, 0, ids[0], 0, 100, 0.5, 0.8, 0, &b);
+    assert_int_equal(submit_eval(s, 0, b, len, &status), 0);
+    assert_int_equal(submit_eval(s, 0, b, len, &status), 0); /* a retry */
+    free(b);
+    len = eval_report(s, 0, ids[0], 0, 100, 0.5, 0.7, 0, &b); /* changed its mind */
+    assert_int_equal(submit_eval(s, 0, b, len, &status), FA_ERR_EXISTS);
+    assert_int_equal(status, 409);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 300, 1.0, 0.6, 1, &b); /* bad signature */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_VERIFY);
+    assert_int_equal(status, 400);
+    free(b);
+    len = eval_report(s, 1, ids[2], 0, 300, 1.0, 0.6, 0, &b); /* naming another region */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_AUTH);
+    assert_int_equal(status, 403);
+    free(b);
+    len = eval_report(s, 1, ids[1], 5, 300, 1.0, 0.6, 0, &b); /* another version */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_REPLAY);
+    assert_int_equal(status, 409);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 300, 1.0, 1.5, 0, &b); /* accuracy out of range */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_INVAL);
+    free(b);
+    assert_int_equal(submit_eval(s, 1, (const uint8_t *)"junk", 4, &status), FA_ERR_PARSE);
+    len = eval_report(s, 1, ids[1], 0, 300, 1.0, 0.6, 0, &b);
+    assert_int_equal(submit_eval(s, 1, b, len, &status), 0);
+    free(b);
+    /* Example-weighted: (0.8 x 100 + 0.6 x 300) / 400 = 0.65. */
+    must(fa_fed_status_json(s->f, &json, &err), &err);
+    assert_non_null(strstr(json, "\"federated_eval\""));
+    assert_non_null(strstr(json, "\"accuracy\": 0.65") ? strstr(json, "\"accuracy\": 0.65")
+                                                        : strstr(json, "\"accuracy\":0.65"));
+    assert_non_null(strstr(json, "\"regions\":2"));
+    free(json);
+
+    /* The round trained from version 0 carries both statements. */
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 0);
+    {
+        fa_audit_log *log;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        fa_fed_close(s->f); /* the log is the aggregator's while it runs */
+        s->f = NULL;
+        must(fa_audit_log_open_readonly(&log, path, NULL, NULL, &err), &err);
+        must(fa_audit_log_read(log, 0, &rec, &rlen, &err), &err);
+        fa_audit_log_close(log);
+        r = fedagg__audit_record__unpack(NULL, rlen, rec);
+        assert_non_null(r);
+        assert_int_equal(r->n_evaluations, 2);
+        assert_non_null(r->federated_eval);
+        assert_int_equal(r->federated_eval->model_version, 0);
+        assert_int_equal(r->federated_eval->num_examples, 400);
+        assert_true(fabs(r->federated_eval->accuracy - 0.65) < 1e-12);
+        assert_int_equal(r->federated_eval->n_metrics, 1);
+        assert_true(fabs(r->federated_eval->metrics[0]->value - 0.55) < 1e-12);
+        assert_int_equal(r->tensor_table_digest.len, 32);
+        fedagg__audit_record__free_unpacked(r, NULL);
+        free(rec);
+        /* audit verify checks both signatures. */
+        {
+            fa_audit_region_key keys[NR];
+            fa_audit_verify_opts o;
+            fa_audit_verify_result res;
+            fa_note_verifier nv;
+            char kp[600];
+            uint8_t *kd;
+            size_t kl;
+            uint8_t aseed[32];
+            snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+            must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+            must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+            free(kd);
+            memset(&nv, 0, sizeof(nv));
+            snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+            must(fa_identity_public_key(aseed, nv.pk), NULL);
+            for (int i = 0; i < NR; i++) {
+                keys[i].region = ids[i];
+                memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+            }
+            memset(&o, 0, sizeof(o));
+            o.key = &nv;
+            o.region_keys = keys;
+            o.nregion_keys = NR;
+            memset(&res, 0, sizeof(res));
+            must(fa_audit_verify(path, &o, &res, &err), &err);
+            assert_int_equal(res.eval_signatures, 2);
+        }
+    }
+    sim_open(s);
+    /* Version 1 is current: a late report on version 0 is refused. */
+    len = eval_report(s, 2, ids[2], 0, 50, 1.0, 0.5, 0, &b);
+    assert_int_equal(submit_eval(s, 2, b, len, &status), FA_ERR_REPLAY);
+    free(b);
+    sim_del(s);
+}
+
+static void make_evaluator(const char *dir)
+{
+    char path[512];
+    const char *script = "#!/bin/sh\n"
+                         "test -s \"$1\" || exit 3\n"
+                         "printf '{\"num_examples\": 10, \"loss\": 2.5, \"accuracy\": 0.5, "
+                         "\"metrics\": {\"v\": %s}}' \"$FEDAGG_VERSION\" > \"$2\"\n";
+    snprintf(path, sizeof(path), "%s/eval.sh", dir);
+    must(fa_file_write_atomic(path, script, strlen(script), 0755, NULL), NULL);
+}
+
+static void test_evaluator_command(void **state)
+{
+    char cmd[1024];
+    struct sim *s;
+    char *json = NULL;
+    fa_error err;
+    (void)state;
+
+    snprintf(cmd, sizeof(cmd),
+             "model { input_dim: 6 hidden: [5] output_dim: 3 }\n"
+             "quantization { bits: 16 max_examples: 100 }\n"
+             "evaluation { command: [\"sh\", \"eval.sh\", \"{input}\", \"{output}\"] "
+             "timeout_s: 20 }\n");
+    /* eval.sh is relative to the evaluator's directory: put it there too. */
+    s = sim_new_model(1000, strdup(cmd), NULL);
+    {
+        char d[600];
+        snprintf(d, sizeof(d), "%s/store/evaluator", s->dir);
+        make_evaluator(d);
+    }
+    for (int k = 0; k < 200; k++) { /* the command runs for real: up to 20 s */
+        fa_fed_tick(s->f, s->now);
+        must(fa_fed_status_json(s->f, &json, &err), &err);
+        if (strstr(json, "\"central_eval\""))
+            break;
+        free(json);
+        json = NULL;
+        usleep(100000);
+    }
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"central_eval\""));
+    assert_non_null(strstr(json, "\"num_examples\":10") ? json : NULL);
+    assert_non_null(strstr(json, "\"v\":0"));
+    free(json);
+    free((char *)s->model_txt);
+    sim_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -692,6 +1141,9 @@ int main(void)
         cmocka_unit_test(test_restart_mid_round),
         cmocka_unit_test(test_round_sum_file),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
+        cmocka_unit_test(test_any_model_round),
+        cmocka_unit_test(test_federated_evaluation),
+        cmocka_unit_test(test_evaluator_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
