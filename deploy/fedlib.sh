@@ -67,7 +67,8 @@ fed_regions_block() {
 # fed_write_aggregator D PORT METRICS_PORT ROUNDS REGION...
 # Extra text for the config comes from $FED_AGG_EXTRA, the optimizer from
 # $FED_OPTIMIZER, the round policy from $FED_ROUND, the quantisation from
-# $FED_QUANT (each the body of its block).
+# $FED_QUANT, the model from $FED_MODEL, the evaluation from $FED_EVALUATION
+# (each the body of its block).
 fed_write_aggregator() {
     local d=$1 port=$2 mport=$3 rounds=$4
     shift 4
@@ -91,21 +92,23 @@ round {
   consistency_deadline_ms: 20000
   unmask_deadline_ms: 20000}
 }
-model { input_dim: 784 hidden: [256, 128] output_dim: 10 init_seed: 1 }
+model { ${FED_MODEL:-input_dim: 784 hidden: [256, 128] output_dim: 10 init_seed: 1} }
 optimizer { ${FED_OPTIMIZER:-kind: FEDADAM learning_rate: 0.01 beta1: 0.9 beta2: 0.99 tau: 0.001} }
 quantization { ${FED_QUANT:-bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 1.0 max_examples: 60000} }
 storage { dir: "state" keep_versions: 5 }
 audit { signing_key_file: "keys/aggregator.key" origin: "fedagg.demo/federation" }
 evaluation {
-  test_images: "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
-  test_labels: "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
+  ${FED_EVALUATION:-test_images: "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+  test_labels: "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"}
 }
 ${FED_AGG_EXTRA:-}
 EOF
 }
 
 # fed_write_worker D REGION PORT ALL_REGIONS_CSV [EXTRA]
-# EXTRA is added to the config (e.g. a compression block).
+# EXTRA is added to the config (e.g. a compression block).  The trainer is
+# the built-in one with $FED_TRAINER, or the body of $FED_WORKER_TRAINER
+# (e.g. 'external { command: [...] }'; "@REGION@" in it becomes the region).
 fed_write_worker() {
     local d=$1 r=$2 port=$3 all=$4 extra=${5:-}
     local regions
@@ -129,11 +132,34 @@ data {
   train_images: "data/$r/train-images-idx3-ubyte.gz"
   train_labels: "data/$r/train-labels-idx1-ubyte.gz"
 }
-trainer { builtin { ${FED_TRAINER:-local_epochs: 1 batch_size: 64 learning_rate: 0.05 momentum: 0.9} } }
+trainer { $(fed_worker_trainer "$r") }
 device: CPU
 state_dir: "worker-$r"
 $extra
 EOF
+}
+
+fed_worker_trainer() {
+    if [ -n "${FED_WORKER_TRAINER:-}" ]; then
+        printf '%s' "${FED_WORKER_TRAINER//@REGION@/$1}"
+    else
+        printf 'builtin { %s }' "${FED_TRAINER:-local_epochs: 1 batch_size: 64 learning_rate: 0.05 momentum: 0.9}"
+    fi
+}
+
+# An interpreter that imports torch and numpy (Debian's python3-torch is for
+# /usr/bin/python3; a python3 earlier on PATH may lack it): prints its path,
+# or fails saying so.
+fed_torch_python() {
+    local p
+    for p in /usr/bin/python3 python3; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch, numpy' >/dev/null 2>&1; then
+            command -v "$p"
+            return 0
+        fi
+    done
+    echo "fedlib: no python3 with torch and numpy (install python3-torch: deploy/install-deps.sh)" >&2
+    return 1
 }
 
 # fed_start_aggregator D : starts it in the background (log D/logs/aggregator.log).
