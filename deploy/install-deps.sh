@@ -19,6 +19,7 @@ ngtcp2-client ngtcp2-server
 clang libclang-rt-14-dev
 curl python3 iproute2
 python3-yaml systemd
+python3-torch python3-numpy
 dataset-fashion-mnist
 "
 
