@@ -123,7 +123,20 @@ static void enum_values(struct ex_ctx *x, int depth, const ProtobufCEnumDescript
         snprintf(name, sizeof(name), "%s.%s", e->name, e->values[i].name);
         doc = fa_config_doc_find(name);
         fa_tf_buf_indent(x->b, depth);
-        fa_tf_buf_printf(x->b, "#   %s:%s", e->values[i].name, doc ? doc : "\n");
+        /* The first line after the name; a longer comment goes on below it,
+         * each line commented and indented under the first. */
+        {
+            const char *nl = doc ? strchr(doc, '\n') : NULL;
+            size_t n = doc ? (nl ? (size_t)(nl - doc) : strlen(doc)) : 0;
+            fa_tf_buf_printf(x->b, "#   %s:%.*s\n", e->values[i].name, (int)n, doc ? doc : "");
+            while (nl && nl[1]) {
+                const char *line = nl + 1;
+                nl = strchr(line, '\n');
+                n = nl ? (size_t)(nl - line) : strlen(line);
+                fa_tf_buf_indent(x->b, depth);
+                fa_tf_buf_printf(x->b, "#     %.*s\n", (int)n, line);
+            }
+        }
     }
 }
 
