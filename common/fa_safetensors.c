@@ -555,6 +555,32 @@ int fa_st_read(const fa_safetensors *st, const fa_st_tensor *t, void *dst, size_
     return 0;
 }
 
+int fa_st_read_range(const fa_safetensors *st, const fa_st_tensor *t, uint64_t off, void *dst,
+                     size_t len, fa_error *err)
+{
+    uint64_t size = t->end - t->begin;
+    int e;
+
+    if (off > size || len > size - off)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "%s: tensor '%s': bytes [%llu, %llu) run past its %llu bytes", st->what,
+                         t->name, (unsigned long long)off, (unsigned long long)off + len,
+                         (unsigned long long)size);
+    if (len == 0)
+        return 0;
+    if (st->buf) {
+        memcpy(dst, st->buf + st->data_offset + t->begin + off, len);
+        return 0;
+    }
+    if (st->fd < 0)
+        return fa_errorf(err, FA_ERR_STATE, "%s: header only, no tensor data to read", st->what);
+    if ((e = pread_full(st->fd, dst, len, st->data_offset + t->begin + off)) != 0)
+        return fa_errorf(err, FA_ERR_IO, "%s: tensor '%s': read of bytes [%llu, %llu): %s%s",
+                         st->what, t->name, (unsigned long long)off, (unsigned long long)off + len,
+                         strerror(-e), e == -EIO ? " (file shrank while open?)" : "");
+    return 0;
+}
+
 int fa_st_read_f32(const fa_safetensors *st, const fa_st_tensor *t, float *dst, size_t n,
                    fa_error *err)
 {

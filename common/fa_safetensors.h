@@ -129,6 +129,14 @@ const uint8_t *fa_st_data(const fa_safetensors *st, const fa_st_tensor *t);
 int fa_st_read(const fa_safetensors *st, const fa_st_tensor *t, void *dst, size_t dst_len,
                fa_error *err);
 
+/* Copies bytes [off, off + len) of t's raw bytes into dst (for tensors too
+ * large to read whole, and for streaming a tensor in chunks).  Returns 0,
+ * FA_ERR_INVAL (the range runs past the tensor's t->end - t->begin bytes),
+ * FA_ERR_IO (short read: the file changed) or FA_ERR_STATE (no data
+ * source). */
+int fa_st_read_range(const fa_safetensors *st, const fa_st_tensor *t, uint64_t off, void *dst,
+                     size_t len, fa_error *err);
+
 /* Reads t converted to float32 into dst[0..n): F32 as is, F16 and BF16
  * widened exactly.  n must equal t->numel.  Returns 0, FA_ERR_INVAL (n
  * wrong, or an integer dtype: message names the tensor), or fa_st_read's

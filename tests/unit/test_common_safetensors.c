@@ -78,10 +78,14 @@ static void test_round_trip_all_dtypes(void **state)
     uint64_t s_f32[2] = {2, 3}, s_f16[1] = {3}, s_bf16[2] = {1, 2}, s_i32[1] = {4},
              s_i64[1] = {2}, s_u8[1] = {5}, s_empty[2] = {0, 7};
     fa_st_view v[] = {
-        {"layer.weight", FA_ST_F32, 2, s_f32, f32}, {"half", FA_ST_F16, 1, s_f16, f16},
-        {"brain", FA_ST_BF16, 2, s_bf16, bf16},    {"ints", FA_ST_I32, 1, s_i32, i32},
-        {"longs", FA_ST_I64, 1, s_i64, i64},       {"bytes", FA_ST_U8, 1, s_u8, u8},
-        {"empty", FA_ST_F32, 2, s_empty, NULL},    {"scalar", FA_ST_F32, 0, NULL, &scalar},
+        {"layer.weight", FA_ST_F32, 2, s_f32, f32, NULL, NULL},
+        {"half", FA_ST_F16, 1, s_f16, f16, NULL, NULL},
+        {"brain", FA_ST_BF16, 2, s_bf16, bf16, NULL, NULL},
+        {"ints", FA_ST_I32, 1, s_i32, i32, NULL, NULL},
+        {"longs", FA_ST_I64, 1, s_i64, i64, NULL, NULL},
+        {"bytes", FA_ST_U8, 1, s_u8, u8, NULL, NULL},
+        {"empty", FA_ST_F32, 2, s_empty, NULL, NULL, NULL},
+        {"scalar", FA_ST_F32, 0, NULL, &scalar, NULL, NULL},
     };
     const char *meta[] = {"format", "pt", "num_examples", "1234", "note", "h\xc3\xa9llo \"q\""};
     fa_safetensors *st;
@@ -275,6 +279,68 @@ static void test_header_only(void **state)
     assert_non_null(strstr(err.msg, "trailing garbage"));
 }
 
+/* fa_st_read_range: any byte range of a tensor, from a file and from memory,
+ * equal to the same bytes of fa_st_read; ranges past the tensor refused. */
+static void test_read_range(void **state)
+{
+    char path[300];
+    uint8_t a[37], b[300], whole[300], got[300];
+    uint64_t sa[1] = {37}, sb[1] = {75};
+    fa_st_view v[] = {{"a", FA_ST_U8, 1, sa, a, NULL, NULL},
+                      {"b", FA_ST_F32, 1, sb, b, NULL, NULL}};
+    fa_safetensors *st;
+    fa_error err;
+    uint8_t *raw;
+    size_t raw_len;
+
+    for (size_t i = 0; i < sizeof(a); i++)
+        a[i] = (uint8_t)(200 + i);
+    for (size_t i = 0; i < sizeof(b); i++)
+        b[i] = (uint8_t)(i * 7 + 1);
+    snprintf(path, sizeof(path), "%s/range.safetensors", tmpdir);
+    assert_int_equal(fa_st_save(path, 0644, v, 2, NULL, 0, &err), 0);
+    assert_int_equal(fa_file_read_all(path, &raw, &raw_len, 1 << 20, &err), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0)
+            assert_int_equal(fa_st_open(&st, path, &err), 0);
+        else
+            assert_int_equal(fa_st_parse(&st, raw, raw_len, "mem", &err), 0);
+        const fa_st_tensor *tb = fa_st_find(st, "b"), *ta = fa_st_find(st, "a");
+        assert_int_equal(fa_st_read(st, tb, whole, sizeof(whole), &err), 0);
+        for (uint64_t off = 0; off <= 300; off += 13)
+            for (size_t len = 0; off + len <= 300; len += 29) {
+                memset(got, 0xee, sizeof(got));
+                assert_int_equal(fa_st_read_range(st, tb, off, got, len, &err), 0);
+                if (len)
+                    assert_memory_equal(got, whole + off, len);
+                assert_int_equal(got[len], 0xee); /* nothing past len written */
+            }
+        assert_int_equal(fa_st_read_range(st, ta, 36, got, 1, &err), 0);
+        assert_int_equal(got[0], 236);
+        assert_int_equal(fa_st_read_range(st, tb, 299, got, 2, &err), FA_ERR_INVAL);
+        assert_non_null(strstr(err.msg, "tensor 'b': bytes [299, 301) run past its 300 bytes"));
+        assert_int_equal(fa_st_read_range(st, tb, 301, got, 0, &err), FA_ERR_INVAL);
+        assert_int_equal(fa_st_read_range(st, tb, UINT64_MAX, got, 2, &err), FA_ERR_INVAL);
+        assert_int_equal(fa_st_read_range(st, ta, 0, got, 38, &err), FA_ERR_INVAL);
+        assert_int_equal(fa_st_read_range(st, tb, 300, got, 0, &err), 0);
+        fa_st_del(st);
+    }
+    free(raw);
+
+    /* a file that shrank under the reader: FA_ERR_IO naming the tensor */
+    assert_int_equal(fa_st_open(&st, path, &err), 0);
+    assert_int_equal(truncate(path, (off_t)(raw_len - 100)), 0);
+    assert_int_equal(fa_st_read_range(st, fa_st_find(st, "b"), 250, got, 50, &err), FA_ERR_IO);
+    assert_non_null(strstr(err.msg, "tensor 'b': read of bytes [250, 300)"));
+    fa_st_del(st);
+
+    /* a header alone has no data */
+    const char *h = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    assert_int_equal(fa_st_parse_header(&st, (const uint8_t *)h, strlen(h), 8, "hdr", &err), 0);
+    assert_int_equal(fa_st_read_range(st, fa_st_at(st, 0), 0, got, 4, &err), FA_ERR_STATE);
+    fa_st_del(st);
+}
+
 static void test_validation_errors(void **state)
 {
     const char *ok = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
@@ -367,7 +433,7 @@ static void test_prefix_errors(void **state)
     /* a file that loses its tail after its header was read */
     float d[4] = {1, 2, 3, 4};
     uint64_t s[1] = {4};
-    fa_st_view v = {"w", FA_ST_F32, 1, s, d};
+    fa_st_view v = {"w", FA_ST_F32, 1, s, d, NULL, NULL};
     snprintf(path, sizeof(path), "%s/shrink.safetensors", tmpdir);
     assert_int_equal(fa_st_save(path, 0644, &v, 1, NULL, 0, &err), 0);
     assert_int_equal(fa_st_open(&st, path, &err), 0);
@@ -421,7 +487,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_all_dtypes), cmocka_unit_test(test_streaming_large_file),
         cmocka_unit_test(test_writer_errors),         cmocka_unit_test(test_header_only),
         cmocka_unit_test(test_validation_errors),     cmocka_unit_test(test_prefix_errors),
-        cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_half_conversions),      cmocka_unit_test(test_read_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
