@@ -39,8 +39,12 @@
 #include "model/tensors.h"
 
 /* config.proto ClipMode values. */
-enum { FA_QUANT_CLIP_L2 = 0, FA_QUANT_CLIP_COORDINATE = 1, FA_QUANT_CLIP_BOTH = 2,
-       FA_QUANT_CLIP_NONE = 3 };
+enum {
+    FA_QUANT_CLIP_L2 = 0,
+    FA_QUANT_CLIP_COORDINATE = 1,
+    FA_QUANT_CLIP_BOTH = 2,
+    FA_QUANT_CLIP_NONE = 3
+};
 
 typedef struct fa_quantize_params {
     int per_tensor;      /* QuantParams.per_tensor */
