@@ -21,10 +21,13 @@
 #include "crypto/secagg.h"
 #include "secagg.pb-c.h"
 #include "transport/h3.h"
+#include "worker/eval_report.h"
 
 #define LONG_POLL_MS (45u * 60u * 1000u) /* longer than any phase deadline */
 #define SHORT_MS 15000u
-#define MAX_TRANSIENT 20 /* transport failures tolerated per request */
+#define MAX_TRANSIENT 20      /* transport failures tolerated per request */
+#define EVAL_TRIES 4          /* an evaluation report is best effort: */
+#define EVAL_BUDGET_MS 20000u /* at most this long, all tries together */
 #define STATE_MAGIC "fedagg-attempt-v1"
 
 enum { K_ADVERTISE, K_SHARES, K_MASKED, K_CONSISTENCY, K_UNMASK };
@@ -475,6 +478,93 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
         if (!still_current(rc, info))
             return fa_errorf(err, FA_ERR_REPLAY, "%s: the federation moved on", kind_paths[kind]);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Federated evaluation                                                      */
+/* ------------------------------------------------------------------------ */
+
+int fa_round_client_post_eval(fa_round_client *rc, uint64_t version, const uint8_t model_sha256[32],
+                              uint64_t num_examples, double loss, double accuracy,
+                              const char *const *metric_names, const double *metric_values,
+                              size_t n_metrics, fa_error *err)
+{
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    fa_eval_report rep;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    uint64_t start = fa_time_mono_ns() / 1000000u;
+    int r;
+
+    memset(&rep, 0, sizeof(rep));
+    rep.federation_id = rc->federation_id;
+    rep.region = rc->region_id;
+    rep.version = version;
+    memcpy(rep.model_sha256, model_sha256, 32);
+    rep.num_examples = num_examples;
+    rep.loss = loss;
+    rep.accuracy = accuracy;
+    rep.metric_names = metric_names;
+    rep.metric_values = metric_values;
+    rep.n_metrics = n_metrics;
+    rep.unix_ms = fa_time_unix_ms();
+
+    r = fa_eval_report_sign(&rep, rc->seed, &body, &len, err);
+    if (r != 0)
+        return r;
+    for (unsigned tries = 0;; tries++) {
+        uint64_t used = fa_time_mono_ns() / 1000000u - start;
+        uint32_t left = used < EVAL_BUDGET_MS ? (uint32_t)(EVAL_BUDGET_MS - used) : 0;
+        fa_h3_client_req req = {0};
+        fa_h3_response resp;
+        char msg[512];
+        uint64_t pause;
+        int status;
+
+        memset(&resp, 0, sizeof(resp));
+        req.method = "POST";
+        req.path = "/v1/evaluations";
+        req.headers = h;
+        req.nheaders = 1;
+        req.body = body;
+        req.body_len = len;
+        req.timeout_ms = left < SHORT_MS / 2 ? (left > 1000 ? left : 1000) : SHORT_MS / 2;
+        req.idempotent = 1; /* the same signed bytes: a second copy is the same report */
+        r = fa_h3_client_request(rc->h3, &req, &resp, err);
+        if (r == FA_ERR_TLS)
+            break;
+        if (r == 0) {
+            status = resp.status;
+            if (status == 200) {
+                fa_h3_response_free(&resp);
+                break;
+            }
+            error_text(&resp, msg, sizeof(msg));
+            fa_h3_response_free(&resp);
+            if (status < 500) {
+                r = fa_errorf(err,
+                              status == 400   ? FA_ERR_PROTOCOL
+                              : status == 403 ? FA_ERR_AUTH
+                              : status == 409 ? FA_ERR_REPLAY
+                                              : FA_ERR_HTTP,
+                              "evaluation report of version %" PRIu64 " refused (%d): %s", version,
+                              status, msg);
+                break;
+            }
+            r = fa_errorf(err, FA_ERR_HTTP, "evaluation report: HTTP status %d: %s", status, msg);
+        }
+        pause = backoff_ms(tries);
+        if (tries + 1 >= EVAL_TRIES ||
+            fa_time_mono_ns() / 1000000u - start + pause >= EVAL_BUDGET_MS) {
+            fa_error_prefix(err, r,
+                            "evaluation report of version %" PRIu64 ": giving up after %u tries",
+                            version, tries + 1);
+            break;
+        }
+        sleep_ms(pause);
+    }
+    free(body);
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -10,6 +10,7 @@
  *   POST .../consistency                  -> SurvivorSignatures (round 3)
  *   POST .../unmask                       -> RoundResult       (round 4)
  *   GET  /v1/audit/proof?round&region     the round's audit record, proven
+ *   POST /v1/evaluations                  a signed federated-evaluation report
  *
  * Every request is a retry-safe resubmission: after a broken connection or an
  * aggregator restart the same bytes are sent again (the masked stream is
@@ -79,6 +80,27 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
 
 /* Whether a saved, resumable state exists for round/attempt. */
 int fa_round_client_has_saved(fa_round_client *rc, uint64_t round, uint32_t attempt);
+
+/* Federated evaluation: POSTs this region's signed report (worker/
+ * eval_report.h: an EvalStatement of the federation, the region, version,
+ * the model file's SHA-256, n >= 1, the mean loss and accuracy (NaN when
+ * not measured), n_metrics named means and the time, signed with the
+ * identity key under FA_IDENTITY_DOMAIN_EVAL) to /v1/evaluations, once:
+ * network failures and 5xx are retried a few times (about 20 s at most),
+ * a 4xx is not.  Returns 0 when the aggregator took it (200), or
+ *   FA_ERR_INVAL     the report itself is malformed (as fa_eval_report_sign)
+ *   FA_ERR_PROTOCOL  400: malformed or a bad signature (the message is the
+ *                    aggregator's)
+ *   FA_ERR_AUTH      403: the aggregator refuses this region
+ *   FA_ERR_REPLAY    409: the version is no longer current
+ *   FA_ERR_HTTP      another status, or the retries ran out (the transport
+ *                    error's own code when it was one)
+ * A report that is not taken is for the caller to log and drop: it never
+ * stops the worker. */
+int fa_round_client_post_eval(fa_round_client *rc, uint64_t version, const uint8_t model_sha256[32],
+                              uint64_t num_examples, double loss, double accuracy,
+                              const char *const *metric_names, const double *metric_values,
+                              size_t n_metrics, fa_error *err);
 
 /* Removes every saved attempt state (for a worker that gives an attempt up). */
 void fa_round_client_forget(fa_round_client *rc);
