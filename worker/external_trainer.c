@@ -1,54 +1,74 @@
-/* external_trainer.c - one local round by a user's command (external_trainer.h).
- *
- * The command is started with posix_spawnp (safe in a process that already
- * runs MPI, OpenBLAS or CUDA threads: nothing but exec happens in the child),
- * in its own process group with default signal dispositions, and polled with
- * waitpid(WNOHANG) until it exits or the deadline passes. */
+/* external_trainer.c - local rounds by a user's command, any model
+ * (external_trainer.h).  The input and output files and their checks are
+ * here; the process is worker/trainer_process.c, the long-lived session
+ * worker/trainer_session.c. */
 #include "worker/external_trainer.h"
 
 #include <errno.h>
-#include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
-#include <math.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
-#include "common/fa_safetensors.h"
 #include "config.pb-c.h"
+#include "worker/local_tensors.h"
+#include "worker/trainer_process.h"
+#include "worker/trainer_session.h"
 
-extern char **environ;
+#define MAX_RESULT_BYTES ((size_t)1 << 20)
 
-#define EXT_INPUT "external-input.safetensors"
-#define EXT_OUTPUT "external-output.safetensors"
-#define EXT_LOG "external-trainer.log"
+struct fa_external_trainer {
+    fa_external_opts o;
+    fa_trainer_session *session; /* long-lived, created on the first task */
+    char scratch[PATH_MAX];
+    char in_path[PATH_MAX + 64], out_path[PATH_MAX + 64], res_path[PATH_MAX + 64],
+        log_path[PATH_MAX + 64];
+};
 
 void fa_external_opts_default(fa_external_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->timeout_s = 3600;
     o->kill_grace_ms = 2000;
+    o->start_timeout_s = 600;
 }
 
 static int check_env_entry(const char *e, size_t i, fa_error *err)
 {
     const char *eq = e ? strchr(e, '=') : NULL;
     if (!eq || eq == e)
+        return fa_errorf(err, FA_ERR_INVAL, "trainer.external.env[%zu] \"%s\" is not KEY=VALUE", i,
+                         e ? e : "");
+    return 0;
+}
+
+static int check_opts(const fa_external_opts *o, fa_error *err)
+{
+    if (!o->argv || o->argc == 0 || !o->argv[0] || !o->argv[0][0])
         return fa_errorf(err, FA_ERR_INVAL,
-                         "trainer.external.env[%zu] \"%s\" is not KEY=VALUE", i, e ? e : "");
+                         "trainer.external.command is empty: give the argv of the command, e.g. "
+                         "command: [\"python3\", \"train.py\", \"{input}\", \"{output}\"]");
+    if (o->timeout_s == 0)
+        return fa_errorf(err, FA_ERR_INVAL, "trainer.external.timeout_s must be at least 1");
+    if (o->long_lived && o->start_timeout_s == 0)
+        return fa_errorf(err, FA_ERR_INVAL, "trainer.external.start_timeout_s must be at least 1");
+    if (!o->scratch_dir || !o->scratch_dir[0])
+        return fa_errorf(err, FA_ERR_INVAL, "external trainer: no scratch directory");
+    for (size_t i = 0; i < o->n_env; i++) {
+        int rc = check_env_entry(o->env[i], i, err);
+        if (rc != 0)
+            return rc;
+    }
     return 0;
 }
 
 int fa_external_opts_from_proto(fa_external_opts *o, const struct Fedagg__ExternalTrainer *pb,
-                                const char *state_dir, fa_error *err)
+                                const char *state_dir, int local_keep, fa_error *err)
 {
     int w;
 
@@ -71,6 +91,10 @@ int fa_external_opts_from_proto(fa_external_opts *o, const struct Fedagg__Extern
     o->timeout_s = pb->timeout_s;
     if (o->timeout_s == 0)
         return fa_errorf(err, FA_ERR_INVAL, "trainer.external.timeout_s must be at least 1");
+    o->long_lived = pb->mode == FEDAGG__TRAINER_MODE__TRAINER_LONG_LIVED;
+    o->start_timeout_s = pb->start_timeout_s;
+    if (o->long_lived && o->start_timeout_s == 0)
+        return fa_errorf(err, FA_ERR_INVAL, "trainer.external.start_timeout_s must be at least 1");
     w = snprintf(o->scratch_buf, sizeof(o->scratch_buf), "%s/external", state_dir);
     if (w < 0 || (size_t)w >= sizeof(o->scratch_buf))
         return fa_errorf(err, FA_ERR_INVAL, "external trainer: state_dir is too long");
@@ -82,254 +106,121 @@ int fa_external_opts_from_proto(fa_external_opts *o, const struct Fedagg__Extern
             w = snprintf(o->workdir_buf, sizeof(o->workdir_buf), "%s/%s", state_dir, pb->workdir);
         if (w < 0 || (size_t)w >= sizeof(o->workdir_buf))
             return fa_errorf(err, FA_ERR_INVAL, "trainer.external.workdir is too long");
-        o->workdir = o->workdir_buf;
     } else {
         /* the worker's state directory, as config.proto documents */
         w = snprintf(o->workdir_buf, sizeof(o->workdir_buf), "%s", state_dir);
         if (w < 0 || (size_t)w >= sizeof(o->workdir_buf))
             return fa_errorf(err, FA_ERR_INVAL, "external trainer: state_dir is too long");
-        o->workdir = o->workdir_buf;
+    }
+    o->workdir = o->workdir_buf;
+    if (local_keep) {
+        w = snprintf(o->local_buf, sizeof(o->local_buf), "%s/" FA_LOCAL_TENSORS_FILE, state_dir);
+        if (w < 0 || (size_t)w >= sizeof(o->local_buf))
+            return fa_errorf(err, FA_ERR_INVAL, "external trainer: state_dir is too long");
+        o->local_path = o->local_buf;
     }
     return 0;
 }
 
+int fa_external_trainer_new(fa_external_trainer **out, const fa_external_opts *o, fa_error *err)
+{
+    fa_external_trainer *x;
+    int rc;
+
+    *out = NULL;
+    if (!o)
+        return fa_errorf(err, FA_ERR_INVAL, "external trainer: no options");
+    if ((rc = check_opts(o, err)) != 0)
+        return rc;
+    x = calloc(1, sizeof(*x));
+    if (!x)
+        return fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
+    x->o = *o;
+    /* the copies of the buffers, not the caller's */
+    if (o->scratch_dir == o->scratch_buf)
+        x->o.scratch_dir = x->o.scratch_buf;
+    if (o->workdir == o->workdir_buf)
+        x->o.workdir = x->o.workdir_buf;
+    if (o->local_path == o->local_buf)
+        x->o.local_path = x->o.local_buf;
+    *out = x;
+    return 0;
+}
+
+void fa_external_trainer_del(fa_external_trainer *x)
+{
+    if (!x)
+        return;
+    fa_trainer_session_del(x->session);
+    free(x);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Files                                                                   */
 /* ---------------------------------------------------------------------- */
 
-static double now_s(void)
+/* The scratch directory and the paths in it; no stale output or results. */
+static int prepare_scratch(fa_external_trainer *x, fa_error *err)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    int rc = fa_file_mkdirs(x->o.scratch_dir, 0700, err);
+    if (rc != 0)
+        return rc;
+    if (!realpath(x->o.scratch_dir, x->scratch))
+        return fa_errorf(err, FA_ERR_IO, "external trainer: %s: %s", x->o.scratch_dir,
+                         strerror(errno));
+    snprintf(x->in_path, sizeof(x->in_path), "%s/" FA_EXTERNAL_INPUT, x->scratch);
+    snprintf(x->out_path, sizeof(x->out_path), "%s/" FA_EXTERNAL_OUTPUT, x->scratch);
+    snprintf(x->res_path, sizeof(x->res_path), "%s/" FA_EXTERNAL_RESULT, x->scratch);
+    snprintf(x->log_path, sizeof(x->log_path), "%s/" FA_EXTERNAL_LOG, x->scratch);
+    /* A stale output from an earlier round must never pass for this one. */
+    if (unlink(x->out_path) != 0 && errno != ENOENT)
+        return fa_errorf(err, FA_ERR_IO, "external trainer: cannot remove stale %s: %s",
+                         x->out_path, strerror(errno));
+    if (unlink(x->res_path) != 0 && errno != ENOENT)
+        return fa_errorf(err, FA_ERR_IO, "external trainer: cannot remove stale %s: %s",
+                         x->res_path, strerror(errno));
+    return 0;
 }
 
-static void sleep_ms(double ms)
+/* <scratch>/external-input.safetensors: the global model, non-federated
+ * tensors from local when given. */
+static int write_input(fa_external_trainer *x, const fa_external_model *m,
+                       const fa_safetensors *local, fa_error *err)
 {
-    struct timespec ts;
-    if (ms <= 0)
-        return;
-    ts.tv_sec = (time_t)(ms / 1000.0);
-    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000.0) * 1e6);
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    size_t nm = fa_st_metadata_count(m->st), n = 0;
+    const char **meta = calloc(2 * (nm + 3), sizeof(char *));
+    char round_s[32], version_s[32];
+    int rc;
+
+    if (!meta)
+        return fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
+    for (size_t i = 0; i < nm; i++) {
+        const char *k, *v;
+        fa_st_metadata_at(m->st, i, &k, &v);
+        if (!strcmp(k, FA_TENSORS_META_KEY))
+            continue; /* fa_tensors_save writes it from the table */
+        meta[2 * n] = k;
+        meta[2 * n + 1] = v;
+        n++;
     }
-}
-
-/* s with every "{input}" and "{output}" replaced; malloc'ed or NULL. */
-static char *substitute(const char *s, const char *input, const char *output)
-{
-    size_t cap = strlen(s) + 1, len = 0;
-    char *out;
-    for (const char *p = s; (p = strchr(p, '{')) != NULL; p++)
-        cap += strlen(input) + strlen(output); /* generous */
-    out = malloc(cap);
-    if (!out)
-        return NULL;
-    while (*s) {
-        const char *rep = NULL;
-        size_t skip = 0;
-        if (strncmp(s, "{input}", 7) == 0) {
-            rep = input;
-            skip = 7;
-        } else if (strncmp(s, "{output}", 8) == 0) {
-            rep = output;
-            skip = 8;
-        }
-        if (rep) {
-            memcpy(out + len, rep, strlen(rep));
-            len += strlen(rep);
-            s += skip;
-        } else {
-            out[len++] = *s++;
-        }
+    snprintf(round_s, sizeof(round_s), "%" PRIu64, m->round);
+    snprintf(version_s, sizeof(version_s), "%" PRIu64, m->version);
+    meta[2 * n] = "fedagg.round";
+    meta[2 * n + 1] = round_s;
+    n++;
+    meta[2 * n] = "fedagg.version";
+    meta[2 * n + 1] = version_s;
+    n++;
+    if (x->o.region) {
+        meta[2 * n] = "fedagg.region";
+        meta[2 * n + 1] = x->o.region;
+        n++;
     }
-    out[len] = '\0';
-    return out;
-}
-
-/* The command line for messages: argv joined by spaces, shortened. */
-static void describe(char *buf, size_t n, char *const *argv)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; argv[i] && len + 1 < n; i++) {
-        int w = snprintf(buf + len, n - len, "%s%s", i ? " " : "", argv[i]);
-        if (w < 0)
-            break;
-        len += (size_t)w;
-    }
-    if (len >= n && n > 4)
-        memcpy(buf + n - 4, "...", 4);
-}
-
-/* The last lines of the log (up to ~240 bytes), control characters made
- * visible, for an error message. */
-static void log_tail(const char *path, char *buf, size_t n)
-{
-    char raw[241];
-    ssize_t got;
-    off_t size;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    size_t j = 0;
-
-    buf[0] = '\0';
-    if (fd < 0)
-        return;
-    size = lseek(fd, 0, SEEK_END);
-    if (size > 0) {
-        off_t from = size > (off_t)(sizeof(raw) - 1) ? size - (off_t)(sizeof(raw) - 1) : 0;
-        got = pread(fd, raw, (size_t)(size - from), from);
-        if (got > 0) {
-            size_t a = 0, b = (size_t)got;
-            while (b > 0 && (raw[b - 1] == '\n' || raw[b - 1] == ' ' || raw[b - 1] == '\r'))
-                b--;
-            for (size_t i = a; i < b && j + 2 < n; i++) {
-                unsigned char ch = (unsigned char)raw[i];
-                if (ch == '\n') {
-                    buf[j++] = ' ';
-                    buf[j++] = '|';
-                    if (j + 1 < n)
-                        buf[j++] = ' ';
-                } else {
-                    buf[j++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-                }
-            }
-            buf[j] = '\0';
-        }
-    }
-    close(fd);
-}
-
-/* environ, minus the keys we set, plus ours and the configured ones. */
-static char **build_env(const fa_external_opts *o, char *const *ours, size_t n_ours)
-{
-    size_t n_env = 0, k = 0;
-    char **envp;
-    while (environ && environ[n_env])
-        n_env++;
-    envp = calloc(n_env + n_ours + o->n_env + 1, sizeof(char *));
-    if (!envp)
-        return NULL;
-    for (size_t i = 0; i < n_env; i++) {
-        int overridden = 0;
-        for (size_t j = 0; j < n_ours && !overridden; j++) {
-            size_t kl = (size_t)(strchr(ours[j], '=') - ours[j]);
-            overridden = strncmp(environ[i], ours[j], kl + 1) == 0;
-        }
-        for (size_t j = 0; j < o->n_env && !overridden; j++) {
-            size_t kl = (size_t)(strchr(o->env[j], '=') - o->env[j]);
-            overridden = strncmp(environ[i], o->env[j], kl + 1) == 0;
-        }
-        if (!overridden)
-            envp[k++] = environ[i];
-    }
-    for (size_t j = 0; j < n_ours; j++)
-        envp[k++] = ours[j];
-    for (size_t j = 0; j < o->n_env; j++)
-        envp[k++] = (char *)o->env[j];
-    envp[k] = NULL;
-    return envp;
-}
-
-/* Waits for pid until deadline; returns 1 when it exited (status filled),
- * 0 on timeout, -errno on a wait error. */
-static int wait_until(pid_t pid, int *status, double deadline)
-{
-    double pause = 1.0;
-    for (;;) {
-        pid_t r = waitpid(pid, status, WNOHANG);
-        double left;
-        if (r == pid)
-            return 1;
-        if (r < 0 && errno != EINTR)
-            return -errno;
-        left = (deadline - now_s()) * 1000.0;
-        if (left <= 0)
-            return 0;
-        sleep_ms(pause < left ? pause : left);
-        if (pause < 50.0)
-            pause *= 2;
-    }
-}
-
-/* Runs the command; returns 0 when it exited with status 0. */
-static int run_command(const fa_external_opts *o, char *const *argv, char *const *envp,
-                       const char *log_path, const char *workdir, fa_external_result *res,
-                       fa_error *err)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, all;
-    pid_t pid = -1;
-    int status = 0, w, e, rc = 0;
-    double t0 = now_s(), deadline;
-    char cmd[160], tail[256];
-
-    describe(cmd, sizeof(cmd), argv);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&attr);
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addchdir_np(&fa, workdir);
-    /* Own process group (killed as a whole), default dispositions (a
-     * SIGTERM the worker ignores must still stop the trainer), no mask. */
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    sigdelset(&all, SIGKILL);
-    sigdelset(&all, SIGSTOP);
-    posix_spawnattr_setsigdefault(&attr, &all);
-
-    e = posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (e != 0)
-        return fa_errorf(err, FA_ERR_CHILD, "external trainer `%s` could not be started: %s%s",
-                         cmd, strerror(e),
-                         e == ENOENT ? " (command or working directory not found)" : "");
-    fa_log_info("external trainer started", "pid=%d timeout_s=%u", (int)pid, o->timeout_s);
-
-    deadline = t0 + (double)o->timeout_s;
-    w = wait_until(pid, &status, deadline);
-    if (w == 0) {
-        /* Too late: the whole group gets SIGTERM, then SIGKILL. */
-        kill(-pid, SIGTERM);
-        w = wait_until(pid, &status, now_s() + o->kill_grace_ms / 1000.0);
-        if (w == 0) {
-            kill(-pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-            }
-        }
-        kill(-pid, SIGKILL);
-        res->seconds = now_s() - t0;
-        log_tail(log_path, tail, sizeof(tail));
-        return fa_errorf(err, FA_ERR_TIMEOUT,
-                         "external trainer `%s` still ran after timeout_s=%u; its process group "
-                         "was killed%s%s",
-                         cmd, o->timeout_s, tail[0] ? "; last output: " : "", tail);
-    }
-    /* Stragglers of the group (children it left behind) go too. */
-    kill(-pid, SIGKILL);
-    res->seconds = now_s() - t0;
-    if (w < 0)
-        return fa_errorf(err, FA_ERR_CHILD, "external trainer `%s`: waitpid failed: %s", cmd,
-                         strerror(-w));
-    log_tail(log_path, tail, sizeof(tail));
-    if (WIFEXITED(status)) {
-        res->exit_status = WEXITSTATUS(status);
-        if (res->exit_status != 0)
-            rc = fa_errorf(err, FA_ERR_CHILD, "external trainer `%s` exited with status %d%s%s",
-                           cmd, res->exit_status, tail[0] ? "; last output: " : "", tail);
-    } else if (WIFSIGNALED(status)) {
-        rc = fa_errorf(err, FA_ERR_CHILD, "external trainer `%s` was killed by signal %d (%s)%s%s",
-                       cmd, WTERMSIG(status), strsignal(WTERMSIG(status)),
-                       tail[0] ? "; last output: " : "", tail);
-    } else {
-        rc = fa_errorf(err, FA_ERR_CHILD, "external trainer `%s` ended with wait status %d", cmd,
-                       status);
-    }
+    rc = fa_tensors_save(x->in_path, 0600, m->table, m->fed, (size_t)fa_tensors_fed_numel(m->table),
+                         local ? local : m->st, 0, meta, n, err);
+    if (rc != 0)
+        fa_error_prefix(err, rc, "external trainer: writing the global model for the trainer");
+    free(meta);
     return rc;
 }
 
@@ -352,19 +243,20 @@ static int parse_count(const char *s, uint64_t *out)
     return 0;
 }
 
-/* Reads and checks the output into updated; fills num_examples. */
-static int read_output(const char *path, const fa_mlp_layout *l, float *updated,
-                       uint64_t *num_examples, fa_error *err)
+/* Opens and checks the output; fed gets its federated tensors. */
+static int read_output(const fa_external_trainer *x, const fa_tensors *t, float *fed,
+                       fa_safetensors **out, fa_error *err)
 {
     fa_safetensors *st = NULL;
-    const char *ne;
     struct stat sb;
     int rc;
 
-    if (stat(path, &sb) != 0)
+    *out = NULL;
+    if (stat(x->out_path, &sb) != 0)
         return fa_errorf(err, FA_ERR_NOTFOUND,
-                         "external trainer exited with status 0 but wrote no output %s", path);
-    rc = fa_st_open(&st, path, err);
+                         "external trainer exited with status 0 but wrote no output %s",
+                         x->out_path);
+    rc = fa_st_open(&st, x->out_path, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "external trainer output");
         /* whatever is wrong with the file (header too big, unknown dtype...)
@@ -374,154 +266,331 @@ static int read_output(const char *path, const fa_mlp_layout *l, float *updated,
             err->code = rc;
         return rc;
     }
-    rc = fa_mlp_load_st(st, l, updated, err);
+    rc = fa_tensors_check(t, st, "the trainer's output", err);
+    if (rc == 0)
+        rc = fa_tensors_read_fed(t, st, fed, (size_t)fa_tensors_fed_numel(t), 1,
+                                 "the trainer's output", err);
     if (rc != 0) {
-        fa_error_prefix(err, rc, "external trainer output %s does not match the model", path);
-        /* a missing tensor is a mismatch, not a missing file */
-        if (rc == FA_ERR_NOTFOUND) {
-            rc = FA_ERR_INVAL;
-            if (err)
-                err->code = rc;
-        }
-        goto out;
+        fa_error_prefix(err, rc, "external trainer output %s refused", x->out_path);
+        fa_st_del(st);
+        return rc;
     }
-    ne = fa_st_metadata_get(st, "num_examples");
-    if (!ne) {
-        rc = fa_errorf(err, FA_ERR_NOTFOUND,
-                       "external trainer output %s has no \"num_examples\" in __metadata__ "
-                       "(the number of examples this round trained on, as a decimal string)",
-                       path);
-        goto out;
-    }
-    if (parse_count(ne, num_examples) != 0) {
-        rc = fa_errorf(err, FA_ERR_PARSE,
-                       "external trainer output %s: __metadata__ num_examples \"%.40s\" is not a "
-                       "positive decimal integer",
-                       path, ne);
-        goto out;
-    }
-    for (uint32_t t = 0; t < l->n_tensors; t++) {
-        const fa_mlp_tensor *ten = &l->tensors[t];
-        for (size_t i = 0; i < ten->numel; i++)
-            if (!isfinite(updated[ten->offset + i])) {
-                rc = fa_errorf(err, FA_ERR_INVAL,
-                               "external trainer output %s: %s[%zu] is %s", path, ten->name, i,
-                               isnan(updated[ten->offset + i]) ? "NaN" : "infinite");
-                goto out;
-            }
-    }
-out:
-    fa_st_del(st);
+    *out = st;
+    return 0;
+}
+
+/* The results file of a one-shot task, when the trainer wrote one. */
+static int read_results(const fa_external_trainer *x, fa_trainer_result *r, int *present,
+                        fa_error *err)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    char what[PATH_MAX + 80];
+    int rc;
+
+    fa_trainer_result_init(r);
+    *present = 0;
+    rc = fa_file_read_all(x->res_path, &data, &len, MAX_RESULT_BYTES, err);
+    if (rc == FA_ERR_NOTFOUND)
+        return 0;
+    if (rc != 0)
+        return fa_error_prefix(err, rc, "external trainer results");
+    snprintf(what, sizeof(what), "external trainer results %s", x->res_path);
+    rc = fa_trainer_result_parse(r, (const char *)data, len, what, err);
+    free(data);
+    *present = rc == 0;
     return rc;
 }
 
-int fa_external_round(const fa_external_opts *o, const fa_mlp_layout *l, const float *global,
-                      float *delta, fa_external_result *res, fa_error *err)
+/* ---------------------------------------------------------------------- */
+/* Running a task                                                          */
+/* ---------------------------------------------------------------------- */
+
+static void free_argv(char **argv, size_t n)
 {
-    char scratch[PATH_MAX], in_path[PATH_MAX + 64], out_path[PATH_MAX + 64],
-        log_path[PATH_MAX + 64], round_s[32], region_s[160];
-    char env_in[PATH_MAX + 80], env_out[PATH_MAX + 80], env_round[64], env_region[192];
-    char *ours[4];
+    if (!argv)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(argv[i]);
+    free(argv);
+}
+
+static char **make_argv(const fa_external_trainer *x, const char *result)
+{
+    char **argv = calloc(x->o.argc + 1, sizeof(char *));
+    if (!argv)
+        return NULL;
+    for (size_t i = 0; i < x->o.argc; i++) {
+        argv[i] = fa_trainer_substitute(x->o.argv[i] ? x->o.argv[i] : "", x->in_path, x->out_path,
+                                        result);
+        if (!argv[i]) {
+            free_argv(argv, x->o.argc);
+            return NULL;
+        }
+    }
+    return argv;
+}
+
+/* One-shot: the command runs the task once. */
+static int run_once(fa_external_trainer *x, const char *task, const fa_external_model *m,
+                    fa_external_result *res, fa_error *err)
+{
+    char env_in[PATH_MAX + 96], env_out[PATH_MAX + 96], env_res[PATH_MAX + 96], env_task[64],
+        env_round[64], env_version[64], env_region[192], end[128], tail[256];
+    char *ours[7];
     size_t n_ours = 0;
     char **argv = NULL, **envp = NULL;
-    float *updated = NULL;
-    const char *meta[4];
-    size_t n_meta = 0;
+    fa_trainer_proc p;
+    double deadline;
+    int rc, w;
+
+    argv = make_argv(x, x->res_path);
+    snprintf(env_in, sizeof(env_in), "FEDAGG_INPUT=%s", x->in_path);
+    snprintf(env_out, sizeof(env_out), "FEDAGG_OUTPUT=%s", x->out_path);
+    snprintf(env_res, sizeof(env_res), "FEDAGG_RESULT=%s", x->res_path);
+    snprintf(env_task, sizeof(env_task), "FEDAGG_TASK=%s", task);
+    snprintf(env_round, sizeof(env_round), "FEDAGG_ROUND=%" PRIu64, m->round);
+    snprintf(env_version, sizeof(env_version), "FEDAGG_VERSION=%" PRIu64, m->version);
+    ours[n_ours++] = env_in;
+    ours[n_ours++] = env_out;
+    ours[n_ours++] = env_res;
+    ours[n_ours++] = env_task;
+    ours[n_ours++] = env_round;
+    ours[n_ours++] = env_version;
+    if (x->o.region) {
+        snprintf(env_region, sizeof(env_region), "FEDAGG_REGION=%s", x->o.region);
+        ours[n_ours++] = env_region;
+    }
+    envp = argv ? fa_trainer_env(ours, n_ours, x->o.env, x->o.n_env) : NULL;
+    if (!argv || !envp) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
+        goto out;
+    }
+    rc = fa_trainer_proc_spawn(&p, argv, envp, x->o.workdir ? x->o.workdir : x->scratch,
+                               x->log_path, 0, err);
+    if (rc != 0)
+        goto out;
+    fa_log_info("external trainer started", "pid=%d task=%s timeout_s=%u", (int)p.pid, task,
+                x->o.timeout_s);
+    deadline = p.started + (double)x->o.timeout_s;
+    w = fa_trainer_proc_wait(&p, deadline, x->o.cancel);
+    if (w == 0) {
+        /* Too late (or stopped): the whole group gets SIGTERM, then SIGKILL. */
+        int cancelled = x->o.cancel && *x->o.cancel;
+        fa_trainer_proc_stop(&p, x->o.kill_grace_ms);
+        res->seconds = fa_trainer_now_s() - p.started;
+        fa_trainer_log_tail(x->log_path, tail, sizeof(tail));
+        if (cancelled)
+            rc = fa_errorf(err, FA_ERR_CANCELLED,
+                           "external trainer `%s` stopped: the worker is shutting down", p.cmd);
+        else
+            rc = fa_errorf(err, FA_ERR_TIMEOUT,
+                           "external trainer `%s` still ran after timeout_s=%u; its process "
+                           "group was killed%s%s",
+                           p.cmd, x->o.timeout_s, tail[0] ? "; last output: " : "", tail);
+        goto out;
+    }
+    /* The command has exited (a launcher such as torchrun after its ranks);
+     * stragglers of its group go now. */
+    fa_trainer_proc_finish(&p);
+    res->seconds = fa_trainer_now_s() - p.started;
+    if (w < 0) {
+        rc = fa_errorf(err, FA_ERR_CHILD, "external trainer `%s`: waitpid failed: %s", p.cmd,
+                       strerror(-w));
+        goto out;
+    }
+    fa_trainer_proc_describe_end(&p, end, sizeof(end), &res->exit_status);
+    if (res->exit_status != 0) {
+        fa_trainer_log_tail(x->log_path, tail, sizeof(tail));
+        rc = fa_errorf(err, FA_ERR_CHILD, "external trainer `%s` %s%s%s", p.cmd, end,
+                       tail[0] ? "; last output: " : "", tail);
+    }
+out:
+    free_argv(argv, x->o.argc);
+    free(envp);
+    return rc;
+}
+
+/* Long-lived: the session's trainer runs the task. */
+static int run_session(fa_external_trainer *x, const char *task, const fa_external_model *m,
+                       fa_external_result *res, fa_error *err)
+{
+    fa_trainer_round_msg msg;
+    double t0 = fa_trainer_now_s();
+    int rc;
+
+    if (!x->session) {
+        char env_in[PATH_MAX + 96], env_out[PATH_MAX + 96], env_region[192];
+        char **env = calloc(x->o.n_env + 3, sizeof(char *));
+        char **argv = make_argv(x, NULL);
+        fa_trainer_session_opts so;
+        size_t n = 0;
+
+        if (!env || !argv) {
+            free(env);
+            free_argv(argv, x->o.argc);
+            return fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
+        }
+        /* the paths are the same every round: also in the environment */
+        snprintf(env_in, sizeof(env_in), "FEDAGG_INPUT=%s", x->in_path);
+        snprintf(env_out, sizeof(env_out), "FEDAGG_OUTPUT=%s", x->out_path);
+        env[n++] = env_in;
+        env[n++] = env_out;
+        if (x->o.region) {
+            snprintf(env_region, sizeof(env_region), "FEDAGG_REGION=%s", x->o.region);
+            env[n++] = env_region;
+        }
+        for (size_t i = 0; i < x->o.n_env; i++)
+            env[n++] = (char *)x->o.env[i];
+        memset(&so, 0, sizeof(so));
+        so.argv = argv;
+        so.env = env;
+        so.n_env = n;
+        so.workdir = x->o.workdir ? x->o.workdir : x->scratch;
+        so.scratch_dir = x->scratch;
+        so.log_path = x->log_path;
+        so.start_timeout_s = x->o.start_timeout_s;
+        so.timeout_s = x->o.timeout_s;
+        so.kill_grace_ms = x->o.kill_grace_ms;
+        so.cancel = x->o.cancel;
+        rc = fa_trainer_session_new(&x->session, &so, err); /* copies */
+        free(env);
+        free_argv(argv, x->o.argc);
+        if (rc != 0)
+            return rc;
+    }
+    memset(&msg, 0, sizeof(msg));
+    msg.task = task;
+    msg.round = m->round;
+    msg.version = m->version;
+    msg.region = x->o.region;
+    msg.input = x->in_path;
+    msg.output = !strcmp(task, "train") ? x->out_path : NULL;
+    rc = fa_trainer_session_round(x->session, &msg, &res->r, err);
+    res->seconds = fa_trainer_now_s() - t0;
+    return rc;
+}
+
+/* Writes the input and runs task; for one-shot the results file is read. */
+static int run_task(fa_external_trainer *x, const char *task, const fa_external_model *m,
+                    fa_external_result *res, fa_tensors **lt, fa_error *err)
+{
+    fa_safetensors *local = NULL;
+    int rc, present = 0;
+
+    if (!m || !m->table || !m->st || (!m->fed && fa_tensors_fed_numel(m->table) > 0))
+        return fa_errorf(err, FA_ERR_INVAL, "external trainer: no model");
+    if ((rc = prepare_scratch(x, err)) != 0)
+        return rc;
+    if ((rc = fa_local_tensors_table(lt, m->table, err)) != 0)
+        return rc;
+    fa_local_tensors_open(&local, x->o.local_path, *lt);
+    rc = write_input(x, m, local, err);
+    fa_st_del(local);
+    if (rc != 0)
+        return rc;
+    if (x->o.long_lived)
+        return run_session(x, task, m, res, err);
+    rc = run_once(x, task, m, res, err);
+    if (rc == 0)
+        rc = read_results(x, &res->r, &present, err);
+    return rc;
+}
+
+int fa_external_trainer_train(fa_external_trainer *x, const fa_external_model *m, float *delta,
+                              fa_external_result *res, fa_error *err)
+{
     fa_external_result local;
+    fa_tensors *lt = NULL;
+    fa_safetensors *out = NULL;
+    float *updated = NULL;
+    size_t d;
     int rc;
 
     if (!res)
         res = &local;
     memset(res, 0, sizeof(*res));
+    fa_trainer_result_init(&res->r);
     res->exit_status = -1;
-    if (!o || !l || !global || !delta)
+    if (!x || !delta)
         return fa_errorf(err, FA_ERR_INVAL, "external trainer: NULL argument");
-    if (!o->argv || o->argc == 0 || !o->argv[0] || !o->argv[0][0])
-        return fa_errorf(err, FA_ERR_INVAL, "trainer.external.command is empty");
-    if (o->timeout_s == 0)
-        return fa_errorf(err, FA_ERR_INVAL, "trainer.external.timeout_s must be at least 1");
-    if (!o->scratch_dir || !o->scratch_dir[0])
-        return fa_errorf(err, FA_ERR_INVAL, "external trainer: no scratch directory");
-    for (size_t i = 0; i < o->n_env; i++) {
-        rc = check_env_entry(o->env[i], i, err);
-        if (rc != 0)
-            return rc;
-    }
-
-    rc = fa_file_mkdirs(o->scratch_dir, 0700, err);
+    rc = run_task(x, "train", m, res, &lt, err);
     if (rc != 0)
-        return rc;
-    if (!realpath(o->scratch_dir, scratch))
-        return fa_errorf(err, FA_ERR_IO, "external trainer: %s: %s", o->scratch_dir,
-                         strerror(errno));
-    snprintf(in_path, sizeof(in_path), "%s/" EXT_INPUT, scratch);
-    snprintf(out_path, sizeof(out_path), "%s/" EXT_OUTPUT, scratch);
-    snprintf(log_path, sizeof(log_path), "%s/" EXT_LOG, scratch);
-
-    /* A stale output from an earlier round must never pass for this one. */
-    if (unlink(out_path) != 0 && errno != ENOENT)
-        return fa_errorf(err, FA_ERR_IO, "external trainer: cannot remove stale %s: %s", out_path,
-                         strerror(errno));
-
-    snprintf(round_s, sizeof(round_s), "%llu", (unsigned long long)o->round);
-    meta[n_meta++] = "fedagg.round";
-    meta[n_meta++] = round_s;
-    if (o->region) {
-        snprintf(region_s, sizeof(region_s), "%s", o->region);
-        meta[n_meta++] = "fedagg.region";
-        meta[n_meta++] = region_s;
-    }
-    rc = fa_mlp_save(in_path, 0600, l, global, meta, n_meta / 2, err);
-    if (rc != 0) {
-        fa_error_prefix(err, rc, "external trainer: writing the global weights");
-        return rc;
-    }
-
-    argv = calloc(o->argc + 1, sizeof(char *));
-    updated = malloc(l->n_params * sizeof(float));
-    if (!argv || !updated) {
+        goto out;
+    d = (size_t)fa_tensors_fed_numel(m->table);
+    updated = malloc(d ? d * sizeof(float) : 1);
+    if (!updated) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
         goto out;
     }
-    for (size_t i = 0; i < o->argc; i++) {
-        argv[i] = substitute(o->argv[i] ? o->argv[i] : "", in_path, out_path);
-        if (!argv[i]) {
-            rc = fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
+    if ((rc = read_output(x, m->table, updated, &out, err)) != 0)
+        goto out;
+    if (res->r.num_examples == 0) {
+        const char *ne = fa_st_metadata_get(out, "num_examples");
+        if (!ne) {
+            rc = fa_errorf(err, FA_ERR_NOTFOUND,
+                           "external trainer: no num_examples (the examples this round trained "
+                           "on), neither in the results file %s nor in the output's "
+                           "__metadata__",
+                           x->res_path);
+            goto out;
+        }
+        if (parse_count(ne, &res->r.num_examples) != 0) {
+            rc = fa_errorf(err, FA_ERR_PARSE,
+                           "external trainer output %s: __metadata__ num_examples \"%.40s\" is "
+                           "not a positive decimal integer",
+                           x->out_path, ne);
             goto out;
         }
     }
-    snprintf(env_in, sizeof(env_in), "FEDAGG_INPUT=%s", in_path);
-    snprintf(env_out, sizeof(env_out), "FEDAGG_OUTPUT=%s", out_path);
-    snprintf(env_round, sizeof(env_round), "FEDAGG_ROUND=%s", round_s);
-    ours[n_ours++] = env_in;
-    ours[n_ours++] = env_out;
-    ours[n_ours++] = env_round;
-    if (o->region) {
-        snprintf(env_region, sizeof(env_region), "FEDAGG_REGION=%s", o->region);
-        ours[n_ours++] = env_region;
+    for (size_t i = 0; i < d; i++)
+        delta[i] = updated[i] - m->fed[i];
+    if (lt && x->o.local_path) {
+        fa_error e;
+        fa_error_clear(&e);
+        /* FedBN: this region's own statistics go into its next round */
+        if (fa_tensors_save(x->o.local_path, 0600, lt, NULL, 0, out, 0, NULL, 0, &e) != 0) {
+            char q[600];
+            fa_log_warn("cannot keep the region's local tensors; the next round gets the "
+                        "published ones",
+                        "file=%s error=%s", x->o.local_path,
+                        fa_log_quote(q, sizeof(q), fa_error_msg(&e, e.code)));
+        }
     }
-    envp = build_env(o, ours, n_ours);
-    if (!envp) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
-        goto out;
-    }
-
-    rc = run_command(o, argv, envp, log_path, o->workdir ? o->workdir : scratch, res, err);
-    if (rc != 0)
-        goto out;
-    rc = read_output(out_path, l, updated, &res->num_examples, err);
-    if (rc != 0)
-        goto out;
-    for (size_t i = 0; i < l->n_params; i++)
-        delta[i] = updated[i] - global[i];
-    fa_log_info("external trainer finished", "seconds=%.3f num_examples=%llu", res->seconds,
-                (unsigned long long)res->num_examples);
+    fa_log_info("external trainer finished", "seconds=%.3f num_examples=%" PRIu64, res->seconds,
+                res->r.num_examples);
 out:
-    if (argv)
-        for (size_t i = 0; i < o->argc; i++)
-            free(argv[i]);
-    free(argv);
-    free(envp);
+    fa_st_del(out);
+    fa_tensors_del(lt);
     free(updated);
     return rc;
+}
+
+int fa_external_trainer_evaluate(fa_external_trainer *x, const fa_external_model *m,
+                                 fa_external_result *res, fa_error *err)
+{
+    fa_external_result local;
+    fa_tensors *lt = NULL;
+    int rc;
+
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof(*res));
+    fa_trainer_result_init(&res->r);
+    res->exit_status = -1;
+    if (!x)
+        return fa_errorf(err, FA_ERR_INVAL, "external trainer: NULL argument");
+    rc = run_task(x, "evaluate", m, res, &lt, err);
+    fa_tensors_del(lt);
+    if (rc == 0 && !res->r.eval.present)
+        rc = fa_errorf(err, FA_ERR_NOTFOUND,
+                       "external trainer: the evaluate task reported no \"eval\" (one-shot: in "
+                       "FEDAGG_RESULT; long-lived: in the done message)");
+    return rc;
+}
+
+long fa_external_trainer_pid(const fa_external_trainer *x)
+{
+    long pid = x && x->session ? fa_trainer_session_pid(x->session) : -1;
+    return pid > 0 ? pid : 0;
 }

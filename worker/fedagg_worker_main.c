@@ -4,10 +4,19 @@
  *   mpirun -np G fedagg-worker --config worker.textproto    (G local ranks)
  *
  * Rank 0 leads: it follows the federation over HTTP/3, downloads each new
- * global model, has every rank train one local round on the region's shard
- * (data-parallel, gradients all-reduced through the configured compressor),
- * and takes part in the secure-aggregation round with the resulting delta.
- * The other ranks only train.  The region's data never leaves this process.
+ * global model (any safetensors state_dict, described by its tensor table,
+ * model/tensors.h, whose digest must be the one the federation announces),
+ * has the region's trainer train one local round, and takes part in the
+ * secure-aggregation round with the resulting delta of the federated
+ * tensors (float32, bounded and scaled by the per-tensor ranges,
+ * worker/quantize.h).  The trainer is the built-in MLP, on every rank
+ * (data-parallel, gradients all-reduced through the configured compressor;
+ * the other ranks only train), or the user's command
+ * (worker/external_trainer.h: one-shot, long-lived, torchrun).  With
+ * federated_evaluation each new global model is evaluated on the region's
+ * held-out data and a signed report sent (worker/eval_report.h); the
+ * metrics_file is rewritten after every round (worker/worker_metrics.h).
+ * The region's data never leaves this process or its trainer.
  *
  * Progress goes to stderr as one logfmt line per event.  The worker exits 0
  * when the federation has finished (or after `rounds` rounds), 1 on a fatal
@@ -21,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include "common/fa_daemon.h"
@@ -28,24 +38,34 @@
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 #include "model/mlp.h"
+#include "model/tensors.h"
 #include "model/train.h"
 #include "proto/config_check.h"
 #include "worker/comm.h"
 #include "worker/compress.h"
 #include "worker/data.h"
+#include "worker/builtin_model.h"
 #include "worker/external_trainer.h"
 #include "worker/local_round.h"
+#include "worker/local_tensors.h"
+#include "worker/quantize.h"
 #include "worker/round_client.h"
+#include "worker/worker_metrics.h"
 
 enum { CMD_STOP = 0, CMD_TRAIN = 1 };
 
 static volatile sig_atomic_t stop_requested;
 /* Set while rank 0 blocks on the network (a long-poll can last minutes). */
 static volatile sig_atomic_t in_network_wait;
+/* The process group of a running long-lived trainer, 0 when none. */
+static volatile sig_atomic_t trainer_pgid;
 
 /* SIGTERM/SIGINT: stop at the next step; or, in a network wait, at once.
  * Exiting there is safe: an attempt's state is saved (atomically) before
- * its first masked byte, so a restarted worker resumes it. */
+ * its first masked byte, so a restarted worker resumes it.  A long-lived
+ * trainer (idle then) gets SIGTERM on the way out rather than outlive us.
+ * Otherwise an external trainer is stopped by its own wait loop, which
+ * watches stop_requested. */
 static void on_signal(int sig)
 {
     static const char msg[] =
@@ -55,6 +75,8 @@ static void on_signal(int sig)
     if (in_network_wait) {
         ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
         (void)w;
+        if (trainer_pgid > 0)
+            kill(-(pid_t)trainer_pgid, SIGTERM);
         _exit(0);
     }
 }
@@ -91,19 +113,43 @@ struct worker {
     int rank, world;
     fa_data shard, test;
     int have_test;
+    int local_keep; /* LOCAL_KEEP: the region's own non-federated tensors carry over */
+    char model_path[4096], local_path[4096];
+
+    /* The global model (rank 0): the file, its table and federated vector. */
+    fa_safetensors *global_st;
+    fa_tensors *table;
+    float *global_fed; /* (d) */
+    float *delta;      /* (d) the update as handed to the round client (scaled when per_tensor) */
+    size_t d;
+    uint8_t global_sha[32];
+    uint64_t have_version;  /* version of the global model; UINT64_MAX: none */
+    uint64_t delta_version; /* version `delta` was trained from; UINT64_MAX: none */
+    unsigned mismatches;    /* downloads in a row whose table the federation did not announce */
+    int load_fatal;         /* load_global's error is one no retry fixes */
+    uint64_t n_examples;
+    double local_loss;
+
+    /* The built-in trainer: the MLP, matched to the table by name. */
     fa_mlp *net;
     fa_mlp_layout layout;
+    fa_builtin_map map; /* rank 0 */
+    float *params;      /* (n_params) rank 0: the global model as the network's block */
+    float *pdelta;      /* (n_params) rank 0: the trained change of it */
     fa_local_round *lr;
     fa_train_opts topts;
     uint64_t base_seed; /* the config's seed; each round shuffles with base_seed + version */
+
+    /* An external trainer. */
     int external;
     fa_external_opts xopts;
+    fa_external_trainer *xt;
+
     fa_round_client *rc;
-    float *global, *delta;
-    uint64_t have_version;  /* version of `global`; UINT64_MAX: none */
-    uint64_t delta_version; /* version `delta` was trained from; UINT64_MAX: none */
-    uint64_t n_examples;
-    double local_loss;
+    uint64_t
+        evaluated_version; /* last version evaluated (federated evaluation); UINT64_MAX: none */
+    fa_worker_metrics metrics;
+    int metrics_warned;
 };
 
 static int log_err(const char *msg, int rc, const fa_error *err)
@@ -113,29 +159,144 @@ static int log_err(const char *msg, int rc, const fa_error *err)
     return rc;
 }
 
-/* Rank 0: loads the downloaded model; the first one fixes the architecture,
- * which is broadcast so every rank can build the same network. */
-static int load_global(struct worker *w, const char *path, fa_error *err)
+static void log_warn(const char *msg, int rc, const fa_error *err)
 {
-    fa_safetensors *st = NULL;
-    fa_mlp_config mc;
-    int rc = fa_st_open(&st, path, err);
-    if (rc != 0)
-        return rc;
-    rc = fa_mlp_config_from_st(st, &mc, err);
-    if (rc == 0 && w->net && memcmp(&mc, &fa_mlp_layout_of(w->net)->config, sizeof(mc)) != 0)
-        rc = fa_errorf(err, FA_ERR_INVAL, "the global model's architecture changed");
-    if (rc == 0 && !w->global) {
-        rc = fa_mlp_layout_init(&w->layout, &mc, err);
-        if (rc == 0) {
-            w->global = malloc(w->layout.n_params * sizeof(float));
-            w->delta = malloc(w->layout.n_params * sizeof(float));
-            if (!w->global || !w->delta)
-                rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        }
+    char q[600];
+    fa_log(FA_LOG_WARN, msg, "error=%s", fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
+}
+
+static void hex32(char out[65], const uint8_t b[32])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
     }
-    if (rc == 0)
-        rc = fa_mlp_load_st(st, &w->layout, w->global, err);
+    out[64] = '\0';
+}
+
+/* The metrics file, after every round (and at the start). */
+static void write_metrics(struct worker *w)
+{
+    fa_error e;
+    int rc;
+    if (!w->cfg->metrics_file || !w->cfg->metrics_file[0])
+        return;
+    fa_error_clear(&e);
+    w->metrics.model_version = w->have_version == UINT64_MAX ? NAN : (double)w->have_version;
+    rc = fa_worker_metrics_write(w->cfg->metrics_file, &w->metrics, w->cfg->region_id, &e);
+    if (rc != 0 && !w->metrics_warned) {
+        log_warn("cannot write the metrics file (warned once)", rc, &e);
+        w->metrics_warned = 1;
+    }
+}
+
+/* Rank 0: checks that the downloaded model is the federation's (its tensor
+ * table has the announced digest), then makes it the global model: the
+ * table, the federated vector and, for the built-in trainer, the network's
+ * parameter block (the first model also fixes the architecture, which is
+ * broadcast so every rank can build the same network). */
+static int load_global(struct worker *w, const char *path, const Fedagg__FederationInfo *info,
+                       fa_error *err)
+{
+    fa_safetensors *st = NULL, *local = NULL;
+    fa_tensors *t = NULL, *lt = NULL;
+    uint8_t dig[32];
+    size_t d;
+    int rc;
+
+    w->load_fatal = 0;
+    if ((rc = fa_st_open(&st, path, err)) != 0)
+        return rc;
+    if ((rc = fa_tensors_from_st(&t, st, err)) != 0) {
+        fa_error_prefix(err, rc, "the global model");
+        goto out;
+    }
+    if ((rc = fa_tensors_digest(t, dig, err)) != 0)
+        goto out;
+    d = (size_t)fa_tensors_fed_numel(t);
+    if (info->tensor_table_digest.len != 32 ||
+        sodium_memcmp(info->tensor_table_digest.data, dig, 32) != 0 ||
+        (uint64_t)d != info->num_params ||
+        (info->num_tensors && info->num_tensors != fa_tensors_count(t))) {
+        char a[65], b[65] = "(none)";
+        hex32(a, dig);
+        if (info->tensor_table_digest.len == 32)
+            hex32(b, info->tensor_table_digest.data);
+        rc = fa_errorf(err, FA_ERR_PROTOCOL,
+                       "the model's tensor table does not match the federation's: the file has "
+                       "%zu tensors, %zu federated coordinates, table digest %.16s...; the "
+                       "federation announces %" PRIu64 " tensors, %" PRIu64
+                       " coordinates, digest %.16s...",
+                       fa_tensors_count(t), d, a, info->num_tensors, info->num_params, b);
+        /* once may be a race with a restarted aggregator; twice is not */
+        w->load_fatal = ++w->mismatches >= 2;
+        goto out;
+    }
+    if (d != w->d || !w->global_fed) {
+        float *g = realloc(w->global_fed, (d ? d : 1) * sizeof(float));
+        float *dl = g ? realloc(w->delta, (d ? d : 1) * sizeof(float)) : NULL;
+        if (g)
+            w->global_fed = g;
+        if (dl)
+            w->delta = dl;
+        if (!g || !dl) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory for a model of %zu coordinates", d);
+            goto out;
+        }
+        w->d = d;
+        w->delta_version = UINT64_MAX;
+    }
+    rc = fa_tensors_read_fed(t, st, w->global_fed, d, 1, "the global model", err);
+    if (rc != 0)
+        goto out;
+
+    if (!w->external) {
+        fa_mlp_config mc;
+        if ((rc = fa_builtin_config(st, &mc, err)) != 0) {
+            w->load_fatal = rc == FA_ERR_UNSUPPORTED;
+            goto out;
+        }
+        if (w->net && memcmp(&mc, &fa_mlp_layout_of(w->net)->config, sizeof(mc)) != 0) {
+            char a[128], b[128];
+            rc = fa_errorf(err, FA_ERR_INVAL,
+                           "the global model's architecture changed from %s to %s",
+                           fa_mlp_config_str(&fa_mlp_layout_of(w->net)->config, a, sizeof(a)),
+                           fa_mlp_config_str(&mc, b, sizeof(b)));
+            w->load_fatal = 1;
+            goto out;
+        }
+        if (!w->params) {
+            if ((rc = fa_mlp_layout_init(&w->layout, &mc, err)) != 0)
+                goto out;
+            w->params = malloc(w->layout.n_params * sizeof(float));
+            w->pdelta = malloc(w->layout.n_params * sizeof(float));
+            if (!w->params || !w->pdelta) {
+                rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+        }
+        if ((rc = fa_builtin_map_init(&w->map, &w->layout, t, err)) != 0) {
+            w->load_fatal = 1;
+            goto out;
+        }
+        if (w->local_keep && (rc = fa_local_tensors_table(&lt, t, err)) != 0)
+            goto out;
+        fa_local_tensors_open(&local, w->local_path, lt);
+        rc = fa_builtin_load(&w->map, t, w->global_fed, st, local, w->params, err);
+        if (rc != 0)
+            goto out;
+    }
+    fa_st_del(w->global_st);
+    fa_tensors_del(w->table);
+    w->global_st = st;
+    w->table = t;
+    st = NULL;
+    t = NULL;
+out:
+    fa_st_del(local);
+    fa_tensors_del(lt);
+    fa_tensors_del(t);
     fa_st_del(st);
     return rc;
 }
@@ -173,34 +334,122 @@ static int build_network(struct worker *w, fa_error *err)
     return fa_local_round_new(&w->lr, w->comm, w->net, &cc, err);
 }
 
-/* Collective: one local round; rank 0 gets the delta. */
-static int train(struct worker *w, fa_error *err)
+/* The global model as the external trainer sees it. */
+static void external_model(const struct worker *w, uint64_t round, fa_external_model *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->table = w->table;
+    m->st = w->global_st;
+    m->fed = w->global_fed;
+    m->version = w->have_version;
+    m->round = round;
+}
+
+/* Rank 0: sends a federated-evaluation report; a refusal is logged and
+ * dropped. */
+static void post_eval(struct worker *w, uint64_t version, uint64_t n, double loss, double accuracy,
+                      const fa_trainer_metrics *m)
+{
+    const char *names[FA_TRAINER_MAX_METRICS];
+    fa_error e;
+    int rc;
+
+    w->evaluated_version = version;
+    w->metrics.eval_accuracy = accuracy;
+    w->metrics.eval_loss = loss;
+    if (!w->cfg->federated_evaluation)
+        return;
+    for (size_t i = 0; m && i < m->n; i++)
+        names[i] = m->names[i];
+    fa_error_clear(&e);
+    NETWORK_WAIT(fa_round_client_post_eval(w->rc, version, w->global_sha, n, loss, accuracy, names,
+                                           m ? m->values : NULL, m ? m->n : 0, &e));
+    if (rc == 0)
+        fa_log(FA_LOG_INFO, "evaluation report sent",
+               "version=%" PRIu64 " examples=%" PRIu64 " accuracy=%.4f loss=%.4f", version, n,
+               accuracy, loss);
+    else
+        log_warn("evaluation report not accepted; dropped", rc, &e);
+}
+
+/* Rank 0, built-in trainer: evaluates the global model on the local test
+ * set (and reports it).  Returns 0 when it was evaluated. */
+static int evaluate_builtin(struct worker *w, uint64_t version)
+{
+    fa_mlp_eval ev;
+    fa_error err;
+    int rc;
+    if (!w->have_test) {
+        if (w->cfg->federated_evaluation && w->evaluated_version != version)
+            fa_log(FA_LOG_INFO, "no test set (data.test_images): no federated evaluation",
+                   "version=%" PRIu64, version);
+        w->evaluated_version = version;
+        return FA_ERR_NOTFOUND;
+    }
+    if (!w->net)
+        return FA_ERR_STATE;
+    fa_error_clear(&err);
+    if ((rc = fa_mlp_set_params(w->net, w->params, &err)) != 0 ||
+        (rc = fa_mlp_evaluate(w->net, &w->test.ds, &ev, &err)) != 0) {
+        log_warn("cannot evaluate the global model on the local test set", rc, &err);
+        return rc;
+    }
+    fa_log(FA_LOG_INFO, "global model evaluated on the local test set",
+           "version=%" PRIu64 " accuracy=%.4f loss=%.4f", version, ev.accuracy, ev.mean_loss);
+    post_eval(w, version, ev.n, ev.mean_loss, ev.accuracy, NULL);
+    return 0;
+}
+
+/* Collective: one local round; rank 0 gets the federated delta. */
+static int train(struct worker *w, uint64_t round, fa_error *err)
 {
     fa_local_round_result res;
     int rc;
 
     if (w->external) {
         fa_external_result xr;
-        rc = fa_external_round(&w->xopts, &w->layout, w->global, w->delta, &xr, err);
-        if (rc == 0) {
-            w->n_examples = xr.num_examples;
-            w->local_loss = NAN;
-            fa_log(FA_LOG_INFO, "external trainer finished", "examples=%" PRIu64 " seconds=%.2f",
-                   xr.num_examples, xr.seconds);
-        }
-        return rc;
+        fa_external_model m;
+        external_model(w, round, &m);
+        rc = fa_external_trainer_train(w->xt, &m, w->delta, &xr, err);
+        trainer_pgid = (sig_atomic_t)fa_external_trainer_pid(w->xt);
+        if (rc != 0)
+            return rc;
+        w->n_examples = xr.r.num_examples;
+        w->local_loss = fa_trainer_metric(&xr.r.metrics, "loss");
+        if (xr.r.eval.present)
+            post_eval(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss,
+                      xr.r.eval.accuracy, &xr.r.eval.metrics);
+        else if (w->cfg->federated_evaluation)
+            fa_log(FA_LOG_DEBUG, "the external trainer reported no evaluation", "version=%" PRIu64,
+                   w->have_version);
+        return 0;
     }
-    rc = fa_local_round_run(w->lr, w->rank == 0 ? w->global : NULL, &w->shard.ds, &w->topts,
-                            w->rank == 0 ? w->delta : NULL, &res, err);
+    rc = fa_local_round_run(w->lr, w->rank == 0 ? w->params : NULL, &w->shard.ds, &w->topts,
+                            w->rank == 0 ? w->pdelta : NULL, &res, err);
     if (rc != 0)
         return rc;
     w->n_examples = res.num_examples;
     w->local_loss = res.mean_loss;
-    if (w->rank == 0)
-        fa_log(FA_LOG_INFO, "local round trained",
-               "ranks=%d steps=%" PRIu64 " examples=%" PRIu64 " loss=%.4f allreduce_bytes=%" PRIu64
-               " seconds=%.2f",
-               w->world, res.steps, res.num_examples, res.mean_loss, res.wire_bytes, res.seconds);
+    if (w->rank != 0)
+        return 0;
+    fa_builtin_fed_delta(&w->map, w->pdelta, w->delta);
+    if (w->local_keep && fa_tensors_fed_count(w->table) < fa_tensors_count(w->table)) {
+        /* the trained values of the tensors that are not federated stay
+         * with the region (written into pdelta: it is not needed again) */
+        fa_error e;
+        fa_error_clear(&e);
+        for (size_t i = 0; i < w->layout.n_params; i++)
+            w->pdelta[i] += w->params[i];
+        rc = fa_builtin_save_local(&w->map, w->table, w->pdelta, w->local_path, &e);
+        if (rc != 0)
+            log_warn("cannot keep the region's local tensors; the next round gets the published "
+                     "ones",
+                     rc, &e);
+    }
+    fa_log(FA_LOG_INFO, "local round trained",
+           "ranks=%d steps=%" PRIu64 " examples=%" PRIu64 " loss=%.4f allreduce_bytes=%" PRIu64
+           " seconds=%.2f",
+           w->world, res.steps, res.num_examples, res.mean_loss, res.wire_bytes, res.seconds);
     return 0;
 }
 
@@ -217,7 +466,7 @@ static int follower_loop(struct worker *w, fa_error *err)
             return 0;
         if (!w->net && (rc = build_network(w, err)) != 0)
             return rc;
-        rc = train(w, err);
+        rc = train(w, 0, err);
         if (rc != 0)
             return rc;
     }
@@ -233,34 +482,107 @@ static int command(struct worker *w, uint64_t cmd, fa_error *err)
     return fa_comm_bcast(w->comm, msg, sizeof(msg), 0, err);
 }
 
-static void evaluate_local(struct worker *w, uint64_t version)
+/* Rank 0: downloads the current global model when it is not the one held. */
+static int get_global(struct worker *w, const Fedagg__FederationInfo *info, fa_error *err)
 {
-    fa_mlp_eval ev;
+    uint64_t v;
+    uint8_t sha[32];
+    int rc;
+
+    if (info->model_version == w->have_version)
+        return 0;
+    NETWORK_WAIT(fa_round_client_fetch_model(w->rc, w->model_path, &v, sha, err));
+    if (rc == 0)
+        rc = load_global(w, w->model_path, info, err);
+    if (rc != 0)
+        return rc;
+    w->have_version = v;
+    memcpy(w->global_sha, sha, 32);
+    w->mismatches = 0;
+    return 0;
+}
+
+/* Rank 0, at the end: the final model is evaluated too, when it was not
+ * yet and the aggregator still answers (it drains for a few seconds).
+ * Best effort: nothing here stops the worker with an error. */
+static void final_evaluation(struct worker *w, const Fedagg__FederationInfo *info)
+{
     fa_error err;
-    if (!w->have_test || !w->net)
+    int rc;
+
+    if (!w->cfg->federated_evaluation || w->evaluated_version == info->model_version ||
+        stop_requested)
         return;
+    if (!w->external && (!w->have_test || !w->net)) {
+        if (!w->have_test)
+            fa_log(FA_LOG_INFO, "no test set (data.test_images): no federated evaluation",
+                   "version=%" PRIu64, info->model_version);
+        return;
+    }
     fa_error_clear(&err);
-    if (fa_mlp_set_params(w->net, w->global, &err) == 0 &&
-        fa_mlp_evaluate(w->net, &w->test.ds, &ev, &err) == 0)
-        fa_log(FA_LOG_INFO, "global model evaluated on the local test set",
-               "version=%" PRIu64 " accuracy=%.4f loss=%.4f", version, ev.accuracy, ev.mean_loss);
+    if ((rc = get_global(w, info, &err)) != 0) {
+        log_warn("cannot get the final model to evaluate it", rc, &err);
+        return;
+    }
+    if (!w->external) {
+        evaluate_builtin(w, w->have_version);
+        return;
+    }
+    {
+        fa_external_result xr;
+        fa_external_model m;
+        external_model(w, info->round, &m);
+        rc = fa_external_trainer_evaluate(w->xt, &m, &xr, &err);
+        trainer_pgid = (sig_atomic_t)fa_external_trainer_pid(w->xt);
+        if (rc != 0) {
+            log_warn("the external trainer could not evaluate the final model", rc, &err);
+            return;
+        }
+        fa_log(FA_LOG_INFO, "final model evaluated by the external trainer",
+               "version=%" PRIu64 " examples=%" PRIu64 " accuracy=%.4f loss=%.4f", w->have_version,
+               xr.r.eval.num_examples, xr.r.eval.accuracy, xr.r.eval.loss);
+        post_eval(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss, xr.r.eval.accuracy,
+                  &xr.r.eval.metrics);
+    }
+}
+
+/* Rank 0: the trained delta made ready for the codec (quantize.h), logged
+ * and counted.  Returns 0 or the error that makes the region skip. */
+static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_error *err)
+{
+    fa_quantize_params qp;
+    fa_quantize_stats qs;
+    int rc = fa_quantize_params_from_proto(&qp, info->quant, err);
+    if (rc == 0)
+        rc = fa_quantize_prepare(w->delta, w->d, w->table, &qp, &qs, err);
+    if (rc != 0)
+        return rc;
+    fa_log(FA_LOG_INFO, "update quantised",
+           "version=%" PRIu64 " per_tensor=%d coordinates=%zu l2_norm=%.6g l2_scale=%.6g "
+           "clipped_coords=%" PRIu64 " clipped_fraction=%.6f worst_tensor=%s "
+           "worst_tensor_clipped=%" PRIu64 "/%" PRIu64,
+           w->delta_version, qp.per_tensor, w->d, qs.l2_norm, qs.l2_scale, qs.clipped_coords,
+           qs.clipped_fraction, qs.worst_tensor ? qs.worst_tensor : "-", qs.worst_clipped,
+           qs.worst_numel);
+    w->metrics.clipped_fraction = qs.clipped_fraction;
+    w->metrics.clipped_coordinates = (double)qs.clipped_coords;
+    w->metrics.update_l2_norm = qs.l2_norm;
+    return 0;
 }
 
 /* Rank 0: follows the federation until it finishes. */
 static int leader_loop(struct worker *w, fa_error *err)
 {
-    char model_path[4096];
     uint64_t rounds_done = 0, last_round = UINT64_MAX;
     uint32_t last_attempt = UINT32_MAX;
     unsigned failures = 0;
     int rc;
 
-    snprintf(model_path, sizeof(model_path), "%s/global.safetensors", w->cfg->state_dir);
+    write_metrics(w);
     while (!stop_requested) {
         Fedagg__FederationInfo *info = NULL;
         fa_round_outcome out;
         double weight;
-        uint8_t sha[32];
 
         NETWORK_WAIT(fa_round_client_info(w->rc, 10u * 60u * 1000u, &info, err));
         if (rc != 0)
@@ -268,6 +590,8 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (info->finished) {
             fa_log(FA_LOG_INFO, "the federation has finished", "version=%" PRIu64,
                    info->model_version);
+            final_evaluation(w, info);
+            write_metrics(w);
             fedagg__federation_info__free_unpacked(info, NULL);
             return 0;
         }
@@ -291,45 +615,59 @@ static int leader_loop(struct worker *w, fa_error *err)
             sleep_ms(500);
             continue;
         }
-        if (info->model_version != w->have_version) {
-            uint64_t v;
-            NETWORK_WAIT(fa_round_client_fetch_model(w->rc, model_path, &v, sha, err));
-            if (rc == 0)
-                rc = load_global(w, model_path, err);
-            if (rc != 0) {
-                fedagg__federation_info__free_unpacked(info, NULL);
-                log_err("cannot get the global model; retrying", rc, err);
-                sleep_ms(2000);
-                continue;
-            }
-            w->have_version = v;
+        rc = get_global(w, info, err);
+        if (rc != 0 && w->load_fatal) {
+            /* the built-in trainer cannot train this model, or the
+             * federation keeps serving a model it did not announce: the
+             * region never trains on it */
+            fedagg__federation_info__free_unpacked(info, NULL);
+            return rc;
         }
+        if (rc != 0) {
+            fedagg__federation_info__free_unpacked(info, NULL);
+            log_err("cannot get the global model; retrying", rc, err);
+            sleep_ms(2000);
+            continue;
+        }
+        w->metrics.model_version = (double)w->have_version;
         if (w->delta_version != w->have_version) {
             /* Every rank trains: the first time they also build the network
              * from the architecture of the downloaded model. */
             /* A new shuffle every round, the same on every rank. */
             w->topts.seed = w->base_seed + w->have_version;
             rc = command(w, CMD_TRAIN, err);
-            if (rc == 0 && !w->net)
+            if (rc == 0 && !w->external && !w->net)
                 rc = build_network(w, err);
             if (rc != 0) {
                 fedagg__federation_info__free_unpacked(info, NULL);
                 return rc;
             }
-            evaluate_local(w, w->have_version);
-            rc = train(w, err);
+            if (!w->external && w->evaluated_version != w->have_version)
+                evaluate_builtin(w, w->have_version);
+            rc = train(w, info->round, err);
+            if (rc == 0)
+                w->metrics.local_loss = w->local_loss;
+            if (rc == 0) {
+                w->delta_version = w->have_version;
+                rc = quantise(w, info, err);
+                if (rc != 0)
+                    w->delta_version = UINT64_MAX;
+            }
             if (rc != 0) {
                 fedagg__federation_info__free_unpacked(info, NULL);
                 if (rc == FA_ERR_MPI || rc == FA_ERR_NCCL)
                     return rc;
+                if (rc == FA_ERR_CANCELLED)
+                    return 0; /* a signal: main says so */
                 /* A failed round (external trainer error, diverged delta):
                  * skip it for this region rather than send garbage. */
                 log_err("local round failed; this region skips the round", rc, err);
+                w->metrics.round_failures_total++;
+                write_metrics(w);
                 last_round = info->round;
                 last_attempt = info->attempt;
                 continue;
             }
-            w->delta_version = w->have_version;
         }
         if (info->model_version != w->delta_version) {
             fedagg__federation_info__free_unpacked(info, NULL);
@@ -338,14 +676,17 @@ static int leader_loop(struct worker *w, fa_error *err)
         weight = (double)(w->n_examples < info->quant->max_examples ? w->n_examples
                                                                     : info->quant->max_examples) /
                  (double)(info->quant->max_examples ? info->quant->max_examples : 1);
-        NETWORK_WAIT(
-            fa_round_client_run(w->rc, info, w->delta, w->layout.n_params, weight, &out, err));
+        NETWORK_WAIT(fa_round_client_run(w->rc, info, w->delta, w->d, weight, &out, err));
     ran:
         last_round = info->round;
         last_attempt = info->attempt;
+        w->metrics.bytes_up_total += out.bytes_up;
+        w->metrics.bytes_down_total += out.bytes_down;
         if (rc == 0) {
             rounds_done++;
             failures = 0;
+            w->metrics.rounds_total++;
+            write_metrics(w);
             fa_log(FA_LOG_INFO, "round done",
                    "round=%" PRIu64 " attempt=%u new_version=%" PRIu64 " survivors=%u "
                    "proof=%s bytes_up=%" PRIu64 " bytes_down=%" PRIu64
@@ -363,6 +704,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             }
         } else if (rc == FA_ERR_REPLAY) {
             char q[600];
+            write_metrics(w);
             fa_log(FA_LOG_INFO, "the federation moved on; resynchronising",
                    "round=%" PRIu64 " attempt=%u reason=%s", info->round, info->attempt,
                    fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
@@ -374,6 +716,8 @@ static int leader_loop(struct worker *w, fa_error *err)
             fedagg__federation_info__free_unpacked(info, NULL);
             return rc;
         } else {
+            w->metrics.round_failures_total++;
+            write_metrics(w);
             log_err("round attempt failed; retrying", rc, err);
             sleep_ms(1000u << (failures < 4 ? failures : 4));
             failures++;
@@ -422,25 +766,39 @@ int main(int argc, char **argv)
     fa_log_set_context(ctx);
     if (rc == 0)
         rc = fa_file_mkdirs(cfg->state_dir, 0700, &err);
-    if (rc == 0)
-        rc = fa_data_load(&w.shard, cfg->data->train_images, cfg->data->train_labels, &err);
-    if (rc == 0 && w.rank == 0 && cfg->data->test_images && cfg->data->test_images[0]) {
-        rc = fa_data_load(&w.test, cfg->data->test_images, cfg->data->test_labels, &err);
-        w.have_test = rc == 0;
-    }
-    if (rc == 0 && cfg->trainer && cfg->trainer->kind_case == FEDAGG__TRAINER__KIND_EXTERNAL) {
-        w.external = 1;
-        if (w.world > 1)
+    w.external = cfg->trainer && cfg->trainer->kind_case == FEDAGG__TRAINER__KIND_EXTERNAL;
+    w.local_keep = cfg->local_tensors == FEDAGG__LOCAL_TENSORS__LOCAL_KEEP;
+    snprintf(w.model_path, sizeof(w.model_path), "%s/global.safetensors", cfg->state_dir);
+    snprintf(w.local_path, sizeof(w.local_path), "%s/" FA_LOCAL_TENSORS_FILE, cfg->state_dir);
+    fa_worker_metrics_init(&w.metrics);
+    w.evaluated_version = UINT64_MAX;
+    if (w.external) {
+        /* an external trainer reads its own data: data.* is not needed */
+        if (rc == 0 && w.world > 1)
             rc = fa_errorf(&err, FA_ERR_INVAL,
                            "an external trainer runs in one process: start the worker without "
-                           "mpirun (or with -np 1)");
-        else
-            rc =
-                fa_external_opts_from_proto(&w.xopts, cfg->trainer->external, cfg->state_dir, &err);
+                           "mpirun (or with -np 1); the trainer's command may be torchrun");
+        if (rc == 0)
+            rc = fa_external_opts_from_proto(&w.xopts, cfg->trainer->external, cfg->state_dir,
+                                             w.local_keep, &err);
         w.xopts.region = cfg->region_id;
-    } else if (rc == 0) {
-        rc = fa_local_round_train_opts_from_proto(
-            &w.topts, cfg->trainer ? cfg->trainer->builtin : NULL, &err);
+        w.xopts.cancel = &stop_requested;
+        if (rc == 0)
+            rc = fa_external_trainer_new(&w.xt, &w.xopts, &err);
+    } else {
+        if (rc == 0 && (!cfg->data || !cfg->data->train_images || !cfg->data->train_images[0]))
+            rc = fa_errorf(&err, FA_ERR_INVAL,
+                           "the built-in trainer needs the region's data: set data.train_images "
+                           "and data.train_labels");
+        if (rc == 0)
+            rc = fa_data_load(&w.shard, cfg->data->train_images, cfg->data->train_labels, &err);
+        if (rc == 0 && w.rank == 0 && cfg->data->test_images && cfg->data->test_images[0]) {
+            rc = fa_data_load(&w.test, cfg->data->test_images, cfg->data->test_labels, &err);
+            w.have_test = rc == 0;
+        }
+        if (rc == 0)
+            rc = fa_local_round_train_opts_from_proto(
+                &w.topts, cfg->trainer ? cfg->trainer->builtin : NULL, &err);
         w.base_seed = w.topts.seed;
     }
     if (rc != 0) {
@@ -450,7 +808,7 @@ int main(int argc, char **argv)
     fa_log(FA_LOG_INFO, "worker started",
            "ranks=%d backend=%s examples=%u aggregator=%s trainer=%s", w.world,
            fa_comm_backend_name(w.comm), w.shard.ds.n, cfg->aggregator,
-           w.external ? "external" : "builtin");
+           w.external ? (w.xopts.long_lived ? "external-long-lived" : "external") : "builtin");
 
     if (w.rank == 0) {
         rc = fa_round_client_new(&w.rc, cfg, &err);
@@ -470,13 +828,19 @@ int main(int argc, char **argv)
     if (stop_requested)
         fa_log(FA_LOG_INFO, "stopped by signal", "signal=%d", (int)stop_requested);
 out:
+    trainer_pgid = 0;
+    fa_external_trainer_del(w.xt); /* a long-lived trainer is shut down */
     fa_round_client_del(w.rc);
     fa_local_round_del(w.lr);
     fa_mlp_del(w.net);
     fa_data_free(&w.shard);
     fa_data_free(&w.test);
-    free(w.global);
+    fa_st_del(w.global_st);
+    fa_tensors_del(w.table);
+    free(w.global_fed);
     free(w.delta);
+    free(w.params);
+    free(w.pdelta);
     fa_comm_del(w.comm);
     fa_comm_finalize();
     if (cfg)
