@@ -12,7 +12,8 @@ stream socket named by FEDAGG_SOCKET:
     worker -> trainer   {"type": "shutdown"}
 
 A line longer than MAX_LINE bytes, a message that is not a JSON object or an
-unknown type is a protocol error (ProtocolError).
+unknown type is a protocol error (ProtocolError).  As the worker's side
+(worker/trainer_proto.h), a trailing "\r" and empty lines are tolerated.
 """
 
 import errno
@@ -44,6 +45,8 @@ def decode(line, where="worker socket"):
     known "type"; ProtocolError otherwise."""
     if line.endswith(b"\n"):
         line = line[:-1]
+    if line.endswith(b"\r"):
+        line = line[:-1]
     if len(line) > MAX_LINE:
         raise ProtocolError("%s: a line of more than %d bytes" % (where, MAX_LINE))
     try:
@@ -65,7 +68,7 @@ class Channel:
     """A connected socket to the worker.  recv() returns the next message,
     or None at end of file."""
 
-    def __init__(self, path, connect_timeout_s=30.0):
+    def __init__(self, path, connect_timeout_s=5.0):
         self.path = path
         self.sock = _connect(path, connect_timeout_s)
         self._rfile = self.sock.makefile("rb")
@@ -74,15 +77,17 @@ class Channel:
         self.sock.sendall(encode(msg))
 
     def recv(self):
-        line = self._rfile.readline(MAX_LINE + 2)
-        if not line:
-            return None
-        if not line.endswith(b"\n"):
-            if len(line) > MAX_LINE:
-                raise ProtocolError("%s: a line of more than %d bytes" % (self.path, MAX_LINE))
-            raise ProtocolError("%s: connection closed in the middle of a message (%d bytes "
-                                "without a newline)" % (self.path, len(line)))
-        return decode(line, self.path)
+        while True:
+            line = self._rfile.readline(MAX_LINE + 3)
+            if not line:
+                return None
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_LINE:
+                    raise ProtocolError("%s: a line of more than %d bytes" % (self.path, MAX_LINE))
+                raise ProtocolError("%s: connection closed in the middle of a message (%d bytes "
+                                    "without a newline)" % (self.path, len(line)))
+            if line.strip(b"\r\n"):
+                return decode(line, self.path)
 
     def close(self):
         try:

@@ -38,7 +38,7 @@ from .trainer import (ResultError, check_eval_result, check_train_result, has_ev
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PROTOCOL = 0, 1, 2, 3
 TASKS = ("train", "evaluate")
-MAX_ERROR_MESSAGE = 4000  # characters of an error reply
+MAX_ERROR_MESSAGE = 2000  # characters of an error reply (the worker logs its first 400)
 
 
 class UsageError(RuntimeError):
@@ -341,8 +341,8 @@ def _summary(task, r, seconds):
     parts = []
     ev = r.get("eval")
     if ev:
-        acc = ", accuracy %.4f" % ev["accuracy"] if "accuracy" in ev else ""
-        parts.append("evaluated %d examples: loss %.4f%s" % (ev["num_examples"], ev["loss"], acc))
+        m = "".join(", %s %.4f" % (k, ev[k]) for k in ("loss", "accuracy") if k in ev)
+        parts.append("evaluated %d examples%s" % (ev["num_examples"], m))
     if task == "train":
         m = ", ".join("%s %.4g" % kv for kv in r["metrics"].items())
         parts.append("trained on %d examples%s" % (r["num_examples"], ": " + m if m else ""))

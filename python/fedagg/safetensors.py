@@ -436,10 +436,9 @@ def serialize_raw(tensors, metadata=None, what="safetensors writer"):
     """The bytes of a file of `tensors` (a mapping name -> RawTensor, or an
     iterable of (name, RawTensor)) and metadata."""
     items = list(tensors.items()) if hasattr(tensors, "items") else list(tensors)
-    for name, t in items:
-        if t.dtype in DTYPE_SIZE:
-            _check_data(what, name, t.dtype, tuple(t.shape), t.data)
     hdr = build_header([(n, t.dtype, t.shape) for n, t in items], metadata, what)
+    for name, t in items:
+        _check_data(what, name, t.dtype, tuple(t.shape), t.data)
     return b"".join([hdr] + [bytes(t.data) for _, t in items])
 
 
@@ -481,10 +480,9 @@ def save_raw(tensors, path, metadata=None):
     with `metadata` (str -> str) atomically to path."""
     what = os.fspath(path)
     items = list(tensors.items()) if hasattr(tensors, "items") else list(tensors)
-    for name, t in items:
-        if t.dtype in DTYPE_SIZE:
-            _check_data(what, name, t.dtype, tuple(t.shape), t.data)
     hdr = build_header([(n, t.dtype, t.shape) for n, t in items], metadata, what)
+    for name, t in items:
+        _check_data(what, name, t.dtype, tuple(t.shape), t.data)
     write_atomic(path, [hdr] + [memoryview(t.data).cast("B") for _, t in items])
 
 

@@ -14,6 +14,11 @@ import math
 import numbers
 import sys
 
+# The worker's limits on a report (worker/trainer_result.h): more metrics, or
+# longer names, and it refuses the whole result.
+MAX_METRICS = 32
+MAX_METRIC_NAME = 63  # bytes of UTF-8
+
 
 class Trainer:
     """Base class of a trainer run by fedagg.run.
@@ -87,8 +92,8 @@ class EvalResult:
     region).
 
     num_examples  held-out examples evaluated (>= 1)
-    loss          mean loss over them
-    accuracy      fraction correct in [0, 1], or None when it means nothing
+    loss          mean loss over them (None: not reported)
+    accuracy      fraction correct in [0, 1] (None: not reported)
     metrics       optional name -> number (means over the examples)
 
     In a torchrun group each rank evaluates its own part (or rank 0 alone
@@ -97,7 +102,7 @@ class EvalResult:
 
     __slots__ = ("num_examples", "loss", "accuracy", "metrics")
 
-    def __init__(self, num_examples, loss, accuracy=None, metrics=None):
+    def __init__(self, num_examples, loss=None, accuracy=None, metrics=None):
         self.num_examples = num_examples
         self.loss = loss
         self.accuracy = accuracy
@@ -152,10 +157,15 @@ def _metrics(m, what):
         return {}
     if not hasattr(m, "items"):
         raise ResultError("%s is a %s, expected a dict of name -> number" % (what, type(m).__name__))
+    if len(m) > MAX_METRICS:
+        raise ResultError("%s has %d entries; the worker takes at most %d (a report is a few "
+                          "aggregates)" % (what, len(m), MAX_METRICS))
     out = {}
     for k, v in m.items():
         if not isinstance(k, str) or not k:
             raise ResultError("%s: key %r is not a non-empty string" % (what, k))
+        if len(k.encode("utf-8")) > MAX_METRIC_NAME:
+            raise ResultError("%s: name %r is longer than %d bytes" % (what, k, MAX_METRIC_NAME))
         out[k] = _number(v, "%s[%r]" % (what, k))
     return out
 
@@ -184,8 +194,9 @@ def check_eval_result(r):
     if not isinstance(r, EvalResult):
         raise ResultError("evaluate() returned %s, expected fedagg.EvalResult(num_examples=..., "
                           "loss=..., accuracy=...) or None" % _kind(r))
-    out = {"num_examples": _count(r.num_examples, "EvalResult.num_examples"),
-           "loss": float(_number(r.loss, "EvalResult.loss"))}
+    out = {"num_examples": _count(r.num_examples, "EvalResult.num_examples")}
+    if r.loss is not None:
+        out["loss"] = float(_number(r.loss, "EvalResult.loss"))
     if r.accuracy is not None:
         a = float(_number(r.accuracy, "EvalResult.accuracy"))
         if not 0.0 <= a <= 1.0:
@@ -237,9 +248,10 @@ def merge_eval(parts):
         return None
     if len(parts) == 1:
         return dict(parts[0])
-    out = {"num_examples": sum(p["num_examples"] for p in parts), "loss": _weighted(parts, "loss")}
-    if any("accuracy" in p for p in parts):
-        out["accuracy"] = _weighted(parts, "accuracy")
+    out = {"num_examples": sum(p["num_examples"] for p in parts)}
+    for k in ("loss", "accuracy"):
+        if any(k in p for p in parts):
+            out[k] = _weighted(parts, k)
     out["metrics"] = _merge_metrics(parts)
     return out
 
