@@ -54,6 +54,12 @@
 
 enum { CMD_STOP = 0, CMD_TRAIN = 1 };
 
+/* Model downloads: during the federation (a long-poll: the model may be
+ * large and the path slow), and of the final model, while the aggregator
+ * drains for a few seconds. */
+#define FETCH_MS (45u * 60u * 1000u)
+#define FINAL_FETCH_MS 15000u
+
 static volatile sig_atomic_t stop_requested;
 /* Set while rank 0 blocks on the network (a long-poll can last minutes). */
 static volatile sig_atomic_t in_network_wait;
@@ -148,8 +154,15 @@ struct worker {
     fa_round_client *rc;
     uint64_t
         evaluated_version; /* last version evaluated (federated evaluation); UINT64_MAX: none */
+    struct {               /* an evaluation waiting to be reported */
+        int present;
+        uint64_t version, n;
+        double loss, accuracy;
+        fa_trainer_metrics metrics;
+    } pending;
     fa_worker_metrics metrics;
     int metrics_warned;
+    int noted_no_test; /* "no test set" said once */
 };
 
 static int log_err(const char *msg, int rc, const fa_error *err)
@@ -345,45 +358,65 @@ static void external_model(const struct worker *w, uint64_t round, fa_external_m
     m->round = round;
 }
 
-/* Rank 0: sends a federated-evaluation report; a refusal is logged and
- * dropped. */
-static void post_eval(struct worker *w, uint64_t version, uint64_t n, double loss, double accuracy,
-                      const fa_trainer_metrics *m)
+/* Rank 0: an evaluation of the model of `version`, to report. */
+static void set_pending(struct worker *w, uint64_t version, uint64_t n, double loss,
+                        double accuracy, const fa_trainer_metrics *m)
 {
-    const char *names[FA_TRAINER_MAX_METRICS];
-    fa_error e;
-    int rc;
-
     w->evaluated_version = version;
     w->metrics.eval_accuracy = accuracy;
     w->metrics.eval_loss = loss;
+    w->pending.present = 1;
+    w->pending.version = version;
+    w->pending.n = n;
+    w->pending.loss = loss;
+    w->pending.accuracy = accuracy;
+    if (m)
+        w->pending.metrics = *m;
+    else
+        w->pending.metrics.n = 0;
+}
+
+/* Rank 0: sends the pending federated-evaluation report (when the region
+ * takes part in federated evaluation); a refusal is logged and dropped. */
+static void post_pending(struct worker *w)
+{
+    const char *names[FA_TRAINER_MAX_METRICS];
+    const fa_trainer_metrics *m = &w->pending.metrics;
+    fa_error e;
+    int rc;
+
+    if (!w->pending.present)
+        return;
+    w->pending.present = 0;
     if (!w->cfg->federated_evaluation)
         return;
-    for (size_t i = 0; m && i < m->n; i++)
+    for (size_t i = 0; i < m->n; i++)
         names[i] = m->names[i];
     fa_error_clear(&e);
-    NETWORK_WAIT(fa_round_client_post_eval(w->rc, version, w->global_sha, n, loss, accuracy, names,
-                                           m ? m->values : NULL, m ? m->n : 0, &e));
+    NETWORK_WAIT(fa_round_client_post_eval(w->rc, w->pending.version, w->global_sha, w->pending.n,
+                                           w->pending.loss, w->pending.accuracy, names, m->values,
+                                           m->n, &e));
     if (rc == 0)
         fa_log(FA_LOG_INFO, "evaluation report sent",
-               "version=%" PRIu64 " examples=%" PRIu64 " accuracy=%.4f loss=%.4f", version, n,
-               accuracy, loss);
+               "version=%" PRIu64 " examples=%" PRIu64 " accuracy=%.4f loss=%.4f",
+               w->pending.version, w->pending.n, w->pending.accuracy, w->pending.loss);
     else
         log_warn("evaluation report not accepted; dropped", rc, &e);
 }
 
 /* Rank 0, built-in trainer: evaluates the global model on the local test
- * set (and reports it).  Returns 0 when it was evaluated. */
+ * set (the report is sent later: post_pending).  Returns 0 when it was
+ * evaluated. */
 static int evaluate_builtin(struct worker *w, uint64_t version)
 {
     fa_mlp_eval ev;
     fa_error err;
     int rc;
     if (!w->have_test) {
-        if (w->cfg->federated_evaluation && w->evaluated_version != version)
+        if (w->cfg->federated_evaluation && !w->noted_no_test)
             fa_log(FA_LOG_INFO, "no test set (data.test_images): no federated evaluation",
                    "version=%" PRIu64, version);
-        w->evaluated_version = version;
+        w->noted_no_test = 1;
         return FA_ERR_NOTFOUND;
     }
     if (!w->net)
@@ -396,7 +429,7 @@ static int evaluate_builtin(struct worker *w, uint64_t version)
     }
     fa_log(FA_LOG_INFO, "global model evaluated on the local test set",
            "version=%" PRIu64 " accuracy=%.4f loss=%.4f", version, ev.accuracy, ev.mean_loss);
-    post_eval(w, version, ev.n, ev.mean_loss, ev.accuracy, NULL);
+    set_pending(w, version, ev.n, ev.mean_loss, ev.accuracy, NULL);
     return 0;
 }
 
@@ -417,8 +450,8 @@ static int train(struct worker *w, uint64_t round, fa_error *err)
         w->n_examples = xr.r.num_examples;
         w->local_loss = fa_trainer_metric(&xr.r.metrics, "loss");
         if (xr.r.eval.present)
-            post_eval(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss,
-                      xr.r.eval.accuracy, &xr.r.eval.metrics);
+            set_pending(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss,
+                        xr.r.eval.accuracy, &xr.r.eval.metrics);
         else if (w->cfg->federated_evaluation)
             fa_log(FA_LOG_DEBUG, "the external trainer reported no evaluation", "version=%" PRIu64,
                    w->have_version);
@@ -482,8 +515,10 @@ static int command(struct worker *w, uint64_t cmd, fa_error *err)
     return fa_comm_bcast(w->comm, msg, sizeof(msg), 0, err);
 }
 
-/* Rank 0: downloads the current global model when it is not the one held. */
-static int get_global(struct worker *w, const Fedagg__FederationInfo *info, fa_error *err)
+/* Rank 0: downloads the current global model when it is not the one held
+ * (within timeout_ms). */
+static int get_global(struct worker *w, const Fedagg__FederationInfo *info, uint32_t timeout_ms,
+                      fa_error *err)
 {
     uint64_t v;
     uint8_t sha[32];
@@ -491,7 +526,8 @@ static int get_global(struct worker *w, const Fedagg__FederationInfo *info, fa_e
 
     if (info->model_version == w->have_version)
         return 0;
-    NETWORK_WAIT(fa_round_client_fetch_model(w->rc, w->model_path, &v, sha, err));
+    NETWORK_WAIT(
+        fa_round_client_fetch_model_within(w->rc, w->model_path, timeout_ms, &v, sha, err));
     if (rc == 0)
         rc = load_global(w, w->model_path, info, err);
     if (rc != 0)
@@ -513,19 +549,16 @@ static void final_evaluation(struct worker *w, const Fedagg__FederationInfo *inf
     if (!w->cfg->federated_evaluation || w->evaluated_version == info->model_version ||
         stop_requested)
         return;
-    if (!w->external && (!w->have_test || !w->net)) {
-        if (!w->have_test)
-            fa_log(FA_LOG_INFO, "no test set (data.test_images): no federated evaluation",
-                   "version=%" PRIu64, info->model_version);
+    if (!w->external && (!w->have_test || !w->net))
         return;
-    }
     fa_error_clear(&err);
-    if ((rc = get_global(w, info, &err)) != 0) {
+    if ((rc = get_global(w, info, FINAL_FETCH_MS, &err)) != 0) {
         log_warn("cannot get the final model to evaluate it", rc, &err);
         return;
     }
     if (!w->external) {
         evaluate_builtin(w, w->have_version);
+        post_pending(w);
         return;
     }
     {
@@ -541,8 +574,9 @@ static void final_evaluation(struct worker *w, const Fedagg__FederationInfo *inf
         fa_log(FA_LOG_INFO, "final model evaluated by the external trainer",
                "version=%" PRIu64 " examples=%" PRIu64 " accuracy=%.4f loss=%.4f", w->have_version,
                xr.r.eval.num_examples, xr.r.eval.accuracy, xr.r.eval.loss);
-        post_eval(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss, xr.r.eval.accuracy,
-                  &xr.r.eval.metrics);
+        set_pending(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss, xr.r.eval.accuracy,
+                    &xr.r.eval.metrics);
+        post_pending(w);
     }
 }
 
@@ -615,7 +649,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             sleep_ms(500);
             continue;
         }
-        rc = get_global(w, info, err);
+        rc = get_global(w, info, FETCH_MS, err);
         if (rc != 0 && w->load_fatal) {
             /* the built-in trainer cannot train this model, or the
              * federation keeps serving a model it did not announce: the
@@ -645,6 +679,10 @@ static int leader_loop(struct worker *w, fa_error *err)
             if (!w->external && w->evaluated_version != w->have_version)
                 evaluate_builtin(w, w->have_version);
             rc = train(w, info->round, err);
+            /* the evaluation of the global model (made before training) is
+             * reported now, while its version is current: not during the
+             * collective, where the other ranks wait */
+            post_pending(w);
             if (rc == 0)
                 w->metrics.local_loss = w->local_loss;
             if (rc == 0) {

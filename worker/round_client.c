@@ -306,6 +306,12 @@ static int sink_write(void *arg, const uint8_t *data, size_t len)
 int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
                                 uint8_t sha256[32], fa_error *err)
 {
+    return fa_round_client_fetch_model_within(rc, path, LONG_POLL_MS, version, sha256, err);
+}
+
+int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
+                                       uint64_t *version, uint8_t sha256[32], fa_error *err)
+{
     fa_h3_client_req req = {0};
     fa_h3_response resp;
     struct sink s;
@@ -323,7 +329,7 @@ int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t 
     req.path = "/v1/models/latest";
     req.on_body = sink_write;
     req.on_body_arg = &s;
-    req.timeout_ms = LONG_POLL_MS;
+    req.timeout_ms = timeout_ms;
     r = fa_h3_client_request(rc->h3, &req, &resp, err);
     if (r != 0)
         goto fail;

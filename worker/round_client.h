@@ -55,6 +55,12 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
 int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
                                 uint8_t sha256[32], fa_error *err);
 
+/* The same within timeout_ms (connecting included), for a caller that must
+ * not wait long: the final model of a federation whose aggregator is
+ * draining.  Returns the errors above, FA_ERR_TIMEOUT among them. */
+int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
+                                       uint64_t *version, uint8_t sha256[32], fa_error *err);
+
 typedef struct fa_round_outcome {
     uint64_t round;
     uint32_t attempt;

@@ -68,7 +68,12 @@ static const char *value(char *buf, size_t n, double v)
         return "NaN";
     if (isinf(v))
         return v > 0 ? "+Inf" : "-Inf";
-    snprintf(buf, n, "%.17g", v);
+    /* the shortest of %.15g..%.17g that reads back exactly */
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
     return buf;
 }
 

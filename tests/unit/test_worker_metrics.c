@@ -38,6 +38,7 @@ static void sample(fa_worker_metrics *m)
     m->clipped_coordinates = 12;
     m->update_l2_norm = 3.5;
     m->local_loss = 0.25;
+    m->eval_loss = 0.1;
     m->model_version = 8;
 }
 
@@ -65,6 +66,8 @@ static void test_format(void **state)
     assert_non_null(
         strstr(text, "\nfedagg_worker_clipped_fraction{region=\"eu-west\"} 0.015625\n"));
     assert_non_null(strstr(text, "\nfedagg_worker_model_version{region=\"eu-west\"} 8\n"));
+    /* the shortest decimal that reads back */
+    assert_non_null(strstr(text, "\nfedagg_worker_eval_loss{region=\"eu-west\"} 0.1\n"));
     /* not measured yet */
     assert_non_null(strstr(text, "\nfedagg_worker_eval_accuracy{region=\"eu-west\"} NaN\n"));
     assert_int_equal(text[len - 1], '\n');
