@@ -69,6 +69,9 @@ fed_regions_block() {
 # $FED_OPTIMIZER, the round policy from $FED_ROUND, the quantisation from
 # $FED_QUANT, the model from $FED_MODEL, the evaluation from $FED_EVALUATION
 # (each the body of its block).
+FED_EVALUATION_DEFAULT='test_images: "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+  test_labels: "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"'
+
 fed_write_aggregator() {
     local d=$1 port=$2 mport=$3 rounds=$4
     shift 4
@@ -98,8 +101,7 @@ quantization { ${FED_QUANT:-bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value
 storage { dir: "state" keep_versions: 5 }
 audit { signing_key_file: "keys/aggregator.key" origin: "fedagg.demo/federation" }
 evaluation {
-  ${FED_EVALUATION:-test_images: "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
-  test_labels: "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"}
+  ${FED_EVALUATION:-$FED_EVALUATION_DEFAULT}
 }
 ${FED_AGG_EXTRA:-}
 EOF
