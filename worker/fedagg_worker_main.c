@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sodium.h>
 #include <unistd.h>
 
 #include "common/fa_daemon.h"
@@ -178,16 +177,6 @@ static void log_warn(const char *msg, int rc, const fa_error *err)
     fa_log(FA_LOG_WARN, msg, "error=%s", fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
 }
 
-static void hex32(char out[65], const uint8_t b[32])
-{
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[64] = '\0';
-}
-
 /* The metrics file, after every round (and at the start). */
 static void write_metrics(struct worker *w)
 {
@@ -214,7 +203,6 @@ static int load_global(struct worker *w, const char *path, const Fedagg__Federat
 {
     fa_safetensors *st = NULL, *local = NULL;
     fa_tensors *t = NULL, *lt = NULL;
-    uint8_t dig[32];
     size_t d;
     int rc;
 
@@ -225,25 +213,10 @@ static int load_global(struct worker *w, const char *path, const Fedagg__Federat
         fa_error_prefix(err, rc, "the global model");
         goto out;
     }
-    if ((rc = fa_tensors_digest(t, dig, err)) != 0)
-        goto out;
     d = (size_t)fa_tensors_fed_numel(t);
-    if (info->tensor_table_digest.len != 32 ||
-        sodium_memcmp(info->tensor_table_digest.data, dig, 32) != 0 ||
-        (uint64_t)d != info->num_params ||
-        (info->num_tensors && info->num_tensors != fa_tensors_count(t))) {
-        char a[65], b[65] = "(none)";
-        hex32(a, dig);
-        if (info->tensor_table_digest.len == 32)
-            hex32(b, info->tensor_table_digest.data);
-        rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                       "the model's tensor table does not match the federation's: the file has "
-                       "%zu tensors, %zu federated coordinates, table digest %.16s...; the "
-                       "federation announces %" PRIu64 " tensors, %" PRIu64
-                       " coordinates, digest %.16s...",
-                       fa_tensors_count(t), d, a, info->num_tensors, info->num_params, b);
+    if ((rc = fa_round_client_check_table(info, t, err)) != 0) {
         /* once may be a race with a restarted aggregator; twice is not */
-        w->load_fatal = ++w->mismatches >= 2;
+        w->load_fatal = rc == FA_ERR_PROTOCOL && ++w->mismatches >= 2;
         goto out;
     }
     if (d != w->d || !w->global_fed) {

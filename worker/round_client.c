@@ -367,6 +367,41 @@ out:
     return r;
 }
 
+/* "1a2b3c4d..." (the first 8 bytes) of a digest, for messages. */
+static void short_hex(char out[20], const uint8_t *b)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 8; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    memcpy(out + 16, "...", 4);
+}
+
+int fa_round_client_check_table(const Fedagg__FederationInfo *info, const fa_tensors *t,
+                                fa_error *err)
+{
+    uint8_t dig[32];
+    char a[20], b[20] = "(none)";
+    uint64_t d = fa_tensors_fed_numel(t);
+    int r = fa_tensors_digest(t, dig, err);
+
+    if (r != 0)
+        return r;
+    if (info->tensor_table_digest.len == 32 &&
+        sodium_memcmp(info->tensor_table_digest.data, dig, 32) == 0 && d == info->num_params &&
+        (info->num_tensors == 0 || info->num_tensors == fa_tensors_count(t)))
+        return 0;
+    short_hex(a, dig);
+    if (info->tensor_table_digest.len == 32)
+        short_hex(b, info->tensor_table_digest.data);
+    return fa_errorf(err, FA_ERR_PROTOCOL,
+                     "the model's tensor table does not match the federation's: the model has "
+                     "%zu tensors, %" PRIu64 " federated coordinates, table digest %s; the "
+                     "federation announces %" PRIu64 " tensors, %" PRIu64 " coordinates, digest %s",
+                     fa_tensors_count(t), d, a, info->num_tensors, info->num_params, b);
+}
+
 /* The position of the federation, to tell a broken connection (same
  * attempt: send again) from a federation that moved on. */
 static int still_current(fa_round_client *rc, const Fedagg__FederationInfo *info)

@@ -33,6 +33,7 @@
 #include "common/fa_err.h"
 #include "config.pb-c.h"
 #include "fedagg.pb-c.h"
+#include "model/tensors.h"
 
 typedef struct fa_round_client fa_round_client;
 
@@ -60,6 +61,15 @@ int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t 
  * draining.  Returns the errors above, FA_ERR_TIMEOUT among them. */
 int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
                                        uint64_t *version, uint8_t sha256[32], fa_error *err);
+
+/* Checks that the table t of a downloaded model is the one the federation
+ * announces in info: tensor_table_digest equal to fa_tensors_digest(t),
+ * num_params its federated coordinates, num_tensors (when set) its
+ * tensors.  A model that fails this is never trained on.  Returns 0,
+ * FA_ERR_PROTOCOL ("the model's tensor table does not match the
+ * federation's", with both sides' counts and digests) or FA_ERR_CRYPTO. */
+int fa_round_client_check_table(const Fedagg__FederationInfo *info, const fa_tensors *t,
+                                fa_error *err);
 
 typedef struct fa_round_outcome {
     uint64_t round;
