@@ -16,10 +16,10 @@
 #define MIN_NOISE_MAX_SIGMA 1e6
 
 static const double default_orders[] = {
-    1.25, 1.5, 1.75, 2,  2.25, 2.5, 3,  3.5, 4,  4.5, 5,  6,  7,  8,   9,   10,  11, 12,
-    13,   14,  15,   16, 17,   18,  19, 20,  21, 22,  23, 24, 25, 26,  27,  28,  29, 30,
-    31,   32,  33,   34, 35,   36,  37, 38,  39, 40,  41, 42, 43, 44,  45,  46,  47, 48,
-    49,   50,  51,   52, 53,   54,  55, 56,  57, 58,  59, 60, 61, 62,  63,  128, 256, 512,
+    1.25, 1.5, 1.75, 2,  2.25, 2.5, 3,  3.5, 4,  4.5, 5,  6,  7,  8,  9,  10,  11,  12,
+    13,   14,  15,   16, 17,   18,  19, 20,  21, 22,  23, 24, 25, 26, 27, 28,  29,  30,
+    31,   32,  33,   34, 35,   36,  37, 38,  39, 40,  41, 42, 43, 44, 45, 46,  47,  48,
+    49,   50,  51,   52, 53,   54,  55, 56,  57, 58,  59, 60, 61, 62, 63, 128, 256, 512,
 };
 
 size_t fa_rdp_default_orders(const double **orders)
@@ -107,10 +107,10 @@ static double log_a_frac(double q, double sigma, double alpha)
     lse pos = {-INFINITY, 0.0}, neg = {-INFINITY, 0.0};
     for (long i = 0; i < FA_RDP_MAX_SERIES_TERMS; i++) {
         double fi = (double)i, j = alpha - fi;
-        double ls0 = lc + fi * lq + j * l1q + fi * (fi - 1.0) * inv + LN_HALF +
-                     log_erfc((fi - z0) * rs);
-        double ls1 = lc + j * lq + fi * l1q + j * (j - 1.0) * inv + LN_HALF +
-                     log_erfc((z0 - j) * rs);
+        double ls0 =
+            lc + fi * lq + j * l1q + fi * (fi - 1.0) * inv + LN_HALF + log_erfc((fi - z0) * rs);
+        double ls1 =
+            lc + j * lq + fi * l1q + j * (j - 1.0) * inv + LN_HALF + log_erfc((z0 - j) * rs);
         lse *acc = sign > 0 ? &pos : &neg;
         lse_add(acc, ls0);
         lse_add(acc, ls1);
@@ -167,8 +167,8 @@ static int check_orders(const double *orders, size_t n, double min, fa_error *er
         return fa_errorf(err, FA_ERR_INVAL, "orders is NULL with n = %zu", n);
     for (size_t i = 0; i < n; i++)
         if (!(orders[i] >= min))
-            return fa_errorf(err, FA_ERR_INVAL, "orders[%zu] = %g: an RDP order must be >= %g",
-                             i, orders[i], min);
+            return fa_errorf(err, FA_ERR_INVAL, "orders[%zu] = %g: an RDP order must be >= %g", i,
+                             orders[i], min);
     return 0;
 }
 
@@ -200,12 +200,13 @@ double fa_rdp_ddg_tau(double sigma2, uint32_t n_regions)
     return 10.0 * tau;
 }
 
-int fa_rdp_ddg(const fa_rdp_ddg_params *p, const double *orders, size_t n, double *rdp, fa_error *err)
+int fa_rdp_ddg(const fa_rdp_ddg_params *p, const double *orders, size_t n, double *rdp,
+               fa_error *err)
 {
     int rc;
     if (!p || !(p->l2_sens > 0) || !isfinite(p->l2_sens) || !(p->l1_sens >= 0) ||
-        !isfinite(p->l1_sens) || !(p->sigma2 > 0) || !isfinite(p->sigma2) ||
-        p->n_regions == 0 || p->dim == 0)
+        !isfinite(p->l1_sens) || !(p->sigma2 > 0) || !isfinite(p->sigma2) || p->n_regions == 0 ||
+        p->dim == 0)
         return fa_errorf(err, FA_ERR_INVAL,
                          "distributed discrete Gaussian: l2_sens > 0, l1_sens >= 0, sigma2 > 0 "
                          "(all finite), n_regions >= 1 and dim >= 1 are needed");
@@ -355,8 +356,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int accountant_alloc(fa_rdp_accountant **out, const double *orders, size_t n,
-                            fa_error *err)
+static int accountant_alloc(fa_rdp_accountant **out, const double *orders, size_t n, fa_error *err)
 {
     fa_rdp_accountant *a;
     int rc;
@@ -451,8 +451,8 @@ int fa_rdp_accountant_compose_ddg(fa_rdp_accountant *a, const fa_rdp_ddg_params 
     return rc;
 }
 
-int fa_rdp_accountant_compose_rdp(fa_rdp_accountant *a, const double *rdp, size_t n,
-                                  uint64_t count, fa_error *err)
+int fa_rdp_accountant_compose_rdp(fa_rdp_accountant *a, const double *rdp, size_t n, uint64_t count,
+                                  fa_error *err)
 {
     if (n != a->n)
         return fa_errorf(err, FA_ERR_INVAL, "%zu RDP values for an accountant of %zu orders", n,
@@ -502,8 +502,8 @@ int fa_rdp_accountant_delta(const fa_rdp_accountant *a, double epsilon, int conv
 /* ---- budgets ----------------------------------------------------------------- */
 
 /* epsilon of spent + count * step, in the scratch vector tot. */
-static double eps_after(const fa_rdp_accountant *a, const double *step, double count,
-                        double *tot, double delta, int conversion)
+static double eps_after(const fa_rdp_accountant *a, const double *step, double count, double *tot,
+                        double delta, int conversion)
 {
     double eps;
     for (size_t i = 0; i < a->n; i++)
@@ -523,9 +523,8 @@ static int check_budget(double epsilon, double delta, int conversion, fa_error *
     return 0;
 }
 
-int fa_rdp_accountant_max_steps(const fa_rdp_accountant *a, double q, double sigma,
-                                double epsilon, double delta, int conversion, uint64_t *steps,
-                                fa_error *err)
+int fa_rdp_accountant_max_steps(const fa_rdp_accountant *a, double q, double sigma, double epsilon,
+                                double delta, int conversion, uint64_t *steps, fa_error *err)
 {
     double *step = NULL, *tot;
     int rc;
@@ -592,8 +591,8 @@ int fa_rdp_accountant_min_noise(const fa_rdp_accountant *a, double q, uint64_t s
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     tot = step + a->n;
     double c = count_up(steps), lo = 0.0, hi = 1.0;
-#define EPS_AT(s) (fa_rdp_sgm(q, (s), a->orders, a->n, step, NULL), \
-                   eps_after(a, step, c, tot, delta, conversion))
+#define EPS_AT(s)                                                                                  \
+    (fa_rdp_sgm(q, (s), a->orders, a->n, step, NULL), eps_after(a, step, c, tot, delta, conversion))
     while (EPS_AT(hi) > epsilon) {
         lo = hi;
         hi *= 2.0;
@@ -732,8 +731,7 @@ int fa_rdp_accountant_restore(fa_rdp_accountant **out, const uint8_t *buf, size_
     for (uint32_t i = 0; i < n; i++) {
         a->rdp[i] = get_f64(buf + SAVE_HEAD + 16 * i + 8);
         if (!(a->rdp[i] >= 0)) {
-            rc = fa_errorf(err, FA_ERR_CORRUPT, "RDP accountant state: rdp[%u] = %g", i,
-                           a->rdp[i]);
+            rc = fa_errorf(err, FA_ERR_CORRUPT, "RDP accountant state: rdp[%u] = %g", i, a->rdp[i]);
             fa_rdp_accountant_del(a);
             goto out;
         }

@@ -91,8 +91,7 @@ int fa_rdp_sgm_log_a(double q, double sigma, double alpha, double *log_a);
  * multiplier sigma >= 0 at each of the n orders: rdp[i] for orders[i].
  * Returns 0 or FA_ERR_INVAL (q or sigma out of range or NaN, an order < 1 or
  * NaN: the index is named). */
-int fa_rdp_sgm(double q, double sigma, const double *orders, size_t n, double *rdp,
-               fa_error *err);
+int fa_rdp_sgm(double q, double sigma, const double *orders, size_t n, double *rdp, fa_error *err);
 
 /* ----------------------------------------------------------------------------
  * The distributed discrete Gaussian (Kairouz, Liu, Steinke, ICML 2021, "The
@@ -123,7 +122,8 @@ double fa_rdp_ddg_tau(double sigma2, uint32_t n_regions);
 
 /* RDP of one round of the distributed discrete Gaussian at each order
  * (orders > 1).  Returns 0 or FA_ERR_INVAL. */
-int fa_rdp_ddg(const fa_rdp_ddg_params *p, const double *orders, size_t n, double *rdp, fa_error *err);
+int fa_rdp_ddg(const fa_rdp_ddg_params *p, const double *orders, size_t n, double *rdp,
+               fa_error *err);
 
 /* ----------------------------------------------------------------------------
  * Conversion to (epsilon, delta)
@@ -132,9 +132,9 @@ int fa_rdp_ddg(const fa_rdp_ddg_params *p, const double *orders, size_t n, doubl
 /* The smallest epsilon over the orders such that the mechanism with RDP
  * rdp[i] at orders[i] is (epsilon, delta)-DP; *order (may be NULL) gets the
  * order that attains it (the first on ties; 0 when delta = 0).  delta in
- * [0, 1]; delta = 0 gives +inf unless every rdp is 0.  +inf when no order gives a finite bound.  Orders >= 1, rdp >= 0
- * or +inf (a negative rdp from rounding counts as 0).
- * Returns 0 or FA_ERR_INVAL (delta, conversion, an order or rdp NaN). */
+ * [0, 1]; delta = 0 gives +inf unless every rdp is 0.  +inf when no order gives a finite bound.
+ * Orders >= 1, rdp >= 0 or +inf (a negative rdp from rounding counts as 0). Returns 0 or
+ * FA_ERR_INVAL (delta, conversion, an order or rdp NaN). */
 int fa_rdp_epsilon(const double *orders, const double *rdp, size_t n, double delta, int conversion,
                    double *epsilon, double *order, fa_error *err);
 
@@ -172,8 +172,8 @@ int fa_rdp_accountant_compose_ddg(fa_rdp_accountant *a, const fa_rdp_ddg_params 
  * (in the order fa_rdp_accountant_orders returns them) is rdp[0..n).
  * Returns 0 or FA_ERR_INVAL (n differs from the accountant's, a value NaN or
  * negative). */
-int fa_rdp_accountant_compose_rdp(fa_rdp_accountant *a, const double *rdp, size_t n,
-                                  uint64_t count, fa_error *err);
+int fa_rdp_accountant_compose_rdp(fa_rdp_accountant *a, const double *rdp, size_t n, uint64_t count,
+                                  fa_error *err);
 
 /* The accountant's sorted orders and the RDP spent at each (pointers into a,
  * valid until it changes); returns their number. */
@@ -205,9 +205,8 @@ int fa_rdp_accountant_delta(const fa_rdp_accountant *a, double epsilon, int conv
  * sigma * (1 - rel_tol) may or may not.  Binary search (epsilon decreases as
  * sigma grows).  Returns 0, FA_ERR_RANGE (no sigma up to 1e6 suffices: the
  * budget is already spent or too small) or FA_ERR_INVAL. */
-int fa_rdp_accountant_max_steps(const fa_rdp_accountant *a, double q, double sigma,
-                                double epsilon, double delta, int conversion, uint64_t *steps,
-                                fa_error *err);
+int fa_rdp_accountant_max_steps(const fa_rdp_accountant *a, double q, double sigma, double epsilon,
+                                double delta, int conversion, uint64_t *steps, fa_error *err);
 int fa_rdp_accountant_min_noise(const fa_rdp_accountant *a, double q, uint64_t steps,
                                 double epsilon, double delta, int conversion, double rel_tol,
                                 double *sigma, fa_error *err);

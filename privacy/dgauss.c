@@ -263,8 +263,8 @@ int fa_dgauss_new_f64(fa_dgauss **out, double sigma2, const fa_privacy_rng *rng,
 {
     int e;
     if (!(sigma2 > 0) || !isfinite(sigma2))
-        return fa_errorf(err, FA_ERR_INVAL, "discrete Gaussian: sigma^2 = %g must be > 0 and finite",
-                         sigma2);
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "discrete Gaussian: sigma^2 = %g must be > 0 and finite", sigma2);
     /* sigma2 = m 2^e exactly, m odd */
     double f = frexp(sigma2, &e);
     uint64_t m = (uint64_t)ldexp(f, 53);

@@ -19,13 +19,13 @@
 
 #include "privacy/accountant.h"
 
-#define assert_close(x, y, tol)                                                                  \
-    do {                                                                                         \
-        double x_ = (x), y_ = (y), t_ = (tol);                                                   \
-        if (!(fabs(x_ - y_) <= t_))                                                              \
-            fail_msg("%s = %.17g, expected %.17g within %g", #x, x_, y_, t_);                  \
+#define assert_close(x, y, tol)                                                                    \
+    do {                                                                                           \
+        double x_ = (x), y_ = (y), t_ = (tol);                                                     \
+        if (!(fabs(x_ - y_) <= t_))                                                                \
+            fail_msg("%s = %.17g, expected %.17g within %g", #x, x_, y_, t_);                      \
     } while (0)
-#define assert_rel(x, y, rtol) assert_close(x, y, (rtol) * fabs(y))
+#define assert_rel(x, y, rtol) assert_close(x, y, (rtol)*fabs(y))
 /* Python's assertAlmostEqual default: round(x - y, 7) == 0 */
 #define assert_almost_equal(x, y) assert_close(x, y, 5e-8)
 
@@ -103,13 +103,11 @@ static void test_degenerate_mechanisms(void **state)
     for (int s = 0; s < 2; s++) { /* q = 0 with sigma 1 and sigma 0 */
         assert_int_equal(fa_rdp_accountant_new(&a, &order, 1, NULL), 0);
         assert_int_equal(fa_rdp_accountant_compose_sgm(a, 0.0, s ? 0.0 : 1.0, 1, NULL), 0);
-        assert_int_equal(fa_rdp_accountant_epsilon(a, 1e-10, FA_RDP_CONVERSION_TIGHT, &eps,
-                                                   NULL, NULL),
-                         0);
+        assert_int_equal(
+            fa_rdp_accountant_epsilon(a, 1e-10, FA_RDP_CONVERSION_TIGHT, &eps, NULL, NULL), 0);
         assert_true(eps == 0.0);
-        assert_int_equal(fa_rdp_accountant_delta(a, 1e-10, FA_RDP_CONVERSION_TIGHT, &delta,
-                                                 NULL, NULL),
-                         0);
+        assert_int_equal(
+            fa_rdp_accountant_delta(a, 1e-10, FA_RDP_CONVERSION_TIGHT, &delta, NULL, NULL), 0);
         assert_true(delta == 0.0);
         fa_rdp_accountant_del(a);
     }
@@ -188,16 +186,16 @@ static double log_a_quadrature(double q, double sigma, double alpha)
 static void test_log_a_quadrature(void **state)
 {
     static const double p[][3] = {
-        {1e-7, .1, 1.01}, {1e-6, .1, 256},  {1e-5, .1, 256.1},  {1e-6, 1, 27},
-        {1e-4, 1., 1.5},  {1e-3, 1., 2},    {.01, 10, 20},      {.1, 100, 20.5},
-        {.99, .1, 256},   {.999, 100, 256.1}, {0.01, 2.5, 1.5}, {0.01, 2.5, 2.5},
+        {1e-7, .1, 1.01}, {1e-6, .1, 256},    {1e-5, .1, 256.1}, {1e-6, 1, 27},
+        {1e-4, 1., 1.5},  {1e-3, 1., 2},      {.01, 10, 20},     {.1, 100, 20.5},
+        {.99, .1, 256},   {.999, 100, 256.1}, {0.01, 2.5, 1.5},  {0.01, 2.5, 2.5},
     };
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
         double la, want = log_a_quadrature(p[i][0], p[i][1], p[i][2]);
         assert_int_equal(fa_rdp_sgm_log_a(p[i][0], p[i][1], p[i][2], &la), 0);
         if (!(fabs(la - want) <= 1e-6 * fabs(want) + 1e-15))
-            fail_msg("log A(q=%g, sigma=%g, alpha=%g) = %.17g, quadrature %.17g", p[i][0],
-                     p[i][1], p[i][2], la, want);
+            fail_msg("log A(q=%g, sigma=%g, alpha=%g) = %.17g, quadrature %.17g", p[i][0], p[i][1],
+                     p[i][2], la, want);
     }
 }
 
@@ -234,9 +232,9 @@ static void test_conversion_published(void **state)
         fa_rdp_epsilon(orders, rdp, 31, 1e-5, FA_RDP_CONVERSION_TIGHT, &eps, &order, NULL), 0);
     assert_almost_equal(eps, 1.32783806176);
     assert_true(order == 32);
-    assert_int_equal(fa_rdp_delta(orders, rdp, 31, 1.32783806176, FA_RDP_CONVERSION_TIGHT,
-                                  &delta, &order, NULL),
-                     0);
+    assert_int_equal(
+        fa_rdp_delta(orders, rdp, 31, 1.32783806176, FA_RDP_CONVERSION_TIGHT, &delta, &order, NULL),
+        0);
     assert_almost_equal(delta, 1e-5);
     assert_rel(delta, 1e-5, 1e-9);
     assert_true(order == 32);
@@ -298,9 +296,9 @@ static void test_epsilon_delta_consistency(void **state)
                 assert_int_equal(fa_rdp_epsilon(orders, rdp, 48, ds[c], FA_RDP_CONVERSION_TIGHT,
                                                 &eps, &o1, NULL),
                                  0);
-                assert_int_equal(fa_rdp_delta(orders, rdp, 48, eps, FA_RDP_CONVERSION_TIGHT,
-                                              &delta2, &o2, NULL),
-                                 0);
+                assert_int_equal(
+                    fa_rdp_delta(orders, rdp, 48, eps, FA_RDP_CONVERSION_TIGHT, &delta2, &o2, NULL),
+                    0);
                 if (isinf(eps))
                     assert_true(delta2 == 1.0);
                 else if (eps == 0)
@@ -339,8 +337,8 @@ static void test_dp_sgd_published(void **state)
      * dp_accounting sums the absolute values of the series (see
      * test_sgm_published_vectors): we agree to 3e-12 relative, and assert
      * 1e-11. */
-    eps = dp_sgd_eps(1024.0 / 100000000, 0.1, 976563, def, nd, 1e-7, FA_RDP_CONVERSION_TIGHT,
-                     &order);
+    eps =
+        dp_sgd_eps(1024.0 / 100000000, 0.1, 976563, def, nd, 1e-7, FA_RDP_CONVERSION_TIGHT, &order);
     assert_rel(eps, 5907982.3113978775, 1e-11);
     assert_true(order == 1.25);
 
@@ -390,8 +388,8 @@ static void test_dp_sgd_published(void **state)
     double ints[32];
     for (int i = 0; i < 32; i++)
         ints[i] = i + 2;
-    assert_close(dp_sgd_eps(0.01, 4, 10000, ints, 32, 1e-5, FA_RDP_CONVERSION_CLASSIC, NULL),
-                 1.26, 0.005);
+    assert_close(dp_sgd_eps(0.01, 4, 10000, ints, 32, 1e-5, FA_RDP_CONVERSION_CLASSIC, NULL), 1.26,
+                 0.005);
     /* the tight conversion over the default orders only improves on it */
     eps = dp_sgd_eps(0.01, 4, 10000, def, nd, 1e-5, FA_RDP_CONVERSION_TIGHT, NULL);
     assert_true(eps < 1.26 && eps > 0.9);
@@ -523,16 +521,16 @@ static void test_max_steps(void **state)
     /* one mechanism: the same total (to the rounding of 4000 r + T r vs (4000 + T) r) */
     assert_true(rest + 4000 >= before - 1 && rest + 4000 <= before + 1);
     /* nothing to spend: unbounded; an exhausted budget: refused */
-    assert_int_equal(fa_rdp_accountant_max_steps(a, 0.0, 4.0, 1.26, 1e-5,
-                                                 FA_RDP_CONVERSION_TIGHT, &steps, NULL),
-                     0);
+    assert_int_equal(
+        fa_rdp_accountant_max_steps(a, 0.0, 4.0, 1.26, 1e-5, FA_RDP_CONVERSION_TIGHT, &steps, NULL),
+        0);
     assert_true(steps == UINT64_MAX);
     assert_int_equal(fa_rdp_accountant_compose_sgm(a, 0.01, 4.0, 100000, NULL), 0);
     assert_int_equal(fa_rdp_accountant_epsilon(a, 1e-5, FA_RDP_CONVERSION_TIGHT, &eps, NULL, NULL),
                      0);
     assert_true(eps > 1.26);
-    assert_int_equal(fa_rdp_accountant_max_steps(a, 0.01, 4.0, 1.26, 1e-5,
-                                                 FA_RDP_CONVERSION_TIGHT, &steps, NULL),
+    assert_int_equal(fa_rdp_accountant_max_steps(a, 0.01, 4.0, 1.26, 1e-5, FA_RDP_CONVERSION_TIGHT,
+                                                 &steps, NULL),
                      FA_ERR_RANGE);
     assert_int_equal(steps, 0);
     fa_rdp_accountant_del(a);

@@ -236,7 +236,8 @@ static void test_goodness_of_fit_refuses(void **state)
         uint64_t a, b;
         assert_int_equal(fa_random_u64(&r, &a), 0);
         assert_int_equal(fa_random_u64(&r, &b), 0);
-        double u1 = ((double)(a >> 11) + 1) / 9007199254740993.0, u2 = (double)(b >> 11) / 9007199254740992.0;
+        double u1 = ((double)(a >> 11) + 1) / 9007199254740993.0,
+               u2 = (double)(b >> 11) / 9007199254740992.0;
         double rad = sqrt(-2 * log(u1) * s2);
         y[i] = (int64_t)llround(rad * cos(2 * M_PI * u2));
         y[i + 1] = (int64_t)llround(rad * sin(2 * M_PI * u2));
@@ -447,11 +448,15 @@ static void test_source_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chi2_pvalue),    cmocka_unit_test(test_goodness_of_fit),
+        cmocka_unit_test(test_chi2_pvalue),
+        cmocka_unit_test(test_goodness_of_fit),
         cmocka_unit_test(test_goodness_of_fit_refuses),
-        cmocka_unit_test(test_bernoulli_exp),  cmocka_unit_test(test_laplace),
-        cmocka_unit_test(test_determinism),    cmocka_unit_test(test_sum_of_shares),
-        cmocka_unit_test(test_add_ring),       cmocka_unit_test(test_sigma2_forms),
+        cmocka_unit_test(test_bernoulli_exp),
+        cmocka_unit_test(test_laplace),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_sum_of_shares),
+        cmocka_unit_test(test_add_ring),
+        cmocka_unit_test(test_sigma2_forms),
         cmocka_unit_test(test_source_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
