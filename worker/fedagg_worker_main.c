@@ -559,6 +559,7 @@ static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_err
 {
     fa_quantize_params qp;
     fa_quantize_stats qs;
+    char q[FA_ST_MAX_NAME + 8];
     int rc = fa_quantize_params_from_proto(&qp, info->quant, err);
     if (rc == 0)
         rc = fa_quantize_prepare(w->delta, w->d, w->table, &qp, &qs, err);
@@ -569,8 +570,8 @@ static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_err
            "clipped_coords=%" PRIu64 " clipped_fraction=%.6f worst_tensor=%s "
            "worst_tensor_clipped=%" PRIu64 "/%" PRIu64,
            w->delta_version, qp.per_tensor, w->d, qs.l2_norm, qs.l2_scale, qs.clipped_coords,
-           qs.clipped_fraction, qs.worst_tensor ? qs.worst_tensor : "-", qs.worst_clipped,
-           qs.worst_numel);
+           qs.clipped_fraction, fa_log_quote(q, sizeof(q), qs.worst_tensor ? qs.worst_tensor : "-"),
+           qs.worst_clipped, qs.worst_numel);
     w->metrics.clipped_fraction = qs.clipped_fraction;
     w->metrics.clipped_coordinates = (double)qs.clipped_coords;
     w->metrics.update_l2_norm = qs.l2_norm;
