@@ -88,9 +88,9 @@ static void shl(fa_bn *r, const fa_bn *a, unsigned s)
     fa_bn t;
     unsigned limbs = s / 32, bits = s % 32;
     memset(&t, 0, sizeof(t));
-    for (int i = FA_BN_LIMBS - 1; i >= (int)limbs; i--) {
+    for (unsigned i = limbs; i < FA_BN_LIMBS; i++) {
         uint64_t v = (uint64_t)a->w[i - limbs] << bits;
-        if (bits && i - (int)limbs - 1 >= 0)
+        if (bits && i > limbs)
             v |= a->w[i - limbs - 1] >> (32 - bits);
         t.w[i] = (uint32_t)v;
     }

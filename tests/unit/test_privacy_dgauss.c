@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "privacy/bignum.h"
 #include "privacy/dgauss.h"
 
 /* ---- a seeded source: ChaCha20 keystream, one nonce per fill call ---------- */
@@ -248,6 +249,61 @@ static void test_goodness_of_fit_refuses(void **state)
     free(y);
 }
 
+/* The 384-bit arithmetic under the sampler, against 64-bit arithmetic and
+ * by hand. */
+static void test_bignum(void **state)
+{
+    fa_bn a, b, r;
+    uint64_t q;
+    seeded s;
+    fa_privacy_rng rng = seeded_rng(&s, 6);
+    fa_random rnd;
+    assert_int_equal(fa_random_init(&rnd, &rng), 0);
+    /* (2^64 - 1)^2 = 2^128 - 2^65 + 1 */
+    fa_bn_set_u64(&a, UINT64_MAX);
+    assert_int_equal(fa_bn_mul(&r, &a, &a), 0);
+    assert_true(r.w[0] == 1 && r.w[1] == 0 && r.w[2] == 0xfffffffeu && r.w[3] == 0xffffffffu);
+    assert_int_equal(fa_bn_bitlen(&r), 128);
+    /* (2^128)^2 fits, (2^128)^4 = 2^512 does not */
+    assert_int_equal(fa_bn_mul(&b, &r, &r), 0);
+    assert_int_equal(fa_bn_bitlen(&b), 256);
+    assert_int_equal(fa_bn_mul(&b, &b, &b), FA_ERR_RANGE);
+    /* divmod of a big product by one of its factors */
+    fa_bn_set_u64(&b, 1000003);
+    assert_int_equal(fa_bn_mul(&r, &r, &b), 0);
+    fa_bn_divmod(&r, &b, &q, &a);
+    assert_true(q == UINT64_MAX && fa_bn_is_zero(&a)); /* quotient saturates */
+    for (int i = 0; i < 2000; i++) {
+        uint64_t x, y;
+        assert_int_equal(fa_random_u64(&rnd, &x), 0);
+        assert_int_equal(fa_random_u64(&rnd, &y), 0);
+        y >>= (unsigned)(i % 60);
+        if (y == 0)
+            y = 1;
+        fa_bn_set_u64(&a, x);
+        fa_bn_set_u64(&b, y);
+        fa_bn_divmod(&a, &b, &q, &r);
+        assert_true(q == x / y && r.w[0] == (uint32_t)(x % y) &&
+                    r.w[1] == (uint32_t)((x % y) >> 32));
+        assert_int_equal(fa_bn_cmp(&a, &b), x < y ? -1 : x > y ? 1 : 0);
+        fa_bn_absdiff(&r, &a, &b);
+        uint64_t d = x > y ? x - y : y - x;
+        assert_true(r.w[0] == (uint32_t)d && r.w[1] == (uint32_t)(d >> 32));
+    }
+    /* uniform below 3 * 2^100: every draw below, the top third reached */
+    fa_bn_set_u64(&a, 3);
+    fa_bn_set_u64(&b, UINT64_C(1) << 50);
+    assert_int_equal(fa_bn_mul(&a, &a, &b), 0);
+    assert_int_equal(fa_bn_mul(&a, &a, &b), 0);
+    int top = 0;
+    for (int i = 0; i < 3000; i++) {
+        assert_int_equal(fa_bn_random_below(&rnd, &a, &r), 0);
+        assert_true(fa_bn_cmp(&r, &a) < 0);
+        top += fa_bn_bitlen(&r) == 102 && (r.w[3] >> 5) == 1; /* in [2^101, 3 * 2^100) */
+    }
+    assert_true(top > 1000 - 150 && top < 1000 + 150);
+}
+
 static void test_bernoulli_exp(void **state)
 {
     /* gamma = num/den; the last one needs the big-number path (den > 2^32) */
@@ -451,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_chi2_pvalue),
         cmocka_unit_test(test_goodness_of_fit),
         cmocka_unit_test(test_goodness_of_fit_refuses),
+        cmocka_unit_test(test_bignum),
         cmocka_unit_test(test_bernoulli_exp),
         cmocka_unit_test(test_laplace),
         cmocka_unit_test(test_determinism),

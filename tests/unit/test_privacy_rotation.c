@@ -393,7 +393,7 @@ static void test_ring_bits(void **state)
     assert_int_equal(fa_rotation_from_ring(sum, D, k, dec), 0);
     double ss = 0;
     for (int i = 0; i < D; i++) {
-        int64_t signal = (i % 2 ? 1 : -1) * (int64_t)REGIONS << (b - 1);
+        int64_t signal = (i % 2 ? 1 : -1) * ((int64_t)REGIONS << (b - 1));
         int64_t noise = dec[i] - signal;
         assert_true(llabs(noise) < (int64_t)ceil(tail)); /* decoded exactly: no wrap */
         ss += (double)noise * (double)noise;
