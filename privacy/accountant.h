@@ -106,7 +106,10 @@ int fa_rdp_sgm(double q, double sigma, const double *orders, size_t n, double *r
  *        alpha/2 (s2^2 + 2 s1 tau + tau^2 d),
  *        alpha/2 (s2 + sqrt(d) tau)^2 ).
  * There is no sampling amplification here (every selected region takes part;
- * q = 1).  The integer units are those after scaling and rounding
+ * q = 1).  The formula is the one google-research/federated applies
+ * (distributed_dp/accounting_utils.py, compute_rdp_dgaussian with q = 1); the
+ * side conditions of the paper's Theorem 1 on sigma2 and n are not checked
+ * here: keep sigma2 >= 1 (integer units), where tau is tiny anyway.  The integer units are those after scaling and rounding
  * (privacy/rotation.h gives l2_sens as fa_rotation_rounded_bound).
  * ------------------------------------------------------------------------- */
 typedef struct fa_rdp_ddg_params {
