@@ -20,6 +20,7 @@ clang libclang-rt-14-dev
 curl python3 iproute2
 python3-yaml systemd
 python3-torch python3-numpy
+prometheus
 dataset-fashion-mnist
 "
 
