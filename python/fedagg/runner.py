@@ -221,8 +221,20 @@ def _where(exc):
 
 
 def _describe(exc):
-    msg = "%s: %s%s" % (type(exc).__name__, exc, _where(exc))
+    """One line for the worker's log: what and where (the kit's own refusals
+    say what is wrong with the result; where in the kit is no help)."""
+    if isinstance(exc, (ResultError, UsageError)):
+        msg = str(exc)
+    else:
+        msg = "%s: %s%s" % (type(exc).__name__, exc, _where(exc))
     return msg if len(msg) <= MAX_ERROR_MESSAGE else msg[:MAX_ERROR_MESSAGE - 3] + "..."
+
+
+def _print_traceback(exc):
+    """The traceback of an error in user code on stderr (the worker's
+    trainer log); the kit's own refusals are one line, logged later."""
+    if not isinstance(exc, (ResultError, UsageError)):
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
 
 
 class _Session:
@@ -297,7 +309,7 @@ class _Session:
                                                need_state=self.info.rank == 0)
             local = {"train": tr, "eval": ev}
         except Exception as e:  # user code, or a result the worker would refuse
-            traceback.print_exc(file=sys.stderr)
+            _print_traceback(e)
             failure = _describe(e)
         sys.stderr.flush()
 
@@ -320,7 +332,7 @@ class _Session:
                     _write_output(self.fmt, state, header, output_path, result["num_examples"],
                                   round_no)
             except Exception as e:
-                traceback.print_exc(file=sys.stderr)
+                _print_traceback(e)
                 failure = _describe(e)
         status = self.broadcast(failure)
         if status:

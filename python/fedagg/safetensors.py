@@ -362,6 +362,8 @@ def _check_text(s, what, role):
         b = s.encode("utf-8")
     except UnicodeEncodeError:
         raise SafetensorsError("%s: %s %r is not valid UTF-8 text" % (what, role, s)) from None
+    if "\x00" in s:  # the C reader (jansson) refuses \u0000 in strings
+        raise SafetensorsError("%s: %s %r holds a NUL character" % (what, role, s))
     return b
 
 

@@ -16,14 +16,15 @@ from test_oneshot import write_global_model
 sys.path.insert(0, TRAINERS)
 
 TINY = os.path.join(TRAINERS, "tiny_trainer.py")
+NUMPY = os.path.join(TRAINERS, "numpy_trainer.py")
 
 
 class LongLived(TmpDirCase):
 
-    def start(self, name="trainer", **env):
+    def start(self, name="trainer", script=TINY, **env):
         w = WorkerSide(self.tmp, name=name)
         self.addCleanup(w.close)
-        w.start([PY, TINY], child_env(**env))
+        w.start([PY, script], child_env(**env))
         w.accept()
         self.assertEqual(w.recv(), {"type": "hello", "protocol": 1})
         return w
@@ -96,14 +97,14 @@ class LongLived(TmpDirCase):
         self.assertEqual(st.read_metadata(self.path("out7.safetensors"))["num_examples"], "32")
 
     def test_end_of_file_is_a_shutdown(self):
-        w = self.start()
+        w = self.start(script=NUMPY)
         w.close_socket()
         self.assertEqual(w.wait(), 0, w.log())
 
     def test_protocol_errors(self):
         for i, bad in enumerate((b'{"type": "reboot"}\n', b"not json\n", b"[1, 2]\n",
                                  b"x" * (protocol.MAX_LINE + 10) + b"\n")):
-            w = self.start("trainer%d" % i)
+            w = self.start("trainer%d" % i, script=NUMPY)  # no torch to import: quick
             w.send_raw(bad)
             self.assertEqual(w.wait(), 3, w.log())
             self.assertIn("protocol error", w.log())
@@ -112,7 +113,7 @@ class LongLived(TmpDirCase):
     def test_no_worker_listening(self):
         e = child_env(FEDAGG_SOCKET=self.path("nobody.sock"))
         import subprocess
-        p = subprocess.run([PY, os.path.join(TRAINERS, "numpy_trainer.py")], env=e,
+        p = subprocess.run([PY, NUMPY], env=e,
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 3, p.stderr)
         self.assertIn("nobody.sock: cannot connect", p.stderr)

@@ -102,6 +102,20 @@ class OneShot(TmpDirCase):
         self.assertEqual(sorted(os.listdir(self.tmp)),
                          ["in.safetensors", "out.safetensors", "result.json"])
 
+    def test_c_reader_accepts_the_output(self):
+        """`fedagg model inspect` (FEDAGG_CLI, set by ctest when the fedagg
+        target is built) reads the output as the worker would."""
+        cli = os.environ.get("FEDAGG_CLI")
+        if not cli or not os.access(cli, os.X_OK):
+            self.skipTest("FEDAGG_CLI not set: the output is not read by the C reader")
+        self.run_trainer()
+        p = subprocess.run([cli, "model", "inspect", "--json", self.out], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        info = json.loads(p.stdout)
+        self.assertEqual(info["metadata"]["num_examples"], "32")
+        self.assertEqual({t["name"]: t["dtype"] for t in info["tensors"]}["0.weight"], "BF16")
+
     def test_train_without_evaluate_nor_results_file(self):
         """An older worker sets no FEDAGG_RESULT: num_examples in the metadata."""
         self.run_trainer(TINY_NO_EVAL=1, FEDAGG_RESULT="<unset>", FEDAGG_TASK="<unset>")
@@ -163,18 +177,6 @@ class OneShot(TmpDirCase):
             else:
                 self.assertEqual(out[k].tolist(), (v + 1).tolist(), k)
         self.assertEqual(self.result(), {"num_examples": 3, "metrics": {}})
-
-    def test_c_reader_accepts_the_output(self):
-        cli = os.environ.get("FEDAGG_CLI")
-        if not cli or not os.access(cli, os.X_OK):
-            self.skipTest("FEDAGG_CLI not set: the output is not read by the C reader")
-        self.run_trainer()
-        p = subprocess.run([cli, "model", "inspect", "--json", self.out], capture_output=True,
-                           text=True, timeout=60)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        info = json.loads(p.stdout)
-        self.assertEqual(info["metadata"]["num_examples"], "32")
-        self.assertEqual({t["name"]: t["dtype"] for t in info["tensors"]}["0.weight"], "BF16")
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ class TestRoundTrips(TmpDirCase):
 
     def test_numpy_every_dtype(self):
         t = numpy_all_dtypes()
-        meta = {"b": "2", "a": "1", "é\"\\\n": "\x00\x1f\U0001F600"}
+        meta = {"b": "2", "a": "1", "é\"\\\n": "\x01\x1f\U0001F600"}
         p = self.path("np.safetensors")
         st.save_file(t, p, meta)
         back = st.load_file(p)
@@ -379,6 +379,8 @@ class TestWriterRefusals(TmpDirCase):
             ({"a": np.ones(1, np.float32)}, {1: "x"}, "metadata key is int"),
             ({"a": np.ones(1, np.float32)}, ["x"], "mapping"),
             ({"a\ud800": np.ones(1, np.float32)}, None, "not valid UTF-8"),
+            ({"a\x00b": np.ones(1, np.float32)}, None, "holds a NUL character"),
+            ({"a": np.ones(1, np.float32)}, {"k": "v\x00"}, "metadata 'k' value"),
             ({"a": np.ones([1] * 9, np.float32)}, None, "tensor 'a': 9 dimensions"),
             ({"a": np.ones(2, np.uint16)}, None, "BF16(bits)"),
             ({"a": np.ones(2, np.complex64)}, None, "tensor 'a': numpy dtype complex64"),
