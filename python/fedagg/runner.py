@@ -23,6 +23,7 @@ Exit status: 0 done; 1 a round failed (one-shot) or setup failed; 2 the
 environment is not a worker's; 3 the worker's side broke the protocol.
 """
 
+import importlib
 import json
 import os
 import sys
@@ -250,7 +251,7 @@ class _Session:
             raise UsageError(str(e)) from None
         if self.fmt == "torch":
             try:
-                import torch  # noqa: F401
+                importlib.import_module("torch")
             except ImportError:
                 raise UsageError("%s uses torch tensors but this interpreter (%s) cannot import "
                                  "torch: install torch, run the trainer with an interpreter "

@@ -156,7 +156,8 @@ def _metrics(m, what):
     if m is None:
         return {}
     if not hasattr(m, "items"):
-        raise ResultError("%s is a %s, expected a dict of name -> number" % (what, type(m).__name__))
+        raise ResultError("%s is a %s, expected a dict of name -> number"
+                          % (what, type(m).__name__))
     if len(m) > MAX_METRICS:
         raise ResultError("%s has %d entries; the worker takes at most %d (a report is a few "
                           "aggregates)" % (what, len(m), MAX_METRICS))

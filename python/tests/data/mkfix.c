@@ -1,4 +1,15 @@
-/* one-off: fixtures from the C safetensors writer for the Python kit tests */
+/* mkfix.c - writes the C-side fixtures of python/tests/test_safetensors.py
+ * with the C safetensors writer (common/fa_safetensors.c): every dtype, a
+ * 0-d and an empty tensor, a non-ASCII name, metadata with the characters
+ * jansson escapes; and a file holding one F32 scalar.  Not part of the
+ * build: the two files are committed next to it.  To make them again:
+ *
+ *   cmake --build build --target fedagg
+ *   cc -std=c11 -D_GNU_SOURCE -I. -o /tmp/mkfix python/tests/data/mkfix.c \
+ *      build/common/libfa_common.a $(pkg-config --libs jansson) -lcrypto -lsodium -lz -lm
+ *   /tmp/mkfix python/tests/data/c_all_dtypes.safetensors python/tests/data/c_scalar.safetensors
+ *
+ * (c_mlp_4-3-2.safetensors is `fedagg model init --arch 4-3-2 --seed 1`.) */
 #include <stdio.h>
 #include <string.h>
 #include <stdint.h>
