@@ -36,7 +36,11 @@ struct app {
     fa_fed *fed;
     fa_api *api;
     uint64_t finished_at;
+    /* What /readyz answers, set by the server loop (the federation's
+     * thread) and read by the metrics server's. */
+    pthread_mutex_t lock;
     int ready;
+    char why[512];
 };
 
 static const char usage[] =
@@ -58,6 +62,14 @@ static void on_tick(fa_h3_server *srv, void *arg)
     uint64_t now = fa_time_mono_ns() / 1000000u;
 
     fa_api_tick(a->api);
+    {
+        char why[512] = "";
+        int ok = fa_fed_ready(a->fed, now, why, sizeof(why));
+        pthread_mutex_lock(&a->lock);
+        a->ready = ok;
+        snprintf(a->why, sizeof(a->why), "%s", why);
+        pthread_mutex_unlock(&a->lock);
+    }
     if (fa_fed_finished(a->fed)) {
         if (!a->finished_at)
             a->finished_at = now;
@@ -72,9 +84,21 @@ static void on_tick(fa_h3_server *srv, void *arg)
 static int ready(void *ctx, char *why, size_t n)
 {
     struct app *a = ctx;
-    if (!a->ready)
-        snprintf(why, n, "starting: the API is not serving yet");
-    return a->ready;
+    int ok;
+    pthread_mutex_lock(&a->lock);
+    ok = a->ready;
+    if (!ok)
+        snprintf(why, n, "%s", a->why[0] ? a->why : "starting: the API is not serving yet");
+    pthread_mutex_unlock(&a->lock);
+    return ok;
+}
+
+static void set_ready(struct app *a, int ok, const char *why)
+{
+    pthread_mutex_lock(&a->lock);
+    a->ready = ok;
+    snprintf(a->why, sizeof(a->why), "%s", why);
+    pthread_mutex_unlock(&a->lock);
 }
 
 int main(int argc, char **argv)
@@ -91,6 +115,7 @@ int main(int argc, char **argv)
     rc = fa_daemon_args(argc, argv, "fedagg-aggregator", usage, &config, &level);
     if (rc >= 0)
         return rc;
+    pthread_mutex_init(&app.lock, NULL);
     /* OpenBLAS (evaluation) picks its kernels when it loads. */
     fa_mlp_blas_reexec(argv);
     /* Large buffers (the O(d) sums, model copies) straight from mmap, so
@@ -161,12 +186,16 @@ int main(int argc, char **argv)
         if (rc != 0)
             goto fail;
     }
-    app.ready = 1;
+    {
+        char why[512] = "";
+        int ok = fa_fed_ready(app.fed, fa_time_mono_ns() / 1000000u, why, sizeof(why));
+        set_ready(&app, ok, why);
+    }
     fa_log(FA_LOG_INFO, "aggregator serving",
            "listen=%s port=%d metrics=%s regions=%zu federation=%s", cfg->listen,
            fa_h3_server_port(app.srv), cfg->metrics_listen, cfg->n_regions, cfg->federation_id);
     rc = fa_h3_server_run(app.srv, &err);
-    app.ready = 0;
+    set_ready(&app, 0, "stopping");
     if (rc != 0)
         goto fail;
     if (fa_fed_fatal(app.fed)) {

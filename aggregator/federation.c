@@ -1,6 +1,7 @@
 /* federation.c - round orchestration of the aggregator.  See federation.h. */
 #include "aggregator/federation.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -14,15 +15,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "aggregator/audit_log.h"
 #include "aggregator/evaluator.h"
 #include "aggregator/fed_eval.h"
 #include "aggregator/global_model.h"
+#include "aggregator/memory_budget.h"
 #include "aggregator/metrics.h"
 #include "aggregator/model_store.h"
 #include "aggregator/server_opt.h"
+#include "aggregator/storage_gate.h"
 #include "audit.pb-c.h"
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
@@ -127,6 +131,10 @@ struct fa_fed {
 
     struct fa_metrics *metrics;
     int fatal; /* a committed round could not be recorded: restart to repair */
+    /* Closed while the storage cannot take a round (storage_gate.h): no
+     * attempt opens, /readyz says why. */
+    fa_storage_gate gate;
+    uint64_t storage_free; /* bytes free at the last check */
     uint64_t next_upload_id;
 };
 
@@ -300,6 +308,15 @@ static void define_metrics(fa_fed *f)
                       "Accuracy the evaluator command measured.", NULL, 0, NULL);
     fa_metrics_define(m, "fedagg_central_eval_loss", FA_METRIC_GAUGE,
                       "Mean loss the evaluator command measured.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_storage_blocked", FA_METRIC_GAUGE,
+                      "1 while the storage cannot take a round (disk full, I/O errors): no "
+                      "attempt opens.",
+                      NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_storage_failures_total", FA_METRIC_COUNTER,
+                      "Storage checks, state saves and commits that failed.", NULL, 0, NULL);
+    fa_metrics_define(m, "fedagg_storage_free_bytes", FA_METRIC_GAUGE,
+                      "Free bytes on the storage directory's file system at the last check.", NULL,
+                      0, NULL);
     for (size_t i = 0; i < f->n_regions; i++) {
         metric_region(f, "fedagg_region_bytes_received_total", f->regions[i].id, 0, 0);
         metric_region(f, "fedagg_region_dropouts_total", f->regions[i].id, 0, 0);
@@ -318,6 +335,10 @@ static void update_gauges(fa_fed *f)
     fa_metrics_set(f->metrics, "fedagg_phase", NULL, (double)f->phase);
     fa_metrics_set(f->metrics, "fedagg_audit_tree_size", NULL,
                    (double)fa_audit_log_signed_size(f->audit));
+    fa_metrics_set(f->metrics, "fedagg_storage_blocked", NULL, f->gate.blocked ? 1.0 : 0.0);
+    fa_metrics_set(f->metrics, "fedagg_storage_failures_total", NULL, (double)f->gate.total);
+    if (f->storage_free)
+        fa_metrics_set(f->metrics, "fedagg_storage_free_bytes", NULL, (double)f->storage_free);
     if (f->have_eval) {
         fa_metrics_set(f->metrics, "fedagg_eval_accuracy", NULL, f->eval_accuracy);
         fa_metrics_set(f->metrics, "fedagg_eval_loss", NULL, f->eval_loss);
@@ -728,6 +749,78 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     return rc;
 }
 
+/* Bytes a round needs on the storage to end in a commit: a model file, its
+ * master weights, the optimizer state, the round's sum and state, and room
+ * to spare (64 MiB, and a tenth of the rest). */
+static uint64_t storage_need(const fa_fed *f)
+{
+    uint64_t n = f->cur.model_size + (f->cur.has_master ? f->cur.master_size : 0);
+    n += (uint64_t)4 * f->d * fa_server_opt_state_count(f->opt);
+    n += (uint64_t)4 * (f->d + 1) + (4u << 20);
+    return n + n / 10 + (64u << 20);
+}
+
+/* Whether the storage can take a round now (free space for one). */
+static int storage_check(fa_fed *f, fa_error *err)
+{
+    struct statvfs vfs;
+    uint64_t need = storage_need(f);
+
+    if (statvfs(f->storage_dir, &vfs) != 0)
+        return fa_errorf(err, FA_ERR_IO, "storage %s: statvfs: %s", f->storage_dir,
+                         strerror(errno));
+    f->storage_free = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+    if (f->storage_free < need)
+        return fa_errorf(err, FA_ERR_NOSPACE,
+                         "storage %s has %.1f MiB free; a round needs about %.1f MiB (model, "
+                         "master weights, optimizer state, sum): free space or enlarge the volume",
+                         f->storage_dir, (double)f->storage_free / 1048576.0,
+                         (double)need / 1048576.0);
+    return 0;
+}
+
+/* The storage failed (why): close the gate, logging once per back-off. */
+static void storage_failed(fa_fed *f, uint64_t now_ms, const char *why)
+{
+    if (fa_storage_gate_fail(&f->gate, now_ms, why))
+        fa_log(FA_LOG_WARN, "storage cannot take a round; no attempt opens until it can",
+               "reason=\"%s\" next_check_s=%.0f failures=%" PRIu64, why,
+               (double)f->gate.backoff_ms / 1000.0, f->gate.failures);
+    update_gauges(f);
+}
+
+/* Opens attempt `attempt` of `round` if the storage can take it; else the
+ * federation waits with no attempt open (phase IDLE) and fa_fed_tick tries
+ * again when the gate's back-off has passed. */
+static void open_gated(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now_ms)
+{
+    fa_error err;
+    int rc;
+
+    f->round = round;
+    f->attempt = attempt;
+    if (f->gate.blocked && !fa_storage_gate_due(&f->gate, now_ms)) {
+        f->phase = FEDAGG__PHASE__PHASE_IDLE;
+        return;
+    }
+    fa_error_clear(&err);
+    rc = storage_check(f, &err);
+    if (rc == 0)
+        rc = open_attempt(f, round, attempt, now_ms, &err);
+    if (rc == 0) {
+        if (fa_storage_gate_ok(&f->gate))
+            fa_log(FA_LOG_INFO, "storage usable again; attempts resume",
+                   "round=%" PRIu64 " attempt=%u free_mib=%.1f", round, attempt,
+                   (double)f->storage_free / 1048576.0);
+        update_gauges(f);
+        return;
+    }
+    f->phase = FEDAGG__PHASE__PHASE_IDLE;
+    fa_secagg_server_del(f->sa);
+    f->sa = NULL;
+    storage_failed(f, now_ms, fa_error_msg(&err, rc));
+}
+
 /* The next round, or the end of the federation. */
 static int open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
 {
@@ -742,7 +835,8 @@ static int open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         update_gauges(f);
         return save_state(f, err);
     }
-    return open_attempt(f, f->round + 1, 0, now_ms, err);
+    open_gated(f, f->round + 1, 0, now_ms);
+    return 0;
 }
 
 static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
@@ -771,9 +865,8 @@ static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
         next = 0;
         given_up = 1;
     }
-    fa_error_clear(&err);
-    if (open_attempt(f, round, next, now_ms, &err) != 0)
-        fa_log(FA_LOG_ERROR, "cannot open the next attempt", "error=\"%s\"", err.msg);
+    (void)err;
+    open_gated(f, round, next, now_ms);
     (void)given_up;
 }
 
@@ -1278,6 +1371,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             char why[600];
             snprintf(why, sizeof(why), "the new model could not be committed: %s",
                      fa_error_msg(&err, rc));
+            storage_failed(f, now_ms, why); /* no new attempt before a back-off */
             abort_attempt(f, now_ms, why);
         } else if (rc != 0) {
             fa_log(FA_LOG_ERROR,
@@ -1292,7 +1386,11 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     f->phase_opened_ms = now_ms;
     rc = save_state(f, &err);
     if (rc != 0) {
-        abort_attempt(f, now_ms, err.msg);
+        char why[600];
+        snprintf(why, sizeof(why), "the round state could not be saved: %s",
+                 fa_error_msg(&err, rc));
+        storage_failed(f, now_ms, why);
+        abort_attempt(f, now_ms, why);
         return 1;
     }
     {
@@ -1314,6 +1412,10 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     for (size_t i = 0; i < f->n_regions; i++)
         if (f->regions[i].last_seen_ms && !region_connected(&f->regions[i], now_ms))
             metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
+    if (f->phase == FEDAGG__PHASE__PHASE_IDLE && fa_storage_gate_due(&f->gate, now_ms)) {
+        open_gated(f, f->round, f->attempt, now_ms);
+        changed = 1;
+    }
     if (f->evaluator) {
         fa_eval_summary res;
         if (fa_evaluator_poll(f->evaluator, now_ms, &res)) {
@@ -1864,6 +1966,18 @@ int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
         json_integer((json_int_t)fa_tensors_count(fa_global_model_table(f->model))));
     json_object_set_new(o, "num_params", json_integer((json_int_t)f->d));
     {
+        json_t *so = json_object();
+        if (so) {
+            json_object_set_new(so, "ok", json_boolean(!f->gate.blocked));
+            if (f->gate.blocked)
+                json_object_set_new(so, "reason", json_string(f->gate.reason));
+            json_object_set_new(so, "failures", json_integer((json_int_t)f->gate.total));
+            if (f->storage_free)
+                json_object_set_new(so, "free_bytes", json_integer((json_int_t)f->storage_free));
+            json_object_set_new(o, "storage", so);
+        }
+    }
+    {
         fa_eval_summary fe;
         fa_fed_eval_summary(f->feval, &fe);
         if (!fe.valid)
@@ -1960,6 +2074,22 @@ int fa_fed_audit_proof(fa_fed *f, uint64_t round, const char *region, char **out
     if (rc != 0)
         return rc;
     return fa_audit_log_prove(f->audit, index, out, len, err);
+}
+
+int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n)
+{
+    if (f->fatal) {
+        snprintf(why, n, "a committed round could not be recorded in the audit log: restart to "
+                         "repair it");
+        return 0;
+    }
+    if (f->gate.blocked) {
+        uint64_t left = f->gate.next_ms > now_ms ? f->gate.next_ms - now_ms : 0;
+        snprintf(why, n, "storage: %s (for %.0f s; next check in %.0f s)", f->gate.reason,
+                 (double)(now_ms - f->gate.since_ms) / 1000.0, (double)left / 1000.0);
+        return 0;
+    }
+    return 1;
 }
 
 int fa_fed_finished(const fa_fed *f)
@@ -2196,8 +2326,9 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
                              "model store is at version %" PRIu64 " but the audit log ends at "
                              "version %" PRIu64 " and there is no round state to repair it from",
                              f->cur.version, audited);
-        return open_attempt(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1, 0,
-                            now_ms, err);
+        open_gated(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1, 0,
+                   now_ms);
+        return 0;
     }
     if (rc != 0)
         return rc;
@@ -2268,7 +2399,8 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
                "state_round=%" PRIu64 " state_version=%" PRIu64 " version=%" PRIu64, st->round,
                st->base_version, f->cur.version);
         fedagg__round_state__free_unpacked(st, NULL);
-        return open_attempt(f, next, 0, now_ms, err);
+        open_gated(f, next, 0, now_ms);
+        return 0;
     }
     if (f->cur.version != audited || st->base_version != f->cur.version) {
         rc = fa_errorf(err, FA_ERR_CORRUPT,
@@ -2305,7 +2437,8 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         fedagg__round_state__free_unpacked(st, NULL);
         fa_log(FA_LOG_INFO, "resuming the round in flight",
                "round=%" PRIu64 " attempt=%u phase=advertise", r, a);
-        return open_attempt(f, r, a, now_ms, err);
+        open_gated(f, r, a, now_ms);
+        return 0;
     }
     rc = restore_secagg(f, st, err);
     if (rc != 0) {
@@ -2481,6 +2614,23 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         rc = load_optimizer_state(f, err);
     if (rc != 0)
         goto fail;
+    {
+        /* Refuse a model whose round cannot fit, before regions come. */
+        fa_memory_need need;
+        uint64_t limit;
+        const char *source;
+        uint32_t in_flight = rp->max_uploads_in_flight ? rp->max_uploads_in_flight : 4;
+        fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight,
+                             fa_secagg_masked_bytes((uint64_t)f->d + 1, ring_bits), &need);
+        rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
+        if (rc == 0)
+            rc = fa_memory_check(&need, limit, source, err);
+        if (rc != 0)
+            goto fail;
+        fa_log(FA_LOG_INFO, "memory budget",
+               "need_mib=%.1f limit_mib=%.1f source=\"%s\"", (double)need.total / 1048576.0,
+               (double)limit / 1048576.0, source);
+    }
 
     /* The config digest that every record names: the configuration's
      * binary encoding followed by the tensor table's digest, so that the

@@ -166,6 +166,12 @@ void fa_fed_region_seen(fa_fed *f, const char *region, uint64_t now_ms);
  * which appends the record from the saved round state. */
 int fa_fed_fatal(const fa_fed *f);
 
+/* 1 when the aggregator can do its work; 0 with why (n bytes) when not:
+ * the storage cannot take a round (disk full, I/O errors: no attempt opens
+ * until a check after a back-off succeeds), or a committed round could not
+ * be recorded.  For /readyz. */
+int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n);
+
 /* 1 when the configured number of rounds is done. */
 int fa_fed_finished(const fa_fed *f);
 

@@ -36,6 +36,7 @@ const char *fa_strerror(int code)
     case FA_ERR_CANCELLED: return "cancelled";
     case FA_ERR_AGAIN: return "try again";
     case FA_ERR_NODEVICE: return "no GPU device";
+    case FA_ERR_NOSPACE: return "not enough space";
     default: return "unknown error";
     }
 }

@@ -40,6 +40,7 @@ enum {
     FA_ERR_CANCELLED = -26,   /* operation cancelled (shutdown) */
     FA_ERR_AGAIN = -27,       /* not ready yet, try again later */
     FA_ERR_NODEVICE = -28,    /* no GPU present */
+    FA_ERR_NOSPACE = -29,     /* not enough room: disk, or the memory allowed */
 };
 
 /* A caller-owned error message.  Functions that take an `fa_error *` fill it

@@ -1,0 +1,37 @@
+/* memory_budget.h - does a federation's round fit the memory the
+ * aggregator may use?  Checked at start, so that a model too large for the
+ * pod is refused with the numbers instead of being OOM-killed mid-round. */
+#ifndef FA_AGGREGATOR_MEMORY_BUDGET_H
+#define FA_AGGREGATOR_MEMORY_BUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/fa_err.h"
+
+/* The memory a round holds at its peak, by part (bytes). */
+typedef struct fa_memory_need {
+    uint64_t master;    /* 4 d: the float32 master weights */
+    uint64_t optimizer; /* 8 d per state tensor: the state and its next value at the step */
+    uint64_t sum;       /* 4 (d + 1): the secure-aggregation running sum */
+    uint64_t step;      /* 8 d: the decoded mean delta and the stepped copy */
+    uint64_t uploads;   /* uploads in flight x their journals (masked bytes) */
+    uint64_t total;
+} fa_memory_need;
+
+/* d federated coordinates, n_state optimizer state tensors of d floats,
+ * in_flight masked uploads of masked_bytes each. */
+void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, uint64_t masked_bytes,
+                          fa_memory_need *out);
+
+/* The memory allowed: configured (non-zero), else the cgroup's limit (v2
+ * memory.max, v1 memory.limit_in_bytes), else the machine's.  *source
+ * names where it came from.  Returns 0 or FA_ERR_IO when nothing can say. */
+int fa_memory_limit(uint64_t configured, uint64_t *limit, const char **source, fa_error *err);
+
+/* 0 when need fits limit, else FA_ERR_NOSPACE with a message that gives
+ * every part and what to change. */
+int fa_memory_check(const fa_memory_need *need, uint64_t limit, const char *source,
+                    fa_error *err);
+
+#endif
