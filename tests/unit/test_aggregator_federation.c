@@ -1132,6 +1132,41 @@ static void test_evaluator_command(void **state)
     sim_del(s);
 }
 
+/* A model whose round cannot fit the memory allowed is refused at start,
+ * with the numbers. */
+static void test_memory_budget(void **state)
+{
+    struct sim *s = calloc(1, sizeof(*s));
+    fa_error err;
+    (void)state;
+
+    assert_int_equal(sodium_init() >= 0, 1);
+    snprintf(s->dir, sizeof(s->dir), "/tmp/fa_test_fed.XXXXXX");
+    assert_non_null(mkdtemp(s->dir));
+    for (int i = 0; i < NR; i++) {
+        must(fa_identity_generate(s->seed[i], s->members[i].identity_pk, NULL), NULL);
+        s->members[i].id = ids[i];
+    }
+    s->model_txt = "model { input_dim: 784 hidden: [256] output_dim: 10 }\n"
+                   "optimizer { kind: FEDADAM }\n"
+                   "memory_limit_bytes: 1000000\n";
+    write_config(s, 1000);
+    fa_error_clear(&err);
+    assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, 1000, &err), FA_ERR_NOSPACE);
+    assert_null(s->f);
+    assert_non_null(strstr(err.msg, "MiB at the aggregator"));
+    assert_non_null(strstr(err.msg, "optimizer state"));
+    assert_non_null(strstr(err.msg, "memory_limit_bytes"));
+    /* With room for it, it starts. */
+    protobuf_c_message_free_unpacked(&s->cfg->base, NULL);
+    s->model_txt = "model { input_dim: 784 hidden: [256] output_dim: 10 }\n"
+                   "optimizer { kind: FEDADAM }\n"
+                   "memory_limit_bytes: 100000000\n";
+    write_config(s, 1000);
+    sim_open(s);
+    sim_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1144,6 +1179,7 @@ int main(void)
         cmocka_unit_test(test_any_model_round),
         cmocka_unit_test(test_federated_evaluation),
         cmocka_unit_test(test_evaluator_command),
+        cmocka_unit_test(test_memory_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
