@@ -579,11 +579,17 @@ static void on_round_end(fa_h3_request *req, void *arg)
 
 #define MAX_EVAL_REPORT (64u << 10)
 
+/* POST /v1/evaluations and POST /v1/privacy: a signed statement of a region
+ * in a small body, answered 200 (empty) when accepted. */
+enum { KIND_EVAL = -2, KIND_PRIVACY = -3 };
+
 static int on_eval_request(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    if (!admit(a, req))
+    struct req_ctx *c = admit(a, req);
+    if (!c)
         return 0;
+    c->kind = strcmp(fa_h3_request_path(req), "/v1/privacy") == 0 ? KIND_PRIVACY : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }
@@ -620,7 +626,9 @@ static void on_eval_end(fa_h3_request *req, void *arg)
 
     if (!c || c->responded)
         return;
-    if (fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r) != 0) {
+    if ((c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(a->fed, c->region, c->buf, c->len, &r)
+                                 : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) !=
+        0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         return;
@@ -652,7 +660,8 @@ int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
         (rc = fa_h3_server_route(srv, "GET", "/v1/models/", &model, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "GET", "/v1/audit/", &audit, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", "/v1/evaluations", &evals, a)) != 0) {
+        (rc = fa_h3_server_route(srv, "POST", "/v1/evaluations", &evals, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", "/v1/privacy", &evals, a)) != 0) {
         free(a);
         return fa_errorf(err, rc, "cannot register the API routes: %s", fa_strerror(rc));
     }

@@ -20,6 +20,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "aggregator/privacy_audit.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 
@@ -1455,6 +1456,7 @@ struct vstate {
     fa_audit_verify_result *res;
     fa_error *err;
     const char *path;
+    fa_privacy_audit *privacy; /* the regions' privacy ledger, added up */
 };
 
 static void vreport(struct vstate *v, int sev, int64_t index, const char *fmt, ...)
@@ -1682,6 +1684,8 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
         memcpy(prev->table, r->tensor_table_digest.data, HLEN);
     }
     verify_evaluations(v, at, r);
+    if (v->privacy)
+        fa_privacy_audit_record(v->privacy, at, r);
     for (size_t k = 0; k < r->n_commitments; k++) {
         const Fedagg__RegionCommitment *c = r->commitments[k];
         const uint8_t *pk = region_key(v->o, c->region);
@@ -1714,10 +1718,16 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
     memcpy(prev->new_model, r->new_model_sha256.data, HLEN);
 }
 
+/* The privacy ledger's findings are the verification's. */
+static void privacy_finding(void *ctx, int severity, int64_t index, const char *msg)
+{
+    vreport(ctx, severity, index, "%s", msg);
+}
+
 int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit_verify_result *res,
                     fa_error *err)
 {
-    struct vstate v = {opts, res, err, path};
+    struct vstate v = {opts, res, err, path, NULL};
     struct ckcur c;
     struct rd r, tr;
     struct vprev prev;
@@ -1738,12 +1748,17 @@ int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit
     fa_error_clear(err);
     if (!opts || !opts->key)
         return fa_errorf(err, FA_ERR_INVAL, "the aggregator's public key is needed to verify");
+    if (fa_privacy_audit_new(&v.privacy, opts->region_keys, opts->nregion_keys, privacy_finding,
+                             &v, err) != 0)
+        return FA_ERR_NOMEM;
     fa_merkle_frontier_init(&fr);
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
-                         strerror(errno));
+    if (fd < 0) {
+        rc = fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
+                       strerror(errno));
+        goto out;
+    }
     cpath = path_with(path, ".checkpoints");
     tpath = path_with(path, ".tree");
     c.note = malloc(MAX_NOTE + 1);
@@ -1897,6 +1912,10 @@ int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit
 done:
     rc = res->problems ? FA_ERR_VERIFY : 0;
 out:
+    if (v.privacy)
+        for (size_t i = 0; i < fa_privacy_audit_count(v.privacy); i++)
+            res->privacy_signatures += fa_privacy_audit_at(v.privacy, i)->verified;
+    fa_privacy_audit_del(v.privacy);
     rd_free(&r);
     rd_free(&tr);
     rd_free(&c.r);

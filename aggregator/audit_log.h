@@ -193,6 +193,7 @@ typedef struct fa_audit_verify_result {
     uint64_t signed_size;       /* tree size of the latest valid checkpoint */
     uint64_t region_signatures; /* region commitment signatures verified */
     uint64_t eval_signatures;   /* federated-evaluation statements verified */
+    uint64_t privacy_signatures; /* privacy statements verified */
     uint64_t region_unknown;    /* commitments of regions with no key given */
     uint64_t problems;
     int64_t first_bad; /* lowest record index at fault; -1 for the file

@@ -25,6 +25,7 @@
 #include "aggregator/memory_budget.h"
 #include "aggregator/metrics.h"
 #include "aggregator/model_store.h"
+#include "aggregator/privacy_ledger.h"
 #include "aggregator/server_opt.h"
 #include "aggregator/storage_gate.h"
 #include "audit.pb-c.h"
@@ -109,6 +110,8 @@ struct fa_fed {
     fa_fed_eval *feval;
     fa_evaluator *evaluator;
     fa_eval_summary central;
+    /* The regions' signed privacy statements of the attempt in flight. */
+    fa_privacy_ledger *privacy;
 
     /* The round in flight. */
     uint64_t round;
@@ -629,6 +632,22 @@ static int save_state(fa_fed *f, fa_error *err)
     }
     st.n_evaluations = ne;
     st.evaluations = evp;
+    size_t np = fa_privacy_ledger_count(f->privacy);
+    Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
+    Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
+    if (!pvs || !pvp) {
+        free(pvs);
+        free(pvp);
+        free(evs);
+        free(evp);
+        return fa_errorf(err, FA_ERR_NOMEM, "round state: out of memory");
+    }
+    for (size_t i = 0; i < np; i++) {
+        fa_privacy_ledger_at(f->privacy, i, &pvs[i], NULL);
+        pvp[i] = &pvs[i];
+    }
+    st.n_privacy = np;
+    st.privacy = pvp;
     st.ranges_sha256.data = f->round_ranges_sha;
     st.ranges_sha256.len = 32;
     if (f->central.valid && f->central.version == f->cur.version) {
@@ -648,6 +667,8 @@ static int save_state(fa_fed *f, fa_error *err)
         if (rc != 0) {
             free(evs);
             free(evp);
+            free(pvs);
+            free(pvp);
             return rc;
         }
         if (gen != 0 && !(f->have_sum && f->sum_round == f->round &&
@@ -666,6 +687,8 @@ static int save_state(fa_fed *f, fa_error *err)
                 free(blob);
                 free(evs);
                 free(evp);
+                free(pvs);
+                free(pvp);
                 return rc;
             }
         }
@@ -691,6 +714,8 @@ static int save_state(fa_fed *f, fa_error *err)
     free(blob);
     free(evs);
     free(evp);
+    free(pvs);
+    free(pvp);
     if (rc == 0) {
         remove_stale_sums(f, st.sum_generation);
         fa_log(FA_LOG_DEBUG, "round state saved",
@@ -738,6 +763,7 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     f->last_advertise_ms = 0;
     f->attempt_start_unix_ms = fa_time_unix_ms();
     reset_region_attempt(f);
+    fa_privacy_ledger_begin(f->privacy, round, attempt);
     rc = new_secagg_server(f, err);
     if (rc == 0)
         rc = save_state(f, err);
@@ -874,6 +900,8 @@ static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 /* Completing a round                                                        */
 /* ------------------------------------------------------------------------ */
 
+static int in_list(const char *region, const char *const *ids, size_t n);
+
 /* config ClipMode */
 static const char *clip_name(int mode)
 {
@@ -906,9 +934,12 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__NamedValue fnv[FA_EVAL_MAX_METRICS], *fnvp[FA_EVAL_MAX_METRICS];
     Fedagg__NamedValue cnv[FA_EVAL_MAX_METRICS], *cnvp[FA_EVAL_MAX_METRICS];
     fa_eval_summary fe;
+    size_t np = fa_privacy_ledger_count(f->privacy), npr = 0;
+    Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
+    Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
     int rc = 0;
 
-    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp) {
+    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
         goto out;
     }
@@ -993,6 +1024,18 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
         fa_eval_summary_to_pb(&f->central, &csum, cnv, cnvp);
         rec.central_eval = &csum;
     }
+    /* The privacy statements of the participants (a dropout's update is not
+     * in the sum: its statement does not belong to this model). */
+    for (size_t i = 0; i < np; i++) {
+        const char *who;
+        fa_privacy_ledger_at(f->privacy, i, &pvs[npr], &who);
+        if (in_list(who, (const char *const *)parts, ns)) {
+            pvp[npr] = &pvs[npr];
+            npr++;
+        }
+    }
+    rec.n_privacy = npr;
+    rec.privacy = pvp;
 
     *out_len = fedagg__audit_record__get_packed_size(&rec);
     *out = malloc(*out_len ? *out_len : 1);
@@ -1010,6 +1053,8 @@ out:
     free(sigs);
     free(evs);
     free(evp);
+    free(pvs);
+    free(pvp);
     return rc;
 }
 
@@ -1998,6 +2043,16 @@ int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
                             json_integer((json_int_t)r->rounds_participated));
         json_object_set_new(ro, "dropouts", json_integer((json_int_t)r->dropouts));
         json_object_set_new(ro, "bytes_received", json_integer((json_int_t)r->bytes_received));
+        {
+            double eps, delta, budget;
+            if (fa_privacy_ledger_region(f->privacy, r->id, &eps, &delta, &budget)) {
+                json_t *pj = json_object();
+                json_object_set_new(pj, "epsilon", json_real(eps));
+                json_object_set_new(pj, "delta", json_real(delta));
+                json_object_set_new(pj, "budget_epsilon", json_real(budget));
+                json_object_set_new(ro, "privacy", pj);
+            }
+        }
         json_array_append_new(regions, ro);
     }
     json_object_set_new(o, "regions", regions);
@@ -2029,6 +2084,37 @@ int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
         fa_model_store_model_path(f->store, version, path, n);
     }
     *out_version = version;
+    return 0;
+}
+
+int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                          fa_fed_reply *reply)
+{
+    fa_error err;
+    int rc;
+
+    if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_MASKED)
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "privacy statements are taken from the advertise to the masked phase "
+                           "of an attempt (before the update is uploaded)");
+    fa_error_clear(&err);
+    rc = fa_privacy_ledger_submit(f->privacy, region, body, len, &err);
+    if (rc != 0) {
+        int status = rc == FA_ERR_AUTH                             ? 403
+                     : rc == FA_ERR_REPLAY || rc == FA_ERR_EXISTS ? 409
+                     : rc == FA_ERR_NOMEM                         ? 500
+                                                                  : 400;
+        fa_log(FA_LOG_WARN, "privacy statement refused", "region=%s status=%d error=\"%s\"",
+               region, status, fa_error_msg(&err, rc));
+        return reply_error(f, reply, status, rc, "%s", fa_error_msg(&err, rc));
+    }
+    {
+        double eps = 0, delta = 0, budget = 0;
+        fa_privacy_ledger_region(f->privacy, region, &eps, &delta, &budget);
+        fa_log(FA_LOG_INFO, "privacy statement accepted",
+               "region=%s round=%" PRIu64 " attempt=%u epsilon_total=%.4f delta=%g budget=%.4f",
+               region, f->round, f->attempt, eps, delta, budget);
+    }
     return 0;
 }
 
@@ -2287,6 +2373,13 @@ static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
     }
     if (st->ranges_sha256.len == 32)
         memcpy(f->round_ranges_sha, st->ranges_sha256.data, 32);
+    fa_privacy_ledger_begin(f->privacy, st->round, st->attempt);
+    for (size_t i = 0; i < st->n_privacy; i++) {
+        fa_error e;
+        fa_error_clear(&e);
+        if (fa_privacy_ledger_restore(f->privacy, st->privacy[i], &e) != 0)
+            fa_log(FA_LOG_WARN, "a saved privacy statement was refused", "error=\"%s\"", e.msg);
+    }
     if (st->central_eval && st->central_eval->model_version == st->base_version) {
         const Fedagg__EvalSummary *c = st->central_eval;
         memset(&f->central, 0, sizeof(f->central));
@@ -2658,6 +2751,8 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             memcpy(fm[i].pk, f->regions[i].pk, 32);
         }
         rc = fa_fed_eval_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        if (rc == 0)
+            rc = fa_privacy_ledger_new(&f->privacy, f->federation_id, fm, f->n_regions, err);
         free(fm);
         if (rc != 0)
             goto fail;
@@ -2749,6 +2844,7 @@ void fa_fed_close(fa_fed *f)
     fa_model_store_del(f->store);
     fa_global_model_del(f->model);
     fa_fed_eval_del(f->feval);
+    fa_privacy_ledger_del(f->privacy);
     fa_evaluator_del(f->evaluator);
     free(f->eval_params);
     fa_server_opt_del(f->opt);

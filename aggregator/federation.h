@@ -166,6 +166,15 @@ void fa_fed_region_seen(fa_fed *f, const char *region, uint64_t now_ms);
  * which appends the record from the saved round state. */
 int fa_fed_fatal(const fa_fed *f);
 
+/* POST /v1/privacy: a region's signed privacy statement
+ * (fedagg.SignedPrivacy) of the attempt in flight, taken from the
+ * advertise to the masked phase.  Returns 0 when accepted (or an identical
+ * retry), else the FA_ERR_* code with reply filled: 400, 403, 409 (another
+ * attempt, a different statement, or the phase is past).  The record of the
+ * attempt carries the statements of its participants (privacy_ledger.h). */
+int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                          fa_fed_reply *reply);
+
 /* 1 when the aggregator can do its work; 0 with why (n bytes) when not:
  * the storage cannot take a round (disk full, I/O errors: no attempt opens
  * until a check after a back-off succeeds), or a committed round could not

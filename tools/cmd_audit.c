@@ -18,6 +18,7 @@
 #include "crypto/checkpoint.h"
 #include "crypto/merkle.h"
 #include "crypto/secagg.h"
+#include "aggregator/privacy_audit.h"
 #include "tools/audit_cli.h"
 
 const char fa_cmd_audit_help[] =
@@ -33,6 +34,8 @@ static const char usage_text[] =
     "       fedagg audit consistency OLD_CHECKPOINT LOG [--pubkey KEY]\n"
     "       fedagg audit checkpoint LOG [--pubkey KEY]\n"
     "       fedagg audit key SIGNING_KEY --origin ORIGIN\n"
+    "       fedagg audit privacy LOG [--region ID] [--config AGGREGATOR.textproto]\n"
+    "                    [--region-key REGION=KEY]... [--pubkey KEY] [--json]\n"
     "\n"
     "LOG is the aggregator's audit log (audit.log_file; default <storage.dir>/audit.log),\n"
     "with LOG.checkpoints and LOG.tree beside it.  KEY is the aggregator's Ed25519\n"
@@ -51,6 +54,10 @@ static const char usage_text[] =
     "consistency  proves that LOG only grew since an old checkpoint (C2SP note text).\n"
     "checkpoint   prints the latest signed checkpoint (to keep for `consistency`).\n"
     "key          prints the public key and note verifier key of a signing key.\n"
+    "privacy      adds up each region's signed privacy statements over the log: its\n"
+    "             cumulative epsilon at delta against the budget it declared, the\n"
+    "             mechanism; checks every statement's signature (keys from --config or\n"
+    "             --region-key) and that the accounting adds up.\n"
     "\n"
     "Exit status: 0 verified, 1 not verified or an error, 2 usage.\n";
 
@@ -241,6 +248,8 @@ static int cmd_verify(struct opts *o)
                             json_integer((json_int_t)res.region_signatures));
         json_object_set_new(j, "evaluation_signatures",
                             json_integer((json_int_t)res.eval_signatures));
+        json_object_set_new(j, "privacy_signatures",
+                            json_integer((json_int_t)res.privacy_signatures));
         json_object_set_new(j, "region_signatures_unchecked",
                             json_integer((json_int_t)res.region_unknown));
         json_object_set_new(j, "problems", json_integer((json_int_t)res.problems));
@@ -263,6 +272,8 @@ static int cmd_verify(struct opts *o)
                res.region_signatures);
         if (res.eval_signatures)
             printf(", %" PRIu64 " evaluation reports verified", res.eval_signatures);
+        if (res.privacy_signatures)
+            printf(", %" PRIu64 " privacy statements verified", res.privacy_signatures);
         if (res.region_unknown)
             printf(", %" PRIu64 " not checked (no key given)", res.region_unknown);
         printf("\n");
@@ -674,6 +685,90 @@ static int cmd_key(struct opts *o)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------
+ * privacy
+ * ------------------------------------------------------------------------- */
+
+static int cmd_privacy(struct opts *o)
+{
+    struct vprint p = {o, 0, 0};
+    fa_privacy_audit *pa = NULL;
+    fa_audit_log *log = NULL;
+    fa_error err;
+    uint64_t n;
+    size_t shown = 0;
+    int rc;
+
+    if (need_pos(o, 1, "one LOG"))
+        return 2;
+    fa_error_clear(&err);
+    if ((rc = open_ro(o, o->pos[0], &log, &err)) != 0)
+        return fail(&err, rc);
+    if ((rc = fa_privacy_audit_new(&pa, o->keys, o->nkeys, print_finding, &p, &err)) != 0) {
+        fa_audit_log_close(log);
+        return fail(&err, rc);
+    }
+    n = fa_audit_log_size(log);
+    for (uint64_t i = 0; i < n && rc == 0; i++) {
+        uint8_t *buf;
+        size_t len;
+        Fedagg__AuditRecord *r;
+        if ((rc = fa_audit_log_read(log, i, &buf, &len, &err)) != 0)
+            break;
+        r = fedagg__audit_record__unpack(NULL, len, buf);
+        free(buf);
+        if (!r) {
+            rc = fa_errorf(&err, FA_ERR_CORRUPT, "record %" PRIu64 " is not an AuditRecord", i);
+            break;
+        }
+        fa_privacy_audit_record(pa, (int64_t)i, r);
+        fedagg__audit_record__free_unpacked(r, NULL);
+    }
+    if (rc == 0 && !o->json)
+        printf("%-16s %6s %9s %11s %9s %11s %9s  %s\n", "REGION", "ROUNDS", "EPSILON", "DELTA",
+               "BUDGET", "BUDGET_DLT", "VERIFIED", "MECHANISM");
+    for (size_t i = 0; rc == 0 && i < fa_privacy_audit_count(pa); i++) {
+        const fa_privacy_total *t = fa_privacy_audit_at(pa, i);
+        if (o->region && strcmp(o->region, t->region))
+            continue;
+        shown++;
+        if (o->json) {
+            json_t *j = json_object();
+            char *txt;
+            json_object_set_new(j, "region", json_string(t->region));
+            json_object_set_new(j, "statements", json_integer((json_int_t)t->statements));
+            json_object_set_new(j, "verified", json_integer((json_int_t)t->verified));
+            json_object_set_new(j, "first_round", json_integer((json_int_t)t->first_round));
+            json_object_set_new(j, "last_round", json_integer((json_int_t)t->last_round));
+            json_object_set_new(j, "epsilon", json_real(t->epsilon));
+            json_object_set_new(j, "delta", json_real(t->delta));
+            json_object_set_new(j, "budget_epsilon", json_real(t->budget_epsilon));
+            json_object_set_new(j, "budget_delta", json_real(t->budget_delta));
+            json_object_set_new(j, "mechanism", json_string(t->mechanism));
+            json_object_set_new(j, "accountant", json_string(t->accountant));
+            txt = json_dumps(j, JSON_COMPACT);
+            if (txt)
+                printf("%s\n", txt);
+            free(txt);
+            json_decref(j);
+        } else {
+            printf("%-16s %6" PRIu64 " %9.4f %11.3g %9.4f %11.3g %4" PRIu64 "/%-4" PRIu64
+                   "  %s (%s)\n",
+                   t->region, t->statements, t->epsilon, t->delta, t->budget_epsilon,
+                   t->budget_delta, t->verified, t->statements, t->mechanism, t->accountant);
+        }
+    }
+    if (rc == 0 && !o->json && shown == 0)
+        printf("no privacy statements%s%s in %" PRIu64 " records\n", o->region ? " of " : "",
+               o->region ? o->region : "", n);
+    if (rc == 0 && fa_privacy_audit_problems(pa))
+        rc = fa_errorf(&err, FA_ERR_VERIFY, "%" PRIu64 " problems in the privacy ledger",
+                       fa_privacy_audit_problems(pa));
+    fa_privacy_audit_del(pa);
+    fa_audit_log_close(log);
+    return rc == 0 ? 0 : fail(&err, rc);
+}
+
 int fa_cmd_audit(int argc, char **argv)
 {
     struct opts o;
@@ -719,6 +814,8 @@ int fa_cmd_audit(int argc, char **argv)
         rc = cmd_checkpoint(&o);
     else if (!strcmp(cmd, "key"))
         rc = cmd_key(&o);
+    else if (!strcmp(cmd, "privacy"))
+        rc = cmd_privacy(&o);
     else
         rc = usage_error("unknown command '%s'", cmd);
     fa_audit_cli_free_keys(o.keys, o.nkeys);

@@ -1167,6 +1167,169 @@ static void test_memory_budget(void **state)
     sim_del(s);
 }
 
+/* A region's signed privacy statement for round/attempt. */
+static size_t privacy_statement(struct sim *s, int i, uint64_t round, uint32_t attempt,
+                                double eps_round, double eps_total, double budget, int bad_sig,
+                                uint8_t **out)
+{
+    Fedagg__PrivacyStatement st = FEDAGG__PRIVACY_STATEMENT__INIT;
+    Fedagg__SignedPrivacy sp = FEDAGG__SIGNED_PRIVACY__INIT;
+    uint8_t sig[64], *b;
+    size_t len;
+
+    st.federation_id = "unit";
+    st.region = (char *)ids[i];
+    st.round = round;
+    st.attempt = attempt;
+    st.mechanism = "dp-sgd";
+    st.noise_multiplier = 1.1;
+    st.clip = 1.0;
+    st.sampling_rate = 0.01;
+    st.steps = 100;
+    st.delta = 1e-5;
+    st.epsilon_round = eps_round;
+    st.epsilon_total = eps_total;
+    st.budget_epsilon = budget;
+    st.budget_delta = 1e-5;
+    st.accountant = "rdp-sgm/tight";
+    st.unit = "example";
+    len = fedagg__privacy_statement__get_packed_size(&st);
+    b = malloc(len);
+    fedagg__privacy_statement__pack(&st, b);
+    must(fa_identity_sign_statement(s->seed[i], FA_IDENTITY_DOMAIN_PRIVACY, b, len, sig), NULL);
+    if (bad_sig)
+        sig[3] ^= 1;
+    sp.statement.data = b;
+    sp.statement.len = len;
+    sp.signature.data = sig;
+    sp.signature.len = 64;
+    len = fedagg__signed_privacy__get_packed_size(&sp);
+    *out = malloc(len);
+    fedagg__signed_privacy__pack(&sp, *out);
+    free(b);
+    return len;
+}
+
+static int submit_privacy(struct sim *s, int i, const uint8_t *b, size_t len, int *status)
+{
+    fa_fed_reply r = {0};
+    int rc = fa_fed_submit_privacy(s->f, ids[i], b, len, &r);
+    *status = rc ? r.status : 200;
+    fa_fed_reply_free(&r);
+    return rc;
+}
+
+struct findings {
+    int problems;
+    char text[4096];
+};
+
+static void collect(void *ctx, int severity, int64_t index, const char *msg)
+{
+    struct findings *fd = ctx;
+    size_t n = strlen(fd->text);
+    (void)index;
+    if (severity == FA_AUDIT_PROBLEM)
+        fd->problems++;
+    snprintf(fd->text + n, sizeof(fd->text) - n, "%s\n", msg);
+}
+
+/* One round with every region, its privacy statements submitted first. */
+static void privacy_round(struct sim *s, uint64_t round, const double *eps_total,
+                          const double *budget)
+{
+    const int all[] = {0, 1, 2};
+    uint8_t *b;
+    size_t len;
+    int status;
+    clients_new(s);
+    for (int i = 0; i < NR; i++) {
+        len = privacy_statement(s, i, round, 0, 0.1, eps_total[i], budget[i], 0, &b);
+        assert_int_equal(submit_privacy(s, i, b, len, &status), 0);
+        free(b);
+    }
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, round, 0);
+}
+
+static void test_privacy_ledger(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const double eps1[NR] = {0.5, 0.6, 0.7}, budget[NR] = {3, 3, 3};
+    const double eps2[NR] = {1.0, 0.4 /* fell */, 3.5 /* over budget */};
+    uint8_t *b;
+    size_t len;
+    int status;
+    fa_error err;
+    (void)state;
+
+    /* Refusals: another attempt, a bad signature, totals below the round's. */
+    len = privacy_statement(s, 0, 1, 1, 0.5, 0.5, 3, 0, &b);
+    assert_int_equal(submit_privacy(s, 0, b, len, &status), FA_ERR_REPLAY);
+    assert_int_equal(status, 409);
+    free(b);
+    len = privacy_statement(s, 0, 1, 0, 0.5, 0.5, 3, 1, &b);
+    assert_int_equal(submit_privacy(s, 0, b, len, &status), FA_ERR_VERIFY);
+    free(b);
+    len = privacy_statement(s, 0, 1, 0, 0.5, 0.2, 3, 0, &b);
+    assert_int_equal(submit_privacy(s, 0, b, len, &status), FA_ERR_INVAL);
+    free(b);
+    privacy_round(s, 1, eps1, budget);
+    privacy_round(s, 2, eps2, budget);
+    {
+        char *json;
+        must(fa_fed_status_json(s->f, &json, &err), &err);
+        assert_non_null(strstr(json, "\"privacy\""));
+        assert_non_null(strstr(json, "\"budget_epsilon\""));
+        free(json);
+    }
+    fa_fed_close(s->f);
+    s->f = NULL;
+    /* The ledger in the log: every signature verifies, and the two regions
+     * whose accounting is wrong are named. */
+    {
+        fa_audit_region_key keys[NR];
+        fa_audit_verify_opts o;
+        fa_audit_verify_result res;
+        fa_note_verifier nv;
+        struct findings fd = {0, ""};
+        char kp[600], path[600];
+        uint8_t *kd, aseed[32];
+        size_t kl;
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+        must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+        must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+        free(kd);
+        memset(&nv, 0, sizeof(nv));
+        snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+        must(fa_identity_public_key(aseed, nv.pk), NULL);
+        for (int i = 0; i < NR; i++) {
+            keys[i].region = ids[i];
+            memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+        }
+        memset(&o, 0, sizeof(o));
+        o.key = &nv;
+        o.region_keys = keys;
+        o.nregion_keys = NR;
+        o.report = collect;
+        o.report_ctx = &fd;
+        assert_int_equal(fa_audit_verify(path, &o, &res, &err), FA_ERR_VERIFY);
+        assert_int_equal(res.privacy_signatures, 6);
+        assert_int_equal(fd.problems, 2);
+        assert_non_null(strstr(fd.text, "eu-west: epsilon_total fell from 0.6"));
+        assert_non_null(strstr(fd.text, "does not add up"));
+        assert_non_null(strstr(fd.text, "us-east: epsilon 3.5"));
+        assert_non_null(strstr(fd.text, "exceeds the budget it declared"));
+    }
+    sim_open(s);
+    sim_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1180,6 +1343,7 @@ int main(void)
         cmocka_unit_test(test_federated_evaluation),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
+        cmocka_unit_test(test_privacy_ledger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
