@@ -391,10 +391,13 @@ static void wake(fa_h3_server *s)
 
 static void update_keepalive(srv_conn *c)
 {
-    /* a deferred long-poll keeps the connection busy but silent: PING it
-     * so neither idle timer fires while a request is open */
+    /* A deferred long-poll keeps the connection busy but silent: PING it
+     * so neither idle timer fires while a request is open.  Between
+     * requests, none: 0 disables ngtcp2's keep-alive, whereas UINT64_MAX
+     * overflowed its expiry (last packet time + timeout) into the past and
+     * made every write a PING, hundreds a second to an idle client. */
     uint64_t idle = (uint64_t)c->srv->cfg.quic.idle_timeout_ms * NGTCP2_MILLISECONDS;
-    ngtcp2_conn_set_keep_alive_timeout(c->q.conn, c->nreqs ? idle / 3 : UINT64_MAX);
+    ngtcp2_conn_set_keep_alive_timeout(c->q.conn, c->nreqs ? idle / 3 : 0);
 }
 
 static fa_h3_request *req_new(srv_conn *c, int64_t sid)
@@ -1422,8 +1425,14 @@ static void send_stateless_reset(fa_h3_server *s, const uint8_t *dcid, size_t dc
     ngtcp2_ssize n;
     uint64_t now = fa_h3_now();
 
-    /* smaller than what provoked it, so two servers cannot loop (10.3.3) */
-    if (rxlen < 43 || dcidlen != SCIDLEN)
+    /* Smaller than what provoked it, so two servers cannot loop (10.3.3),
+     * and one byte smaller for packets of 43 bytes or less (10.3): a
+     * client's keep-alive PING is one of those (ngtcp2 pads short packets
+     * only to its DCID length + 22, 40 bytes here), and it is what a client
+     * waiting in a long-poll sends to a restarted server.  21 bytes is the
+     * smallest reset (5 unpredictable bytes and the token). */
+    if (rxlen <= NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN ||
+        dcidlen != SCIDLEN)
         return;
     if (now - s->reset_window > NGTCP2_SECONDS) {
         s->reset_window = now;
