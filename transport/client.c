@@ -4,10 +4,14 @@
  * pumps the socket (ppoll with ngtcp2's next expiry) until its response is
  * complete.  Between requests nothing runs; a connection that died
  * meanwhile (idle timeout, server restart) is noticed at the next request
- * and replaced.  Connecting retries with exponential back-off and jitter;
- * a request is sent again on a fresh connection only when it provably never
- * reached the server (the handshake failed, a stateless reset, GOAWAY or
- * H3_REQUEST_REJECTED), or when the caller marked it idempotent.
+ * and replaced.  While a request waits, PINGs every keepalive_ms make a
+ * restarted server answer with a stateless reset within about that long
+ * (RFC 9000 10.3), so a long-poll on a dead connection ends in seconds, not
+ * at the idle timeout.  Connecting retries with exponential back-off and
+ * jitter; a request is sent again on a fresh connection, at once, only when
+ * it provably never reached the server (the handshake failed, a stateless
+ * reset, GOAWAY or H3_REQUEST_REJECTED), or when the caller marked it
+ * idempotent.
  */
 #include "transport/h3_internal.h"
 
@@ -75,6 +79,7 @@ void fa_h3_client_config_default(fa_h3_client_config *c)
     c->reconnect_initial_ms = 500;
     c->reconnect_max_ms = 30000;
     c->connect_attempts = 5;
+    c->keepalive_ms = 1000;
 }
 
 const char *fa_h3_response_header(const fa_h3_response *resp, const char *name)
@@ -437,6 +442,21 @@ int fa_h3_client_new(fa_h3_client **out, const fa_h3_client_config *cfg, fa_erro
         c->cfg.reconnect_max_ms = c->cfg.reconnect_initial_ms;
     if (!c->cfg.connect_timeout_ms)
         c->cfg.connect_timeout_ms = 10000;
+    {
+        const char *ka = getenv("FEDAGG_QUIC_KEEPALIVE_MS");
+        char *end;
+        unsigned long v;
+        if (ka && *ka) {
+            errno = 0;
+            v = strtoul(ka, &end, 10);
+            if (*end || errno || v > UINT32_MAX) {
+                rv = fa_errorf(err, FA_ERR_INVAL,
+                               "FEDAGG_QUIC_KEEPALIVE_MS=%s: want milliseconds (0 = no PING)", ka);
+                goto fail;
+            }
+            c->cfg.keepalive_ms = (uint32_t)v;
+        }
+    }
     c->backoff_ms = c->cfg.reconnect_initial_ms;
     rv = fa_tls_ctx_init(&c->tls, 0, c->cert, c->key, c->ca, err);
     if (rv != 0)
@@ -753,6 +773,20 @@ static void sleep_ns(uint64_t ns)
     }
 }
 
+/* Why the current connection can carry no more requests, for a person. */
+static void lost_reason(fa_h3_client *c, char *why, size_t n)
+{
+    if (c->stateless_reset)
+        snprintf(why, n, "stateless reset (the server restarted or forgot us)");
+    else if (c->goaway)
+        snprintf(why, n, "the server is going away (GOAWAY)");
+    else if (c->dead_err == NGTCP2_ERR_IDLE_CLOSE)
+        snprintf(why, n, "idle timeout: nothing from the server for %u ms",
+                 c->cfg.quic.idle_timeout_ms);
+    else
+        fa_qconn_describe_error(&c->q, c->dead_err, why, n);
+}
+
 static int ensure_connected(fa_h3_client *c, uint64_t deadline, fa_error *err)
 {
     uint32_t attempt = 0;
@@ -762,12 +796,7 @@ static int ensure_connected(fa_h3_client *c, uint64_t deadline, fa_error *err)
         return 0;
     if (c->q.conn && c->confirmed) {
         char why[300];
-        if (c->stateless_reset)
-            snprintf(why, sizeof(why), "stateless reset (the server restarted or forgot us)");
-        else if (c->goaway)
-            snprintf(why, sizeof(why), "the server is going away (GOAWAY)");
-        else
-            fa_qconn_describe_error(&c->q, c->dead_err, why, sizeof(why));
+        lost_reason(c, why, sizeof(why));
         fa_log(FA_LOG_INFO, "connection lost while idle, reconnecting", "server=%s reason=\"%s\"",
                c->server, why);
     }
@@ -834,8 +863,12 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
     char cl[24];
     size_t n = 0;
     int has_body, rv, timed_out = 0;
-    uint64_t idle = (uint64_t)c->cfg.quic.idle_timeout_ms * NGTCP2_MILLISECONDS;
+    uint64_t keepalive = (uint64_t)c->cfg.quic.idle_timeout_ms * NGTCP2_MILLISECONDS / 3;
 
+    if (c->cfg.keepalive_ms && (uint64_t)c->cfg.keepalive_ms * NGTCP2_MILLISECONDS < keepalive)
+        keepalive = (uint64_t)c->cfg.keepalive_ms * NGTCP2_MILLISECONDS;
+    if (!c->cfg.keepalive_ms)
+        keepalive = 0;
     if (req->nheaders > 64)
         return fa_errorf(err, FA_ERR_INVAL, "at most 64 request headers");
     rp = calloc(1, sizeof(*rp));
@@ -904,8 +937,11 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
     c->cur = rp;
     if (!req->body_read)
         c->st.bytes_sent += req->body_len;
-    /* a long-poll is silent for minutes: PING so no idle timer fires */
-    ngtcp2_conn_set_keep_alive_timeout(c->q.conn, idle / 3);
+    /* a long-poll is silent for minutes: PING, so that no idle timer fires
+     * and a restarted server's stateless reset comes back within about
+     * keepalive (ngtcp2 sends one when nothing was sent or received for
+     * that long) */
+    ngtcp2_conn_set_keep_alive_timeout(c->q.conn, keepalive);
     while (!rp->closed && !c->dead) {
         if (pump(c, deadline) == FA_ERR_TIMEOUT && !rp->closed && !c->dead) {
             timed_out = 1;
@@ -933,8 +969,11 @@ static int request_once(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_resp
         while (!c->dead && pump(c, extra) == 0) {
         }
     }
+    /* no PINGs between requests: an idle client lets its connection go.
+     * 0 disables ngtcp2's keep-alive; UINT64_MAX would overflow its
+     * expiry (last packet time + timeout) into the past. */
     if (c->q.conn && !c->dead)
-        ngtcp2_conn_set_keep_alive_timeout(c->q.conn, UINT64_MAX);
+        ngtcp2_conn_set_keep_alive_timeout(c->q.conn, 0);
     c->cur = NULL;
     c->st.key_updates += c->q.key_updates;
     c->q.key_updates = 0;
@@ -1009,8 +1048,16 @@ int fa_h3_client_request(fa_h3_client *c, const fa_h3_client_req *req, fa_h3_res
         if (attempt >= MAX_REQUEST_RETRIES)
             return fa_errorf(err, FA_ERR_QUIC, "%s %s: connection failed %d times", req->method,
                              req->path, attempt + 1);
-        fa_log(FA_LOG_INFO, "request not processed by the server, sending again",
-               "method=%s path=%s attempt=%d", req->method, req->path, attempt + 2);
+        {
+            char why[300];
+            if (c->stateless_reset || c->goaway || c->dead)
+                lost_reason(c, why, sizeof(why));
+            else
+                snprintf(why, sizeof(why), "the server rejected it unprocessed");
+            fa_log(FA_LOG_INFO, "request not processed by the server, sending again",
+                   "method=%s path=%s attempt=%d reason=\"%s\"", req->method, req->path,
+                   attempt + 2, why);
+        }
         fa_h3_client_close(c);
     }
     if (c->dead)

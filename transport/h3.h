@@ -327,6 +327,19 @@ typedef struct fa_h3_client_config {
     uint32_t reconnect_max_ms;     /* back-off cap; doubles with +-50% jitter (30000) */
     uint32_t connect_attempts;     /* handshake attempts per request, 0 = until the
                                       request's timeout (5) */
+    /* While a request waits for its response (a long-poll), PING the server
+     * once it has been silent this long, ms (1000; at most a third of the
+     * idle timeout).  The PINGs keep the connection open, and they are how
+     * a client learns within about this long that the server restarted:
+     * the new process, which knows no connection, answers each with a
+     * stateless reset derived from the static secret, and the request is
+     * sent again on a fresh connection at once.  0 = no PING: a dead
+     * server is noticed at the idle timeout only, and a long-poll longer
+     * than the idle timeout loses its connection (kept to measure what the
+     * PINGs buy).  The environment variable FEDAGG_QUIC_KEEPALIVE_MS, when
+     * set, overrides this (benchmarks and tests of processes whose
+     * configuration has no such field). */
+    uint32_t keepalive_ms;
 } fa_h3_client_config;
 
 void fa_h3_client_config_default(fa_h3_client_config *c);
