@@ -47,6 +47,9 @@ struct fa_backend_ops {
     int (*sgd_step)(fa_backend *b, const fa_sgd *opt, fa_error *err);
     int (*reset_momentum)(fa_backend *b, fa_error *err);
     void *(*stream)(fa_backend *b);
+    /* The momentum block from/to host memory (a saved local round). */
+    int (*get_momentum)(fa_backend *b, float *host, fa_error *err);
+    int (*set_momentum)(fa_backend *b, const float *host, fa_error *err);
 };
 
 extern const struct fa_backend_ops fa_backend_cpu;

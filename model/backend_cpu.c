@@ -335,6 +335,18 @@ static int cpu_reset_momentum(fa_backend *b, fa_error *err)
     return 0;
 }
 
+static int cpu_get_momentum(fa_backend *b, float *host, fa_error *err)
+{
+    memcpy(host, b->mom, b->l.n_params * sizeof(float));
+    return 0;
+}
+
+static int cpu_set_momentum(fa_backend *b, const float *host, fa_error *err)
+{
+    memcpy(b->mom, host, b->l.n_params * sizeof(float));
+    return 0;
+}
+
 static void *cpu_stream(fa_backend *b) { return NULL; }
 
 const struct fa_backend_ops fa_backend_cpu = {
@@ -351,4 +363,6 @@ const struct fa_backend_ops fa_backend_cpu = {
     .sgd_step = cpu_sgd_step,
     .reset_momentum = cpu_reset_momentum,
     .stream = cpu_stream,
+    .get_momentum = cpu_get_momentum,
+    .set_momentum = cpu_set_momentum,
 };

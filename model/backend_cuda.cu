@@ -362,11 +362,29 @@ static int gpu_reset_momentum(fa_backend *b, fa_error *err)
     return 0;
 }
 
+static int gpu_get_momentum(fa_backend *b, float *host, fa_error *err)
+{
+    CUDA_TRY(cudaMemcpyAsync(host, b->mom, b->l.n_params * sizeof(float), cudaMemcpyDeviceToHost,
+                             b->stream),
+             "copy momentum from the GPU");
+    CUDA_TRY(cudaStreamSynchronize(b->stream), "synchronise");
+    return 0;
+}
+
+static int gpu_set_momentum(fa_backend *b, const float *host, fa_error *err)
+{
+    CUDA_TRY(cudaMemcpyAsync(b->mom, host, b->l.n_params * sizeof(float), cudaMemcpyHostToDevice,
+                             b->stream),
+             "copy momentum to the GPU");
+    CUDA_TRY(cudaStreamSynchronize(b->stream), "synchronise");
+    return 0;
+}
+
 static void *gpu_stream(fa_backend *b) { return (void *)b->stream; }
 
 extern "C" const struct fa_backend_ops fa_backend_gpu = {
-    "gpu-cublas",     FA_MLP_GPU,         gpu_create,   gpu_destroy,
-    gpu_set_params,   gpu_get_params,     gpu_run,      gpu_grads,
-    gpu_grads_to_host, gpu_grads_from_host, gpu_sgd_step, gpu_reset_momentum,
-    gpu_stream,
+    "gpu-cublas",      FA_MLP_GPU,          gpu_create,       gpu_destroy,
+    gpu_set_params,    gpu_get_params,      gpu_run,          gpu_grads,
+    gpu_grads_to_host, gpu_grads_from_host, gpu_sgd_step,     gpu_reset_momentum,
+    gpu_stream,        gpu_get_momentum,    gpu_set_momentum,
 };

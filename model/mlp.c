@@ -445,6 +445,16 @@ int fa_mlp_sgd_step(fa_mlp *m, const fa_sgd *opt, fa_error *err)
 
 int fa_mlp_reset_momentum(fa_mlp *m, fa_error *err) { return m->ops->reset_momentum(m->be, err); }
 
+int fa_mlp_get_momentum(fa_mlp *m, float *host, fa_error *err)
+{
+    return m->ops->get_momentum(m->be, host, err);
+}
+
+int fa_mlp_set_momentum(fa_mlp *m, const float *host, fa_error *err)
+{
+    return m->ops->set_momentum(m->be, host, err);
+}
+
 int fa_mlp_evaluate(fa_mlp *m, const fa_dataset *d, fa_mlp_eval *out, fa_error *err)
 {
     double loss = 0.0;

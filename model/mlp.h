@@ -226,6 +226,13 @@ int fa_mlp_sgd_step(fa_mlp *m, const fa_sgd *opt, fa_error *err);
 /* Forgets the momentum buffer (a new local round starts from zero). */
 int fa_mlp_reset_momentum(fa_mlp *m, fa_error *err);
 
+/* Copies the momentum buffer v (n_params floats, the parameter layout)
+ * from/to host memory: with the parameters, the network's whole training
+ * state, so that a saved and restored local round takes the same steps.
+ * Returns 0 or FA_ERR_CUDA. */
+int fa_mlp_get_momentum(fa_mlp *m, float *host, fa_error *err);
+int fa_mlp_set_momentum(fa_mlp *m, const float *host, fa_error *err);
+
 /* OpenBLAS picks its kernels once, when the library loads, from the CPU
  * model; a CPU newer than the library (OpenBLAS 0.3.21 and Intel model 207,
  * Emerald Rapids) gets the generic SSE3 "Prescott" kernels, about 5x slower

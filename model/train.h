@@ -17,6 +17,12 @@
  * The hook is where the distributed worker plugs in its collectives
  * (MPI on host memory, NCCL on device memory) and gradient compression
  * (per layer, using fa_mlp_layout_of(m)->tensors for names/shapes/offsets).
+ *
+ * Preemption: a second hook is called between steps with the run's position
+ * (fa_train_pos); it may save the run there and stop it.  The parameters,
+ * the momentum, that position and the gradient hook's own state are all a
+ * run is made of, so a run resumed from them (opts.resume) takes the same
+ * steps, bit for bit, as one that was never stopped.
  */
 #ifndef FA_MODEL_TRAIN_H
 #define FA_MODEL_TRAIN_H
@@ -45,6 +51,33 @@ typedef int (*fa_train_report_fn)(void *user, fa_mlp *m, uint32_t epoch, uint64_
 
 enum { FA_LR_CONSTANT = 0, FA_LR_COSINE = 1 };
 
+/* Where a run stands between two steps: besides the network's parameters
+ * and momentum, all that the rest of the run depends on.  The data position
+ * is `step` itself: epoch e's shuffle is a function of (seed, e) and step
+ * s of the run is batch s mod steps_per_epoch of epoch s / steps_per_epoch,
+ * so no random state needs keeping.  The sums are kept exactly (a resumed
+ * run adds the next losses to the same double). */
+typedef struct fa_train_pos {
+    uint64_t step;       /* optimizer steps taken */
+    uint64_t samples;    /* as fa_train_result.samples, so far */
+    double pass_loss;    /* this rank's loss sum over the current pass so far */
+    uint64_t pass_count; /* and its examples */
+} fa_train_pos;
+
+/* fa_train_boundary_fn's answer: go on, or stop the run where it stands. */
+enum { FA_TRAIN_GO_ON = 0, FA_TRAIN_STOP = 1 };
+
+/* Called between steps: where the run starts (pos->step 0, or the resumed
+ * position), after every step, and once more after the last (pos->step ==
+ * total, the run's step count).  The network then holds exactly the state of
+ * pos: saved together with pos (and the hook's own gradient compressor), it
+ * lets a later run with opts.resume = pos continue the same trajectory bit
+ * for bit.  Returns FA_TRAIN_GO_ON, FA_TRAIN_STOP (fa_train_run returns
+ * FA_ERR_CANCELLED with the network left at pos, and fills err), or a
+ * negative FA_ERR_* (with err filled) that stops training with that error. */
+typedef int (*fa_train_boundary_fn)(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_t total,
+                                    fa_error *err);
+
 typedef struct fa_train_opts {
     uint32_t epochs;        /* passes over the data set; used when steps == 0.  Default 1 */
     uint32_t steps;         /* optimizer steps; 0 = use epochs.  Default 0 */
@@ -60,6 +93,11 @@ typedef struct fa_train_opts {
     fa_train_report_fn report;       /* optional */
     void *report_user;
     uint32_t report_every;  /* steps mode: report every N steps (0 = only at the end) */
+    fa_train_boundary_fn boundary; /* optional: preemption and periodic checkpoints */
+    void *boundary_user;
+    const fa_train_pos *resume; /* NULL: from step 0.  Else continue a run saved at this
+                                   position with the same options and data, the network
+                                   (and the hook's state) restored to it by the caller */
 } fa_train_opts;
 
 void fa_train_opts_default(fa_train_opts *o);
@@ -73,11 +111,13 @@ typedef struct fa_train_result {
                               (in steps mode possibly partial) pass over the data */
 } fa_train_result;
 
-/* Trains m from its current parameters and momentum on data with opts.
- * res may be NULL.  Returns 0, FA_ERR_INVAL (empty data set, dim or a
- * label not matching the model, batch of 0, rank >= world, a part larger than
- * the network's max_batch: message says which), FA_ERR_NOMEM, or the
- * hook's / backend's error. */
+/* Trains m from its current parameters and momentum on data with opts
+ * (from opts->resume when set).  res may be NULL.  Returns 0,
+ * FA_ERR_INVAL (empty data set, dim or a label not matching the model,
+ * batch of 0, rank >= world, a part larger than the network's max_batch, a
+ * resume position past the run's end: message says which), FA_ERR_NOMEM,
+ * FA_ERR_CANCELLED (the boundary hook stopped the run), or the hooks' /
+ * backend's error. */
 int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *opts,
                  fa_train_result *res, fa_error *err);
 
@@ -85,6 +125,8 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *opts,
  *
  *   params = global; momentum = 0; fa_train_run(...); delta = params - global
  *
+ * With opts->resume the first two are skipped: the caller has restored the
+ * network's parameters and momentum at that position of this same round.
  * global and delta are host arrays of n_params floats (delta may not alias
  * global).  On failure delta is unspecified and res untouched.  Returns as
  * fa_train_run. */

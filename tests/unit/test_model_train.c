@@ -1,7 +1,11 @@
 /* Unit tests of model/train: learning on a synthetic problem, the local
- * round's delta, steps vs epochs, the learning-rate schedule, and the rank
+ * round's delta, steps vs epochs, the learning-rate schedule, the rank
  * contract of the all-reduce hook: 1, 2 and 4 "ranks" (threads summing their
- * gradient blocks through the hook) follow the same trajectory. */
+ * gradient blocks through the hook) follow the same trajectory; and
+ * preemption: a run stopped at step k (0, mid-epoch, at epoch ends, the last
+ * step, after it), its parameters, momentum and position copied into a new
+ * network and resumed, gives the same delta, results and reports, bit for
+ * bit. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -329,12 +333,170 @@ static void test_ranks_agree(void **state)
     free(global);
 }
 
+/* ---- Preemption: stop at step k, save, restore into a new network, resume ---- */
+
+#define MAX_CALLS 64
+
+struct report_log { /* every report call, to compare interrupted and whole runs */
+    int n;
+    uint32_t epoch[MAX_CALLS];
+    uint64_t step[MAX_CALLS];
+    double loss[MAX_CALLS];
+};
+
+static int log_report(void *user, fa_mlp *m, uint32_t epoch, uint64_t step, double loss,
+                      fa_error *err)
+{
+    struct report_log *l = user;
+    if (l->n < MAX_CALLS) {
+        l->epoch[l->n] = epoch;
+        l->step[l->n] = step;
+        l->loss[l->n] = loss;
+    }
+    l->n++;
+    return 0;
+}
+
+struct saver { /* the boundary hook: at step `at`, copy the run out and stop */
+    uint64_t at, calls, total;
+    fa_train_pos pos;
+    float *params, *mom;
+};
+
+static int save_and_stop(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_t total,
+                         fa_error *err)
+{
+    struct saver *s = user;
+    int rc;
+    s->calls++;
+    s->total = total;
+    if (pos->step != s->at)
+        return FA_TRAIN_GO_ON;
+    s->pos = *pos;
+    if ((rc = fa_mlp_get_params(m, s->params, err)) != 0 ||
+        (rc = fa_mlp_get_momentum(m, s->mom, err)) != 0)
+        return rc;
+    return FA_TRAIN_STOP;
+}
+
+/* One schedule: the whole run, then for each k a run stopped at k and
+ * resumed in a new network; deltas, results and reports must be identical. */
+static void check_resume(const fa_train_opts *base, const uint64_t *ks, size_t n_k)
+{
+    fa_mlp *m = new_cpu(64);
+    size_t np = fa_mlp_layout_of(m)->n_params;
+    float *global = malloc(np * 4), *want = malloc(np * 4), *got = malloc(np * 4);
+    struct report_log whole = {0};
+    fa_train_result rw, rg;
+    fa_train_opts o;
+    fa_error err;
+
+    fa_mlp_init_he(fa_mlp_layout_of(m), global, 5);
+    o = *base;
+    o.report = log_report;
+    o.report_user = &whole;
+    assert_int_equal(fa_train_local_round(m, global, &D, &o, want, &rw, &err), 0);
+    fa_mlp_del(m);
+
+    for (size_t i = 0; i < n_k; i++) {
+        struct saver sv = {.at = ks[i], .params = malloc(np * 4), .mom = malloc(np * 4)};
+        struct report_log parts = {0};
+        fa_mlp *a = new_cpu(64), *b = new_cpu(64);
+
+        o = *base;
+        o.report = log_report;
+        o.report_user = &parts;
+        o.boundary = save_and_stop;
+        o.boundary_user = &sv;
+        memset(got, 0, np * 4);
+        assert_int_equal(fa_train_local_round(a, global, &D, &o, got, &rg, &err), FA_ERR_CANCELLED);
+        assert_int_equal(sv.calls, ks[i] + 1); /* called at 0, after every step */
+        assert_int_equal(sv.pos.step, ks[i]);
+        fa_mlp_del(a); /* nothing of the first network survives but the copies */
+
+        assert_int_equal(fa_mlp_set_params(b, sv.params, &err), 0);
+        assert_int_equal(fa_mlp_set_momentum(b, sv.mom, &err), 0);
+        o.boundary = NULL;
+        o.resume = &sv.pos;
+        assert_int_equal(fa_train_local_round(b, global, &D, &o, got, &rg, &err), 0);
+        if (memcmp(want, got, np * 4) != 0)
+            fail_msg("stopped at step %llu of %llu: the delta differs", (unsigned long long)ks[i],
+                     (unsigned long long)sv.total);
+        assert_int_equal(rg.steps, rw.steps);
+        assert_int_equal(rg.samples, rw.samples);
+        assert_int_equal(rg.num_examples, rw.num_examples);
+        assert_memory_equal(&rg.mean_loss, &rw.mean_loss, sizeof(double));
+        assert_int_equal(parts.n, whole.n);
+        for (int c = 0; c < whole.n && c < MAX_CALLS; c++) {
+            assert_int_equal(parts.epoch[c], whole.epoch[c]);
+            assert_int_equal(parts.step[c], whole.step[c]);
+            assert_memory_equal(&parts.loss[c], &whole.loss[c], sizeof(double));
+        }
+        fa_mlp_del(b);
+        free(sv.params);
+        free(sv.mom);
+    }
+    print_message("%zu stop points of %llu steps: deltas identical bit for bit\n", n_k,
+                  (unsigned long long)rw.steps);
+    free(global);
+    free(want);
+    free(got);
+}
+
+static void test_resume_bit_for_bit(void **state)
+{
+    fa_train_opts o;
+    /* Epochs mode: 2 epochs of 900 examples in batches of 64 (15 steps, the
+     * last one short), weight decay, cosine schedule after a warm-up. */
+    const uint64_t ke[] = {0, 1, 7, 14, 15, 16, 29, 30};
+    /* Steps mode: 40 steps of 50 (an epoch is 18), reports every 7. */
+    const uint64_t ks[] = {0, 1, 17, 18, 19, 21, 39, 40};
+
+    fa_train_opts_default(&o);
+    o.epochs = 2;
+    o.batch_size = 64;
+    o.sgd.weight_decay = 1e-3f;
+    o.lr_schedule = FA_LR_COSINE;
+    o.warmup_steps = 4;
+    o.seed = 77;
+    check_resume(&o, ke, sizeof(ke) / sizeof(ke[0]));
+
+    fa_train_opts_default(&o);
+    o.epochs = 0;
+    o.steps = 40;
+    o.batch_size = 50;
+    o.report_every = 7;
+    check_resume(&o, ks, sizeof(ks) / sizeof(ks[0]));
+}
+
+static void test_resume_refusals(void **state)
+{
+    fa_mlp *m = new_cpu(64);
+    size_t np = fa_mlp_layout_of(m)->n_params;
+    float *global = calloc(np, 4), *delta = malloc(np * 4);
+    fa_train_pos past = {.step = 41};
+    fa_train_opts o;
+    fa_error err;
+
+    fa_train_opts_default(&o);
+    o.epochs = 0;
+    o.steps = 40;
+    o.resume = &past;
+    assert_int_equal(fa_train_local_round(m, global, &D, &o, delta, NULL, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "resuming at step 41 of a run of 40 steps"));
+    fa_mlp_del(m);
+    free(global);
+    free(delta);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_and_local_round),
         cmocka_unit_test(test_cosine_schedule_and_errors),
         cmocka_unit_test(test_ranks_agree),
+        cmocka_unit_test(test_resume_bit_for_bit),
+        cmocka_unit_test(test_resume_refusals),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
