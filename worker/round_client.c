@@ -515,7 +515,13 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
         if (++transient > MAX_TRANSIENT)
             return fa_errorf(err, r ? r : FA_ERR_HTTP, "%s: giving up after %u failures",
                              kind_paths[kind], transient);
-        sleep_ms(backoff_ms(transient - 1));
+        /* A connection lost under the request (the aggregator restarted: a
+         * stateless reset in the middle of a masked upload, which cannot be
+         * replayed by the transport) is sent again at once; the transport
+         * backs off by itself while it cannot connect.  Repeated failures
+         * back off here. */
+        if (!(r == FA_ERR_QUIC && transient == 1))
+            sleep_ms(backoff_ms(transient - 1));
         if (!still_current(rc, info))
             return fa_errorf(err, FA_ERR_REPLAY, "%s: the federation moved on", kind_paths[kind]);
     }
