@@ -200,6 +200,19 @@ size_t fa_compress_payload_bytes(const fa_compress *c)
 
 uint64_t fa_compress_steps(const fa_compress *c) { return c->step; }
 
+size_t fa_compress_state_parts(fa_compress *c, fa_compress_part *parts)
+{
+    size_t n = 0;
+    parts[n++] = (fa_compress_part){"step", &c->step, sizeof(c->step)};
+    parts[n++] = (fa_compress_part){"rng", c->rng.s, sizeof(c->rng.s)};
+    /* Without error feedback (or compression) the memory stays zero. */
+    if (c->ops && c->cfg.error_feedback)
+        parts[n++] = (fa_compress_part){"error", c->err, c->n * sizeof(float)};
+    if (c->ops && c->ops->state_parts)
+        n += c->ops->state_parts(c, parts + n);
+    return n;
+}
+
 void fa_compress_reset(fa_compress *c)
 {
     memset(c->err, 0, c->n * sizeof(float));

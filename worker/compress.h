@@ -131,4 +131,25 @@ uint64_t fa_compress_steps(const fa_compress *c);
 /* Forgets the error memory and the warm-start Q (keeps the step count). */
 void fa_compress_reset(fa_compress *c);
 
+/* One piece of a compressor's state: a name and a view of its memory. */
+typedef struct fa_compress_part {
+    const char *name; /* "step", "rng", "error", "powersgd.q", ... */
+    void *data;       /* the compressor's own memory, host byte order */
+    size_t len;       /* bytes */
+} fa_compress_part;
+
+#define FA_COMPRESS_MAX_PARTS 8
+
+/* Everything of c that carries over from one fa_compress_allreduce call to
+ * the next: the step count, this rank's random stream, its error memory
+ * (with error feedback), and the algorithm's own (PowerSGD: whether it has a
+ * warm-start Q, Q itself and the shared stream Q is drawn from; top-k has
+ * none).  Scratch buffers are not part of it.  Copying the parts out saves
+ * the state; copying bytes of the same lengths back into a compressor made
+ * with the same config and table restores it, and its next calls return
+ * the same bits as the saved one's would have (a preempted local round,
+ * worker/local_checkpoint.h).  Fills parts[] (room for
+ * FA_COMPRESS_MAX_PARTS) and returns their number; names are unique. */
+size_t fa_compress_state_parts(fa_compress *c, fa_compress_part *parts);
+
 #endif

@@ -16,6 +16,9 @@ typedef struct fa_compress_ops {
     void (*reset)(fa_compress *c);
     void (*free)(fa_compress *c);
     size_t (*payload)(const fa_compress *c);
+    /* Its own state parts (fa_compress_state_parts) into parts[], at most
+     * FA_COMPRESS_MAX_PARTS - 3; NULL when it keeps none beyond c's. */
+    size_t (*state_parts)(fa_compress *c, fa_compress_part *parts);
 } fa_compress_ops;
 
 struct fa_compress {

@@ -279,10 +279,22 @@ static int psgd_run(fa_compress *c, fa_comm *comm, float *grad, fa_error *err)
     return 0;
 }
 
+/* Q only matters with warm start (otherwise every step draws a fresh one),
+ * but its stream always does. */
+static size_t psgd_state_parts(fa_compress *c, fa_compress_part *parts)
+{
+    psgd *s = c->impl;
+    parts[0] = (fa_compress_part){"powersgd.have_q", &s->have_q, sizeof(s->have_q)};
+    parts[1] = (fa_compress_part){"powersgd.qrng", s->qrng.s, sizeof(s->qrng.s)};
+    parts[2] = (fa_compress_part){"powersgd.q", s->q, s->q_numel * sizeof(float)};
+    return 3;
+}
+
 const fa_compress_ops fa_compress_powersgd_ops = {
     .init = psgd_init,
     .run = psgd_run,
     .reset = psgd_reset,
     .free = psgd_free,
     .payload = psgd_payload,
+    .state_parts = psgd_state_parts,
 };
