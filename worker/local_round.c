@@ -3,13 +3,19 @@
  * all-reduce as the model's gradient hook, delta on rank 0. */
 #include "worker/local_round.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
 
 #include "common/fa_log.h"
 #include "config.pb-c.h"
+#include "worker/local_checkpoint.h"
 
 struct fa_local_round {
     fa_comm *comm;
@@ -148,9 +154,264 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Preemption and periodic checkpoints                                      */
+/* ---------------------------------------------------------------------- */
+
+/* A run's checkpointing (the boundary hook's user). */
+typedef struct ckpt_run {
+    fa_local_round *lr;
+    const fa_local_round_ckpt *ck;
+    fa_local_ckpt_key key;
+    uint64_t start_step; /* 0, or the step resumed at */
+    double last_save;    /* rank 0's clock */
+    uint32_t saves;
+    int stopped; /* stopped at stop_step; save_rc: whether its save worked */
+    uint64_t stop_step;
+    int save_rc;
+    fa_error save_err;
+    fa_comm_stats ctl; /* sent by the control collectives: not the gradient's */
+} ckpt_run;
+
+static double ckpt_now(const fa_local_round_ckpt *ck)
+{
+    return ck->now ? ck->now(ck->now_user) : now_s();
+}
+
+/* A collective of the checkpointing, its traffic counted apart. */
+static int ctl_max(ckpt_run *x, float *v, fa_error *err)
+{
+    fa_comm_stats a, b;
+    int rc;
+    fa_comm_stats_get(x->lr->comm, &a);
+    rc = fa_comm_allreduce_max_f32(x->lr->comm, v, 1, err);
+    fa_comm_stats_get(x->lr->comm, &b);
+    x->ctl.payload_bytes += b.payload_bytes - a.payload_bytes;
+    x->ctl.wire_bytes += b.wire_bytes - a.wire_bytes;
+    return rc;
+}
+
+static int ctl_bcast(ckpt_run *x, void *buf, size_t len, fa_error *err)
+{
+    fa_comm_stats a, b;
+    int rc;
+    fa_comm_stats_get(x->lr->comm, &a);
+    rc = fa_comm_bcast(x->lr->comm, buf, len, 0, err);
+    fa_comm_stats_get(x->lr->comm, &b);
+    x->ctl.payload_bytes += b.payload_bytes - a.payload_bytes;
+    x->ctl.wire_bytes += b.wire_bytes - a.wire_bytes;
+    return rc;
+}
+
+/* Between two steps: every rank learns whether any was asked to stop (2) or
+ * rank 0's clock says a periodic save is due (1), and all act alike. */
+static int boundary_hook(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_t total,
+                         fa_error *err)
+{
+    ckpt_run *x = user;
+    const fa_local_round_ckpt *ck = x->ck;
+    const int rank = fa_comm_rank(x->lr->comm);
+    float flag = 0.0f;
+    double t0;
+    int rc;
+
+    if (ck->on_boundary)
+        ck->on_boundary(ck->on_boundary_user, pos->step);
+    if (ck->stop && *ck->stop)
+        flag = 2.0f;
+    t0 = ckpt_now(ck);
+    if (flag == 0.0f && rank == 0 && ck->every_s > 0 && pos->step > x->start_step &&
+        pos->step < total && t0 - x->last_save >= ck->every_s)
+        flag = 1.0f;
+    if (fa_comm_size(x->lr->comm) > 1 && (rc = ctl_max(x, &flag, err)) != 0)
+        return rc;
+    if (flag == 0.0f)
+        return FA_TRAIN_GO_ON;
+
+    fa_error_clear(&x->save_err);
+    rc = fa_local_ckpt_save(ck->path, &x->key, pos, total, m, x->lr->cz, &x->save_err);
+    if (rc == 0) {
+        x->saves++;
+        fa_log(FA_LOG_INFO, flag == 2.0f ? "local round saved to stop" : "local round saved",
+               "rank=%d step=%" PRIu64 " steps=%" PRIu64 " seconds=%.3f file=%s", rank, pos->step,
+               total, ckpt_now(ck) - t0, ck->path);
+    }
+    if (flag == 2.0f) {
+        x->stopped = 1;
+        x->stop_step = pos->step;
+        x->save_rc = rc;
+        return FA_TRAIN_STOP;
+    }
+    if (rc != 0) {
+        char q[600];
+        fa_log(FA_LOG_WARN, "periodic save of the local round failed; training goes on",
+               "rank=%d step=%" PRIu64 " error=%s", rank, pos->step,
+               fa_log_quote(q, sizeof(q), fa_error_msg(&x->save_err, rc)));
+    }
+    x->last_save = ckpt_now(ck);
+    return FA_TRAIN_GO_ON;
+}
+
+/* Feeds one value of the setup into the digest. */
+static void setup_u64(crypto_generichash_state *h, uint64_t v)
+{
+    crypto_generichash_update(h, (const unsigned char *)&v, sizeof(v));
+}
+
+static uint64_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static uint64_t f64_bits(double f)
+{
+    uint64_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* Everything besides the starting weights that the update depends on. */
+static int setup_digest(const fa_local_round *lr, const fa_dataset *shard, const fa_train_opts *o,
+                        const fa_local_round_ckpt *ck, uint8_t out[FA_LOCAL_CKPT_DIGEST])
+{
+    static const char label[] = "fedagg local round setup 1";
+    const fa_mlp_config *mc = &fa_mlp_layout_of(lr->m)->config;
+    const fa_compress_config *cc = &lr->cc;
+    uint8_t sd[FA_LOCAL_CKPT_DIGEST];
+    crypto_generichash_state h;
+
+    if (ck->shard_digest)
+        memcpy(sd, ck->shard_digest, sizeof(sd));
+    else if (fa_local_ckpt_digest_shard(shard, sd) != 0)
+        return FA_ERR_CRYPTO;
+    if (crypto_generichash_init(&h, NULL, 0, FA_LOCAL_CKPT_DIGEST) != 0)
+        return FA_ERR_CRYPTO;
+    crypto_generichash_update(&h, (const unsigned char *)label, sizeof(label));
+    setup_u64(&h, lr->n_params);
+    setup_u64(&h, mc->n_layers);
+    for (uint32_t i = 0; i <= mc->n_layers && i <= FA_MLP_MAX_LAYERS; i++)
+        setup_u64(&h, mc->dims[i]);
+    setup_u64(&h, (uint64_t)fa_mlp_backend(lr->m));
+    setup_u64(&h, (uint64_t)fa_comm_size(lr->comm));
+    setup_u64(&h, o->epochs);
+    setup_u64(&h, o->steps);
+    setup_u64(&h, o->batch_size);
+    setup_u64(&h, f32_bits(o->sgd.lr));
+    setup_u64(&h, f32_bits(o->sgd.momentum));
+    setup_u64(&h, f32_bits(o->sgd.weight_decay));
+    setup_u64(&h, (uint64_t)o->lr_schedule);
+    setup_u64(&h, o->warmup_steps);
+    setup_u64(&h, o->seed);
+    setup_u64(&h, (uint64_t)cc->kind);
+    setup_u64(&h, cc->powersgd_rank);
+    setup_u64(&h, cc->powersgd_start_step);
+    setup_u64(&h, cc->min_compress_numel);
+    setup_u64(&h, f64_bits(cc->topk_fraction));
+    setup_u64(&h, (uint64_t)cc->error_feedback);
+    setup_u64(&h, (uint64_t)cc->warm_start);
+    setup_u64(&h, cc->seed);
+    setup_u64(&h, shard->n);
+    setup_u64(&h, shard->dim);
+    crypto_generichash_update(&h, sd, sizeof(sd));
+    return crypto_generichash_final(&h, out, FA_LOCAL_CKPT_DIGEST) == 0 ? 0 : FA_ERR_CRYPTO;
+}
+
+/* Collective: the key of this round on every rank (rank 0's round, model
+ * and starting weights w), then each rank's saved round, resumed when every
+ * rank has one at the same step.  *resumed and *pos say so.  Files that do
+ * not fit are removed. */
+static int try_resume(ckpt_run *x, const float *w, const fa_dataset *shard, const fa_train_opts *o,
+                      int *resumed, fa_train_pos *pos, fa_error *err)
+{
+    fa_local_round *lr = x->lr;
+    const fa_local_round_ckpt *ck = x->ck;
+    const int rank = fa_comm_rank(lr->comm), world = fa_comm_size(lr->comm);
+    fa_local_ckpt *saved = NULL;
+    uint64_t mine[2] = {0, 0}, root[2];
+    float bad;
+    fa_error e;
+    int rc = 0, lrc;
+
+    *resumed = 0;
+    memset(&x->key, 0, sizeof(x->key));
+    if (rank == 0) {
+        x->key.round = ck->round;
+        x->key.attempt = ck->attempt;
+        x->key.version = ck->version;
+        memcpy(x->key.model_sha256, ck->model_sha256, 32);
+        if (fa_local_ckpt_digest_floats(w, lr->n_params, x->key.start_digest) != 0)
+            rc = fa_errorf(err, FA_ERR_CRYPTO, "local round: BLAKE2b failed");
+    }
+    if ((rc = agree(lr->comm, rc, err)) != 0 ||
+        (rc = ctl_bcast(x, &x->key, sizeof(x->key), err)) != 0)
+        return rc;
+    x->key.rank = (uint32_t)rank;
+    x->key.world = (uint32_t)world;
+    x->key.n_params = lr->n_params;
+    if (setup_digest(lr, shard, o, ck, x->key.setup_digest) != 0)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "local round: BLAKE2b failed");
+    if ((rc = agree(lr->comm, rc, err)) != 0)
+        return rc;
+
+    fa_error_clear(&e);
+    lrc = fa_local_ckpt_load(&saved, ck->path, &x->key, lr->cz, &e);
+    if (lrc != 0 && lrc != FA_ERR_NOTFOUND) {
+        char q[600];
+        fa_log(lrc == FA_ERR_REPLAY ? FA_LOG_INFO : FA_LOG_WARN,
+               "saved local round refused; it is removed and the round is trained afresh",
+               "rank=%d round=%" PRIu64 " version=%" PRIu64 " error=%s", rank, x->key.round,
+               x->key.version, fa_log_quote(q, sizeof(q), fa_error_msg(&e, lrc)));
+        if (unlink(ck->path) != 0 && errno != ENOENT)
+            fa_log(FA_LOG_WARN, "cannot remove the refused saved local round", "file=%s error=%s",
+                   ck->path, strerror(errno));
+    }
+    if (saved) {
+        mine[0] = 1;
+        mine[1] = fa_local_ckpt_pos(saved)->step;
+    }
+    memcpy(root, mine, sizeof(root));
+    if ((rc = ctl_bcast(x, root, sizeof(root), err)) != 0)
+        goto out;
+    bad = !saved || !root[0] || root[1] != mine[1] ? 1.0f : 0.0f;
+    if ((rc = ctl_max(x, &bad, err)) != 0)
+        goto out;
+    if (bad != 0.0f) {
+        if (saved) {
+            fa_log(FA_LOG_WARN,
+                   "the region's ranks do not all have this saved local round at the same step; "
+                   "the round is trained afresh",
+                   "rank=%d step=%" PRIu64 " file=%s", rank, mine[1], ck->path);
+            unlink(ck->path);
+        }
+        goto out;
+    }
+    rc = fa_local_ckpt_apply(saved, lr->m, lr->cz, err);
+    if ((rc = agree(lr->comm, rc, err)) != 0)
+        goto out;
+    *pos = *fa_local_ckpt_pos(saved);
+    *resumed = 1;
+    fa_log(FA_LOG_INFO, "saved local round resumed",
+           "rank=%d round=%" PRIu64 " version=%" PRIu64 " step=%" PRIu64 " steps=%" PRIu64
+           " saved_attempt=%u attempt=%u",
+           rank, x->key.round, x->key.version, pos->step, fa_local_ckpt_total(saved),
+           fa_local_ckpt_attempt(saved), x->key.attempt);
+out:
+    fa_local_ckpt_del(saved);
+    return rc;
+}
+
 int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset *shard,
                        const fa_train_opts *opts, float *delta, fa_local_round_result *res,
                        fa_error *err)
+{
+    return fa_local_round_run_resumable(lr, global, shard, opts, NULL, delta, res, err);
+}
+
+int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const fa_dataset *shard,
+                                 const fa_train_opts *opts, const fa_local_round_ckpt *ck,
+                                 float *delta, fa_local_round_result *res, fa_error *err)
 {
     const int rank = fa_comm_rank(lr->comm), world = fa_comm_size(lr->comm);
     const size_t np = lr->n_params;
@@ -158,10 +419,17 @@ int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset
     fa_train_opts o;
     fa_train_result tr;
     fa_comm_stats before, after;
+    ckpt_run x;
+    fa_train_pos pos;
     float *w = NULL, *d = NULL, loss;
     double t0 = now_s();
-    int rc = 0;
+    int rc = 0, resumed = 0;
 
+    if (ck && !ck->path)
+        ck = NULL;
+    memset(&x, 0, sizeof(x));
+    x.lr = lr;
+    x.ck = ck;
     if (!shard || !opts || (rank == 0 && (!global || !delta)))
         rc = fa_errorf(err, FA_ERR_INVAL,
                        "local round: NULL %s", !shard ? "shard" : !opts ? "options" : "global or delta on rank 0");
@@ -209,21 +477,47 @@ int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset
     if ((rc = fa_comm_bcast(lr->comm, w, np * sizeof(float), 0, err)) != 0)
         goto out;
 
-    /* 3. Train: every rank its slice of each global batch. */
+    /* 3. A saved round of this very round, on every rank? */
+    if (ck && (rc = try_resume(&x, w, shard, opts, &resumed, &pos, err)) != 0)
+        goto out;
+
+    /* 4. Train: every rank its slice of each global batch. */
     o = *opts;
     o.rank = (uint32_t)rank;
     o.world = (uint32_t)world;
     o.allreduce = allreduce_hook;
     o.allreduce_user = lr;
+    o.resume = resumed ? &pos : NULL;
+    if (ck) {
+        o.boundary = boundary_hook;
+        o.boundary_user = &x;
+        x.start_step = resumed ? pos.step : 0;
+        x.last_save = ckpt_now(ck);
+        memset(&x.ctl, 0, sizeof(x.ctl));
+    }
     fa_comm_stats_get(lr->comm, &before);
     rc = fa_train_local_round(lr->m, w, shard, &o, d, &tr, err);
     fa_comm_stats_get(lr->comm, &after);
+    if (rc == FA_ERR_CANCELLED && x.stopped) {
+        /* every rank stopped at the same step (the flag is agreed on) */
+        if (x.save_rc == 0)
+            rc = fa_errorf(err, FA_ERR_CANCELLED,
+                           "local round stopped at step %" PRIu64 "; it is saved in %s and a "
+                           "restarted worker resumes it",
+                           x.stop_step, ck->path);
+        else
+            rc = fa_errorf(err, FA_ERR_CANCELLED,
+                           "local round stopped at step %" PRIu64 " but could not be saved (%s); "
+                           "a restarted worker trains it afresh",
+                           x.stop_step, fa_error_msg(&x.save_err, x.save_rc));
+        goto out;
+    }
     if (rc != 0) {
         fa_log_error("local round failed", "rank=%d code=%d", rank, rc);
         goto out;
     }
 
-    /* 4. Nothing that is not finite leaves the region. */
+    /* 5. Nothing that is not finite leaves the region. */
     for (size_t i = 0; i < np; i++)
         if (!isfinite(d[i])) {
             rc = fa_errorf(err, FA_ERR_RANGE,
@@ -239,13 +533,21 @@ int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset
 
     if (rank == 0)
         memcpy(delta, d, np * sizeof(float));
+    /* Done: the saved round has served (the update goes on to the round
+     * client, which keeps its own copy before the first masked byte). */
+    if (ck && unlink(ck->path) != 0 && errno != ENOENT)
+        fa_log(FA_LOG_WARN, "cannot remove the saved local round", "file=%s error=%s", ck->path,
+               strerror(errno));
     if (res) {
         res->num_examples = tr.num_examples;
         res->steps = tr.steps;
         res->mean_loss = loss / (float)world;
-        res->payload_bytes = after.payload_bytes - before.payload_bytes;
-        res->wire_bytes = after.wire_bytes - before.wire_bytes;
+        res->payload_bytes = after.payload_bytes - before.payload_bytes - x.ctl.payload_bytes;
+        res->wire_bytes = after.wire_bytes - before.wire_bytes - x.ctl.wire_bytes;
         res->seconds = now_s() - t0;
+        res->resumed = resumed;
+        res->resumed_step = resumed ? pos.step : 0;
+        res->saves = x.saves;
     }
 out:
     free(w);

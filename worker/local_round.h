@@ -34,6 +34,7 @@
 #ifndef FA_WORKER_LOCAL_ROUND_H
 #define FA_WORKER_LOCAL_ROUND_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,9 @@ typedef struct fa_local_round_result {
     uint64_t payload_bytes; /* bytes this rank contributed to the gradient all-reduces */
     uint64_t wire_bytes;    /* bytes it put on the wire for them (ring model, comm.h) */
     double seconds;         /* wall time of the round on this rank */
+    int resumed;            /* the round continued a saved one (fa_local_round_run_resumable) */
+    uint64_t resumed_step;  /* at this step */
+    uint32_t saves;         /* times this rank saved the round (periodic, and on a stop) */
 } fa_local_round_result;
 
 /* Runs one round.  Collective: every rank calls it with the same shard and
@@ -85,6 +89,49 @@ typedef struct fa_local_round_result {
 int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset *shard,
                        const fa_train_opts *opts, float *delta, fa_local_round_result *res,
                        fa_error *err);
+
+/* Preemption and periodic checkpoints of a round (worker/local_checkpoint.h). */
+typedef struct fa_local_round_ckpt {
+    const char
+        *path; /* this rank's file (every rank its own, e.g. <state_dir>/local-round.<rank>) */
+    /* Set (by a signal handler, on any rank): the round is saved at the next
+     * step boundary and every rank returns FA_ERR_CANCELLED.  May be NULL. */
+    const volatile sig_atomic_t *stop;
+    double every_s; /* > 0: also saved every every_s seconds of training (rank 0's clock) */
+    double (*now)(void *user); /* that clock in seconds; NULL: CLOCK_MONOTONIC */
+    void *now_user;
+    /* Tests: called on every rank at every step boundary, before the stop
+     * flag is read (a test raises SIGTERM after step k).  May be NULL. */
+    void (*on_boundary)(void *user, uint64_t step);
+    void *on_boundary_user;
+    /* What the round belongs to: rank 0's values count, the others get them. */
+    uint64_t round;
+    uint32_t attempt;
+    uint64_t version;
+    uint8_t model_sha256[32];
+    /* fa_local_ckpt_digest_shard of the shard, computed once by a caller
+     * whose data does not change; NULL: computed at every round. */
+    const uint8_t *shard_digest;
+} fa_local_round_ckpt;
+
+/* fa_local_round_run, resumable.  Before training, every rank looks for its
+ * saved round at ck->path bound to this round (its round, model version and
+ * digest, the weights it starts from on rank 0, the options, compression,
+ * shard, ranks and backend); when every rank has one at the same step, the
+ * network and compressor are restored and training continues from there, so
+ * the delta is the one an uninterrupted round gives, bit for bit.  A file
+ * that is damaged or belongs to something else is logged (what, and why),
+ * removed, and the round trained afresh; so is a set that the ranks
+ * disagree on.  While training, with *ck->stop set (any rank) the round is
+ * saved at the next step boundary (the ranks agree on which through a
+ * one-float all-reduce per step) and FA_ERR_CANCELLED returned; with
+ * ck->every_s it is also saved periodically.  A completed round removes the
+ * file.  ck NULL (or ck->path NULL) is fa_local_round_run.
+ * Returns as fa_local_round_run, and FA_ERR_CANCELLED (stopped: the message
+ * says at which step, and whether the round was saved). */
+int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const fa_dataset *shard,
+                                 const fa_train_opts *opts, const fa_local_round_ckpt *ck,
+                                 float *delta, fa_local_round_result *res, fa_error *err);
 
 /* The compressor (for its statistics). */
 const fa_compress *fa_local_round_compressor(const fa_local_round *lr);
