@@ -1010,16 +1010,23 @@ static int finish_request(fa_h3_client *c, const fa_h3_client_req *req, const cr
         return 0;
     /* no complete response: decide whether sending again is safe */
     {
-        int never_processed = c->stateless_reset || (c->goaway && rp->sid >= c->goaway_id) ||
-                              (rp->closed && rp->close_code == NGHTTP3_H3_REQUEST_REJECTED);
-        int replayable = !req->body_read || rp->body.produced == 0;
+        /* a response under way says the server processed the request, and
+         * response bytes already pushed to on_body cannot be taken back:
+         * sending again would hand the caller the start of the body twice
+         * (the caller retries, knowing where its sink stands) */
+        int answered = rp->resp && (rp->resp->status != 0 || rp->resp->body_received != 0);
+        int never_processed =
+            !answered && (c->stateless_reset || (c->goaway && rp->sid >= c->goaway_id) ||
+                          (rp->closed && rp->close_code == NGHTTP3_H3_REQUEST_REJECTED));
+        int replayable = (!req->body_read || rp->body.produced == 0) &&
+                         !(req->on_body && rp->resp && rp->resp->body_received != 0);
         char why[300];
         if (replayable && (never_processed || (req->idempotent && (c->dead || rp->closed))))
             return SENT_RETRY;
         if (c->dead) {
-            fa_qconn_describe_error(&c->q, c->dead_err, why, sizeof(why));
-            return fa_errorf(err, FA_ERR_QUIC, "%s %s: connection lost mid-request: %s",
-                             req->method, req->path, why);
+            lost_reason(c, why, sizeof(why));
+            return fa_errorf(err, FA_ERR_QUIC, "%s %s: connection lost mid-%s: %s", req->method,
+                             req->path, answered ? "response" : "request", why);
         }
         return fa_errorf(err, FA_ERR_HTTP, "%s %s: stream closed by the server (H3 error 0x%llx)",
                          req->method, req->path, (unsigned long long)rp->close_code);

@@ -3,8 +3,10 @@
  * the client's keep-alive PINGs reach the new server, which knows no
  * connection and answers with a stateless reset the client can verify; the
  * request fails over at once and the new server answers it.  Without the
- * PINGs the client learns only at its idle timeout.  And the reset itself:
- * packets down to 22 bytes (a PING is 40) get one, one byte shorter. */
+ * PINGs the client learns only at its idle timeout.  A download cut short is
+ * reported, never sent again behind the caller's back.  And the reset
+ * itself: packets down to 22 bytes (a PING is 40) get one, one byte
+ * shorter. */
 #include "test_transport_util.h"
 
 #include <arpa/inet.h>
@@ -184,6 +186,120 @@ static void test_without_pings_only_the_idle_timeout_tells(void **state)
     assert_int_equal(st.stateless_resets_sent, 0);
 }
 
+/* A download under way when the server dies: its first bytes already went
+ * to on_body, so the client must not send it again by itself (the body would
+ * arrive twice, the first bytes concatenated with the whole); it reports the
+ * loss at once, and the caller starts over on a fresh connection. */
+#define STALL_FIRST 1000
+
+static ssize_t stall_read(void *arg, uint8_t *buf, size_t cap)
+{
+    int *sent = arg;
+    if (*sent)
+        return FA_ERR_AGAIN; /* never resumed: the rest never comes */
+    *sent = 1;
+    memset(buf, 'm', cap < STALL_FIRST ? cap : STALL_FIRST);
+    return cap < STALL_FIRST ? (ssize_t)cap : STALL_FIRST;
+}
+
+static void stall_done(void *arg, int err)
+{
+    free(arg);
+}
+
+static int on_stall(fa_h3_request *req, void *arg)
+{
+    int *sent = calloc(1, sizeof(*sent));
+    if (!sent)
+        return -1;
+    atomic_fetch_add(&tp_last.requests, 1);
+    if (fa_h3_respond_stream(req, 200, NULL, 0, 1 << 20, stall_read, stall_done, sent) != 0) {
+        free(sent);
+        return -1;
+    }
+    return 0;
+}
+
+static int count_body(void *arg, const uint8_t *data, size_t len)
+{
+    *(uint64_t *)arg += len;
+    return 0;
+}
+
+typedef struct dl_arg {
+    const tp_server *s;
+    int rv;
+    uint64_t got;
+    double done_at;
+    fa_h3_client_stats st;
+} dl_arg;
+
+static void *download(void *arg)
+{
+    dl_arg *a = arg;
+    fa_h3_client_config cfg;
+    fa_h3_client *c = NULL;
+    fa_h3_client_req req;
+    fa_h3_response resp;
+    fa_error err = {0};
+
+    tp_client_config(&cfg, a->s, "client-eu-west.crt", "client-eu-west.key");
+    a->rv = fa_h3_client_new(&c, &cfg, &err);
+    if (a->rv != 0)
+        return NULL;
+    memset(&req, 0, sizeof(req));
+    req.method = "GET";
+    req.path = "/stall";
+    req.timeout_ms = 60000;
+    req.idempotent = 1; /* even so: bytes went to on_body */
+    req.on_body = count_body;
+    req.on_body_arg = &a->got;
+    a->rv = fa_h3_client_request(c, &req, &resp, &err);
+    a->done_at = now_s();
+    fa_h3_response_free(&resp);
+    fa_h3_client_get_stats(c, &a->st);
+    fa_h3_client_del(c);
+    return NULL;
+}
+
+static void test_download_cut_by_restart_is_not_resent(void **state)
+{
+    fa_h3_server_config cfg;
+    fa_h3_handler h = {.on_request = on_stall};
+    fa_h3_server_stats st;
+    fa_error err = {0};
+    tp_server a, b;
+    dl_arg da;
+    pthread_t th;
+    double t0;
+
+    server_config(&cfg, "127.0.0.1:0", 60000);
+    memset(&a, 0, sizeof(a));
+    memset(&tp_last, 0, sizeof(tp_last));
+    assert_int_equal(fa_h3_server_new(&a.srv, &cfg, &err), 0);
+    assert_int_equal(fa_h3_server_route(a.srv, "GET", "/stall", &h, NULL), 0);
+    a.port = fa_h3_server_port(a.srv);
+    snprintf(a.server_addr, sizeof(a.server_addr), "127.0.0.1:%d", a.port);
+    assert_int_equal(pthread_create(&a.th, NULL, tp_server_thread, &a), 0);
+    memset(&da, 0, sizeof(da));
+    da.s = &a;
+    assert_int_equal(pthread_create(&th, NULL, download, &da), 0);
+    for (int i = 0; i < 500 && atomic_load(&tp_last.requests) < 1; i++)
+        usleep(10000);
+    usleep(300000); /* the first bytes have arrived */
+    crash(&a);
+    start_replacement(&b, a.port, 60000);
+    t0 = now_s();
+    pthread_join(th, NULL);
+    assert_int_equal(da.rv, FA_ERR_QUIC);  /* reported, not hidden */
+    assert_int_equal(da.got, STALL_FIRST); /* each byte once */
+    assert_int_equal(da.st.connects, 1);   /* not sent again */
+    assert_true(da.done_at - t0 < 5.0);    /* at the reset, not the idle timeout */
+    fa_h3_server_get_stats(b.srv, &st);
+    assert_true(st.stateless_resets_sent >= 1);
+    tp_server_stop(&b);
+}
+
 /* ------------------------------------------------ the reset, byte by byte */
 
 static int raw_socket(void)
@@ -274,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_stateless_reset_for_short_packets),
         cmocka_unit_test(test_long_poll_fails_over_to_restarted_server_at_once),
         cmocka_unit_test(test_without_pings_only_the_idle_timeout_tells),
+        cmocka_unit_test(test_download_cut_by_restart_is_not_resent),
     };
     tp_log_level(FA_LOG_ERROR);
     return cmocka_run_group_tests(tests, setup, teardown);
