@@ -275,7 +275,7 @@ static int compare_key(const fa_local_ckpt_key *got, const fa_local_ckpt_key *wa
 }
 
 int fa_local_ckpt_load(fa_local_ckpt **out, const char *path, const fa_local_ckpt_key *want,
-                       fa_compress *cz, fa_error *err)
+                       fa_compress *cz, fa_local_ckpt_key *found, fa_error *err)
 {
     fa_compress_part parts[FA_COMPRESS_MAX_PARTS];
     const size_t n_parts = fa_compress_state_parts(cz, parts);
@@ -345,6 +345,8 @@ int fa_local_ckpt_load(fa_local_ckpt **out, const char *path, const fa_local_ckp
     }
     r.len = c->len - FA_LOCAL_CKPT_DIGEST;
     get_key(&r, &c->key);
+    if (found)
+        *found = c->key;
     if ((rc = compare_key(&c->key, want, path, err)) != 0)
         goto out;
     GET(&r, c->pos.step);

@@ -82,7 +82,8 @@ typedef struct fa_local_ckpt fa_local_ckpt;
 
 /* Reads path and checks it against want (every field but the attempt) and
  * against cz's state parts (names and lengths).  Nothing is applied yet.
- * Returns 0, or
+ * found (may be NULL) gets the file's key once its digest has checked out
+ * (so also with FA_ERR_REPLAY).  Returns 0, or
  *   FA_ERR_NOTFOUND  no such file (err untouched)
  *   FA_ERR_CORRUPT   damaged: truncated, not a saved local round, another
  *                    format or byte order, a digest that does not match
@@ -92,7 +93,7 @@ typedef struct fa_local_ckpt fa_local_ckpt;
  *   FA_ERR_IO, FA_ERR_NOMEM, FA_ERR_CRYPTO
  * Every message names the file. */
 int fa_local_ckpt_load(fa_local_ckpt **out, const char *path, const fa_local_ckpt_key *want,
-                       fa_compress *cz, fa_error *err);
+                       fa_compress *cz, fa_local_ckpt_key *found, fa_error *err);
 
 /* NULL is a no-op. */
 void fa_local_ckpt_del(fa_local_ckpt *c);

@@ -225,6 +225,11 @@ static int boundary_hook(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_
         flag = 1.0f;
     if (fa_comm_size(x->lr->comm) > 1 && (rc = ctl_max(x, &flag, err)) != 0)
         return rc;
+    /* The finished round is kept too: a worker stopped after training but
+     * before the round client has saved its attempt (advertising, sharing
+     * keys: network waits a signal ends at once) resumes it in no steps. */
+    if (flag == 0.0f && pos->step == total && pos->step > x->start_step)
+        flag = 1.0f;
     if (flag == 0.0f)
         return FA_TRAIN_GO_ON;
 
@@ -232,7 +237,8 @@ static int boundary_hook(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_
     rc = fa_local_ckpt_save(ck->path, &x->key, pos, total, m, x->lr->cz, &x->save_err);
     if (rc == 0) {
         x->saves++;
-        fa_log(FA_LOG_INFO, flag == 2.0f ? "local round saved to stop" : "local round saved",
+        fa_log(flag == 2.0f ? FA_LOG_INFO : FA_LOG_DEBUG,
+               flag == 2.0f ? "local round saved to stop" : "local round saved",
                "rank=%d step=%" PRIu64 " steps=%" PRIu64 " seconds=%.3f file=%s", rank, pos->step,
                total, ckpt_now(ck) - t0, ck->path);
     }
@@ -329,6 +335,7 @@ static int try_resume(ckpt_run *x, const float *w, const fa_dataset *shard, cons
     const fa_local_round_ckpt *ck = x->ck;
     const int rank = fa_comm_rank(lr->comm), world = fa_comm_size(lr->comm);
     fa_local_ckpt *saved = NULL;
+    fa_local_ckpt_key found;
     uint64_t mine[2] = {0, 0}, root[2];
     float bad;
     fa_error e;
@@ -356,11 +363,18 @@ static int try_resume(ckpt_run *x, const float *w, const fa_dataset *shard, cons
         return rc;
 
     fa_error_clear(&e);
-    lrc = fa_local_ckpt_load(&saved, ck->path, &x->key, lr->cz, &e);
+    memset(&found, 0, sizeof(found));
+    lrc = fa_local_ckpt_load(&saved, ck->path, &x->key, lr->cz, &found, &e);
     if (lrc != 0 && lrc != FA_ERR_NOTFOUND) {
+        /* An earlier round's (kept when it finished) is the usual case. */
+        int earlier = lrc == FA_ERR_REPLAY && found.round < x->key.round;
         char q[600];
-        fa_log(lrc == FA_ERR_REPLAY ? FA_LOG_INFO : FA_LOG_WARN,
-               "saved local round refused; it is removed and the round is trained afresh",
+        fa_log(earlier                ? FA_LOG_DEBUG
+               : lrc == FA_ERR_REPLAY ? FA_LOG_INFO
+                                      : FA_LOG_WARN,
+               earlier ? "an earlier round's saved local round is removed"
+                       : "saved local round refused; it is removed and the round is trained "
+                         "afresh",
                "rank=%d round=%" PRIu64 " version=%" PRIu64 " error=%s", rank, x->key.round,
                x->key.version, fa_log_quote(q, sizeof(q), fa_error_msg(&e, lrc)));
         if (unlink(ck->path) != 0 && errno != ENOENT)
@@ -533,11 +547,6 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
 
     if (rank == 0)
         memcpy(delta, d, np * sizeof(float));
-    /* Done: the saved round has served (the update goes on to the round
-     * client, which keeps its own copy before the first masked byte). */
-    if (ck && unlink(ck->path) != 0 && errno != ENOENT)
-        fa_log(FA_LOG_WARN, "cannot remove the saved local round", "file=%s error=%s", ck->path,
-               strerror(errno));
     if (res) {
         res->num_examples = tr.num_examples;
         res->steps = tr.steps;

@@ -125,8 +125,10 @@ typedef struct fa_local_round_ckpt {
  * disagree on.  While training, with *ck->stop set (any rank) the round is
  * saved at the next step boundary (the ranks agree on which through a
  * one-float all-reduce per step) and FA_ERR_CANCELLED returned; with
- * ck->every_s it is also saved periodically.  A completed round removes the
- * file.  ck NULL (or ck->path NULL) is fa_local_round_run.
+ * ck->every_s it is also saved periodically.  The finished round is saved
+ * too (a worker stopped before its update is in the round client's attempt
+ * state resumes it in no steps); the next round removes it.  ck NULL (or
+ * ck->path NULL) is fa_local_round_run.
  * Returns as fa_local_round_run, and FA_ERR_CANCELLED (stopped: the message
  * says at which step, and whether the round was saved). */
 int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const fa_dataset *shard,

@@ -146,7 +146,7 @@ static void test_round_trip(void **state)
     assert_int_equal(st.st_mode & 0777, 0600);
     key_of(&b, &k);
     k.attempt = 3; /* another attempt of the same round: still this round's */
-    if (fa_local_ckpt_load(&c, path, &k, b.cz, &err) != 0)
+    if (fa_local_ckpt_load(&c, path, &k, b.cz, NULL, &err) != 0)
         fail_msg("load: %s", err.msg);
     assert_int_equal(fa_local_ckpt_pos(c)->step, 5);
     assert_int_equal(fa_local_ckpt_pos(c)->samples, 320);
@@ -194,7 +194,7 @@ static void expect_refusal(const fa_local_ckpt_key *k, int code, const char *wan
     rig_new(&b, 0);
     fa_mlp_get_params(b.m, before, NULL);
     memset(&err, 0, sizeof(err));
-    assert_int_equal(fa_local_ckpt_load(&c, path, k, b.cz, &err), code);
+    assert_int_equal(fa_local_ckpt_load(&c, path, k, b.cz, NULL, &err), code);
     if (code == 0)
         assert_non_null(c); /* loaded, and still not applied */
     else
