@@ -45,6 +45,7 @@
 #include "worker/data.h"
 #include "worker/builtin_model.h"
 #include "worker/external_trainer.h"
+#include "worker/local_checkpoint.h"
 #include "worker/local_round.h"
 #include "worker/local_tensors.h"
 #include "worker/quantize.h"
@@ -64,31 +65,64 @@ static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t in_network_wait;
 /* The process group of a running long-lived trainer, 0 when none. */
 static volatile sig_atomic_t trainer_pgid;
+/* The built-in trainer: the grace (preempt_grace_s) is armed by the first
+ * signal that does not end the process at once. */
+static volatile sig_atomic_t grace_s, grace_armed;
+static char grace_msg[256];
+static size_t grace_msg_len;
 
-/* SIGTERM/SIGINT: stop at the next step; or, in a network wait, at once.
- * Exiting there is safe: an attempt's state is saved (atomically) before
- * its first masked byte, so a restarted worker resumes it.  A long-lived
- * trainer (idle then) gets SIGTERM on the way out rather than outlive us.
- * Otherwise an external trainer is stopped by its own wait loop, which
- * watches stop_requested. */
-static void on_signal(int sig)
+/* Ends the process in a network wait.  Safe: an attempt's state is saved
+ * (atomically) before its first masked byte, and a local round when it was
+ * stopped or finished (worker/local_round.h), so a restarted worker resumes
+ * them.  A long-lived trainer (idle then) gets SIGTERM on the way out
+ * rather than outlive us.  Async-signal-safe. */
+static void exit_in_network_wait(void)
 {
     static const char msg[] =
         "level=info msg=\"stopped by signal during a network wait; the attempt's state is on "
         "disk\" proc=worker\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)w;
+    if (trainer_pgid > 0)
+        kill(-(pid_t)trainer_pgid, SIGTERM);
+    _exit(0);
+}
+
+/* The grace is over and the process still runs (a step, or the save, took
+ * longer): it goes now.  What was saved before stays; the round restarts
+ * from it or afresh. */
+static void on_grace_over(int sig)
+{
+    ssize_t w = write(STDERR_FILENO, grace_msg, grace_msg_len);
+    (void)w;
+    (void)sig;
+    _exit(1);
+}
+
+/* SIGTERM/SIGINT: in a network wait, exit at once; otherwise stop at the
+ * next step: the built-in trainer saves its local round at the next step
+ * boundary (within preempt_grace_s, else on_grace_over), an external trainer
+ * gets the SIGTERM forwarded by its own wait loop, which watches
+ * stop_requested, and preempt_grace_s before SIGKILL. */
+static void on_signal(int sig)
+{
     stop_requested = sig;
-    if (in_network_wait) {
-        ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-        (void)w;
-        if (trainer_pgid > 0)
-            kill(-(pid_t)trainer_pgid, SIGTERM);
-        _exit(0);
+    if (in_network_wait)
+        exit_in_network_wait();
+    if (grace_s > 0 && !grace_armed) {
+        grace_armed = 1;
+        alarm((unsigned)grace_s);
     }
 }
 
+/* A wait that a signal may end at once; a signal that came just before it
+ * (stop_requested already set) ends it too, rather than be missed for the
+ * minutes a long-poll or a round may last. */
 #define NETWORK_WAIT(expr)                                                                         \
     do {                                                                                           \
         in_network_wait = 1;                                                                       \
+        if (stop_requested)                                                                        \
+            exit_in_network_wait();                                                                \
         rc = (expr);                                                                               \
         in_network_wait = 0;                                                                       \
     } while (0)
@@ -144,6 +178,9 @@ struct worker {
     fa_local_round *lr;
     fa_train_opts topts;
     uint64_t base_seed; /* the config's seed; each round shuffles with base_seed + version */
+    char ckpt_path[4200]; /* this rank's saved local round (preemption) */
+    uint8_t shard_digest[32];
+    uint64_t test_sigterm_step; /* FEDAGG_TEST_SIGTERM_AT_STEP; UINT64_MAX: none */
 
     /* An external trainer. */
     int external;
@@ -406,10 +443,45 @@ static int evaluate_builtin(struct worker *w, uint64_t version)
     return 0;
 }
 
-/* Collective: one local round; rank 0 gets the federated delta. */
-static int train(struct worker *w, uint64_t round, fa_error *err)
+/* Tests of preemption: FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a
+ * SIGTERM when the local round reaches step k (k steps done), once. */
+static void sigterm_at_step(void *user, uint64_t step)
+{
+    struct worker *w = user;
+    if (step == w->test_sigterm_step) {
+        w->test_sigterm_step = UINT64_MAX;
+        kill(getpid(), SIGTERM);
+    }
+}
+
+/* Tests: with FEDAGG_DEBUG_DUMP_DIR set, rank 0 writes the federated delta
+ * of each local round as trained, before clipping and quantisation
+ * (delta-<region>-v<version>.f32, little-endian floats), so that a test can
+ * compare a preempted and resumed round with an uninterrupted one.  Never
+ * set this in production. */
+static void debug_dump_delta(const struct worker *w)
+{
+    const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
+    char path[4096];
+    fa_error e;
+
+    if (!dir || !*dir)
+        return;
+    snprintf(path, sizeof(path), "%s/delta-%s-v%" PRIu64 ".f32", dir, w->cfg->region_id,
+             w->have_version);
+    if (fa_file_write_atomic(path, w->delta, w->d * sizeof(float), 0600, &e) == 0)
+        fa_log(FA_LOG_WARN, "debug dump of the trained delta written (FEDAGG_DEBUG_DUMP_DIR)",
+               "file=%s", path);
+}
+
+/* Collective: one local round; rank 0 gets the federated delta.  Returns
+ * FA_ERR_CANCELLED when a signal stopped it (the built-in trainer's round
+ * is saved: err says where). */
+static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *err)
 {
     fa_local_round_result res;
+    fa_local_round_ckpt ck;
+    char resumed[24] = "-";
     int rc;
 
     if (w->external) {
@@ -430,8 +502,21 @@ static int train(struct worker *w, uint64_t round, fa_error *err)
                    w->have_version);
         return 0;
     }
-    rc = fa_local_round_run(w->lr, w->rank == 0 ? w->params : NULL, &w->shard.ds, &w->topts,
-                            w->rank == 0 ? w->pdelta : NULL, &res, err);
+    memset(&ck, 0, sizeof(ck));
+    ck.path = w->ckpt_path;
+    ck.stop = &stop_requested;
+    ck.every_s = w->cfg->local_checkpoint_minutes * 60.0;
+    ck.round = round;
+    ck.attempt = attempt;
+    ck.version = w->have_version;
+    memcpy(ck.model_sha256, w->global_sha, 32);
+    ck.shard_digest = w->shard_digest;
+    if (w->test_sigterm_step != UINT64_MAX) {
+        ck.on_boundary = sigterm_at_step;
+        ck.on_boundary_user = w;
+    }
+    rc = fa_local_round_run_resumable(w->lr, w->rank == 0 ? w->params : NULL, &w->shard.ds,
+                                      &w->topts, &ck, w->rank == 0 ? w->pdelta : NULL, &res, err);
     if (rc != 0)
         return rc;
     w->n_examples = res.num_examples;
@@ -452,10 +537,14 @@ static int train(struct worker *w, uint64_t round, fa_error *err)
                      "ones",
                      rc, &e);
     }
+    if (res.resumed)
+        snprintf(resumed, sizeof(resumed), "%" PRIu64, res.resumed_step);
     fa_log(FA_LOG_INFO, "local round trained",
            "ranks=%d steps=%" PRIu64 " examples=%" PRIu64 " loss=%.4f allreduce_bytes=%" PRIu64
-           " seconds=%.2f",
-           w->world, res.steps, res.num_examples, res.mean_loss, res.wire_bytes, res.seconds);
+           " seconds=%.2f resumed_at_step=%s",
+           w->world, res.steps, res.num_examples, res.mean_loss, res.wire_bytes, res.seconds,
+           resumed);
+    debug_dump_delta(w);
     return 0;
 }
 
@@ -472,7 +561,9 @@ static int follower_loop(struct worker *w, fa_error *err)
             return 0;
         if (!w->net && (rc = build_network(w, err)) != 0)
             return rc;
-        rc = train(w, 0, err);
+        rc = train(w, 0, 0, err);
+        if (rc == FA_ERR_CANCELLED)
+            continue; /* saved; rank 0 stopped too and says CMD_STOP next */
         if (rc != 0)
             return rc;
     }
@@ -652,7 +743,16 @@ static int leader_loop(struct worker *w, fa_error *err)
             }
             if (!w->external && w->evaluated_version != w->have_version)
                 evaluate_builtin(w, w->have_version);
-            rc = train(w, info->round, err);
+            rc = train(w, info->round, info->attempt, err);
+            if (rc == FA_ERR_CANCELLED) {
+                /* a signal: the local round is saved (or says why not) */
+                char q[600];
+                fa_log(FA_LOG_INFO, "local round stopped by signal",
+                       "round=%" PRIu64 " version=%" PRIu64 " detail=%s", info->round,
+                       w->have_version, fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
+                fedagg__federation_info__free_unpacked(info, NULL);
+                return 0;
+            }
             /* the evaluation of the global model (made before training) is
              * reported now, while its version is current: not during the
              * collective, where the other ranks wait */
@@ -758,6 +858,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
+    signal(SIGALRM, on_grace_over);
 
     if (fa_config_load_report(FA_CONFIG_WORKER, config, "fedagg-worker",
                               (ProtobufCMessage **)&cfg) != 0)
@@ -795,6 +896,7 @@ int main(int argc, char **argv)
                                              w.local_keep, &err);
         w.xopts.region = cfg->region_id;
         w.xopts.cancel = &stop_requested;
+        w.xopts.preempt_grace_ms = cfg->preempt_grace_s * 1000u;
         if (rc == 0)
             rc = fa_external_trainer_new(&w.xt, &w.xopts, &err);
     } else {
@@ -812,6 +914,39 @@ int main(int argc, char **argv)
             rc = fa_local_round_train_opts_from_proto(
                 &w.topts, cfg->trainer ? cfg->trainer->builtin : NULL, &err);
         w.base_seed = w.topts.seed;
+        /* What a saved local round is bound to, besides the model: the data
+         * this worker trains on (hashed once: it does not change). */
+        if (rc == 0 && fa_local_ckpt_digest_shard(&w.shard.ds, w.shard_digest) != 0)
+            rc = fa_errorf(&err, FA_ERR_CRYPTO, "cannot hash the region's data");
+        if (rc == 0 &&
+            !(cfg->local_checkpoint_minutes >= 0.0 && cfg->local_checkpoint_minutes <= 1e6))
+            rc = fa_errorf(&err, FA_ERR_INVAL,
+                           "local_checkpoint_minutes must be a number of minutes >= 0 (0: save "
+                           "only on SIGTERM), not %g",
+                           cfg->local_checkpoint_minutes);
+        snprintf(w.ckpt_path, sizeof(w.ckpt_path), "%s/local-round.%d", cfg->state_dir, w.rank);
+        grace_s = (sig_atomic_t)cfg->preempt_grace_s;
+    }
+    if (rc == 0 && (cfg->preempt_grace_s < 1 || cfg->preempt_grace_s > 3600))
+        rc = fa_errorf(&err, FA_ERR_INVAL,
+                       "preempt_grace_s must be 1..3600 seconds (the time a SIGTERM leaves to "
+                       "save the local round), not %u",
+                       cfg->preempt_grace_s);
+    snprintf(grace_msg, sizeof(grace_msg),
+             "level=error msg=\"the worker did not stop within preempt_grace_s=%u after the "
+             "signal; stopping now (what was saved stays: a restart resumes the last saved local "
+             "round, or trains it afresh)\" proc=worker region=%.64s rank=%d\n",
+             cfg->preempt_grace_s, cfg->region_id ? cfg->region_id : "", w.rank);
+    grace_msg_len = strlen(grace_msg);
+    {
+        const char *k = getenv("FEDAGG_TEST_SIGTERM_AT_STEP");
+        char *end = NULL;
+        w.test_sigterm_step = UINT64_MAX;
+        if (k && *k) {
+            unsigned long long v = strtoull(k, &end, 10);
+            if (end && !*end)
+                w.test_sigterm_step = v;
+        }
     }
     if (rc != 0) {
         log_err("cannot start", rc, &err);
