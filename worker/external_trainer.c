@@ -35,6 +35,7 @@ void fa_external_opts_default(fa_external_opts *o)
     memset(o, 0, sizeof(*o));
     o->timeout_s = 3600;
     o->kill_grace_ms = 2000;
+    o->preempt_grace_ms = 20000;
     o->start_timeout_s = 600;
 }
 
@@ -375,15 +376,23 @@ static int run_once(fa_external_trainer *x, const char *task, const fa_external_
     deadline = p.started + (double)x->o.timeout_s;
     w = fa_trainer_proc_wait(&p, deadline, x->o.cancel);
     if (w == 0) {
-        /* Too late (or stopped): the whole group gets SIGTERM, then SIGKILL. */
+        /* Too late, or stopped: the whole group gets SIGTERM, then SIGKILL.
+         * A stop is the worker's SIGTERM forwarded (preemption), with the
+         * grace the trainer has to save its own state. */
         int cancelled = x->o.cancel && *x->o.cancel;
-        fa_trainer_proc_stop(&p, x->o.kill_grace_ms);
+        if (cancelled)
+            fa_log_info("forwarding SIGTERM to the external trainer", "pid=%d grace_ms=%u",
+                        (int)p.pid, x->o.preempt_grace_ms);
+        fa_trainer_proc_stop(&p, cancelled ? x->o.preempt_grace_ms : x->o.kill_grace_ms);
         res->seconds = fa_trainer_now_s() - p.started;
         fa_trainer_log_tail(x->log_path, tail, sizeof(tail));
-        if (cancelled)
+        if (cancelled) {
+            fa_trainer_proc_describe_end(&p, end, sizeof(end), NULL);
             rc = fa_errorf(err, FA_ERR_CANCELLED,
-                           "external trainer `%s` stopped: the worker is shutting down", p.cmd);
-        else
+                           "external trainer `%s` stopped: the worker is shutting down; after "
+                           "the forwarded SIGTERM it %s",
+                           p.cmd, end);
+        } else
             rc = fa_errorf(err, FA_ERR_TIMEOUT,
                            "external trainer `%s` still ran after timeout_s=%u; its process "
                            "group was killed%s%s",
@@ -453,6 +462,7 @@ static int run_session(fa_external_trainer *x, const char *task, const fa_extern
         so.timeout_s = x->o.timeout_s;
         so.kill_grace_ms = x->o.kill_grace_ms;
         so.cancel = x->o.cancel;
+        so.preempt_grace_ms = x->o.preempt_grace_ms;
         rc = fa_trainer_session_new(&x->session, &so, err); /* copies */
         free(env);
         free_argv(argv, x->o.argc);

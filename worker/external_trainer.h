@@ -21,7 +21,9 @@
  *                     group, stdin /dev/null, stdout and stderr to
  *                     <scratch>/external-trainer.log, in workdir; after
  *                     timeout_s the group gets SIGTERM, then SIGKILL after
- *                     kill_grace_ms; once the command has exited (a torchrun
+ *                     kill_grace_ms; on a cancel (the worker got SIGTERM:
+ *                     preemption) the SIGTERM goes on to the group at once,
+ *                     SIGKILL after preempt_grace_ms; once the command has exited (a torchrun
  *                     launcher exits after its ranks) whatever is left of its
  *                     group is killed, so no straggler writes later;
  *        long-lived   worker/trainer_session.h: one process for the whole
@@ -79,6 +81,8 @@ typedef struct fa_external_opts {
     const char *local_path;   /* LOCAL_KEEP: the region's non-federated tensors; NULL: none */
     const char *region;       /* FEDAGG_REGION; NULL: not set */
     const volatile sig_atomic_t *cancel; /* set (a signal): stop now, FA_ERR_CANCELLED */
+    uint32_t preempt_grace_ms; /* on a cancel: SIGTERM to the trainer's group, SIGKILL after
+                                  this long (it may save its state); default 20000 */
     char scratch_buf[1024];              /* storage of fa_external_opts_from_proto */
     char workdir_buf[1024];
     char local_buf[1100];

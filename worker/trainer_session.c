@@ -122,6 +122,21 @@ static void stop_trainer(fa_trainer_session *s)
     s->proto = NULL;
 }
 
+/* The worker was told to stop (preemption): the SIGTERM goes on to the
+ * trainer's group at once, with the socket still open (a trainer that
+ * notices a closed socket first might exit before saving), and the group
+ * has preempt_grace_ms to exit before SIGKILL.  Then as stop_trainer. */
+static void preempt_trainer(fa_trainer_session *s)
+{
+    uint32_t grace = s->o.preempt_grace_ms ? s->o.preempt_grace_ms : s->o.kill_grace_ms;
+    if (s->proc.pid > 0) {
+        fa_log_info("forwarding SIGTERM to the long-lived trainer", "pid=%d grace_ms=%u",
+                    (int)s->proc.pid, grace);
+        fa_trainer_proc_stop(&s->proc, grace);
+    }
+    stop_trainer(s);
+}
+
 /* Sends all of line before the deadline. */
 static int send_line(fa_trainer_session *s, const char *line, size_t len, uint64_t deadline,
                      fa_error *err)
@@ -307,7 +322,9 @@ static int start(fa_trainer_session *s, fa_error *err)
 
         if (s->o.cancel && *s->o.cancel) {
             rc = fa_errorf(err, FA_ERR_CANCELLED, "stopped while waiting for the trainer's hello");
-            goto fail;
+            rc = with_context(s, rc, err);
+            preempt_trainer(s);
+            return rc;
         }
         if ((x = fa_trainer_proc_exited(&s->proc)) != 0) {
             rc = died(s, "before saying hello", err);
@@ -397,7 +414,9 @@ int fa_trainer_session_round(fa_trainer_session *s, const fa_trainer_round_msg *
         }
         if (s->o.cancel && *s->o.cancel) {
             rc = fa_errorf(err, FA_ERR_CANCELLED, "stopped during round %" PRIu64, m->round);
-            break;
+            rc = with_context(s, rc, err);
+            preempt_trainer(s);
+            return rc;
         }
         if ((rc = fa_trainer_proto_check_time(s->proto, now_ms(), err)) != 0)
             break;

@@ -9,7 +9,10 @@
  *           start_timeout_s to connect and say hello;
  *   round   one "round" line, then a "done" or "error" line within timeout_s;
  *   end     a "shutdown" line; the group gets SIGTERM after kill_grace_ms,
- *           SIGKILL after another kill_grace_ms.
+ *           SIGKILL after another kill_grace_ms;
+ *   cancel  (the worker got SIGTERM: preemption) the group gets SIGTERM at
+ *           once, with the socket still open, and SIGKILL after
+ *           preempt_grace_ms: the trainer may save its round first.
  *
  * The trainer is started on the first round, and again on the round after
  * one where it died, timed out or broke the protocol (it is stopped then,
@@ -37,6 +40,8 @@ typedef struct fa_trainer_session_opts {
     uint32_t timeout_s;                  /* a round's deadline, >= 1 */
     uint32_t kill_grace_ms;              /* shutdown to SIGTERM, SIGTERM to SIGKILL */
     const volatile sig_atomic_t *cancel; /* set (a signal): give up at once; may be NULL */
+    uint32_t preempt_grace_ms; /* on a cancel: SIGTERM to the group, SIGKILL after this long
+                                  (0: kill_grace_ms) */
 } fa_trainer_session_opts;
 
 typedef struct fa_trainer_session fa_trainer_session;
