@@ -28,6 +28,7 @@
 #include "aggregator/privacy_ledger.h"
 #include "aggregator/server_opt.h"
 #include "aggregator/storage_gate.h"
+#include "aggregator/upload_journal.h"
 #include "audit.pb-c.h"
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
@@ -69,7 +70,8 @@ struct fa_fed {
     int have_sum;
     uint64_t sum_round, sum_gen;
     uint32_t sum_attempt;
-    float *opt_next[2]; /* during finish_round: the optimizer's next state (fa_server_opt_step_to) */
+    uint64_t opt_steps;         /* server optimizer steps so far (the state file's fedagg.steps) */
+    fa_upload_journal *journal; /* the masked uploads' journals, in files (upload_journal.h) */
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
     uint64_t deadline_ms[N_KINDS];
     uint64_t advertise_grace_ms;
@@ -457,14 +459,6 @@ static void put_le(uint8_t *p, uint64_t v, int bytes)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 static void sum_header(uint8_t h[SUM_HEADER], uint64_t round, uint32_t attempt, uint64_t gen,
                        uint64_t n)
 {
@@ -542,43 +536,67 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     return rc;
 }
 
-/* Reads the sum of generation gen of the round in flight into *out
- * (vector_len words, malloc'ed); refuses a file that is not exactly it. */
-static int read_sum(fa_fed *f, uint64_t gen, uint32_t **out, fa_error *err)
-{
-    const uint64_t n = f->sa_cfg.vector_len;
-    uint8_t h[SUM_HEADER], md[32], *data = NULL;
-    size_t len = 0;
-    uint32_t *w = NULL;
-    char path[4200];
-    int rc;
+/* The sum file of generation gen of the round in flight, read straight
+ * into the secure-aggregation server's running sum (fa_secagg_server_
+ * restore_meta_fill: no second copy of 4 bytes per coordinate); a file that
+ * is not exactly it is refused, and then the restore fails. */
+struct sum_reader {
+    fa_fed *f;
+    uint64_t gen;
+};
 
-    *out = NULL;
-    sum_path(f, f->round, f->attempt, gen, path, sizeof(path));
-    rc = fa_file_read_all(path, &data, &len, (size_t)(SUM_HEADER + 4 * n + 32), err);
-    if (rc != 0)
-        return fa_error_prefix(err, rc, "the round state's sum");
-    sum_header(h, f->round, f->attempt, gen, n);
-    if (len != SUM_HEADER + 4 * n + 32 || memcmp(data, h, SUM_HEADER) != 0)
+static int read_sum(void *ctx, uint32_t *w, uint64_t n, fa_error *err)
+{
+    const struct sum_reader *sr = ctx;
+    fa_fed *f = sr->f;
+    uint8_t h[SUM_HEADER], want[SUM_HEADER], md[32], got[32];
+    EVP_MD_CTX *sha = EVP_MD_CTX_new();
+    char path[4200];
+    FILE *in;
+    int rc = 0, c;
+
+    sum_path(f, f->round, f->attempt, sr->gen, path, sizeof(path));
+    if (!sha || EVP_DigestInit_ex(sha, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(sha);
+        return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 unavailable", path);
+    }
+    if (!(in = fopen(path, "rb"))) {
+        rc = fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO,
+                       "the round state's sum: %s: %s", path, strerror(errno));
+        EVP_MD_CTX_free(sha);
+        return rc;
+    }
+    sum_header(want, f->round, f->attempt, sr->gen, n);
+    if (fread(h, 1, sizeof(h), in) != sizeof(h) || memcmp(h, want, SUM_HEADER) != 0)
         rc = fa_errorf(err, FA_ERR_CORRUPT,
                        "%s: not the sum of round %" PRIu64 " attempt %u generation %" PRIu64
                        " with %" PRIu64 " words",
-                       path, f->round, f->attempt, gen, n);
-    if (rc == 0 && (EVP_Digest(data, len - 32, md, NULL, EVP_sha256(), NULL) != 1 ||
-                    memcmp(md, data + len - 32, 32) != 0))
-        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: fails its SHA-256", path);
-    if (rc == 0 && !(w = malloc(n * sizeof(uint32_t))))
-        rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", path);
-    for (uint64_t i = 0; rc == 0 && i < n; i++)
-        w[i] = (uint32_t)get_le(data + SUM_HEADER + 4 * i, 4);
-    free(data);
-    if (rc != 0) {
-        free(w);
-        return rc;
+                       path, f->round, f->attempt, sr->gen, n);
+    if (rc == 0 && EVP_DigestUpdate(sha, h, sizeof(h)) != 1)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+    for (uint64_t i = 0; rc == 0 && i < n;) {
+        size_t m = n - i < ((size_t)1 << 18) ? (size_t)(n - i) : (size_t)1 << 18;
+        if (fread(w + i, 4, m, in) != m)
+            rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: shorter than its %" PRIu64 " words", path, n);
+        else if (EVP_DigestUpdate(sha, w + i, m * 4) != 1)
+            rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+        for (size_t j = 0; rc == 0 && j < m; j++) {
+            const uint8_t *b = (const uint8_t *)&w[i + j];
+            w[i + j] =
+                (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        }
+#endif
+        i += m;
     }
-    *out = w;
-    sum_on_disk(f, gen);
-    return 0;
+    if (rc == 0 && (fread(got, 1, 32, in) != 32 || (c = fgetc(in)) != EOF))
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: not %" PRIu64 " words and a SHA-256", path, n);
+    if (rc == 0 && (EVP_DigestFinal_ex(sha, md, NULL) != 1 || memcmp(md, got, 32) != 0))
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: fails its SHA-256", path);
+    (void)c;
+    fclose(in);
+    EVP_MD_CTX_free(sha);
+    return rc;
 }
 
 /* Removes every sum file but the one round.state names (keep = 0: all),
@@ -742,13 +760,28 @@ static void reset_region_attempt(fa_fed *f)
     }
 }
 
+/* The masked uploads' journals go to files (upload_journal.h): the
+ * aggregator's memory is then the running sum whatever the number of
+ * uploads in flight. */
+static int use_journal_files(fa_fed *f, fa_error *err)
+{
+    fa_secagg_journal j;
+    fa_upload_journal_iface(f->journal, &j);
+    return fa_secagg_server_set_journal(f->sa, &j, err);
+}
+
 static int new_secagg_server(fa_fed *f, fa_error *err)
 {
+    int rc;
+
     fa_secagg_server_del(f->sa);
     f->sa = NULL;
     f->sa_cfg.round = f->round;
     f->sa_cfg.attempt = f->attempt;
-    return fa_secagg_server_new(&f->sa, &f->sa_cfg, f->members, f->n_regions, err);
+    rc = fa_secagg_server_new(&f->sa, &f->sa_cfg, f->members, f->n_regions, err);
+    if (rc == 0)
+        rc = use_journal_files(f, err);
+    return rc;
 }
 
 /* Opens attempt `attempt` of round `round` in the advertise phase. */
@@ -776,13 +809,16 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
 }
 
 /* Bytes a round needs on the storage to end in a commit: a model file, its
- * master weights, the optimizer state, the round's sum and state, and room
- * to spare (64 MiB, and a tenth of the rest). */
+ * master weights, the optimizer state, the round's sum and state, the
+ * journals of the uploads in flight, and room to spare (64 MiB, and a
+ * tenth of the rest). */
 static uint64_t storage_need(const fa_fed *f)
 {
     uint64_t n = f->cur.model_size + (f->cur.has_master ? f->cur.master_size : 0);
     n += (uint64_t)4 * f->d * fa_server_opt_state_count(f->opt);
     n += (uint64_t)4 * (f->d + 1) + (4u << 20);
+    n += (uint64_t)(f->sa_cfg.max_uploads_in_flight ? f->sa_cfg.max_uploads_in_flight : 4) *
+         fa_secagg_masked_bytes((uint64_t)f->d + 1, f->sa_cfg.ring_bits);
     return n + n / 10 + (64u << 20);
 }
 
@@ -1173,28 +1209,26 @@ static void debug_dump_sum(fa_fed *f)
     free(q);
 }
 
-/* Commits version cur + 1: new_params, the ranges for the next round from
- * the decoded mean delta, and the optimizer's state after its step
- * (opt_state, steps). */
-static int commit_version(fa_fed *f, const float *new_params, const float *mean_delta,
-                          float *const *opt_state, uint64_t steps, fa_error *err)
+/* The mean delta of the round, chunk by chunk, decoded from the unmasked
+ * sum as the streaming step asks for it (fa_global_model_delta_fn). */
+static int sum_delta(void *ctx, uint64_t off, float *out, size_t n, fa_error *err)
 {
-    fa_st_view state[2];
-    uint64_t sshape[2][1];
+    const fa_fed *f = ctx;
+    return fa_secagg_server_result_f32_range(f->sa, off, out, n, err);
+}
+
+/* Commits version cur + 1 in one streaming pass (fa_global_model_step): the
+ * mean delta decoded from the sum, the optimizer's step from the current
+ * version's weights and state files, the new model, master weights,
+ * ranges and optimizer state (its `steps` in the metadata) written as they
+ * are computed. */
+static int commit_version(fa_fed *f, uint64_t steps, fa_error *err)
+{
     char round_s[32], attempt_s[32], version_s[32], prev_hex[65], steps_s[32];
     char optdesc[256];
     uint64_t version = f->cur.version + 1;
-    size_t ns = fa_server_opt_state_count(f->opt);
     int rc;
 
-    for (size_t i = 0; i < ns; i++) {
-        sshape[i][0] = f->d;
-        state[i] = (fa_st_view){.name = fa_server_opt_state_name(f->opt, i),
-                                .dtype = FA_ST_F32,
-                                .ndim = 1,
-                                .shape = sshape[i],
-                                .data = opt_state[i]};
-    }
     snprintf(round_s, sizeof(round_s), "%" PRIu64, f->round);
     snprintf(attempt_s, sizeof(attempt_s), "%u", f->attempt);
     snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
@@ -1215,9 +1249,9 @@ static int commit_version(fa_fed *f, const float *new_params, const float *mean_
                           f->federation_id};
     const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
                            "fedagg.version",   version_s};
-    rc = fa_global_model_commit(f->model, f->store, version, f->round, new_params, mean_delta,
-                                meta, sizeof(meta) / sizeof(meta[0]) / 2, state, ns, smeta,
-                                sizeof(smeta) / sizeof(smeta[0]) / 2, err);
+    rc = fa_global_model_step(f->model, f->store, version, f->round, f->opt, sum_delta, f, meta,
+                              sizeof(meta) / sizeof(meta[0]) / 2, smeta,
+                              sizeof(smeta) / sizeof(smeta[0]) / 2, err);
     if (rc != 0)
         return rc;
     return fa_model_store_current(f->store, &f->cur);
@@ -1243,42 +1277,30 @@ static void version_changed(fa_fed *f, uint64_t now_ms)
 /* The unmask phase closed: the sum is known.  Apply it and start the next round. */
 static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *err)
 {
-    size_t d = f->d, ns = fa_server_opt_state_count(f->opt);
-    float *delta = malloc(d * sizeof(float)), *w = malloc(d * sizeof(float));
     uint64_t prev_version = f->cur.version;
     uint8_t prev_sha[32];
     double wsum = 0;
     double secs = (double)(fa_time_unix_ms() - f->attempt_start_unix_ms) / 1000.0;
+    double t0 = (double)fa_time_mono_ns() / 1e9;
     int rc;
 
     memcpy(prev_sha, f->cur.model_sha256, 32);
-    if (!delta || !w) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "round %" PRIu64 ": out of memory", f->round);
-        goto out;
-    }
-    rc = fa_secagg_server_result_f32(f->sa, delta, d, &wsum, err);
+    rc = fa_secagg_server_result_weight(f->sa, &wsum, err);
     if (rc != 0)
         goto out;
-    fa_global_model_unscale(f->model, delta); /* per-tensor ranges to the model's units */
     debug_dump_sum(f);
-    /* The optimizer steps a copy of the weights and writes its new state
-     * to other arrays, adopted only once the commit succeeded: a failed
-     * commit leaves both as they were.  (Allocated for the step only: kept
-     * from round to round they would add their size to the peak memory of
-     * the masked phase.) */
-    for (size_t i = 0; i < ns; i++) {
-        if (!(f->opt_next[i] = malloc(d * sizeof(float)))) {
-            rc = fa_errorf(err, FA_ERR_NOMEM, "round %" PRIu64 ": out of memory", f->round);
-            goto out;
-        }
-    }
-    memcpy(w, fa_global_model_params(f->model), d * sizeof(float));
-    fa_server_opt_step_to(f->opt, w, delta, f->opt_next);
-    rc = commit_version(f, w, delta, f->opt_next, fa_server_opt_steps(f->opt) + 1, err);
+    /* Decode, optimizer step and the new version's files in one streaming
+     * pass: the weights and the state are read from the current version's
+     * files and the new ones written beside them, so a failed commit leaves
+     * the model and the optimizer exactly as they were. */
+    rc = commit_version(f, f->opt_steps + 1, err);
     if (rc != 0)
         goto out;
-    fa_server_opt_adopt(f->opt, f->opt_next);
+    f->opt_steps++;
     *committed = 1;
+    fa_log(FA_LOG_DEBUG, "round stepped and committed",
+           "round=%" PRIu64 " version=%" PRIu64 " seconds=%.3f", f->round, f->cur.version,
+           (double)fa_time_mono_ns() / 1e9 - t0);
     fa_failpoint("aggregator-after-commit");
     /* Committed.  From here on the round counts: the audit record follows;
      * if appending fails, a restart appends it (see fa_fed_open). */
@@ -1320,15 +1342,9 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
            fa_secagg_server_dropout_count(f->sa), wsum, secs);
     rc = open_next_round(f, now_ms, err);
 out:
-    for (size_t i = 0; i < 2; i++) { /* the old state after an adopt */
-        free(f->opt_next[i]);
-        f->opt_next[i] = NULL;
-    }
-    free(delta);
-    free(w);
 #ifdef __GLIBC__
-    /* A round frees tens of MB in blocks of several sizes (upload journals,
-     * saved states, these buffers); glibc keeps them in its heap once its
+    /* A round frees tens of MB in blocks of several sizes (saved states,
+     * scratch buffers); glibc keeps them in its heap once its
      * mmap threshold has adapted, and the next round's blocks do not always
      * fit: without giving the free pages back, peak memory creeps up round
      * after round (fedagg-bench round, round_rss). */
@@ -2279,36 +2295,11 @@ static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const cha
     return 0;
 }
 
+/* The optimizer state of the current version stays in its file (the step
+ * streams it); check that it fits, and take its step count. */
 static int load_optimizer_state(fa_fed *f, fa_error *err)
 {
-    size_t ns = fa_server_opt_state_count(f->opt);
-    char path[4096];
-    fa_safetensors *st = NULL;
-    const char *steps;
-    int rc;
-
-    if (f->cur.version == 0)
-        return 0; /* nothing stepped yet */
-    fa_model_store_state_path(f->store, f->cur.version, path, sizeof(path));
-    rc = fa_st_open(&st, path, err);
-    if (rc != 0)
-        return rc;
-    for (size_t i = 0; i < ns && rc == 0; i++) {
-        const char *name = fa_server_opt_state_name(f->opt, i);
-        const fa_st_tensor *t = fa_st_find(st, name);
-        if (!t) {
-            /* The optimizer kind changed in the config: start its state anew. */
-            fa_log(FA_LOG_WARN, "optimizer state missing from the checkpoint; starting it fresh",
-                   "file=%s tensor=%s", path, name);
-            break;
-        }
-        rc = fa_st_read_f32(st, t, fa_server_opt_state(f->opt, i), f->d, err);
-    }
-    steps = fa_st_metadata_get(st, "fedagg.steps");
-    if (rc == 0 && steps)
-        fa_server_opt_set_steps(f->opt, strtoull(steps, NULL, 10));
-    fa_st_del(st);
-    return rc;
+    return fa_global_model_check_state(f->model, f->store, f->opt, &f->opt_steps, err);
 }
 
 /* Reconciles the audit log with the model store after a restart: the store
@@ -2340,21 +2331,26 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
     return 0;
 }
 
-/* The secure-aggregation server of round.state, with its sum from the file
- * the state names (or inside the state, as older versions saved it). */
+/* The secure-aggregation server of round.state, with its sum read from the
+ * file the state names straight into the server (or inside the state, as
+ * older versions saved it). */
 static int restore_secagg(fa_fed *f, const Fedagg__RoundState *st, fa_error *err)
 {
-    uint32_t *sum = NULL;
-    int rc = 0;
+    struct sum_reader sr = {f, st->sum_generation};
+    int rc;
 
     f->have_sum = 0;
     if (st->sum_generation != 0)
-        rc = read_sum(f, st->sum_generation, &sum, err);
-    if (rc == 0)
+        rc = fa_secagg_server_restore_meta_fill(&f->sa, st->secagg_server.data,
+                                                st->secagg_server.len, read_sum, &sr, &f->sa_cfg,
+                                                f->members, f->n_regions, err);
+    else
         rc = fa_secagg_server_restore_meta(&f->sa, st->secagg_server.data, st->secagg_server.len,
-                                           sum, sum ? f->sa_cfg.vector_len : 0, &f->sa_cfg,
-                                           f->members, f->n_regions, err);
-    free(sum);
+                                           NULL, 0, &f->sa_cfg, f->members, f->n_regions, err);
+    if (rc == 0 && st->sum_generation != 0)
+        sum_on_disk(f, st->sum_generation);
+    if (rc == 0)
+        rc = use_journal_files(f, err);
     return rc;
 }
 
@@ -2702,7 +2698,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     op.beta1 = f->opt_cfg.beta1;
     op.beta2 = f->opt_cfg.beta2;
     op.tau = f->opt_cfg.tau;
-    rc = fa_server_opt_new(&f->opt, &op, f->d, err);
+    rc = fa_server_opt_new(&f->opt, &op, err);
     if (rc == 0)
         rc = load_optimizer_state(f, err);
     if (rc != 0)
@@ -2713,11 +2709,12 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         uint64_t limit;
         const char *source;
         uint32_t in_flight = rp->max_uploads_in_flight ? rp->max_uploads_in_flight : 4;
-        fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight,
-                             fa_secagg_masked_bytes((uint64_t)f->d + 1, ring_bits), &need);
+        fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight, &need);
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc = fa_memory_check(&need, limit, source, err);
+        if (rc == 0)
+            rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight, err);
         if (rc != 0)
             goto fail;
         fa_log(FA_LOG_INFO, "memory budget",
@@ -2848,8 +2845,7 @@ void fa_fed_close(fa_fed *f)
     fa_evaluator_del(f->evaluator);
     free(f->eval_params);
     fa_server_opt_del(f->opt);
-    free(f->opt_next[0]);
-    free(f->opt_next[1]);
+    fa_upload_journal_del(f->journal);
     fa_mlp_del(f->eval_net);
     fa_data_free(&f->eval_data);
     for (size_t i = 0; i < f->n_last_participants; i++)

@@ -11,7 +11,6 @@
 
 struct fa_global_model {
     fa_tensors *table; /* the current version's: federated flags, ranges */
-    float *params;     /* (d) master weights of the federated tensors */
     uint64_t d;
     int adaptive; /* RANGE_ADAPTIVE */
     double headroom, initial, floor_rel, min_range, fixed;
@@ -21,8 +20,10 @@ struct fa_global_model {
     uint8_t digest[32];
 };
 
-const fa_tensors *fa_global_model_table(const fa_global_model *g) { return g->table; }
-const float *fa_global_model_params(const fa_global_model *g) { return g->params; }
+const fa_tensors *fa_global_model_table(const fa_global_model *g)
+{
+    return g->table;
+}
 uint64_t fa_global_model_d(const fa_global_model *g) { return g->d; }
 const uint8_t *fa_global_model_digest(const fa_global_model *g) { return g->digest; }
 int fa_global_model_per_tensor(const fa_global_model *g) { return g->adaptive; }
@@ -61,52 +62,51 @@ static float as_range(double r)
     return r < 3.0e38 ? (float)r : 3.0e38f;
 }
 
-/* Ranges of the round that trains from params: from the weights alone
- * (delta NULL: the first round) or from the last aggregate too. */
-static int set_ranges(const fa_global_model *g, fa_tensors *t, const float *params,
-                      const float *delta, fa_error *err)
+/* The range of a federated tensor for the round that trains from weights
+ * whose largest |w| is w_max, after a round whose mean delta had largest
+ * |delta| d_max (d_max < 0: the first round, from the weights alone). */
+static float range_of(const fa_global_model *g, double w_max, double d_max)
+{
+    double r;
+    if (!g->adaptive) {
+        r = g->fixed;
+    } else {
+        if (d_max < 0) {
+            r = g->initial * w_max;
+        } else {
+            r = g->headroom * d_max;
+            if (g->floor_rel * w_max > r)
+                r = g->floor_rel * w_max;
+        }
+        if (g->min_range > r)
+            r = g->min_range;
+    }
+    return as_range(r);
+}
+
+/* Ranges of the first round, from the initial weights: fed (the federated
+ * vector in table order), or else block (an MLP parameter block in layout
+ * order). */
+static int set_first_ranges(const fa_global_model *g, fa_tensors *t, const float *fed,
+                            const float *block, const fa_mlp_layout *layout, fa_error *err)
 {
     for (size_t i = 0; i < fa_tensors_count(t); i++) {
         const fa_tensor *x = fa_tensors_at(t, i);
-        double r;
+        const float *w = fed ? fed + x->fed_offset : NULL;
         int rc;
         if (!x->federated)
             continue;
-        if (!g->adaptive) {
-            r = g->fixed;
-        } else {
-            double w = max_abs(params + x->fed_offset, x->numel);
-            if (!delta) {
-                r = g->initial * w;
-            } else {
-                double dm = max_abs(delta + x->fed_offset, x->numel);
-                r = g->headroom * dm;
-                if (g->floor_rel * w > r)
-                    r = g->floor_rel * w;
-            }
-            if (g->min_range > r)
-                r = g->min_range;
-        }
-        rc = fa_tensors_set_range(t, i, as_range(r), err);
+        for (uint32_t j = 0; !w && j < layout->n_tensors; j++)
+            if (!strcmp(layout->tensors[j].name, x->name))
+                w = block + layout->tensors[j].offset;
+        if (!w)
+            return fa_errorf(err, FA_ERR_INVAL, "model: tensor '%s' has no initial weights",
+                             x->name);
+        rc = fa_tensors_set_range(t, i, range_of(g, max_abs(w, x->numel), -1), err);
         if (rc != 0)
             return rc;
     }
     return 0;
-}
-
-void fa_global_model_unscale(const fa_global_model *g, float *delta)
-{
-    if (!g->adaptive)
-        return;
-    for (size_t i = 0; i < fa_tensors_count(g->table); i++) {
-        const fa_tensor *x = fa_tensors_at(g->table, i);
-        float *restrict p = delta + x->fed_offset;
-        const float r = x->range;
-        if (!x->federated)
-            continue;
-        for (uint64_t k = 0; k < x->numel; k++)
-            p[k] *= r;
-    }
 }
 
 /* The table the configuration describes: init_file's tensors, or the
@@ -208,14 +208,12 @@ static int make_meta(const fa_global_model *g, const fa_tensors *t, const char *
     return 0;
 }
 
-/* Writes a version: t's tensors from params (federated) and base (the
- * others; NULL when block holds every tensor of an MLP in float32). */
-static int write_version(fa_global_model *g, fa_model_store *store, uint64_t version,
-                         uint64_t round, const fa_tensors *t, const float *params,
-                         const fa_safetensors *base, const float *block,
+/* Writes version 0: t's tensors from fed (federated) and init (the others),
+ * or, for the built-in MLP, every tensor F32 straight from its block. */
+static int write_initial(fa_global_model *g, fa_model_store *store, const fa_tensors *t,
+                         const float *fed, const fa_safetensors *init, const float *block,
                          const fa_mlp_layout *layout, const char *const *meta, size_t n_meta,
-                         const fa_st_view *state, size_t n_state, const char *const *state_meta,
-                         size_t n_state_meta, fa_error *err)
+                         fa_error *err)
 {
     fa_tensors_out *out = NULL, *master = NULL;
     fa_st_view *views = NULL;
@@ -230,7 +228,6 @@ static int write_version(fa_global_model *g, fa_model_store *store, uint64_t ver
     if (rc != 0)
         goto out;
     if (block) {
-        /* The built-in MLP's version 0: every tensor F32, straight from its block. */
         views = calloc(layout->n_tensors, sizeof(*views));
         if (!views) {
             rc = fa_errorf(err, FA_ERR_NOMEM, "model: out of memory");
@@ -246,9 +243,9 @@ static int write_version(fa_global_model *g, fa_model_store *store, uint64_t ver
         files.model = views;
         files.n_model = layout->n_tensors;
     } else {
-        rc = fa_tensors_out_new(&out, t, params, g->d, base, 0, err);
+        rc = fa_tensors_out_new(&out, t, fed, g->d, init, 0, err);
         if (rc == 0 && g->need_master)
-            rc = fa_tensors_out_new(&master, t, params, g->d, base, 1, err);
+            rc = fa_tensors_out_new(&master, t, fed, g->d, init, 1, err);
         if (rc != 0)
             goto out;
         files.model = fa_tensors_out_views(out);
@@ -262,11 +259,7 @@ static int write_version(fa_global_model *g, fa_model_store *store, uint64_t ver
     }
     files.meta = all;
     files.n_meta = n_all;
-    files.state = state;
-    files.n_state = n_state;
-    files.state_meta = state_meta;
-    files.n_state_meta = n_state_meta;
-    rc = fa_model_store_commit(store, version, round, &files, err);
+    rc = fa_model_store_commit(store, 0, 0, &files, err);
 out:
     fa_tensors_out_del(out);
     fa_tensors_out_del(master);
@@ -304,7 +297,8 @@ static int check_stored(const fa_tensors *want, const fa_tensors *have,
     return 0;
 }
 
-/* The stored current version: its table (with ranges) and master weights. */
+/* The stored current version's table (with ranges), after checking that
+ * its weights file holds every federated tensor in float32. */
 static int open_stored(fa_global_model *g, fa_model_store *store, const fa_tensors *want,
                        fa_error *err)
 {
@@ -330,8 +324,6 @@ static int open_stored(fa_global_model *g, fa_model_store *store, const fa_tenso
             rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: federated tensor '%s' has no range", mpath,
                            x->name);
     }
-    if (rc == 0 && !(g->params = malloc((g->d ? g->d : 1) * sizeof(float))))
-        rc = fa_errorf(err, FA_ERR_NOMEM, "model of %" PRIu64 " parameters: out of memory", g->d);
     if (rc == 0)
         rc = fa_st_open(&ws, wpath, err);
     for (size_t i = 0; rc == 0 && i < fa_tensors_count(t); i++) {
@@ -340,11 +332,10 @@ static int open_stored(fa_global_model *g, fa_model_store *store, const fa_tenso
         if (!x->federated)
             continue;
         s = fa_st_find(ws, x->name);
-        if (!s || s->numel != x->numel)
-            rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: tensor '%s' missing or of another size",
-                           wpath, x->name);
-        else
-            rc = fa_st_read_f32(ws, s, g->params + x->fed_offset, (size_t)x->numel, err);
+        if (!s || s->numel != x->numel || s->dtype != FA_ST_F32)
+            rc = fa_errorf(err, FA_ERR_CORRUPT,
+                           "%s: federated tensor '%s' missing, of another size or not F32", wpath,
+                           x->name);
     }
     fa_st_del(ws);
     fa_st_del(st);
@@ -359,38 +350,37 @@ static int open_stored(fa_global_model *g, fa_model_store *store, const fa_tenso
     return 0;
 }
 
-/* Version 0 from the configuration. */
+/* Version 0 from the configuration: the initial weights are held once
+ * (init_file's federated tensors read as float32, or the MLP's block), for
+ * the ranges and the write. */
 static int create_initial(fa_global_model *g, const Fedagg__AggregatorConfig *cfg,
                           fa_model_store *store, fa_tensors *t, fa_safetensors *init,
                           const fa_mlp_layout *layout, const char *const *meta, size_t n_meta,
                           fa_error *err)
 {
     const Fedagg__ModelSpec *ms = cfg->model;
-    float *block = NULL;
-    int rc = 0;
+    float *w = NULL;
+    int rc;
 
-    if (!(g->params = malloc((g->d ? g->d : 1) * sizeof(float))))
-        return fa_errorf(err, FA_ERR_NOMEM, "model of %" PRIu64 " parameters: out of memory",
-                         g->d);
     if (init) {
-        rc = fa_tensors_read_fed(t, init, g->params, (size_t)g->d, 1, ms->init_file, err);
+        if (!(w = malloc((g->d ? g->d : 1) * sizeof(float))))
+            return fa_errorf(err, FA_ERR_NOMEM, "model of %" PRIu64 " parameters: out of memory",
+                             g->d);
+        rc = fa_tensors_read_fed(t, init, w, (size_t)g->d, 1, ms->init_file, err);
+        if (rc == 0)
+            rc = set_first_ranges(g, t, w, NULL, layout, err);
+        if (rc == 0)
+            rc = write_initial(g, store, t, w, init, NULL, layout, meta, n_meta, err);
     } else {
-        if (!(block = malloc(layout->n_params * sizeof(float))))
-            return fa_errorf(err, FA_ERR_NOMEM, "model: out of memory");
-        fa_mlp_init_he(layout, block, ms && ms->has_init_seed ? ms->init_seed : 1);
-        for (uint32_t i = 0; i < layout->n_tensors; i++) {
-            const fa_mlp_tensor *m = &layout->tensors[i];
-            const fa_tensor *x = fa_tensors_find(t, m->name);
-            if (x && x->federated)
-                memcpy(g->params + x->fed_offset, block + m->offset, m->numel * sizeof(float));
-        }
+        if (!(w = malloc((layout->n_params ? layout->n_params : 1) * sizeof(float))))
+            return fa_errorf(err, FA_ERR_NOMEM, "model of %zu parameters: out of memory",
+                             (size_t)layout->n_params);
+        fa_mlp_init_he(layout, w, ms && ms->has_init_seed ? ms->init_seed : 1);
+        rc = set_first_ranges(g, t, NULL, w, layout, err);
+        if (rc == 0)
+            rc = write_initial(g, store, t, NULL, NULL, w, layout, meta, n_meta, err);
     }
-    if (rc == 0)
-        rc = set_ranges(g, t, g->params, NULL, err);
-    if (rc == 0)
-        rc = write_version(g, store, 0, 0, t, g->params, init, init ? NULL : block, layout, meta,
-                           n_meta, NULL, 0, NULL, 0, err);
-    free(block);
+    free(w);
     if (rc == 0)
         fa_log(FA_LOG_INFO, "initial model written",
                "version=0 tensors=%zu federated=%zu params=%" PRIu64 " bytes=%" PRIu64,
@@ -459,41 +449,409 @@ void fa_global_model_del(fa_global_model *g)
     if (!g)
         return;
     fa_tensors_del(g->table);
-    free(g->params);
     free(g);
 }
 
-int fa_global_model_commit(fa_global_model *g, fa_model_store *store, uint64_t version,
-                           uint64_t round, const float *new_params, const float *mean_delta,
-                           const char *const *meta, size_t n_meta, const fa_st_view *state,
-                           size_t n_state, const char *const *state_meta, size_t n_state_meta,
-                           fa_error *err)
+/* ---- a round, streamed (fa_global_model_step) -------------------------------- */
+
+/* Coordinates stepped per call: the scratch vectors are 1 MiB each. */
+#define STEP_CHUNK ((size_t)1 << 18)
+
+enum { WANT_W = 1, WANT_S0 = 2 }; /* the new weights; state vector i: WANT_S0 << i */
+
+/* Everything a chunk of the new version is computed from. */
+struct stepper {
+    const fa_global_model *g;
+    const fa_tensors *t; /* the table stepped from (its ranges unscale the delta) */
+    const fa_server_opt *opt;
+    size_t ns;
+    fa_global_model_delta_fn delta;
+    void *dctx;
+    fa_safetensors *wst;     /* the current version's weights: federated tensors in F32 */
+    const fa_st_tensor **wt; /* per table index: that tensor in wst (federated ones) */
+    fa_safetensors *base;    /* the current version's model file (the other tensors) */
+    const fa_st_tensor **bt; /* per table index: that tensor in base (the others) */
+    fa_safetensors *sst;     /* the current version's optimizer state */
+    const fa_st_tensor *st[FA_SERVER_OPT_MAX_STATE]; /* its state tensors; NULL: fresh */
+    size_t *fed;          /* table indices of the federated tensors, in vector order */
+    size_t n_fed, cursor; /* cursor: index into fed of the last tensor looked up */
+    float *dbuf, *wbuf, *sbuf[FA_SERVER_OPT_MAX_STATE], *nbuf[FA_SERVER_OPT_MAX_STATE];
+    uint8_t *raw; /* STEP_CHUNK * 4 bytes: tensors widened to F32 */
+};
+
+/* The federated tensor (index into fed) holding coordinate c; calls come in
+ * mostly increasing order, so the cursor usually answers. */
+static size_t fed_at(struct stepper *sp, uint64_t c)
+{
+    size_t lo = 0, hi = sp->n_fed;
+    const fa_tensor *x = fa_tensors_at(sp->t, sp->fed[sp->cursor]);
+
+    if (c >= x->fed_offset && c < x->fed_offset + x->numel)
+        return sp->cursor;
+    while (hi - lo > 1) { /* the last tensor whose fed_offset <= c */
+        size_t mid = lo + (hi - lo) / 2;
+        if (fa_tensors_at(sp->t, sp->fed[mid])->fed_offset <= c)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    sp->cursor = lo;
+    return lo;
+}
+
+/* Coordinates [c0, c0 + n) (n <= STEP_CHUNK) of the step: dbuf gets the mean
+ * delta in the model's units, then wbuf the new weights (WANT_W) and nbuf[i]
+ * the new state vector i (WANT_S0 << i). */
+static int step_chunk(struct stepper *sp, uint64_t c0, size_t n, int want, fa_error *err)
+{
+    float *next[FA_SERVER_OPT_MAX_STATE] = {NULL, NULL};
+    int rc, any_next = 0;
+
+    rc = sp->delta(sp->dctx, c0, sp->dbuf, n, err);
+    for (uint64_t c = c0; rc == 0 && c < c0 + n;) {
+        size_t k = fed_at(sp, c);
+        const fa_tensor *x = fa_tensors_at(sp->t, sp->fed[k]);
+        uint64_t e = c - x->fed_offset;
+        size_t m = (size_t)(x->numel - e < c0 + n - c ? x->numel - e : c0 + n - c);
+        if (sp->g->adaptive) {
+            float *restrict p = sp->dbuf + (c - c0);
+            const float r = x->range;
+            for (size_t i = 0; i < m; i++)
+                p[i] *= r;
+        }
+        if (want & WANT_W)
+            rc = fa_st_read_range(sp->wst, sp->wt[sp->fed[k]], e * 4, sp->wbuf + (c - c0), m * 4,
+                                  err);
+        c += m;
+    }
+    for (size_t i = 0; rc == 0 && i < sp->ns; i++) {
+        if (!(want & WANT_W) && !(want & (WANT_S0 << i)))
+            continue; /* neither the weights nor this vector's next value need it */
+        if (sp->st[i])
+            rc = fa_st_read_range(sp->sst, sp->st[i], c0 * 4, sp->sbuf[i], n * 4, err);
+        else
+            fa_server_opt_state_init(sp->opt, i, sp->sbuf[i], n);
+        if (want & (WANT_S0 << i)) {
+            next[i] = sp->nbuf[i];
+            any_next = 1;
+        }
+    }
+    if (rc == 0)
+        fa_server_opt_step(sp->opt, n, (want & WANT_W) ? sp->wbuf : NULL, sp->dbuf,
+                           (const float *const *)sp->sbuf, any_next ? next : NULL);
+    return rc;
+}
+
+/* What one view of the new version writes. */
+enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_STATE };
+
+struct step_view {
+    struct stepper *sp;
+    int kind;
+    size_t index;      /* VIEW_FED, VIEW_RAW, VIEW_WIDEN: the table index; VIEW_STATE: the vector */
+    fa_st_dtype dtype; /* the dtype written */
+};
+
+static int step_fill(void *ctx, const fa_st_view *v, uint64_t off, void *buf, size_t len,
+                     fa_error *err)
+{
+    struct step_view *sv = ctx;
+    struct stepper *sp = sv->sp;
+    const size_t es = fa_st_dtype_size(sv->dtype);
+    uint8_t *out = buf;
+    uint64_t e0 = off / es;
+    size_t n = len / es;
+    int rc = 0;
+
+    if (off % es || len % es)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "model write: tensor '%s': bytes [%" PRIu64
+                         ", +%zu) are not whole elements",
+                         v->name, off, len);
+    if (sv->kind == VIEW_RAW)
+        return fa_st_read_range(sp->base, sp->bt[sv->index], off, buf, len, err);
+    for (size_t done = 0; rc == 0 && done < n;) {
+        size_t m = n - done < STEP_CHUNK ? n - done : STEP_CHUNK;
+        uint64_t e = e0 + done;
+        if (sv->kind == VIEW_FED) {
+            const fa_tensor *x = fa_tensors_at(sp->t, sv->index);
+            rc = step_chunk(sp, x->fed_offset + e, m, WANT_W, err);
+            if (rc == 0)
+                fa_tensors_from_f32(sv->dtype, sp->wbuf, out + done * es, m);
+        } else if (sv->kind == VIEW_STATE) {
+            rc = step_chunk(sp, e, m, WANT_S0 << sv->index, err);
+            if (rc == 0)
+                memcpy(out + done * 4, sp->nbuf[sv->index], m * 4);
+        } else { /* VIEW_WIDEN: a floating tensor of the base, to F32 */
+            const fa_st_tensor *b = sp->bt[sv->index];
+            const size_t bs = fa_st_dtype_size(b->dtype);
+            if (m > STEP_CHUNK * 4 / bs)
+                m = STEP_CHUNK * 4 / bs;
+            rc = fa_st_read_range(sp->base, b, (e0 + done) * bs, sp->raw, m * bs, err);
+            if (rc == 0)
+                fa_tensors_to_f32(b->dtype, sp->raw, (float *)(void *)(out + done * 4), m);
+        }
+        done += m;
+    }
+    return rc;
+}
+
+static void stepper_free(struct stepper *sp)
+{
+    fa_st_del(sp->wst);
+    if (sp->base != sp->wst)
+        fa_st_del(sp->base);
+    fa_st_del(sp->sst);
+    free(sp->wt);
+    free(sp->bt);
+    free(sp->fed);
+    free(sp->dbuf);
+    free(sp->wbuf);
+    for (size_t i = 0; i < FA_SERVER_OPT_MAX_STATE; i++) {
+        free(sp->sbuf[i]);
+        free(sp->nbuf[i]);
+    }
+    free(sp->raw);
+}
+
+/* The current version's optimizer state file and the tensors of opt's
+ * vectors in it (NULL where absent: fresh state; version 0 has none). */
+static int open_state(const fa_global_model *g, const fa_model_store *store,
+                      const fa_server_opt *opt, fa_safetensors **sst,
+                      const fa_st_tensor *st[FA_SERVER_OPT_MAX_STATE], int warn, fa_error *err)
 {
     struct fa_model_version cur;
-    fa_tensors *next = NULL;
-    fa_safetensors *base = NULL;
     char path[4096];
     int rc;
 
+    *sst = NULL;
+    st[0] = st[1] = NULL;
     if (fa_model_store_current(store, &cur) != 0)
         return fa_errorf(err, FA_ERR_STATE, "model store: no current version");
-    fa_model_store_model_path(store, cur.version, path, sizeof(path));
-    rc = fa_tensors_clone(&next, g->table, err);
+    fa_model_store_state_path(store, cur.version, path, sizeof(path));
+    rc = fa_st_open(sst, path, err);
+    for (size_t i = 0; rc == 0 && i < fa_server_opt_state_count(opt); i++) {
+        const char *name = fa_server_opt_state_name(opt, i);
+        const fa_st_tensor *t = fa_st_find(*sst, name);
+        if (!t) {
+            /* The optimizer kind changed in the config: start its state anew. */
+            if (warn && cur.version > 0)
+                fa_log(FA_LOG_WARN,
+                       "optimizer state missing from the checkpoint; starting it "
+                       "fresh",
+                       "file=%s tensor=%s", path, name);
+            continue;
+        }
+        if (t->dtype != FA_ST_F32 || t->numel != g->d)
+            rc = fa_errorf(err, FA_ERR_CORRUPT,
+                           "%s: optimizer state '%s' is %s of %" PRIu64 " elements; the model has "
+                           "%" PRIu64 " federated parameters in F32",
+                           path, name, fa_st_dtype_name(t->dtype), t->numel, g->d);
+        else
+            st[i] = t;
+    }
+    if (rc != 0) {
+        fa_st_del(*sst);
+        *sst = NULL;
+    }
+    return rc;
+}
+
+int fa_global_model_check_state(const fa_global_model *g, const fa_model_store *store,
+                                const fa_server_opt *opt, uint64_t *steps, fa_error *err)
+{
+    fa_safetensors *sst = NULL;
+    const fa_st_tensor *st[FA_SERVER_OPT_MAX_STATE];
+    const char *s;
+    int rc = open_state(g, store, opt, &sst, st, 1, err);
+
+    *steps = 0;
+    if (rc == 0 && (s = fa_st_metadata_get(sst, "fedagg.steps")) != NULL)
+        *steps = strtoull(s, NULL, 10);
+    fa_st_del(sst);
+    return rc;
+}
+
+/* Opens what the step reads: the current version's weights, model and
+ * state files, checked against the table; and the scratch vectors. */
+static int stepper_open(struct stepper *sp, const fa_global_model *g, const fa_model_store *store,
+                        const fa_server_opt *opt, fa_error *err)
+{
+    struct fa_model_version cur;
+    const fa_tensors *t = g->table;
+    const size_t nt = fa_tensors_count(t);
+    char wpath[4096], mpath[4096];
+    int rc;
+
+    sp->g = g;
+    sp->t = t;
+    sp->opt = opt;
+    sp->ns = fa_server_opt_state_count(opt);
+    fa_model_store_current(store, &cur);
+    fa_model_store_model_path(store, cur.version, mpath, sizeof(mpath));
+    if (!fa_model_store_weights_path(store, cur.version, wpath, sizeof(wpath)))
+        return fa_errorf(err, FA_ERR_CORRUPT, "model store: version %" PRIu64 " not retained",
+                         cur.version);
+    sp->wt = calloc(nt, sizeof(*sp->wt));
+    sp->bt = calloc(nt, sizeof(*sp->bt));
+    sp->fed = calloc(nt, sizeof(*sp->fed));
+    sp->dbuf = calloc(STEP_CHUNK, sizeof(float));
+    sp->wbuf = calloc(STEP_CHUNK, sizeof(float));
+    sp->raw = malloc(STEP_CHUNK * 4);
+    for (size_t i = 0; i < sp->ns; i++) {
+        sp->sbuf[i] = calloc(STEP_CHUNK, sizeof(float));
+        sp->nbuf[i] = calloc(STEP_CHUNK, sizeof(float));
+    }
+    if (!sp->wt || !sp->bt || !sp->fed || !sp->dbuf || !sp->wbuf || !sp->raw ||
+        (sp->ns > 0 && (!sp->sbuf[0] || !sp->nbuf[0])) ||
+        (sp->ns > 1 && (!sp->sbuf[1] || !sp->nbuf[1])))
+        return fa_errorf(err, FA_ERR_NOMEM, "model step: out of memory");
+    rc = fa_st_open(&sp->wst, wpath, err);
+    if (rc == 0 && strcmp(wpath, mpath) != 0 && fa_tensors_fed_count(t) < nt)
+        rc = fa_st_open(&sp->base, mpath, err);
+    else if (rc == 0)
+        sp->base = sp->wst;
+    for (size_t i = 0; rc == 0 && i < nt; i++) {
+        const fa_tensor *x = fa_tensors_at(t, i);
+        const fa_st_tensor *s;
+        if (x->federated) {
+            sp->fed[sp->n_fed++] = i;
+            s = fa_st_find(sp->wst, x->name);
+            if (!s || s->dtype != FA_ST_F32 || s->numel != x->numel)
+                rc = fa_errorf(err, FA_ERR_CORRUPT,
+                               "%s: federated tensor '%s' missing, of another size or not F32",
+                               wpath, x->name);
+            sp->wt[i] = s;
+        } else {
+            s = fa_st_find(sp->base, x->name);
+            if (!s || s->dtype != x->dtype || s->numel != x->numel)
+                rc = fa_errorf(err, FA_ERR_CORRUPT,
+                               "%s: tensor '%s' missing, or of another dtype or size", mpath,
+                               x->name);
+            sp->bt[i] = s;
+        }
+    }
+    if (rc == 0 && sp->n_fed == 0)
+        rc = fa_errorf(err, FA_ERR_INVAL, "model step: no federated tensor");
     if (rc == 0)
-        rc = set_ranges(g, next, new_params, mean_delta, err);
-    if (rc == 0 && fa_tensors_fed_count(next) < fa_tensors_count(next))
-        rc = fa_st_open(&base, path, err); /* the tensors that are not federated */
+        rc = open_state(g, store, opt, &sp->sst, sp->st, 1, err);
+    return rc;
+}
+
+/* The views of one file of the new version: the model (as_f32 0) or its
+ * master weights (1), tensor by tensor in table order. */
+static void model_views(struct stepper *sp, const fa_tensors *next, int as_f32, fa_st_view *views,
+                        struct step_view *ctx)
+{
+    for (size_t i = 0; i < fa_tensors_count(next); i++) {
+        const fa_tensor *x = fa_tensors_at(next, i);
+        struct step_view *c = &ctx[i];
+        c->sp = sp;
+        c->index = i;
+        if (x->federated) {
+            c->kind = VIEW_FED;
+            c->dtype = as_f32 ? FA_ST_F32 : x->dtype;
+        } else if (as_f32 && fa_tensors_dtype_is_float(x->dtype) && x->dtype != FA_ST_F32) {
+            c->kind = VIEW_WIDEN;
+            c->dtype = FA_ST_F32;
+        } else {
+            c->kind = VIEW_RAW;
+            c->dtype = x->dtype;
+        }
+        views[i] = (fa_st_view){.name = x->name,
+                                .dtype = c->dtype,
+                                .ndim = x->ndim,
+                                .shape = x->shape,
+                                .fill = step_fill,
+                                .ctx = c};
+    }
+}
+
+int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t version,
+                         uint64_t round, const fa_server_opt *opt, fa_global_model_delta_fn delta,
+                         void *ctx, const char *const *meta, size_t n_meta,
+                         const char *const *state_meta, size_t n_state_meta, fa_error *err)
+{
+    struct stepper sp;
+    fa_tensors *next = NULL;
+    const size_t nt = fa_tensors_count(g->table);
+    fa_st_view *views = NULL, sviews[FA_SERVER_OPT_MAX_STATE];
+    struct step_view *vctx = NULL, sctx[FA_SERVER_OPT_MAX_STATE];
+    uint64_t sshape[1] = {g->d};
+    const char **all = NULL;
+    size_t n_all = 0;
+    char *json = NULL, arch[128];
+    fa_model_files files = {0};
+    int rc;
+
+    memset(&sp, 0, sizeof(sp));
+    sp.delta = delta;
+    sp.dctx = ctx;
+    rc = stepper_open(&sp, g, store, opt, err);
     if (rc == 0)
-        rc = write_version(g, store, version, round, next, new_params, base, NULL, NULL, meta,
-                           n_meta, state, n_state, state_meta, n_state_meta, err);
-    fa_st_del(base);
+        rc = fa_tensors_clone(&next, g->table, err);
+    /* The next round's ranges, which the model file's header carries before
+     * any tensor: from the new weights and the mean delta, a pass of its own. */
+    for (size_t k = 0; rc == 0 && k < sp.n_fed; k++) {
+        const fa_tensor *x = fa_tensors_at(g->table, sp.fed[k]);
+        float w_max = 0.0f, d_max = 0.0f;
+        for (uint64_t e = 0; rc == 0 && e < x->numel;) {
+            size_t m = x->numel - e < STEP_CHUNK ? (size_t)(x->numel - e) : STEP_CHUNK;
+            rc = step_chunk(&sp, x->fed_offset + e, m, WANT_W, err);
+            if (rc == 0) {
+                float a = max_abs(sp.wbuf, m), b = max_abs(sp.dbuf, m);
+                w_max = a > w_max ? a : w_max;
+                d_max = b > d_max ? b : d_max;
+            }
+            e += m;
+        }
+        if (rc == 0)
+            rc = fa_tensors_set_range(next, sp.fed[k], range_of(g, w_max, d_max), err);
+    }
+    if (rc == 0)
+        rc = make_meta(g, next, meta, n_meta, &all, &n_all, &json, arch, sizeof(arch), err);
+    if (rc == 0 &&
+        (!(views = calloc(2 * nt, sizeof(*views))) || !(vctx = calloc(2 * nt, sizeof(*vctx)))))
+        rc = fa_errorf(err, FA_ERR_NOMEM, "model step: out of memory");
+    if (rc == 0) {
+        model_views(&sp, next, 0, views, vctx);
+        files.model = views;
+        files.n_model = nt;
+        files.meta = all;
+        files.n_meta = n_all;
+        if (g->need_master) {
+            model_views(&sp, next, 1, views + nt, vctx + nt);
+            files.master = views + nt;
+            files.n_master = nt;
+            files.master_meta = all;
+            files.n_master_meta = n_all;
+        }
+        for (size_t i = 0; i < sp.ns; i++) {
+            sctx[i] = (struct step_view){&sp, VIEW_STATE, i, FA_ST_F32};
+            sviews[i] = (fa_st_view){.name = fa_server_opt_state_name(opt, i),
+                                     .dtype = FA_ST_F32,
+                                     .ndim = 1,
+                                     .shape = sshape,
+                                     .fill = step_fill,
+                                     .ctx = &sctx[i]};
+        }
+        files.state = sviews;
+        files.n_state = sp.ns;
+        files.state_meta = state_meta;
+        files.n_state_meta = n_state_meta;
+        rc = fa_model_store_commit(store, version, round, &files, err);
+    }
+    stepper_free(&sp);
+    free(views);
+    free(vctx);
+    free(all);
+    free(json);
     if (rc != 0) {
         fa_tensors_del(next);
         return rc;
     }
     fa_tensors_del(g->table);
     g->table = next;
-    memcpy(g->params, new_params, g->d * sizeof(float));
     return 0;
 }
 

@@ -27,6 +27,18 @@
  * A restarted aggregator checks that the configured model (init file or MLP
  * spec, and the selection) is the one in the store, tensor by tensor, and
  * refuses to start on any difference (the message names the first).
+ *
+ * Memory.  The object holds the table alone: the master weights stay in the
+ * current version's file and the optimizer state in its state file.  A round
+ * is applied in one streaming commit (fa_global_model_step): every chunk of
+ * the new version's files is computed when the model store writes it, from
+ * the decoded mean (the caller's, chunk by chunk), the previous version's
+ * weights and state read back with fa_st_read_range, and the server
+ * optimizer's element-wise step, so that a round needs a few MiB of scratch
+ * beyond the caller's running sum, whatever d.  (A first pass computes the
+ * new weights once more for the next round's ranges, which the model file's
+ * header carries before any tensor.)  Creating version 0 holds the initial
+ * weights once (4 d bytes), before any round's memory is allocated.
  */
 #ifndef FA_AGGREGATOR_GLOBAL_MODEL_H
 #define FA_AGGREGATOR_GLOBAL_MODEL_H
@@ -35,6 +47,7 @@
 #include <stdint.h>
 
 #include "aggregator/model_store.h"
+#include "aggregator/server_opt.h"
 #include "common/fa_err.h"
 #include "config.pb-c.h"
 #include "model/mlp.h"
@@ -57,8 +70,7 @@ void fa_global_model_del(fa_global_model *g);
 /* The table of the current version (federated flags and the ranges of the
  * round that trains from it). */
 const fa_tensors *fa_global_model_table(const fa_global_model *g);
-/* The master weights of the federated tensors: d floats. */
-const float *fa_global_model_params(const fa_global_model *g);
+/* Federated coordinates d. */
 uint64_t fa_global_model_d(const fa_global_model *g);
 /* SHA-256 of the table (fa_tensors_digest), fixed for the federation. */
 const uint8_t *fa_global_model_digest(const fa_global_model *g);
@@ -69,21 +81,39 @@ int fa_global_model_per_tensor(const fa_global_model *g);
 /* 1 when the model is the built-in MLP's layout (*c filled), else 0. */
 int fa_global_model_mlp(const fa_global_model *g, fa_mlp_config *c);
 
-/* The decoded mean of the regions' scaled updates (d floats, in units of
- * each tensor's range with RANGE_ADAPTIVE) to the model's units, in place. */
-void fa_global_model_unscale(const fa_global_model *g, float *delta);
+/* The decoded mean of the regions' scaled updates, coordinates
+ * [off, off + n) of the federated vector (in units of each tensor's range
+ * with RANGE_ADAPTIVE, else the model's), into out.  Called in any order,
+ * several times for the same coordinates: it must give the same values
+ * every time.  Returns 0 or a negative FA_ERR_* code with err filled. */
+typedef int (*fa_global_model_delta_fn)(void *ctx, uint64_t off, float *out, size_t n,
+                                        fa_error *err);
 
-/* Commits version `version` (round, attempt name it in the metadata):
- * new_params (d floats) as the federated tensors, the others copied from
- * the current version, ranges for the next round from mean_delta (d floats,
- * the model's units) and new_params; metadata pairs meta[2i], meta[2i+1];
- * the optimizer's state views.  On success the object holds the new weights
- * and ranges; on failure it is unchanged.  Returns 0 or the store's errors. */
-int fa_global_model_commit(fa_global_model *g, fa_model_store *store, uint64_t version,
-                           uint64_t round, const float *new_params, const float *mean_delta,
-                           const char *const *meta, size_t n_meta, const fa_st_view *state,
-                           size_t n_state, const char *const *state_meta, size_t n_state_meta,
-                           fa_error *err);
+/* Applies a round and commits version `version` (round names it in the
+ * metadata) in one streaming pass: the mean delta (delta, to the model's
+ * units by each tensor's range), opt's step from the current version's
+ * master weights and optimizer state (its state file; fresh state for a
+ * version without one, e.g. version 0, or without the kind's tensors, as
+ * when the optimizer kind changed: logged), the new weights as the
+ * federated tensors, the others copied from the current version, the
+ * ranges of the next round from the mean delta and the new weights, the
+ * optimizer's new state as the state file (metadata pairs state_meta[2i],
+ * state_meta[2i+1]), metadata pairs meta[2i], meta[2i+1] in the model.
+ * On success the object holds the new table; on
+ * failure it is unchanged and so is the store.  Returns 0, FA_ERR_CORRUPT
+ * (the current version's weights or state do not fit the table: the
+ * message names the file and tensor), delta's errors or the store's. */
+int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t version,
+                         uint64_t round, const fa_server_opt *opt, fa_global_model_delta_fn delta,
+                         void *ctx, const char *const *meta, size_t n_meta,
+                         const char *const *state_meta, size_t n_state_meta, fa_error *err);
+
+/* Checks that the current version's optimizer state file fits opt and the
+ * table (each of the kind's state tensors F32 of d floats, or absent: the
+ * next step starts it fresh) and reads its "fedagg.steps" into *steps (0
+ * when absent).  Returns 0, FA_ERR_CORRUPT or the file's errors. */
+int fa_global_model_check_state(const fa_global_model *g, const fa_model_store *store,
+                                const fa_server_opt *opt, uint64_t *steps, fa_error *err);
 
 /* Reads the built-in MLP's parameter block (fa_mlp_layout order) of a
  * retained version from its weights file, for evaluation.  Returns 0,

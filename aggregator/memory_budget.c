@@ -1,21 +1,24 @@
 /* memory_budget.c - see memory_budget.h. */
 #include "aggregator/memory_budget.h"
 
+#include "aggregator/upload_journal.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, uint64_t masked_bytes,
-                          fa_memory_need *out)
+void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, fa_memory_need *out)
 {
-    out->master = 4 * d;
-    out->optimizer = 8 * d * (uint64_t)n_state;
+    const uint64_t mib = (uint64_t)1 << 20;
     out->sum = 4 * (d + 1);
-    out->step = 8 * d;
-    out->uploads = (uint64_t)in_flight * masked_bytes;
-    out->total = out->master + out->optimizer + out->sum + out->step + out->uploads;
+    out->step = (3 + 2 * (uint64_t)n_state) * mib; /* delta, weights, raw; state in and out */
+    out->uploads = (uint64_t)in_flight * FA_UPLOAD_JOURNAL_BUF;
+    out->initial = 4 * d;
+    out->total = out->sum + out->step + out->uploads;
+    if (out->initial > out->total)
+        out->total = out->initial;
 }
 
 /* A number in a one-line file; 0 when absent, unreadable or "max". */
@@ -66,12 +69,11 @@ int fa_memory_check(const fa_memory_need *n, uint64_t limit, const char *source,
     if (n->total <= limit)
         return 0;
     return fa_errorf(err, FA_ERR_NOSPACE,
-                     "a round needs about %.1f MiB at the aggregator (master weights %.1f, "
-                     "optimizer state %.1f, secure-aggregation sum %.1f, the optimizer step %.1f, "
-                     "uploads in flight %.1f) but it may use %.1f MiB (%s): raise the limit, "
-                     "lower round.max_uploads_in_flight, use a server optimizer with less state, "
-                     "or federate fewer tensors (model.federated)",
-                     (double)n->total / mib, (double)n->master / mib, (double)n->optimizer / mib,
-                     (double)n->sum / mib, (double)n->step / mib, (double)n->uploads / mib,
-                     (double)limit / mib, source);
+                     "a round needs about %.1f MiB at the aggregator (secure-aggregation sum "
+                     "%.1f, streamed optimizer step %.1f, buffers of the uploads in flight %.1f; "
+                     "the initial model, once at start, %.1f) but it may use %.1f MiB (%s): "
+                     "raise the limit, or federate fewer tensors (model.federated)",
+                     (double)n->total / mib, (double)n->sum / mib, (double)n->step / mib,
+                     (double)n->uploads / mib, (double)n->initial / mib, (double)limit / mib,
+                     source);
 }

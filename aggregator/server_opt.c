@@ -1,3 +1,4 @@
+/* server_opt.c - server optimizers.  See server_opt.h. */
 #include "aggregator/server_opt.h"
 
 #include <math.h>
@@ -6,10 +7,6 @@
 
 struct fa_server_opt {
     struct fa_server_opt_params p;
-    size_t d;
-    uint64_t steps;
-    float *m; /* (d) first moment / momentum; NULL for FedAvg */
-    float *v; /* (d) second moment; NULL unless adaptive */
 };
 
 static int is_adaptive(int kind)
@@ -30,8 +27,7 @@ const char *fa_server_opt_kind_name(int kind)
     }
 }
 
-int fa_server_opt_new(fa_server_opt **out, const struct fa_server_opt_params *p, size_t d,
-                      fa_error *err)
+int fa_server_opt_new(fa_server_opt **out, const struct fa_server_opt_params *p, fa_error *err)
 {
     fa_server_opt *o;
 
@@ -59,120 +55,18 @@ int fa_server_opt_new(fa_server_opt **out, const struct fa_server_opt_params *p,
     if (!o)
         return fa_errorf(err, FA_ERR_NOMEM, "server optimizer: out of memory");
     o->p = *p;
-    o->d = d;
-    if (p->kind != FA_SERVER_OPT_FEDAVG) {
-        o->m = calloc(d ? d : 1, sizeof(float));
-        if (!o->m)
-            goto nomem;
-    }
-    if (is_adaptive(p->kind)) {
-        float tau2 = (float)(p->tau * p->tau);
-        o->v = malloc((d ? d : 1) * sizeof(float));
-        if (!o->v)
-            goto nomem;
-        for (size_t i = 0; i < d; i++)
-            o->v[i] = tau2;
-    }
     *out = o;
     return 0;
-nomem:
-    fa_server_opt_del(o);
-    return fa_errorf(err, FA_ERR_NOMEM, "server optimizer: out of memory for %zu parameters", d);
 }
 
 void fa_server_opt_del(fa_server_opt *o)
 {
-    if (!o)
-        return;
-    free(o->m);
-    free(o->v);
     free(o);
-}
-
-/* One step reading the state from m, v and writing it to m2, v2 (the same
- * arrays, or others). */
-static void step(const fa_server_opt *o, float *restrict w, const float *restrict delta,
-                 const float *m, const float *v, float *m2, float *v2)
-{
-    const size_t d = o->d;
-    const float lr = (float)o->p.learning_rate;
-
-    switch (o->p.kind) {
-    case FA_SERVER_OPT_FEDAVG:
-        for (size_t i = 0; i < d; i++)
-            w[i] += lr * delta[i];
-        break;
-    case FA_SERVER_OPT_FEDAVGM: {
-        const float mu = (float)o->p.momentum;
-        for (size_t i = 0; i < d; i++) {
-            const float mi = mu * m[i] + delta[i];
-            m2[i] = mi;
-            w[i] += lr * mi;
-        }
-        break;
-    }
-    default: {
-        const float b1 = (float)o->p.beta1, b2 = (float)o->p.beta2, tau = (float)o->p.tau;
-        for (size_t i = 0; i < d; i++) {
-            const float g = delta[i], g2 = g * g;
-            const float mi = b1 * m[i] + (1.0f - b1) * g;
-            float vi;
-            if (o->p.kind == FA_SERVER_OPT_FEDADAM) {
-                vi = b2 * v[i] + (1.0f - b2) * g2;
-            } else if (o->p.kind == FA_SERVER_OPT_FEDYOGI) {
-                const float s = v[i] > g2 ? 1.0f : v[i] < g2 ? -1.0f : 0.0f;
-                vi = v[i] - (1.0f - b2) * g2 * s;
-            } else { /* FedAdagrad */
-                vi = v[i] + g2;
-            }
-            m2[i] = mi;
-            v2[i] = vi;
-            w[i] += lr * mi / (sqrtf(vi) + tau);
-        }
-        break;
-    }
-    }
-}
-
-void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restrict delta)
-{
-    step(o, w, delta, o->m, o->v, o->m, o->v);
-    o->steps++;
-}
-
-void fa_server_opt_step_to(const fa_server_opt *o, float *restrict w, const float *restrict delta,
-                           float *const next[2])
-{
-    step(o, w, delta, o->m, o->v, next[0], next[1]);
-}
-
-void fa_server_opt_adopt(fa_server_opt *o, float *next[2])
-{
-    float *m = o->m, *v = o->v;
-    if (o->m) {
-        o->m = next[0];
-        next[0] = m;
-    }
-    if (o->v) {
-        o->v = next[1];
-        next[1] = v;
-    }
-    o->steps++;
-}
-
-uint64_t fa_server_opt_steps(const fa_server_opt *o)
-{
-    return o->steps;
-}
-
-void fa_server_opt_set_steps(fa_server_opt *o, uint64_t steps)
-{
-    o->steps = steps;
 }
 
 size_t fa_server_opt_state_count(const fa_server_opt *o)
 {
-    return o->v ? 2 : o->m ? 1 : 0;
+    return is_adaptive(o->p.kind) ? 2 : o->p.kind == FA_SERVER_OPT_FEDAVGM ? 1 : 0;
 }
 
 const char *fa_server_opt_state_name(const fa_server_opt *o, size_t i)
@@ -182,11 +76,82 @@ const char *fa_server_opt_state_name(const fa_server_opt *o, size_t i)
     return i == 0 ? "m" : "v";
 }
 
-float *fa_server_opt_state(fa_server_opt *o, size_t i)
+void fa_server_opt_state_init(const fa_server_opt *o, size_t i, float *s, size_t n)
 {
-    if (i >= fa_server_opt_state_count(o))
-        return NULL;
-    return i == 0 ? o->m : o->v;
+    const float v0 = i == 1 ? (float)(o->p.tau * o->p.tau) : 0.0f;
+    for (size_t k = 0; k < n; k++)
+        s[k] = v0;
+}
+
+/* The adaptive step, one variant per wanted output (the flags are
+ * constants at every call, so each loop compiles without branches on
+ * them). */
+static inline void adaptive(const fa_server_opt *o, size_t n, float *restrict w,
+                            const float *restrict delta, const float *m, const float *v, float *m2,
+                            float *v2, int want_w, int want_m, int want_v)
+{
+    const float b1 = (float)o->p.beta1, b2 = (float)o->p.beta2, tau = (float)o->p.tau;
+    const float lr = (float)o->p.learning_rate;
+    const int kind = o->p.kind;
+
+    for (size_t i = 0; i < n; i++) {
+        const float g = delta[i], g2 = g * g;
+        const float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi;
+        if (kind == FA_SERVER_OPT_FEDADAM) {
+            vi = b2 * v[i] + (1.0f - b2) * g2;
+        } else if (kind == FA_SERVER_OPT_FEDYOGI) {
+            const float s = v[i] > g2 ? 1.0f : v[i] < g2 ? -1.0f : 0.0f;
+            vi = v[i] - (1.0f - b2) * g2 * s;
+        } else { /* FedAdagrad */
+            vi = v[i] + g2;
+        }
+        if (want_m)
+            m2[i] = mi;
+        if (want_v)
+            v2[i] = vi;
+        if (want_w)
+            w[i] += lr * mi / (sqrtf(vi) + tau);
+    }
+}
+
+void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float *delta,
+                        const float *const state[FA_SERVER_OPT_MAX_STATE],
+                        float *const next[FA_SERVER_OPT_MAX_STATE])
+{
+    const float lr = (float)o->p.learning_rate;
+
+    switch (o->p.kind) {
+    case FA_SERVER_OPT_FEDAVG:
+        if (w)
+            for (size_t i = 0; i < n; i++)
+                w[i] += lr * delta[i];
+        break;
+    case FA_SERVER_OPT_FEDAVGM: {
+        const float mu = (float)o->p.momentum, *m = state[0];
+        float *m2 = next ? next[0] : NULL;
+        for (size_t i = 0; i < n; i++) {
+            const float mi = mu * m[i] + delta[i];
+            if (m2)
+                m2[i] = mi;
+            if (w)
+                w[i] += lr * mi;
+        }
+        break;
+    }
+    default: {
+        float *m2 = next ? next[0] : NULL, *v2 = next ? next[1] : NULL;
+        if (w && !m2 && !v2)
+            adaptive(o, n, w, delta, state[0], state[1], NULL, NULL, 1, 0, 0);
+        else if (!w && m2 && !v2)
+            adaptive(o, n, NULL, delta, state[0], state[1], m2, NULL, 0, 1, 0);
+        else if (!w && !m2 && v2)
+            adaptive(o, n, NULL, delta, state[0], state[1], NULL, v2, 0, 0, 1);
+        else
+            adaptive(o, n, w, delta, state[0], state[1], m2, v2, w != NULL, m2 != NULL, v2 != NULL);
+        break;
+    }
+    }
 }
 
 void fa_server_opt_describe(const fa_server_opt *o, char *buf, size_t n)

@@ -11,8 +11,15 @@
  *   FedYogi:     m = β1 m + (1-β1) Δ;  v = v - (1-β2) Δ² sign(v - Δ²); x += lr * m / (√v + τ)
  *
  * v starts at τ² (the paper's v_{-1} >= τ²), m at 0, as in the paper; no bias
- * correction.  The state vectors are part of the aggregator's checkpoint: the
- * caller saves them beside each model version and restores them on restart.
+ * correction.
+ *
+ * The object holds the hyperparameters only.  The state vectors (m, v: d
+ * floats each) are the caller's: the aggregator keeps them in the optimizer
+ * state file beside each model version and steps chunk by chunk, reading
+ * the previous version's state and writing the next version's, so that
+ * neither the weights nor the state of a large model are ever held whole in
+ * memory.  Every step is element-wise: a chunked step gives the same bits
+ * as a step over the whole vector.
  */
 #ifndef FA_SERVER_OPT_H
 #define FA_SERVER_OPT_H
@@ -41,37 +48,32 @@ struct fa_server_opt_params {
 
 typedef struct fa_server_opt fa_server_opt;
 
-/* Creates an optimizer over d parameters with zeroed state (v = τ²).
- * Returns 0, FA_ERR_INVAL (hyperparameter out of range; message names it)
- * or FA_ERR_NOMEM. */
-int fa_server_opt_new(fa_server_opt **out, const struct fa_server_opt_params *p, size_t d,
-                      fa_error *err);
+/* Most state vectors of any kind ("m", "v"). */
+#define FA_SERVER_OPT_MAX_STATE 2
+
+/* Creates an optimizer.  Returns 0, FA_ERR_INVAL (hyperparameter out of
+ * range; message names it) or FA_ERR_NOMEM. */
+int fa_server_opt_new(fa_server_opt **out, const struct fa_server_opt_params *p, fa_error *err);
 void fa_server_opt_del(fa_server_opt *o);
 
-/* One server step: updates w (d floats) in place from the mean delta. */
-void fa_server_opt_step(fa_server_opt *o, float *restrict w, const float *restrict delta);
-
-/* The same step, leaving the optimizer as it was (for a caller that may
- * have to undo it): w is updated in place, and the new state goes to
- * next[i] (d floats each, malloc'ed, for the fa_server_opt_state_count
- * states; NULL beyond).  fa_server_opt_adopt then makes next the state
- * (the optimizer owns those arrays from then on) and counts the step,
- * handing the old state arrays back in next (the caller's now: to reuse
- * next time, or free). */
-void fa_server_opt_step_to(const fa_server_opt *o, float *restrict w, const float *restrict delta,
-                           float *const next[2]);
-void fa_server_opt_adopt(fa_server_opt *o, float *next[2]);
-
-/* Steps taken so far (restored with the state). */
-uint64_t fa_server_opt_steps(const fa_server_opt *o);
-
-/* The state vectors, for checkpointing: count is 0 (FedAvg), 1 (FedAvgM: "m")
- * or 2 (adaptive: "m", "v"); each has d floats and may be overwritten to
- * restore a checkpoint. */
+/* The state vectors: count is 0 (FedAvg), 1 (FedAvgM: "m") or 2 (adaptive:
+ * "m", "v"), each of d floats (the names are those of the state file's
+ * tensors). */
 size_t fa_server_opt_state_count(const fa_server_opt *o);
 const char *fa_server_opt_state_name(const fa_server_opt *o, size_t i);
-float *fa_server_opt_state(fa_server_opt *o, size_t i);
-void fa_server_opt_set_steps(fa_server_opt *o, uint64_t steps);
+
+/* The initial value of n coordinates of state vector i (m = 0, v = τ²). */
+void fa_server_opt_state_init(const fa_server_opt *o, size_t i, float *s, size_t n);
+
+/* One server step over n coordinates, from the mean delta and the state
+ * before it (state[i], n floats each, for the fa_server_opt_state_count
+ * vectors): w (n floats) is updated in place and the state after it goes to
+ * next[i].  Any of w and next[i] may be NULL when that output is not wanted
+ * (the state alone, or the weights alone, of a chunk); state and next may
+ * be the same arrays. */
+void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float *delta,
+                        const float *const state[FA_SERVER_OPT_MAX_STATE],
+                        float *const next[FA_SERVER_OPT_MAX_STATE]);
 
 /* Name of a kind ("fedadam"), or NULL for an unknown one. */
 const char *fa_server_opt_kind_name(int kind);

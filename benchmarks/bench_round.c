@@ -760,22 +760,20 @@ static void agg_phases_of(const char *log, uint64_t r, struct agg_phases *ap)
 }
 
 struct plain_phases {
-    double upload, decode, optimizer, commit;
+    double upload, step_commit; /* step_commit: decode, optimizer and commit, one streamed pass */
 };
 
 /* The plain server's n-th "plain round committed" line (1-based round). */
 static void plain_phases_of(const char *log, uint64_t r, struct plain_phases *pp)
 {
     char *t = read_text(log), *line, *save = NULL, rs[32], v[64];
-    pp->upload = pp->decode = pp->optimizer = pp->commit = NAN;
+    pp->upload = pp->step_commit = NAN;
     snprintf(rs, sizeof(rs), "%" PRIu64, r);
     for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
         if (strstr(line, "msg=\"plain round committed\"") && kv(line, "round", v, sizeof(v)) &&
             !strcmp(v, rs)) {
             pp->upload = kv_num(line, "upload_s");
-            pp->decode = kv_num(line, "decode_s");
-            pp->optimizer = kv_num(line, "optimizer_s");
-            pp->commit = kv_num(line, "commit_s");
+            pp->step_commit = kv_num(line, "step_commit_s");
         }
     free(t);
 }
@@ -994,10 +992,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                json_num(b3, sizeof(b3), s->agg.phase[3], 3),
                json_num(b4, sizeof(b4), s->agg.phase[4], 3),
                json_num(b5, sizeof(b5), s->agg.finish, 3));
-        printf("\"plain_server_s\":{\"upload\":%s,\"decode\":%s,\"optimizer\":%s,"
-               "\"commit\":%s},",
-               json_num(b1, sizeof(b1), pp.upload, 3), json_num(b2, sizeof(b2), pp.decode, 3),
-               json_num(b3, sizeof(b3), pp.optimizer, 3), json_num(b4, sizeof(b4), pp.commit, 3));
+        printf("\"plain_server_s\":{\"upload\":%s,\"decode_optimizer_commit\":%s},",
+               json_num(b1, sizeof(b1), pp.upload, 3), json_num(b2, sizeof(b2), pp.step_commit, 3));
         /* CPU seconds of the median rounds: all region clients together
          * (this process), and the server process.  On this machine every
          * region shares the same cores; spread over real regions the

@@ -7,10 +7,13 @@
  * masked stream (finite check, L2 clip, stochastic rounding from AES-128-CTR,
  * the weight coordinate, k-bit packing in 4096-coordinate blocks), and the
  * server sums the stream group by group as fa_secagg_server_masked_chunk
- * does, decodes as fa_secagg_server_result_f32, and then does what
- * aggregator/federation.c's finish_round does: snapshot the optimizer state,
- * step a copy of the weights, commit model + optimizer state to the model
- * store.  What it leaves out is exactly the secure-aggregation work: key
+ * does, and then does what aggregator/federation.c's finish_round does,
+ * through the same code: the global model's streaming step and commit
+ * (fa_global_model_step: the mean decoded chunk by chunk as
+ * fa_secagg_server_result_f32_range decodes it, the optimizer stepping from
+ * the current version's weights and state files, the new version written to
+ * a model store as it is computed).  What it leaves out is exactly the
+ * secure-aggregation work: key
  * agreement, Shamir shares, masks and unmasking, upload journals and
  * SHA-256 commitments, the round-state saves, the signed audit record.
  */
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aggregator/global_model.h"
 #include "aggregator/model_store.h"
 #include "aggregator/server_opt.h"
 #include "benchmarks/round_bench.h"
@@ -30,7 +34,6 @@
 #include "crypto/ring.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
-#include "model/mlp.h"
 #include "proto/config_check.h"
 #include "transport/h3.h"
 
@@ -55,14 +58,16 @@ struct plain_srv {
     fa_h3_server *srv;
     const char *federation_id;
     size_t n_regions;
-    fa_mlp_layout layout;
+    uint64_t d; /* federated coordinates */
     uint64_t n; /* ring coordinates: d + 1 (the weight) */
     unsigned k; /* ring bits */
     uint64_t masked_bytes;
     fa_secagg_quant quant;
     uint32_t *sum; /* (n) */
-    float *params; /* (d) */
+    double inv;    /* the decode's factor: 1 / (scale x the weight sum) */
+    fa_global_model *model;
     fa_server_opt *opt;
+    uint64_t opt_steps;
     fa_model_store *store;
     uint64_t version, round;
     struct plain_up *held;
@@ -83,106 +88,64 @@ static int on_hello(fa_h3_request *req, void *arg)
     return 0;
 }
 
-/* As aggregator/federation.c commit_version: model tensors and optimizer
- * state, with the same metadata. */
-static int commit(struct plain_srv *s, const float *w, uint64_t version, fa_error *err)
+/* The mean, coordinates [off, off + n), as fa_secagg_server_result_f32_range
+ * decodes it. */
+static int plain_delta(void *ctx, uint64_t off, float *out, size_t n, fa_error *err)
 {
-    fa_st_view model[2 * FA_MLP_MAX_LAYERS], state[2];
-    uint64_t shapes[2 * FA_MLP_MAX_LAYERS][2], sshape[2][1];
-    char round_s[32], version_s[32], steps_s[32], arch[128], optdesc[256];
-    size_t ns = s->opt ? fa_server_opt_state_count(s->opt) : 0;
-
-    for (uint32_t i = 0; i < s->layout.n_tensors; i++) {
-        const fa_mlp_tensor *t = &s->layout.tensors[i];
-        shapes[i][0] = t->shape[0];
-        shapes[i][1] = t->shape[1];
-        model[i] = (fa_st_view){t->name, FA_ST_F32, t->ndim, shapes[i], w + t->offset, NULL, NULL};
-    }
-    for (size_t i = 0; i < ns; i++) {
-        sshape[i][0] = s->layout.n_params;
-        state[i] = (fa_st_view){fa_server_opt_state_name(s->opt, i), FA_ST_F32, 1, sshape[i],
-                                fa_server_opt_state(s->opt, i), NULL, NULL};
-    }
-    snprintf(round_s, sizeof(round_s), "%" PRIu64, version);
-    snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
-    snprintf(steps_s, sizeof(steps_s), "%" PRIu64, s->opt ? fa_server_opt_steps(s->opt) : 0);
-    fa_mlp_config_str(&s->layout.config, arch, sizeof(arch));
-    optdesc[0] = '\0';
-    if (s->opt)
-        fa_server_opt_describe(s->opt, optdesc, sizeof(optdesc));
-    const char *meta[] = {"format",
-                          "pt",
-                          "fedagg.arch",
-                          arch,
-                          "fedagg.version",
-                          version_s,
-                          "fedagg.round",
-                          round_s,
-                          "fedagg.federation",
-                          s->federation_id};
-    const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
-                           "fedagg.version",   version_s};
-    fa_model_files files = {.model = model,
-                            .n_model = s->layout.n_tensors,
-                            .meta = meta,
-                            .n_meta = sizeof(meta) / sizeof(meta[0]) / 2,
-                            .state = state,
-                            .n_state = ns,
-                            .state_meta = smeta,
-                            .n_state_meta = sizeof(smeta) / sizeof(smeta[0]) / 2};
-    return fa_model_store_commit(s->store, version, version, &files, err);
+    const struct plain_srv *s = ctx;
+    const uint32_t *sum = s->sum + off;
+    (void)err;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)((double)fa_ring_signed(sum[i], s->k) * s->inv);
+    return 0;
 }
 
-/* Every region is in: decode, step, commit, answer. */
+/* As aggregator/federation.c commit_version: the streaming step and commit,
+ * with the same metadata. */
+static int commit(struct plain_srv *s, uint64_t version, fa_error *err)
+{
+    char round_s[32], version_s[32], steps_s[32], optdesc[256];
+
+    snprintf(round_s, sizeof(round_s), "%" PRIu64, s->round);
+    snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
+    snprintf(steps_s, sizeof(steps_s), "%" PRIu64, s->opt_steps + 1);
+    fa_server_opt_describe(s->opt, optdesc, sizeof(optdesc));
+    const char *meta[] = {"format",       "pt",    "fedagg.version",    version_s,
+                          "fedagg.round", round_s, "fedagg.federation", s->federation_id};
+    const char *smeta[] = {"fedagg.optimizer", optdesc,  "fedagg.steps", steps_s,
+                           "fedagg.version",   version_s};
+    return fa_global_model_step(s->model, s->store, version, s->round, s->opt, plain_delta, s, meta,
+                                sizeof(meta) / sizeof(meta[0]) / 2, smeta,
+                                sizeof(smeta) / sizeof(smeta[0]) / 2, err);
+}
+
+/* Every region is in: decode, step, commit (one streaming pass), answer. */
 static void finish(struct plain_srv *s)
 {
-    const size_t d = s->layout.n_params, ns = fa_server_opt_state_count(s->opt);
     const double qmax = (double)((1u << (s->quant.bits - 1)) - 1);
     const double scale = qmax / s->quant.clip_value;
-    float *delta = malloc(d * sizeof(float)), *w = malloc(d * sizeof(float));
-    float *saved[2] = {NULL, NULL};
-    double t0 = fa_rbench_now(), t1, t2, t3, wsum, inv;
+    double t0 = fa_rbench_now(), t1, wsum;
     char body[128];
     fa_error err;
     int status = 200, rc = 0;
 
     fa_error_clear(&err);
-    if (!delta || !w) {
-        rc = fa_errorf(&err, FA_ERR_NOMEM, "out of memory");
-        goto answer;
-    }
-    wsum = (double)fa_ring_signed(s->sum[d], s->k) / qmax;
+    wsum = (double)fa_ring_signed(s->sum[s->d], s->k) / qmax;
     if (!(wsum > 0)) {
         rc = fa_errorf(&err, FA_ERR_RANGE, "weights sum to %g", wsum);
         goto answer;
     }
-    inv = 1.0 / (scale * wsum);
-    for (size_t i = 0; i < d; i++)
-        delta[i] = (float)((double)fa_ring_signed(s->sum[i], s->k) * inv);
-    t1 = fa_rbench_now();
-    for (size_t i = 0; i < ns; i++) {
-        if (!(saved[i] = malloc(d * sizeof(float)))) {
-            rc = fa_errorf(&err, FA_ERR_NOMEM, "out of memory");
-            goto answer;
-        }
-        memcpy(saved[i], fa_server_opt_state(s->opt, i), d * sizeof(float));
-    }
-    memcpy(w, s->params, d * sizeof(float));
-    fa_server_opt_step(s->opt, w, delta);
-    t2 = fa_rbench_now();
-    rc = commit(s, w, s->version + 1, &err);
-    if (rc != 0) {
-        for (size_t i = 0; i < ns; i++)
-            memcpy(fa_server_opt_state(s->opt, i), saved[i], d * sizeof(float));
+    s->inv = 1.0 / (scale * wsum);
+    rc = commit(s, s->version + 1, &err);
+    if (rc != 0)
         goto answer;
-    }
-    memcpy(s->params, w, d * sizeof(float));
     s->version++;
-    t3 = fa_rbench_now();
+    s->opt_steps++;
+    t1 = fa_rbench_now();
     fa_log(FA_LOG_INFO, "plain round committed",
            "round=%" PRIu64 " version=%" PRIu64 " regions=%zu weight_sum=%.4f upload_s=%.3f "
-           "decode_s=%.3f optimizer_s=%.3f commit_s=%.3f",
-           s->round, s->version, s->n_held, wsum, t0 - s->first_byte, t1 - t0, t2 - t1, t3 - t2);
+           "step_commit_s=%.3f",
+           s->round, s->version, s->n_held, wsum, t0 - s->first_byte, t1 - t0);
 answer:
     if (rc != 0) {
         status = 500;
@@ -200,10 +163,6 @@ answer:
     memset(s->sum, 0, s->n * sizeof(uint32_t));
     s->round++;
     s->first_byte = 0;
-    for (size_t i = 0; i < 2; i++)
-        free(saved[i]);
-    free(delta);
-    free(w);
 }
 
 static int on_upload(fa_h3_request *req, void *arg)
@@ -341,7 +300,6 @@ int fa_rbench_plain_serve(const char *config_path)
     struct fa_server_opt_params op;
     struct plain_srv s;
     fa_h3_server_config sc;
-    fa_mlp_config mc;
     fa_error err;
     sigset_t set;
     int rc, status = 1;
@@ -354,41 +312,41 @@ int fa_rbench_plain_serve(const char *config_path)
         goto fail;
     s.federation_id = cfg->federation_id;
     s.n_regions = cfg->n_regions;
+    /* The codec as fa_fed_open sets it: per-tensor ranges scale into [-1, 1]. */
     s.quant.bits = cfg->quantization->bits;
     s.quant.clip_mode = (int)cfg->quantization->clip;
     s.quant.clip_l2_norm = cfg->quantization->clip_l2_norm;
-    s.quant.clip_value = cfg->quantization->clip_value;
+    s.quant.clip_value = cfg->quantization->range == FEDAGG__QUANT_RANGE__RANGE_ADAPTIVE
+                             ? 1.0
+                             : cfg->quantization->clip_value;
     s.k = fa_secagg_ring_bits_for(s.quant.bits, (uint32_t)s.n_regions);
-    rc = fa_mlp_config_make(&mc, cfg->model->input_dim, cfg->model->hidden,
-                            (uint32_t)cfg->model->n_hidden, cfg->model->output_dim, &err);
-    if (rc == 0)
-        rc = fa_mlp_layout_init(&s.layout, &mc, &err);
-    if (rc != 0)
-        goto fail;
-    s.n = s.layout.n_params + 1;
-    s.masked_bytes = fa_secagg_masked_bytes(s.n, s.k);
-    s.sum = calloc(s.n, sizeof(uint32_t));
-    s.params = malloc(s.layout.n_params * sizeof(float));
-    if (!s.sum || !s.params) {
-        rc = fa_errorf(&err, FA_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
     op.kind = (int)cfg->optimizer->kind;
     op.learning_rate = cfg->optimizer->learning_rate;
     op.momentum = cfg->optimizer->momentum;
     op.beta1 = cfg->optimizer->beta1;
     op.beta2 = cfg->optimizer->beta2;
     op.tau = cfg->optimizer->tau;
-    rc = fa_server_opt_new(&s.opt, &op, s.layout.n_params, &err);
+    rc = fa_server_opt_new(&s.opt, &op, &err);
     if (rc == 0)
         rc = fa_model_store_open(&s.store, cfg->storage->dir, cfg->storage->keep_versions, &err);
     if (rc != 0)
         goto fail;
-    /* Version 0, as the aggregator writes it. */
-    fa_mlp_init_he(&s.layout, s.params, cfg->model->init_seed);
-    rc = commit(&s, s.params, 0, &err);
-    if (rc != 0)
+    {
+        /* Version 0, as the aggregator writes it (the same code). */
+        const char *meta0[] = {"format",       "pt", "fedagg.version", "0", "fedagg.federation",
+                               s.federation_id};
+        rc = fa_global_model_open(&s.model, cfg, s.store, meta0, 3, &err);
+        if (rc != 0)
+            goto fail;
+    }
+    s.d = fa_global_model_d(s.model);
+    s.n = s.d + 1;
+    s.masked_bytes = fa_secagg_masked_bytes(s.n, s.k);
+    s.sum = calloc(s.n, sizeof(uint32_t));
+    if (!s.sum) {
+        rc = fa_errorf(&err, FA_ERR_NOMEM, "out of memory");
         goto fail;
+    }
     s.round = 1;
 
     /* The transport, configured as fedagg-aggregator configures it. */
@@ -421,8 +379,8 @@ int fa_rbench_plain_serve(const char *config_path)
     if (rc != 0)
         goto fail;
     fa_log(FA_LOG_INFO, "plain server serving",
-           "listen=%s regions=%zu params=%zu ring_bits=%u upload_bytes=%" PRIu64, cfg->listen,
-           s.n_regions, s.layout.n_params, s.k, s.masked_bytes);
+           "listen=%s regions=%zu params=%" PRIu64 " ring_bits=%u upload_bytes=%" PRIu64,
+           cfg->listen, s.n_regions, s.d, s.k, s.masked_bytes);
     rc = fa_h3_server_run(s.srv, &err);
     if (rc != 0)
         goto fail;
@@ -432,10 +390,10 @@ fail:
     fa_log(FA_LOG_ERROR, "plain server failed", "error=\"%s\"", fa_error_msg(&err, rc));
 out:
     fa_h3_server_del(s.srv);
+    fa_global_model_del(s.model);
     fa_model_store_del(s.store);
     fa_server_opt_del(s.opt);
     free(s.sum);
-    free(s.params);
     if (cfg)
         protobuf_c_message_free_unpacked(&cfg->base, NULL);
     return status;

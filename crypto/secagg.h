@@ -346,7 +346,9 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
  * under its self mask, which nobody but the client can recompute, so exact
  * removal needs those bytes: the journals are bounded by
  * max_uploads_in_flight, not by the number of clients, so memory is
- * 4*vector_len + max_uploads_in_flight * masked_bytes (at most). */
+ * 4*vector_len + max_uploads_in_flight * masked_bytes (at most), or
+ * 4*vector_len alone when the caller keeps the journals elsewhere
+ * (fa_secagg_server_set_journal). */
 int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
                                   fa_error *err);
 int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, const uint8_t *data,
@@ -355,6 +357,35 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
                                 fa_error *err);
 int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
                                   fa_error *err);
+
+/* Where the journals of the uploads in flight are kept.  By default the
+ * server keeps them in memory (malloc'ed, masked_bytes per slot); a caller
+ * with a large vector gives storage of its own (the aggregator: a file per
+ * slot), so that its memory is the running sum alone whatever the number of
+ * uploads in flight.  A slot is 0 .. max_uploads_in_flight - 1; its journal
+ * is written from offset 0 in increasing, contiguous order, read back only
+ * to remove an upload that broke off, and cleared when the upload ends or
+ * is removed (then written again from 0 by the slot's next upload).
+ *   write(ctx, slot, off, data, len)  stores data at [off, off + len)
+ *   read(ctx, slot, off, buf, len)    reads [off, off + len) back (all of
+ *                                     it written before)
+ *   clear(ctx, slot)                  forgets the slot's bytes
+ * write and read return 0 or a negative FA_ERR_* code with err filled.  A
+ * chunk whose write fails is refused (nothing of it is summed: the caller
+ * aborts the upload); a read that fails while an upload is removed spoils
+ * the sum (phase FA_SECAGG_FAILED).  The server never does I/O itself. */
+typedef struct fa_secagg_journal {
+    int (*write)(void *ctx, uint32_t slot, uint64_t off, const uint8_t *data, size_t len,
+                 fa_error *err);
+    int (*read)(void *ctx, uint32_t slot, uint64_t off, uint8_t *buf, size_t len, fa_error *err);
+    void (*clear)(void *ctx, uint32_t slot);
+    void *ctx;
+} fa_secagg_journal;
+
+/* Uses j (copied; j->ctx must outlive s) for the journals from now on, or
+ * the in-memory default again with j NULL.  Only while no upload is in
+ * flight: FA_ERR_STATE otherwise. */
+int fa_secagg_server_set_journal(fa_secagg_server *s, const fa_secagg_journal *j, fa_error *err);
 
 /* Round 3: a SignedSurvivors: its signature over U3 and its upload
  * commitment (the SHA-256 must equal that of the bytes received). */
@@ -396,6 +427,14 @@ int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **ou
 int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_t n, fa_error *err);
 int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d, double *weight_sum,
                                 fa_error *err);
+/* The same decode, of coordinates [off, off + n) of the d floats only (for
+ * a caller that consumes the mean chunk by chunk: the same values as
+ * result_f32's); result_weight: the decoded sum of the weights.
+ * FA_ERR_STATE, FA_ERR_INVAL (range outside the d floats), FA_ERR_RANGE
+ * (weights sum to zero). */
+int fa_secagg_server_result_f32_range(const fa_secagg_server *s, uint64_t off, float *out, size_t n,
+                                      fa_error *err);
+int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum, fa_error *err);
 
 /* The participants: clients of U3 (inputs in the sum) and the dropouts
  * (advertised, i.e. in U1, but not in U3), both sorted.  Valid from phase
@@ -446,5 +485,14 @@ int fa_secagg_server_restore_meta(fa_secagg_server **out, const uint8_t *blob, s
                                   const uint32_t *sum, uint64_t sum_len,
                                   const fa_secagg_config *cfg, const fa_secagg_member *members,
                                   size_t n_members, fa_error *err);
+/* restore_meta for a caller that reads the sum from its own file straight
+ * into the server's running sum (no second copy of 4 bytes per
+ * coordinate): when the state needs a sum, fill(ctx, words, n, err) is
+ * called once to write its n = vector_len words (0 or an FA_ERR_* code,
+ * which restore returns). */
+int fa_secagg_server_restore_meta_fill(
+    fa_secagg_server **out, const uint8_t *blob, size_t len,
+    int (*fill)(void *ctx, uint32_t *words, uint64_t n, fa_error *err), void *ctx,
+    const fa_secagg_config *cfg, const fa_secagg_member *members, size_t n_members, fa_error *err);
 
 #endif

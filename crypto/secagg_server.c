@@ -50,8 +50,9 @@ struct upload_slot {
     uint64_t coords;   /* coordinates added to the sum (a multiple of 8) */
     uint8_t carry[32]; /* bytes of a group not complete yet */
     size_t carry_len;
+    uint8_t last; /* the last byte received (its padding bits are checked at the end) */
     EVP_MD_CTX *sha;
-    uint8_t *journal; /* masked_bytes, allocated on first use, reused */
+    uint8_t *journal; /* in-memory journal: masked_bytes, allocated on first use, reused */
 };
 
 struct fa_secagg_server {
@@ -73,6 +74,8 @@ struct fa_secagg_server {
     uint64_t masked_bytes;
     struct upload_slot *slots;
     uint32_t in_flight;
+    fa_secagg_journal journal; /* the caller's journal storage (ext_journal), see secagg.h */
+    int ext_journal;
     /* U3 and the dropouts (U1 \ U3) as roster indices, from CONSISTENCY on */
     size_t n3, ndrop;
     int surv[FA_SECAGG_MAX_CLIENTS], drop[FA_SECAGG_MAX_CLIENTS];
@@ -589,7 +592,8 @@ int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint
                          auth_id, s->in_flight);
     if (!sl->sha && !(sl->sha = EVP_MD_CTX_new()))
         return fa_errorf(err, FA_ERR_NOMEM, "masked upload: out of memory");
-    if (!sl->journal && !(sl->journal = malloc(s->masked_bytes ? s->masked_bytes : 1)))
+    if (!s->ext_journal && !sl->journal &&
+        !(sl->journal = malloc(s->masked_bytes ? s->masked_bytes : 1)))
         return fa_errorf(err, FA_ERR_NOMEM,
                          "masked upload: out of memory for the journal (%llu bytes)",
                          (unsigned long long)s->masked_bytes);
@@ -625,10 +629,17 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
                          (unsigned long long)s->cfg.c.vector_len);
     if (len == 0)
         return 0;
+    if (s->ext_journal) {
+        rc = s->journal.write(s->journal.ctx, (uint32_t)s->cl[r].slot, sl->bytes, data, len, err);
+        if (rc != 0)
+            return fa_error_prefix(err, rc, "masked chunk from '%s': journal", auth_id);
+    }
     if (EVP_DigestUpdate(sl->sha, data, len) != 1)
         return fa_errorf(err, FA_ERR_CRYPTO, "masked chunk: SHA-256 failed");
-    memcpy(sl->journal + sl->bytes, data, len);
+    if (!s->ext_journal)
+        memcpy(sl->journal + sl->bytes, data, len);
     sl->bytes += len;
+    sl->last = data[len - 1];
     s->sum_gen++;
     /* Complete the group begun by an earlier chunk. */
     if (sl->carry_len > 0 && sl->coords / 8 < full_groups) {
@@ -661,6 +672,8 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
 
 static void slot_release(fa_secagg_server *s, struct upload_slot *sl)
 {
+    if (s->ext_journal)
+        s->journal.clear(s->journal.ctx, (uint32_t)(sl - s->slots));
     s->cl[sl->client].slot = -1;
     slot_reset(sl);
     s->in_flight--;
@@ -686,7 +699,7 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
                          "masked upload from '%s' ended after %llu of %llu bytes", auth_id,
                          (unsigned long long)sl->bytes, (unsigned long long)s->masked_bytes);
     pad = (unsigned)((n * k) % 8);
-    if (pad && (sl->journal[s->masked_bytes - 1] >> pad) != 0)
+    if (pad && (sl->last >> pad) != 0)
         return fa_errorf(err, FA_ERR_PROTOCOL,
                          "masked upload from '%s': the padding bits of the last byte are not zero",
                          auth_id);
@@ -703,12 +716,63 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
     return 0;
 }
 
-static void upload_remove(fa_secagg_server *s, struct upload_slot *sl)
+/* Coordinates subtracted per read of a journal kept by the caller (a
+ * multiple of 8: whole groups of k bytes). */
+#define JOURNAL_READ_COORDS ((uint64_t)1 << 16)
+
+/* Subtracts exactly the groups of sl's upload that went into the sum, and
+ * frees the slot.  When the caller's journal cannot be read back the sum is
+ * spoilt: the round fails (FA_SECAGG_FAILED) and the error is returned. */
+static int upload_remove(fa_secagg_server *s, struct upload_slot *sl, fa_error *err)
 {
-    /* Subtract exactly the groups that went into the sum. */
-    fa_ring_unpack_add(s->sum, sl->journal, (size_t)sl->coords, s->cfg.c.ring_bits, -1);
+    const unsigned k = s->cfg.c.ring_bits;
+    uint8_t *buf = NULL;
+    int rc = 0;
+
     s->sum_gen++;
+    if (!s->ext_journal) {
+        fa_ring_unpack_add(s->sum, sl->journal, (size_t)sl->coords, k, -1);
+        slot_release(s, sl);
+        return 0;
+    }
+    if (sl->coords > 0 && !(buf = malloc((size_t)(JOURNAL_READ_COORDS / 8 * k))))
+        rc = fa_errorf(err, FA_ERR_NOMEM, "masked upload removal: out of memory");
+    for (uint64_t c = 0; rc == 0 && c < sl->coords;) {
+        uint64_t m = sl->coords - c < JOURNAL_READ_COORDS ? sl->coords - c : JOURNAL_READ_COORDS;
+        rc = s->journal.read(s->journal.ctx, (uint32_t)(sl - s->slots), c / 8 * k, buf,
+                             (size_t)(m / 8 * k), err);
+        if (rc == 0)
+            fa_ring_unpack_add(s->sum + c, buf, (size_t)m, k, -1);
+        c += m;
+    }
+    free(buf);
     slot_release(s, sl);
+    if (rc != 0) {
+        s->phase = FA_SECAGG_FAILED;
+        return fa_error_prefix(err, rc,
+                               "secagg round %llu attempt %u: a broken-off upload could not be "
+                               "removed from the sum, which is spoilt",
+                               (unsigned long long)s->cfg.c.round, s->cfg.c.attempt);
+    }
+    return 0;
+}
+
+int fa_secagg_server_set_journal(fa_secagg_server *s, const fa_secagg_journal *j, fa_error *err)
+{
+    if (s->in_flight)
+        return fa_errorf(err, FA_ERR_STATE,
+                         "secagg: the journal storage cannot change with %u uploads in flight",
+                         s->in_flight);
+    if (j && (!j->write || !j->read || !j->clear))
+        return fa_errorf(err, FA_ERR_INVAL, "secagg: a journal needs write, read and clear");
+    for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
+        free(s->slots[i].journal);
+        s->slots[i].journal = NULL;
+    }
+    s->ext_journal = j != NULL;
+    if (j)
+        s->journal = *j;
+    return 0;
 }
 
 int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
@@ -720,8 +784,7 @@ int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint
     if (s->cl[r].slot < 0)
         return fa_errorf(err, FA_ERR_NOTFOUND, "masked upload abort for '%s': no upload in flight",
                          auth_id);
-    upload_remove(s, &s->slots[s->cl[r].slot]);
-    return 0;
+    return upload_remove(s, &s->slots[s->cl[r].slot], err);
 }
 
 /* ---- round 3: consistency check ---------------------------------------------- */
@@ -1261,8 +1324,8 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         break;
     case FA_SECAGG_MASKED:
         for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++)
-            if (s->slots[i].client >= 0)
-                upload_remove(s, &s->slots[i]);
+            if (s->slots[i].client >= 0 && (rc = upload_remove(s, &s->slots[i], err)) != 0)
+                return rc;
         /* The journals are not needed any more. */
         for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
             free(s->slots[i].journal);
@@ -1301,32 +1364,61 @@ int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_
     return 0;
 }
 
-int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d, double *weight_sum,
-                                fa_error *err)
+int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum, fa_error *err)
 {
-    const unsigned k = s->cfg.c.ring_bits;
+    const uint64_t d = s->cfg.c.vector_len - 1;
     const double qmax = (double)((1u << (s->cfg.c.quant.bits - 1)) - 1);
-    const double scale = qmax / s->cfg.c.quant.clip_value;
-    double w, inv;
+    double w;
 
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
                          phase_name(s->phase));
-    if (d + 1 != s->cfg.c.vector_len)
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "secagg result: %zu floats asked, the sum has %llu coordinates (the last "
-                         "is the weight)",
-                         d, (unsigned long long)s->cfg.c.vector_len);
-    w = (double)fa_ring_signed(s->sum[d], k) / qmax;
+    w = (double)fa_ring_signed(s->sum[d], s->cfg.c.ring_bits) / qmax;
     if (weight_sum)
         *weight_sum = w;
     if (!(w > 0))
         return fa_errorf(err, FA_ERR_RANGE,
                          "secagg result: the survivors' weights sum to %g; nothing to average", w);
-    inv = 1.0 / (scale * w);
-    for (size_t i = 0; i < d; i++)
-        out[i] = (float)((double)fa_ring_signed(s->sum[i], k) * inv);
     return 0;
+}
+
+int fa_secagg_server_result_f32_range(const fa_secagg_server *s, uint64_t off, float *out, size_t n,
+                                      fa_error *err)
+{
+    const unsigned k = s->cfg.c.ring_bits;
+    const double qmax = (double)((1u << (s->cfg.c.quant.bits - 1)) - 1);
+    const double scale = qmax / s->cfg.c.quant.clip_value;
+    const uint32_t *sum = s->sum + off;
+    double w, inv;
+    int rc;
+
+    if ((rc = fa_secagg_server_result_weight(s, &w, err)) != 0)
+        return rc;
+    if (off > s->cfg.c.vector_len - 1 || n > s->cfg.c.vector_len - 1 - off)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "secagg result: floats [%llu, %llu) asked, the sum has %llu (the last "
+                         "coordinate is the weight)",
+                         (unsigned long long)off, (unsigned long long)(off + n),
+                         (unsigned long long)(s->cfg.c.vector_len - 1));
+    inv = 1.0 / (scale * w);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)((double)fa_ring_signed(sum[i], k) * inv);
+    return 0;
+}
+
+int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d, double *weight_sum,
+                                fa_error *err)
+{
+    int rc;
+
+    if (s->phase == FA_SECAGG_DONE && d + 1 != s->cfg.c.vector_len)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "secagg result: %zu floats asked, the sum has %llu coordinates (the last "
+                         "is the weight)",
+                         d, (unsigned long long)s->cfg.c.vector_len);
+    if ((rc = fa_secagg_server_result_weight(s, weight_sum, err)) != 0)
+        return rc;
+    return fa_secagg_server_result_f32_range(s, 0, out, d, err);
 }
 
 size_t fa_secagg_server_survivor_count(const fa_secagg_server *s)
@@ -1520,8 +1612,10 @@ const uint32_t *fa_secagg_server_sum_words(const fa_secagg_server *s)
 
 /* Both versions; `sum` (sum_len words) is the sum a version-3 state names. */
 static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
-                        const uint32_t *sum_words, uint64_t sum_len, const fa_secagg_config *cfg,
-                        const fa_secagg_member *members, size_t n_members, fa_error *err)
+                        const uint32_t *sum_words, uint64_t sum_len,
+                        int (*fill)(void *, uint32_t *, uint64_t, fa_error *), void *fill_ctx,
+                        const fa_secagg_config *cfg, const fa_secagg_member *members,
+                        size_t n_members, fa_error *err)
 {
     fa_secagg_server *s = NULL;
     fa_wbuf expect;
@@ -1619,7 +1713,7 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
         s->masked_gen = s->phase == FA_SECAGG_DONE ? UINT64_MAX
                         : s->phase > FA_SECAGG_MASKED ? s->sum_gen
                                                       : 0;
-        if (sum_words) {
+        if (sum_words || fill) {
             rc = fa_errorf(err, FA_ERR_INVAL, "secagg restore: the state holds its sum");
             goto fail;
         }
@@ -1632,7 +1726,10 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
             (!redo && s->phase == FA_SECAGG_DONE))
             r.failed = 1;
         need = redo ? s->masked_gen : s->sum_gen;
-        if (!r.failed && need != 0) {
+        if (!r.failed && need != 0 && fill) {
+            if ((rc = fill(fill_ctx, s->sum, s->cfg.c.vector_len, err)) != 0)
+                goto fail;
+        } else if (!r.failed && need != 0) {
             if (!sum_words || sum_len != s->cfg.c.vector_len) {
                 rc = fa_errorf(err, FA_ERR_INVAL,
                                "secagg restore: the state needs its sum (%llu words, generation "
@@ -1680,7 +1777,7 @@ int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t
                              const fa_secagg_config *cfg, const fa_secagg_member *members,
                              size_t n_members, fa_error *err)
 {
-    return restore_impl(out, blob, len, NULL, 0, cfg, members, n_members, err);
+    return restore_impl(out, blob, len, NULL, 0, NULL, NULL, cfg, members, n_members, err);
 }
 
 int fa_secagg_server_restore_meta(fa_secagg_server **out, const uint8_t *blob, size_t len,
@@ -1688,5 +1785,15 @@ int fa_secagg_server_restore_meta(fa_secagg_server **out, const uint8_t *blob, s
                                   const fa_secagg_config *cfg, const fa_secagg_member *members,
                                   size_t n_members, fa_error *err)
 {
-    return restore_impl(out, blob, len, sum, sum_len, cfg, members, n_members, err);
+    return restore_impl(out, blob, len, sum, sum_len, NULL, NULL, cfg, members, n_members, err);
+}
+
+int fa_secagg_server_restore_meta_fill(
+    fa_secagg_server **out, const uint8_t *blob, size_t len,
+    int (*fill)(void *ctx, uint32_t *words, uint64_t n, fa_error *err), void *ctx,
+    const fa_secagg_config *cfg, const fa_secagg_member *members, size_t n_members, fa_error *err)
+{
+    if (!fill)
+        return fa_errorf(err, FA_ERR_INVAL, "secagg restore: no fill function");
+    return restore_impl(out, blob, len, NULL, 0, fill, ctx, cfg, members, n_members, err);
 }

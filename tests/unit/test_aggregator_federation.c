@@ -1155,7 +1155,7 @@ static void test_memory_budget(void **state)
     assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, 1000, &err), FA_ERR_NOSPACE);
     assert_null(s->f);
     assert_non_null(strstr(err.msg, "MiB at the aggregator"));
-    assert_non_null(strstr(err.msg, "optimizer state"));
+    assert_non_null(strstr(err.msg, "secure-aggregation sum"));
     assert_non_null(strstr(err.msg, "memory_limit_bytes"));
     /* With room for it, it starts. */
     protobuf_c_message_free_unpacked(&s->cfg->base, NULL);

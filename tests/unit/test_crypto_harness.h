@@ -124,6 +124,7 @@ typedef struct th_run {
     int retry_uploads;           /* survivors first abort an upload midway, then resend */
     size_t max_chunk;            /* largest chunk of the masked stream, 0 = 4096 */
     uint32_t *const *ring_out;   /* per client: receives its quantised input, or NULL */
+    const fa_secagg_journal *journal; /* the server's upload journals, NULL = in memory */
     uint64_t seed;
     /* out */
     int rc;         /* 0 or the first error */
@@ -199,6 +200,8 @@ static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_con
     buf = malloc(max_chunk);
     TH_CHECK(buf ? 0 : FA_ERR_NOMEM);
     TH_CHECK(fa_secagg_server_new(&run->server, cfg, f->members, n, &run->err));
+    if (run->journal)
+        TH_CHECK(fa_secagg_server_set_journal(run->server, run->journal, &run->err));
     for (size_t i = 0; i < n; i++)
         TH_CHECK(fa_secagg_client_new(&cl[i], cfg, f->seeds[i], f->ids[i], f->members, n, &rng,
                                       &run->err));

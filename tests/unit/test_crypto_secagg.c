@@ -51,8 +51,9 @@ static void inputs_free(struct inputs *in, size_t n)
 /* Runs one round with these dropouts and checks the outcome: the exact sum
  * when at most n - t dropped, FA_ERR_THRESHOLD at the right close
  * otherwise. */
-static void check_round(const th_fed *f, const fa_secagg_config *cfg, const struct inputs *in,
-                        const int *drop, const int *style, int retry, uint64_t seed)
+static void check_round_j(const th_fed *f, const fa_secagg_config *cfg, const struct inputs *in,
+                          const int *drop, const int *style, int retry, uint64_t seed,
+                          const fa_secagg_journal *journal)
 {
     th_run run;
     size_t n = f->n, dropped = 0, first_short = 0;
@@ -66,6 +67,7 @@ static void check_round(const th_fed *f, const fa_secagg_config *cfg, const stru
     run.retry_uploads = retry;
     run.seed = seed;
     run.max_chunk = 1 + seed % 64;
+    run.journal = journal;
     /* The first phase whose count falls below t. */
     for (int ph = TH_DROP_ADVERTISE; ph <= TH_DROP_UNMASK && expect_fail < 0; ph++) {
         size_t left = 0;
@@ -131,6 +133,12 @@ static void check_round(const th_fed *f, const fa_secagg_config *cfg, const stru
     }
     free(got);
     th_run_free(&run);
+}
+
+static void check_round(const th_fed *f, const fa_secagg_config *cfg, const struct inputs *in,
+                        const int *drop, const int *style, int retry, uint64_t seed)
+{
+    check_round_j(f, cfg, in, drop, style, retry, seed, NULL);
 }
 
 /* Every pattern of exactly `k` dropouts among n, all at phase `ph`, each
@@ -335,6 +343,144 @@ static void test_uploads_retried(void **state)
     style[4] = TH_UPLOAD_HANG;
     for (uint64_t seed = 1; seed <= 4; seed++)
         check_round(&f, &cfg, &in, drop, style, 1, seed);
+    inputs_free(&in, n);
+}
+
+/* The upload journals kept by the caller (fa_secagg_server_set_journal), as
+ * the aggregator keeps them in files: here in memory, with failures on
+ * demand (the write numbered fail_write, counting from 1; every read when
+ * fail_read). */
+struct test_journal {
+    uint8_t *data[8];
+    uint64_t len[8], cap[8];
+    unsigned writes, fail_write, reads, clears;
+    int fail_read;
+};
+
+static int tj_write(void *ctx, uint32_t slot, uint64_t off, const uint8_t *data, size_t len,
+                    fa_error *err)
+{
+    struct test_journal *j = ctx;
+    assert_true(slot < 8);
+    assert_int_equal(off, j->len[slot]); /* contiguous, from 0 after a clear */
+    if (++j->writes == j->fail_write)
+        return fa_errorf(err, FA_ERR_IO, "test journal: write %u fails", j->writes);
+    if (off + len > j->cap[slot]) {
+        j->cap[slot] = (off + len) * 2;
+        j->data[slot] = realloc(j->data[slot], j->cap[slot]);
+        assert_non_null(j->data[slot]);
+    }
+    memcpy(j->data[slot] + off, data, len);
+    j->len[slot] = off + len;
+    return 0;
+}
+
+static int tj_read(void *ctx, uint32_t slot, uint64_t off, uint8_t *buf, size_t len, fa_error *err)
+{
+    struct test_journal *j = ctx;
+    j->reads++;
+    if (j->fail_read)
+        return fa_errorf(err, FA_ERR_IO, "test journal: read fails");
+    assert_true(off + len <= j->len[slot]);
+    memcpy(buf, j->data[slot] + off, len);
+    return 0;
+}
+
+static void tj_clear(void *ctx, uint32_t slot)
+{
+    struct test_journal *j = ctx;
+    j->len[slot] = 0;
+    j->clears++;
+}
+
+static void tj_free(struct test_journal *j)
+{
+    for (int i = 0; i < 8; i++)
+        free(j->data[i]);
+}
+
+/* Uploads aborted midway and resent, others left hanging, with the
+ * journals kept by the caller: the same exact sums. */
+static void test_uploads_caller_journal(void **state)
+{
+    th_fed f;
+    struct inputs in;
+    struct test_journal tj;
+    fa_secagg_journal j = {tj_write, tj_read, tj_clear, &tj};
+    size_t n = 6;
+    fa_secagg_config cfg = th_cfg(3, 29, 100003, 0);
+    int drop[FA_SECAGG_MAX_CLIENTS] = {0}, style[FA_SECAGG_MAX_CLIENTS] = {0};
+
+    memset(&tj, 0, sizeof(tj));
+    th_fed_init(&f, n, 76);
+    inputs_make(&in, n, 100003, 77);
+    drop[1] = TH_DROP_MASKED;
+    style[1] = TH_UPLOAD_ABORT;
+    drop[4] = TH_DROP_MASKED;
+    style[4] = TH_UPLOAD_HANG;
+    for (uint64_t seed = 1; seed <= 3; seed++)
+        check_round_j(&f, &cfg, &in, drop, style, 1, seed, &j);
+    /* every upload cleared its slot; the aborted ones were read back */
+    assert_true(tj.reads > 0);
+    assert_true(tj.clears >= 3 * (n + 4));
+    tj_free(&tj);
+    inputs_free(&in, n);
+}
+
+/* A journal write that fails refuses its chunk, nothing of it summed: the
+ * upload, aborted, leaves the sum as it was (all zeros here).  A journal
+ * that cannot be read back when an upload is removed spoils the sum: the
+ * round fails and no phase closes any more. */
+static void test_uploads_journal_failures(void **state)
+{
+    th_fed f;
+    struct inputs in;
+    struct test_journal tj;
+    fa_secagg_journal j = {tj_write, tj_read, tj_clear, &tj};
+    fa_secagg_server_status st;
+    size_t n = 4;
+    fa_secagg_config cfg = th_cfg(3, 20, 5000, 0);
+    int drop[FA_SECAGG_MAX_CLIENTS] = {0}, style[FA_SECAGG_MAX_CLIENTS] = {0};
+    const uint32_t *w;
+    th_run run;
+
+    th_fed_init(&f, n, 86);
+    inputs_make(&in, n, 5000, 87);
+    memset(&tj, 0, sizeof(tj));
+    tj.fail_write = 3;
+    memset(&run, 0, sizeof(run));
+    run.ring = in.ptr;
+    run.seed = 5;
+    run.max_chunk = 100;
+    run.journal = &j;
+    assert_int_equal(th_round(&f, &cfg, &run), FA_ERR_IO);
+    assert_non_null(strstr(run.err.msg, "journal"));
+    fa_secagg_server_status_get(run.server, &st);
+    assert_int_equal(st.phase, FA_SECAGG_MASKED);
+    assert_int_equal(st.in_flight, 1);
+    assert_int_equal(fa_secagg_server_masked_abort(run.server, f.ids[0], 2000, NULL), 0);
+    w = fa_secagg_server_sum_words(run.server);
+    for (uint64_t i = 0; i < cfg.vector_len; i++)
+        assert_int_equal(w[i], 0);
+    th_run_free(&run);
+
+    memset(&tj, 0, sizeof(tj));
+    tj.fail_read = 1;
+    drop[2] = TH_DROP_MASKED;
+    style[2] = TH_UPLOAD_ABORT;
+    memset(&run, 0, sizeof(run));
+    run.ring = in.ptr;
+    run.drop = drop;
+    run.upload_style = style;
+    run.seed = 6;
+    run.journal = &j;
+    assert_int_equal(th_round(&f, &cfg, &run), FA_ERR_IO);
+    assert_non_null(strstr(run.err.msg, "spoilt"));
+    fa_secagg_server_status_get(run.server, &st);
+    assert_int_equal(st.phase, FA_SECAGG_FAILED);
+    assert_int_equal(fa_secagg_server_close(run.server, 3000, NULL), FA_ERR_STATE);
+    th_run_free(&run);
+    tj_free(&tj);
     inputs_free(&in, n);
 }
 
@@ -582,6 +728,8 @@ int main(void)
         cmocka_unit_test(test_dropouts_mixed),
         cmocka_unit_test(test_uploads_retried),
         cmocka_unit_test(test_uploads_interleaved),
+        cmocka_unit_test(test_uploads_caller_journal),
+        cmocka_unit_test(test_uploads_journal_failures),
         cmocka_unit_test(test_secagg_plus),
         cmocka_unit_test(test_float_weighted_average),
         cmocka_unit_test(test_lengths_and_ring_sizes),
