@@ -100,7 +100,7 @@ for r in "${REGIONS[@]}"; do
             fail "$r uploaded $b bytes in a round: not within [$masked, $bound] (the masked adapters)"
         [ $((b * 5)) -lt "$full" ] || fail "$r uploaded $b bytes, the whole model would be $full"
     done
-    echo "ok: $r uploaded $(echo $ups | tr ' ' ,) bytes per round: the masked adapters are $masked" \
+    echo "ok: $r uploaded $(echo "$ups" | paste -sd, -) bytes per round: the masked adapters are $masked" \
         "($N_LORA x $bits bits), the whole model would be $full"
 done
 
