@@ -26,13 +26,14 @@ import torch
 
 import fedagg.torch as fto
 from fedagg import data
-from fedagg.safetensors import read_metadata, write_atomic
+from fedagg.safetensors import write_atomic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cnn import CNN, evaluate  # noqa: E402
 
 
-def parse_args(description, argv=None):
+def parse_args(description, argv=None, more=None):
+    """The options; more(ap), when given, adds a model's own."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("model", nargs="?", default=os.environ.get("FEDAGG_INPUT"),
                     help="the model (safetensors; default $FEDAGG_INPUT)")
@@ -42,6 +43,8 @@ def parse_args(description, argv=None):
                     help="evaluate on the first N test images (0: all 10,000)")
     ap.add_argument("--data", default=data.FASHION_MNIST_DIR, help="Fashion-MNIST directory")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    if more:
+        more(ap)
     a = ap.parse_args(argv)
     if not a.model or not a.output:
         ap.error("give MODEL and OUTPUT (or set FEDAGG_INPUT and FEDAGG_OUTPUT)")
@@ -49,12 +52,12 @@ def parse_args(description, argv=None):
 
 
 def run(a, build):
-    """Evaluates build(metadata) with the state of a.model and writes the result."""
+    """Evaluates build(a) with the state of a.model and writes the result."""
     if a.threads:
         torch.set_num_threads(a.threads)
     t0 = time.monotonic()
     state = fto.load_state_dict(a.model)
-    model = build(read_metadata(a.model))
+    model = build(a)
     # strict: every tensor of the model, nothing else; BF16/F16 are widened
     # by copy_ into the float32 model.
     model.load_state_dict(state, strict=True)
@@ -75,7 +78,7 @@ def run(a, build):
 
 
 def main():
-    run(parse_args(__doc__.split("\n\n")[0]), lambda meta: CNN())
+    run(parse_args(__doc__.split("\n\n")[0]), lambda a: CNN())
 
 
 if __name__ == "__main__":
