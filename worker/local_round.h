@@ -26,6 +26,12 @@
  * to host memory, compressed, and copied back.  Create the communicator
  * before the model: the NCCL backend selects each rank's GPU.
  *
+ * Preemption (fa_local_round_run_resumable, worker/local_checkpoint.h): a
+ * stop flag raised on any rank (a SIGTERM) is agreed on at the next step
+ * boundary; every rank saves its part of the round (the same parameters and
+ * momentum, its own compressor state) and returns FA_ERR_CANCELLED, and the
+ * restarted ranks resume it together, or all train it afresh.
+ *
  * Failure: an error found before training (a rank with another shard size,
  * options or model size) is returned on every rank.  A rank that fails in
  * the middle of a round leaves the others waiting in a collective: the
