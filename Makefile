@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build check bench fuzz sanitize demo clean
+.PHONY: all deps build check bench soak fuzz sanitize demo clean
 
 all: build
 
@@ -27,6 +27,12 @@ demo: build
 
 bench: build
 	./benchmarks/run-all.sh $(BUILD)
+
+# The federation under random SIGKILLs and relay impairments for
+# SOAK_SECONDS (180), then its checks (tests/soak/soak.sh; SOAK_SEED replays).
+SOAK_SECONDS ?= 180
+soak: build
+	SOAK_SECONDS=$(SOAK_SECONDS) ./tests/soak/soak.sh $(BUILD)
 
 # libFuzzer targets, built with clang into build-fuzz/fuzz/.
 fuzz: deps
