@@ -242,17 +242,19 @@ static int boundary_hook(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_
                "rank=%d step=%" PRIu64 " steps=%" PRIu64 " seconds=%.3f file=%s", rank, pos->step,
                total, ckpt_now(ck) - t0, ck->path);
     }
+    if (rc != 0) {
+        char q[600];
+        fa_log(flag == 2.0f ? FA_LOG_ERROR : FA_LOG_WARN,
+               flag == 2.0f ? "cannot save the local round to stop; a restart trains it afresh"
+                            : "cannot save the local round; training goes on",
+               "rank=%d step=%" PRIu64 " error=%s", rank, pos->step,
+               fa_log_quote(q, sizeof(q), fa_error_msg(&x->save_err, rc)));
+    }
     if (flag == 2.0f) {
         x->stopped = 1;
         x->stop_step = pos->step;
         x->save_rc = rc;
         return FA_TRAIN_STOP;
-    }
-    if (rc != 0) {
-        char q[600];
-        fa_log(FA_LOG_WARN, "periodic save of the local round failed; training goes on",
-               "rank=%d step=%" PRIu64 " error=%s", rank, pos->step,
-               fa_log_quote(q, sizeof(q), fa_error_msg(&x->save_err, rc)));
     }
     x->last_save = ckpt_now(ck);
     return FA_TRAIN_GO_ON;

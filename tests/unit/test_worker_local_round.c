@@ -263,6 +263,7 @@ typedef struct pjob {
     uint64_t keep_at;   /* periodic mode: the file as it was at this step is kept, as if
                            the process had been SIGKILLed there; UINT64_MAX: none */
     double every_s;     /* periodic saves (on a clock that ticks 1 s per reading) */
+    int unwritable;     /* the file's directory does not exist */
     uint64_t version_b; /* round 2's model version on the restart (2: the same) */
     float *delta;       /* rank 0: round 2's delta */
     volatile sig_atomic_t stop;
@@ -357,7 +358,8 @@ static void *preempt_rank(void *p)
     fa_local_round *lr = NULL;
     float *scratch = malloc(layout.n_params * sizeof(float));
 
-    snprintf(j->path, sizeof(j->path), "%s/local-round.%d", ckdir, fa_comm_rank(j->comm));
+    snprintf(j->path, sizeof(j->path), "%s%s/local-round.%d", ckdir,
+             j->unwritable ? "/missing" : "", fa_comm_rank(j->comm));
     if (new_worker(j, &m, &lr) != 0)
         goto out;
     /* Round 1 leaves state in the compressor (error memory, PowerSGD's Q,
@@ -426,6 +428,42 @@ static void run_preempt(pjob *jobs, int R, int kind, int stop_rank, uint64_t sto
 static int file_exists(const char *path)
 {
     return access(path, F_OK) == 0;
+}
+
+/* The save fails (no such directory): the stop still stops, says the round
+ * was not saved, and the restart trains it afresh; a round whose periodic or
+ * final save fails completes all the same. */
+static void test_preempt_save_fails(void **state)
+{
+    float *want = malloc(layout.n_params * sizeof(float));
+    float *got = malloc(layout.n_params * sizeof(float));
+    pjob jobs[1];
+    fa_comm *c;
+    pthread_t th;
+
+    run_preempt(jobs, 1, FA_COMPRESS_NONE, -1, 0, UINT64_MAX, 0, 2, want);
+    assert_int_equal(fa_comm_local_group_new(&c, 1, NULL), 0);
+    memset(&jobs[0], 0, sizeof(jobs[0]));
+    jobs[0].comm = c;
+    jobs[0].kind = FA_COMPRESS_NONE;
+    jobs[0].stop_rank = 0;
+    jobs[0].stop_at = 3;
+    jobs[0].keep_at = UINT64_MAX;
+    jobs[0].every_s = 2.0;
+    jobs[0].version_b = 2;
+    jobs[0].delta = got;
+    jobs[0].unwritable = 1;
+    assert_int_equal(pthread_create(&th, NULL, preempt_rank, &jobs[0]), 0);
+    pthread_join(th, NULL);
+    fa_comm_del(c);
+    assert_int_equal(jobs[0].rc_first, FA_ERR_CANCELLED);
+    assert_non_null(strstr(jobs[0].err_first.msg, "stopped at step 3 but could not be saved"));
+    assert_int_equal(jobs[0].rc, 0);
+    assert_int_equal(jobs[0].res.resumed, 0);
+    assert_int_equal(jobs[0].res.saves, 0);
+    assert_memory_equal(want, got, layout.n_params * sizeof(float));
+    free(want);
+    free(got);
 }
 
 static void test_preempt_resumes_bit_for_bit(void **state)
@@ -523,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_preempt_resumes_bit_for_bit),
         cmocka_unit_test(test_periodic_checkpoint_after_a_kill),
         cmocka_unit_test(test_preempt_refused_for_another_model),
+        cmocka_unit_test(test_preempt_save_fails),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
