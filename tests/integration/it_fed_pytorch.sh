@@ -19,7 +19,7 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 TPY=$(fed_torch_python) || { echo "SKIP: no python3 with torch and numpy here"; exit 77; }
 export PYTHONPATH="$FA_SRC/python"
 export OMP_NUM_THREADS=1
-ROUNDS=3
+ROUNDS=2
 STEPS=${FED_TORCH_STEPS:-15}
 
 "$TPY" "$FA_SRC/examples/pytorch-cnn/make_init.py" --out "$D/cnn-init.safetensors" \
