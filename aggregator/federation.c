@@ -760,9 +760,21 @@ static void reset_region_attempt(fa_fed *f)
     }
 }
 
-/* The masked uploads' journals go to files (upload_journal.h): the
- * aggregator's memory is then the running sum whatever the number of
- * uploads in flight. */
+/* The masked uploads' journals (upload_journal.h): in memory while they
+ * fit FA_FED_JOURNAL_MEMORY together (a file costs about four times a
+ * memcpy per byte), in files beyond, so that the aggregator's memory is the
+ * running sum and at most this much whatever the number of uploads in
+ * flight. */
+#define FA_FED_JOURNAL_MEMORY ((uint64_t)256 << 20)
+
+/* That budget, or FEDAGG_JOURNAL_MEMORY_BYTES from the environment (tests,
+ * and an operator who prefers files: 0 puts every journal in a file). */
+static uint64_t journal_memory(void)
+{
+    const char *e = getenv("FEDAGG_JOURNAL_MEMORY_BYTES");
+    return e && *e ? strtoull(e, NULL, 10) : FA_FED_JOURNAL_MEMORY;
+}
+
 static int use_journal_files(fa_fed *f, fa_error *err)
 {
     fa_secagg_journal j;
@@ -1285,14 +1297,16 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     int rc;
 
     memcpy(prev_sha, f->cur.model_sha256, 32);
-    rc = fa_secagg_server_result_weight(f->sa, &wsum, err);
+    debug_dump_sum(f);
+    /* The mean, decoded once into the sum's own memory (the streamed step
+     * reads it several times). */
+    rc = fa_secagg_server_decode_in_place(f->sa, &wsum, err);
     if (rc != 0)
         goto out;
-    debug_dump_sum(f);
-    /* Decode, optimizer step and the new version's files in one streaming
-     * pass: the weights and the state are read from the current version's
-     * files and the new ones written beside them, so a failed commit leaves
-     * the model and the optimizer exactly as they were. */
+    /* Optimizer step and the new version's files in one streaming pass: the
+     * weights and the state are read from the current version's files and
+     * the new ones written beside them, so a failed commit leaves the model
+     * and the optimizer exactly as they were. */
     rc = commit_version(f, f->opt_steps + 1, err);
     if (rc != 0)
         goto out;
@@ -2709,12 +2723,16 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         uint64_t limit;
         const char *source;
         uint32_t in_flight = rp->max_uploads_in_flight ? rp->max_uploads_in_flight : 4;
-        fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight, &need);
+        fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight,
+                             fa_secagg_masked_bytes((uint64_t)f->d + 1, ring_bits),
+                             journal_memory(), &need);
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc = fa_memory_check(&need, limit, source, err);
         if (rc == 0)
-            rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight, err);
+            rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight,
+                                       fa_secagg_masked_bytes((uint64_t)f->d + 1, ring_bits),
+                                       journal_memory(), err);
         if (rc != 0)
             goto fail;
         fa_log(FA_LOG_INFO, "memory budget",

@@ -9,12 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 
-void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, fa_memory_need *out)
+void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, uint64_t masked_bytes,
+                          uint64_t journal_memory, fa_memory_need *out)
 {
     const uint64_t mib = (uint64_t)1 << 20;
     out->sum = 4 * (d + 1);
     out->step = (3 + 2 * (uint64_t)n_state) * mib; /* delta, weights, raw; state in and out */
-    out->uploads = (uint64_t)in_flight * FA_UPLOAD_JOURNAL_BUF;
+    out->uploads = fa_upload_journal_memory_need(in_flight, masked_bytes, journal_memory);
     out->initial = 4 * d;
     out->total = out->sum + out->step + out->uploads;
     if (out->initial > out->total)
@@ -70,7 +71,7 @@ int fa_memory_check(const fa_memory_need *n, uint64_t limit, const char *source,
         return 0;
     return fa_errorf(err, FA_ERR_NOSPACE,
                      "a round needs about %.1f MiB at the aggregator (secure-aggregation sum "
-                     "%.1f, streamed optimizer step %.1f, buffers of the uploads in flight %.1f; "
+                     "%.1f, streamed optimizer step %.1f, journals of the uploads in flight %.1f; "
                      "the initial model, once at start, %.1f) but it may use %.1f MiB (%s): "
                      "raise the limit, or federate fewer tensors (model.federated)",
                      (double)n->total / mib, (double)n->sum / mib, (double)n->step / mib,

@@ -12,20 +12,23 @@
 /* The memory a round holds at its peak, by part (bytes).  The master
  * weights and the optimizer state stay in the model store's files and are
  * streamed through the step (aggregator/global_model.h), the journals of
- * the uploads in flight are files (aggregator/upload_journal.h): what
- * grows with d is the secure-aggregation sum, and once at start the
- * initial model while version 0 is written (before any round's memory). */
+ * the uploads in flight are files beyond a fixed budget
+ * (aggregator/upload_journal.h): what grows with d is the
+ * secure-aggregation sum, and once at start the initial model while version
+ * 0 is written (before any round's memory). */
 typedef struct fa_memory_need {
     uint64_t sum;     /* 4 (d + 1): the secure-aggregation running sum */
     uint64_t step;    /* the streamed optimizer step's scratch (a few MiB) */
-    uint64_t uploads; /* uploads in flight x their journal buffers */
+    uint64_t uploads; /* the journals of the uploads in flight held in memory */
     uint64_t initial; /* 4 d: the initial weights while version 0 is written */
     uint64_t total;   /* the larger of initial and the round's parts together */
 } fa_memory_need;
 
 /* d federated coordinates, n_state optimizer state vectors, in_flight
- * masked uploads at a time. */
-void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, fa_memory_need *out);
+ * masked uploads of masked_bytes at a time, their journals in memory up to
+ * journal_memory bytes (fa_upload_journal_new). */
+void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, uint64_t masked_bytes,
+                          uint64_t journal_memory, fa_memory_need *out);
 
 /* The memory allowed: configured (non-zero), else the cgroup's limit (v2
  * memory.max, v1 memory.limit_in_bytes), else the machine's.  *source

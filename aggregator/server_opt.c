@@ -83,36 +83,68 @@ void fa_server_opt_state_init(const fa_server_opt *o, size_t i, float *s, size_t
         s[k] = v0;
 }
 
-/* The adaptive step, one variant per wanted output (the flags are
- * constants at every call, so each loop compiles without branches on
- * them). */
-static inline void adaptive(const fa_server_opt *o, size_t n, float *restrict w,
-                            const float *restrict delta, const float *m, const float *v, float *m2,
-                            float *v2, int want_w, int want_m, int want_v)
+/* Coordinates per block of the kernels: loops of a fixed count vectorise
+ * without a scalar epilogue of their own (CMakeLists.txt builds this file
+ * with -O3 -fno-math-errno: sqrtf never sees a negative here, v >= 0). */
+#define BLOCK 16
+
+/* One coordinate of the adaptive step (kind a constant at every call). */
+static inline void adaptive_one(int kind, size_t i, float *restrict w, const float *restrict delta,
+                                const float *restrict m, const float *restrict v,
+                                float *restrict m2, float *restrict v2, int want_w, int want_m,
+                                int want_v, float b1, float b2, float tau, float lr)
+{
+    const float g = delta[i], g2 = g * g;
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    float vi;
+    if (kind == FA_SERVER_OPT_FEDADAM) {
+        vi = b2 * v[i] + (1.0f - b2) * g2;
+    } else if (kind == FA_SERVER_OPT_FEDYOGI) {
+        const float sg = v[i] > g2 ? 1.0f : v[i] < g2 ? -1.0f : 0.0f;
+        vi = v[i] - (1.0f - b2) * g2 * sg;
+    } else { /* FedAdagrad */
+        vi = v[i] + g2;
+    }
+    if (want_m)
+        m2[i] = mi;
+    if (want_v)
+        v2[i] = vi;
+    if (want_w)
+        w[i] += lr * mi / (sqrtf(vi) + tau);
+}
+
+static inline void adaptive(const fa_server_opt *o, int kind, size_t n, float *restrict w,
+                            const float *restrict delta, const float *restrict m,
+                            const float *restrict v, float *restrict m2, float *restrict v2,
+                            int want_w, int want_m, int want_v)
 {
     const float b1 = (float)o->p.beta1, b2 = (float)o->p.beta2, tau = (float)o->p.tau;
     const float lr = (float)o->p.learning_rate;
-    const int kind = o->p.kind;
+    size_t i = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        const float g = delta[i], g2 = g * g;
-        const float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi;
-        if (kind == FA_SERVER_OPT_FEDADAM) {
-            vi = b2 * v[i] + (1.0f - b2) * g2;
-        } else if (kind == FA_SERVER_OPT_FEDYOGI) {
-            const float s = v[i] > g2 ? 1.0f : v[i] < g2 ? -1.0f : 0.0f;
-            vi = v[i] - (1.0f - b2) * g2 * s;
-        } else { /* FedAdagrad */
-            vi = v[i] + g2;
-        }
-        if (want_m)
-            m2[i] = mi;
-        if (want_v)
-            v2[i] = vi;
-        if (want_w)
-            w[i] += lr * mi / (sqrtf(vi) + tau);
-    }
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (size_t j = i; j < i + BLOCK; j++)
+            adaptive_one(kind, j, w, delta, m, v, m2, v2, want_w, want_m, want_v, b1, b2, tau, lr);
+    for (; i < n; i++)
+        adaptive_one(kind, i, w, delta, m, v, m2, v2, want_w, want_m, want_v, b1, b2, tau, lr);
+}
+
+/* The adaptive step of kind, one variant per wanted output (each loop
+ * compiles without branches on them). */
+static inline void adaptive_kind(const fa_server_opt *o, int kind, size_t n, float *w,
+                                 const float *delta, const float *m, const float *v, float *m2,
+                                 float *v2)
+{
+    if (w && !m2 && !v2)
+        adaptive(o, kind, n, w, delta, m, v, NULL, NULL, 1, 0, 0);
+    else if (!w && m2 && !v2)
+        adaptive(o, kind, n, NULL, delta, m, v, m2, NULL, 0, 1, 0);
+    else if (!w && !m2 && v2)
+        adaptive(o, kind, n, NULL, delta, m, v, NULL, v2, 0, 0, 1);
+    else if (w && m2 && v2)
+        adaptive(o, kind, n, w, delta, m, v, m2, v2, 1, 1, 1);
+    else
+        adaptive(o, kind, n, w, delta, m, v, m2, v2, w != NULL, m2 != NULL, v2 != NULL);
 }
 
 void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float *delta,
@@ -120,6 +152,7 @@ void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float 
                         float *const next[FA_SERVER_OPT_MAX_STATE])
 {
     const float lr = (float)o->p.learning_rate;
+    float *m2 = next ? next[0] : NULL, *v2 = next ? next[1] : NULL;
 
     switch (o->p.kind) {
     case FA_SERVER_OPT_FEDAVG:
@@ -129,7 +162,6 @@ void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float 
         break;
     case FA_SERVER_OPT_FEDAVGM: {
         const float mu = (float)o->p.momentum, *m = state[0];
-        float *m2 = next ? next[0] : NULL;
         for (size_t i = 0; i < n; i++) {
             const float mi = mu * m[i] + delta[i];
             if (m2)
@@ -139,18 +171,15 @@ void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float 
         }
         break;
     }
-    default: {
-        float *m2 = next ? next[0] : NULL, *v2 = next ? next[1] : NULL;
-        if (w && !m2 && !v2)
-            adaptive(o, n, w, delta, state[0], state[1], NULL, NULL, 1, 0, 0);
-        else if (!w && m2 && !v2)
-            adaptive(o, n, NULL, delta, state[0], state[1], m2, NULL, 0, 1, 0);
-        else if (!w && !m2 && v2)
-            adaptive(o, n, NULL, delta, state[0], state[1], NULL, v2, 0, 0, 1);
-        else
-            adaptive(o, n, w, delta, state[0], state[1], m2, v2, w != NULL, m2 != NULL, v2 != NULL);
+    case FA_SERVER_OPT_FEDADAM:
+        adaptive_kind(o, FA_SERVER_OPT_FEDADAM, n, w, delta, state[0], state[1], m2, v2);
         break;
-    }
+    case FA_SERVER_OPT_FEDYOGI:
+        adaptive_kind(o, FA_SERVER_OPT_FEDYOGI, n, w, delta, state[0], state[1], m2, v2);
+        break;
+    default:
+        adaptive_kind(o, FA_SERVER_OPT_FEDADAGRAD, n, w, delta, state[0], state[1], m2, v2);
+        break;
     }
 }
 

@@ -69,8 +69,8 @@ void fa_server_opt_state_init(const fa_server_opt *o, size_t i, float *s, size_t
  * before it (state[i], n floats each, for the fa_server_opt_state_count
  * vectors): w (n floats) is updated in place and the state after it goes to
  * next[i].  Any of w and next[i] may be NULL when that output is not wanted
- * (the state alone, or the weights alone, of a chunk); state and next may
- * be the same arrays. */
+ * (the state alone, or the weights alone, of a chunk); next[i] must
+ * overlap none of w, delta and state. */
 void fa_server_opt_step(const fa_server_opt *o, size_t n, float *w, const float *delta,
                         const float *const state[FA_SERVER_OPT_MAX_STATE],
                         float *const next[FA_SERVER_OPT_MAX_STATE]);

@@ -10,7 +10,8 @@
 #include <unistd.h>
 
 struct slot {
-    int fd;         /* -1 before the first write */
+    uint8_t *mem;   /* a memory slot's journal (slot_bytes, allocated at its first write) */
+    int fd;         /* a file slot's file; -1 before the first write */
     uint64_t bytes; /* written (in the file, and the buffer after it) */
     uint8_t *buf;   /* FA_UPLOAD_JOURNAL_BUF: the bytes after `flushed` */
     size_t buf_len;
@@ -19,11 +20,26 @@ struct slot {
 
 struct fa_upload_journal {
     char *dir;
-    uint32_t n;
+    uint32_t n, n_mem; /* slots; the first n_mem keep their journal in memory */
+    uint64_t slot_bytes;
     struct slot *slots;
 };
 
-int fa_upload_journal_new(fa_upload_journal **out, const char *dir, uint32_t slots, fa_error *err)
+static uint32_t memory_slots(uint32_t slots, uint64_t slot_bytes, uint64_t memory_budget)
+{
+    if (slot_bytes == 0 || slot_bytes > SIZE_MAX / 2)
+        return 0;
+    return memory_budget / slot_bytes < slots ? (uint32_t)(memory_budget / slot_bytes) : slots;
+}
+
+uint64_t fa_upload_journal_memory_need(uint32_t slots, uint64_t slot_bytes, uint64_t memory_budget)
+{
+    uint32_t m = memory_slots(slots, slot_bytes, memory_budget);
+    return (uint64_t)m * slot_bytes + (uint64_t)(slots - m) * FA_UPLOAD_JOURNAL_BUF;
+}
+
+int fa_upload_journal_new(fa_upload_journal **out, const char *dir, uint32_t slots,
+                          uint64_t slot_bytes, uint64_t memory_budget, fa_error *err)
 {
     fa_upload_journal *j;
 
@@ -38,6 +54,8 @@ int fa_upload_journal_new(fa_upload_journal **out, const char *dir, uint32_t slo
         return fa_errorf(err, FA_ERR_NOMEM, "upload journal: out of memory");
     }
     j->n = slots;
+    j->slot_bytes = slot_bytes;
+    j->n_mem = memory_slots(slots, slot_bytes, memory_budget);
     for (uint32_t i = 0; i < slots; i++)
         j->slots[i].fd = -1;
     *out = j;
@@ -52,10 +70,16 @@ void fa_upload_journal_del(fa_upload_journal *j)
         if (j->slots[i].fd >= 0)
             close(j->slots[i].fd);
         free(j->slots[i].buf);
+        free(j->slots[i].mem);
     }
     free(j->slots);
     free(j->dir);
     free(j);
+}
+
+uint32_t fa_upload_journal_memory_slots(const fa_upload_journal *j)
+{
+    return j->n_mem;
 }
 
 uint64_t fa_upload_journal_bytes(const fa_upload_journal *j)
@@ -133,6 +157,17 @@ static int jwrite(void *ctx, uint32_t slot, uint64_t off, const uint8_t *data, s
         return fa_errorf(err, FA_ERR_INVAL,
                          "upload journal: slot %u written at %llu after %llu bytes", slot,
                          (unsigned long long)off, (unsigned long long)s->bytes);
+    if (slot < j->n_mem) {
+        if (len > j->slot_bytes - off)
+            return fa_errorf(err, FA_ERR_INVAL,
+                             "upload journal: slot %u: %zu bytes after %llu, it holds %llu", slot,
+                             len, (unsigned long long)off, (unsigned long long)j->slot_bytes);
+        if (!s->mem && !(s->mem = malloc((size_t)j->slot_bytes)))
+            return fa_errorf(err, FA_ERR_NOMEM, "upload journal: out of memory");
+        memcpy(s->mem + off, data, len);
+        s->bytes += len;
+        return 0;
+    }
     if (s->fd < 0 && (s->fd = open_file(j, slot, err)) < 0)
         return s->fd;
     if (!s->buf && !(s->buf = malloc(FA_UPLOAD_JOURNAL_BUF)))
@@ -175,6 +210,10 @@ static int jread(void *ctx, uint32_t slot, uint64_t off, uint8_t *buf, size_t le
         return fa_errorf(err, FA_ERR_INVAL,
                          "upload journal: slot %u: bytes [%llu, +%zu) read of %llu", slot,
                          (unsigned long long)off, len, (unsigned long long)s->bytes);
+    if (slot < j->n_mem) {
+        memcpy(buf, s->mem + off, len);
+        return 0;
+    }
     if ((rc = flush_slot(j, s, err)) != 0)
         return rc;
     while (len > 0) {

@@ -16,6 +16,14 @@
  * FA_UPLOAD_JOURNAL_BUF bytes (the transport hands the bytes over a packet
  * at a time), and a cleared slot is truncated, so that pages not written
  * back yet are dropped from the page cache without reaching the disk.
+ *
+ * Small uploads stay in memory.  Writing through the page cache costs
+ * about four times a memcpy; so the first slots, as many as a memory
+ * budget holds whole journals (slot_bytes each), keep theirs in memory, in
+ * buffers kept from round to round.  With a budget of B bytes the journals
+ * hold at most B bytes of memory plus a buffer per file slot, whatever the
+ * number of uploads in flight; a model whose journal is larger than B puts
+ * every journal in a file.
  */
 #ifndef FA_AGGREGATOR_UPLOAD_JOURNAL_H
 #define FA_AGGREGATOR_UPLOAD_JOURNAL_H
@@ -30,10 +38,12 @@
 
 typedef struct fa_upload_journal fa_upload_journal;
 
-/* Journals for `slots` uploads in flight (1..1024) in directory dir.  No
- * file is created before a slot's first write.  Returns 0, FA_ERR_INVAL or
- * FA_ERR_NOMEM. */
-int fa_upload_journal_new(fa_upload_journal **out, const char *dir, uint32_t slots, fa_error *err);
+/* Journals for `slots` uploads in flight (1..1024) of at most slot_bytes
+ * each, in directory dir, the first floor(memory_budget / slot_bytes) slots
+ * in memory.  No file is created, no memory allocated, before a slot's
+ * first write.  Returns 0, FA_ERR_INVAL or FA_ERR_NOMEM. */
+int fa_upload_journal_new(fa_upload_journal **out, const char *dir, uint32_t slots,
+                          uint64_t slot_bytes, uint64_t memory_budget, fa_error *err);
 /* Closes (and so removes) the files.  NULL is a no-op. */
 void fa_upload_journal_del(fa_upload_journal *j);
 
@@ -46,5 +56,11 @@ void fa_upload_journal_iface(fa_upload_journal *j, fa_secagg_journal *out);
 
 /* Bytes held in files now, over every slot (for tests and metrics). */
 uint64_t fa_upload_journal_bytes(const fa_upload_journal *j);
+/* Slots that keep their journal in memory. */
+uint32_t fa_upload_journal_memory_slots(const fa_upload_journal *j);
+
+/* The most memory journals made with these arguments hold: whole journals
+ * of the memory slots, a write buffer per file slot. */
+uint64_t fa_upload_journal_memory_need(uint32_t slots, uint64_t slot_bytes, uint64_t memory_budget);
 
 #endif

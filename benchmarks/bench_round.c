@@ -118,7 +118,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
@@ -787,6 +790,37 @@ struct secure_round {
     struct agg_phases agg;
 };
 
+/* The speed of raw AES-128-CTR keystream (OpenSSL EVP, 16 KiB blocks, as
+ * the masks are expanded) in bytes per thread-CPU second, best of three
+ * runs of 256 MiB: what expanding a region's masks costs at the least. */
+static double aes_ctr_speed(void)
+{
+    enum { BLK = 16384 };
+    static uint8_t zeros[BLK], out[BLK];
+    const uint64_t bytes = (uint64_t)256 << 20;
+    uint8_t key[16] = {1}, iv[16] = {0};
+    double best = 0;
+
+    for (int rep = 0; rep < 3; rep++) {
+        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+        struct timespec a, b;
+        int outl;
+        if (!ctx || EVP_EncryptInit_ex(ctx, EVP_aes_128_ctr(), NULL, key, iv) != 1) {
+            EVP_CIPHER_CTX_free(ctx);
+            return NAN;
+        }
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        for (uint64_t done = 0; done < bytes; done += BLK)
+            EVP_EncryptUpdate(ctx, out, &outl, zeros, BLK);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        EVP_CIPHER_CTX_free(ctx);
+        double t = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        if (t > 0 && bytes / t > best)
+            best = bytes / t;
+    }
+    return best;
+}
+
 /* GET path from the server of client-config wcfg at addr; the QUIC bytes. */
 static int measure_download(const Fedagg__WorkerConfig *wcfg, const char *addr, uint64_t *down,
                             fa_error *err);
@@ -803,6 +837,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     struct secure_round sr[64];
     double secure_wall[64], plain_wall[64], plain_up = 0, plain_down = 0;
     double plain_cpu_clients[64], plain_cpu_server[64];
+    double secure_cpu_clients[64], secure_cpu_server[64], aes_speed = NAN;
     uint64_t model_down = 0;
     long agg_hwm = -1, plain_hwm = -1;
     int ns = 0, np = 0, rc = -1, started = 0;
@@ -940,6 +975,8 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                 }
                 s->cpu_clients = f->cpu_clients;
                 s->cpu_server = f->cpu_server;
+                secure_cpu_clients[ns] = f->cpu_clients;
+                secure_cpu_server[ns] = f->cpu_server;
                 secure_wall[ns++] = wall;
             } else {
                 for (int i = 0; i < f->n; i++) {
@@ -954,6 +991,9 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     }
     plain_up /= np;
     plain_down /= np;
+    /* The AES-128-CTR speed of this run, after the rounds (the machine as
+     * they had it). */
+    aes_speed = aes_ctr_speed();
     /* The next round's model download (safetensors), for the bytes line. */
     if (measure_download(f->cl[0].wcfg, addr_s, &model_down, &err) != 0)
         fprintf(stderr, "fedagg-bench round: model download not measured: %s\n", err.msg);
@@ -999,10 +1039,32 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
          * region shares the same cores; spread over real regions the
          * clients' part runs in parallel. */
         printf("\"cpu_s\":{\"secure_clients\":%.2f,\"secure_aggregator\":%.2f,"
-               "\"plain_clients\":%.2f,\"plain_server\":%.2f,\"cores\":%ld},"
-               "\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n",
+               "\"plain_clients\":%.2f,\"plain_server\":%.2f,\"cores\":%ld},",
                s->cpu_clients, s->cpu_server, plain_cpu_clients[pi], plain_cpu_server[pi],
-               sysconf(_SC_NPROCESSORS_ONLN), agg_hwm / 1024.0, plain_hwm / 1024.0);
+               sysconf(_SC_NPROCESSORS_ONLN));
+        /* The secure overhead in CPU, medians over the reps: the aggregator's
+         * against the plain server's, and each region's CPU beyond the plain
+         * client's against the cost of expanding its masks (a self mask and
+         * one per other region: 4 bytes per coordinate each) at the
+         * AES-128-CTR speed just measured. */
+        {
+            double agg_ratio = median(secure_cpu_server, ns) / median(plain_cpu_server, np);
+            double beyond =
+                (median(secure_cpu_clients, ns) - median(plain_cpu_clients, np)) / o->regions;
+            double mask_bytes = 4.0 * (double)(d + 1) * o->regions;
+            double mask_s = mask_bytes / aes_speed;
+            printf("\"aes_128_ctr_bytes_per_s\":%s,\"aggregator_cpu_ratio\":%s,"
+                   "\"aggregator_cpu_target\":1.25,\"aggregator_cpu_met\":%s,"
+                   "\"region_cpu_beyond_plain_s\":%s,\"region_mask_expand_s\":%s,"
+                   "\"region_cpu_ratio\":%s,\"region_cpu_target\":1.5,\"region_cpu_met\":%s,",
+                   json_num(b1, sizeof(b1), aes_speed, 0), json_num(b2, sizeof(b2), agg_ratio, 3),
+                   agg_ratio <= 1.25 ? "true" : "false", json_num(b3, sizeof(b3), beyond, 3),
+                   json_num(b4, sizeof(b4), mask_s, 3),
+                   json_num(b5, sizeof(b5), beyond / mask_s, 3),
+                   beyond / mask_s <= 1.5 ? "true" : "false");
+        }
+        printf("\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n", agg_hwm / 1024.0,
+               plain_hwm / 1024.0);
         if (o->bytes) {
             double up = 0, down = 0;
             for (int i = 0; i < ns; i++) {

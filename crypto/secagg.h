@@ -436,6 +436,15 @@ int fa_secagg_server_result_f32_range(const fa_secagg_server *s, uint64_t off, f
                                       fa_error *err);
 int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum, fa_error *err);
 
+/* Decodes the result in place, once (phase DONE): the running sum becomes
+ * the d floats of result_f32 (the same values), so that a caller reading
+ * the mean several times, chunk by chunk, neither decodes it again nor
+ * holds a second copy.  From then on result_f32_range reads those floats,
+ * while result_ring and fa_secagg_server_save fail with FA_ERR_STATE (the
+ * ring sum is gone; save_meta still works: it names the masked sum).
+ * Returns 0, FA_ERR_STATE or FA_ERR_RANGE (weights sum to zero). */
+int fa_secagg_server_decode_in_place(fa_secagg_server *s, double *weight_sum, fa_error *err);
+
 /* The participants: clients of U3 (inputs in the sum) and the dropouts
  * (advertised, i.e. in U1, but not in U3), both sorted.  Valid from phase
  * CONSISTENCY on.  Pointers into s, valid until it changes. */

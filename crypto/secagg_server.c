@@ -69,6 +69,7 @@ struct fa_secagg_server {
     uint8_t *rev;      /* [sender][owner] of U1: revealed shares, 32 bytes each */
     uint8_t *rev_kind; /* [sender][owner]: REV_* */
     uint32_t *sum;     /* vector_len: the running sum, then the result */
+    int decoded;       /* the result's d floats are in sum (fa_secagg_server_decode_in_place) */
     uint64_t sum_gen;    /* changes with every change of sum (0: all zeros, as created) */
     uint64_t masked_gen; /* sum_gen when the masked phase closed (the masked sum's) */
     uint64_t masked_bytes;
@@ -1355,6 +1356,8 @@ int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
                          phase_name(s->phase));
+    if (s->decoded)
+        return fa_errorf(err, FA_ERR_STATE, "secagg result: the sum was decoded in place");
     if (n != s->cfg.c.vector_len)
         return fa_errorf(err, FA_ERR_INVAL,
                          "secagg result: %zu coordinates asked, the sum has %llu", n,
@@ -1373,7 +1376,8 @@ int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
                          phase_name(s->phase));
-    w = (double)fa_ring_signed(s->sum[d], s->cfg.c.ring_bits) / qmax;
+    w = (double)fa_ring_signed(s->sum[d], s->cfg.c.ring_bits) /
+        qmax; /* kept by an in-place decode */
     if (weight_sum)
         *weight_sum = w;
     if (!(w > 0))
@@ -1382,14 +1386,31 @@ int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum
     return 0;
 }
 
+/* out[i] = sum[i] (k-bit signed) * inv, computed in double as result_f32
+ * always has; blocks of a fixed count so that the loop vectorises. */
+static void decode_f32(float *restrict out, const uint32_t *restrict sum, size_t n, unsigned k,
+                       double inv)
+{
+    enum { B = 16 };
+    const unsigned sh = 32 - k;
+    size_t i = 0;
+    for (; i + B <= n; i += B)
+        for (size_t j = i; j < i + B; j++)
+            out[j] = (float)((double)((int32_t)(sum[j] << sh) >> sh) * inv);
+    for (; i < n; i++)
+        out[i] = (float)((double)fa_ring_signed(sum[i], k) * inv);
+}
+
+static double decode_factor(const fa_secagg_server *s, double w)
+{
+    const double qmax = (double)((1u << (s->cfg.c.quant.bits - 1)) - 1);
+    return 1.0 / (qmax / s->cfg.c.quant.clip_value * w);
+}
+
 int fa_secagg_server_result_f32_range(const fa_secagg_server *s, uint64_t off, float *out, size_t n,
                                       fa_error *err)
 {
-    const unsigned k = s->cfg.c.ring_bits;
-    const double qmax = (double)((1u << (s->cfg.c.quant.bits - 1)) - 1);
-    const double scale = qmax / s->cfg.c.quant.clip_value;
-    const uint32_t *sum = s->sum + off;
-    double w, inv;
+    double w;
     int rc;
 
     if ((rc = fa_secagg_server_result_weight(s, &w, err)) != 0)
@@ -1400,9 +1421,10 @@ int fa_secagg_server_result_f32_range(const fa_secagg_server *s, uint64_t off, f
                          "coordinate is the weight)",
                          (unsigned long long)off, (unsigned long long)(off + n),
                          (unsigned long long)(s->cfg.c.vector_len - 1));
-    inv = 1.0 / (scale * w);
-    for (size_t i = 0; i < n; i++)
-        out[i] = (float)((double)fa_ring_signed(sum[i], k) * inv);
+    if (s->decoded)
+        memcpy(out, s->sum + off, n * sizeof(float));
+    else
+        decode_f32(out, s->sum + off, n, s->cfg.c.ring_bits, decode_factor(s, w));
     return 0;
 }
 
@@ -1419,6 +1441,32 @@ int fa_secagg_server_result_f32(const fa_secagg_server *s, float *out, size_t d,
     if ((rc = fa_secagg_server_result_weight(s, weight_sum, err)) != 0)
         return rc;
     return fa_secagg_server_result_f32_range(s, 0, out, d, err);
+}
+
+int fa_secagg_server_decode_in_place(fa_secagg_server *s, double *weight_sum, fa_error *err)
+{
+    /* Through a chunk of floats (the words and the floats never alias). */
+    enum { CHUNK = 4096 };
+    const uint64_t d = s->cfg.c.vector_len - 1;
+    float buf[CHUNK];
+    double w, inv;
+    int rc;
+
+    if ((rc = fa_secagg_server_result_weight(s, &w, err)) != 0)
+        return rc;
+    if (weight_sum)
+        *weight_sum = w;
+    if (s->decoded)
+        return 0;
+    inv = decode_factor(s, w);
+    for (uint64_t i = 0; i < d; i += CHUNK) {
+        size_t m = d - i < CHUNK ? (size_t)(d - i) : CHUNK;
+        decode_f32(buf, s->sum + i, m, s->cfg.c.ring_bits, inv);
+        memcpy(s->sum + i, buf, m * sizeof(float));
+    }
+    s->decoded = 1;
+    s->sum_gen++;
+    return 0;
 }
 
 size_t fa_secagg_server_survivor_count(const fa_secagg_server *s)
@@ -1561,6 +1609,8 @@ int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_
 
     if ((rc = save_check(s, err)) != 0)
         return rc;
+    if (s->decoded)
+        return fa_errorf(err, FA_ERR_STATE, "secagg save: the sum was decoded in place");
     fa_wbuf_init(&w, 1);
     put_state(&w, s, SRV_V_SUM);
     /* The sum: one byte saying whether it is all zeros (as it is at every
