@@ -14,9 +14,10 @@
 # fedagg_fedeval_accuracy, the reports verified by fedagg audit verify); the
 # aggregator's evaluator command (examples/pytorch-cnn/evaluate.py) gives
 # central_eval; the audit log verifies and the versions are contiguous.
-source "$FA_SRC/tests/integration/fedtest.sh"
-
+# shellcheck source=deploy/fedlib.sh
+source "$FA_SRC/deploy/fedlib.sh"
 TPY=$(fed_torch_python) || { echo "SKIP: no python3 with torch and numpy here"; exit 77; }
+source "$FA_SRC/tests/integration/fedtest.sh"
 export PYTHONPATH="$FA_SRC/python"
 export OMP_NUM_THREADS=1
 ROUNDS=2

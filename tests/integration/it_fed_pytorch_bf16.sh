@@ -9,9 +9,10 @@
 #     and SHA-256 of that file), GET /v1/models/latest the BF16 one;
 #   - the published BF16 tensors are the master rounded to nearest even;
 #   - the models load into the CNN with load_state_dict(strict=True).
-source "$FA_SRC/tests/integration/fedtest.sh"
-
+# shellcheck source=deploy/fedlib.sh
+source "$FA_SRC/deploy/fedlib.sh"
 TPY=$(fed_torch_python) || { echo "SKIP: no python3 with torch and numpy here"; exit 77; }
+source "$FA_SRC/tests/integration/fedtest.sh"
 export PYTHONPATH="$FA_SRC/python"
 export OMP_NUM_THREADS=1
 ROUNDS=2

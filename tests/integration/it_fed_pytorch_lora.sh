@@ -9,9 +9,10 @@
 #     is at most the masked vector of the adapters ((adapter parameters + 1)
 #     x ring bits / 8) plus the protocol's small messages, a fraction of
 #     what the whole model would take.
-source "$FA_SRC/tests/integration/fedtest.sh"
-
+# shellcheck source=deploy/fedlib.sh
+source "$FA_SRC/deploy/fedlib.sh"
 TPY=$(fed_torch_python) || { echo "SKIP: no python3 with torch and numpy here"; exit 77; }
+source "$FA_SRC/tests/integration/fedtest.sh"
 export PYTHONPATH="$FA_SRC/python"
 export OMP_NUM_THREADS=1
 ROUNDS=3
