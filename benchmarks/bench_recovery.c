@@ -1,0 +1,562 @@
+/* bench_recovery.c - `fedagg-bench recovery` (issue 11): how long a
+ * federation takes to come back after a process dies.  One JSON line each:
+ *
+ * aggregator_restart  The aggregator SIGKILLed at a random point of the
+ *                     advertise phase (0.4-1.2 s after a round completed:
+ *                     two regions wait in their advertise long-poll while
+ *                     the third, which trains 200 times longer, is still
+ *                     training) and started again at once on the same
+ *                     address, with the same static secret; seconds from its
+ *                     start to the next completed round (median of --runs,
+ *                     5), and to every worker back in the protocol (a new
+ *                     "round done" in each worker's log).
+ * aggregator_restart_anchor
+ *                     The same with the workers' keep-alive PINGs during
+ *                     requests turned off (FEDAGG_QUIC_KEEPALIVE_MS=0): a
+ *                     worker waiting in a long-poll learns of the restart
+ *                     only at its idle timeout (60 s), which is how every
+ *                     restart went before the PINGs and the short stateless
+ *                     resets (--anchor-runs, 1: a minute each; 0 = none);
+ *                     ratio = anchor / aggregator_restart.
+ * worker_restart      A worker SIGKILLed at the same kind of point and
+ *                     started again at once; seconds from its start to its
+ *                     next "round done" (it resumes the attempt in flight or
+ *                     joins the next one), median of --runs, the regions in
+ *                     turn.
+ *
+ * The federation: 3 regions on loopback as the multi-process tests run
+ * them (benchmarks/bench-recovery-setup.sh: the built-in trainer, 5 local
+ * steps, 1000 in one region: rounds of about 2 s, phase deadlines of 8 s, the
+ * default QUIC settings), its processes the real fedagg-aggregator and
+ * fedagg-worker binaries.  A sample includes the restarted process's own
+ * start (loading its state and data), which a deployment pays too.  Timed
+ * by polling the logs every 20 ms.  About 2 minutes on 2 cores, most of it
+ * the anchor.  Never fails for being slow; exits 1 only when a part could
+ * not be measured (an "error" JSON line).  The work directory (under /tmp)
+ * is deleted unless --keep or an error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "benchmarks/round_bench.h"
+#include "common/fa_file.h"
+
+const char fa_bench_recovery_help[] =
+    "seconds from an aggregator restart to the next round (vs the idle-timeout anchor) and from "
+    "a worker restart to its next round";
+
+#define N_REGIONS 3
+#define MAX_RUNS 64
+#define WAIT_S 180.0 /* any single wait; the anchor's takes ~60 s */
+#define ROUND_DONE_AGG "msg=\"round completed\""
+#define ROUND_DONE_WORKER "msg=\"round done\""
+
+struct fed {
+    char src[PATH_MAX], bin[PATH_MAX], dir[PATH_MAX];
+    char agg_cfg[PATH_MAX + 32], agg_log[PATH_MAX + 32];
+    char region[N_REGIONS][32];
+    char wcfg[N_REGIONS][PATH_MAX + 64], wlog[N_REGIONS][PATH_MAX + 64];
+    pid_t agg, worker[N_REGIONS];
+    uint32_t rng;
+};
+
+static void json_error(const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void json_error(const char *what, const char *fmt, ...)
+{
+    char msg[1024], q[1100];
+    size_t j = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    for (size_t i = 0; msg[i] && j + 3 < sizeof(q); i++) {
+        if (msg[i] == '"' || msg[i] == '\\')
+            q[j++] = '\\';
+        q[j++] = (msg[i] == '\n' || msg[i] == '\t') ? ' ' : msg[i];
+    }
+    q[j] = '\0';
+    printf("{\"bench\":\"recovery\",\"what\":\"%s\",\"error\":\"%s\"}\n", what, q);
+    fflush(stdout);
+    fprintf(stderr, "fedagg-bench recovery: %s: %s\n", what, msg);
+}
+
+static uint32_t rnd(struct fed *F, uint32_t n)
+{
+    /* xorshift32: the kill points are a seeded sequence (--seed) */
+    F->rng ^= F->rng << 13;
+    F->rng ^= F->rng >> 17;
+    F->rng ^= F->rng << 5;
+    return n ? F->rng % n : 0;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Lines of the file at path holding needle (0 when it cannot be read). */
+static long count_lines(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    long n = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, needle))
+            n++;
+    fclose(f);
+    return n;
+}
+
+/* ------------------------------------------------------------ processes */
+
+static int spawn_agg(struct fed *F)
+{
+    char exe[PATH_MAX + 32];
+    char *argv[] = {exe, "--config", F->agg_cfg, NULL};
+    fa_error err;
+    snprintf(exe, sizeof(exe), "%s/fedagg-aggregator", F->bin);
+    if (fa_rbench_spawn(&F->agg, argv, F->agg_log, &err) != 0) {
+        F->agg = 0;
+        return -1;
+    }
+    return 0;
+}
+
+static int spawn_worker(struct fed *F, int i)
+{
+    char exe[PATH_MAX + 32];
+    char *argv[] = {exe, "--config", F->wcfg[i], NULL};
+    fa_error err;
+    snprintf(exe, sizeof(exe), "%s/fedagg-worker", F->bin);
+    if (fa_rbench_spawn(&F->worker[i], argv, F->wlog[i], &err) != 0) {
+        F->worker[i] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGKILL, as a crash: no drain, no connection close.  Reaps the child. */
+static void crash(pid_t *pid)
+{
+    if (*pid > 0) {
+        kill(*pid, SIGKILL);
+        (void)fa_rbench_stop(*pid, 0);
+    }
+    *pid = 0;
+}
+
+/* Which process of the federation exited without being killed, or NULL. */
+static const char *who_died(struct fed *F)
+{
+    if (F->agg > 0 && !fa_rbench_alive(F->agg))
+        return "the aggregator";
+    for (int i = 0; i < N_REGIONS; i++)
+        if (F->worker[i] > 0 && !fa_rbench_alive(F->worker[i]))
+            return F->region[i];
+    return NULL;
+}
+
+/* Waits until the log at path holds n lines with needle; *at = when it saw
+ * them (monotonic seconds).  Returns 0, or -1 (timeout, or a process died:
+ * said in why). */
+static int wait_lines(struct fed *F, const char *path, const char *needle, long n, double *at,
+                      char *why, size_t whylen)
+{
+    double start = fa_rbench_now();
+    for (;;) {
+        const char *dead;
+        if (count_lines(path, needle) >= n) {
+            *at = fa_rbench_now();
+            return 0;
+        }
+        if ((dead = who_died(F)) != NULL) {
+            snprintf(why, whylen, "%s exited on its own (see %s/logs)", dead, F->dir);
+            return -1;
+        }
+        if (fa_rbench_now() - start > WAIT_S) {
+            snprintf(why, whylen, "no %ld lines '%s' in %s after %.0f s", n, needle, path, WAIT_S);
+            return -1;
+        }
+        sleep_s(0.02);
+    }
+}
+
+/* Every worker has logged a round done after this call. */
+static int wait_workers_round(struct fed *F, char *why, size_t whylen)
+{
+    double at;
+    for (int i = 0; i < N_REGIONS; i++)
+        if (wait_lines(F, F->wlog[i], ROUND_DONE_WORKER,
+                       count_lines(F->wlog[i], ROUND_DONE_WORKER) + 1, &at, why, whylen) != 0)
+            return -1;
+    return 0;
+}
+
+/* Restarts every worker, with FEDAGG_QUIC_KEEPALIVE_MS=keepalive (NULL =
+ * unset), and waits until each has done a round. */
+static int restart_workers(struct fed *F, const char *keepalive, char *why, size_t whylen)
+{
+    long before[N_REGIONS];
+    double at;
+    if (keepalive)
+        setenv("FEDAGG_QUIC_KEEPALIVE_MS", keepalive, 1);
+    else
+        unsetenv("FEDAGG_QUIC_KEEPALIVE_MS");
+    for (int i = 0; i < N_REGIONS; i++) {
+        crash(&F->worker[i]);
+        before[i] = count_lines(F->wlog[i], ROUND_DONE_WORKER);
+        if (spawn_worker(F, i) != 0) {
+            snprintf(why, whylen, "cannot start the worker of %s", F->region[i]);
+            unsetenv("FEDAGG_QUIC_KEEPALIVE_MS");
+            return -1;
+        }
+    }
+    unsetenv("FEDAGG_QUIC_KEEPALIVE_MS");
+    for (int i = 0; i < N_REGIONS; i++)
+        if (wait_lines(F, F->wlog[i], ROUND_DONE_WORKER, before[i] + 1, &at, why, whylen) != 0)
+            return -1;
+    return 0;
+}
+
+/* --------------------------------------------------------------- samples */
+
+/* A random point of the advertise phase: 0.4-1.2 s after a round
+ * completed, while the slow region trains and the other two wait in their
+ * advertise long-poll (see bench-recovery-setup.sh). */
+static int random_point(struct fed *F, char *why, size_t whylen)
+{
+    double at;
+    if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, count_lines(F->agg_log, ROUND_DONE_AGG) + 1, &at,
+                   why, whylen) != 0)
+        return -1;
+    sleep_s(0.4 + (double)rnd(F, 801) / 1000.0);
+    return 0;
+}
+
+static int aggregator_sample(struct fed *F, double *round_s, double *back_s, char *why,
+                             size_t whylen)
+{
+    long rounds, done[N_REGIONS];
+    double t0, t, last;
+
+    if (random_point(F, why, whylen) != 0)
+        return -1;
+    crash(&F->agg);
+    rounds = count_lines(F->agg_log, ROUND_DONE_AGG);
+    for (int i = 0; i < N_REGIONS; i++)
+        done[i] = count_lines(F->wlog[i], ROUND_DONE_WORKER);
+    if (spawn_agg(F) != 0) {
+        snprintf(why, whylen, "cannot start the aggregator again");
+        return -1;
+    }
+    t0 = fa_rbench_now();
+    if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, rounds + 1, &t, why, whylen) != 0)
+        return -1;
+    *round_s = t - t0;
+    last = t;
+    for (int i = 0; i < N_REGIONS; i++) {
+        if (wait_lines(F, F->wlog[i], ROUND_DONE_WORKER, done[i] + 1, &t, why, whylen) != 0)
+            return -1;
+        if (t > last)
+            last = t;
+    }
+    *back_s = last - t0;
+    return 0;
+}
+
+static int worker_sample(struct fed *F, int i, double *s, char *why, size_t whylen)
+{
+    long done;
+    double t0, t;
+
+    if (random_point(F, why, whylen) != 0)
+        return -1;
+    crash(&F->worker[i]);
+    done = count_lines(F->wlog[i], ROUND_DONE_WORKER);
+    if (spawn_worker(F, i) != 0) {
+        snprintf(why, whylen, "cannot start the worker of %s again", F->region[i]);
+        return -1;
+    }
+    t0 = fa_rbench_now();
+    if (wait_lines(F, F->wlog[i], ROUND_DONE_WORKER, done + 1, &t, why, whylen) != 0)
+        return -1;
+    *s = t - t0;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double s[MAX_RUNS];
+    memcpy(s, v, (size_t)n * sizeof(double));
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static void print_samples(const double *v, int n)
+{
+    printf("[");
+    for (int i = 0; i < n; i++)
+        printf("%s%.3f", i ? "," : "", v[i]);
+    printf("]");
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int find_src(struct fed *F)
+{
+    const char *env = getenv("FA_SRC");
+    char probe[PATH_MAX + 64];
+    if (env && *env) {
+        snprintf(F->src, sizeof(F->src), "%s", env);
+    } else {
+        char f[PATH_MAX];
+        snprintf(f, sizeof(f), "%s", __FILE__);
+        snprintf(F->src, sizeof(F->src), "%s/..", dirname(f));
+    }
+    snprintf(probe, sizeof(probe), "%s/benchmarks/bench-recovery-setup.sh", F->src);
+    return access(probe, R_OK) == 0 ? 0 : -1;
+}
+
+static int setup(struct fed *F, char *why, size_t whylen)
+{
+    char script[PATH_MAX + 64], log[PATH_MAX + 32], logs[PATH_MAX + 8], port[16], mport[16];
+    char *argv[] = {"/bin/bash", script, F->dir, F->bin, port, mport, NULL};
+    int p = fa_rbench_free_port(1), mp = fa_rbench_free_port(0);
+
+    if (p < 0 || mp < 0) {
+        snprintf(why, whylen, "no free port");
+        return -1;
+    }
+    snprintf(port, sizeof(port), "%d", p);
+    snprintf(mport, sizeof(mport), "%d", mp);
+    snprintf(script, sizeof(script), "%s/benchmarks/bench-recovery-setup.sh", F->src);
+    snprintf(logs, sizeof(logs), "%s/logs", F->dir);
+    snprintf(log, sizeof(log), "%s/setup.log", F->dir);
+    if (fa_file_mkdirs(logs, 0700, NULL) != 0 || fa_rbench_run(argv, log) != 0) {
+        snprintf(why, whylen, "setup failed: see %s", log);
+        return -1;
+    }
+    snprintf(F->agg_cfg, sizeof(F->agg_cfg), "%s/aggregator.textproto", F->dir);
+    snprintf(F->agg_log, sizeof(F->agg_log), "%s/logs/aggregator.log", F->dir);
+    for (int i = 0; i < N_REGIONS; i++) {
+        static const char *names[N_REGIONS] = {"eu-west", "us-east", "ap-south"};
+        snprintf(F->region[i], sizeof(F->region[i]), "%s", names[i]);
+        snprintf(F->wcfg[i], sizeof(F->wcfg[i]), "%s/worker-%s.textproto", F->dir, names[i]);
+        snprintf(F->wlog[i], sizeof(F->wlog[i]), "%s/logs/worker-%s.log", F->dir, names[i]);
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fedagg-bench recovery [--runs N] [--anchor-runs N] [--only LIST] [--seed N]\n"
+            "                             [--keep] [--dir DIR]\n"
+            "  --runs N         samples of each restart (5)\n"
+            "  --anchor-runs N  samples of the anchor, keep-alive off (1; 0 = none)\n"
+            "  --only LIST      aggregator,worker (both)\n"
+            "  --seed N         the kill points' random sequence (1)\n"
+            "  --keep           keep the work directory; --dir DIR: work there\n");
+}
+
+int fa_bench_recovery(int argc, char **argv)
+{
+    static const struct option lopts[] = {
+        {"runs", required_argument, NULL, 'r'}, {"anchor-runs", required_argument, NULL, 'a'},
+        {"only", required_argument, NULL, 'o'}, {"seed", required_argument, NULL, 's'},
+        {"keep", no_argument, NULL, 'k'},       {"dir", required_argument, NULL, 'D'},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+    };
+    static struct fed F; /* large: paths */
+    double agg_round[MAX_RUNS], agg_back[MAX_RUNS], anchor[MAX_RUNS], wrk[MAX_RUNS];
+    double agg_median = 0;
+    int c, runs = 5, anchor_runs = 1, do_agg = 1, do_worker = 1, keep = 0, status = 0;
+    const char *dir = NULL;
+    char why[1024] = "";
+    ssize_t len;
+
+    memset(&F, 0, sizeof(F));
+    F.rng = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+        switch (c) {
+        case 'r': runs = atoi(optarg); break;
+        case 'a': anchor_runs = atoi(optarg); break;
+        case 'o':
+            do_agg = strstr(optarg, "aggregator") != NULL;
+            do_worker = strstr(optarg, "worker") != NULL;
+            break;
+        case 's': F.rng = (uint32_t)strtoul(optarg, NULL, 10) | 1u; break;
+        case 'k': keep = 1; break;
+        case 'D': dir = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (runs < 1 || runs > MAX_RUNS || anchor_runs < 0 || anchor_runs > MAX_RUNS ||
+        (!do_agg && !do_worker)) {
+        usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    fa_rbench_cleanup_on_signals();
+    len = readlink("/proc/self/exe", F.bin, sizeof(F.bin) - 1);
+    if (len <= 0) {
+        json_error("setup", "cannot find this program (/proc/self/exe)");
+        return 1;
+    }
+    F.bin[len] = '\0';
+    {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof(tmp), "%s", F.bin);
+        snprintf(F.bin, sizeof(F.bin), "%s", dirname(tmp));
+    }
+    if (find_src(&F) != 0) {
+        json_error("setup", "cannot find the source tree (benchmarks/bench-recovery-setup.sh); "
+                            "set FA_SRC");
+        return 1;
+    }
+    if (dir) {
+        snprintf(F.dir, sizeof(F.dir), "%s", dir);
+    } else {
+        snprintf(F.dir, sizeof(F.dir), "/tmp/fedagg-bench-recovery.XXXXXX");
+        if (!mkdtemp(F.dir)) {
+            json_error("setup", "mkdtemp: %s", strerror(errno));
+            return 1;
+        }
+    }
+    fprintf(stderr, "fedagg-bench recovery: a 3-region federation in %s\n", F.dir);
+    if (setup(&F, why, sizeof(why)) != 0) {
+        json_error("setup", "%s", why);
+        status = 1;
+        goto out;
+    }
+    if (spawn_agg(&F) != 0) {
+        json_error("setup", "cannot start %s/fedagg-aggregator", F.bin);
+        status = 1;
+        goto out;
+    }
+    for (int i = 0; i < N_REGIONS; i++)
+        if (spawn_worker(&F, i) != 0) {
+            json_error("setup", "cannot start %s/fedagg-worker", F.bin);
+            status = 1;
+            goto out;
+        }
+    if (wait_workers_round(&F, why, sizeof(why)) != 0) {
+        json_error("setup", "the federation did not start: %s", why);
+        status = 1;
+        goto out;
+    }
+
+    if (do_agg) {
+        int ok = 1;
+        for (int i = 0; i < runs && ok; i++) {
+            ok = aggregator_sample(&F, &agg_round[i], &agg_back[i], why, sizeof(why)) == 0;
+            if (ok)
+                fprintf(stderr,
+                        "fedagg-bench recovery: aggregator restart %d: round %.2f s, "
+                        "workers back %.2f s\n",
+                        i + 1, agg_round[i], agg_back[i]);
+        }
+        if (!ok) {
+            json_error("aggregator_restart", "%s", why);
+            status = 1;
+            goto out;
+        }
+        agg_median = median(agg_round, runs);
+        printf("{\"bench\":\"recovery\",\"what\":\"aggregator_restart\",\"median_s\":%.3f,"
+               "\"runs\":%d,\"samples\":",
+               agg_median, runs);
+        print_samples(agg_round, runs);
+        printf(",\"workers_back_median_s\":%.3f,\"workers_back_samples\":", median(agg_back, runs));
+        print_samples(agg_back, runs);
+        printf(",\"keepalive_ms\":1000,\"idle_timeout_ms\":60000}\n");
+        fflush(stdout);
+    }
+
+    if (do_agg && anchor_runs > 0) {
+        int ok;
+        fprintf(stderr, "fedagg-bench recovery: the anchor: workers without keep-alive PINGs, "
+                        "about a minute a sample\n");
+        ok = restart_workers(&F, "0", why, sizeof(why)) == 0;
+        for (int i = 0; i < anchor_runs && ok; i++) {
+            double back;
+            ok = aggregator_sample(&F, &anchor[i], &back, why, sizeof(why)) == 0;
+            if (ok)
+                fprintf(stderr, "fedagg-bench recovery: anchor %d: round %.2f s\n", i + 1,
+                        anchor[i]);
+        }
+        if (ok)
+            ok = restart_workers(&F, NULL, why, sizeof(why)) == 0;
+        if (!ok) {
+            json_error("aggregator_restart_anchor", "%s", why);
+            status = 1;
+            goto out;
+        }
+        printf("{\"bench\":\"recovery\",\"what\":\"aggregator_restart_anchor\","
+               "\"anchor\":\"workers without keep-alive PINGs (FEDAGG_QUIC_KEEPALIVE_MS=0): a "
+               "long-poll learns of the restart at the 60 s idle timeout, as before the fix\","
+               "\"median_s\":%.3f,\"runs\":%d,\"samples\":",
+               median(anchor, anchor_runs), anchor_runs);
+        print_samples(anchor, anchor_runs);
+        printf(",\"ratio\":%.1f}\n",
+               median(anchor, anchor_runs) / (agg_median > 0 ? agg_median : 1));
+        fflush(stdout);
+    }
+
+    if (do_worker) {
+        int ok = 1;
+        for (int i = 0; i < runs && ok; i++) {
+            ok = worker_sample(&F, i % N_REGIONS, &wrk[i], why, sizeof(why)) == 0;
+            if (ok)
+                fprintf(stderr, "fedagg-bench recovery: worker %s restart: next round %.2f s\n",
+                        F.region[i % N_REGIONS], wrk[i]);
+        }
+        if (!ok) {
+            json_error("worker_restart", "%s", why);
+            status = 1;
+            goto out;
+        }
+        printf("{\"bench\":\"recovery\",\"what\":\"worker_restart\",\"median_s\":%.3f,"
+               "\"runs\":%d,\"samples\":",
+               median(wrk, runs), runs);
+        print_samples(wrk, runs);
+        printf("}\n");
+        fflush(stdout);
+    }
+
+out:
+    for (int i = 0; i < N_REGIONS; i++)
+        if (F.worker[i] > 0)
+            (void)fa_rbench_stop(F.worker[i], 2000);
+    if (F.agg > 0)
+        (void)fa_rbench_stop(F.agg, 2000); /* its drain may wait for killed workers */
+    if (keep || status != 0 || dir) {
+        fprintf(stderr, "fedagg-bench recovery: files kept in %s\n", F.dir);
+    } else {
+        char *rm[] = {"/bin/rm", "-rf", F.dir, NULL};
+        (void)fa_rbench_run(rm, "/dev/null");
+    }
+    return status;
+}
