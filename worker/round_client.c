@@ -309,8 +309,8 @@ int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t 
     return fa_round_client_fetch_model_within(rc, path, LONG_POLL_MS, version, sha256, err);
 }
 
-int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
-                                       uint64_t *version, uint8_t sha256[32], fa_error *err)
+static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t timeout_ms,
+                            uint64_t *version, uint8_t sha256[32], fa_error *err)
 {
     fa_h3_client_req req = {0};
     fa_h3_response resp;
@@ -365,6 +365,30 @@ fail:
 out:
     fa_h3_response_free(&resp);
     return r;
+}
+
+int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
+                                       uint64_t *version, uint8_t sha256[32], fa_error *err)
+{
+    uint64_t start = fa_time_mono_ns() / 1000000u;
+
+    /* A download whose connection broke off (the aggregator restarted: its
+     * stateless reset arrived mid-body) starts again from byte 0 on a fresh
+     * connection at once, within the same time budget; the transport cannot
+     * resend it by itself once body bytes reached the file. */
+    for (unsigned tries = 1;; tries++) {
+        uint64_t used = fa_time_mono_ns() / 1000000u - start;
+        int r = fetch_model_once(rc, path, used < timeout_ms ? (uint32_t)(timeout_ms - used) : 1,
+                                 version, sha256, err);
+        if (r != FA_ERR_QUIC || tries >= 3 || fa_time_mono_ns() / 1000000u - start >= timeout_ms)
+            return r;
+        {
+            char q[600];
+            fa_log(FA_LOG_INFO, "model download broke off; downloading again",
+                   "attempt=%u error=%s", tries + 1,
+                   fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
+        }
+    }
 }
 
 /* "1a2b3c4d..." (the first 8 bytes) of a digest, for messages. */
