@@ -3,8 +3,8 @@
 # set up and run the way an operator does it, with deploy/fedlib.sh:
 #
 #   bench-model.sh python
-#       prints the interpreter that imports torch and numpy (fed_torch_python),
-#       or exits 3 saying there is none.
+#       prints the interpreter that imports torch and numpy ($FEDAGG_PYTHON when set,
+#       else fed_torch_python), or exits 3 saying there is none.
 #   bench-model.sh setup DIR BIN_DIR
 #       DIR/common: PKI, identity keys, Fashion-MNIST cut into 3 non-IID shards
 #       (Dirichlet alpha 0.5, seed 7: `fedagg data split`), the CNN's version 0
@@ -56,6 +56,15 @@ die() {
 }
 
 torch_python() {
+    if [ -n "${FEDAGG_PYTHON:-}" ]; then # the interpreter the kit's tests honour too
+        if "$FEDAGG_PYTHON" -c 'import torch, numpy' >/dev/null 2>&1; then
+            command -v "$FEDAGG_PYTHON"
+            return 0
+        fi
+        echo "bench-model.sh: FEDAGG_PYTHON=$FEDAGG_PYTHON does not import torch and numpy;" \
+            "the model benchmarks need PyTorch (unset it to use /usr/bin/python3)" >&2
+        exit 3
+    fi
     fed_torch_python 2>/dev/null || {
         echo "bench-model.sh: no python3 with torch and numpy here (Debian: apt-get install" \
             "python3-torch python3-numpy, deploy/install-deps.sh); the model benchmarks need" \

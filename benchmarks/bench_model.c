@@ -79,8 +79,9 @@
  * 3 overhead rounds: a smoke run, a few minutes), --only accuracy,upload,overhead,
  * --keep, --dir DIR.  The default run takes 20-30 minutes on 2 shared cores.  Exits 0
  * when it measured (targets missed are reported in the JSON), 1 with an "error" JSON
- * line when a part could not run (no torch: said so, nothing run).  The work directory
- * (under /tmp) is deleted unless --keep, --dir or an error.
+ * line when a part could not run (no torch: said so, nothing run; the interpreter is
+ * $FEDAGG_PYTHON when set, else /usr/bin/python3 or python3, whichever imports torch).  The work
+ * directory (under /tmp) is deleted unless --keep, --dir or an error.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -877,6 +878,10 @@ int fa_bench_model(int argc, char **argv)
         json_error("model", "%s",
                    rc == 3 ? log_tail(log, tail, sizeof(tail))
                            : "bench-model.sh python failed; see the log in the work directory");
+        if (rc == 3 && !o.keep && !o.dir) { /* nothing ran: nothing to look at */
+            rm_rf(&P);
+            return 1;
+        }
         status = 1;
         goto out;
     }
