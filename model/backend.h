@@ -13,6 +13,22 @@
  *             dW_l = dz_l^T a_{l-1};  db_l = sum over rows of dz_l
  *             dz_{l-1} = (dz_l W_l) * [a_{l-1} > 0]
  *   sgd       g = dW + wd w;  v = mu v + g;  w -= lr v
+ *
+ * DP-SGD's clipped backward (run_dp) uses the same forward and backward,
+ * per example: example i's gradient is the sum over layers of the outer
+ * products dz_l[i]^T a_{l-1}[i] (weights) and dz_l[i] (biases), so its
+ * squared L2 norm is, without forming it (the "ghost norm", Goodfellow 2015,
+ * "Efficient per-example gradient computations", arXiv:1510.01799),
+ *
+ *   ||g_i||^2 = sum_l ||dz_l[i]||^2 (||a_{l-1}[i]||^2 + 1)
+ *
+ * and since every row of dz_l depends on its own example only and linearly
+ * on dz_L[i], scaling row i of every dz_l by f_i = scale min(1, clip/||g_i||)
+ * is the backward pass of the rescaled output gradient f_i dz_L[i]: the
+ * weight and bias gradients of those rows are then scale * the sum of the
+ * clipped per-example gradients.  One input-gradient pass (kept per layer)
+ * serves both the norms and the clipped sum; no per-example gradient is
+ * ever materialised.
  */
 #ifndef FA_MODEL_BACKEND_H
 #define FA_MODEL_BACKEND_H
@@ -50,6 +66,14 @@ struct fa_backend_ops {
     /* The momentum block from/to host memory (a saved local round). */
     int (*get_momentum)(fa_backend *b, float *host, fa_error *err);
     int (*set_momentum)(fa_backend *b, const float *host, fa_error *err);
+    /* DP-SGD (see above): forward, per-example norms, and
+     *   grads = scale * sum_i min(1, clip / ||g_i||) g_i
+     * (grads += that with accumulate; n = 0 leaves zero / unchanged grads).
+     * norms (host, n floats, may be NULL) gets each ||g_i||, unclipped. */
+    int (*run_dp)(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, float clip,
+                  float scale, int accumulate, float *norms, fa_mlp_stats *st, fa_error *err);
+    /* grads += v, v host memory of n_params floats (DP-SGD's noise). */
+    int (*grads_add_host)(fa_backend *b, const float *v, fa_error *err);
 };
 
 extern const struct fa_backend_ops fa_backend_cpu;

@@ -89,6 +89,10 @@ struct fa_backend {
     float *mom;     /* (n_params) */
     float *act[FA_MLP_MAX_LAYERS + 1]; /* act[l] (max_batch, dims[l]) for l >= 1; act[0] is the input */
     float *dz[2];   /* (max_batch, max dim) ping-pong gradients w.r.t. pre-activations */
+    /* DP-SGD only, allocated on its first batch: */
+    float *dzl[FA_MLP_MAX_LAYERS + 1]; /* dzl[l] (max_batch, dims[l]): every layer's dz kept */
+    double *sq;                        /* (max_batch) per-example squared gradient norms */
+    float *fac;                        /* (max_batch) per-example clip factors */
 };
 
 static void cpu_destroy(fa_backend *b)
@@ -102,6 +106,10 @@ static void cpu_destroy(fa_backend *b)
         free(b->act[i]);
     free(b->dz[0]);
     free(b->dz[1]);
+    for (uint32_t i = 0; i <= FA_MLP_MAX_LAYERS; i++)
+        free(b->dzl[i]);
+    free(b->sq);
+    free(b->fac);
     free(b);
 }
 
@@ -217,11 +225,12 @@ static void softmax_xent(const float *restrict logits, const uint8_t *restrict y
     st->n = n;
 }
 
-/* db (out) = column sums of dz (n, out). */
-FA_VEC_CLONES static void bias_grad(const float *restrict dz, uint32_t n, uint32_t out,
-                                    float *restrict db)
+/* db (out) = column sums of dz (n, out); += with accumulate. */
+FA_VEC_CLONES static void bias_grad_acc(const float *restrict dz, uint32_t n, uint32_t out,
+                                        float *restrict db, int accumulate)
 {
-    memset(db, 0, out * sizeof(float));
+    if (!accumulate)
+        memset(db, 0, out * sizeof(float));
     for (uint32_t i = 0; i < n; i++) {
         const float *restrict row = dz + (size_t)i * out;
         for (uint32_t j = 0; j < out; j++)
@@ -282,7 +291,7 @@ static int cpu_run(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, 
         /* dW (out, in) = dz^T (out, n) . a[l-1] (n, in) */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f, dz,
                     (int)out, a[l - 1], (int)in, 0.0f, b->grads + wt->offset, (int)in);
-        bias_grad(dz, n, out, db);
+        bias_grad_acc(dz, n, out, db, 0);
         if (l == 1)
             break;
         /* dz_{l-1} (n, in) = (dz (n, out) . W (out, in)) * [a[l-1] > 0] */
@@ -293,6 +302,151 @@ static int cpu_run(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, 
         dz = dnext;
         dnext = t;
     }
+    return 0;
+}
+
+/* sq[i] += ||dz[i]||^2 (||a[i]||^2 + 1): layer l's share of example i's
+ * squared gradient norm (weight outer product and bias).  Doubles: the
+ * norms decide the clipping, so they are summed without cancellation. */
+FA_VEC_CLONES static void ghost_norms(const float *restrict dz, uint32_t out,
+                                      const float *restrict a, uint32_t in, uint32_t n,
+                                      double *restrict sq)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const float *restrict g = dz + (size_t)i * out, *restrict x = a + (size_t)i * in;
+        double g2 = 0.0, a2 = 0.0;
+        for (uint32_t j = 0; j < out; j++)
+            g2 += (double)g[j] * g[j];
+        for (uint32_t k = 0; k < in; k++)
+            a2 += (double)x[k] * x[k];
+        sq[i] += g2 * (a2 + 1.0);
+    }
+}
+
+/* Row i of d (n, cols) times f[i]. */
+FA_VEC_CLONES static void scale_rows(float *restrict d, uint32_t n, uint32_t cols,
+                                     const float *restrict f)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        float *restrict row = d + (size_t)i * cols;
+        const float fi = f[i];
+        for (uint32_t j = 0; j < cols; j++)
+            row[j] *= fi;
+    }
+}
+
+static int dp_alloc(fa_backend *b, fa_error *err)
+{
+    const fa_mlp_config *c = &b->l.config;
+    int ok = 1;
+    if (b->sq)
+        return 0;
+    for (uint32_t l = 1; ok && l <= c->n_layers; l++)
+        ok = (b->dzl[l] = falloc((size_t)b->max_batch * c->dims[l])) != NULL;
+    if (ok) {
+        b->sq = calloc(b->max_batch, sizeof(double));
+        b->fac = falloc(b->max_batch);
+        ok = b->sq && b->fac;
+    }
+    if (!ok) {
+        for (uint32_t l = 0; l <= FA_MLP_MAX_LAYERS; l++) {
+            free(b->dzl[l]);
+            b->dzl[l] = NULL;
+        }
+        free(b->sq);
+        free(b->fac);
+        b->sq = NULL;
+        b->fac = NULL;
+        return fa_errorf(err, FA_ERR_NOMEM, "mlp: out of memory for DP-SGD's per-layer gradients");
+    }
+    return 0;
+}
+
+/* DP-SGD's clipped backward (backend.h): one forward, one input-gradient
+ * pass that keeps every layer's dz and sums the ghost norms, then the rows
+ * of each dz scaled by the example's clip factor and the weight and bias
+ * gradients taken from them. */
+static int cpu_run_dp(fa_backend *b, const float *x, const uint8_t *y, uint32_t n, float clip,
+                      float scale, int accumulate, float *norms, fa_mlp_stats *st, fa_error *err)
+{
+    const fa_mlp_config *c = &b->l.config;
+    const uint32_t L = c->n_layers;
+    const float *a[FA_MLP_MAX_LAYERS + 1];
+    fa_mlp_stats dummy;
+    int rc;
+
+    if (!st)
+        st = &dummy;
+    memset(st, 0, sizeof(*st));
+    if (n == 0) {
+        if (!accumulate)
+            memset(b->grads, 0, b->l.n_params * sizeof(float));
+        return 0;
+    }
+    if ((rc = dp_alloc(b, err)) != 0)
+        return rc;
+
+    /* Forward: a[l] (n, dims[l]). */
+    a[0] = x;
+    for (uint32_t l = 1; l <= L; l++) {
+        const uint32_t in = c->dims[l - 1], out = c->dims[l];
+        const fa_mlp_tensor *wt = &b->l.tensors[2 * (l - 1)], *bt = wt + 1;
+        float *z = b->act[l];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f,
+                    a[l - 1], (int)in, b->params + wt->offset, (int)in, 0.0f, z, (int)out);
+        bias_act(z, b->params + bt->offset, n, out, l < L);
+        a[l] = z;
+    }
+
+    /* dz_L (n, C) = softmax - onehot, per example (unscaled). */
+    softmax_xent(a[L], y, n, c->dims[L], 1.0f, b->dzl[L], st);
+
+    /* Input gradients, layer L down to 2, every dz kept; the ghost norms. */
+    memset(b->sq, 0, n * sizeof(double));
+    for (uint32_t l = L; l >= 1; l--) {
+        const uint32_t in = c->dims[l - 1], out = c->dims[l];
+        const fa_mlp_tensor *wt = &b->l.tensors[2 * (l - 1)];
+        ghost_norms(b->dzl[l], out, a[l - 1], in, n, b->sq);
+        if (l == 1)
+            break;
+        /* dz_{l-1} (n, in) = (dz (n, out) . W (out, in)) * [a[l-1] > 0] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out, 1.0f,
+                    b->dzl[l], (int)out, b->params + wt->offset, (int)in, 0.0f, b->dzl[l - 1],
+                    (int)in);
+        relu_mask(b->dzl[l - 1], a[l - 1], (size_t)n * in);
+    }
+
+    /* f_i = scale min(1, clip / ||g_i||) */
+    for (uint32_t i = 0; i < n; i++) {
+        double norm = sqrt(b->sq[i]);
+        if (norms)
+            norms[i] = (float)norm;
+        b->fac[i] = (float)(norm > clip ? scale * (clip / norm) : scale);
+    }
+
+    /* The clipped sum: the same weight and bias gradients from rescaled rows. */
+    for (uint32_t l = L; l >= 1; l--) {
+        const uint32_t in = c->dims[l - 1], out = c->dims[l];
+        const fa_mlp_tensor *wt = &b->l.tensors[2 * (l - 1)], *bt = wt + 1;
+        scale_rows(b->dzl[l], n, out, b->fac);
+        /* dW (out, in) (+)= dz^T (out, n) . a[l-1] (n, in) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n, 1.0f,
+                    b->dzl[l], (int)out, a[l - 1], (int)in, accumulate ? 1.0f : 0.0f,
+                    b->grads + wt->offset, (int)in);
+        bias_grad_acc(b->dzl[l], n, out, b->grads + bt->offset, accumulate);
+    }
+    return 0;
+}
+
+FA_VEC_CLONES static void add_to(float *restrict g, const float *restrict v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] += v[i];
+}
+
+static int cpu_grads_add_host(fa_backend *b, const float *v, fa_error *err)
+{
+    add_to(b->grads, v, b->l.n_params);
     return 0;
 }
 
@@ -365,4 +519,6 @@ const struct fa_backend_ops fa_backend_cpu = {
     .stream = cpu_stream,
     .get_momentum = cpu_get_momentum,
     .set_momentum = cpu_set_momentum,
+    .run_dp = cpu_run_dp,
+    .grads_add_host = cpu_grads_add_host,
 };

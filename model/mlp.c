@@ -407,6 +407,26 @@ int fa_mlp_forward_backward(fa_mlp *m, const float *x, const uint8_t *y, uint32_
     return m->ops->run(m->be, x, y, n, 1, 1.0f / (float)scale_n, NULL, stats, err);
 }
 
+int fa_mlp_forward_backward_clipped(fa_mlp *m, const float *x, const uint8_t *y, uint32_t n,
+                                    float clip, float scale, int accumulate, float *norms,
+                                    fa_mlp_stats *stats, fa_error *err)
+{
+    int rc;
+    if ((rc = check_batch(m, y, n, err)) != 0)
+        return rc;
+    if (!(clip > 0.0f) || !isfinite(clip) || !isfinite(scale))
+        return fa_errorf(err, FA_ERR_INVAL, "mlp: clip %g, scale %g (clip must be finite and > 0)",
+                         clip, scale);
+    return m->ops->run_dp(m->be, x, y, n, clip, scale, accumulate, norms, stats, err);
+}
+
+int fa_mlp_grads_add_host(fa_mlp *m, const float *v, fa_error *err)
+{
+    return m->ops->grads_add_host(m->be, v, err);
+}
+
+uint32_t fa_mlp_max_batch(const fa_mlp *m) { return m->opts.max_batch; }
+
 int fa_mlp_forward(fa_mlp *m, const float *x, const uint8_t *y, uint32_t n, float *logits,
                    fa_mlp_stats *stats, fa_error *err)
 {

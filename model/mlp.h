@@ -196,6 +196,32 @@ typedef struct fa_mlp_stats {
 int fa_mlp_forward_backward(fa_mlp *m, const float *x, const uint8_t *y, uint32_t n,
                             uint32_t scale_n, fa_mlp_stats *stats, fa_error *err);
 
+/* DP-SGD's per-example clipping (model/backend.h states the math): a
+ * forward and backward pass over n examples (as fa_mlp_forward_backward)
+ * leaving in the gradient block
+ *
+ *   grads = scale * sum over the n examples of min(1, clip / ||g_i||) g_i
+ *
+ * where g_i is example i's gradient of its own loss (all tensors together)
+ * and ||g_i|| its L2 norm, found by the ghost-norm identity without forming
+ * g_i.  With accumulate the sum is added to the block instead (a batch
+ * larger than max_batch, in pieces).  norms (host, n floats, may be NULL)
+ * gets every ||g_i|| before clipping.  The norms are float sums of float
+ * products: the clipped norm is clip to within float rounding (relative
+ * 1e-6), not exactly.  Returns 0, FA_ERR_INVAL (n out of range, a label,
+ * clip not finite and > 0, scale not finite), FA_ERR_NOMEM (the per-layer
+ * buffers, allocated on the first call), FA_ERR_CUDA. */
+int fa_mlp_forward_backward_clipped(fa_mlp *m, const float *x, const uint8_t *y, uint32_t n,
+                                    float clip, float scale, int accumulate, float *norms,
+                                    fa_mlp_stats *stats, fa_error *err);
+
+/* grads += v (host memory, n_params floats): DP-SGD's noise.  Returns 0 or
+ * FA_ERR_CUDA. */
+int fa_mlp_grads_add_host(fa_mlp *m, const float *v, fa_error *err);
+
+/* The largest batch forward_backward takes (fa_mlp_opts.max_batch). */
+uint32_t fa_mlp_max_batch(const fa_mlp *m);
+
 /* Forward pass only, returning statistics (and logits (n, classes) into
  * host memory when logits is not NULL).  n <= max_batch. */
 int fa_mlp_forward(fa_mlp *m, const float *x, const uint8_t *y, uint32_t n, float *logits,

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "model/rng.h"
 
 void fa_train_opts_default(fa_train_opts *o)
@@ -32,10 +34,140 @@ static float lr_at(const fa_train_opts *o, uint64_t t, uint64_t T)
     return o->sgd.lr;
 }
 
+/* ---------------------------------------------------------------------- */
+/* DP-SGD's random streams                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* The run key's two subkeys (BLAKE2b, libsodium's crypto_kdf). */
+#define DP_KDF_CONTEXT "fadpsgd1"
+enum { DP_SUBKEY_SAMPLE = 1, DP_SUBKEY_NOISE = 2 };
+
+/* The ChaCha20 keystream of (subkey, nonce = step), read as 64-bit words. */
+typedef struct dp_stream {
+    uint8_t key[crypto_stream_chacha20_KEYBYTES];
+    uint8_t nonce[crypto_stream_chacha20_NONCEBYTES];
+    uint64_t block; /* next 64-byte block of the keystream */
+    size_t pos;     /* next unread byte of buf */
+    uint8_t buf[4096];
+} dp_stream;
+
+static void dp_subkey(uint8_t sub[32], const uint8_t key[FA_TRAIN_DP_KEY_BYTES], uint64_t id)
+{
+    crypto_kdf_derive_from_key(sub, 32, id, DP_KDF_CONTEXT, key);
+}
+
+static void dp_stream_init(dp_stream *s, const uint8_t sub[32], uint64_t step)
+{
+    memcpy(s->key, sub, sizeof(s->key));
+    for (int i = 0; i < 8; i++)
+        s->nonce[i] = (uint8_t)(step >> (8 * i));
+    s->block = 0;
+    s->pos = sizeof(s->buf);
+}
+
+static void dp_stream_wipe(dp_stream *s) { sodium_memzero(s, sizeof(*s)); }
+
+static uint64_t dp_stream_u64(dp_stream *s)
+{
+    uint64_t v = 0;
+    if (s->pos == sizeof(s->buf)) {
+        memset(s->buf, 0, sizeof(s->buf));
+        crypto_stream_chacha20_xor_ic(s->buf, s->buf, sizeof(s->buf), s->nonce, s->block, s->key);
+        s->block += sizeof(s->buf) / 64;
+        s->pos = 0;
+    }
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | s->buf[s->pos + (size_t)i];
+    s->pos += 8;
+    return v;
+}
+
+uint64_t fa_train_dp_steps_per_pass(double q)
+{
+    double p = ceil(1.0 / q);
+    return p < 1.0 ? 1 : (uint64_t)p;
+}
+
+/* P(u < t) = t / 2^64 with t = floor(q 2^64): q itself to within 2^-64. */
+static uint32_t dp_sample_sub(const uint8_t sub[32], uint64_t step, uint32_t n, double q,
+                              uint32_t *idx)
+{
+    dp_stream s;
+    uint32_t k = 0;
+    if (q >= 1.0) {
+        for (uint32_t i = 0; i < n; i++)
+            idx[i] = i;
+        return n;
+    }
+    const uint64_t t = (uint64_t)ldexp(q, 64);
+    dp_stream_init(&s, sub, step);
+    for (uint32_t i = 0; i < n; i++)
+        if (dp_stream_u64(&s) < t)
+            idx[k++] = i;
+    dp_stream_wipe(&s);
+    return k;
+}
+
+/* Box-Muller: u1 in (0, 1], u2 in [0, 1), 53 bits each; |z| < 8.6 always. */
+static void dp_noise_sub(const uint8_t sub[32], uint64_t step, float *out, size_t len,
+                         double stddev)
+{
+    dp_stream s;
+    dp_stream_init(&s, sub, step);
+    for (size_t i = 0; i < len; i += 2) {
+        const double u1 = (double)((dp_stream_u64(&s) >> 11) + 1) * 0x1p-53;
+        const double u2 = (double)(dp_stream_u64(&s) >> 11) * 0x1p-53;
+        const double r = stddev * sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+        out[i] = (float)(r * cos(th));
+        if (i + 1 < len)
+            out[i + 1] = (float)(r * sin(th));
+    }
+    dp_stream_wipe(&s);
+}
+
+uint32_t fa_train_dp_sample(const uint8_t key[FA_TRAIN_DP_KEY_BYTES], uint64_t step, uint32_t n,
+                            double q, uint32_t *idx)
+{
+    uint8_t sub[32];
+    uint32_t k;
+    dp_subkey(sub, key, DP_SUBKEY_SAMPLE);
+    k = dp_sample_sub(sub, step, n, q, idx);
+    sodium_memzero(sub, sizeof(sub));
+    return k;
+}
+
+void fa_train_dp_noise(const uint8_t key[FA_TRAIN_DP_KEY_BYTES], uint64_t step, float *out,
+                       size_t len, double stddev)
+{
+    uint8_t sub[32];
+    dp_subkey(sub, key, DP_SUBKEY_NOISE);
+    dp_noise_sub(sub, step, out, len, stddev);
+    sodium_memzero(sub, sizeof(sub));
+}
+
+static int check_dp(const fa_train_dp *dp, const fa_train_opts *o, fa_error *err)
+{
+    if (!(dp->sampling_rate > 0.0 && dp->sampling_rate <= 1.0))
+        return fa_errorf(err, FA_ERR_INVAL, "train: DP-SGD sampling rate %g (must be in (0, 1])",
+                         dp->sampling_rate);
+    if (!(dp->clip > 0.0) || !isfinite(dp->clip) || (float)dp->clip <= 0.0f)
+        return fa_errorf(err, FA_ERR_INVAL, "train: DP-SGD clip %g (must be finite and > 0)",
+                         dp->clip);
+    if (!(dp->noise_multiplier >= 0.0) || !isfinite(dp->noise_multiplier))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "train: DP-SGD noise multiplier %g (must be finite and >= 0)",
+                         dp->noise_multiplier);
+    if (dp->noise_rank >= o->world)
+        return fa_errorf(err, FA_ERR_INVAL, "train: DP-SGD noise rank %u of %u ranks",
+                         dp->noise_rank, o->world);
+    return 0;
+}
+
 static int check_opts(fa_mlp *m, const fa_dataset *d, const fa_train_opts *o, fa_error *err)
 {
     const fa_mlp_config *c = &fa_mlp_layout_of(m)->config;
     const uint32_t C = c->dims[c->n_layers];
+    int rc;
 
     if (d->n == 0)
         return fa_errorf(err, FA_ERR_INVAL, "train: empty data set");
@@ -51,6 +183,8 @@ static int check_opts(fa_mlp *m, const fa_dataset *d, const fa_train_opts *o, fa
     if (o->lr_schedule != FA_LR_CONSTANT && o->lr_schedule != FA_LR_COSINE)
         return fa_errorf(err, FA_ERR_INVAL, "train: unknown learning-rate schedule %d",
                          o->lr_schedule);
+    if (o->dp && (rc = check_dp(o->dp, o, err)) != 0)
+        return rc;
     for (uint32_t i = 0; i < d->n; i++)
         if (d->y[i] >= C)
             return fa_errorf(err, FA_ERR_INVAL,
@@ -59,20 +193,81 @@ static int check_opts(fa_mlp *m, const fa_dataset *d, const fa_train_opts *o, fa
     return 0;
 }
 
+/* A run's DP-SGD state: subkeys and buffers. */
+typedef struct dp_run {
+    uint8_t sample_key[32], noise_key[32];
+    uint32_t *idx;   /* (n) the step's Poisson batch */
+    float *noise;    /* (n_params) on the noise rank */
+    float *norms;    /* (chunk) per-example norms of a piece */
+    uint32_t chunk;  /* the network's max_batch */
+} dp_run;
+
+/* One DP-SGD step's gradient on this rank (train.h): the Poisson batch,
+ * this rank's slice clipped and summed in pieces of the network's
+ * max_batch, and on the noise rank the noise.  *bn gets the batch size. */
+static int dp_grads(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o, dp_run *x,
+                    uint64_t t, float *xb, uint8_t *yb, uint32_t *bn, fa_mlp_stats *st,
+                    uint64_t *clipped, fa_error *err)
+{
+    const fa_train_dp *dp = o->dp;
+    const uint32_t n = data->n, dim = data->dim;
+    const double expected = dp->sampling_rate * (double)n;
+    const float scale = (float)(1.0 / expected), clip = (float)dp->clip;
+    uint32_t k, lo, hi, c0;
+    int rc;
+
+    k = dp_sample_sub(x->sample_key, t, n, dp->sampling_rate, x->idx);
+    lo = (uint32_t)((uint64_t)k * o->rank / o->world);
+    hi = (uint32_t)((uint64_t)k * (o->rank + 1) / o->world);
+    memset(st, 0, sizeof(*st));
+    c0 = lo;
+    do {
+        const uint32_t c1 = hi - c0 > x->chunk ? c0 + x->chunk : hi;
+        fa_mlp_stats cs;
+        for (uint32_t i = c0; i < c1; i++) {
+            memcpy(xb + (size_t)(i - c0) * dim, data->x + (size_t)x->idx[i] * dim,
+                   dim * sizeof(float));
+            yb[i - c0] = data->y[x->idx[i]];
+        }
+        /* grads (+)= (1/(q n)) sum of the piece's clipped gradients */
+        if ((rc = fa_mlp_forward_backward_clipped(m, xb, yb, c1 - c0, clip, scale, c0 != lo,
+                                                  x->norms, &cs, err)) != 0)
+            return rc;
+        for (uint32_t i = 0; i < c1 - c0; i++)
+            *clipped += x->norms[i] > clip;
+        st->loss_sum += cs.loss_sum;
+        st->correct += cs.correct;
+        st->n += cs.n;
+        c0 = c1;
+    } while (c0 < hi);
+    /* Once for the region: N(0, (sigma C)^2) on the sum, normalised alike. */
+    if (o->rank == dp->noise_rank && dp->noise_multiplier > 0.0) {
+        dp_noise_sub(x->noise_key, t, x->noise, fa_mlp_layout_of(m)->n_params,
+                     dp->noise_multiplier * dp->clip / expected);
+        if ((rc = fa_mlp_grads_add_host(m, x->noise, err)) != 0)
+            return rc;
+    }
+    *bn = k;
+    return 0;
+}
+
 int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
                  fa_train_result *res, fa_error *err)
 {
     const uint32_t n = data->n, dim = data->dim, B = o->batch_size;
-    uint64_t steps_per_epoch, total, perm_epoch = UINT64_MAX;
+    uint64_t steps_per_epoch, total, perm_epoch = UINT64_MAX, clipped = 0;
     fa_train_pos pos = {0};
     uint32_t *perm = NULL, part_max;
-    float *xb = NULL;   /* (part_max, dim) this rank's part of the batch */
+    float *xb = NULL;   /* (part_max, dim) this rank's part of the batch (DP: a piece of it) */
     uint8_t *yb = NULL; /* (part_max) */
+    dp_run dx;
     int rc;
 
+    memset(&dx, 0, sizeof(dx));
     if ((rc = check_opts(m, data, o, err)) != 0)
         return rc;
-    steps_per_epoch = (n + (uint64_t)B - 1) / B;
+    steps_per_epoch = o->dp ? fa_train_dp_steps_per_pass(o->dp->sampling_rate)
+                            : (n + (uint64_t)B - 1) / B;
     total = o->steps ? o->steps : (uint64_t)o->epochs * steps_per_epoch;
     if (o->resume) {
         if (o->resume->step > total)
@@ -81,11 +276,30 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
                              (unsigned long long)o->resume->step, (unsigned long long)total);
         pos = *o->resume;
     }
-    part_max = (uint32_t)(((uint64_t)(B < n ? B : n) + o->world - 1) / o->world);
-    perm = malloc((size_t)n * sizeof(*perm));
+    if (o->dp) {
+        dx.chunk = fa_mlp_max_batch(m);
+        part_max = dx.chunk < n ? dx.chunk : n;
+        dp_subkey(dx.sample_key, o->dp->key, DP_SUBKEY_SAMPLE);
+        dp_subkey(dx.noise_key, o->dp->key, DP_SUBKEY_NOISE);
+        dx.idx = malloc((size_t)n * sizeof(*dx.idx));
+        dx.norms = malloc((size_t)part_max * sizeof(float));
+        if (o->rank == o->dp->noise_rank)
+            dx.noise = malloc(fa_mlp_layout_of(m)->n_params * sizeof(float));
+        if (!dx.idx || !dx.norms || (o->rank == o->dp->noise_rank && !dx.noise)) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "train: out of memory");
+            goto out;
+        }
+    } else {
+        part_max = (uint32_t)(((uint64_t)(B < n ? B : n) + o->world - 1) / o->world);
+        perm = malloc((size_t)n * sizeof(*perm));
+        if (!perm) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "train: out of memory");
+            goto out;
+        }
+    }
     xb = malloc((size_t)part_max * dim * sizeof(float));
     yb = malloc(part_max ? part_max : 1);
-    if (!perm || !xb || !yb) {
+    if (!xb || !yb) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "train: out of memory");
         goto out;
     }
@@ -93,6 +307,8 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
     /* Step t is batch s = t mod steps_per_epoch of epoch t / steps_per_epoch. */
     for (;; pos.step++) {
         const uint64_t t = pos.step, epoch = t / steps_per_epoch, s = t % steps_per_epoch;
+        uint32_t bn;
+        fa_mlp_stats st;
 
         if (o->boundary) {
             rc = o->boundary(o->boundary_user, m, &pos, total, err);
@@ -104,35 +320,41 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
         }
         if (t == total)
             break;
-        if (epoch != perm_epoch) {
-            /* The same permutation on every rank: seeded by (seed, epoch). */
-            fa_rng rng;
-            fa_rng_seed(&rng, o->seed, epoch);
-            for (uint32_t i = 0; i < n; i++)
-                perm[i] = i;
-            fa_rng_shuffle_u32(&rng, perm, n);
-            perm_epoch = epoch;
-        }
         if (s == 0) {
             pos.pass_loss = 0.0;
             pos.pass_count = 0;
         }
 
-        /* Global batch [b0, b0 + bn) of perm; this rank's part [lo, hi). */
-        const uint32_t b0 = (uint32_t)(s * B), bn = n - b0 < B ? n - b0 : B;
-        const uint32_t lo = b0 + (uint32_t)((uint64_t)bn * o->rank / o->world);
-        const uint32_t hi = b0 + (uint32_t)((uint64_t)bn * (o->rank + 1) / o->world);
-        fa_mlp_stats st;
+        if (o->dp) {
+            if ((rc = dp_grads(m, data, o, &dx, t, xb, yb, &bn, &st, &clipped, err)) != 0)
+                goto out;
+        } else {
+            if (epoch != perm_epoch) {
+                /* The same permutation on every rank: seeded by (seed, epoch). */
+                fa_rng rng;
+                fa_rng_seed(&rng, o->seed, epoch);
+                for (uint32_t i = 0; i < n; i++)
+                    perm[i] = i;
+                fa_rng_shuffle_u32(&rng, perm, n);
+                perm_epoch = epoch;
+            }
+            /* Global batch [b0, b0 + bn) of perm; this rank's part [lo, hi). */
+            const uint32_t b0 = (uint32_t)(s * B);
+            bn = n - b0 < B ? n - b0 : B;
+            const uint32_t lo = b0 + (uint32_t)((uint64_t)bn * o->rank / o->world);
+            const uint32_t hi = b0 + (uint32_t)((uint64_t)bn * (o->rank + 1) / o->world);
 
-        for (uint32_t i = lo; i < hi; i++) {
-            memcpy(xb + (size_t)(i - lo) * dim, data->x + (size_t)perm[i] * dim,
-                   dim * sizeof(float));
-            yb[i - lo] = data->y[perm[i]];
+            for (uint32_t i = lo; i < hi; i++) {
+                memcpy(xb + (size_t)(i - lo) * dim, data->x + (size_t)perm[i] * dim,
+                       dim * sizeof(float));
+                yb[i - lo] = data->y[perm[i]];
+            }
+            /* grads = (1/bn) sum over this rank's part */
+            if ((rc = fa_mlp_forward_backward(m, xb, yb, hi - lo, bn, &st, err)) != 0)
+                goto out;
         }
-        /* grads = (1/bn) sum over this rank's part */
-        if ((rc = fa_mlp_forward_backward(m, xb, yb, hi - lo, bn, &st, err)) != 0)
-            goto out;
-        /* grads = sum over ranks: the gradient of the batch mean loss */
+        /* grads = sum over ranks: the gradient of the batch mean loss (DP:
+         * the noisy clipped sum over q n) */
         if (o->allreduce) {
             int on_device;
             float *g = fa_mlp_grads(m, &on_device);
@@ -166,8 +388,18 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
         res->samples = pos.samples;
         res->num_examples = o->steps ? (pos.samples < n ? pos.samples : n) : n;
         res->mean_loss = pos.pass_count ? pos.pass_loss / pos.pass_count : 0.0;
+        res->clipped = clipped;
     }
 out:
+    sodium_memzero(dx.sample_key, sizeof(dx.sample_key));
+    sodium_memzero(dx.noise_key, sizeof(dx.noise_key));
+    free(dx.idx);
+    free(dx.norms);
+    if (dx.noise) {
+        /* the last step's noise: a secret (with the update it would remove it) */
+        sodium_memzero(dx.noise, fa_mlp_layout_of(m)->n_params * sizeof(float));
+        free(dx.noise);
+    }
     free(perm);
     free(xb);
     free(yb);

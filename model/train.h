@@ -18,6 +18,34 @@
  * (MPI on host memory, NCCL on device memory) and gradient compression
  * (per layer, using fa_mlp_layout_of(m)->tensors for names/shapes/offsets).
  *
+ * DP-SGD (opts.dp; Abadi et al. 2016, "Deep Learning with Differential
+ * Privacy", Algorithm 1, with Poisson sampling as its accountant assumes):
+ * step t of the run is, on every rank,
+ *
+ *   batch = {i : u_i(t) < q}, u_i(t) uniform 64-bit words of the run's
+ *           sampling stream (ChaCha20 keyed from dp.key, nonce t): every
+ *           example independently with probability q, the same on every rank
+ *   this rank's part = contiguous slice r of R of the batch (ascending indices)
+ *   grads = (1 / (q n)) sum over the part of min(1, C / ||g_i||) g_i
+ *           (per-example clipping by ghost norms: fa_mlp_forward_backward_clipped)
+ *   rank dp.noise_rank alone: grads += N(0, (sigma C / (q n))^2 I) from the
+ *           run's noise stream (ChaCha20 under another key, nonce t)
+ *   allreduce(grads)   -> (1/(q n)) (sum over the batch of clipped g_i + N(0, sigma^2 C^2 I))
+ *   SGD step
+ *
+ * so the noise is added once per step for the whole region, whatever the
+ * number of ranks, and the sum is normalised by the expected batch size
+ * q n (as Opacus does; n, the data set's size, is treated as public).  A
+ * pass ("epoch") is ceil(1/q) steps; batch_size is not used; a part larger
+ * than the network's max_batch is processed in pieces.  The key is the
+ * run's secret: the samples and the noise are functions of it, so it must
+ * be fresh from a CSPRNG for every run (a fixed key is for tests).  A run
+ * resumed with the same key takes the same steps bit for bit; one resumed
+ * with a fresh key (what the worker does, worker/local_round.h) draws other
+ * samples and noise for the steps after the resume point, each as valid as
+ * the first run's: the update it releases went through the same number of
+ * noisy steps.
+ *
  * Preemption: a second hook is called between steps with the run's position
  * (fa_train_pos); it may save the run there and stop it.  The parameters,
  * the momentum, that position and the gradient hook's own state are all a
@@ -78,6 +106,16 @@ enum { FA_TRAIN_GO_ON = 0, FA_TRAIN_STOP = 1 };
 typedef int (*fa_train_boundary_fn)(void *user, fa_mlp *m, const fa_train_pos *pos, uint64_t total,
                                     fa_error *err);
 
+/* DP-SGD's parameters (see the top of this file). */
+#define FA_TRAIN_DP_KEY_BYTES 32
+typedef struct fa_train_dp {
+    double sampling_rate;    /* q in (0, 1]: Poisson sampling probability of each example */
+    double clip;             /* C > 0: per-example L2 norm bound */
+    double noise_multiplier; /* sigma >= 0: noise stddev sigma C on the clipped sum */
+    uint32_t noise_rank;     /* the one rank that adds the noise (default 0) */
+    uint8_t key[FA_TRAIN_DP_KEY_BYTES]; /* the run's secret (same on every rank); wipe after */
+} fa_train_dp;
+
 typedef struct fa_train_opts {
     uint32_t epochs;        /* passes over the data set; used when steps == 0.  Default 1 */
     uint32_t steps;         /* optimizer steps; 0 = use epochs.  Default 0 */
@@ -98,6 +136,7 @@ typedef struct fa_train_opts {
     const fa_train_pos *resume; /* NULL: from step 0.  Else continue a run saved at this
                                    position with the same options and data, the network
                                    (and the hook's state) restored to it by the caller */
+    const fa_train_dp *dp;      /* NULL: plain SGD.  Else DP-SGD (borrowed for the run) */
 } fa_train_opts;
 
 void fa_train_opts_default(fa_train_opts *o);
@@ -109,13 +148,29 @@ typedef struct fa_train_result {
                               min(n, samples) in steps mode; the FedAvg weight n_u */
     double mean_loss;      /* mean training loss of this rank's examples over the last
                               (in steps mode possibly partial) pass over the data */
+    uint64_t clipped;      /* DP-SGD: this rank's examples whose gradient norm exceeded the
+                              clip, in the steps this call ran (not those before a resume) */
 } fa_train_result;
+
+/* DP-SGD's random streams, as the loop draws them (for tests and tools).
+ * fa_train_dp_steps_per_pass: ceil(1/q), the steps of one pass.
+ * fa_train_dp_sample: the Poisson batch of step `step` over n examples,
+ * written to idx (room for n) in ascending order; returns its size.
+ * fa_train_dp_noise: out[0..len) = N(0, stddev^2) noise of step `step`
+ * (Box-Muller on 53-bit uniforms in double precision, rounded to float).
+ * Both are deterministic functions of (key, step). */
+uint64_t fa_train_dp_steps_per_pass(double q);
+uint32_t fa_train_dp_sample(const uint8_t key[FA_TRAIN_DP_KEY_BYTES], uint64_t step, uint32_t n,
+                            double q, uint32_t *idx);
+void fa_train_dp_noise(const uint8_t key[FA_TRAIN_DP_KEY_BYTES], uint64_t step, float *out,
+                       size_t len, double stddev);
 
 /* Trains m from its current parameters and momentum on data with opts
  * (from opts->resume when set).  res may be NULL.  Returns 0,
  * FA_ERR_INVAL (empty data set, dim or a label not matching the model,
  * batch of 0, rank >= world, a part larger than the network's max_batch, a
- * resume position past the run's end: message says which), FA_ERR_NOMEM,
+ * resume position past the run's end, DP-SGD parameters out of range:
+ * message says which), FA_ERR_NOMEM,
  * FA_ERR_CANCELLED (the boundary hook stopped the run), or the hooks' /
  * backend's error. */
 int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *opts,
