@@ -29,13 +29,21 @@
 #include "proto/config_check.h"
 #include "transport/h3.h"
 
-#define FINISHED_GRACE_MS 10000
+/* After the configured rounds the aggregator keeps answering so that every
+ * region learns the outcome and sends its evaluation of the final model:
+ * until every region has reported, or FINISHED_QUIET_MS pass without a new
+ * report, and at most FINISHED_MAX_MS. */
+#define FINISHED_QUIET_MS 10000
+#define FINISHED_MAX_MS 120000
 
 struct app {
     fa_h3_server *srv;
     fa_fed *fed;
     fa_api *api;
-    uint64_t finished_at;
+    uint64_t finished_at; /* when the rounds were done; 0 before */
+    uint64_t quiet_since; /* the last change of the final version's reports */
+    size_t reports;       /* how many there were then */
+    int drained;
     /* What /readyz answers, set by the server loop (the federation's
      * thread) and read by the metrics server's. */
     pthread_mutex_t lock;
@@ -70,13 +78,21 @@ static void on_tick(fa_h3_server *srv, void *arg)
         snprintf(a->why, sizeof(a->why), "%s", why);
         pthread_mutex_unlock(&a->lock);
     }
-    if (fa_fed_finished(a->fed)) {
-        if (!a->finished_at)
-            a->finished_at = now;
-        else if (now - a->finished_at > FINISHED_GRACE_MS) {
-            fa_log(FA_LOG_INFO, "all rounds done; shutting down", NULL);
+    if (fa_fed_finished(a->fed) && !a->drained) {
+        size_t regions, reports = fa_fed_eval_reports(a->fed, &regions);
+        if (!a->finished_at) {
+            a->finished_at = a->quiet_since = now;
+            a->reports = reports;
+        } else if (reports != a->reports) {
+            a->quiet_since = now;
+            a->reports = reports;
+        }
+        if (reports >= regions || now - a->quiet_since > FINISHED_QUIET_MS ||
+            now - a->finished_at > FINISHED_MAX_MS) {
+            fa_log(FA_LOG_INFO, "all rounds done; shutting down",
+                   "final_evaluations=%zu regions=%zu", reports, regions);
             fa_h3_server_drain(srv);
-            a->finished_at = UINT64_MAX / 2; /* drain once */
+            a->drained = 1; /* once */
         }
     }
 }

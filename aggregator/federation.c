@@ -2208,6 +2208,13 @@ int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n)
     return 1;
 }
 
+size_t fa_fed_eval_reports(const fa_fed *f, size_t *regions)
+{
+    if (regions)
+        *regions = f->n_regions;
+    return fa_fed_eval_count(f->feval);
+}
+
 int fa_fed_finished(const fa_fed *f)
 {
     return f->phase == FEDAGG__PHASE__PHASE_DONE;

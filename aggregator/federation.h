@@ -181,6 +181,10 @@ int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, si
  * be recorded.  For /readyz. */
 int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n);
 
+/* Federated-evaluation reports received on the current version, and the
+ * number of regions (*regions, may be NULL). */
+size_t fa_fed_eval_reports(const fa_fed *f, size_t *regions);
+
 /* 1 when the configured number of rounds is done. */
 int fa_fed_finished(const fa_fed *f);
 
