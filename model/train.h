@@ -157,7 +157,8 @@ typedef struct fa_train_result {
  * fa_train_dp_sample: the Poisson batch of step `step` over n examples,
  * written to idx (room for n) in ascending order; returns its size.
  * fa_train_dp_noise: out[0..len) = N(0, stddev^2) noise of step `step`
- * (Box-Muller on 53-bit uniforms in double precision, rounded to float).
+ * (the ziggurat of Marsaglia and Tsang with Doornik's correction, in double
+ * precision, rounded to float).
  * Both are deterministic functions of (key, step). */
 uint64_t fa_train_dp_steps_per_pass(double q);
 uint32_t fa_train_dp_sample(const uint8_t key[FA_TRAIN_DP_KEY_BYTES], uint64_t step, uint32_t n,
