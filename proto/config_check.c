@@ -544,6 +544,35 @@ static void check_external(struct ck *c, const Fedagg__ExternalTrainer *x)
                 x->workdir);
 }
 
+/* The region's differential-privacy budget (WorkerConfig.privacy). */
+static void check_worker_privacy(struct ck *c, const Fedagg__WorkerPrivacy *p)
+{
+    if (!p || p->target_epsilon == 0.0)
+        return;
+    if (!(isfinite(p->target_epsilon) && p->target_epsilon > 0))
+        problem(c, p, "target_epsilon", 0,
+                "`privacy.target_epsilon` (%g) must be a finite epsilon > 0 (0 turns differential "
+                "privacy off)",
+                p->target_epsilon);
+    if (!(p->target_delta > 0 && p->target_delta <= 0.1))
+        problem(c, p, "target_delta", 0, "`privacy.target_delta` (%g) must be in (0, 0.1]",
+                p->target_delta);
+    if (!p->unit || strcmp(p->unit, "example") != 0)
+        problem(c, p, "unit", 0,
+                "`privacy.unit` \"%s\": only \"example\" (one training example) is supported",
+                p->unit ? p->unit : "");
+    if (!(isfinite(p->noise_multiplier) && p->noise_multiplier > 0))
+        problem(c, p, "noise_multiplier", 0,
+                "`privacy.noise_multiplier` (%g) must be a finite sigma > 0", p->noise_multiplier);
+    if (!(isfinite(p->clip) && p->clip > 0))
+        problem(c, p, "clip", 0, "`privacy.clip` (%g) must be a finite L2 norm > 0", p->clip);
+    if (!(p->sampling_rate >= 0 && p->sampling_rate <= 1))
+        problem(c, p, "sampling_rate", 0,
+                "`privacy.sampling_rate` (%g) must be in [0, 1] (0: batch_size over the "
+                "shard's examples)",
+                p->sampling_rate);
+}
+
 static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
 {
     const Fedagg__DataConfig *d = cfg->data;
@@ -610,6 +639,7 @@ static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
                 "the directory of the worker's round state");
     maybe_dir(c, cfg, "state_dir", cfg->state_dir, "state_dir");
     check_log_level(c, cfg, cfg->log_level);
+    check_worker_privacy(c, cfg->privacy);
 }
 
 unsigned fa_config_check_meaning(fa_config_kind kind, const ProtobufCMessage *cfg,

@@ -96,6 +96,61 @@ static void test_worker_defaults(void **state)
     fa_diags_del(d);
 }
 
+static void test_worker_privacy(void **state)
+{
+    static const char base[] =
+        "region_id: \"eu-west\" aggregator: \"agg.example.org:4433\" state_dir: \"st\"\n"
+        "tls { cert_file: \"c\" key_file: \"k\" ca_file: \"ca\" } identity_key_file: \"id\"\n"
+        "trainer { external { command: \"./train\" } }\n"
+        "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n";
+    char text[2048];
+    Fedagg__WorkerConfig *w = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    /* off by default, with the documented defaults */
+    assert_int_equal(
+        load_text(FA_CONFIG_WORKER, base, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d), 0);
+    assert_true(w->privacy->target_epsilon == 0.0);
+    assert_true(w->privacy->target_delta == 1e-5);
+    assert_string_equal(w->privacy->unit, "example");
+    assert_true(w->privacy->noise_multiplier == 1.0 && w->privacy->clip == 1.0);
+    assert_int_equal(w->privacy->on_exhausted, FEDAGG__PRIVACY_EXHAUSTED__PRIVACY_SKIP);
+    protobuf_c_message_free_unpacked(&w->base, NULL);
+    fa_diags_del(d);
+
+    snprintf(text, sizeof(text),
+             "%sprivacy { target_epsilon: 3 target_delta: 1e-6 noise_multiplier: 1.1 clip: 0.5 "
+             "sampling_rate: 0.01 on_exhausted: PRIVACY_STOP }\n",
+             base);
+    assert_int_equal(
+        load_text(FA_CONFIG_WORKER, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d), 0);
+    assert_true(w->privacy->target_epsilon == 3.0 && w->privacy->sampling_rate == 0.01);
+    assert_int_equal(w->privacy->on_exhausted, FEDAGG__PRIVACY_EXHAUSTED__PRIVACY_STOP);
+    protobuf_c_message_free_unpacked(&w->base, NULL);
+    fa_diags_del(d);
+
+    snprintf(text, sizeof(text),
+             "%sprivacy { target_epsilon: -1 target_delta: 0.5 unit: \"user\" noise_multiplier: 0 "
+             "clip: -2 sampling_rate: 1.5 }\n",
+             base);
+    w = NULL;
+    assert_int_equal(
+        load_text(FA_CONFIG_WORKER, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d),
+        FA_ERR_INVAL);
+    assert_true(has_diag(d, "c.textproto:5:11: `privacy.target_epsilon` (-1) must be a finite "
+                            "epsilon > 0 (0 turns differential privacy off)"));
+    assert_true(has_diag(d, "c.textproto:5:30: `privacy.target_delta` (0.5) must be in (0, 0.1]"));
+    assert_true(has_diag(d, "c.textproto:5:48: `privacy.unit` \"user\": only \"example\" (one "
+                            "training example) is supported"));
+    assert_true(has_diag(d, "c.textproto:5:61: `privacy.noise_multiplier` (0) must be a finite "
+                            "sigma > 0"));
+    assert_true(has_diag(d, "c.textproto:5:81: `privacy.clip` (-2) must be a finite L2 norm > 0"));
+    assert_true(has_diag(d, "c.textproto:5:90: `privacy.sampling_rate` (1.5) must be in [0, 1] "
+                            "(0: batch_size over the shard's examples)"));
+    fa_diags_del(d);
+}
+
 static void test_meaning_errors_with_positions(void **state)
 {
     static const char text[] = "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
@@ -304,6 +359,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_paths),
         cmocka_unit_test(test_worker_defaults),
+        cmocka_unit_test(test_worker_privacy),
         cmocka_unit_test(test_meaning_errors_with_positions),
         cmocka_unit_test(test_syntax_errors_stop_before_meaning),
         cmocka_unit_test(test_guess_kind),
