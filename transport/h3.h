@@ -366,7 +366,10 @@ typedef struct fa_h3_client_req {
     uint32_t timeout_ms;
     /* Nonzero when the request may be sent again after the connection broke
      * mid-request (an idempotent request).  Requests that provably never
-     * reached the server are always retried. */
+     * reached the server are always retried, at once on a fresh connection
+     * (a stateless reset before any response byte: the server restarted).
+     * Never once response body bytes went to on_body: the connection loss
+     * is returned (FA_ERR_QUIC) and the caller starts its sink over. */
     int idempotent;
 } fa_h3_client_req;
 
