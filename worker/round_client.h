@@ -94,6 +94,15 @@ typedef struct fa_round_outcome {
 int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info, const float *delta,
                         size_t d, double weight, fa_round_outcome *out, fa_error *err);
 
+/* POST /v1/privacy: the region's privacy statement of an attempt (its
+ * federation_id and region are set here), signed with the identity key over
+ * FA_IDENTITY_DOMAIN_PRIVACY (crypto/identity.h), sent before the attempt's
+ * masked upload; network errors are retried for about 20 s.  Returns 0,
+ * FA_ERR_PROTOCOL (400), FA_ERR_AUTH (403), FA_ERR_REPLAY (409: another
+ * attempt, or past the masked phase), FA_ERR_HTTP or a transport error. */
+int fa_round_client_post_privacy(fa_round_client *rc, Fedagg__PrivacyStatement *st,
+                                 fa_error *err);
+
 /* Whether a saved, resumable state exists for round/attempt. */
 int fa_round_client_has_saved(fa_round_client *rc, uint64_t round, uint32_t attempt);
 
