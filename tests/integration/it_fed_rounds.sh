@@ -41,6 +41,25 @@ protoc --decode=fedagg.Status -I "$FA_SRC/proto" "$FA_SRC/proto/fedagg.proto" <"
     >"$D/status.txt"
 grep -q '^model_version: 3' "$D/status.txt" && grep -q '^rounds_completed: 3' "$D/status.txt" &&
     grep -q '^phase: PHASE_DONE' "$D/status.txt" || fail "status: $(cat "$D/status.txt")"
+# The same as JSON, and the model with its digest header.
+h3() {
+    "$FA_BIN/fedagg-h3" get --server "127.0.0.1:$PORT" --name localhost --ca "$D/pki/ca.crt" \
+        --cert "$D/pki/client-us-east.crt" --key "$D/pki/client-us-east.key" "$@"
+}
+h3 /v1/status --header "accept: application/json" --out "$D/status.json" >/dev/null 2>&1 ||
+    fail "GET /v1/status as JSON"
+python3 - "$D/status.json" <<'PY' || fail "status JSON: $(cat "$D/status.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["model_version"] == 3 and s["rounds_completed"] == 3, s
+assert s["num_tensors"] == 6 and s["storage"]["ok"] is True, s
+assert [r["id"] for r in s["regions"]] == ["ap-south", "eu-west", "us-east"], s
+PY
+h3 /v1/models/latest --show-headers --out "$D/latest.safetensors" >"$D/latest.json" 2>&1 ||
+    fail "GET /v1/models/latest"
+want=$(sha256sum "$D/latest.safetensors" | cut -d' ' -f1)
+grep -q "\"fedagg-model-sha256\":\"$want\"" "$D/latest.json" ||
+    fail "the model's digest header is not its SHA-256: $(cat "$D/latest.json")"
 
 # The federation is finished: the aggregator drains and exits 0 on its own.
 status=0

@@ -3,6 +3,7 @@
  *
  *   fedagg-h3 serve --listen 127.0.0.1:0 --cert C --key K --ca CA [--root DIR] [--port-file F] ...
  *   fedagg-h3 get   --server 127.0.0.1:4433 --ca CA --cert C --key K PATH [--out F]
+ *                   [--header "name: value"]... [--show-headers]
  *   fedagg-h3 post  --server ... PATH (--in FILE | --gen BYTES)
  *   fedagg-h3 gensha BYTES   SHA-256 of the first BYTES of /gen content
  *
@@ -13,7 +14,8 @@
  *   POST /slow?rate=B       like /upload, but consumes at most B bytes/s (credit held)
  *   GET  /wait?ms=N         answers after N ms (deferred response, long-poll)
  *   GET  /whoami            the client's identity from its certificate
- * Client output: one JSON line (status, bytes, sha256, seconds, MB/s).
+ * Client output: one JSON line (status, bytes, sha256, seconds, MB/s; with
+ * --show-headers the response's header fields too).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -510,6 +512,10 @@ static int client(int argc, char **argv, int post)
     uint8_t dig[32];
     unsigned dl = 0;
     char hx[65] = "", shx[65] = "";
+    fa_h3_header hdrs[8];
+    char hbuf[8][512];
+    size_t nh = 0;
+    int show_headers = 0;
     static const struct option opts[] = {
         {"server", 1, 0, 's'},     {"ca", 1, 0, 'a'},          {"cert", 1, 0, 'c'},
         {"key", 1, 0, 'k'},        {"name", 1, 0, 'n'},        {"out", 1, 0, 'o'},
@@ -518,7 +524,8 @@ static int client(int argc, char **argv, int post)
         {"no-gso", 0, 0, 'G'},     {"udp-payload", 1, 0, 'u'}, {"key-update", 1, 0, 'K'},
         {"count", 1, 0, 'N'},      {"idempotent", 0, 0, 'I'},  {"attempts", 1, 0, 'A'},
         {"backoff-ms", 1, 0, 'B'}, {"quiet-body", 0, 0, 'Q'},  {"idle-ms", 1, 0, 'L'},
-        {"pause-ms", 1, 0, 'P'},   {"ready-file", 1, 0, 'F'},  {0, 0, 0, 0}};
+        {"pause-ms", 1, 0, 'P'},   {"ready-file", 1, 0, 'F'},  {"header", 1, 0, 'H'},
+        {"show-headers", 0, 0, 'S'}, {0, 0, 0, 0}};
 
     fa_h3_client_config_default(&cfg);
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -553,6 +560,27 @@ static int client(int argc, char **argv, int post)
         case 'L': cfg.quic.idle_timeout_ms = (uint32_t)atoi(optarg); break;
         case 'P': pause_ms = atoi(optarg); break;
         case 'F': ready_file = optarg; break;
+        case 'H': {
+            char *colon;
+            if (nh == sizeof(hdrs) / sizeof(hdrs[0])) {
+                fprintf(stderr, "fedagg-h3: at most 8 --header\n");
+                return 2;
+            }
+            snprintf(hbuf[nh], sizeof(hbuf[nh]), "%s", optarg);
+            colon = strchr(hbuf[nh], ':');
+            if (!colon || colon == hbuf[nh]) {
+                fprintf(stderr, "fedagg-h3: --header '%s' is not 'name: value'\n", optarg);
+                return 2;
+            }
+            *colon++ = '\0';
+            while (*colon == ' ')
+                colon++;
+            hdrs[nh].name = hbuf[nh];
+            hdrs[nh].value = colon;
+            nh++;
+            break;
+        }
+        case 'S': show_headers = 1; break;
         default: return 2;
         }
     }
@@ -572,6 +600,8 @@ static int client(int argc, char **argv, int post)
         req.path = argv[optind];
         req.timeout_ms = timeout_ms;
         req.idempotent = idempotent;
+        req.headers = nh ? hdrs : NULL;
+        req.nheaders = nh;
         sk.md = EVP_MD_CTX_new();
         EVP_DigestInit_ex(sk.md, EVP_sha256(), NULL);
         sk.bytes = 0;
@@ -643,6 +673,21 @@ static int client(int argc, char **argv, int post)
                 if (nl)
                     *nl = '\0';
                 printf(",\"response\":%s", (char *)resp.body);
+            }
+            if (show_headers) {
+                printf(",\"headers\":{");
+                for (size_t k = 0; k < resp.nheaders; k++) {
+                    printf("%s\"", k ? "," : "");
+                    for (const char *q = resp.headers[k].name; *q; q++)
+                        if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+                            putchar(*q);
+                    printf("\":\"");
+                    for (const char *q = resp.headers[k].value; *q; q++)
+                        if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+                            putchar(*q);
+                    printf("\"");
+                }
+                printf("}");
             }
             printf(",\"seconds\":%.4f,\"mbytes_per_s\":%.1f,\"key_updates\":%" PRIu64
                    ",\"connects\":%" PRIu64 ",\"retry_seen\":%d}\n",
