@@ -1,0 +1,571 @@
+/* privacy_budget.c - a region's differential-privacy budget (privacy_budget.h). */
+#include "worker/privacy_budget.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "privacy/accountant.h"
+
+#define ID_MAX 128
+
+struct fa_privacy_budget {
+    char federation[ID_MAX], region[ID_MAX];
+    double epsilon, delta; /* the budget (the config's) */
+    fa_rdp_accountant *acc;
+    uint64_t rounds;
+    int have_last;
+    fa_privacy_release last;
+};
+
+/* ---- the sealed format -------------------------------------------------- *
+ *
+ *   header (clear, authenticated): "FAPRIVA1" | u32 len | federation |
+ *                                  u32 len | region
+ *   24-byte nonce | XChaCha20-Poly1305 of the body (16-byte tag)
+ *   body: u32 format 1 | u64 rounds | u8 have_last | u64 round | u64 version |
+ *         32-byte digest | u32 len | mechanism | f64 sigma | f64 clip |
+ *         f64 q | u64 steps | f64 eps_round | f64 eps_total |
+ *         u32 len | the accountant (fa_rdp_accountant_save)
+ *
+ * Integers little-endian, doubles as their IEEE 754 bits. */
+
+static const uint8_t magic[8] = {'F', 'A', 'P', 'R', 'I', 'V', 'A', '1'};
+#define KDF_CONTEXT "faprivac"
+#define KDF_SUBKEY 1
+#define FORMAT 1u
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    int failed;
+} wbuf;
+
+static void w_raw(wbuf *w, const void *p, size_t n)
+{
+    if (w->failed)
+        return;
+    if (w->len + n > w->cap) {
+        size_t cap = (w->cap ? w->cap * 2 : 256) + n;
+        uint8_t *q = realloc(w->p, cap);
+        if (!q) {
+            w->failed = 1;
+            return;
+        }
+        w->p = q;
+        w->cap = cap;
+    }
+    memcpy(w->p + w->len, p, n);
+    w->len += n;
+}
+
+static void w_u64(wbuf *w, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    w_raw(w, b, 8);
+}
+
+static void w_u32(wbuf *w, uint32_t v)
+{
+    uint8_t b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    w_raw(w, b, 4);
+}
+
+static void w_f64(wbuf *w, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, 8);
+    w_u64(w, v);
+}
+
+static void w_str(wbuf *w, const char *s)
+{
+    size_t n = strlen(s);
+    w_u32(w, (uint32_t)n);
+    w_raw(w, s, n);
+}
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len, off;
+    int failed;
+} rbuf;
+
+static const uint8_t *r_raw(rbuf *r, size_t n)
+{
+    const uint8_t *p;
+    if (r->failed || r->len - r->off < n) {
+        r->failed = 1;
+        return NULL;
+    }
+    p = r->p + r->off;
+    r->off += n;
+    return p;
+}
+
+static uint64_t r_u64(rbuf *r)
+{
+    const uint8_t *p = r_raw(r, 8);
+    uint64_t v = 0;
+    for (int i = 7; p && i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t r_u32(rbuf *r)
+{
+    const uint8_t *p = r_raw(r, 4);
+    uint32_t v = 0;
+    for (int i = 3; p && i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static double r_f64(rbuf *r)
+{
+    uint64_t v = r_u64(r);
+    double d;
+    memcpy(&d, &v, 8);
+    return d;
+}
+
+/* A string of at most cap - 1 bytes, NUL-terminated into out. */
+static void r_str(rbuf *r, char *out, size_t cap)
+{
+    uint32_t n = r_u32(r);
+    const uint8_t *p;
+    out[0] = '\0';
+    if (r->failed || n >= cap) {
+        r->failed = 1;
+        return;
+    }
+    p = r_raw(r, n);
+    if (p) {
+        memcpy(out, p, n);
+        out[n] = '\0';
+    }
+}
+
+/* ---- the budget ------------------------------------------------------------ */
+
+static int check_budget(double epsilon, double delta, fa_error *err)
+{
+    if (!(epsilon > 0.0) || !isfinite(epsilon))
+        return fa_errorf(err, FA_ERR_INVAL, "privacy budget: epsilon %g (must be finite and > 0)",
+                         epsilon);
+    if (!(delta > 0.0 && delta < 1.0))
+        return fa_errorf(err, FA_ERR_INVAL, "privacy budget: delta %g (must be in (0, 1))", delta);
+    return 0;
+}
+
+static int budget_alloc(fa_privacy_budget **out, const char *federation, const char *region,
+                        double epsilon, double delta, fa_error *err)
+{
+    fa_privacy_budget *b;
+    int rc;
+
+    *out = NULL;
+    if ((rc = check_budget(epsilon, delta, err)) != 0)
+        return rc;
+    if (!federation || !*federation || !region || !*region || strlen(federation) >= ID_MAX ||
+        strlen(region) >= ID_MAX)
+        return fa_errorf(err, FA_ERR_INVAL, "privacy budget: federation and region ids of 1 to "
+                                            "%d bytes needed",
+                         ID_MAX - 1);
+    b = calloc(1, sizeof(*b));
+    if (!b)
+        return fa_errorf(err, FA_ERR_NOMEM, "privacy budget: out of memory");
+    snprintf(b->federation, sizeof(b->federation), "%s", federation);
+    snprintf(b->region, sizeof(b->region), "%s", region);
+    b->epsilon = epsilon;
+    b->delta = delta;
+    *out = b;
+    return 0;
+}
+
+int fa_privacy_budget_new(fa_privacy_budget **out, const char *federation, const char *region,
+                          double epsilon, double delta, fa_error *err)
+{
+    int rc = budget_alloc(out, federation, region, epsilon, delta, err);
+    if (rc != 0)
+        return rc;
+    if ((rc = fa_rdp_accountant_new(&(*out)->acc, NULL, 0, err)) != 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void fa_privacy_budget_del(fa_privacy_budget *b)
+{
+    if (!b)
+        return;
+    fa_rdp_accountant_del(b->acc);
+    free(b);
+}
+
+static void put_header(wbuf *w, const char *federation, const char *region)
+{
+    w_raw(w, magic, sizeof(magic));
+    w_str(w, federation);
+    w_str(w, region);
+}
+
+static int seal_key(uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES],
+                    const uint8_t identity_seed[32])
+{
+    if (sodium_init() < 0)
+        return FA_ERR_CRYPTO;
+    return crypto_kdf_derive_from_key(key, crypto_aead_xchacha20poly1305_ietf_KEYBYTES,
+                                      KDF_SUBKEY, KDF_CONTEXT, identity_seed) == 0
+               ? 0
+               : FA_ERR_CRYPTO;
+}
+
+int fa_privacy_budget_seal(const fa_privacy_budget *b, const uint8_t identity_seed[32],
+                           uint8_t **out, size_t *out_len, fa_error *err)
+{
+    const fa_privacy_release *l = &b->last;
+    uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES], *acc = NULL, *dst;
+    wbuf body = {0}, w = {0};
+    size_t acc_len = 0, head_len;
+    int rc;
+
+    *out = NULL;
+    *out_len = 0;
+    if ((rc = fa_rdp_accountant_save(b->acc, &acc, &acc_len, err)) != 0)
+        return rc;
+    w_u32(&body, FORMAT);
+    w_u64(&body, b->rounds);
+    w_raw(&body, (const uint8_t[]){(uint8_t)b->have_last}, 1);
+    w_u64(&body, l->round);
+    w_u64(&body, l->version);
+    w_raw(&body, l->digest, 32);
+    w_str(&body, l->spend.mechanism);
+    w_f64(&body, l->spend.noise_multiplier);
+    w_f64(&body, l->spend.clip);
+    w_f64(&body, l->spend.sampling_rate);
+    w_u64(&body, l->spend.steps);
+    w_f64(&body, l->epsilon_round);
+    w_f64(&body, l->epsilon_total);
+    w_u32(&body, (uint32_t)acc_len);
+    w_raw(&body, acc, acc_len);
+    put_header(&w, b->federation, b->region);
+    head_len = w.len;
+    w_raw(&w, (const uint8_t[crypto_aead_xchacha20poly1305_ietf_NPUBBYTES]){0},
+          crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
+    w_raw(&w, body.p, body.len);
+    w_raw(&w, (const uint8_t[crypto_aead_xchacha20poly1305_ietf_ABYTES]){0},
+          crypto_aead_xchacha20poly1305_ietf_ABYTES);
+    if (body.failed || w.failed) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "privacy budget: out of memory");
+        goto out;
+    }
+    if (seal_key(key, identity_seed) != 0) {
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "privacy budget: key derivation failed");
+        goto out;
+    }
+    dst = w.p + head_len;
+    randombytes_buf(dst, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(dst + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES,
+                                               NULL, body.p, body.len, w.p, head_len, NULL, dst,
+                                               key);
+    *out = w.p;
+    *out_len = w.len;
+    w.p = NULL;
+out:
+    sodium_memzero(key, sizeof(key));
+    free(acc);
+    free(body.p);
+    free(w.p);
+    return rc;
+}
+
+static int check_spend(const fa_privacy_spend *sp, fa_error *err);
+static int epsilon_of(const fa_rdp_accountant *a, double delta, double *eps, fa_error *err);
+
+/* The last release's epsilons at the budget's delta (the config's, which
+ * may differ from the one it was charged at): the same computation as the
+ * charge, so the same bits when the delta is the same. */
+static int restate(fa_privacy_budget *b, fa_error *err)
+{
+    const double *orders, *spent;
+    size_t n = fa_rdp_accountant_orders(b->acc, &orders, &spent);
+    const fa_privacy_spend *sp = &b->last.spend;
+    fa_rdp_accountant *one = NULL;
+    int rc;
+
+    if ((rc = check_spend(sp, err)) != 0 || (rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
+        (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier, sp->steps,
+                                            err)) != 0 ||
+        (rc = epsilon_of(one, b->delta, &b->last.epsilon_round, err)) != 0) {
+        fa_rdp_accountant_del(one);
+        return fa_error_prefix(err, rc, "privacy accountant: its last round");
+    }
+    fa_rdp_accountant_del(one);
+    b->last.epsilon_total = fa_privacy_budget_epsilon(b);
+    return 0;
+}
+
+int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, const char *region,
+                           double epsilon, double delta, const uint8_t *sealed, size_t len,
+                           const uint8_t identity_seed[32], fa_error *err)
+{
+    char fed[ID_MAX], reg[ID_MAX];
+    uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES], *body = NULL;
+    unsigned long long body_len = 0;
+    fa_privacy_budget *b = NULL;
+    fa_privacy_release *l;
+    const uint8_t *p;
+    size_t head_len;
+    uint32_t acc_len;
+    rbuf r = {sealed, len, 0, 0};
+    int rc;
+
+    *out = NULL;
+    p = r_raw(&r, sizeof(magic));
+    if (!p || memcmp(p, magic, sizeof(magic)) != 0)
+        return fa_errorf(err, FA_ERR_CORRUPT, "not a sealed privacy accountant (no FAPRIVA1 "
+                                              "header)");
+    r_str(&r, fed, sizeof(fed));
+    r_str(&r, reg, sizeof(reg));
+    head_len = r.off;
+    if (r.failed || len - head_len < crypto_aead_xchacha20poly1305_ietf_NPUBBYTES +
+                                         crypto_aead_xchacha20poly1305_ietf_ABYTES)
+        return fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: truncated");
+    if (strcmp(fed, federation ? federation : "") != 0 || strcmp(reg, region ? region : "") != 0)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "the privacy accountant is region '%s' of federation '%s', this worker "
+                         "is '%s' of '%s': another region's state directory",
+                         reg, fed, region ? region : "", federation ? federation : "");
+    if ((rc = budget_alloc(&b, federation, region, epsilon, delta, err)) != 0)
+        return rc;
+    body_len = len - head_len - crypto_aead_xchacha20poly1305_ietf_NPUBBYTES -
+               crypto_aead_xchacha20poly1305_ietf_ABYTES;
+    body = malloc(body_len ? body_len : 1);
+    if (!body) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "privacy budget: out of memory");
+        goto out;
+    }
+    if (seal_key(key, identity_seed) != 0) {
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "privacy budget: key derivation failed");
+        goto out;
+    }
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(
+            body, &body_len, NULL, sealed + head_len + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES,
+            len - head_len - crypto_aead_xchacha20poly1305_ietf_NPUBBYTES, sealed, head_len,
+            sealed + head_len, key) != 0) {
+        rc = fa_errorf(err, FA_ERR_VERIFY,
+                       "the privacy accountant does not open with this region's identity key: it "
+                       "was altered, or sealed under another key");
+        goto out;
+    }
+    r = (rbuf){body, (size_t)body_len, 0, 0};
+    l = &b->last;
+    if (r_u32(&r) != FORMAT) {
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: unknown format");
+        goto out;
+    }
+    b->rounds = r_u64(&r);
+    p = r_raw(&r, 1);
+    b->have_last = p && *p;
+    l->round = r_u64(&r);
+    l->version = r_u64(&r);
+    if ((p = r_raw(&r, 32)) != NULL)
+        memcpy(l->digest, p, 32);
+    r_str(&r, l->spend.mechanism, sizeof(l->spend.mechanism));
+    l->spend.noise_multiplier = r_f64(&r);
+    l->spend.clip = r_f64(&r);
+    l->spend.sampling_rate = r_f64(&r);
+    l->spend.steps = r_u64(&r);
+    l->epsilon_round = r_f64(&r);
+    l->epsilon_total = r_f64(&r);
+    acc_len = r_u32(&r);
+    p = r_raw(&r, acc_len);
+    if (r.failed || r.off != r.len || !p) {
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: malformed state");
+        goto out;
+    }
+    if ((rc = fa_rdp_accountant_restore(&b->acc, p, acc_len, err)) != 0) {
+        fa_error_prefix(err, rc, "privacy accountant");
+        goto out;
+    }
+    if (b->have_last && (rc = restate(b, err)) != 0)
+        goto out;
+    *out = b;
+    b = NULL;
+out:
+    sodium_memzero(key, sizeof(key));
+    free(body);
+    fa_privacy_budget_del(b);
+    return rc;
+}
+
+/* ---- spending ---------------------------------------------------------------- */
+
+static int check_spend(const fa_privacy_spend *sp, fa_error *err)
+{
+    if (strcmp(sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD) != 0)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "privacy: mechanism \"%.40s\" cannot be accounted (only \"%s\", the "
+                         "Poisson-sampled Gaussian)",
+                         sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD);
+    if (!(sp->noise_multiplier > 0.0) || !isfinite(sp->noise_multiplier))
+        return fa_errorf(err, FA_ERR_INVAL, "privacy: noise multiplier %g (must be finite, > 0)",
+                         sp->noise_multiplier);
+    if (!(sp->clip > 0.0) || !isfinite(sp->clip))
+        return fa_errorf(err, FA_ERR_INVAL, "privacy: clip %g (must be finite, > 0)", sp->clip);
+    if (!(sp->sampling_rate > 0.0 && sp->sampling_rate <= 1.0))
+        return fa_errorf(err, FA_ERR_INVAL, "privacy: sampling rate %g (must be in (0, 1])",
+                         sp->sampling_rate);
+    if (sp->steps == 0)
+        return fa_errorf(err, FA_ERR_INVAL, "privacy: a round of 0 noisy steps");
+    return 0;
+}
+
+static int epsilon_of(const fa_rdp_accountant *a, double delta, double *eps, fa_error *err)
+{
+    return fa_rdp_accountant_epsilon(a, delta, FA_RDP_CONVERSION_TIGHT, eps, NULL, err);
+}
+
+int fa_privacy_budget_preview(const fa_privacy_budget *b, const fa_privacy_spend *sp,
+                              double *eps_round, double *eps_total, fa_error *err)
+{
+    const double *orders, *spent;
+    size_t n = fa_rdp_accountant_orders(b->acc, &orders, &spent);
+    fa_rdp_accountant *one = NULL, *all = NULL;
+    double er = 0, et = 0;
+    int rc;
+
+    if ((rc = check_spend(sp, err)) != 0)
+        return rc;
+    if ((rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
+        (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier,
+                                            sp->steps, err)) != 0 ||
+        (rc = epsilon_of(one, b->delta, &er, err)) != 0 ||
+        (rc = fa_rdp_accountant_new(&all, orders, n, err)) != 0 ||
+        (rc = fa_rdp_accountant_compose_rdp(all, spent, n, 1, err)) != 0 ||
+        (rc = fa_rdp_accountant_compose_sgm(all, sp->sampling_rate, sp->noise_multiplier,
+                                            sp->steps, err)) != 0 ||
+        (rc = epsilon_of(all, b->delta, &et, err)) != 0)
+        goto out;
+    if (eps_round)
+        *eps_round = er;
+    if (eps_total)
+        *eps_total = et;
+    if (!(et <= b->epsilon))
+        rc = fa_errorf(err, FA_ERR_RANGE,
+                       "privacy budget exhausted: this round (%llu steps, sigma %g, q %g) would "
+                       "cost epsilon %.4g and take the total from %.4g to %.4g, beyond the "
+                       "budget of %g at delta %g",
+                       (unsigned long long)sp->steps, sp->noise_multiplier, sp->sampling_rate, er,
+                       fa_privacy_budget_epsilon(b), et, b->epsilon, b->delta);
+out:
+    fa_rdp_accountant_del(one);
+    fa_rdp_accountant_del(all);
+    return rc;
+}
+
+int fa_privacy_budget_is_last(const fa_privacy_budget *b, uint64_t round, uint64_t version,
+                              const uint8_t digest[32])
+{
+    return b->have_last && b->last.round == round && b->last.version == version &&
+           sodium_memcmp(b->last.digest, digest, 32) == 0;
+}
+
+int fa_privacy_budget_charge(fa_privacy_budget *b, const fa_privacy_spend *sp, uint64_t round,
+                             uint64_t version, const uint8_t digest[32], int *charged,
+                             fa_error *err)
+{
+    double er, et;
+    int rc;
+
+    if (charged)
+        *charged = 0;
+    if (fa_privacy_budget_is_last(b, round, version, digest))
+        return 0;
+    if ((rc = fa_privacy_budget_preview(b, sp, &er, &et, err)) != 0)
+        return rc;
+    if ((rc = fa_rdp_accountant_compose_sgm(b->acc, sp->sampling_rate, sp->noise_multiplier,
+                                            sp->steps, err)) != 0)
+        return rc;
+    b->rounds++;
+    b->have_last = 1;
+    b->last.round = round;
+    b->last.version = version;
+    memcpy(b->last.digest, digest, 32);
+    b->last.spend = *sp;
+    b->last.epsilon_round = er;
+    b->last.epsilon_total = fa_privacy_budget_epsilon(b);
+    if (charged)
+        *charged = 1;
+    return 0;
+}
+
+const fa_privacy_release *fa_privacy_budget_last(const fa_privacy_budget *b)
+{
+    return b->have_last ? &b->last : NULL;
+}
+
+double fa_privacy_budget_epsilon(const fa_privacy_budget *b)
+{
+    double e = 0.0;
+    if (fa_rdp_accountant_steps(b->acc) == 0)
+        return 0.0;
+    /* the accountant's values were checked when composed: this cannot fail */
+    if (epsilon_of(b->acc, b->delta, &e, NULL) != 0)
+        return INFINITY;
+    return e;
+}
+
+double fa_privacy_budget_target_epsilon(const fa_privacy_budget *b) { return b->epsilon; }
+double fa_privacy_budget_delta(const fa_privacy_budget *b) { return b->delta; }
+uint64_t fa_privacy_budget_rounds(const fa_privacy_budget *b) { return b->rounds; }
+uint64_t fa_privacy_budget_steps(const fa_privacy_budget *b)
+{
+    return fa_rdp_accountant_steps(b->acc);
+}
+
+int fa_privacy_budget_statement(const fa_privacy_budget *b, uint64_t round, uint32_t attempt,
+                                Fedagg__PrivacyStatement *st, fa_error *err)
+{
+    const fa_privacy_release *l = &b->last;
+
+    fedagg__privacy_statement__init(st);
+    if (!b->have_last || l->round != round)
+        return fa_errorf(err, FA_ERR_STATE,
+                         "privacy: no update of round %llu was accounted (the last was of round "
+                         "%llu)",
+                         (unsigned long long)round,
+                         (unsigned long long)(b->have_last ? l->round : 0));
+    st->federation_id = (char *)b->federation;
+    st->region = (char *)b->region;
+    st->round = round;
+    st->attempt = attempt;
+    st->mechanism = (char *)l->spend.mechanism;
+    st->noise_multiplier = l->spend.noise_multiplier;
+    st->clip = l->spend.clip;
+    st->sampling_rate = l->spend.sampling_rate;
+    st->steps = l->spend.steps;
+    st->delta = b->delta;
+    st->epsilon_round = l->epsilon_round;
+    st->epsilon_total = l->epsilon_total;
+    st->budget_epsilon = b->epsilon;
+    st->budget_delta = b->delta;
+    st->accountant = (char *)FA_PRIVACY_ACCOUNTANT_NAME;
+    st->unit = (char *)"example";
+    st->rounds_accounted = b->rounds;
+    return 0;
+}
+
+void fa_privacy_budget_digest(const void *update, size_t len, uint8_t digest[32])
+{
+    crypto_generichash(digest, 32, update, len, NULL, 0);
+}
