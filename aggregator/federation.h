@@ -181,6 +181,48 @@ int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, si
  * be recorded.  For /readyz. */
 int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n);
 
+/* ------------------------------------------------------------------------ */
+/* Operators (the admin API, fedagg status/watch, the dashboard)             */
+/* ------------------------------------------------------------------------ */
+
+/* Operator actions.  Each is recorded in the signed audit log as an admin
+ * record naming the operator and the action, logged, and returns 0, or an
+ * FA_ERR_* code with a message for the operator (FA_ERR_STATE: nothing to
+ * do, e.g. pausing a paused federation; FA_ERR_NOTFOUND: no such region;
+ * FA_ERR_IO: the audit log could not record it, so it was not done).
+ *   pause   no new round opens after the current one completes (or aborts);
+ *   resume  rounds open again;
+ *   abort   the current attempt is aborted (its regions are dropouts) and a
+ *           new attempt opens (unless paused);
+ *   drain   the region sits out from the next attempt on (its messages get
+ *           409 with the reason) until admitted again; admit undoes it. */
+int fa_fed_admin_pause(fa_fed *f, const char *operator_name, uint64_t now_ms, fa_error *err);
+int fa_fed_admin_resume(fa_fed *f, const char *operator_name, uint64_t now_ms, fa_error *err);
+int fa_fed_admin_abort(fa_fed *f, const char *operator_name, uint64_t now_ms, fa_error *err);
+int fa_fed_admin_drain(fa_fed *f, const char *operator_name, const char *region, int drain,
+                       uint64_t now_ms, fa_error *err);
+
+/* A JSON document (malloc'ed, NUL-terminated) for operators:
+ *   "status"      the federation: id, round, attempt, phase and its deadline
+ *                 (unix ms), paused, model version, tensors and federated
+ *                 parameters, federated and central evaluation, storage,
+ *                 rounds completed/aborted, audit tree size, and "regions"
+ *                 and "rounds" as below (the dashboard's whole input);
+ *   "regions"     {"regions": [{id, connected, last_seen_unix_ms, drained,
+ *                 rounds_participated, dropouts, bytes_received, privacy?}]};
+ *   "rounds"      {"rounds": [{round, attempt, outcome ("completed" |
+ *                 "aborted"), reason?, start_unix_ms, end_unix_ms, seconds,
+ *                 phases: {advertise, shares, masked, consistency, unmask:
+ *                 seconds}, participants: [...], dropped: [...], version?,
+ *                 federated_accuracy?, central_accuracy?, global_accuracy?}]},
+ *                 the last FA_FED_HISTORY attempts, oldest first;
+ *   "models"      {"models": [{version, round, sha256, bytes, master}]};
+ *   "audit-head"  {tree_size, signed_size, root (hex), checkpoint (text)}.
+ * Nothing secret is in any of them.  Returns 0, FA_ERR_INVAL (unknown
+ * what), FA_ERR_NOMEM or FA_ERR_IO. */
+#define FA_FED_HISTORY 200
+int fa_fed_admin_json(fa_fed *f, const char *what, uint64_t now_ms, char **out, fa_error *err);
+
 /* Federated-evaluation reports received on the current version, and the
  * number of regions (*regions, may be NULL). */
 size_t fa_fed_eval_reports(const fa_fed *f, size_t *regions);
