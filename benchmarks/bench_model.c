@@ -36,11 +36,12 @@
  *   (diff_points is signed, ours minus ref).  seconds: the federation from the
  *   aggregator's start to the last round's commit seen in its log (PKI, keys and
  *   shards made before); seconds_ref: model_ref.py fedavg's whole run (data loading
- *   and the three regions' training one after the other; the final evaluation
- *   excluded); train_s: the sum over rounds of the slowest region's training time
- *   as its trainer reports it.  clipped_fraction_*: the largest share of a region's
- *   update L2 mass the quantiser's ranges cut (worker log "update quantised"), in
- *   any round and in the last one.
+ *   and the three regions' training one after the other, on one thread, while the
+ *   central run takes the other core; the final evaluation excluded): not a speed
+ *   comparison, the federation trains its regions in parallel; train_s: the sum over rounds of the
+ * slowest region's training time as its trainer reports it.  clipped_fraction_*: the largest share
+ * of a region's update L2 mass the quantiser's ranges cut (worker log "update quantised"), in any
+ * round and in the last one.
  *
  * model_upload    Bytes a region uploads per round (the worker's "round done ...
  *                 bytes_up=": QUIC bytes of the whole secure-aggregation round sent
@@ -77,7 +78,8 @@
  *
  * Options: --rounds N, --quick (2 accuracy rounds of 100 local steps per region,
  * 3 overhead rounds: a smoke run, a few minutes), --only accuracy,upload,overhead,
- * --keep, --dir DIR.  The default run takes 20-30 minutes on 2 shared cores.  Exits 0
+ * --keep, --dir DIR.  The default run took 30 minutes on 2 cores shared with other
+ * builds (load average 6-9), two thirds of it the references.  Exits 0
  * when it measured (targets missed are reported in the JSON), 1 with an "error" JSON
  * line when a part could not run (no torch: said so, nothing run; the interpreter is
  * $FEDAGG_PYTHON when set, else /usr/bin/python3 or python3, whichever imports torch).  The work
