@@ -10,6 +10,11 @@ void fa_trainer_result_init(fa_trainer_result *r)
     memset(r, 0, sizeof(*r));
     r->eval.loss = NAN;
     r->eval.accuracy = NAN;
+    r->privacy.noise_multiplier = NAN;
+    r->privacy.sampling_rate = NAN;
+    r->privacy.clip = NAN;
+    r->privacy.epsilon = NAN;
+    r->privacy.delta = NAN;
 }
 
 /* An integer >= 1: a JSON integer, or a real holding one exactly. */
@@ -62,6 +67,77 @@ static int metrics_of(fa_trainer_metrics *m, const json_t *obj, const char *what
     return 0;
 }
 
+/* A string of 1 to FA_TRAINER_NAME_MAX - 1 bytes into out. */
+static int name_of(const json_t *v, char out[FA_TRAINER_NAME_MAX])
+{
+    size_t n;
+    if (!json_is_string(v))
+        return -1;
+    n = json_string_length(v);
+    if (n == 0 || n >= FA_TRAINER_NAME_MAX || memchr(json_string_value(v), '\0', n))
+        return -1;
+    memcpy(out, json_string_value(v), n + 1);
+    return 0;
+}
+
+/* A number of privacy (absent or null: *out unchanged); lo/hi bounds, open
+ * or closed as lo_open/hi_open say. */
+static int number_in(const json_t *p, const char *key, double lo, int lo_open, double hi,
+                     int hi_open, double *out)
+{
+    const json_t *v = json_object_get(p, key);
+    double x;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return -1;
+    x = json_number_value(v);
+    if (!isfinite(x) || (lo_open ? !(x > lo) : !(x >= lo)) || (hi_open ? !(x < hi) : !(x <= hi)))
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int privacy_of(fa_trainer_privacy *p, const json_t *o, const char *what, fa_error *err)
+{
+    const json_t *v;
+
+    if (!json_is_object(o))
+        return fa_errorf(err, FA_ERR_PARSE, "%s: \"privacy\" must be an object", what);
+    if (name_of(json_object_get(o, "mechanism"), p->mechanism) != 0)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: \"privacy.mechanism\" must be a name of 1 to %d bytes (\"dp-sgd\" "
+                         "for DP-SGD with Poisson sampling)",
+                         what, FA_TRAINER_NAME_MAX - 1);
+    if (number_in(o, "noise_multiplier", 0, 0, INFINITY, 1, &p->noise_multiplier) != 0)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: \"privacy.noise_multiplier\" must be a finite number >= 0", what);
+    if (number_in(o, "sampling_rate", 0, 1, 1, 0, &p->sampling_rate) != 0)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: \"privacy.sampling_rate\" must be in (0, 1]",
+                         what);
+    if (number_in(o, "clip", 0, 1, INFINITY, 1, &p->clip) != 0)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: \"privacy.clip\" must be a finite number > 0",
+                         what);
+    if (number_in(o, "epsilon", 0, 0, INFINITY, 1, &p->epsilon) != 0)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: \"privacy.epsilon\" must be a finite number >= 0", what);
+    if (number_in(o, "delta", 0, 1, 1, 1, &p->delta) != 0)
+        return fa_errorf(err, FA_ERR_PARSE, "%s: \"privacy.delta\" must be in (0, 1)", what);
+    v = json_object_get(o, "steps");
+    if (v && !json_is_null(v) && count_of(v, &p->steps) != 0)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: \"privacy.steps\" must be an integer >= 1 (this round's noisy "
+                         "steps)",
+                         what);
+    v = json_object_get(o, "accountant");
+    if (v && !json_is_null(v) && name_of(v, p->accountant) != 0)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: \"privacy.accountant\" must be a name of 1 to %d bytes", what,
+                         FA_TRAINER_NAME_MAX - 1);
+    p->present = 1;
+    return 0;
+}
+
 int fa_trainer_result_from_json(fa_trainer_result *r, const void *json_object, const char *what,
                                 fa_error *err)
 {
@@ -82,6 +158,9 @@ int fa_trainer_result_from_json(fa_trainer_result *r, const void *json_object, c
                          what);
     v = json_object_get(o, "metrics");
     if (v && !json_is_null(v) && (rc = metrics_of(&r->metrics, v, what, "metrics", err)) != 0)
+        return rc;
+    v = json_object_get(o, "privacy");
+    if (v && !json_is_null(v) && (rc = privacy_of(&r->privacy, v, what, err)) != 0)
         return rc;
     e = json_object_get(o, "eval");
     if (!e || json_is_null(e))

@@ -5,14 +5,24 @@
  *
  *   {"num_examples": 20000,
  *    "metrics": {"loss": 0.41},
- *    "eval": {"num_examples": 2000, "loss": 0.52, "accuracy": 0.83, "metrics": {}}}
+ *    "eval": {"num_examples": 2000, "loss": 0.52, "accuracy": 0.83, "metrics": {}},
+ *    "privacy": {"mechanism": "dp-sgd", "noise_multiplier": 1.1, "sampling_rate": 0.0128,
+ *                "steps": 79, "clip": 1.0, "epsilon": 0.93, "delta": 1e-5,
+ *                "accountant": "opacus-rdp"}}
  *
  * Every field is optional here (the caller decides what a task needs);
  * what is present must be well formed: num_examples an integer >= 1 (a JSON
  * integer, or a real with an integral value), metrics an object of finite
  * numbers with names of at most FA_TRAINER_NAME_MAX - 1 bytes, eval an
  * object whose num_examples is an integer >= 1, loss a finite number,
- * accuracy a number in [0, 1].  Other keys are ignored (a newer trainer may
+ * accuracy a number in [0, 1]; privacy (what this round spent of the
+ * region's differential-privacy budget: docs/trainer-contract.md,
+ * "Privacy") an object with a mechanism string of 1 to
+ * FA_TRAINER_NAME_MAX - 1 bytes and, each optional, noise_multiplier a
+ * finite number >= 0, sampling_rate in (0, 1], steps an integer >= 1 (this
+ * round's), clip a finite number > 0, epsilon a finite number >= 0 (the
+ * trainer's own accounting, all its rounds), delta in (0, 1) and an
+ * accountant name.  Other keys are ignored (a newer trainer may
  * send more).  Pure: parses bytes or a jansson object.
  */
 #ifndef FA_WORKER_TRAINER_RESULT_H
@@ -42,10 +52,24 @@ typedef struct fa_trainer_eval {
     fa_trainer_metrics metrics;
 } fa_trainer_eval;
 
+/* What the round spent (the worker checks it against its budget). */
+typedef struct fa_trainer_privacy {
+    int present;                           /* a "privacy" object was given */
+    char mechanism[FA_TRAINER_NAME_MAX];   /* e.g. "dp-sgd"; non-empty when present */
+    double noise_multiplier;               /* NaN when absent */
+    double sampling_rate;                  /* NaN when absent */
+    uint64_t steps;                        /* 0 when absent */
+    double clip;                           /* NaN when absent */
+    double epsilon;                        /* the trainer's own total; NaN when absent */
+    double delta;                          /* NaN when absent */
+    char accountant[FA_TRAINER_NAME_MAX];  /* "" when absent */
+} fa_trainer_privacy;
+
 typedef struct fa_trainer_result {
     uint64_t num_examples; /* 0 when absent */
     fa_trainer_metrics metrics;
     fa_trainer_eval eval;
+    fa_trainer_privacy privacy;
 } fa_trainer_result;
 
 /* An empty result (nothing present, NaNs where the contract says so). */

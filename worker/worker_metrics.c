@@ -20,6 +20,9 @@ void fa_worker_metrics_init(fa_worker_metrics *m)
     m->eval_accuracy = NAN;
     m->eval_loss = NAN;
     m->model_version = NAN;
+    m->privacy_epsilon = NAN;
+    m->privacy_budget = NAN;
+    m->privacy_exhausted = NAN;
 }
 
 struct text {
@@ -150,6 +153,16 @@ int fa_worker_metrics_format(const fa_worker_metrics *m, const char *region, cha
            "Mean loss of the last global model on this region's held-out data.", m->eval_loss);
     metric(&t, label, "fedagg_worker_model_version", "gauge",
            "Version of the last global model this region received.", m->model_version);
+    metric(&t, label, "fedagg_worker_privacy_epsilon", "gauge",
+           "Differential privacy: epsilon this region has spent on its training data, at the "
+           "budget's delta.",
+           m->privacy_epsilon);
+    metric(&t, label, "fedagg_worker_privacy_budget", "gauge",
+           "Differential privacy: the epsilon budget this region enforces.", m->privacy_budget);
+    metric(&t, label, "fedagg_worker_privacy_exhausted", "gauge",
+           "Differential privacy: 1 when the next round would exceed the budget (the region no "
+           "longer trains), else 0.",
+           m->privacy_exhausted);
     free(label);
     if (t.oom) {
         free(t.buf);

@@ -17,6 +17,11 @@
  *   fedagg_worker_eval_accuracy                gauge    federated evaluation of the last model
  *   fedagg_worker_eval_loss                    gauge
  *   fedagg_worker_model_version                gauge    version of the last global model
+ *   fedagg_worker_privacy_epsilon              gauge    epsilon this region has spent (at the
+ *                                                       budget's delta); NaN without privacy
+ *   fedagg_worker_privacy_budget               gauge    its budget, privacy.target_epsilon
+ *   fedagg_worker_privacy_exhausted            gauge    1 when the next round would exceed it
+ *                                                       (the region no longer trains), else 0
  */
 #ifndef FA_WORKER_WORKER_METRICS_H
 #define FA_WORKER_WORKER_METRICS_H
@@ -38,6 +43,9 @@ typedef struct fa_worker_metrics {
     double eval_accuracy;       /* NaN: none */
     double eval_loss;           /* NaN: none */
     double model_version;       /* NaN: no model yet */
+    double privacy_epsilon;     /* NaN: no differential privacy */
+    double privacy_budget;      /* NaN: no differential privacy */
+    double privacy_exhausted;   /* NaN: no differential privacy; else 0 or 1 */
 } fa_worker_metrics;
 
 /* Counters 0, gauges NaN. */

@@ -24,7 +24,8 @@ static const char *names[] = {
     "fedagg_worker_clipped_fraction", "fedagg_worker_clipped_coordinates",
     "fedagg_worker_update_l2_norm",   "fedagg_worker_local_loss",
     "fedagg_worker_eval_accuracy",    "fedagg_worker_eval_loss",
-    "fedagg_worker_model_version",
+    "fedagg_worker_model_version",    "fedagg_worker_privacy_epsilon",
+    "fedagg_worker_privacy_budget",   "fedagg_worker_privacy_exhausted",
 };
 
 static void sample(fa_worker_metrics *m)
@@ -40,6 +41,9 @@ static void sample(fa_worker_metrics *m)
     m->local_loss = 0.25;
     m->eval_loss = 0.1;
     m->model_version = 8;
+    m->privacy_epsilon = 2.5;
+    m->privacy_budget = 3;
+    m->privacy_exhausted = 1;
 }
 
 static void test_format(void **state)
@@ -70,6 +74,8 @@ static void test_format(void **state)
     assert_non_null(strstr(text, "\nfedagg_worker_eval_loss{region=\"eu-west\"} 0.1\n"));
     /* not measured yet */
     assert_non_null(strstr(text, "\nfedagg_worker_eval_accuracy{region=\"eu-west\"} NaN\n"));
+    assert_non_null(strstr(text, "\nfedagg_worker_privacy_epsilon{region=\"eu-west\"} 2.5\n"));
+    assert_non_null(strstr(text, "\nfedagg_worker_privacy_exhausted{region=\"eu-west\"} 1\n"));
     assert_int_equal(text[len - 1], '\n');
     free(text);
 

@@ -1,6 +1,7 @@
 /* Unit tests of worker/trainer_result: the results an external trainer
  * reports (results file, "done" message), every field optional but well
- * formed when present. */
+ * formed when present; the privacy object of a round under differential
+ * privacy. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -50,6 +51,36 @@ static void test_full_and_empty(void **state)
     assert_int_equal(r.num_examples, 12);
     assert_int_equal(parse(&r, "{\"eval\": {\"num_examples\": 3}}", &err), 0);
     assert_true(r.eval.present && isnan(r.eval.accuracy));
+    assert_false(r.privacy.present);
+}
+
+static void test_privacy(void **state)
+{
+    fa_trainer_result r;
+    fa_error err;
+
+    assert_int_equal(parse(&r,
+                           "{\"num_examples\": 100, \"privacy\": {\"mechanism\": \"dp-sgd\", "
+                           "\"noise_multiplier\": 1.1, \"sampling_rate\": 0.0128, \"steps\": 79, "
+                           "\"clip\": 1.0, \"epsilon\": 0.93, \"delta\": 1e-5, "
+                           "\"accountant\": \"opacus-rdp\", \"later\": 1}}",
+                           &err),
+                     0);
+    assert_true(r.privacy.present);
+    assert_string_equal(r.privacy.mechanism, "dp-sgd");
+    assert_true(r.privacy.noise_multiplier == 1.1 && r.privacy.sampling_rate == 0.0128);
+    assert_int_equal(r.privacy.steps, 79);
+    assert_true(r.privacy.clip == 1.0 && r.privacy.epsilon == 0.93 && r.privacy.delta == 1e-5);
+    assert_string_equal(r.privacy.accountant, "opacus-rdp");
+    /* only the mechanism is required here; the rest absent is NaN / 0 / "" */
+    assert_int_equal(parse(&r, "{\"privacy\": {\"mechanism\": \"x\", \"epsilon\": null}}", &err), 0);
+    assert_true(r.privacy.present && isnan(r.privacy.noise_multiplier) &&
+                isnan(r.privacy.epsilon) && isnan(r.privacy.delta) && isnan(r.privacy.clip) &&
+                isnan(r.privacy.sampling_rate));
+    assert_int_equal(r.privacy.steps, 0);
+    assert_string_equal(r.privacy.accountant, "");
+    assert_int_equal(parse(&r, "{\"privacy\": null}", &err), 0);
+    assert_false(r.privacy.present);
 }
 
 static void test_refusals(void **state)
@@ -72,6 +103,24 @@ static void test_refusals(void **state)
         {"{\"eval\": {\"num_examples\": 3, \"accuracy\": -0.1}}", "eval.accuracy"},
         {"{\"eval\": {\"num_examples\": 3, \"metrics\": {\"a\": true}}}", "eval.metrics"},
         {"{\"num_examples\": 1, \"num_examples\": 2}", "duplicate"},
+        {"{\"privacy\": 1}", "\"privacy\" must be an object"},
+        {"{\"privacy\": {}}", "privacy.mechanism"},
+        {"{\"privacy\": {\"mechanism\": \"\"}}", "privacy.mechanism"},
+        {"{\"privacy\": {\"mechanism\": 3}}", "privacy.mechanism"},
+        {"{\"privacy\": {\"mechanism\": \"a\\u0000b\"}}", "not allowed"}, /* by jansson */
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"noise_multiplier\": -1}}",
+         "privacy.noise_multiplier"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"sampling_rate\": 0}}",
+         "privacy.sampling_rate"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"sampling_rate\": 1.5}}",
+         "privacy.sampling_rate"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"steps\": 0}}", "privacy.steps"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"steps\": 2.5}}", "privacy.steps"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"clip\": 0}}", "privacy.clip"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"epsilon\": -0.5}}", "privacy.epsilon"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"epsilon\": \"low\"}}", "privacy.epsilon"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"delta\": 1}}", "privacy.delta"},
+        {"{\"privacy\": {\"mechanism\": \"dp-sgd\", \"accountant\": 7}}", "privacy.accountant"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         fa_trainer_result r;
@@ -100,6 +149,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_and_empty),
+        cmocka_unit_test(test_privacy),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
