@@ -142,9 +142,10 @@ static int agree(fa_comm *comm, int rc, fa_error *err)
     return 0;
 }
 
-/* What every rank must agree on, as rank 0 has it. */
+/* What every rank must agree on, as rank 0 has it (dp: the bits of DP-SGD's
+ * sampling rate, 0 without it). */
 typedef struct round_shape {
-    uint64_t ok, n_params, n_examples, dim, epochs, steps, batch, seed, kind, world;
+    uint64_t ok, n_params, n_examples, dim, epochs, steps, batch, seed, kind, world, dp;
 } round_shape;
 
 static double now_s(void)
@@ -320,6 +321,14 @@ static int setup_digest(const fa_local_round *lr, const fa_dataset *shard, const
     setup_u64(&h, (uint64_t)cc->error_feedback);
     setup_u64(&h, (uint64_t)cc->warm_start);
     setup_u64(&h, cc->seed);
+    /* DP-SGD's parameters (not its key: a resumed round gets a fresh one) */
+    setup_u64(&h, o->dp != NULL);
+    if (o->dp) {
+        setup_u64(&h, f64_bits(o->dp->sampling_rate));
+        setup_u64(&h, f64_bits(o->dp->clip));
+        setup_u64(&h, f64_bits(o->dp->noise_multiplier));
+        setup_u64(&h, o->dp->noise_rank);
+    }
     setup_u64(&h, shard->n);
     setup_u64(&h, shard->dim);
     crypto_generichash_update(&h, sd, sizeof(sd));
@@ -437,7 +446,8 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
     fa_comm_stats before, after;
     ckpt_run x;
     fa_train_pos pos;
-    float *w = NULL, *d = NULL, loss;
+    fa_train_dp dp;
+    float *w = NULL, *d = NULL, stats[2];
     double t0 = now_s();
     int rc = 0, resumed = 0;
 
@@ -455,8 +465,17 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
     if (rc == 0) {
         mine = (round_shape){1, np,           shard->n,   shard->dim,         opts->epochs,
                              opts->steps,  opts->batch_size, opts->seed, (uint64_t)lr->cc.kind,
-                             (uint64_t)world};
+                             (uint64_t)world, opts->dp ? f64_bits(opts->dp->sampling_rate) : 0};
     }
+    /* With compression each rank's part is compressed before the sum; the
+     * noise (rank 0's) would then not cover the others' parts: the update
+     * would not be a post-processing of the noisy sum the accountant
+     * charges for. */
+    if (rc == 0 && opts->dp && world > 1 && lr->cc.kind != FA_COMPRESS_NONE)
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "local round: DP-SGD over %d ranks needs compression NONE: each rank's "
+                       "part would be compressed before the noise is in the sum",
+                       world);
     root = mine;
     {
         int brc = fa_comm_bcast(lr->comm, &root, sizeof(root), 0, err);
@@ -464,6 +483,11 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
             return brc;
     }
     /* (a rank 0 that failed already says so through agree() below) */
+    if (rc == 0 && root.ok && mine.dp != root.dp)
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "local round: rank %d and rank 0 disagree on DP-SGD (sampling rate bits "
+                       "%016llx and %016llx): every rank needs the region's same config",
+                       rank, (unsigned long long)mine.dp, (unsigned long long)root.dp);
     if (rc == 0 && root.ok && memcmp(&mine, &root, sizeof(mine)) != 0)
         rc = fa_errorf(err, FA_ERR_INVAL,
                        "local round: rank %d has %llu examples of dim %llu, %llu parameters, "
@@ -493,6 +517,16 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
     if ((rc = fa_comm_bcast(lr->comm, w, np * sizeof(float), 0, err)) != 0)
         goto out;
 
+    /* 2b. DP-SGD: rank 0's fresh key for the run, to every rank (the
+     * Poisson samples must agree; only rank 0 adds noise). */
+    memset(&dp, 0, sizeof(dp));
+    if (opts->dp) {
+        dp = *opts->dp;
+        dp.noise_rank = 0;
+        if ((rc = fa_comm_bcast(lr->comm, dp.key, sizeof(dp.key), 0, err)) != 0)
+            goto out;
+    }
+
     /* 3. A saved round of this very round, on every rank? */
     if (ck && (rc = try_resume(&x, w, shard, opts, &resumed, &pos, err)) != 0)
         goto out;
@@ -504,6 +538,7 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
     o.allreduce = allreduce_hook;
     o.allreduce_user = lr;
     o.resume = resumed ? &pos : NULL;
+    o.dp = opts->dp ? &dp : NULL;
     if (ck) {
         o.boundary = boundary_hook;
         o.boundary_user = &x;
@@ -542,9 +577,10 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
                            i, (unsigned long long)tr.steps);
             break;
         }
-    loss = (float)tr.mean_loss;
+    stats[0] = (float)tr.mean_loss;
+    stats[1] = (float)tr.clipped;
     if ((rc = agree(lr->comm, rc, err)) != 0 ||
-        (rc = fa_comm_allreduce_sum_f32(lr->comm, &loss, 1, err)) != 0)
+        (rc = fa_comm_allreduce_sum_f32(lr->comm, stats, 2, err)) != 0)
         goto out;
 
     if (rank == 0)
@@ -552,7 +588,9 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
     if (res) {
         res->num_examples = tr.num_examples;
         res->steps = tr.steps;
-        res->mean_loss = loss / (float)world;
+        res->mean_loss = stats[0] / (float)world;
+        res->samples = tr.samples;
+        res->clipped = (uint64_t)stats[1];
         res->payload_bytes = after.payload_bytes - before.payload_bytes - x.ctl.payload_bytes;
         res->wire_bytes = after.wire_bytes - before.wire_bytes - x.ctl.wire_bytes;
         res->seconds = now_s() - t0;
@@ -561,6 +599,7 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
         res->saves = x.saves;
     }
 out:
+    sodium_memzero(&dp, sizeof(dp));
     free(w);
     free(d);
     return rc;

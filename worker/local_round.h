@@ -32,6 +32,16 @@
  * momentum, its own compressor state) and returns FA_ERR_CANCELLED, and the
  * restarted ranks resume it together, or all train it afresh.
  *
+ * DP-SGD (opts->dp, model/train.h): rank 0's dp.key is the run's secret
+ * and is broadcast to the region's ranks (which need the same Poisson
+ * samples); rank 0 alone adds the noise, once per step for the region.  The
+ * caller draws the key fresh from a CSPRNG for every call (randombytes_buf)
+ * and wipes it after.  A resumed round therefore continues the saved
+ * parameters with new samples and noise (the saved file holds no key); its
+ * update still went through the round's number of noisy steps.  With more
+ * than one rank, compression must be NONE (each rank's part would be
+ * compressed before the noise is in the sum).
+ *
  * Failure: an error found before training (a rank with another shard size,
  * options or model size) is returned on every rank.  A rank that fails in
  * the middle of a round leaves the others waiting in a collective: the
@@ -80,6 +90,8 @@ typedef struct fa_local_round_result {
     int resumed;            /* the round continued a saved one (fa_local_round_run_resumable) */
     uint64_t resumed_step;  /* at this step */
     uint32_t saves;         /* times this rank saved the round (periodic, and on a stop) */
+    uint64_t samples;       /* example-gradients over the round's batches (DP: Poisson sizes) */
+    uint64_t clipped;       /* DP-SGD: of those, clipped, all ranks (in the steps this call ran) */
 } fa_local_round_result;
 
 /* Runs one round.  Collective: every rank calls it with the same shard and
@@ -89,7 +101,8 @@ typedef struct fa_local_round_result {
  * across ranks), SGD, seed, schedule, report hook; its rank, world and
  * allreduce fields are set here.  res may be NULL.
  * Returns 0, FA_ERR_INVAL (bad arguments; ranks disagree on the shard size,
- * model size or options: the message says which), FA_ERR_RANGE (the delta
+ * model size or options; DP-SGD with compression over several ranks: the
+ * message says which), FA_ERR_RANGE (the delta
  * is not finite: training diverged, nothing to send), or the errors of the
  * model, the compressor and the communicator. */
 int fa_local_round_run(fa_local_round *lr, const float *global, const fa_dataset *shard,

@@ -6,7 +6,9 @@
 #   - 12 steps of data-parallel training without compression give the same
 #     delta alone (MPI singleton), and with 1, 2 and 4 ranks, within float
 #     tolerance; every rank ends with bit-identical weights;
-#   - the compressed runs (PowerSGD, top-k, QSGD8) train on 2 ranks.
+#   - the compressed runs (PowerSGD, top-k, QSGD8) train on 2 ranks;
+#   - DP-SGD adds its noise once for the region: the update's noise variance
+#     is (sigma C / q n)^2 on 1, 2 and 4 ranks, not 2 or 4 times that.
 # On a machine with a GPU (FA_TEST_GPU=1), the same with NCCL.
 set -euo pipefail
 
@@ -63,6 +65,10 @@ done
 
 for kind in powersgd topk qsgd8; do
     run 2 train --compress "$kind" --out "$tmp/c_$kind.bin"
+done
+
+for np in 1 2 4; do
+    run "$np" dp
 done
 
 if [ "${FA_TEST_GPU:-0}" = 1 ]; then
