@@ -442,7 +442,9 @@ int fa_train_run(fa_mlp *m, const fa_dataset *data, const fa_train_opts *o,
     if (res) {
         res->steps = pos.step;
         res->samples = pos.samples;
-        res->num_examples = o->steps ? (pos.samples < n ? pos.samples : n) : n;
+        /* DP-SGD: n, not the random sample count (the FedAvg weight must not
+         * depend on which examples were drawn; n itself is public, train.h) */
+        res->num_examples = o->steps && !o->dp ? (pos.samples < n ? pos.samples : n) : n;
         res->mean_loss = pos.pass_count ? pos.pass_loss / pos.pass_count : 0.0;
         res->clipped = clipped;
     }

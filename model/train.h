@@ -145,7 +145,8 @@ typedef struct fa_train_result {
     uint64_t steps;        /* optimizer steps taken */
     uint64_t samples;      /* example-gradients computed, all ranks together (sum of global batches) */
     uint64_t num_examples; /* distinct examples of the data set used: n for >= 1 epoch,
-                              min(n, samples) in steps mode; the FedAvg weight n_u */
+                              min(n, samples) in steps mode (DP-SGD: always n); the
+                              FedAvg weight n_u */
     double mean_loss;      /* mean training loss of this rank's examples over the last
                               (in steps mode possibly partial) pass over the data */
     uint64_t clipped;      /* DP-SGD: this rank's examples whose gradient norm exceeded the
