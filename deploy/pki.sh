@@ -2,8 +2,8 @@
 # deploy/pki.sh - the federation's X.509 PKI for mutual TLS (DESIGN.md 4.2),
 # made with the openssl CLI only.
 #
-#   deploy/pki.sh DIR --regions eu-west,us-east,ap-south [--aggregator-name NAME]
-#                 [--days N] [--force] [--test-extras]
+#   deploy/pki.sh DIR --regions eu-west,us-east,ap-south [--operators alice,bob]
+#                 [--aggregator-name NAME] [--days N] [--force] [--test-extras]
 #
 # See deploy/README-pki.md or --help.
 set -euo pipefail
@@ -12,12 +12,15 @@ umask 022
 prog=pki.sh
 usage() {
     cat <<'EOF'
-usage: deploy/pki.sh DIR --regions ID[,ID...] [options]
+usage: deploy/pki.sh DIR --regions ID[,ID...] [--operators NAME[,NAME...]] [options]
 
 Makes (or completes) the federation PKI in DIR:
   ca.crt, ca.key                 federation CA (ECDSA P-256, 10 years)
   server.crt, server.key         aggregator: SAN DNS:localhost, IP:127.0.0.1, DNS:NAME
   client-ID.crt, client-ID.key   one per region: CN=ID, SAN URI:fedagg://region/ID
+  operator-NAME.crt, operator-NAME.key
+                                 one per operator (the admin API, fedagg status/watch):
+                                 CN=operator:NAME, SAN URI:fedagg://operator/NAME
 Keys are ECDSA P-256 (PKCS#8 PEM), mode 0600; certificates 0644.
 
 Idempotent: an existing key is never replaced (unless --force); a missing
@@ -25,7 +28,11 @@ certificate, or one that no longer matches its key or the CA, is reissued
 with the existing key; everything else is left untouched.
 
 options:
-  --regions ID,ID,...       region ids: lower-case letters, digits and '-' (required)
+  --regions ID,ID,...       region ids: lower-case letters, digits and '-' (required,
+                            unless --operators is given: e.g. adding an operator later)
+  --operators NAME,...      operator names, same characters as region ids; an
+                            operator's certificate is refused on the regions' API
+                            and a region's on the admin API
   --aggregator-name NAME    extra DNS name (or IPv4 address) of the aggregator (default localhost)
   --days N                  validity of the server and client certificates (default 825)
   --force                   replace every key and certificate (a new CA: redeploy all)
@@ -35,7 +42,9 @@ options:
                             (valid Jan 2020 only), server-wrong-name.{crt,key} (SAN
                             DNS:wrong.invalid only), client-unknown.{crt,key} (a region
                             not in the list: unknown-region), client-cn-only.{crt,key}
-                            (CN=ID, no SAN URI; ID = the first region)
+                            (CN=ID, no SAN URI; ID = the first region),
+                            client-two-roles.{crt,key} (SAN URIs of the first region
+                            and of an operator of the same name: refused)
   -h, --help                this text
 EOF
 }
@@ -47,6 +56,7 @@ die() {
 
 dir=""
 regions=""
+operators=""
 agg_name="localhost"
 days=825
 force=0
@@ -56,6 +66,8 @@ while [ $# -gt 0 ]; do
     -h | --help) usage; exit 0 ;;
     --regions) [ $# -ge 2 ] || die "--regions needs a value"; regions="$2"; shift 2 ;;
     --regions=*) regions="${1#*=}"; shift ;;
+    --operators) [ $# -ge 2 ] || die "--operators needs a value"; operators="$2"; shift 2 ;;
+    --operators=*) operators="${1#*=}"; shift ;;
     --aggregator-name) [ $# -ge 2 ] || die "--aggregator-name needs a value"; agg_name="$2"; shift 2 ;;
     --aggregator-name=*) agg_name="${1#*=}"; shift ;;
     --days) [ $# -ge 2 ] || die "--days needs a value"; days="$2"; shift 2 ;;
@@ -67,15 +79,23 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$dir" ] || { usage >&2; die "no directory given"; }
-[ -n "$regions" ] || die "--regions is required, e.g. --regions eu-west,us-east"
+[ -n "$regions" ] || [ -n "$operators" ] || die "--regions is required, e.g. --regions eu-west,us-east"
+[ -n "$regions" ] || [ "$extras" = 0 ] || die "--test-extras needs --regions"
 [[ "$days" =~ ^[1-9][0-9]{0,4}$ ]] || die "--days '$days' is not a number of days (1-99999)"
 command -v openssl >/dev/null || die "openssl not found (apt-get install openssl)"
 
 # Region ids end up in a URI and a file name: keep them plain.
-IFS=',' read -r -a region_list <<<"$regions"
+region_list=()
+operator_list=()
+[ -z "$regions" ] || IFS=',' read -r -a region_list <<<"$regions"
+[ -z "$operators" ] || IFS=',' read -r -a operator_list <<<"$operators"
 for id in "${region_list[@]}"; do
     [[ "$id" =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ ]] ||
         die "region id '$id' must be lower-case letters, digits and '-' (at most 63, no '-' at the ends)"
+done
+for id in "${operator_list[@]}"; do
+    [[ "$id" =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ ]] ||
+        die "operator name '$id' must be lower-case letters, digits and '-' (at most 63, no '-' at the ends)"
 done
 if [[ "$agg_name" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
     agg_san="IP:$agg_name"
@@ -233,6 +253,14 @@ for id in "${region_list[@]}"; do
         client "URI:fedagg://region/$id"
 done
 
+# --- one client certificate per operator ----------------------------------------
+# CN=operator:NAME (':' is in no region id) so that even a CN-only reading
+# never takes an operator for a region.
+for id in "${operator_list[@]}"; do
+    entity "$dir/operator-$id.key" "$dir/operator-$id.crt" "/O=fedagg federation/OU=operator/CN=operator:$id" \
+        client "URI:fedagg://operator/$id"
+done
+
 # --- the bad certificates of the transport tests ----------------------------------
 if [ "$extras" = 1 ]; then
     t="$dir/test"
@@ -298,10 +326,14 @@ EOF
         issue "$t/client-cn-only.key" "$t/client-cn-only.crt" "/O=fedagg federation/OU=region/CN=$first" \
             client_cn_only "$dir/ca.key" "$dir/ca.crt" ""
     fi
+    if ensure_key "$t/client-two-roles.key" || ! cert_matches "$t/client-two-roles.crt" "$t/client-two-roles.key" "$dir/ca.crt"; then
+        issue "$t/client-two-roles.key" "$t/client-two-roles.crt" "/O=fedagg federation/OU=region/CN=$first" \
+            client "$dir/ca.key" "$dir/ca.crt" "URI:fedagg://region/$first,URI:fedagg://operator/$first"
+    fi
 fi
 
 if [ "$changed" = 0 ]; then
     note "$dir is complete, nothing changed"
 else
-    note "done: CA $dir/ca.crt, server $dir/server.crt ($server_san), regions: ${region_list[*]}"
+    note "done: CA $dir/ca.crt, server $dir/server.crt ($server_san), regions: ${region_list[*]:-(none given)}${operators:+, operators: ${operator_list[*]}}"
 fi

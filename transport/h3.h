@@ -33,9 +33,12 @@
  *
  * Identity.  The server requires a client certificate chaining to the
  * configured CA and verifies it during the handshake (expiry, signature,
- * key usage); the region the certificate names (SAN URI
- * `fedagg://region/<id>`, else the subject CN) reaches every handler through
- * fa_h3_request_peer().  Handshakes that fail verification are refused with a
+ * key usage).  The certificate carries a role: an operator's names it with
+ * SAN URI `fedagg://operator/<name>`; any other names a region (SAN URI
+ * `fedagg://region/<id>`, else the subject CN); one naming both is refused.
+ * The region reaches every handler through fa_h3_request_peer() (empty for
+ * an operator), the role through fa_h3_request_peer_role() and the name of
+ * either through fa_h3_request_peer_name().  Handshakes that fail verification are refused with a
  * TLS alert and one log line saying why.  The client verifies the server's
  * certificate against its CA and the expected server name.  0-RTT is never
  * offered nor accepted, so no request can be replayed by the network.
@@ -263,9 +266,21 @@ const fa_h3_header *fa_h3_request_headers(const fa_h3_request *req, size_t *n);
 int64_t fa_h3_request_content_length(const fa_h3_request *req);
 /* Body bytes received so far. */
 uint64_t fa_h3_request_body_received(const fa_h3_request *req);
-/* The client's identity from its verified certificate: the region id of the
- * SAN URI fedagg://region/<id>, else the subject CN. */
+/* Roles of a verified client certificate (see Identity at the top). */
+enum fa_h3_role {
+    FA_H3_ROLE_NONE = 0,     /* no verified certificate (never seen by handlers) */
+    FA_H3_ROLE_REGION = 1,   /* SAN URI fedagg://region/<id>, or only a CN */
+    FA_H3_ROLE_OPERATOR = 2, /* SAN URI fedagg://operator/<name> */
+};
+/* The region of the client's verified certificate: the id of its SAN URI
+ * fedagg://region/<id>, else its subject CN; "" (never NULL) when the
+ * certificate is an operator's, so that no operator passes for a region. */
 const char *fa_h3_request_peer(const fa_h3_request *req);
+/* enum fa_h3_role of the client's certificate. */
+int fa_h3_request_peer_role(const fa_h3_request *req);
+/* The name the certificate gives its holder, whatever the role: the region
+ * id, or the operator's name (for logs and the audit log). */
+const char *fa_h3_request_peer_name(const fa_h3_request *req);
 /* The client's address as "ip:port". */
 const char *fa_h3_request_peer_addr(const fa_h3_request *req);
 fa_h3_server *fa_h3_request_server(const fa_h3_request *req);

@@ -286,7 +286,8 @@ typedef struct fa_qconn {
     ngtcp2_connection_close_error last_error;
     const fa_h3_quic_opts *opts;
     /* TLS verdict */
-    char peer_id[128];        /* region id or CN of the verified peer */
+    char peer_id[128];        /* region id (or CN), or operator name, of the verified peer */
+    int peer_role;            /* enum fa_h3_role of the verified peer */
     char verify_fail[256];    /* why the peer certificate was refused */
     const char *server_name;  /* client: the name the server certificate must carry */
     const uint8_t *reset_key; /* server: 32-byte key of stateless-reset tokens */

@@ -499,6 +499,14 @@ uint64_t fa_h3_request_body_received(const fa_h3_request *r)
 }
 const char *fa_h3_request_peer(const fa_h3_request *r)
 {
+    return r->c->q.peer_role == FA_H3_ROLE_REGION ? r->c->q.peer_id : "";
+}
+int fa_h3_request_peer_role(const fa_h3_request *r)
+{
+    return r->c->q.peer_role;
+}
+const char *fa_h3_request_peer_name(const fa_h3_request *r)
+{
     return r->c->q.peer_id;
 }
 const char *fa_h3_request_peer_addr(const fa_h3_request *r)
@@ -1046,8 +1054,10 @@ static int qc_handshake_done(fa_qconn *qc)
         return -1;
     c->established = 1;
     c->srv->st.connections_accepted++;
-    fa_log(FA_LOG_INFO, "connection established", "peer=%s addr=%s route_mtu=%u udp_payload=%zu",
-           qc->peer_id, c->addr, qc->dg.route_mtu, fa_qconn_udp_payload(qc));
+    fa_log(FA_LOG_INFO, "connection established",
+           "peer=%s role=%s addr=%s route_mtu=%u udp_payload=%zu", qc->peer_id,
+           qc->peer_role == FA_H3_ROLE_OPERATOR ? "operator" : "region", c->addr,
+           qc->dg.route_mtu, fa_qconn_udp_payload(qc));
     /* a token for the next connection from this address skips Retry (8.1.3) */
     n = ngtcp2_crypto_generate_regular_token(token, c->srv->token_key, 32, path->remote.addr,
                                              path->remote.addrlen, realtime_ns());

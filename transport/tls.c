@@ -8,7 +8,9 @@
  * but verifies nothing by itself; verify_peer() below runs inside the
  * handshake, checks chain, validity period, key purpose and (on the client)
  * the server name, and records why a certificate was refused so that the
- * server can log one clear line.
+ * server can log one clear line.  It also reads the certificate's role
+ * (peer_identity: a region's or an operator's), which the server's handlers
+ * see through fa_h3_request_peer_role().
  */
 #include "transport/h3_internal.h"
 
@@ -27,6 +29,7 @@ static const char PRIORITY[] = "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VER
                                "-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1";
 
 static const char REGION_URI_PREFIX[] = "fedagg://region/";
+static const char OPERATOR_URI_PREFIX[] = "fedagg://operator/";
 
 int fa_tls_ctx_init(fa_tls_ctx *t, int server, const char *cert_file, const char *key_file,
                     const char *ca_file, fa_error *err)
@@ -115,36 +118,83 @@ static int identity_ok(const char *s, size_t n)
     return 1;
 }
 
-/* The peer's identity: region id of SAN URI fedagg://region/<id>, else CN. */
-static int peer_identity(gnutls_x509_crt_t crt, char *out, size_t cap)
+/* The name after a fedagg:// URI prefix: printable, no '/'. */
+static int uri_name(const char *uri, const char *prefix, size_t plen, char *out, size_t cap)
 {
-    char buf[512];
+    const char *id;
+    if (strncmp(uri, prefix, plen) != 0)
+        return 0;
+    id = uri + plen;
+    if (!identity_ok(id, strlen(id)) || strchr(id, '/'))
+        return -1;
+    snprintf(out, cap, "%s", id);
+    return 1;
+}
+
+/* The peer's identity and role.  A SAN URI fedagg://operator/<name> makes
+ * an operator (the admin API), fedagg://region/<id> a region; without
+ * either, the CN names a region (certificates made before the SAN URIs).
+ * A certificate naming both a region and an operator is refused: one key
+ * must not be able to act as both.  Returns 0, or -1 with *why set. */
+static int peer_identity(gnutls_x509_crt_t crt, char *out, size_t cap, int *role,
+                         const char **why)
+{
+    char buf[512], region[128] = "", oper[128] = "";
     size_t sz;
     unsigned crit;
 
+    *why = "names no identity (want SAN URI fedagg://region/<id>, "
+           "fedagg://operator/<name> or a CN)";
     for (unsigned i = 0;; i++) {
         int rv;
         sz = sizeof(buf) - 1;
         rv = gnutls_x509_crt_get_subject_alt_name(crt, i, buf, &sz, &crit);
         if (rv == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
             break;
-        if (rv < 0)
+        if (rv < 0 || rv != GNUTLS_SAN_URI)
             continue;
         buf[sz] = '\0';
-        if (rv == GNUTLS_SAN_URI &&
-            strncmp(buf, REGION_URI_PREFIX, sizeof(REGION_URI_PREFIX) - 1) == 0) {
-            const char *id = buf + sizeof(REGION_URI_PREFIX) - 1;
-            if (!identity_ok(id, strlen(id)) || strchr(id, '/'))
+        /* The first URI of each kind counts, as the first region URI always did. */
+        if (!region[0]) {
+            rv = uri_name(buf, REGION_URI_PREFIX, sizeof(REGION_URI_PREFIX) - 1, region,
+                          sizeof(region));
+            if (rv < 0) {
+                *why = "has a malformed SAN URI fedagg://region/<id>";
                 return -1;
-            snprintf(out, cap, "%s", id);
-            return 0;
+            }
+            if (rv > 0)
+                continue;
         }
+        if (!oper[0]) {
+            rv = uri_name(buf, OPERATOR_URI_PREFIX, sizeof(OPERATOR_URI_PREFIX) - 1, oper,
+                          sizeof(oper));
+            if (rv < 0) {
+                *why = "has a malformed SAN URI fedagg://operator/<name>";
+                return -1;
+            }
+        }
+    }
+    if (region[0] && oper[0]) {
+        *why = "names both a region and an operator (SAN URIs fedagg://region/ and "
+               "fedagg://operator/): issue one certificate per role";
+        return -1;
+    }
+    if (oper[0]) {
+        snprintf(out, cap, "%s", oper);
+        *role = FA_H3_ROLE_OPERATOR;
+        return 0;
+    }
+    if (region[0]) {
+        snprintf(out, cap, "%s", region);
+        *role = FA_H3_ROLE_REGION;
+        return 0;
     }
     sz = sizeof(buf) - 1;
     if (gnutls_x509_crt_get_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, 0, buf, &sz) == 0) {
         buf[sz] = '\0';
         if (identity_ok(buf, sz)) {
             snprintf(out, cap, "%s", buf);
+            *role = FA_H3_ROLE_REGION;
             return 0;
         }
     }
@@ -178,6 +228,7 @@ static int verify_peer(gnutls_session_t s)
     unsigned nv = 0, status = 0, n = 0;
     const gnutls_datum_t *certs;
     gnutls_x509_crt_t crt;
+    const char *no_id = "";
     char subj[300];
     int rv;
 
@@ -227,10 +278,10 @@ static int verify_peer(gnutls_session_t s)
         return GNUTLS_E_CERTIFICATE_ERROR;
     }
     rv = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER);
-    if (rv < 0 || peer_identity(crt, qc->peer_id, sizeof(qc->peer_id)) != 0) {
-        snprintf(qc->verify_fail, sizeof(qc->verify_fail),
-                 "%s certificate%s names no identity (want SAN URI %s<id> or a CN)",
-                 qc->is_server ? "client" : "server", subj, REGION_URI_PREFIX);
+    if (rv < 0 || peer_identity(crt, qc->peer_id, sizeof(qc->peer_id), &qc->peer_role, &no_id) != 0) {
+        snprintf(qc->verify_fail, sizeof(qc->verify_fail), "%s certificate%s %s",
+                 qc->is_server ? "client" : "server", subj,
+                 rv < 0 ? "cannot be parsed" : no_id);
         gnutls_x509_crt_deinit(crt);
         return GNUTLS_E_CERTIFICATE_ERROR;
     }

@@ -20,8 +20,11 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The role and name the server saw in the last whoami(). */
+static char seen_role[32], seen_name[128];
+
 /* GET /whoami with the given client certificate; returns the request's code
- * and fills body (the identity the server saw) and msg (the error). */
+ * and fills body (the region the server saw) and msg (the error). */
 static int whoami(const char *cert, const char *key, const char *server_name, char *body,
                   size_t cap, char *msg, size_t msgcap)
 {
@@ -48,7 +51,11 @@ static int whoami(const char *cert, const char *key, const char *server_name, ch
     body[0] = '\0';
     msg[0] = '\0';
     if (rv == 0) {
+        const char *role = fa_h3_response_header(&resp, "fedagg-test-role");
+        const char *name = fa_h3_response_header(&resp, "fedagg-test-name");
         snprintf(body, cap, "%.*s", (int)resp.body_len, resp.body ? (char *)resp.body : "");
+        snprintf(seen_role, sizeof(seen_role), "%s", role ? role : "(none)");
+        snprintf(seen_name, sizeof(seen_name), "%s", name ? name : "(none)");
         assert_int_equal(resp.status, 200);
         fa_h3_response_free(&resp);
     } else {
@@ -95,6 +102,36 @@ static void test_identity_falls_back_to_cn(void **state)
     assert_string_equal(body, "unknown-region");
 }
 
+static void test_operator_role_from_san_uri(void **state)
+{
+    char body[128], msg[512];
+    assert_int_equal(whoami("operator-alice.crt", "operator-alice.key", NULL, body, sizeof(body),
+                            msg, sizeof(msg)),
+                     0);
+    assert_string_equal(seen_role, "operator");
+    assert_string_equal(seen_name, "alice");
+    assert_string_equal(body, ""); /* no region */
+    /* an operator named like a region is still no region */
+    assert_int_equal(whoami("operator-eu-west.crt", "operator-eu-west.key", NULL, body,
+                            sizeof(body), msg, sizeof(msg)),
+                     0);
+    assert_string_equal(seen_role, "operator");
+    assert_string_equal(seen_name, "eu-west");
+    assert_string_equal(body, "");
+    /* region certificates keep their role, with or without the SAN URI */
+    assert_int_equal(whoami("client-us-east.crt", "client-us-east.key", NULL, body, sizeof(body),
+                            msg, sizeof(msg)),
+                     0);
+    assert_string_equal(seen_role, "region");
+    assert_string_equal(seen_name, "us-east");
+    assert_string_equal(body, "us-east");
+    assert_int_equal(whoami("test/client-cn-only.crt", "test/client-cn-only.key", NULL, body,
+                            sizeof(body), msg, sizeof(msg)),
+                     0);
+    assert_string_equal(seen_role, "region");
+    assert_string_equal(body, "eu-west");
+}
+
 static void expect_refused(const char *cert, const char *key, const char *name,
                            const char *want_in_msg)
 {
@@ -111,6 +148,12 @@ static void expect_refused(const char *cert, const char *key, const char *name,
             usleep(10000);
         assert_true(failed_handshakes() > before);
     }
+}
+
+static void test_certificate_with_two_roles_refused(void **state)
+{
+    expect_refused("test/client-two-roles.crt", "test/client-two-roles.key", NULL,
+                   "refused the TLS handshake");
 }
 
 static void test_no_client_certificate_refused(void **state)
@@ -205,6 +248,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_region_identity_from_san_uri),
         cmocka_unit_test(test_identity_falls_back_to_cn),
+        cmocka_unit_test(test_operator_role_from_san_uri),
+        cmocka_unit_test(test_certificate_with_two_roles_refused),
         cmocka_unit_test(test_no_client_certificate_refused),
         cmocka_unit_test(test_certificate_from_other_ca_refused),
         cmocka_unit_test(test_expired_certificate_refused),

@@ -62,7 +62,8 @@ static inline int tp_setup_pki(void)
         return -1;
     snprintf(tp_pki, sizeof(tp_pki), "%s/pki", tp_dir);
     snprintf(cmd, sizeof(cmd),
-             "bash '%s/deploy/pki.sh' '%s' --regions eu-west,us-east --test-extras >/dev/null 2>&1",
+             "bash '%s/deploy/pki.sh' '%s' --regions eu-west,us-east --operators alice,eu-west "
+             "--test-extras >/dev/null 2>&1",
              tp_src(), tp_pki);
     if (system(cmd) != 0) {
         fprintf(stderr, "test: %s failed\n", cmd);
@@ -392,10 +393,17 @@ static inline void tp_on_wait_close(fa_h3_request *req, int err, void *arg)
     atomic_fetch_add(&tp_last.closes, 1);
 }
 
+/* The body is the region (fa_h3_request_peer); the headers say the role
+ * and the name whatever the role. */
 static inline int tp_on_whoami(fa_h3_request *req, void *arg)
 {
     const char *p = fa_h3_request_peer(req);
-    return fa_h3_respond(req, 200, NULL, 0, p, strlen(p));
+    int role = fa_h3_request_peer_role(req);
+    fa_h3_header h[] = {{"fedagg-test-role", role == FA_H3_ROLE_OPERATOR ? "operator"
+                                             : role == FA_H3_ROLE_REGION ? "region"
+                                                                         : "none"},
+                        {"fedagg-test-name", fa_h3_request_peer_name(req)}};
+    return fa_h3_respond(req, 200, h, 2, p, strlen(p));
 }
 
 typedef struct tp_server {
