@@ -60,7 +60,7 @@ struct fa_audit_log {
     uint8_t latest_root[HLEN];
 
     /* The last record, for the ordering and model-chain rules. */
-    int have_last;
+    int have_last, last_admin;
     uint64_t last_round, last_new_version;
     uint32_t last_attempt;
     uint8_t last_new_model[HLEN];
@@ -328,6 +328,28 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         BAD("record version %u is not 1", r->version);
     if (!r->federation_id || !r->federation_id[0] || strlen(r->federation_id) > 255)
         BAD("federation_id is empty or longer than 255 bytes");
+    if (r->admin) {
+        static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
+        const Fedagg__AdminAction *a = r->admin;
+        int known = 0;
+        for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+            known |= a->action && !strcmp(a->action, actions[i]);
+        if (!known)
+            BAD("operator action '%s' is not one of pause, resume, abort, drain, admit",
+                a->action ? a->action : "");
+        if (!a->operator_ || !a->operator_[0])
+            BAD("operator action %s names no operator", a->action);
+        if ((!strcmp(a->action, "drain") || !strcmp(a->action, "admit")) &&
+            (!a->region || !a->region[0]))
+            BAD("operator action %s names no region", a->action);
+        if (r->n_participants || r->n_commitments || r->n_dropped)
+            BAD("an operator action has participants");
+        if (r->prev_version != r->new_version || r->prev_model_sha256.len != 32 ||
+            r->new_model_sha256.len != 32 ||
+            memcmp(r->prev_model_sha256.data, r->new_model_sha256.data, 32) != 0)
+            BAD("an operator action changes the model");
+        return 0;
+    }
     if (r->config_digest.len != 32)
         BAD("config_digest has %zu bytes, not 32", r->config_digest.len);
     if (r->prev_model_sha256.len != 32)
@@ -377,14 +399,23 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
 #undef BAD
 }
 
-/* The rules between consecutive records.  prev == NULL-state when have == 0. */
-static int record_follows(int have, uint64_t round, uint32_t attempt, uint64_t new_version,
-                          const uint8_t *new_model, const Fedagg__AuditRecord *r, char *why,
-                          size_t why_len)
+/* The rules between consecutive records.  prev == NULL-state when have == 0.
+ * Records are ordered by (round, attempt, kind) with an operator's action
+ * (kind 0, of the round in flight) before the aggregation of that round and
+ * attempt (kind 1); aggregations come strictly after the record before them,
+ * actions at or after it (several actions may fall in one attempt). */
+static int record_follows(int have, uint64_t round, uint32_t attempt, int prev_admin,
+                          uint64_t new_version, const uint8_t *new_model,
+                          const Fedagg__AuditRecord *r, char *why, size_t why_len)
 {
+    int kind = r->admin ? 0 : 1, pkind = prev_admin ? 0 : 1;
+    int later = r->round != round       ? r->round > round
+                : r->attempt != attempt ? r->attempt > attempt
+                                        : (r->admin ? kind >= pkind : kind > pkind);
+
     if (!have)
         return 0;
-    if (r->round < round || (r->round == round && r->attempt <= attempt)) {
+    if (!later) {
         snprintf(why, why_len,
                  "round %" PRIu64 " attempt %u does not come after round %" PRIu64
                  " attempt %u of the record before it (a duplicated or reordered record?)",
@@ -817,6 +848,7 @@ static int scan_log(fa_audit_log *log, fa_audit_open_report *rep, fa_error *err)
         rec = fedagg__audit_record__unpack(NULL, last_len, last);
         if (rec) {
             log->have_last = 1;
+            log->last_admin = rec->admin != NULL;
             log->last_round = rec->round;
             log->last_attempt = rec->attempt;
             log->last_new_version = rec->new_version;
@@ -1059,7 +1091,7 @@ static int append_locked(fa_audit_log *log, const uint8_t *const *recs, const si
     uint8_t *buf = NULL, *nodes = NULL;
     uint64_t old_n = log->n, old_log_end = log->log_end, nnodes = 0;
     fa_merkle_frontier old_fr;
-    int have = log->have_last, rc = 0, wrote = 0;
+    int have = log->have_last, admin = log->last_admin, rc = 0, wrote = 0;
     uint64_t round = log->last_round, newv = log->last_new_version;
     uint32_t attempt = log->last_attempt;
     uint8_t model[HLEN];
@@ -1091,9 +1123,10 @@ static int append_locked(fa_audit_log *log, const uint8_t *const *recs, const si
         r_attempt = r->attempt;
         rc = fa_audit_record_check(r, why, sizeof(why));
         if (rc == 0)
-            rc = record_follows(have, round, attempt, newv, model, r, why, sizeof(why));
+            rc = record_follows(have, round, attempt, admin, newv, model, r, why, sizeof(why));
         if (rc == 0) {
             have = 1;
+            admin = r->admin != NULL;
             round = r->round;
             attempt = r->attempt;
             newv = r->new_version;
@@ -1150,6 +1183,7 @@ static int append_locked(fa_audit_log *log, const uint8_t *const *recs, const si
     if (rc < 0)
         goto out;
     log->have_last = 1;
+    log->last_admin = admin;
     log->last_round = round;
     log->last_attempt = attempt;
     log->last_new_version = newv;
@@ -1587,7 +1621,7 @@ static const uint8_t *region_key(const fa_audit_verify_opts *o, const char *regi
 /* Checks one decoded record, its place after the one before it, and its
  * region signatures. */
 struct vprev {
-    int have;
+    int have, admin;
     uint64_t round, new_version;
     uint32_t attempt;
     uint8_t new_model[HLEN];
@@ -1673,8 +1707,8 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
     if (prev->federation[0] && strcmp(prev->federation, r->federation_id) != 0)
         vreport(v, FA_AUDIT_PROBLEM, at, "federation \"%s\" differs from \"%s\" of record 0",
                 r->federation_id, prev->federation);
-    if (record_follows(prev->have, prev->round, prev->attempt, prev->new_version, prev->new_model,
-                       r, why, sizeof(why)) != 0)
+    if (record_follows(prev->have, prev->round, prev->attempt, prev->admin, prev->new_version,
+                       prev->new_model, r, why, sizeof(why)) != 0)
         vreport(v, FA_AUDIT_PROBLEM, at, "%s", why);
     if (r->tensor_table_digest.len == HLEN) {
         if (prev->have_table && memcmp(prev->table, r->tensor_table_digest.data, HLEN) != 0)
@@ -1712,6 +1746,7 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
     if (!prev->federation[0])
         snprintf(prev->federation, sizeof(prev->federation), "%s", r->federation_id);
     prev->have = 1;
+    prev->admin = r->admin != NULL;
     prev->round = r->round;
     prev->attempt = r->attempt;
     prev->new_version = r->new_version;

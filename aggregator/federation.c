@@ -21,6 +21,7 @@
 #include "aggregator/audit_log.h"
 #include "aggregator/evaluator.h"
 #include "aggregator/fed_eval.h"
+#include "aggregator/fed_history.h"
 #include "aggregator/global_model.h"
 #include "aggregator/memory_budget.h"
 #include "aggregator/metrics.h"
@@ -58,6 +59,9 @@ struct region {
     /* Totals for status and metrics. */
     uint64_t bytes_received, rounds_participated, dropouts;
     uint64_t last_seen_ms;
+    /* An operator drained it: it sits out from the next attempt on. */
+    int drained;
+    char drained_by[64];
 };
 
 struct fa_fed {
@@ -140,6 +144,11 @@ struct fa_fed {
      * attempt opens, /readyz says why. */
     fa_storage_gate gate;
     uint64_t storage_free; /* bytes free at the last check */
+    /* Operators: paused (no attempt opens), and what they look back on. */
+    int paused;
+    char paused_by[64];
+    fa_fed_history hist;
+    fa_fed_attempt cur_att; /* the attempt in flight: start, phase durations */
     uint64_t next_upload_id;
 };
 
@@ -809,6 +818,12 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     f->attempt_start_unix_ms = fa_time_unix_ms();
     reset_region_attempt(f);
     fa_privacy_ledger_begin(f->privacy, round, attempt);
+    memset(&f->cur_att, 0, sizeof(f->cur_att));
+    f->cur_att.round = round;
+    f->cur_att.attempt = attempt;
+    f->cur_att.start_unix_ms = f->attempt_start_unix_ms;
+    for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+        f->cur_att.phase_s[k] = -1;
     rc = new_secagg_server(f, err);
     if (rc == 0)
         rc = save_state(f, err);
@@ -873,6 +888,16 @@ static void open_gated(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now
 
     f->round = round;
     f->attempt = attempt;
+    if (f->paused) {
+        /* fa_fed_admin_resume opens it. */
+        f->phase = FEDAGG__PHASE__PHASE_IDLE;
+        fa_secagg_server_del(f->sa);
+        f->sa = NULL;
+        fa_log(FA_LOG_INFO, "federation paused: no attempt opens until an operator resumes it",
+               "round=%" PRIu64 " attempt=%u paused_by=%s", round, attempt, f->paused_by);
+        update_gauges(f);
+        return;
+    }
     if (f->gate.blocked && !fa_storage_gate_due(&f->gate, now_ms)) {
         f->phase = FEDAGG__PHASE__PHASE_IDLE;
         return;
@@ -913,6 +938,46 @@ static int open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     return 0;
 }
 
+/* Adds the attempt in flight to the history: completed (the sum's
+ * survivors and dropouts, the new version) or aborted (with why). */
+static void record_attempt(fa_fed *f, int completed, const char *why)
+{
+    fa_fed_attempt a = f->cur_att;
+    char *parts = NULL, *drops = NULL;
+    size_t pn = 0, dn = 0;
+    FILE *pf = open_memstream(&parts, &pn), *df = open_memstream(&drops, &dn);
+
+    a.completed = completed;
+    a.end_unix_ms = fa_time_unix_ms();
+    if (!a.start_unix_ms)
+        a.start_unix_ms = f->attempt_start_unix_ms;
+    snprintf(a.reason, sizeof(a.reason), "%s", why ? why : "");
+    if (pf && df) {
+        if (completed && f->sa) {
+            for (size_t i = 0; i < fa_secagg_server_survivor_count(f->sa); i++)
+                fprintf(pf, "%s%s", i ? "," : "", fa_secagg_server_survivor(f->sa, i));
+            for (size_t i = 0; i < fa_secagg_server_dropout_count(f->sa); i++)
+                fprintf(df, "%s%s", i ? "," : "", fa_secagg_server_dropout(f->sa, i));
+        } else {
+            size_t k = 0;
+            for (size_t i = 0; i < f->n_regions; i++)
+                if (f->regions[i].have_msg[FA_FED_ADVERTISE])
+                    fprintf(df, "%s%s", k++ ? "," : "", f->regions[i].id);
+        }
+    }
+    if (pf)
+        fclose(pf);
+    if (df)
+        fclose(df);
+    a.participants = parts;
+    a.dropped = drops;
+    a.version = completed ? f->cur.version : 0;
+    if (fa_fed_history_add(&f->hist, &a) != 0)
+        fa_log(FA_LOG_WARN, "out of memory: the attempt is not in the history", NULL);
+    free(parts);
+    free(drops);
+}
+
 static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 {
     fa_error err;
@@ -925,6 +990,7 @@ static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
            f->phase >= 1 && f->phase <= N_KINDS ? kind_names[f->phase - 1] : "?", why);
     f->rounds_aborted++;
     count_outcome(f, "aborted");
+    record_attempt(f, 0, why);
     /* Every region that advertised in this attempt and is not carried to its
      * end is a dropout of the attempt. */
     for (size_t i = 0; i < f->n_regions; i++)
@@ -949,6 +1015,7 @@ static void abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 /* ------------------------------------------------------------------------ */
 
 static int in_list(const char *region, const char *const *ids, size_t n);
+static int replay_audit_log(fa_fed *f, fa_error *err);
 
 /* config ClipMode */
 static const char *clip_name(int mode)
@@ -1193,6 +1260,11 @@ static void evaluate(fa_fed *f)
     f->eval_loss = ev.mean_loss;
     f->eval_version = f->cur.version;
     f->have_eval = 1;
+    {
+        fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, f->cur.version);
+        if (ve)
+            ve->global_accuracy = ev.accuracy;
+    }
     fa_log(FA_LOG_INFO, "global model evaluated",
            "version=%" PRIu64 " accuracy=%.4f loss=%.4f examples=%u", f->cur.version, ev.accuracy,
            ev.mean_loss, ev.n);
@@ -1344,6 +1416,7 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
         }
     }
     f->rounds_completed++;
+    record_attempt(f, 1, NULL);
     count_outcome(f, "completed");
     if (f->metrics)
         fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", NULL, secs);
@@ -1371,6 +1444,14 @@ out:
 /* Phase closes                                                              */
 /* ------------------------------------------------------------------------ */
 
+static size_t regions_drained(const fa_fed *f)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->n_regions; i++)
+        n += f->regions[i].drained != 0;
+    return n;
+}
+
 static int phase_due(fa_fed *f, uint64_t now_ms)
 {
     fa_secagg_server_status st;
@@ -1382,7 +1463,7 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
         return 1;
     fa_secagg_server_status_get(f->sa, &st);
     if (f->phase == FEDAGG__PHASE__PHASE_ADVERTISE)
-        return st.received == f->n_regions &&
+        return st.received >= f->n_regions - regions_drained(f) &&
                now_ms >= f->last_advertise_ms + f->advertise_grace_ms;
     return st.expected == 0 && st.in_flight == 0;
 }
@@ -1430,6 +1511,8 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
         fa_metrics_label(labels, sizeof(labels), "phase", kind_names[closing - 1]);
         fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
     }
+    if (closing >= 1 && closing <= FA_FED_HISTORY_PHASES)
+        f->cur_att.phase_s[closing - 1] = secs;
     fa_secagg_server_status_get(f->sa, &st);
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
            f->round, f->attempt, kind_names[closing - 1], secs);
@@ -1494,7 +1577,10 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     if (f->evaluator) {
         fa_eval_summary res;
         if (fa_evaluator_poll(f->evaluator, now_ms, &res)) {
+            fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, res.version);
             f->central = res;
+            if (ve)
+                ve->central_accuracy = res.accuracy;
             update_gauges(f);
         }
     }
@@ -1587,6 +1673,11 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     if (rc != 0)
         return rc;
     r = find_region(f, region);
+    if (kind == FA_FED_ADVERTISE && r->drained && !r->have_msg[kind])
+        return reply_error(f, reply, 409, FA_ERR_STATE,
+                           "region %s is drained by operator %s: it sits out until an operator "
+                           "admits it again",
+                           region, r->drained_by);
     crypto_hash_sha256(sha, body, len);
     if (r->have_msg[kind]) {
         if (sodium_memcmp(sha, r->msg_sha[kind], 32) == 0)
@@ -2168,6 +2259,11 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
     {
         fa_eval_summary fe;
         fa_fed_eval_summary(f->feval, &fe);
+        fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, fe.version);
+        if (ve) {
+            ve->federated_accuracy = fe.accuracy;
+            ve->federated_regions = fe.regions;
+        }
         fa_log(FA_LOG_INFO, "evaluation report accepted",
                "region=%s version=%" PRIu64 " reports=%u examples=%" PRIu64
                " mean_accuracy=%.4f mean_loss=%.4f",
@@ -2348,6 +2444,23 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
                          n - 1);
     *version = r->new_version;
     f->last_round = r->round;
+    /* An operator's action names the round in flight: the last completed
+     * round is that of the last aggregation before it. */
+    while (r->admin && n > 1) {
+        fedagg__audit_record__free_unpacked(r, NULL);
+        n--;
+        rc = fa_audit_log_read(f->audit, n - 1, &rec, &len, err);
+        if (rc != 0)
+            return rc;
+        r = fedagg__audit_record__unpack(NULL, len, rec);
+        free(rec);
+        if (!r)
+            return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
+                             n - 1);
+        f->last_round = r->admin ? 0 : r->round;
+    }
+    if (r->admin)
+        f->last_round = 0;
     fedagg__audit_record__free_unpacked(r, NULL);
     return 0;
 }
@@ -2636,6 +2749,10 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     if (!f)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     f->metrics = metrics;
+    if (fa_fed_history_init(&f->hist, FA_FED_HISTORY) != 0) {
+        free(f);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
     f->federation_id = strdup(cfg->federation_id ? cfg->federation_id : "fedagg");
     f->storage_dir = strdup(cfg->storage->dir);
     snprintf(path, sizeof(path), "%s/round.state", cfg->storage->dir);
@@ -2817,6 +2934,9 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
                report.torn_log_bytes, report.torn_checkpoint_bytes, report.unsigned_records,
                report.tree_rebuilt);
 
+    rc = replay_audit_log(f, err);
+    if (rc != 0)
+        goto fail;
     rc = load_eval(f, cfg, err);
     if (rc != 0)
         goto fail;
@@ -2867,6 +2987,7 @@ void fa_fed_close(fa_fed *f)
     fa_global_model_del(f->model);
     fa_fed_eval_del(f->feval);
     fa_privacy_ledger_del(f->privacy);
+    fa_fed_history_free(&f->hist);
     fa_evaluator_del(f->evaluator);
     free(f->eval_params);
     fa_server_opt_del(f->opt);
@@ -2883,4 +3004,441 @@ void fa_fed_close(fa_fed *f)
     free(f->storage_dir);
     free(f->state_path);
     free(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operators                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Appends the signed record of an operator's action. */
+static int append_admin_record(fa_fed *f, const char *op, const char *action, const char *region,
+                               const char *reason, fa_error *err)
+{
+    Fedagg__AuditRecord rec = FEDAGG__AUDIT_RECORD__INIT;
+    Fedagg__AdminAction a = FEDAGG__ADMIN_ACTION__INIT;
+    fa_audit_append_result ar;
+    uint64_t now = fa_time_unix_ms();
+    int rc;
+
+    memset(&ar, 0, sizeof(ar));
+    a.operator_ = (char *)op;
+    a.action = (char *)action;
+    a.region = (char *)(region ? region : "");
+    a.reason = (char *)reason;
+    a.unix_ms = now;
+    rec.version = 1;
+    rec.federation_id = f->federation_id;
+    rec.round = f->round;
+    rec.attempt = f->attempt;
+    rec.start_unix_ms = now;
+    rec.commit_unix_ms = now;
+    rec.config_digest.data = f->config_digest;
+    rec.config_digest.len = 32;
+    rec.prev_model_sha256.data = f->cur.model_sha256;
+    rec.prev_model_sha256.len = 32;
+    rec.new_model_sha256.data = f->cur.model_sha256;
+    rec.new_model_sha256.len = 32;
+    rec.prev_version = f->cur.version;
+    rec.new_version = f->cur.version;
+    rec.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
+    rec.tensor_table_digest.len = 32;
+    rec.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
+    rec.software_version = FA_VERSION;
+    rec.admin = &a;
+    rc = fa_audit_log_append(f->audit, &rec, &ar, err);
+    if (rc != 0)
+        return fa_error_prefix(err, rc, "the audit log could not record the operator's %s, so it "
+                                        "was not done",
+                               action);
+    fa_log(FA_LOG_INFO, "operator action recorded",
+           "operator=%s action=%s region=%s index=%" PRIu64 " reason=\"%s\"", op, action,
+           region ? region : "", ar.index, reason);
+    fa_audit_append_result_free(&ar);
+    update_gauges(f);
+    return 0;
+}
+
+static int check_operator(const char *op, fa_error *err)
+{
+    if (!op || !op[0] || strlen(op) > 63)
+        return fa_errorf(err, FA_ERR_AUTH, "an operator action needs an operator name");
+    return 0;
+}
+
+int fa_fed_admin_pause(fa_fed *f, const char *op, uint64_t now_ms, fa_error *err)
+{
+    char why[160];
+    int rc = check_operator(op, err);
+    (void)now_ms;
+    if (rc != 0)
+        return rc;
+    if (f->paused)
+        return fa_errorf(err, FA_ERR_STATE, "the federation is already paused (by %s)",
+                         f->paused_by);
+    if (f->phase == FEDAGG__PHASE__PHASE_DONE)
+        return fa_errorf(err, FA_ERR_STATE, "the federation has finished its rounds");
+    snprintf(why, sizeof(why), "no new round opens after round %" PRIu64 " attempt %u", f->round,
+             f->attempt);
+    rc = append_admin_record(f, op, "pause", NULL, why, err);
+    if (rc != 0)
+        return rc;
+    f->paused = 1;
+    snprintf(f->paused_by, sizeof(f->paused_by), "%s", op);
+    return 0;
+}
+
+int fa_fed_admin_resume(fa_fed *f, const char *op, uint64_t now_ms, fa_error *err)
+{
+    int rc = check_operator(op, err);
+    if (rc != 0)
+        return rc;
+    if (!f->paused)
+        return fa_errorf(err, FA_ERR_STATE, "the federation is not paused");
+    rc = append_admin_record(f, op, "resume", NULL, "rounds open again", err);
+    if (rc != 0)
+        return rc;
+    f->paused = 0;
+    f->paused_by[0] = '\0';
+    if (f->phase == FEDAGG__PHASE__PHASE_IDLE)
+        open_gated(f, f->round, f->attempt, now_ms);
+    return 0;
+}
+
+int fa_fed_admin_abort(fa_fed *f, const char *op, uint64_t now_ms, fa_error *err)
+{
+    char why[160];
+    int rc = check_operator(op, err);
+    if (rc != 0)
+        return rc;
+    if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_UNMASK)
+        return fa_errorf(err, FA_ERR_STATE, "no attempt is in flight (phase %s)",
+                         phase_name(f->phase));
+    snprintf(why, sizeof(why), "aborted by operator %s", op);
+    rc = append_admin_record(f, op, "abort", NULL, why, err);
+    if (rc != 0)
+        return rc;
+    abort_attempt(f, now_ms, why);
+    return 0;
+}
+
+int fa_fed_admin_drain(fa_fed *f, const char *op, const char *region, int drain, uint64_t now_ms,
+                       fa_error *err)
+{
+    struct region *r = find_region(f, region);
+    char why[160];
+    int rc = check_operator(op, err);
+    (void)now_ms;
+    if (rc != 0)
+        return rc;
+    if (!r)
+        return fa_errorf(err, FA_ERR_NOTFOUND, "region '%s' is not a member of federation %s",
+                         region ? region : "", f->federation_id);
+    if (!r->drained == !drain)
+        return fa_errorf(err, FA_ERR_STATE, "region %s is %s", r->id,
+                         drain ? "drained already" : "not drained");
+    snprintf(why, sizeof(why), drain ? "region %s sits out from the next attempt on"
+                                     : "region %s takes part again from the next attempt on",
+             r->id);
+    rc = append_admin_record(f, op, drain ? "drain" : "admit", r->id, why, err);
+    if (rc != 0)
+        return rc;
+    r->drained = drain;
+    snprintf(r->drained_by, sizeof(r->drained_by), "%s", drain ? op : "");
+    return 0;
+}
+
+/* Pause and drain state, and the history of completed rounds, from the audit
+ * log (a restarted aggregator keeps what operators set). */
+static int replay_audit_log(fa_fed *f, fa_error *err)
+{
+    uint64_t n = fa_audit_log_size(f->audit);
+
+    for (uint64_t i = 0; i < n; i++) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        Fedagg__AuditRecord *r;
+        int rc = fa_audit_log_read(f->audit, i, &buf, &len, err);
+        if (rc != 0)
+            return rc;
+        r = fedagg__audit_record__unpack(NULL, len, buf);
+        free(buf);
+        if (!r)
+            return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
+                             i);
+        if (r->admin) {
+            const Fedagg__AdminAction *a = r->admin;
+            struct region *rg = find_region(f, a->region);
+            if (!strcmp(a->action, "pause")) {
+                f->paused = 1;
+                snprintf(f->paused_by, sizeof(f->paused_by), "%s", a->operator_);
+            } else if (!strcmp(a->action, "resume")) {
+                f->paused = 0;
+                f->paused_by[0] = '\0';
+            } else if (rg && (!strcmp(a->action, "drain") || !strcmp(a->action, "admit"))) {
+                rg->drained = !strcmp(a->action, "drain");
+                snprintf(rg->drained_by, sizeof(rg->drained_by), "%s",
+                         rg->drained ? a->operator_ : "");
+            }
+        } else if (n - i <= FA_FED_HISTORY) {
+            fa_fed_attempt a;
+            char *parts = NULL, *drops = NULL;
+            size_t pn = 0, dn = 0;
+            FILE *pf = open_memstream(&parts, &pn), *df = open_memstream(&drops, &dn);
+            memset(&a, 0, sizeof(a));
+            a.round = r->round;
+            a.attempt = r->attempt;
+            a.completed = 1;
+            a.start_unix_ms = r->start_unix_ms;
+            a.end_unix_ms = r->commit_unix_ms;
+            for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+                a.phase_s[k] = -1;
+            for (size_t k = 0; pf && k < r->n_participants; k++)
+                fprintf(pf, "%s%s", k ? "," : "", r->participants[k]);
+            for (size_t k = 0; df && k < r->n_dropped; k++)
+                fprintf(df, "%s%s", k ? "," : "", r->dropped[k]);
+            if (pf)
+                fclose(pf);
+            if (df)
+                fclose(df);
+            a.participants = parts;
+            a.dropped = drops;
+            a.version = r->new_version;
+            fa_fed_history_add(&f->hist, &a);
+            free(parts);
+            free(drops);
+            if (r->federated_eval) {
+                fa_fed_version_eval *ve =
+                    fa_fed_history_version(&f->hist, r->federated_eval->model_version);
+                if (ve) {
+                    ve->federated_accuracy = r->federated_eval->accuracy;
+                    ve->federated_regions = r->federated_eval->regions;
+                }
+            }
+            if (r->central_eval) {
+                fa_fed_version_eval *ve =
+                    fa_fed_history_version(&f->hist, r->central_eval->model_version);
+                if (ve)
+                    ve->central_accuracy = r->central_eval->accuracy;
+            }
+        }
+        fedagg__audit_record__free_unpacked(r, NULL);
+    }
+    if (f->paused)
+        fa_log(FA_LOG_INFO, "the federation stays paused", "paused_by=%s", f->paused_by);
+    for (size_t i = 0; i < f->n_regions; i++)
+        if (f->regions[i].drained)
+            fa_log(FA_LOG_INFO, "region stays drained", "region=%s drained_by=%s",
+                   f->regions[i].id, f->regions[i].drained_by);
+    return 0;
+}
+
+/* JSON helpers: a number or null for NaN; a comma-separated list as an array. */
+static json_t *num_or_null(double v)
+{
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+static json_t *list_json(const char *csv)
+{
+    json_t *a = json_array();
+    const char *p = csv;
+    while (a && p && *p) {
+        const char *c = strchr(p, ',');
+        size_t n = c ? (size_t)(c - p) : strlen(p);
+        json_array_append_new(a, json_stringn(p, n));
+        p = c ? c + 1 : p + n;
+    }
+    return a;
+}
+
+static json_t *regions_json(fa_fed *f, uint64_t now_ms)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < f->n_regions; i++) {
+        const struct region *r = &f->regions[i];
+        json_t *o = json_object();
+        double eps, delta, budget;
+        if (!o)
+            break;
+        json_object_set_new(o, "id", json_string(r->id));
+        json_object_set_new(o, "connected", json_boolean(region_connected(r, now_ms)));
+        json_object_set_new(o, "last_seen_ms_ago",
+                            r->last_seen_ms ? json_integer((json_int_t)(now_ms - r->last_seen_ms))
+                                            : json_null());
+        json_object_set_new(o, "drained", json_boolean(r->drained));
+        if (r->drained)
+            json_object_set_new(o, "drained_by", json_string(r->drained_by));
+        json_object_set_new(o, "rounds_participated",
+                            json_integer((json_int_t)r->rounds_participated));
+        json_object_set_new(o, "dropouts", json_integer((json_int_t)r->dropouts));
+        json_object_set_new(o, "bytes_received", json_integer((json_int_t)r->bytes_received));
+        if (fa_privacy_ledger_region(f->privacy, r->id, &eps, &delta, &budget)) {
+            json_t *p = json_object();
+            json_object_set_new(p, "epsilon", json_real(eps));
+            json_object_set_new(p, "delta", json_real(delta));
+            json_object_set_new(p, "budget_epsilon", json_real(budget));
+            json_object_set_new(o, "privacy", p);
+        }
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static json_t *rounds_json(const fa_fed *f)
+{
+    static const char *phase_keys[FA_FED_HISTORY_PHASES] = {"advertise", "shares", "masked",
+                                                            "consistency", "unmask"};
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < fa_fed_history_count(&f->hist); i++) {
+        const fa_fed_attempt *h = fa_fed_history_at(&f->hist, i);
+        json_t *o = json_object(), *ph = json_object();
+        if (!o || !ph) {
+            json_decref(o);
+            json_decref(ph);
+            break;
+        }
+        json_object_set_new(o, "round", json_integer((json_int_t)h->round));
+        json_object_set_new(o, "attempt", json_integer(h->attempt));
+        json_object_set_new(o, "outcome", json_string(h->completed ? "completed" : "aborted"));
+        if (h->reason[0])
+            json_object_set_new(o, "reason", json_string(h->reason));
+        json_object_set_new(o, "start_unix_ms", json_integer((json_int_t)h->start_unix_ms));
+        json_object_set_new(o, "end_unix_ms", json_integer((json_int_t)h->end_unix_ms));
+        json_object_set_new(o, "seconds",
+                            json_real((double)(h->end_unix_ms - h->start_unix_ms) / 1000.0));
+        for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+            if (h->phase_s[k] >= 0)
+                json_object_set_new(ph, phase_keys[k], json_real(h->phase_s[k]));
+        json_object_set_new(o, "phases", ph);
+        json_object_set_new(o, "participants", list_json(h->participants));
+        json_object_set_new(o, "dropped", list_json(h->dropped));
+        if (h->completed)
+            json_object_set_new(o, "version", json_integer((json_int_t)h->version));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static json_t *versions_json(const fa_fed *f)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < fa_fed_history_versions(&f->hist); i++) {
+        const fa_fed_version_eval *v = fa_fed_history_version_at(&f->hist, i);
+        json_t *o = json_object();
+        if (!o)
+            break;
+        json_object_set_new(o, "version", json_integer((json_int_t)v->version));
+        json_object_set_new(o, "global_accuracy", num_or_null(v->global_accuracy));
+        json_object_set_new(o, "central_accuracy", num_or_null(v->central_accuracy));
+        json_object_set_new(o, "federated_accuracy", num_or_null(v->federated_accuracy));
+        json_object_set_new(o, "federated_regions", json_integer(v->federated_regions));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static json_t *models_json(fa_fed *f)
+{
+    json_t *a = json_array();
+    uint64_t lo = f->cur.version > 1000 ? f->cur.version - 1000 : 0;
+    for (uint64_t v = lo; a && v <= f->cur.version; v++) {
+        struct fa_model_version mv;
+        char hex[65];
+        json_t *o;
+        if (fa_model_store_version(f->store, v, &mv) != 0)
+            continue;
+        if (!(o = json_object()))
+            break;
+        fa_model_store_hex(mv.model_sha256, hex);
+        json_object_set_new(o, "version", json_integer((json_int_t)mv.version));
+        json_object_set_new(o, "round", json_integer((json_int_t)mv.round));
+        json_object_set_new(o, "sha256", json_string(hex));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)mv.model_size));
+        json_object_set_new(o, "master", json_boolean(mv.has_master));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static json_t *audit_head_json(fa_fed *f, fa_error *err)
+{
+    json_t *o = json_object();
+    char *ck = NULL;
+    size_t len = 0;
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "tree_size", json_integer((json_int_t)fa_audit_log_size(f->audit)));
+    json_object_set_new(o, "signed_size",
+                        json_integer((json_int_t)fa_audit_log_signed_size(f->audit)));
+    if (fa_audit_log_checkpoint(f->audit, &ck, &len, err) == 0 && ck) {
+        json_object_set_new(o, "checkpoint", json_stringn(ck, len));
+        /* the checkpoint's third line is the base64 root */
+        {
+            const char *l2 = strchr(ck, '\n'), *l3 = l2 ? strchr(l2 + 1, '\n') : NULL;
+            const char *e = l3 ? strchr(l3 + 1, '\n') : NULL;
+            if (l3 && e)
+                json_object_set_new(o, "root", json_stringn(l3 + 1, (size_t)(e - l3 - 1)));
+        }
+    }
+    free(ck);
+    return o;
+}
+
+int fa_fed_admin_json(fa_fed *f, const char *what, uint64_t now_ms, char **out, fa_error *err)
+{
+    json_t *o = NULL;
+    char *text;
+
+    *out = NULL;
+    if (!what)
+        return fa_errorf(err, FA_ERR_INVAL, "no document named");
+    if (!strcmp(what, "status")) {
+        char *base = NULL;
+        json_error_t je;
+        int rc = fa_fed_status_json(f, &base, err);
+        if (rc != 0)
+            return rc;
+        o = json_loads(base, 0, &je);
+        free(base);
+        if (!o)
+            return fa_errorf(err, FA_ERR_NOMEM, "status: %s", je.text);
+        json_object_set_new(o, "paused", json_boolean(f->paused));
+        if (f->paused)
+            json_object_set_new(o, "paused_by", json_string(f->paused_by));
+        if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
+            json_object_set_new(o, "phase_deadline_unix_ms",
+                                json_integer((json_int_t)(fa_time_unix_ms() +
+                                                          fa_fed_next_deadline_in(f, now_ms))));
+        json_object_set_new(o, "regions", regions_json(f, now_ms));
+        json_object_set_new(o, "rounds", rounds_json(f));
+        json_object_set_new(o, "versions", versions_json(f));
+        json_object_set_new(o, "audit", audit_head_json(f, err));
+    } else if (!strcmp(what, "regions")) {
+        o = json_object();
+        if (o)
+            json_object_set_new(o, "regions", regions_json(f, now_ms));
+    } else if (!strcmp(what, "rounds")) {
+        o = json_object();
+        if (o) {
+            json_object_set_new(o, "rounds", rounds_json(f));
+            json_object_set_new(o, "versions", versions_json(f));
+        }
+    } else if (!strcmp(what, "models")) {
+        o = json_object();
+        if (o)
+            json_object_set_new(o, "models", models_json(f));
+    } else if (!strcmp(what, "audit-head")) {
+        o = audit_head_json(f, err);
+    } else {
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "no document '%s': status, regions, rounds, models or audit-head", what);
+    }
+    if (!o)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!text)
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    *out = text;
+    return 0;
 }

@@ -172,6 +172,17 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         json_object_set_new(fe, "accuracy", json_real(r->federated_eval->accuracy));
         json_object_set_new(o, "federated_eval", fe);
     }
+    if (r->admin) {
+        json_t *aj = json_object();
+        json_object_set_new(aj, "operator",
+                            json_string(r->admin->operator_ ? r->admin->operator_ : ""));
+        json_object_set_new(aj, "action", json_string(r->admin->action ? r->admin->action : ""));
+        if (r->admin->region && r->admin->region[0])
+            json_object_set_new(aj, "region", json_string(r->admin->region));
+        json_object_set_new(aj, "reason", json_string(r->admin->reason ? r->admin->reason : ""));
+        json_object_set_new(aj, "unix_ms", json_integer((json_int_t)r->admin->unix_ms));
+        json_object_set_new(o, "admin", aj);
+    }
     if (r->central_eval) {
         json_t *ce = json_object();
         json_object_set_new(ce, "model_version",
@@ -204,6 +215,12 @@ void fa_audit_cli_table_row(FILE *out, const Fedagg__AuditRecord *r, uint64_t in
     fa_audit_cli_time(r->commit_unix_ms, when);
     snprintf(ver, sizeof(ver), "%" PRIu64 "->%" PRIu64, r->prev_version, r->new_version);
     regions[0] = 0;
+    if (r->admin) /* an operator's action: who did what */
+        n += (size_t)snprintf(regions, sizeof(regions), "operator %s: %s%s%s",
+                              r->admin->operator_ ? r->admin->operator_ : "?",
+                              r->admin->action ? r->admin->action : "?",
+                              r->admin->region && r->admin->region[0] ? " " : "",
+                              r->admin->region ? r->admin->region : "");
     for (size_t i = 0; i < r->n_participants && n < sizeof(regions); i++)
         n += (size_t)snprintf(regions + n, sizeof(regions) - n, "%s%s", i ? "," : "",
                               r->participants[i]);

@@ -341,6 +341,15 @@ static void finish_round_1(struct sim *s, uint32_t attempt)
     assert_int_equal(version, 1);
 }
 
+/* Round 1 from its start with every region. */
+static void finish_round_1_all(struct sim *s)
+{
+    const int all[] = {0, 1, 2};
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    finish_round_1(s, 0);
+}
+
 /* The current model's parameters. */
 static void model_params(struct sim *s, float *out)
 {
@@ -1330,6 +1339,133 @@ static void test_privacy_ledger(void **state)
     sim_del(s);
 }
 
+/* Operators: pause after the round, resume, drain and admit a region, abort
+ * an attempt; each in the signed audit log, which still verifies; the
+ * history and documents the admin API serves; state kept over a restart. */
+static void test_operators(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2}, two[] = {0, 1};
+    uint64_t round, version;
+    uint32_t attempt;
+    int phase, status;
+    char *json;
+    uint8_t *m;
+    size_t len;
+    fa_error err;
+    (void)state;
+
+    must(fa_fed_admin_pause(s->f, "alice", s->now, &err), &err);
+    assert_int_equal(fa_fed_admin_pause(s->f, "alice", s->now, &err), FA_ERR_STATE);
+    assert_non_null(strstr(err.msg, "already paused"));
+    assert_int_equal(fa_fed_admin_resume(s->f, "", s->now, &err), FA_ERR_AUTH);
+    /* The round in flight completes; no next one opens. */
+    finish_round_1_all(s);
+    position(s, &round, &attempt, &phase, &version);
+    assert_int_equal(version, 1);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    s->now += 5000;
+    fa_fed_tick(s->f, s->now);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    must(fa_fed_admin_json(s->f, "status", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"paused\":true"));
+    assert_non_null(strstr(json, "\"paused_by\":\"alice\""));
+    assert_non_null(strstr(json, "\"outcome\":\"completed\""));
+    assert_non_null(strstr(json, "\"unmask\":"));
+    assert_non_null(strstr(json, "\"participants\":[\"ap-south\",\"eu-west\",\"us-east\"]"));
+    free(json);
+    must(fa_fed_admin_resume(s->f, "alice", s->now, &err), &err);
+    position(s, &round, &attempt, &phase, NULL);
+    assert_int_equal(round, 2);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+
+    /* us-east drained: its advertisement is refused with the reason. */
+    assert_int_equal(fa_fed_admin_drain(s->f, "bob", "mars", 1, s->now, &err), FA_ERR_NOTFOUND);
+    must(fa_fed_admin_drain(s->f, "bob", "us-east", 1, s->now, &err), &err);
+    clients_new(s);
+    must(fa_secagg_client_advertise(s->c[2], &m, &len, &err), &err);
+    assert_int_equal(submit(s, FA_FED_ADVERTISE, 2, m, len, &status), FA_ERR_STATE);
+    assert_int_equal(status, 409);
+    free(m);
+    /* The other two advertise; then an operator aborts the attempt. */
+    for (int k = 0; k < 2; k++) {
+        must(fa_secagg_client_advertise(s->c[two[k]], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_ADVERTISE, two[k], m, len, NULL), 0);
+        free(m);
+    }
+    must(fa_fed_admin_abort(s->f, "alice", s->now, &err), &err);
+    position(s, &round, &attempt, &phase, NULL);
+    assert_int_equal(round, 2);
+    assert_int_equal(attempt, 1);
+    must(fa_fed_admin_drain(s->f, "bob", "us-east", 0, s->now, &err), &err);
+    assert_int_equal(fa_fed_admin_drain(s->f, "bob", "us-east", 0, s->now, &err), FA_ERR_STATE);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 2, 1);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 2);
+    must(fa_fed_admin_json(s->f, "rounds", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"outcome\":\"aborted\""));
+    assert_non_null(strstr(json, "aborted by operator alice"));
+    free(json);
+    must(fa_fed_admin_json(s->f, "models", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"version\":2"));
+    free(json);
+    must(fa_fed_admin_json(s->f, "audit-head", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"tree_size\":7")); /* 2 rounds, 5 actions */
+    free(json);
+    assert_int_equal(fa_fed_admin_json(s->f, "nonsense", s->now, &json, &err), FA_ERR_INVAL);
+
+    /* Paused again and restarted: it stays paused, the history is rebuilt. */
+    must(fa_fed_admin_pause(s->f, "carol", s->now, &err), &err);
+    fa_fed_close(s->f);
+    s->f = NULL;
+    {
+        fa_audit_region_key keys[NR];
+        fa_audit_verify_opts o;
+        fa_audit_verify_result res;
+        fa_note_verifier nv;
+        char kp[600], path[600];
+        uint8_t *kd, aseed[32];
+        size_t kl;
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+        must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+        must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+        free(kd);
+        memset(&nv, 0, sizeof(nv));
+        snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+        must(fa_identity_public_key(aseed, nv.pk), NULL);
+        for (int i = 0; i < NR; i++) {
+            keys[i].region = ids[i];
+            memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+        }
+        memset(&o, 0, sizeof(o));
+        o.key = &nv;
+        o.region_keys = keys;
+        o.nregion_keys = NR;
+        must(fa_audit_verify(path, &o, &res, &err), &err);
+        assert_int_equal(res.records, 8);
+    }
+    sim_open(s);
+    must(fa_fed_admin_json(s->f, "status", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"paused_by\":\"carol\""));
+    assert_non_null(strstr(json, "\"version\":2"));
+    free(json);
+    position(s, &round, NULL, &phase, NULL);
+    assert_int_equal(round, 3);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    must(fa_fed_admin_resume(s->f, "carol", s->now, &err), &err);
+    position(s, &round, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1344,6 +1480,7 @@ int main(void)
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),
+        cmocka_unit_test(test_operators),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
