@@ -18,6 +18,15 @@
  * metrics_file is rewritten after every round (worker/worker_metrics.h).
  * The region's data never leaves this process or its trainer.
  *
+ * Differential privacy (privacy.target_epsilon > 0, docs/privacy.md): the
+ * built-in trainer runs DP-SGD (a fresh secret key every round, drawn by
+ * rank 0), an external trainer reports what it spent; rank 0 keeps the
+ * region's accountant (worker/privacy_state.h), does not train a round
+ * that would exceed the budget, charges every update before it leaves
+ * (once per distinct update: a new attempt with the same update costs
+ * nothing), and sends a signed privacy statement before every masked
+ * upload.
+ *
  * Progress goes to stderr as one logfmt line per event.  The worker exits 0
  * when the federation has finished (or after `rounds` rounds), 1 on a fatal
  * error (bad config, refused certificate, mismatched model).
@@ -31,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "common/fa_daemon.h"
 #include "common/fa_file.h"
@@ -48,6 +59,8 @@
 #include "worker/local_checkpoint.h"
 #include "worker/local_round.h"
 #include "worker/local_tensors.h"
+#include "worker/privacy_budget.h"
+#include "worker/privacy_state.h"
 #include "worker/quantize.h"
 #include "worker/round_client.h"
 #include "worker/worker_metrics.h"
@@ -199,7 +212,19 @@ struct worker {
     fa_worker_metrics metrics;
     int metrics_warned;
     int noted_no_test; /* "no test set" said once */
+
+    /* Differential privacy (privacy.target_epsilon > 0). */
+    int dp;                   /* on (every rank) */
+    fa_train_dp dpo;          /* built-in: DP-SGD's parameters; rank 0 draws the key per round */
+    fa_privacy_state *pstate; /* rank 0: the region's accountant on disk */
+    int pstate_dirty;         /* charged in memory but not yet on disk: nothing leaves */
+    fa_privacy_spend spend;   /* built-in: what one round costs */
+    fa_trainer_privacy xpriv; /* external: what its last round reported */
+    uint64_t exhausted_round; /* the round last refused for the budget (said once); UINT64_MAX */
 };
+
+/* What the privacy checks tell the leader loop to do. */
+enum { PRIV_GO = 0, PRIV_SKIP = 1, PRIV_STOP = 2 };
 
 static int log_err(const char *msg, int rc, const fa_error *err)
 {
@@ -223,6 +248,11 @@ static void write_metrics(struct worker *w)
         return;
     fa_error_clear(&e);
     w->metrics.model_version = w->have_version == UINT64_MAX ? NAN : (double)w->have_version;
+    if (w->pstate) {
+        fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
+        w->metrics.privacy_epsilon = fa_privacy_budget_epsilon(b);
+        w->metrics.privacy_budget = fa_privacy_budget_target_epsilon(b);
+    }
     rc = fa_worker_metrics_write(w->cfg->metrics_file, &w->metrics, w->cfg->region_id, &e);
     if (rc != 0 && !w->metrics_warned) {
         log_warn("cannot write the metrics file (warned once)", rc, &e);
@@ -494,6 +524,7 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
             return rc;
         w->n_examples = xr.r.num_examples;
         w->local_loss = fa_trainer_metric(&xr.r.metrics, "loss");
+        w->xpriv = xr.r.privacy;
         if (xr.r.eval.present)
             set_pending(w, w->have_version, xr.r.eval.num_examples, xr.r.eval.loss,
                         xr.r.eval.accuracy, &xr.r.eval.metrics);
@@ -515,8 +546,17 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
         ck.on_boundary = sigterm_at_step;
         ck.on_boundary_user = w;
     }
+    if (w->dp) {
+        /* A fresh secret for every run, resumed ones included: the Poisson
+         * samples and the noise are its streams (rank 0's reaches the
+         * others inside the local round). */
+        if (w->rank == 0)
+            randombytes_buf(w->dpo.key, sizeof(w->dpo.key));
+        w->topts.dp = &w->dpo;
+    }
     rc = fa_local_round_run_resumable(w->lr, w->rank == 0 ? w->params : NULL, &w->shard.ds,
                                       &w->topts, &ck, w->rank == 0 ? w->pdelta : NULL, &res, err);
+    sodium_memzero(w->dpo.key, sizeof(w->dpo.key));
     if (rc != 0)
         return rc;
     w->n_examples = res.num_examples;
@@ -544,6 +584,13 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
            " seconds=%.2f resumed_at_step=%s",
            w->world, res.steps, res.num_examples, res.mean_loss, res.wire_bytes, res.seconds,
            resumed);
+    if (w->dp)
+        fa_log(FA_LOG_INFO, "DP-SGD round",
+               "steps=%" PRIu64 " mean_batch=%.1f clipped_fraction=%.4f noise_multiplier=%g "
+               "clip=%g sampling_rate=%g",
+               res.steps, res.steps ? (double)res.samples / (double)res.steps : 0.0,
+               res.samples ? (double)res.clipped / (double)res.samples : 0.0,
+               w->dpo.noise_multiplier, w->dpo.clip, w->dpo.sampling_rate);
     debug_dump_delta(w);
     return 0;
 }
@@ -669,6 +716,296 @@ static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_err
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Differential privacy: the region's budget (rank 0)                        */
+/* ---------------------------------------------------------------------- */
+
+/* Every rank: DP-SGD's parameters from the config and the shard; rank 0
+ * also opens the accountant.  Returns 0 or the error that stops the worker. */
+static int privacy_setup(struct worker *w, fa_error *err)
+{
+    const Fedagg__WorkerPrivacy *p = w->cfg->privacy;
+    fa_privacy_budget *b;
+    double er = 0, et = 0;
+    int created = 0, rc;
+
+    w->exhausted_round = UINT64_MAX;
+    if (!w->external) {
+        double q = p->sampling_rate;
+        if (q == 0.0)
+            q = w->shard.ds.n ? (double)w->topts.batch_size / (double)w->shard.ds.n : 1.0;
+        if (q > 1.0)
+            q = 1.0;
+        memset(&w->dpo, 0, sizeof(w->dpo));
+        w->dpo.sampling_rate = q;
+        w->dpo.clip = p->clip;
+        w->dpo.noise_multiplier = p->noise_multiplier;
+        memset(&w->spend, 0, sizeof(w->spend));
+        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s",
+                 FA_PRIVACY_MECHANISM_DPSGD);
+        w->spend.noise_multiplier = p->noise_multiplier;
+        w->spend.clip = p->clip;
+        w->spend.sampling_rate = q;
+        w->spend.steps = w->topts.steps ? w->topts.steps
+                                        : (uint64_t)w->topts.epochs * fa_train_dp_steps_per_pass(q);
+        if (w->world > 1 && w->cfg->compression->kind != FEDAGG__COMPRESSION_KIND__NONE)
+            return fa_errorf(err, FA_ERR_INVAL,
+                             "privacy: DP-SGD over %d ranks needs compression { kind: "
+                             "NONE } (each rank's part would be compressed before "
+                             "rank 0's noise is in the sum)",
+                             w->world);
+    }
+    if (w->rank != 0)
+        return 0;
+    if ((rc = fa_privacy_state_open(&w->pstate, w->cfg, &created, err)) != 0)
+        return rc;
+    b = fa_privacy_state_budget(w->pstate);
+    if (!w->external && (rc = fa_privacy_budget_preview(b, &w->spend, &er, &et, err)) != 0 &&
+        rc != FA_ERR_RANGE)
+        return rc;
+    w->metrics.privacy_exhausted = rc == FA_ERR_RANGE;
+    fa_error_clear(err);
+    fa_log(FA_LOG_INFO, "differential privacy on",
+           "accountant=%s %s epsilon_spent=%.4f budget=%g delta=%g rounds_accounted=%" PRIu64
+           " mechanism=%s noise_multiplier=%g clip=%g sampling_rate=%g steps_per_round=%" PRIu64
+           " epsilon_per_round=%.4f",
+           fa_privacy_state_path(w->pstate), created ? "(new)" : "(restored)",
+           fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b),
+           fa_privacy_budget_delta(b), fa_privacy_budget_rounds(b),
+           w->external ? "reported-by-trainer" : FA_PRIVACY_MECHANISM_DPSGD,
+           w->external ? NAN : w->spend.noise_multiplier, w->external ? NAN : w->spend.clip,
+           w->external ? NAN : w->spend.sampling_rate, w->external ? 0 : w->spend.steps,
+           w->external ? NAN : er);
+    return 0;
+}
+
+/* The spend the next round is expected to have: the built-in trainer's, or
+ * what the external trainer's last round reported (NULL: none yet). */
+static const fa_privacy_spend *next_spend(const struct worker *w)
+{
+    const fa_privacy_release *l;
+    if (!w->external)
+        return &w->spend;
+    l = fa_privacy_budget_last(fa_privacy_state_budget(w->pstate));
+    return l ? &l->spend : NULL;
+}
+
+/* The budget would be exceeded: said once per round, in the log and the
+ * metrics; what happens next is the config's. */
+static int privacy_exhausted(struct worker *w, uint64_t round, const char *what, int rc,
+                             const fa_error *e)
+{
+    const int stop = w->cfg->privacy->on_exhausted == FEDAGG__PRIVACY_EXHAUSTED__PRIVACY_STOP;
+    fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
+    char q[700];
+
+    w->metrics.privacy_exhausted = 1;
+    write_metrics(w);
+    if (w->exhausted_round != round || stop) {
+        fa_log(FA_LOG_WARN, what,
+               "round=%" PRIu64 " epsilon_spent=%.4f budget=%g delta=%g rounds_accounted=%" PRIu64
+               " on_exhausted=%s detail=%s",
+               round, fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b),
+               fa_privacy_budget_delta(b), fa_privacy_budget_rounds(b),
+               stop ? "PRIVACY_STOP" : "PRIVACY_SKIP",
+               fa_log_quote(q, sizeof(q), fa_error_msg(e, rc)));
+        w->exhausted_round = round;
+    }
+    if (stop) {
+        fa_log(FA_LOG_INFO, "privacy budget exhausted: the worker stops (privacy.on_exhausted "
+                            "PRIVACY_STOP)",
+               "round=%" PRIu64, round);
+        return PRIV_STOP;
+    }
+    return PRIV_SKIP;
+}
+
+/* Before training round `info`: PRIV_GO, or the budget says no. */
+static int privacy_gate(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
+    const fa_privacy_release *l = fa_privacy_budget_last(b);
+    const fa_privacy_spend *sp = next_spend(w);
+    fa_error e;
+    int rc;
+
+    /* The update of this round and model may already be paid for (a
+     * restarted worker resuming its finished round): the charge decides. */
+    if (l && l->round == info->round && l->version == info->model_version)
+        return PRIV_GO;
+    fa_error_clear(&e);
+    if (sp) {
+        rc = fa_privacy_budget_preview(b, sp, NULL, NULL, &e);
+    } else {
+        rc = fa_privacy_budget_epsilon(b) < fa_privacy_budget_target_epsilon(b) ? 0 : FA_ERR_RANGE;
+        if (rc != 0)
+            fa_errorf(&e, rc, "privacy budget exhausted: epsilon %.4g spent of %g",
+                      fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b));
+    }
+    if (rc == 0) {
+        w->metrics.privacy_exhausted = 0;
+        return PRIV_GO;
+    }
+    return privacy_exhausted(w, info->round,
+                             "privacy budget exhausted: this region does not train or upload "
+                             "this round",
+                             rc, &e);
+}
+
+/* The external trainer's report as a spend, or why it cannot be accounted. */
+static int external_spend(const struct worker *w, fa_privacy_spend *sp, fa_error *err)
+{
+    const fa_trainer_privacy *x = &w->xpriv;
+    const double target = w->cfg->privacy->target_epsilon, delta = w->cfg->privacy->target_delta;
+
+    memset(sp, 0, sizeof(*sp));
+    if (!x->present)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "the external trainer reported no \"privacy\" object; with privacy "
+                         "configured only updates whose cost is known leave the region "
+                         "(docs/trainer-contract.md, Privacy)");
+    if (strcmp(x->mechanism, FA_PRIVACY_MECHANISM_DPSGD) != 0)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "the external trainer's mechanism \"%s\" cannot be accounted (only "
+                         "\"%s\": DP-SGD with Poisson sampling)",
+                         x->mechanism, FA_PRIVACY_MECHANISM_DPSGD);
+    if (isnan(x->noise_multiplier) || isnan(x->sampling_rate) || x->steps == 0 || isnan(x->clip))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "the external trainer's privacy report lacks noise_multiplier, "
+                         "sampling_rate, steps or clip (all four are needed to account a "
+                         "DP-SGD round)");
+    if (!isnan(x->delta) && x->delta > delta)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "the external trainer accounts at delta %g, above the region's %g", x->delta,
+                         delta);
+    if (!isnan(x->epsilon) && x->epsilon > target)
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "privacy budget exhausted: the external trainer's own accounting "
+                         "(%s) says epsilon %.4g, beyond the budget of %g",
+                         x->accountant[0] ? x->accountant : "unnamed", x->epsilon, target);
+    snprintf(sp->mechanism, sizeof(sp->mechanism), "%s", x->mechanism);
+    sp->noise_multiplier = x->noise_multiplier;
+    sp->clip = x->clip;
+    sp->sampling_rate = x->sampling_rate;
+    sp->steps = x->steps;
+    return 0;
+}
+
+/* Posts the statement of attempt (round, attempt).  Returns PRIV_GO,
+ * PRIV_SKIP (not taken: this attempt goes without us) or FA_ERR_REPLAY (the
+ * federation moved on: resynchronise). */
+static int privacy_post(struct worker *w, uint64_t round, uint32_t attempt)
+{
+    Fedagg__PrivacyStatement st;
+    fa_error e;
+    int rc;
+
+    fa_error_clear(&e);
+    if (fa_privacy_budget_statement(fa_privacy_state_budget(w->pstate), round, attempt, &st, &e) !=
+        0) {
+        log_err("no privacy statement for this attempt; the region does not upload in it",
+                FA_ERR_STATE, &e);
+        return PRIV_SKIP;
+    }
+    NETWORK_WAIT(fa_round_client_post_privacy(w->rc, &st, &e));
+    if (rc == FA_ERR_REPLAY)
+        return FA_ERR_REPLAY;
+    if (rc != 0) {
+        log_err("privacy statement not accepted; the region does not upload in this attempt", rc,
+                &e);
+        return PRIV_SKIP;
+    }
+    fa_log(FA_LOG_INFO, "privacy statement sent",
+           "round=%" PRIu64 " attempt=%u epsilon_round=%.4f epsilon_total=%.4f budget=%g "
+           "delta=%g rounds_accounted=%" PRIu64,
+           round, attempt, st.epsilon_round, st.epsilon_total, st.budget_epsilon, st.delta,
+           st.rounds_accounted);
+    return PRIV_GO;
+}
+
+/* Before the masked upload of w->delta in attempt `info`: the update is
+ * charged (once: the same update again is free), on disk before anything
+ * leaves, and the attempt's statement sent.  Returns PRIV_GO, PRIV_SKIP,
+ * PRIV_STOP or FA_ERR_REPLAY. */
+static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
+    fa_privacy_spend sp;
+    uint8_t digest[32];
+    int charged = 0, rc;
+    fa_error e;
+    char q[700];
+
+    fa_error_clear(&e);
+    if (w->external) {
+        rc = external_spend(w, &sp, &e);
+        if (rc == FA_ERR_RANGE) {
+            w->delta_version = UINT64_MAX;
+            return privacy_exhausted(w, info->round,
+                                     "privacy budget exhausted: the trained update is not "
+                                     "uploaded",
+                                     rc, &e);
+        }
+        if (rc != 0) {
+            log_err("the external trainer's round cannot be accounted; it is not uploaded", rc,
+                    &e);
+            w->delta_version = UINT64_MAX;
+            w->metrics.round_failures_total++;
+            write_metrics(w);
+            return PRIV_SKIP;
+        }
+    } else {
+        sp = w->spend;
+    }
+    fa_privacy_budget_digest(w->delta, w->d * sizeof(float), digest);
+    rc = fa_privacy_budget_charge(b, &sp, info->round, w->delta_version, digest, &charged, &e);
+    if (rc == FA_ERR_RANGE) {
+        w->delta_version = UINT64_MAX; /* never sent, never charged: dropped */
+        return privacy_exhausted(w, info->round,
+                                 "privacy budget exhausted: the trained update is not uploaded",
+                                 rc, &e);
+    }
+    if (rc != 0) {
+        log_err("the round cannot be accounted; it is not uploaded", rc, &e);
+        w->delta_version = UINT64_MAX;
+        return PRIV_SKIP;
+    }
+    if (charged || w->pstate_dirty) {
+        /* the charge is on disk before the update can leave */
+        w->pstate_dirty = 1;
+        if ((rc = fa_privacy_state_save(w->pstate, &e)) != 0) {
+            log_err("cannot save the privacy accountant; nothing is uploaded until it is saved",
+                    rc, &e);
+            w->metrics.round_failures_total++;
+            write_metrics(w);
+            return PRIV_SKIP;
+        }
+        w->pstate_dirty = 0;
+    }
+    if (charged) {
+        const fa_privacy_release *l = fa_privacy_budget_last(b);
+        fa_log(FA_LOG_INFO, "privacy spent",
+               "round=%" PRIu64 " version=%" PRIu64 " mechanism=%s steps=%" PRIu64
+               " noise_multiplier=%g clip=%g sampling_rate=%g epsilon_round=%.4f "
+               "epsilon_total=%.4f budget=%g delta=%g rounds_accounted=%" PRIu64
+               " trainer_epsilon=%s",
+               info->round, w->delta_version, sp.mechanism, sp.steps, sp.noise_multiplier, sp.clip,
+               sp.sampling_rate, l->epsilon_round, l->epsilon_total,
+               fa_privacy_budget_target_epsilon(b), fa_privacy_budget_delta(b),
+               fa_privacy_budget_rounds(b),
+               w->external && !isnan(w->xpriv.epsilon)
+                   ? (snprintf(q, sizeof(q), "%.4f", w->xpriv.epsilon), q)
+                   : "-");
+    }
+    {
+        const fa_privacy_spend *nx = next_spend(w);
+        w->metrics.privacy_exhausted =
+            nx && fa_privacy_budget_preview(b, nx, NULL, NULL, NULL) == FA_ERR_RANGE;
+    }
+    write_metrics(w);
+    return privacy_post(w, info->round, info->attempt);
+}
+
 /* Rank 0: follows the federation until it finishes. */
 static int leader_loop(struct worker *w, fa_error *err)
 {
@@ -678,6 +1015,13 @@ static int leader_loop(struct worker *w, fa_error *err)
     int rc;
 
     write_metrics(w);
+    if (w->pstate && w->metrics.privacy_exhausted == 1 &&
+        w->cfg->privacy->on_exhausted == FEDAGG__PRIVACY_EXHAUSTED__PRIVACY_STOP) {
+        fa_error e;
+        fa_errorf(&e, FA_ERR_RANGE, "privacy budget exhausted: the next round would exceed it");
+        privacy_exhausted(w, 0, "privacy budget exhausted at start", FA_ERR_RANGE, &e);
+        return 0;
+    }
     while (!stop_requested) {
         Fedagg__FederationInfo *info = NULL;
         fa_round_outcome out;
@@ -704,6 +1048,18 @@ static int leader_loop(struct worker *w, fa_error *err)
         }
         /* A resumable attempt (this worker restarted mid-round). */
         if (fa_round_client_has_saved(w->rc, info->round, info->attempt)) {
+            /* its update was charged before it was saved: the statement again */
+            int pr = w->pstate ? privacy_post(w, info->round, info->attempt) : PRIV_GO;
+            if (pr != PRIV_GO) {
+                if (pr == PRIV_SKIP) {
+                    last_round = info->round;
+                    last_attempt = info->attempt;
+                } else {
+                    sleep_ms(250);
+                }
+                fedagg__federation_info__free_unpacked(info, NULL);
+                continue;
+            }
             NETWORK_WAIT(fa_round_client_run(w->rc, info, NULL, 0, 0.0, &out, err));
             goto ran;
         }
@@ -713,6 +1069,18 @@ static int leader_loop(struct worker *w, fa_error *err)
             fedagg__federation_info__free_unpacked(info, NULL);
             sleep_ms(500);
             continue;
+        }
+        if (w->pstate) {
+            /* a round the budget cannot pay for is neither downloaded nor trained */
+            int g = privacy_gate(w, info);
+            if (g != PRIV_GO) {
+                last_round = info->round;
+                last_attempt = info->attempt;
+                fedagg__federation_info__free_unpacked(info, NULL);
+                if (g == PRIV_STOP)
+                    return 0;
+                continue;
+            }
         }
         rc = get_global(w, info, FETCH_MS, err);
         if (rc != 0 && w->load_fatal) {
@@ -784,6 +1152,23 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (info->model_version != w->delta_version) {
             fedagg__federation_info__free_unpacked(info, NULL);
             continue; /* the model moved while we trained */
+        }
+        if (w->pstate) {
+            /* charged (once per update) and stated before the masked upload */
+            int pr = privacy_before_upload(w, info);
+            if (pr != PRIV_GO) {
+                if (pr == FA_ERR_REPLAY) {
+                    last_attempt = UINT32_MAX; /* as a refused upload: resynchronise */
+                    sleep_ms(250);
+                } else {
+                    last_round = info->round;
+                    last_attempt = info->attempt;
+                }
+                fedagg__federation_info__free_unpacked(info, NULL);
+                if (pr == PRIV_STOP)
+                    return 0;
+                continue;
+            }
         }
         weight = (double)(w->n_examples < info->quant->max_examples ? w->n_examples
                                                                     : info->quant->max_examples) /
@@ -927,6 +1312,9 @@ int main(int argc, char **argv)
         snprintf(w.ckpt_path, sizeof(w.ckpt_path), "%s/local-round.%d", cfg->state_dir, w.rank);
         grace_s = (sig_atomic_t)cfg->preempt_grace_s;
     }
+    w.dp = cfg->privacy && cfg->privacy->target_epsilon > 0;
+    if (rc == 0 && w.dp)
+        rc = privacy_setup(&w, &err);
     if (rc == 0 && (cfg->preempt_grace_s < 1 || cfg->preempt_grace_s > 3600))
         rc = fa_errorf(&err, FA_ERR_INVAL,
                        "preempt_grace_s must be 1..3600 seconds (the time a SIGTERM leaves to "
@@ -978,6 +1366,7 @@ out:
     trainer_pgid = 0;
     fa_external_trainer_del(w.xt); /* a long-lived trainer is shut down */
     fa_round_client_del(w.rc);
+    fa_privacy_state_del(w.pstate);
     fa_local_round_del(w.lr);
     fa_mlp_del(w.net);
     fa_data_free(&w.shard);
