@@ -1,0 +1,960 @@
+/* dashboard.c - the status document as one HTML page.  See dashboard.h.
+ *
+ * The page is built in one growable buffer; every string that comes from
+ * the document goes through put_esc().  Numbers are formatted here, never
+ * copied as text from the document, so only escaped strings and our own
+ * digits reach the page. */
+#include "aggregator/dashboard.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ page */
+
+struct page {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void put_n(struct page *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        char *np;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void put(struct page *b, const char *s)
+{
+    put_n(b, s, strlen(s));
+}
+
+static void putf(struct page *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(struct page *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof(small)) {
+        put_n(b, small, (size_t)n);
+        return;
+    }
+    {
+        char *big = malloc((size_t)n + 1);
+        if (!big) {
+            b->oom = 1;
+            return;
+        }
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        put_n(b, big, (size_t)n);
+        free(big);
+    }
+}
+
+/* Text (or an attribute value) from the document, HTML-escaped. */
+static void put_esc(struct page *b, const char *s)
+{
+    const char *run = s;
+    for (; s && *s; s++) {
+        const char *rep = NULL;
+        switch (*s) {
+        case '&': rep = "&amp;"; break;
+        case '<': rep = "&lt;"; break;
+        case '>': rep = "&gt;"; break;
+        case '"': rep = "&quot;"; break;
+        case '\'': rep = "&#39;"; break;
+        default: break;
+        }
+        if (rep) {
+            put_n(b, run, (size_t)(s - run));
+            put(b, rep);
+            run = s + 1;
+        }
+    }
+    if (run && s)
+        put_n(b, run, (size_t)(s - run));
+}
+
+/* ------------------------------------------------------------ the document */
+
+static int num(const json_t *o, const char *key, double *v)
+{
+    const json_t *x = json_object_get(o, key);
+    if (!json_is_number(x))
+        return 0;
+    *v = json_number_value(x);
+    return isfinite(*v);
+}
+
+static double num_or(const json_t *o, const char *key, double dflt)
+{
+    double v;
+    return num(o, key, &v) ? v : dflt;
+}
+
+static const char *str(const json_t *o, const char *key)
+{
+    const json_t *x = json_object_get(o, key);
+    return json_is_string(x) ? json_string_value(x) : NULL;
+}
+
+static int flag(const json_t *o, const char *key)
+{
+    return json_is_true(json_object_get(o, key));
+}
+
+/* ---------------------------------------------------------------- formats */
+
+static void fmt_bytes(double v, char *buf, size_t n)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", v);
+    else
+        snprintf(buf, n, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+}
+
+static void fmt_utc(double unix_ms, char *buf, size_t n)
+{
+    time_t t = (time_t)(unix_ms / 1000);
+    struct tm tm;
+    if (unix_ms <= 0 || !gmtime_r(&t, &tm) || !strftime(buf, n, "%Y-%m-%d %H:%M:%SZ", &tm))
+        snprintf(buf, n, "-");
+}
+
+static void fmt_secs(double s, char *buf, size_t n)
+{
+    if (s < 0)
+        snprintf(buf, n, "-");
+    else if (s < 10)
+        snprintf(buf, n, "%.2f s", s);
+    else if (s < 120)
+        snprintf(buf, n, "%.1f s", s);
+    else if (s < 7200)
+        snprintf(buf, n, "%.0f min %.0f s", floor(s / 60), fmod(s, 60));
+    else
+        snprintf(buf, n, "%.1f h", s / 3600);
+}
+
+/* "3 s ago", "5 min ago"... for a span in ms. */
+static void fmt_ago(double ms, char *buf, size_t n)
+{
+    double s = ms / 1000;
+    if (s < 0)
+        s = 0;
+    if (s < 120)
+        snprintf(buf, n, "%.0f s ago", s);
+    else if (s < 7200)
+        snprintf(buf, n, "%.0f min ago", s / 60);
+    else if (s < 172800)
+        snprintf(buf, n, "%.0f h ago", s / 3600);
+    else
+        snprintf(buf, n, "%.0f d ago", s / 86400);
+}
+
+static void fmt_acc(double v, char *buf, size_t n)
+{
+    snprintf(buf, n, "%.2f%%", 100 * v);
+}
+
+/* ------------------------------------------------------------------ style */
+
+static const char STYLE[] =
+    "<style>\n"
+    ":root{--ink:#1d2330;--mute:#5b6475;--line:#d9dee7;--bg:#f5f7fa;--card:#fff;"
+    "--ok:#1a7f37;--warn:#b35900;--bad:#c62828;--accent:#2456a6}\n"
+    "*{box-sizing:border-box}\n"
+    "body{margin:0;font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;"
+    "color:var(--ink);background:var(--bg)}\n"
+    "header{background:#1d2330;color:#fff;padding:14px 24px;display:flex;align-items:baseline;"
+    "gap:16px;flex-wrap:wrap}\n"
+    "header h1{font-size:20px;margin:0;font-weight:600}\n"
+    "header .meta{color:#c5cbd6;font-size:13px}\n"
+    "main{padding:18px 24px;max-width:1280px}\n"
+    "section{background:var(--card);border:1px solid var(--line);border-radius:8px;"
+    "padding:14px 18px;margin:0 0 18px}\n"
+    "h2{font-size:16px;margin:0 0 10px;font-weight:600}\n"
+    ".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(180px,1fr));gap:12px}\n"
+    ".card{border:1px solid var(--line);border-radius:6px;padding:10px 12px;background:#fbfcfe}\n"
+    ".card .label{color:var(--mute);font-size:12px;text-transform:uppercase;letter-spacing:.04em}"
+    "\n"
+    ".card .value{font-size:22px;font-weight:600;margin-top:2px}\n"
+    ".card .sub{color:var(--mute);font-size:12px}\n"
+    "table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}\n"
+    "th,td{text-align:left;padding:6px 10px;border-bottom:1px solid var(--line);"
+    "vertical-align:top}\n"
+    "th{color:var(--mute);font-weight:600;font-size:12px;background:#f8f9fb}\n"
+    "td.n,th.n{text-align:right}\n"
+    "tbody tr:nth-child(even){background:#fafbfc}\n"
+    ".state,.phase,.outcome{display:inline-block;padding:1px 8px;border-radius:10px;"
+    "font-size:12px;font-weight:600}\n"
+    ".state-connected,.outcome-completed{background:#dcf3e3;color:var(--ok)}\n"
+    ".state-offline{background:#eceff3;color:var(--mute)}\n"
+    ".state-drained,.outcome-aborted{background:#fde2e1;color:var(--bad)}\n"
+    ".phase{background:#dde7f7;color:var(--accent)}\n"
+    ".banner{padding:10px 14px;border-radius:6px;margin:0 0 18px;font-weight:600}\n"
+    ".banner.paused{background:#fff4e0;border:1px solid #f0c27a;color:var(--warn)}\n"
+    ".banner.blocked{background:#fde2e1;border:1px solid #f1a7a3;color:var(--bad)}\n"
+    ".empty{color:var(--mute);font-style:italic}\n"
+    ".legend{list-style:none;padding:0;margin:6px 0 0;display:flex;gap:18px;flex-wrap:wrap;"
+    "color:var(--mute);font-size:12px}\n"
+    ".legend i{display:inline-block;width:12px;height:12px;border-radius:2px;"
+    "margin-right:6px;vertical-align:-1px}\n"
+    "svg text{font:11px system-ui,sans-serif;fill:#5b6475}\n"
+    "pre{background:#f3f5f8;border:1px solid var(--line);border-radius:6px;padding:10px;"
+    "overflow-x:auto;font-size:12px}\n"
+    ".mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;"
+    "word-break:break-all}\n"
+    "footer{color:var(--mute);font-size:12px;padding:0 24px 24px}\n"
+    "</style>\n";
+
+static void page_head(struct page *b, const char *title_text)
+{
+    put(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    putf(b, "<meta http-equiv=\"refresh\" content=\"%d\">\n", FA_DASHBOARD_REFRESH_S);
+    put(b, "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n"
+           "<meta name=\"robots\" content=\"noindex\">\n<title>");
+    put_esc(b, title_text);
+    put(b, "</title>\n");
+    put(b, STYLE);
+    put(b, "</head>\n<body>\n");
+}
+
+/* --------------------------------------------------------------- overview */
+
+static void card(struct page *b, const char *label, const char *id, const char *value,
+                 const char *sub)
+{
+    put(b, "<div class=\"card\"><div class=\"label\">");
+    put(b, label);
+    put(b, "</div><div class=\"value\"");
+    if (id)
+        putf(b, " id=\"%s\"", id);
+    put(b, ">");
+    put_esc(b, value);
+    put(b, "</div>");
+    if (sub && sub[0]) {
+        put(b, "<div class=\"sub\">");
+        put_esc(b, sub);
+        put(b, "</div>");
+    }
+    put(b, "</div>\n");
+}
+
+static void overview(struct page *b, const json_t *st, uint64_t now)
+{
+    const char *phase = str(st, "phase");
+    const json_t *storage = json_object_get(st, "storage");
+    const json_t *audit = json_object_get(st, "audit");
+    char v[160], sub[256], t1[64];
+    double d, e;
+
+    if (flag(st, "paused")) {
+        const char *by = str(st, "paused_by");
+        put(b, "<div class=\"banner paused\" id=\"paused\">Paused");
+        if (by) {
+            put(b, " by ");
+            put_esc(b, by);
+        }
+        put(b, ": no new round opens until an operator resumes the federation "
+               "(<code>fedagg resume</code>).</div>\n");
+    }
+    if (json_is_object(storage) && json_is_false(json_object_get(storage, "ok"))) {
+        const char *why = str(storage, "reason");
+        put(b, "<div class=\"banner blocked\" id=\"storage-blocked\">Storage blocked: ");
+        put_esc(b, why ? why : "the storage cannot take a round");
+        put(b, ". No attempt opens until a check succeeds.</div>\n");
+    }
+
+    put(b, "<section id=\"overview\"><h2>Federation</h2><div class=\"cards\">\n");
+    snprintf(v, sizeof(v), "%.0f", num_or(st, "round", 0));
+    snprintf(sub, sizeof(sub), "attempt %.0f", num_or(st, "attempt", 0));
+    card(b, "Round", "round", v, sub);
+
+    sub[0] = '\0';
+    if (num(st, "phase_deadline_unix_ms", &d)) {
+        fmt_utc(d, t1, sizeof(t1));
+        if (d > (double)now)
+            snprintf(sub, sizeof(sub), "deadline in %.0f s (%s)", ceil((d - (double)now) / 1000),
+                     t1);
+        else
+            snprintf(sub, sizeof(sub), "deadline passed (%s)", t1);
+    }
+    put(b, "<div class=\"card\"><div class=\"label\">Phase</div><div class=\"value\">"
+           "<span class=\"phase\" id=\"phase\">");
+    put_esc(b, phase ? phase : "unknown");
+    put(b, "</span></div>");
+    if (sub[0]) {
+        put(b, "<div class=\"sub\" id=\"phase-deadline\">");
+        put_esc(b, sub);
+        put(b, "</div>");
+    }
+    put(b, "</div>\n");
+
+    snprintf(v, sizeof(v), "%.0f", num_or(st, "model_version", 0));
+    sub[0] = '\0';
+    if (num(st, "num_params", &d) && num(st, "num_tensors", &e))
+        snprintf(sub, sizeof(sub), "%.0f tensors, %.0f federated parameters", e, d);
+    card(b, "Model version", "model-version", v, sub);
+
+    snprintf(v, sizeof(v), "%.0f", num_or(st, "rounds_completed", 0));
+    snprintf(sub, sizeof(sub), "%.0f attempts aborted", num_or(st, "rounds_aborted", 0));
+    card(b, "Rounds completed", "rounds-completed", v, sub);
+
+    /* The latest accuracies: built-in evaluation, evaluator command, regions. */
+    if (num(st, "eval_accuracy", &d)) {
+        fmt_acc(d, v, sizeof(v));
+        snprintf(sub, sizeof(sub), "built-in evaluation, version %.0f",
+                 num_or(st, "eval_version", 0));
+        card(b, "Global accuracy", "global-accuracy", v, sub);
+    }
+    {
+        const json_t *c = json_object_get(st, "central_eval");
+        if (json_is_object(c) && num(c, "accuracy", &d)) {
+            fmt_acc(d, v, sizeof(v));
+            snprintf(sub, sizeof(sub), "evaluator command, version %.0f",
+                     num_or(c, "version", 0));
+            card(b, "Central accuracy", "central-accuracy", v, sub);
+        }
+    }
+    {
+        const json_t *f = json_object_get(st, "federated_eval");
+        if (json_is_object(f) && num(f, "accuracy", &d)) {
+            fmt_acc(d, v, sizeof(v));
+            snprintf(sub, sizeof(sub), "version %.0f, %.0f regions, %.0f examples",
+                     num_or(f, "version", 0), num_or(f, "regions", 0),
+                     num_or(f, "num_examples", 0));
+            card(b, "Federated accuracy", "federated-accuracy", v, sub);
+        }
+    }
+
+    if (json_is_object(storage)) {
+        int ok = !json_is_false(json_object_get(storage, "ok"));
+        sub[0] = '\0';
+        if (num(storage, "free_bytes", &d)) {
+            fmt_bytes(d, t1, sizeof(t1));
+            snprintf(sub, sizeof(sub), "%s free", t1);
+        }
+        if (num(storage, "failures", &e) && e > 0) {
+            size_t l = strlen(sub);
+            snprintf(sub + l, sizeof(sub) - l, "%s%.0f failures", l ? ", " : "", e);
+        }
+        card(b, "Storage", "storage", ok ? "ok" : "blocked", sub);
+    }
+
+    {
+        double tree = num_or(st, "audit_tree_size", 0), signed_size = tree;
+        if (json_is_object(audit)) {
+            tree = num_or(audit, "tree_size", tree);
+            signed_size = num_or(audit, "signed_size", signed_size);
+        }
+        snprintf(v, sizeof(v), "%.0f", tree);
+        snprintf(sub, sizeof(sub), "records; %.0f in the latest signed checkpoint", signed_size);
+        card(b, "Audit log", "audit-size", v, sub);
+    }
+    put(b, "</div></section>\n");
+}
+
+/* ---------------------------------------------------------------- regions */
+
+static void regions(struct page *b, const json_t *st, uint64_t now)
+{
+    const json_t *rs = json_object_get(st, "regions");
+    size_t i;
+    const json_t *r;
+
+    put(b, "<section id=\"regions-section\"><h2>Regions</h2>\n");
+    if (!json_is_array(rs) || json_array_size(rs) == 0) {
+        put(b, "<p class=\"empty\">No regions in the status.</p></section>\n");
+        return;
+    }
+    put(b, "<table id=\"regions\"><thead><tr><th>Region</th><th>State</th><th>Last seen</th>"
+           "<th class=\"n\">Rounds</th><th class=\"n\">Dropouts</th>"
+           "<th class=\"n\">Bytes received</th><th>Privacy budget</th></tr></thead>\n<tbody>\n");
+    json_array_foreach(rs, i, r)
+    {
+        const char *id = str(r, "id"), *state, *by = str(r, "drained_by");
+        const json_t *pv = json_object_get(r, "privacy");
+        char seen[64] = "never", bytes[32], t1[64];
+        double d, eps, budget;
+
+        if (!json_is_object(r))
+            continue;
+        state = flag(r, "drained") ? "drained" : flag(r, "connected") ? "connected" : "offline";
+        if (num(r, "last_seen_unix_ms", &d) && d > 0) {
+            fmt_ago((double)now - d, seen, sizeof(seen));
+            fmt_utc(d, t1, sizeof(t1));
+        } else if (num(r, "last_seen_ms_ago", &d)) {
+            fmt_ago(d, seen, sizeof(seen));
+            fmt_utc((double)now - d, t1, sizeof(t1));
+        } else {
+            t1[0] = '\0';
+        }
+        fmt_bytes(num_or(r, "bytes_received", 0), bytes, sizeof(bytes));
+        put(b, "<tr><td class=\"region-id\">");
+        put_esc(b, id ? id : "?");
+        putf(b, "</td><td><span class=\"state state-%s\"", state);
+        if (by) {
+            put(b, " title=\"drained by ");
+            put_esc(b, by);
+            put(b, "\"");
+        }
+        putf(b, ">%s</span></td><td", state);
+        if (t1[0]) {
+            put(b, " title=\"");
+            put_esc(b, t1);
+            put(b, "\"");
+        }
+        putf(b, ">%s</td><td class=\"n\">%.0f</td><td class=\"n\">%.0f</td>"
+                "<td class=\"n\">%s</td><td>",
+             seen, num_or(r, "rounds_participated", 0), num_or(r, "dropouts", 0), bytes);
+        if (json_is_object(pv) && num(pv, "epsilon", &eps)) {
+            putf(b, "&epsilon; %.3g", eps);
+            if (num(pv, "budget_epsilon", &budget) && budget > 0) {
+                double frac = eps / budget;
+                putf(b, " of %.3g", budget);
+                putf(b, " <svg width=\"80\" height=\"8\" aria-hidden=\"true\">"
+                        "<rect width=\"80\" height=\"8\" rx=\"2\" fill=\"#e6e9ef\"/>"
+                        "<rect width=\"%.1f\" height=\"8\" rx=\"2\" fill=\"%s\"/></svg>",
+                     80 * (frac > 1 ? 1 : frac < 0 ? 0 : frac),
+                     frac >= 0.9 ? "#c62828" : frac >= 0.7 ? "#b35900" : "#2456a6");
+            }
+            if (num(pv, "delta", &d))
+                putf(b, " (&delta; %.2g)", d);
+        } else {
+            put(b, "<span class=\"empty\">not reported</span>");
+        }
+        put(b, "</td></tr>\n");
+    }
+    put(b, "</tbody></table></section>\n");
+}
+
+/* --------------------------------------------------------- accuracy chart */
+
+enum { S_GLOBAL, S_CENTRAL, S_FEDERATED, S_COUNT };
+static const struct {
+    const char *key, *label, *color;
+} series_info[S_COUNT] = {
+    {"global_accuracy", "global (built-in evaluation)", "#2456a6"},
+    {"central_accuracy", "central (evaluator command)", "#1a7f37"},
+    {"federated_accuracy", "federated (the regions' own data)", "#c2410c"},
+};
+static const char *const series_names[S_COUNT] = {"global", "central", "federated"};
+
+struct point {
+    double version, value;
+};
+
+struct series {
+    struct point *p;
+    size_t n, cap;
+};
+
+/* Adds (version, value), replacing an earlier value of the same version. */
+static void series_add(struct series *s, double version, double value)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->p[i].version == version) {
+            s->p[i].value = value;
+            return;
+        }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        struct point *np = realloc(s->p, cap * sizeof(*np));
+        if (!np)
+            return; /* a point fewer; the page still renders */
+        s->p = np;
+        s->cap = cap;
+    }
+    s->p[s->n++] = (struct point){version, value};
+}
+
+static int by_version(const void *a, const void *b)
+{
+    const struct point *x = a, *y = b;
+    return x->version < y->version ? -1 : x->version > y->version;
+}
+
+/* The accuracies per version: the "versions" array when the document has
+ * one, else the per-attempt fields of "rounds", else the latest values. */
+static void collect(const json_t *st, struct series s[S_COUNT])
+{
+    const json_t *vs = json_object_get(st, "versions"), *rs = json_object_get(st, "rounds");
+    const json_t *src = json_is_array(vs) && json_array_size(vs) ? vs : rs;
+    size_t i;
+    const json_t *o;
+    double v, a;
+
+    if (json_is_array(src))
+        json_array_foreach(src, i, o)
+        {
+            if (!json_is_object(o) || !num(o, "version", &v))
+                continue;
+            for (int k = 0; k < S_COUNT; k++)
+                if (num(o, series_info[k].key, &a))
+                    series_add(&s[k], v, a);
+        }
+    if (s[S_GLOBAL].n == 0 && num(st, "eval_version", &v) && num(st, "eval_accuracy", &a))
+        series_add(&s[S_GLOBAL], v, a);
+    o = json_object_get(st, "central_eval");
+    if (s[S_CENTRAL].n == 0 && json_is_object(o) && num(o, "version", &v) &&
+        num(o, "accuracy", &a))
+        series_add(&s[S_CENTRAL], v, a);
+    o = json_object_get(st, "federated_eval");
+    if (s[S_FEDERATED].n == 0 && json_is_object(o) && num(o, "version", &v) &&
+        num(o, "accuracy", &a))
+        series_add(&s[S_FEDERATED], v, a);
+    for (int k = 0; k < S_COUNT; k++)
+        qsort(s[k].p, s[k].n, sizeof(struct point), by_version);
+}
+
+#define CW 760.0 /* chart width, px */
+#define CH 280.0
+#define ML 52.0 /* margins */
+#define MR 16.0
+#define MT 14.0
+#define MB 40.0
+
+static void accuracy_chart(struct page *b, const json_t *st)
+{
+    struct series s[S_COUNT] = {{0}};
+    double vmin = INFINITY, vmax = -INFINITY, lo = INFINITY, hi = -INFINITY;
+    size_t total = 0;
+
+    collect(st, s);
+    for (int k = 0; k < S_COUNT; k++)
+        for (size_t i = 0; i < s[k].n; i++) {
+            vmin = fmin(vmin, s[k].p[i].version);
+            vmax = fmax(vmax, s[k].p[i].version);
+            lo = fmin(lo, s[k].p[i].value);
+            hi = fmax(hi, s[k].p[i].value);
+            total++;
+        }
+    put(b, "<section id=\"accuracy-section\"><h2>Accuracy per model version</h2>\n");
+    if (total == 0) {
+        put(b, "<p class=\"empty\" id=\"accuracy-empty\">No evaluation yet: the built-in "
+               "evaluation, the evaluator command and the regions' federated evaluation report "
+               "here once a model version has been evaluated.</p></section>\n");
+        goto out;
+    }
+    /* The y range: whole tenths around the data, at least 0.1 wide, in [0, 1]. */
+    lo = floor(lo * 10 - 1e-9) / 10;
+    hi = ceil(hi * 10 + 1e-9) / 10;
+    if (lo < 0)
+        lo = 0;
+    if (hi > 1)
+        hi = 1;
+    if (hi - lo < 0.1) {
+        if (hi < 1)
+            hi = fmin(1, lo + 0.1);
+        else
+            lo = hi - 0.1;
+    }
+    if (vmax == vmin) {
+        vmin -= 1;
+        vmax += 1;
+    }
+    putf(b, "<svg id=\"accuracy-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
+            "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Accuracy per model "
+            "version</title>\n",
+         CW, CH, CW, CH);
+#define X(v) (ML + ((v) - vmin) / (vmax - vmin) * (CW - ML - MR))
+#define Y(a) (CH - MB - ((a) - lo) / (hi - lo) * (CH - MT - MB))
+    /* grid and y labels */
+    for (int t = 0; t <= 5; t++) {
+        double a = lo + (hi - lo) * t / 5;
+        putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
+             ML, CW - MR, Y(a), Y(a), ML - 6, Y(a) + 4, 100 * a);
+    }
+    /* x ticks: at most 10 whole versions */
+    {
+        double span = vmax - vmin, step = ceil(span / 10);
+        if (step < 1)
+            step = 1;
+        for (double v = ceil(vmin); v <= vmax + 1e-9; v += step)
+            putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(v),
+                 CH - MB + 16, v);
+        putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">model version</text>\n",
+             ML + (CW - ML - MR) / 2, CH - 6);
+        putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>\n", ML,
+             CW - MR, CH - MB, CH - MB);
+    }
+    for (int k = 0; k < S_COUNT; k++) {
+        if (s[k].n == 0)
+            continue;
+        if (s[k].n > 1) {
+            putf(b, "<polyline class=\"line\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
+                    "stroke-width=\"2\" points=\"",
+                 series_names[k], series_info[k].color);
+            for (size_t i = 0; i < s[k].n; i++)
+                putf(b, "%s%.1f,%.1f", i ? " " : "", X(s[k].p[i].version), Y(s[k].p[i].value));
+            put(b, "\"/>\n");
+        }
+        for (size_t i = 0; i < s[k].n; i++)
+            putf(b, "<circle class=\"point\" data-series=\"%s\" data-version=\"%.0f\" "
+                    "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\">"
+                    "<title>version %.0f, %s: %.2f%%</title></circle>\n",
+                 series_names[k], s[k].p[i].version, s[k].p[i].value, X(s[k].p[i].version),
+                 Y(s[k].p[i].value), series_info[k].color, s[k].p[i].version, series_names[k],
+                 100 * s[k].p[i].value);
+    }
+#undef X
+#undef Y
+    put(b, "</svg>\n<ul class=\"legend\">");
+    for (int k = 0; k < S_COUNT; k++)
+        if (s[k].n)
+            putf(b, "<li data-series=\"%s\"><i style=\"background:%s\"></i>%s: %zu version%s, "
+                    "latest %.2f%%</li>",
+                 series_names[k], series_info[k].color, series_info[k].label, s[k].n,
+                 s[k].n == 1 ? "" : "s", 100 * s[k].p[s[k].n - 1].value);
+    put(b, "</ul></section>\n");
+out:
+    for (int k = 0; k < S_COUNT; k++)
+        free(s[k].p);
+}
+
+/* --------------------------------------------------------- round timeline */
+
+static const char *const phase_keys[] = {"advertise", "shares", "masked", "consistency",
+                                         "unmask"};
+static const char *const phase_colors[] = {"#7aa2e3", "#5cc0b5", "#f2b84b", "#b08ad9",
+                                           "#ef7f7f"};
+#define NPHASES 5
+
+static double attempt_seconds(const json_t *a)
+{
+    double s, s0, s1;
+    if (num(a, "seconds", &s))
+        return s;
+    if (num(a, "start_unix_ms", &s0) && num(a, "end_unix_ms", &s1) && s1 >= s0)
+        return (s1 - s0) / 1000;
+    return 0;
+}
+
+static void timeline_chart(struct page *b, const json_t *rs)
+{
+    size_t n = json_array_size(rs), first = n > FA_DASHBOARD_TIMELINE ? n - FA_DASHBOARD_TIMELINE
+                                                                      : 0;
+    size_t shown = n - first;
+    double maxs = 0, bw, pw = CW - ML - MR, ph = CH - MT - MB;
+
+    for (size_t i = first; i < n; i++)
+        maxs = fmax(maxs, attempt_seconds(json_array_get(rs, i)));
+    if (maxs <= 0)
+        maxs = 1;
+    bw = pw / (double)(shown < 12 ? 12 : shown);
+    putf(b, "<svg id=\"timeline-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
+            "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Round timeline: "
+            "seconds per attempt and phase</title>\n",
+         CW, CH, CW, CH);
+    for (int t = 0; t <= 4; t++) {
+        double v = maxs * t / 4, y = CH - MB - ph * t / 4;
+        char lab[32];
+        fmt_secs(v, lab, sizeof(lab));
+        putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+             ML, CW - MR, y, y, ML - 6, y + 4, lab);
+    }
+    for (size_t i = first; i < n; i++) {
+        const json_t *a = json_array_get(rs, i), *phases = json_object_get(a, "phases");
+        double total = attempt_seconds(a), y = CH - MB, x = ML + bw * (double)(i - first) + 1,
+               w = bw - 2 > 1 ? bw - 2 : 1, used = 0, round = num_or(a, "round", 0);
+        const char *outcome = str(a, "outcome");
+        int aborted = outcome && !strcmp(outcome, "aborted");
+
+        for (int k = 0; k < NPHASES; k++) {
+            double s, h;
+            if (!json_is_object(phases) || !num(phases, phase_keys[k], &s) || s <= 0)
+                continue;
+            used += s;
+            h = s / maxs * ph;
+            y -= h;
+            putf(b, "<rect class=\"phase\" data-phase=\"%s\" data-round=\"%.0f\" x=\"%.1f\" "
+                    "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>round %.0f "
+                    "attempt %.0f, %s: %.2f s</title></rect>\n",
+                 phase_keys[k], round, x, y, w, h, phase_colors[k], round,
+                 num_or(a, "attempt", 0), phase_keys[k], s);
+        }
+        if (total > used + 1e-3) { /* commit, evaluation hand-off... */
+            double h = (total - used) / maxs * ph;
+            y -= h;
+            putf(b, "<rect class=\"phase\" data-phase=\"other\" data-round=\"%.0f\" x=\"%.1f\" "
+                    "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"#c9ced8\"><title>round %.0f "
+                    "attempt %.0f, outside the phases (commit): %.2f s</title></rect>\n",
+                 round, x, y, w, h, round, num_or(a, "attempt", 0), total - used);
+        }
+        if (aborted)
+            putf(b, "<rect class=\"aborted\" data-round=\"%.0f\" x=\"%.1f\" y=\"%.1f\" "
+                    "width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#c62828\" "
+                    "stroke-width=\"1.5\" stroke-dasharray=\"3,2\"/>\n",
+                 round, x, y < CH - MB - 3 ? y : CH - MB - 3, w,
+                 CH - MB - (y < CH - MB - 3 ? y : CH - MB - 3));
+        if (shown <= 20 || (i - first) % ((shown + 19) / 20) == 0)
+            putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
+                 x + w / 2, CH - MB + 16, round);
+    }
+    putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">round (each bar an attempt; "
+            "dashed red: aborted)</text>\n</svg>\n",
+         ML, CW - MR, CH - MB, CH - MB, ML + pw / 2, CH - 6);
+    put(b, "<ul class=\"legend\">");
+    for (int k = 0; k < NPHASES; k++)
+        putf(b, "<li><i style=\"background:%s\"></i>%s</li>", phase_colors[k], phase_keys[k]);
+    put(b, "<li><i style=\"background:#c9ced8\"></i>commit and the rest</li></ul>\n");
+}
+
+/* A version's accuracies as "global 81.2%, federated 79.0%". */
+static void version_accuracy(const json_t *st, double version, char *buf, size_t n)
+{
+    const json_t *vs = json_object_get(st, "versions"), *o;
+    size_t i, len = 0;
+
+    buf[0] = '\0';
+    if (!json_is_array(vs))
+        return;
+    json_array_foreach(vs, i, o)
+    {
+        double v, a;
+        if (!num(o, "version", &v) || v != version)
+            continue;
+        for (int k = 0; k < S_COUNT && len < n; k++)
+            if (num(o, series_info[k].key, &a)) {
+                snprintf(buf + len, n - len, "%s%s %.2f%%", len ? ", " : "", series_names[k],
+                         100 * a);
+                len = strlen(buf);
+            }
+    }
+}
+
+static void put_names(struct page *b, const json_t *list)
+{
+    size_t i;
+    const json_t *x;
+    int any = 0;
+    if (!json_is_array(list))
+        return;
+    json_array_foreach(list, i, x)
+    {
+        if (!json_is_string(x))
+            continue;
+        if (any++)
+            put(b, ", ");
+        put_esc(b, json_string_value(x));
+    }
+}
+
+static void timeline(struct page *b, const json_t *st)
+{
+    const json_t *rs = json_object_get(st, "rounds");
+    size_t n = json_is_array(rs) ? json_array_size(rs) : 0;
+
+    put(b, "<section id=\"timeline-section\"><h2>Round timeline</h2>\n");
+    if (n == 0) {
+        put(b, "<p class=\"empty\">No round attempt has ended yet.</p></section>\n");
+        return;
+    }
+    timeline_chart(b, rs);
+    put(b, "<table id=\"rounds\"><thead><tr><th class=\"n\">Round</th><th class=\"n\">Attempt"
+           "</th><th>Outcome</th><th>Started</th><th class=\"n\">Duration</th>");
+    for (int k = 0; k < NPHASES; k++)
+        putf(b, "<th class=\"n\">%s</th>", phase_keys[k]);
+    put(b, "<th>Participants</th><th>Dropped</th><th class=\"n\">Version</th><th>Accuracy</th>"
+           "</tr></thead>\n<tbody>\n");
+    for (size_t j = 0; j < n && j < FA_DASHBOARD_TABLE_ROWS; j++) {
+        const json_t *a = json_array_get(rs, n - 1 - j), *ph = json_object_get(a, "phases");
+        const char *outcome = str(a, "outcome"), *reason = str(a, "reason");
+        char t[64], dur[32], acc[160] = "";
+        double v, s;
+
+        fmt_utc(num_or(a, "start_unix_ms", 0), t, sizeof(t));
+        fmt_secs(attempt_seconds(a), dur, sizeof(dur));
+        putf(b, "<tr><td class=\"n round\">%.0f</td><td class=\"n\">%.0f</td><td>",
+             num_or(a, "round", 0), num_or(a, "attempt", 0));
+        if (outcome) {
+            put(b, "<span class=\"outcome outcome-");
+            put_esc(b, outcome);
+            put(b, "\"");
+            if (reason) {
+                put(b, " title=\"");
+                put_esc(b, reason);
+                put(b, "\"");
+            }
+            put(b, ">");
+            put_esc(b, outcome);
+            put(b, "</span>");
+            if (reason) {
+                put(b, " <span class=\"empty\">");
+                put_esc(b, reason);
+                put(b, "</span>");
+            }
+        }
+        putf(b, "</td><td>%s</td><td class=\"n\">%s</td>", t, dur);
+        for (int k = 0; k < NPHASES; k++) {
+            char ps[32] = "-";
+            if (json_is_object(ph) && num(ph, phase_keys[k], &s))
+                fmt_secs(s, ps, sizeof(ps));
+            putf(b, "<td class=\"n\">%s</td>", ps);
+        }
+        put(b, "<td>");
+        put_names(b, json_object_get(a, "participants"));
+        put(b, "</td><td>");
+        put_names(b, json_object_get(a, "dropped"));
+        put(b, "</td>");
+        if (num(a, "version", &v)) {
+            version_accuracy(st, v, acc, sizeof(acc));
+            for (int k = 0; k < S_COUNT; k++) { /* per-attempt fields, when present */
+                double x;
+                size_t l = strlen(acc);
+                if (!strstr(acc, series_names[k]) && num(a, series_info[k].key, &x))
+                    snprintf(acc + l, sizeof(acc) - l, "%s%s %.2f%%", l ? ", " : "",
+                             series_names[k], 100 * x);
+            }
+            putf(b, "<td class=\"n\">%.0f</td><td>%s</td></tr>\n", v, acc);
+        } else {
+            put(b, "<td class=\"n\">-</td><td></td></tr>\n");
+        }
+    }
+    put(b, "</tbody></table>");
+    if (n > FA_DASHBOARD_TABLE_ROWS)
+        putf(b, "<p class=\"empty\">The latest %d of %zu attempts; <code>fedagg rounds</code> "
+                "lists them all.</p>",
+             FA_DASHBOARD_TABLE_ROWS, n);
+    put(b, "</section>\n");
+}
+
+/* ------------------------------------------------------------------ audit */
+
+static void audit(struct page *b, const json_t *st)
+{
+    const json_t *a = json_object_get(st, "audit");
+    const char *ck = json_is_object(a) ? str(a, "checkpoint") : NULL;
+    const char *root = json_is_object(a) ? str(a, "root") : NULL;
+
+    put(b, "<section id=\"audit-section\"><h2>Audit log</h2>\n");
+    putf(b, "<p><span id=\"audit-tree-size\">%.0f</span> records",
+         json_is_object(a) ? num_or(a, "tree_size", num_or(st, "audit_tree_size", 0))
+                           : num_or(st, "audit_tree_size", 0));
+    if (json_is_object(a))
+        putf(b, ", %.0f covered by the latest signed checkpoint", num_or(a, "signed_size", 0));
+    put(b, ".");
+    if (root) {
+        put(b, " Root hash: <span class=\"mono\" id=\"audit-root\">");
+        put_esc(b, root);
+        put(b, "</span>");
+    }
+    put(b, "</p>\n");
+    if (ck) {
+        put(b, "<p>The latest signed checkpoint (C2SP signed note; check it with "
+               "<code>fedagg audit verify</code>):</p>\n<pre id=\"checkpoint\">");
+        put_esc(b, ck);
+        put(b, "</pre>\n");
+    } else {
+        put(b, "<p class=\"empty\">No signed checkpoint yet.</p>\n");
+    }
+    put(b, "</section>\n");
+}
+
+/* ------------------------------------------------------------------- page */
+
+static int finish(struct page *b, char **out, size_t *out_len, fa_error *err)
+{
+    if (b->oom) {
+        free(b->p);
+        return fa_errorf(err, FA_ERR_NOMEM, "dashboard: out of memory");
+    }
+    *out = b->p;
+    *out_len = b->len;
+    return 0;
+}
+
+int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_ms, char **out,
+                        size_t *out_len, fa_error *err)
+{
+    struct page b = {0};
+    json_error_t je;
+    json_t *st;
+    const char *fed;
+    char title[256], t[64];
+
+    *out = NULL;
+    *out_len = 0;
+    st = json_loadb(status_json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!st)
+        return fa_errorf(err, FA_ERR_PARSE, "dashboard: status JSON at line %d column %d: %s",
+                         je.line, je.column, je.text);
+    if (!json_is_object(st)) {
+        json_decref(st);
+        return fa_errorf(err, FA_ERR_PARSE, "dashboard: the status is not a JSON object");
+    }
+    fed = str(st, "federation_id");
+    snprintf(title, sizeof(title), "fedagg %s: round %.0f, %s", fed ? fed : "federation",
+             num_or(st, "round", 0), str(st, "phase") ? str(st, "phase") : "unknown");
+    page_head(&b, title);
+    put(&b, "<header><h1>fedagg federation <span id=\"federation-id\">");
+    put_esc(&b, fed ? fed : "?");
+    put(&b, "</span></h1><span class=\"meta\">read-only dashboard</span></header>\n<main>\n");
+    overview(&b, st, now_unix_ms);
+    regions(&b, st, now_unix_ms);
+    accuracy_chart(&b, st);
+    timeline(&b, st);
+    audit(&b, st);
+    fmt_utc((double)now_unix_ms, t, sizeof(t));
+    putf(&b, "</main>\n<footer>Generated %s from the aggregator's status; reloads every %d s. "
+             "Counters and names only: no region data, nothing secret.</footer>\n"
+             "</body>\n</html>\n",
+         t, FA_DASHBOARD_REFRESH_S);
+    json_decref(st);
+    return finish(&b, out, out_len, err);
+}
+
+int fa_dashboard_render_unavailable(const char *why, char **out, size_t *out_len, fa_error *err)
+{
+    struct page b = {0};
+
+    *out = NULL;
+    *out_len = 0;
+    page_head(&b, "fedagg: status not available");
+    put(&b, "<header><h1>fedagg federation</h1><span class=\"meta\">read-only dashboard</span>"
+            "</header>\n<main><section><h2>Status not available</h2><p id=\"unavailable\">");
+    put_esc(&b, why && why[0] ? why : "The aggregator has not published its status yet.");
+    putf(&b, "</p><p class=\"empty\">This page reloads every %d s.</p></section></main>\n"
+             "</body>\n</html>\n",
+         FA_DASHBOARD_REFRESH_S);
+    return finish(&b, out, out_len, err);
+}

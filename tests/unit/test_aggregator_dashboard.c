@@ -1,0 +1,252 @@
+/* The dashboard page from status documents: what a person sees (rounds,
+ * regions, points per version, deadline, paused), everything from the
+ * document escaped, the document's missing parts shown as such, and the
+ * two shapes of accuracy data (a "versions" array, or per-attempt fields). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aggregator/dashboard.h"
+
+#define NOW 1790000000000ull /* unix ms */
+
+static char *render(const char *json)
+{
+    char *html = NULL;
+    size_t len = 0;
+    fa_error err = {0};
+    int rc = fa_dashboard_render(json, strlen(json), NOW, &html, &len, &err);
+    if (rc != 0)
+        fail_msg("render failed: %s", err.msg);
+    assert_int_equal(strlen(html), len);
+    return html;
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The status as the aggregator writes it: three regions, three rounds (one
+ * aborted attempt), accuracies per version. */
+static const char STATUS[] =
+    "{\"federation_id\":\"demo\",\"round\":4,\"attempt\":1,\"phase\":\"masked\","
+    "\"phase_deadline_unix_ms\":1790000012000,\"paused\":false,\"model_version\":3,"
+    "\"eval_version\":3,\"eval_accuracy\":0.81,\"rounds_completed\":3,\"rounds_aborted\":1,"
+    "\"audit_tree_size\":3,\"num_tensors\":6,\"num_params\":235146,"
+    "\"storage\":{\"ok\":true,\"failures\":0,\"free_bytes\":53687091200},"
+    "\"federated_eval\":{\"version\":3,\"regions\":3,\"num_examples\":3000,\"accuracy\":0.79},"
+    "\"regions\":["
+    "{\"id\":\"ap-south\",\"connected\":true,\"last_seen_ms_ago\":3000,\"drained\":false,"
+    "\"rounds_participated\":3,\"dropouts\":0,\"bytes_received\":1610612736},"
+    "{\"id\":\"eu-west\",\"connected\":true,\"last_seen_unix_ms\":1789999995000,"
+    "\"drained\":true,\"drained_by\":\"alice\",\"rounds_participated\":2,\"dropouts\":1,"
+    "\"bytes_received\":2048,\"privacy\":{\"epsilon\":1.5,\"delta\":1e-05,"
+    "\"budget_epsilon\":8}},"
+    "{\"id\":\"us-east\",\"connected\":false,\"last_seen_ms_ago\":null,\"drained\":false,"
+    "\"rounds_participated\":3,\"dropouts\":0,\"bytes_received\":0}],"
+    "\"rounds\":["
+    "{\"round\":1,\"attempt\":1,\"outcome\":\"completed\",\"start_unix_ms\":1789999900000,"
+    "\"end_unix_ms\":1789999910000,\"seconds\":10.0,\"phases\":{\"advertise\":1.0,"
+    "\"shares\":1.0,\"masked\":6.0,\"consistency\":0.5,\"unmask\":0.5},"
+    "\"participants\":[\"ap-south\",\"eu-west\",\"us-east\"],\"dropped\":[],\"version\":1},"
+    "{\"round\":2,\"attempt\":1,\"outcome\":\"aborted\",\"reason\":\"1 of 3 regions below "
+    "threshold 2\",\"start_unix_ms\":1789999910000,\"end_unix_ms\":1789999918000,"
+    "\"seconds\":8.0,\"phases\":{\"advertise\":8.0},\"participants\":[],"
+    "\"dropped\":[\"eu-west\"]},"
+    "{\"round\":2,\"attempt\":2,\"outcome\":\"completed\",\"start_unix_ms\":1789999918000,"
+    "\"end_unix_ms\":1789999930000,\"seconds\":12.0,\"phases\":{\"advertise\":2.0,"
+    "\"shares\":1.0,\"masked\":7.0,\"consistency\":0.5,\"unmask\":0.5},"
+    "\"participants\":[\"ap-south\",\"eu-west\",\"us-east\"],\"dropped\":[],\"version\":2},"
+    "{\"round\":3,\"attempt\":1,\"outcome\":\"completed\",\"start_unix_ms\":1789999930000,"
+    "\"end_unix_ms\":1789999941000,\"seconds\":11.0,\"phases\":{\"advertise\":1.5,"
+    "\"shares\":1.0,\"masked\":7.0,\"consistency\":0.5,\"unmask\":0.5},"
+    "\"participants\":[\"ap-south\",\"us-east\"],\"dropped\":[\"eu-west\"],\"version\":3}],"
+    "\"versions\":["
+    "{\"version\":0,\"global_accuracy\":0.1,\"central_accuracy\":null,"
+    "\"federated_accuracy\":null,\"federated_regions\":0},"
+    "{\"version\":1,\"global_accuracy\":0.62,\"central_accuracy\":null,"
+    "\"federated_accuracy\":0.6,\"federated_regions\":3},"
+    "{\"version\":2,\"global_accuracy\":0.74,\"central_accuracy\":null,"
+    "\"federated_accuracy\":0.72,\"federated_regions\":3},"
+    "{\"version\":3,\"global_accuracy\":0.81,\"central_accuracy\":null,"
+    "\"federated_accuracy\":0.79,\"federated_regions\":3}],"
+    "\"audit\":{\"tree_size\":3,\"signed_size\":3,\"root\":\"q83vEjRWeJA=\","
+    "\"checkpoint\":\"fedagg.demo/federation\\n3\\nq83vEjRWeJA=\\n\\n\\u2014 fedagg.demo "
+    "sig\\n\"}}";
+
+static void test_what_a_person_sees(void **state)
+{
+    char *html = render(STATUS);
+
+    assert_non_null(strstr(html, "<!DOCTYPE html>"));
+    assert_non_null(strstr(html, "<span id=\"federation-id\">demo</span>"));
+    assert_non_null(strstr(html, "id=\"round\">4</div><div class=\"sub\">attempt 1</div>"));
+    assert_non_null(strstr(html, "<span class=\"phase\" id=\"phase\">masked</span>"));
+    assert_non_null(strstr(html, "deadline in 12 s (2026-09-21 "));
+    /* regions in document order, with their state and numbers */
+    {
+        const char *a = strstr(html, "<td class=\"region-id\">ap-south</td>");
+        const char *e = strstr(html, "<td class=\"region-id\">eu-west</td>");
+        const char *u = strstr(html, "<td class=\"region-id\">us-east</td>");
+        assert_non_null(a);
+        assert_non_null(e);
+        assert_non_null(u);
+        assert_true(a < e && e < u);
+    }
+    assert_non_null(strstr(html, "title=\"drained by alice\">drained</span>"));
+    assert_non_null(strstr(html, ">3 s ago</td>"));
+    assert_non_null(strstr(html, ">5 s ago</td>")); /* last_seen_unix_ms */
+    assert_non_null(strstr(html, ">never</td>"));
+    assert_non_null(strstr(html, "1.50 GiB"));
+    assert_non_null(strstr(html, "&epsilon; 1.5 of 8"));
+    assert_int_equal(count(html, "not reported"), 2);
+    /* one point per version and series: 4 global, 3 federated, no central */
+    assert_int_equal(count(html, "class=\"point\" data-series=\"global\""), 4);
+    assert_int_equal(count(html, "class=\"point\" data-series=\"federated\""), 3);
+    assert_int_equal(count(html, "data-series=\"central\""), 0);
+    assert_non_null(strstr(html, "data-series=\"global\" data-version=\"3\" data-value=\"0.810000\""));
+    /* the timeline: 4 attempts, the aborted one marked, phases as segments */
+    assert_int_equal(count(html, "<rect class=\"aborted\" data-round=\"2\""), 1);
+    assert_int_equal(count(html, "data-phase=\"masked\""), 3);
+    assert_int_equal(count(html, "<td class=\"n round\">"), 4);
+    assert_non_null(strstr(html, "1 of 3 regions below threshold 2"));
+    assert_non_null(strstr(html, "global 81.00%, federated 79.00%"));
+    /* the checkpoint, escaped text */
+    assert_non_null(strstr(html, "<pre id=\"checkpoint\">fedagg.demo/federation\n3\n"));
+    assert_non_null(strstr(html, "id=\"audit-tree-size\">3</span>"));
+    assert_null(strstr(html, "id=\"paused\""));
+    assert_null(strstr(html, "<script"));
+    free(html);
+}
+
+static void test_strings_are_escaped(void **state)
+{
+    const char *doc =
+        "{\"federation_id\":\"<script>alert(1)</script>\",\"phase\":\"a\\\"b\","
+        "\"paused\":true,\"paused_by\":\"<b>mallory</b>\","
+        "\"regions\":[{\"id\":\"x'><img src=y>\",\"connected\":true,\"drained\":true,"
+        "\"drained_by\":\"\\\" onmouseover=\\\"z\"}],"
+        "\"rounds\":[{\"round\":1,\"attempt\":1,\"outcome\":\"aborted<i>\",\"reason\":\"r&d\","
+        "\"participants\":[\"<p>\"],\"dropped\":[]}],"
+        "\"storage\":{\"ok\":false,\"reason\":\"disk <full>\"},"
+        "\"audit\":{\"tree_size\":1,\"signed_size\":1,\"checkpoint\":\"</pre><script>\"}}";
+    char *html = render(doc);
+
+    assert_null(strstr(html, "<script"));
+    assert_null(strstr(html, "<img"));
+    assert_null(strstr(html, "<b>mallory"));
+    assert_null(strstr(html, "<td><p>"));
+    assert_non_null(strstr(html, "<td>&lt;p&gt;</td>"));
+    assert_null(strstr(html, "<i>"));
+    assert_null(strstr(html, "\" onmouseover"));
+    assert_null(strstr(html, "</pre><"));
+    assert_non_null(strstr(html, "&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert_non_null(strstr(html, "x&#39;&gt;&lt;img src=y&gt;"));
+    assert_non_null(strstr(html, "Paused by &lt;b&gt;mallory&lt;/b&gt;"));
+    assert_non_null(strstr(html, "r&amp;d"));
+    assert_non_null(strstr(html, "Storage blocked: disk &lt;full&gt;"));
+    free(html);
+}
+
+static void test_missing_parts_are_shown_as_such(void **state)
+{
+    char *html = render("{}");
+    assert_non_null(strstr(html, "id=\"accuracy-empty\""));
+    assert_non_null(strstr(html, "No regions in the status."));
+    assert_non_null(strstr(html, "No round attempt has ended yet."));
+    assert_non_null(strstr(html, "No signed checkpoint yet."));
+    assert_non_null(strstr(html, "<span class=\"phase\" id=\"phase\">unknown</span>"));
+    assert_null(strstr(html, "<svg id="));
+    free(html);
+}
+
+/* The contract's other shape: accuracies on the attempts, no "versions";
+ * a single version is centred, not divided by zero. */
+static void test_accuracy_from_attempts(void **state)
+{
+    const char *doc =
+        "{\"federation_id\":\"f\",\"rounds\":["
+        "{\"round\":1,\"attempt\":1,\"outcome\":\"completed\",\"version\":1,"
+        "\"global_accuracy\":0.5,\"federated_accuracy\":0.45,\"central_accuracy\":0.55},"
+        "{\"round\":2,\"attempt\":1,\"outcome\":\"aborted\"},"
+        "{\"round\":2,\"attempt\":2,\"outcome\":\"completed\",\"version\":2,"
+        "\"central_accuracy\":0.6}]}";
+    char *html = render(doc);
+    assert_int_equal(count(html, "class=\"point\" data-series=\"global\""), 1);
+    assert_int_equal(count(html, "class=\"point\" data-series=\"central\""), 2);
+    assert_int_equal(count(html, "class=\"point\" data-series=\"federated\""), 1);
+    assert_null(strstr(html, "nan"));
+    assert_null(strstr(html, "inf"));
+    assert_non_null(strstr(html, "global 50.00%, central 55.00%, federated 45.00%"));
+    free(html);
+    html = render("{\"eval_version\":7,\"eval_accuracy\":0.9}");
+    assert_int_equal(count(html, "class=\"point\" data-series=\"global\" data-version=\"7\""), 1);
+    assert_null(strstr(html, "nan"));
+    free(html);
+}
+
+/* A long federation: 200 attempts, the chart draws the last 60, the table 20. */
+static void test_long_history(void **state)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *doc = malloc(cap), *html;
+    len += (size_t)snprintf(doc + len, cap - len, "{\"rounds\":[");
+    for (int i = 1; i <= 200; i++)
+        len += (size_t)snprintf(doc + len, cap - len,
+                                "%s{\"round\":%d,\"attempt\":1,\"outcome\":\"completed\","
+                                "\"seconds\":%d.5,\"phases\":{\"masked\":%d.0},\"version\":%d}",
+                                i > 1 ? "," : "", i, i % 7, i % 7, i);
+    len += (size_t)snprintf(doc + len, cap - len, "],\"versions\":[");
+    for (int i = 0; i <= 200; i++)
+        len += (size_t)snprintf(doc + len, cap - len, "%s{\"version\":%d,\"global_accuracy\":%f}",
+                                i ? "," : "", i, 0.1 + 0.8 * i / 200.0);
+    snprintf(doc + len, cap - len, "]}");
+    html = render(doc);
+    assert_int_equal(count(html, "class=\"point\" data-series=\"global\""), 201);
+    /* rounds 141..200, less the 8 multiples of 7 whose masked phase is 0 s */
+    assert_int_equal(count(html, "data-phase=\"masked\""), 52);
+    assert_int_equal(count(html, "<td class=\"n round\">"), FA_DASHBOARD_TABLE_ROWS);
+    assert_non_null(strstr(html, "<td class=\"n round\">200</td>"));
+    assert_null(strstr(html, "<td class=\"n round\">180</td>"));
+    assert_non_null(strstr(html, "The latest 20 of 200 attempts"));
+    free(html);
+    free(doc);
+}
+
+static void test_bad_documents_refused(void **state)
+{
+    char *html = (char *)1;
+    size_t len = 1;
+    fa_error err = {0};
+    assert_int_equal(fa_dashboard_render("{\"round\":", 9, NOW, &html, &len, &err), FA_ERR_PARSE);
+    assert_null(html);
+    assert_non_null(strstr(err.msg, "line 1"));
+    assert_int_equal(fa_dashboard_render("[1,2]", 5, NOW, &html, &len, &err), FA_ERR_PARSE);
+    assert_int_equal(fa_dashboard_render_unavailable("starting <now>", &html, &len, &err), 0);
+    assert_non_null(strstr(html, "starting &lt;now&gt;"));
+    assert_non_null(strstr(html, "http-equiv=\"refresh\""));
+    free(html);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_what_a_person_sees),
+        cmocka_unit_test(test_strings_are_escaped),
+        cmocka_unit_test(test_missing_parts_are_shown_as_such),
+        cmocka_unit_test(test_accuracy_from_attempts),
+        cmocka_unit_test(test_long_history),
+        cmocka_unit_test(test_bad_documents_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
