@@ -34,7 +34,7 @@ void fa_external_opts_default(fa_external_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->timeout_s = 3600;
-    o->kill_grace_ms = 2000;
+    o->kill_grace_ms = 10000; /* a trainer tearing a torchrun group down takes a while */
     o->preempt_grace_ms = 20000;
     o->start_timeout_s = 600;
 }
@@ -367,8 +367,21 @@ static int run_once(fa_external_trainer *x, const char *task, const fa_external_
         rc = fa_errorf(err, FA_ERR_NOMEM, "external trainer: out of memory");
         goto out;
     }
+    {
+        /* One log over the rounds, a mark before each (the kit prints a
+         * summary per round); started afresh beyond FA_EXTERNAL_LOG_MAX. */
+        struct stat lst;
+        FILE *lf;
+        if (stat(x->log_path, &lst) == 0 && lst.st_size > FA_EXTERNAL_LOG_MAX)
+            unlink(x->log_path);
+        if ((lf = fopen(x->log_path, "a")) != NULL) {
+            fprintf(lf, "--- fedagg-worker: %s, round %" PRIu64 ", model version %" PRIu64 " ---\n",
+                    task, m->round, m->version);
+            fclose(lf);
+        }
+    }
     rc = fa_trainer_proc_spawn(&p, argv, envp, x->o.workdir ? x->o.workdir : x->scratch,
-                               x->log_path, 0, err);
+                               x->log_path, 1, err);
     if (rc != 0)
         goto out;
     fa_log_info("external trainer started", "pid=%d task=%s timeout_s=%u", (int)p.pid, task,

@@ -66,6 +66,8 @@ struct Fedagg__ExternalTrainer;
 #define FA_EXTERNAL_OUTPUT "external-output.safetensors"
 #define FA_EXTERNAL_RESULT "external-result.json"
 #define FA_EXTERNAL_LOG "external-trainer.log"
+/* The log is appended to, each run marked; beyond this size it starts afresh. */
+#define FA_EXTERNAL_LOG_MAX (64L << 20)
 
 typedef struct fa_external_opts {
     const char *const *argv; /* the command, argv[0] looked up in PATH */
@@ -73,7 +75,7 @@ typedef struct fa_external_opts {
     const char *const *env; /* "KEY=VALUE" entries added to the environment */
     size_t n_env;
     uint32_t timeout_s;       /* >= 1: one task (one-shot: the command; long-lived: the answer) */
-    uint32_t kill_grace_ms;   /* SIGTERM to SIGKILL (and shutdown to SIGTERM); default 2000 */
+    uint32_t kill_grace_ms;   /* SIGTERM to SIGKILL (and shutdown to SIGTERM); default 10000 */
     int long_lived;           /* TRAINER_LONG_LIVED */
     uint32_t start_timeout_s; /* long-lived: connect and hello within; default 600 */
     const char *workdir;      /* NULL: scratch_dir */
