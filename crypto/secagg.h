@@ -73,6 +73,18 @@ typedef struct fa_secagg_quant {
 /* Parameters of one round attempt; client and server must agree on all of
  * them (the client checks the server's PeerList against its own).
  *
+ * model_sha256: the SHA-256 of the model file the client trained from (the
+ * global model it downloaded).  The client signs it in its AdvertiseKeys and
+ * in its consistency-check signature, and refuses a PeerList in which any
+ * peer signed another digest: an aggregator that serves one region a crafted
+ * model, to isolate that region's update in the sum (the model-inconsistency
+ * attack of Pasquini, Francati, Ateniese, "Eluding Secure Aggregation in
+ * Federated Learning via Model Inconsistency", CCS 2022), is caught before
+ * any share or masked byte leaves.  The server does not use it: it checks
+ * each signature over the digest the advertisement carries and hands the
+ * digests on in the PeerList; which digest it accepts is the caller's policy
+ * (the aggregator: the current model's, fa_secagg_advertise_model).
+ *
  * SecAgg+: with neighbours = K < n - 1 each client masks with, and shares
  * its secrets among, its K neighbours on a Harary graph; the Shamir
  * threshold is then K/2 + 1 (a majority of every closed neighbourhood),
@@ -86,6 +98,7 @@ typedef struct fa_secagg_config {
     uint64_t vector_len;            /* ring coordinates of one upload: num_params + 1 (weight) */
     uint32_t ring_bits;             /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
     fa_secagg_quant quant;          /* for float inputs and fa_secagg_server_result_f32 */
+    uint8_t model_sha256[FA_SECAGG_SHA256_BYTES]; /* client: the model trained from (above) */
     uint32_t max_uploads_in_flight; /* server: concurrent masked uploads, 0 = 4 (see below) */
     uint32_t unmask_threads;        /* server: threads that remove the masks at unmasking, each
                                      * over its own range of the sum; 0 = one per online CPU
@@ -122,6 +135,14 @@ uint64_t fa_secagg_masked_bytes(uint64_t vector_len, uint32_t ring_bits);
 /* Checks a configuration (ranges, threshold, neighbours, codec); fills err
  * with the field at fault.  Returns 0 or FA_ERR_INVAL. */
 int fa_secagg_config_check(const fa_secagg_config *cfg, fa_error *err);
+
+/* The model digest an AdvertiseKeys message carries (what its client signed
+ * it trained from), for the aggregator's check that it is the current
+ * model's.  Does not verify the signature (fa_secagg_server_advertise does).
+ * Returns 0, FA_ERR_PARSE (not an AdvertiseKeys) or FA_ERR_PROTOCOL (no
+ * 32-byte digest: a client older than secagg.proto version 3). */
+int fa_secagg_advertise_model(const uint8_t *msg, size_t len,
+                              uint8_t model_sha256[FA_SECAGG_SHA256_BYTES]);
 
 /* The signed upload commitment of the audit log (audit.proto
  * RegionCommitment): verifies `signature` by `identity_pk` over
@@ -176,8 +197,10 @@ int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_l
  * config (FA_ERR_PROTOCOL), that the list is sorted, unique, made of
  * federation members only, includes this client's own advertisement
  * unchanged, has distinct keys, every signature verifies (FA_ERR_VERIFY),
- * and |U1| >= t (FA_ERR_THRESHOLD).  FA_ERR_PARSE for undecodable bytes,
- * FA_ERR_STATE when called twice or out of order. */
+ * every peer signed cfg->model_sha256, the model this client trained from
+ * (FA_ERR_VERIFY, naming the first peer that signed another and both
+ * digests), and |U1| >= t (FA_ERR_THRESHOLD).  FA_ERR_PARSE for undecodable
+ * bytes, FA_ERR_STATE when called twice or out of order. */
 int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
                                fa_error *err);
 
@@ -245,7 +268,7 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
                                uint8_t **out, size_t *out_len, fa_error *err);
 
 /* Round 3 result -> round 4: consumes the SurvivorSignatures of U4 (every
- * signature must verify over this client's U3: FA_ERR_VERIFY; |U4| >= t:
+ * signature must verify over this client's U3 and model: FA_ERR_VERIFY; |U4| >= t:
  * FA_ERR_THRESHOLD) and returns UnmaskShares: the shares of b_v for v in U3
  * and of s_sk_v for v in U2 \ U3, never both for one v. */
 int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t len,
@@ -263,7 +286,11 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
  * state, and after a restore fa_secagg_client_set_input_* refuses any other
  * input with FA_ERR_STATE ("abandon this attempt").  Save after setting the
  * input and before sending the first masked byte.  The input itself is not
- * saved (the caller keeps it, e.g. as a file in state_dir). */
+ * saved (the caller keeps it, e.g. as a file in state_dir).
+ *
+ * restore returns FA_ERR_UNSUPPORTED for a state of an older format (before
+ * the model digest was part of the config): such an attempt cannot be
+ * resumed, the caller abandons it and joins the next one. */
 int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err);
 int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t len,
                              const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],

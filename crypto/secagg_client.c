@@ -210,6 +210,7 @@ int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
         goto fail;
     }
     snprintf(c->self.id, sizeof(c->self.id), "%s", c->id);
+    memcpy(c->self.model_sha, c->cfg.c.model_sha256, 32);
     if (crypto_scalarmult_base(c->self.c_pk, c->sec->c_sk) != 0 ||
         crypto_scalarmult_base(c->self.s_pk, c->sec->s_sk) != 0) {
         rc = fa_errorf(err, FA_ERR_CRYPTO, "secagg client: X25519 key generation failed");
@@ -286,12 +287,16 @@ int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_l
     m.signature.len = 64;
     m.self_mask_commitment.data = c->self.b_commit;
     m.self_mask_commitment.len = 32;
+    m.model_sha256.data = c->self.model_sha;
+    m.model_sha256.len = 32;
     rc = fa_sa_pack(&m.base, out, out_len);
     return rc == 0 ? 0 : fa_errorf(err, rc, "AdvertiseKeys: out of memory");
 }
 
 /* Round 1 of the paper begins by checking the PeerList: |U1| >= t, every
- * signature, distinct keys. */
+ * signature, distinct keys; and, against the model-inconsistency attack
+ * (Pasquini et al., CCS 2022), one model: every peer signed the digest of
+ * the model this client trained from. */
 int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
                                fa_error *err)
 {
@@ -356,7 +361,7 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
         if ((rc = check_round(c, a->round, a->attempt, "PeerList advertisement", err)) != 0)
             goto out;
         if (a->c_pk.len != 32 || a->s_pk.len != 32 || a->self_mask_commitment.len != 32 ||
-            a->signature.len != 64) {
+            a->model_sha256.len != 32 || a->signature.len != 64) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "PeerList for '%s': advertisement of '%s' has keys of the wrong size",
                            c->id, a->client_id);
@@ -366,6 +371,7 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
         memcpy(p->c_pk, a->c_pk.data, 32);
         memcpy(p->s_pk, a->s_pk.data, 32);
         memcpy(p->b_commit, a->self_mask_commitment.data, 32);
+        memcpy(p->model_sha, a->model_sha256.data, 32);
         memcpy(p->sig, a->signature.data, 64);
         free(sm);
         sm = NULL;
@@ -378,6 +384,18 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
                            "PeerList for '%s': the advertisement of '%s' is not signed by its "
                            "identity key",
                            c->id, p->id);
+            goto out;
+        }
+        if (sodium_memcmp(p->model_sha, c->cfg.c.model_sha256, 32) != 0) {
+            char theirs[17], mine[17];
+            sodium_bin2hex(theirs, sizeof(theirs), p->model_sha, 8);
+            sodium_bin2hex(mine, sizeof(mine), c->cfg.c.model_sha256, 8);
+            rc = fa_errorf(err, FA_ERR_VERIFY,
+                           "PeerList for '%s': '%s' signed its advertisement for model %s..., "
+                           "this client trained from model %s...: the aggregator served the "
+                           "regions different models (model inconsistency); the attempt is "
+                           "refused before any share or masked byte leaves",
+                           c->id, p->id, theirs, mine);
             goto out;
         }
         if (strcmp(p->id, c->id) == 0) {
@@ -1005,6 +1023,8 @@ int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
 
 /* ---- round 3: consistency check ------------------------------------------------- */
 
+/* What `signer` signs over U3: with this client's model, which every peer
+ * of U1 advertised too (checked with the PeerList). */
 static int survivors_msg(const fa_secagg_client *c, const char *signer, uint8_t **out, size_t *len)
 {
     char *ids[FA_SECAGG_MAX_CLIENTS];
@@ -1012,7 +1032,7 @@ static int survivors_msg(const fa_secagg_client *c, const char *signer, uint8_t 
     for (size_t j = 0; j < c->n1; j++)
         if (c->in_u3[j])
             ids[n++] = c->peers[j].id;
-    return fa_sa_msg_survivors(&c->cfg, signer, ids, n, out, len);
+    return fa_sa_msg_survivors(&c->cfg, signer, c->cfg.c.model_sha256, ids, n, out, len);
 }
 
 int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
@@ -1230,7 +1250,9 @@ out:
 
 /* ---- save / restore -------------------------------------------------------------- */
 
-static const uint8_t cli_magic[8] = {'F', 'A', 'S', 'A', 'C', 'L', 'I', 1};
+/* The last byte is the format version: 2 added the model digest (of the
+ * config and of every peer); version 1 states are refused. */
+static const uint8_t cli_magic[8] = {'F', 'A', 'S', 'A', 'C', 'L', 'I', 2};
 
 /* Header (clear, authenticated as associated data): magic, federation,
  * round, attempt, id.  Then nonce and the sealed body. */
@@ -1263,6 +1285,7 @@ static void put_body(fa_wbuf *body, const fa_secagg_client *c)
     fa_wbuf_u32(body, (uint32_t)k->quant.clip_mode);
     fa_wbuf_f64(body, k->quant.clip_l2_norm);
     fa_wbuf_f64(body, k->quant.clip_value);
+    fa_wbuf_raw(body, k->model_sha256, 32);
     fa_wbuf_u32(body, (uint32_t)c->roster.n);
     for (size_t i = 0; i < c->roster.n; i++) {
         fa_wbuf_str(body, c->roster.m[i].id);
@@ -1284,6 +1307,7 @@ static void put_body(fa_wbuf *body, const fa_secagg_client *c)
         fa_wbuf_raw(body, p->c_pk, 32);
         fa_wbuf_raw(body, p->s_pk, 32);
         fa_wbuf_raw(body, p->b_commit, 32);
+        fa_wbuf_raw(body, p->model_sha, 32);
         fa_wbuf_raw(body, p->sig, 64);
         fa_wbuf_u8(body, c->in_u2[j]);
         fa_wbuf_u8(body, c->in_u3[j]);
@@ -1373,9 +1397,14 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     *out = NULL;
     memset(&cfg, 0, sizeof(cfg));
     fa_rbuf_init(&r, blob, len);
-    if (len < sizeof(cli_magic) ||
-        memcmp(fa_rbuf_raw(&r, sizeof(cli_magic)), cli_magic, sizeof(cli_magic)) != 0)
+    if (len < sizeof(cli_magic) || memcmp(blob, cli_magic, sizeof(cli_magic) - 1) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: not a saved client state");
+    if (blob[sizeof(cli_magic) - 1] != cli_magic[sizeof(cli_magic) - 1])
+        return fa_errorf(err, FA_ERR_UNSUPPORTED,
+                         "secagg client restore: a state of format %u (this fedagg reads %u: "
+                         "the model digest was added); the attempt cannot be resumed",
+                         blob[sizeof(cli_magic) - 1], cli_magic[sizeof(cli_magic) - 1]);
+    r.off = sizeof(cli_magic);
     fa_rbuf_str(&r, fed, sizeof(fed));
     cfg.round = fa_rbuf_u64(&r);
     cfg.attempt = fa_rbuf_u32(&r);
@@ -1411,6 +1440,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     cfg.quant.clip_mode = (int)fa_rbuf_u32(&r);
     cfg.quant.clip_l2_norm = fa_rbuf_f64(&r);
     cfg.quant.clip_value = fa_rbuf_f64(&r);
+    fa_rbuf_copy(&r, cfg.model_sha256, 32);
     if (r.failed) {
         rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: malformed state");
         goto out;
@@ -1443,6 +1473,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     fa_rbuf_copy(&r, c->self.c_pk, 32);
     fa_rbuf_copy(&r, c->self.s_pk, 32);
     fa_rbuf_copy(&r, c->self.b_commit, 32);
+    memcpy(c->self.model_sha, c->cfg.c.model_sha256, 32);
     fa_rbuf_copy(&r, c->self.sig, 64);
     v = fa_rbuf_u32(&r);
     if (v > CP_UNMASKED)
@@ -1466,6 +1497,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
             fa_rbuf_copy(&r, p->c_pk, 32);
             fa_rbuf_copy(&r, p->s_pk, 32);
             fa_rbuf_copy(&r, p->b_commit, 32);
+            fa_rbuf_copy(&r, p->model_sha, 32);
             fa_rbuf_copy(&r, p->sig, 64);
             c->in_u2[j] = fa_rbuf_u8(&r);
             c->in_u3[j] = fa_rbuf_u8(&r);

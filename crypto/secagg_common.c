@@ -13,6 +13,7 @@
 #include "crypto/mask_prg.h"
 #include "crypto/ring.h"
 #include "crypto/wire.h"
+#include "secagg.pb-c.h"
 
 uint32_t fa_secagg_ring_bits_for(uint32_t quant_bits, uint32_t n_clients)
 {
@@ -258,29 +259,36 @@ static void put_head(fa_wbuf *w, const char *label, const char *fed, uint64_t ro
     fa_wbuf_u32(w, attempt);
 }
 
-/* "fedagg/secagg/advertise/v1" || lp(fed) || round || attempt || lp(id) ||
- * c_pk || s_pk || b_commit */
+/* "fedagg/secagg/advertise/v2" || lp(fed) || round || attempt || lp(id) ||
+ * c_pk || s_pk || b_commit || model_sha256.  v2 binds the digest of the model
+ * the client trained from, so that an aggregator cannot serve one region
+ * another model and pass its advertisement off as one for the common model
+ * (Pasquini, Francati, Ateniese, CCS 2022). */
 int fa_sa_msg_advertise(const fa_sa_cfg *cfg, const fa_sa_peer *p, uint8_t **out, size_t *len)
 {
     fa_wbuf w;
     fa_wbuf_init(&w, 0);
-    put_head(&w, "fedagg/secagg/advertise/v1", cfg->fed, cfg->c.round, cfg->c.attempt);
+    put_head(&w, "fedagg/secagg/advertise/v2", cfg->fed, cfg->c.round, cfg->c.attempt);
     fa_wbuf_str(&w, p->id);
     fa_wbuf_raw(&w, p->c_pk, 32);
     fa_wbuf_raw(&w, p->s_pk, 32);
     fa_wbuf_raw(&w, p->b_commit, 32);
+    fa_wbuf_raw(&w, p->model_sha, 32);
     return wbuf_finish(&w, out, len);
 }
 
-/* "fedagg/secagg/survivors/v1" || lp(fed) || round || attempt || lp(signer) ||
- * u32 n || lp(id_1) ... lp(id_n) (sorted) */
-int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, char *const *ids, size_t n,
-                        uint8_t **out, size_t *len)
+/* "fedagg/secagg/survivors/v2" || lp(fed) || round || attempt || lp(signer) ||
+ * model_sha256 || u32 n || lp(id_1) ... lp(id_n) (sorted).  The consistency
+ * check signs the model too (the signer's, as it advertised it): a verifier
+ * that trained from another model rejects the signature. */
+int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, const uint8_t model_sha[32],
+                        char *const *ids, size_t n, uint8_t **out, size_t *len)
 {
     fa_wbuf w;
     fa_wbuf_init(&w, 0);
-    put_head(&w, "fedagg/secagg/survivors/v1", cfg->fed, cfg->c.round, cfg->c.attempt);
+    put_head(&w, "fedagg/secagg/survivors/v2", cfg->fed, cfg->c.round, cfg->c.attempt);
     fa_wbuf_str(&w, signer);
+    fa_wbuf_raw(&w, model_sha, 32);
     fa_wbuf_u32(&w, (uint32_t)n);
     for (size_t i = 0; i < n; i++)
         fa_wbuf_str(&w, ids[i]);
@@ -356,6 +364,21 @@ int fa_sa_self_mask_key(uint8_t key[16], const fa_sa_cfg *cfg, const char *id, c
 {
     return fa_kdf_derive(key, 16, b, 32, FA_KDF_SELF_MASK, cfg->fed, cfg->c.round, cfg->c.attempt,
                          id, NULL);
+}
+
+int fa_secagg_advertise_model(const uint8_t *msg, size_t len,
+                              uint8_t model_sha256[FA_SECAGG_SHA256_BYTES])
+{
+    Fedagg__AdvertiseKeys *m = fedagg__advertise_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    int rc = 0;
+    if (!m)
+        return FA_ERR_PARSE;
+    if (m->model_sha256.len != FA_SECAGG_SHA256_BYTES)
+        rc = FA_ERR_PROTOCOL;
+    else
+        memcpy(model_sha256, m->model_sha256.data, FA_SECAGG_SHA256_BYTES);
+    fedagg__advertise_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    return rc;
 }
 
 int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint32_t attempt,

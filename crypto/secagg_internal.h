@@ -46,6 +46,7 @@ typedef struct fa_sa_peer {
     uint8_t c_pk[FA_SA_KEY_BYTES];
     uint8_t s_pk[FA_SA_KEY_BYTES];
     uint8_t b_commit[FA_SA_KEY_BYTES];
+    uint8_t model_sha[FA_SECAGG_SHA256_BYTES]; /* the model it trained from, signed */
     uint8_t sig[FA_SA_SIG_BYTES];
 } fa_sa_peer;
 
@@ -78,8 +79,8 @@ size_t fa_sa_graph_closed(const fa_sa_graph *g, size_t u, size_t *out);
 /* Canonical byte strings (crypto/secagg_common.c documents each).  They
  * return a malloc'ed buffer via fa_wbuf semantics: 0 or FA_ERR_NOMEM. */
 int fa_sa_msg_advertise(const fa_sa_cfg *cfg, const fa_sa_peer *p, uint8_t **out, size_t *len);
-int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, char *const *ids, size_t n,
-                        uint8_t **out, size_t *len);
+int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, const uint8_t model_sha[32],
+                        char *const *ids, size_t n, uint8_t **out, size_t *len);
 int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id,
                      const uint8_t sha[32], uint8_t **out, size_t *len);
 int fa_sa_share_ad(const fa_sa_cfg *cfg, const char *from, const char *to, uint8_t **out,

@@ -318,12 +318,12 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
         goto out;
     }
     if (m->c_pk.len != 32 || m->s_pk.len != 32 || m->self_mask_commitment.len != 32 ||
-        m->signature.len != 64) {
+        m->model_sha256.len != 32 || m->signature.len != 64) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                       "AdvertiseKeys from '%s': c_pk, s_pk, self_mask_commitment must be 32 "
-                       "bytes and signature 64 (got %zu, %zu, %zu, %zu)",
+                       "AdvertiseKeys from '%s': c_pk, s_pk, self_mask_commitment, model_sha256 "
+                       "must be 32 bytes and signature 64 (got %zu, %zu, %zu, %zu, %zu)",
                        auth_id, m->c_pk.len, m->s_pk.len, m->self_mask_commitment.len,
-                       m->signature.len);
+                       m->model_sha256.len, m->signature.len);
         goto out;
     }
     memset(&p, 0, sizeof(p));
@@ -331,6 +331,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
     memcpy(p.c_pk, m->c_pk.data, 32);
     memcpy(p.s_pk, m->s_pk.data, 32);
     memcpy(p.b_commit, m->self_mask_commitment.data, 32);
+    memcpy(p.model_sha, m->model_sha256.data, 32);
     memcpy(p.sig, m->signature.data, 64);
     if (sodium_memcmp(p.c_pk, p.s_pk, 32) == 0) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL, "AdvertiseKeys from '%s': c_pk equals s_pk", auth_id);
@@ -411,6 +412,8 @@ int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t 
         ads[i].signature.len = 64;
         ads[i].self_mask_commitment.data = (uint8_t *)p->b_commit;
         ads[i].self_mask_commitment.len = 32;
+        ads[i].model_sha256.data = (uint8_t *)p->model_sha;
+        ads[i].model_sha256.len = 32;
         ptrs[i] = &ads[i];
     }
     pl.round = s->cfg.c.round;
@@ -790,13 +793,15 @@ int fa_secagg_server_masked_abort(fa_secagg_server *s, const char *auth_id, uint
 
 /* ---- round 3: consistency check ---------------------------------------------- */
 
-static int survivors_signed_msg(const fa_secagg_server *s, const char *signer, uint8_t **out,
-                                size_t *len)
+/* What survivor r (a roster index) signs over U3: with the model it
+ * advertised. */
+static int survivors_signed_msg(const fa_secagg_server *s, int r, uint8_t **out, size_t *len)
 {
     char *ids[FA_SECAGG_MAX_CLIENTS];
     for (size_t i = 0; i < s->n3; i++)
         ids[i] = s->roster.m[s->surv[i]].id;
-    return fa_sa_msg_survivors(&s->cfg, signer, ids, s->n3, out, len);
+    return fa_sa_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3,
+                               out, len);
 }
 
 int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
@@ -859,7 +864,7 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
                        auth_id);
         goto out;
     }
-    if ((rc = survivors_signed_msg(s, auth_id, &sm, &sm_len)) != 0) {
+    if ((rc = survivors_signed_msg(s, r, &sm, &sm_len)) != 0) {
         fa_errorf(err, rc, "SignedSurvivors: out of memory");
         goto out;
     }
@@ -1513,10 +1518,25 @@ int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char 
 /* ---- save / restore ---------------------------------------------------------- */
 
 /* Version 2: the sum is preceded by a byte saying whether it is all zeros. */
-/* Saved states: version 2 holds the sum; version 3 (save_meta) holds its
- * generation instead, the caller keeping the words. */
-#define SRV_V_SUM 2
-#define SRV_V_META 3
+/* Saved states: version 4 holds the sum; version 5 (save_meta) holds its
+ * generation instead, the caller keeping the words.  Versions 2 and 3 are
+ * the same without the advertisements' model digests: they are read with
+ * zero digests (a round in flight across the upgrade then fails the
+ * clients' checks and is retried; a finished one completes). */
+#define SRV_V_SUM 4
+#define SRV_V_META 5
+#define SRV_V_SUM_NOMODEL 2
+#define SRV_V_META_NOMODEL 3
+
+static int state_has_sum(uint8_t version)
+{
+    return version == SRV_V_SUM || version == SRV_V_SUM_NOMODEL;
+}
+
+static int state_has_model(uint8_t version)
+{
+    return version == SRV_V_SUM || version == SRV_V_META;
+}
 static const uint8_t srv_magic[7] = {'F', 'A', 'S', 'A', 'S', 'R', 'V'};
 
 static void put_cfg(fa_wbuf *w, const fa_sa_cfg *cfg)
@@ -1559,6 +1579,8 @@ static void put_state(fa_wbuf *w, const fa_secagg_server *s, uint8_t version)
         fa_wbuf_raw(w, c->adv.c_pk, 32);
         fa_wbuf_raw(w, c->adv.s_pk, 32);
         fa_wbuf_raw(w, c->adv.b_commit, 32);
+        if (state_has_model(version))
+            fa_wbuf_raw(w, c->adv.model_sha, 32);
         fa_wbuf_raw(w, c->adv.sig, 64);
         fa_wbuf_raw(w, c->upload_sha, 32);
         fa_wbuf_raw(w, c->upload_sig, 64);
@@ -1660,7 +1682,7 @@ const uint32_t *fa_secagg_server_sum_words(const fa_secagg_server *s)
     return s->sum;
 }
 
-/* Both versions; `sum` (sum_len words) is the sum a version-3 state names. */
+/* Every version; `sum` (sum_len words) is the sum a save_meta state names. */
 static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
                         const uint32_t *sum_words, uint64_t sum_len,
                         int (*fill)(void *, uint32_t *, uint64_t, fa_error *), void *fill_ctx,
@@ -1678,7 +1700,9 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
 
     *out = NULL;
     if (len < sizeof(srv_magic) + 1 + 32 || memcmp(blob, srv_magic, sizeof(srv_magic)) != 0 ||
-        (blob[sizeof(srv_magic)] != SRV_V_SUM && blob[sizeof(srv_magic)] != SRV_V_META))
+        (blob[sizeof(srv_magic)] != SRV_V_SUM && blob[sizeof(srv_magic)] != SRV_V_META &&
+         blob[sizeof(srv_magic)] != SRV_V_SUM_NOMODEL &&
+         blob[sizeof(srv_magic)] != SRV_V_META_NOMODEL))
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: not a saved secagg server state");
     version = blob[sizeof(srv_magic)];
     fa_sa_sha256(blob, len - 32, sum);
@@ -1716,6 +1740,8 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
         fa_rbuf_copy(&r, c->adv.c_pk, 32);
         fa_rbuf_copy(&r, c->adv.s_pk, 32);
         fa_rbuf_copy(&r, c->adv.b_commit, 32);
+        if (state_has_model(version))
+            fa_rbuf_copy(&r, c->adv.model_sha, 32);
         fa_rbuf_copy(&r, c->adv.sig, 64);
         fa_rbuf_copy(&r, c->upload_sha, 32);
         fa_rbuf_copy(&r, c->upload_sig, 64);
@@ -1745,7 +1771,7 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
                 fa_rbuf_copy(&r, s->rev + c * 32, 32);
         }
     }
-    if (version == SRV_V_SUM) {
+    if (state_has_sum(version)) {
         switch (fa_rbuf_u8(&r)) {
         case 0: /* an all-zero sum: server_alloc zeroed it */
             break;

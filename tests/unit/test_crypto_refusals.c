@@ -796,6 +796,130 @@ static void test_client_peer_list_refusals(void **state)
     fx_del(x);
 }
 
+/* The model-inconsistency attack (Pasquini, Francati, Ateniese, CCS 2022):
+ * the aggregator served region-002 another model, and region-002 signed the
+ * digest of what it got.  The server (the caller decides which digests it
+ * accepts) passes it on; every client refuses the PeerList naming the peer
+ * and both digests, before a single share leaves, and changes nothing. */
+static void test_client_peer_list_other_model(void **state)
+{
+    struct fx *x = fx_new();
+    struct buf m = {0}, pl = {0};
+    fa_secagg_client *victim;
+    fa_secagg_config cfg2 = x->cfg;
+    uint8_t got[32];
+    char want[160];
+
+    cfg2.model_sha256[0] ^= 0x80;
+    assert_int_equal(fa_secagg_client_new(&victim, &cfg2, x->f.seeds[2], x->f.ids[2], x->f.members,
+                                          N, &x->rng, NULL),
+                     0);
+    assert_int_equal(fa_secagg_client_advertise(victim, &m.p, &m.n, NULL), 0);
+    assert_int_equal(fa_secagg_advertise_model(m.p, m.n, got), 0);
+    assert_memory_equal(got, cfg2.model_sha256, 32);
+    for (int i = 0; i < 4; i++) {
+        const struct buf *a = i == 2 ? &m : &x->adv[i];
+        assert_int_equal(fa_secagg_server_advertise(x->s, x->f.ids[i], a->p, a->n, 10, NULL), 0);
+    }
+    assert_int_equal(fa_secagg_server_close(x->s, 11, NULL), 0);
+    assert_int_equal(fa_secagg_server_peer_list(x->s, &pl.p, &pl.n, NULL), 0);
+    {
+        /* the PeerList shows what each region signed */
+        Fedagg__PeerList *p = fedagg__peer_list__unpack(NULL, pl.n, pl.p);
+        assert_non_null(p);
+        assert_int_equal(p->peers[2]->model_sha256.len, 32);
+        assert_memory_equal(p->peers[2]->model_sha256.data, cfg2.model_sha256, 32);
+        assert_memory_equal(p->peers[1]->model_sha256.data, x->cfg.model_sha256, 32);
+        fedagg__peer_list__free_unpacked(p, NULL);
+    }
+    snprintf(want, sizeof(want), "'region-002' signed its advertisement for model %02x%02x",
+             cfg2.model_sha256[0], cfg2.model_sha256[1]);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2)
+            continue;
+        C_REFUSED(x->c[i], fa_secagg_client_peer_list(x->c[i], pl.p, pl.n, 12, &e_),
+                  FA_ERR_VERIFY, want);
+        C_REFUSED(x->c[i], fa_secagg_client_peer_list(x->c[i], pl.p, pl.n, 12, &e_),
+                  FA_ERR_VERIFY, "the aggregator served the regions different models");
+    }
+    /* the region that got the other model refuses too: its peers signed the
+     * common one (the first of them is named) */
+    C_REFUSED(victim, fa_secagg_client_peer_list(victim, pl.p, pl.n, 12, &e_), FA_ERR_VERIFY,
+              "'region-000' signed its advertisement for model");
+    C_REFUSED(victim, fa_secagg_client_share_keys(victim, &m.p, &m.n, &e_), FA_ERR_STATE,
+              "the client is at: created");
+    bfree(&m);
+    bfree(&pl);
+    fa_secagg_client_del(victim);
+    /* the refused clients take the next PeerList, of one model, as ever */
+    x->phase = 0;
+    fa_secagg_server_del(x->s);
+    assert_int_equal(fa_secagg_server_new(&x->s, &x->cfg, x->f.members, N, NULL), 0);
+    fx_check_sum(x);
+    fx_del(x);
+}
+
+/* The digest is signed: changed in flight, neither the server nor a client
+ * accepts the advertisement; an advertisement without one (an older client)
+ * is refused by size; the consistency-check signature covers it too. */
+static void test_model_digest_signed(void **state)
+{
+    struct fx *x = fx_new();
+    struct buf m = {0};
+    fa_sa_cfg sc;
+    uint8_t *sm = NULL, sig[64], other[32], got[32];
+    size_t sm_len = 0;
+    char *ids[3] = {x->f.ids[0], x->f.ids[1], x->f.ids[2]};
+
+    MUTATE(Fedagg__AdvertiseKeys, fedagg__advertise_keys, x->adv[0], a,
+           a->model_sha256.data[31] ^= 1, m);
+    S_REFUSED(x, fa_secagg_server_advertise(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_VERIFY,
+              "signature does not verify");
+    bfree(&m);
+    MUTATE(Fedagg__AdvertiseKeys, fedagg__advertise_keys, x->adv[0], a, a->model_sha256.len = 0,
+           m);
+    S_REFUSED(x, fa_secagg_server_advertise(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
+              "model_sha256 must be 32 bytes");
+    assert_int_equal(fa_secagg_advertise_model(m.p, m.n, got), FA_ERR_PROTOCOL);
+    bfree(&m);
+    {
+        const uint8_t junk[] = {0xff, 0xff, 0xff, 0x01};
+        assert_int_equal(fa_secagg_advertise_model(junk, sizeof(junk), got), FA_ERR_PARSE);
+    }
+    /* in the PeerList */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(
+            fa_secagg_server_advertise(x->s, x->f.ids[i], x->adv[i].p, x->adv[i].n, 10, NULL), 0);
+    assert_int_equal(fa_secagg_server_close(x->s, 11, NULL), 0);
+    assert_int_equal(fa_secagg_server_peer_list(x->s, &x->peers.p, &x->peers.n, NULL), 0);
+    MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a,
+           a->peers[3]->model_sha256.data[0] ^= 1, m);
+    C_REFUSED(x->c[0], fa_secagg_client_peer_list(x->c[0], m.p, m.n, 12, &e_), FA_ERR_VERIFY,
+              "the advertisement of 'region-003' is not signed by its identity key");
+    bfree(&m);
+    /* the consistency check: signed over one model, verified over another */
+    assert_int_equal(fa_sa_cfg_init(&sc, &x->cfg, NULL), 0);
+    assert_int_equal(
+        fa_sa_msg_survivors(&sc, x->f.ids[1], x->cfg.model_sha256, ids, 3, &sm, &sm_len), 0);
+    assert_int_equal(fa_identity_sign(x->f.seeds[1], sm, sm_len, sig), 0);
+    assert_int_equal(fa_identity_verify(x->f.members[1].identity_pk, sm, sm_len, sig), 0);
+    free(sm);
+    memcpy(other, x->cfg.model_sha256, 32);
+    other[7] ^= 0x10;
+    assert_int_equal(fa_sa_msg_survivors(&sc, x->f.ids[1], other, ids, 3, &sm, &sm_len), 0);
+    assert_int_equal(fa_identity_verify(x->f.members[1].identity_pk, sm, sm_len, sig),
+                     FA_ERR_VERIFY);
+    free(sm);
+    /* nothing was changed: the round completes */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(fa_secagg_client_peer_list(x->c[i], x->peers.p, x->peers.n, 12, NULL), 0);
+        assert_int_equal(fa_secagg_client_share_keys(x->c[i], &x->sk[i].p, &x->sk[i].n, NULL), 0);
+    }
+    x->phase = 1;
+    fx_check_sum(x);
+    fx_del(x);
+}
+
 static void test_client_shares_refusals(void **state)
 {
     struct fx *x = fx_new();
@@ -1112,6 +1236,8 @@ int main(void)
         cmocka_unit_test(test_server_unmask_refusals),
         cmocka_unit_test(test_server_unmask_threshold),
         cmocka_unit_test(test_client_peer_list_refusals),
+        cmocka_unit_test(test_client_peer_list_other_model),
+        cmocka_unit_test(test_model_digest_signed),
         cmocka_unit_test(test_client_shares_refusals),
         cmocka_unit_test(test_client_survivor_refusals),
         cmocka_unit_test(test_client_reveals_one_share_per_peer),

@@ -317,6 +317,14 @@ static void test_client_restore_refusals(void **state)
     }
     assert_int_not_equal(
         fa_secagg_client_restore(&r, blob, len - 1, f.seeds[1], f.members, 3, NULL, NULL), 0);
+    /* a state of the format before the model digest (magic FASACLI 1) */
+    blob[7] = 1;
+    fa_error_clear(&e);
+    assert_int_equal(fa_secagg_client_restore(&r, blob, len, f.seeds[1], f.members, 3, NULL, &e),
+                     FA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "a state of format 1"));
+    assert_null(r);
+    blob[7] = 2;
     /* another federation */
     memcpy(other, f.members, sizeof(other));
     other[2].identity_pk[0] ^= 1;
@@ -326,6 +334,15 @@ static void test_client_restore_refusals(void **state)
     assert_non_null(strstr(e.msg, "federation members differ"));
     assert_int_equal(fa_secagg_client_restore(&r, blob, len, f.seeds[1], f.members, 3, NULL, NULL),
                      0);
+    {
+        /* the restored client advertises the model it was created with */
+        uint8_t *adv, got[32];
+        size_t alen;
+        assert_int_equal(fa_secagg_client_advertise(r, &adv, &alen, NULL), 0);
+        assert_int_equal(fa_secagg_advertise_model(adv, alen, got), 0);
+        assert_memory_equal(got, cfg.model_sha256, 32);
+        free(adv);
+    }
     fa_secagg_client_del(r);
     fa_secagg_client_del(c);
     free(blob);
