@@ -38,17 +38,25 @@
  *   client's wall time (update check and hash, attempt state and delta
  *   written, audit proof), and the aggregator's view from its log (phase
  *   closes, and the decode + optimizer + commit + audit after unmask); the
- *   plain server's upload / decode / optimizer / commit split; and the CPU
- *   seconds of a round: all region clients together (this process) and the
- *   server process (cpu_s).
+ *   plain server's upload / decode+optimizer+commit split (one streamed
+ *   pass, as the aggregator's); and the CPU seconds of a round: all region
+ *   clients together (this process) and the server process (cpu_s).
+ *   The secure overhead in CPU, medians over the reps: aggregator_cpu_ratio
+ *   = the aggregator's CPU / the plain server's (target 1.25), and each
+ *   region's CPU beyond the plain client's (region_cpu_beyond_plain_s)
+ *   against the cost of expanding its masks (a self mask and one per other
+ *   region, 4 bytes per coordinate each) at the raw AES-128-CTR speed
+ *   measured in the same run after the rounds (aes_128_ctr_bytes_per_s,
+ *   OpenSSL EVP): region_cpu_ratio, target 1.5.
  *   What this comparison is and is not.  Both sides pay for the same
  *   transport, codec, optimizer and model store.  Secure additionally pays
  *   the protocol (keys, shares, masks, unmasking, four extra round trips),
  *   its integrity (SHA-256 commitments, signatures, the audit record and
- *   proof) and its crash safety (the round state, including the 4·d-byte
- *   sum, written and fsync'ed at every phase close; each region's attempt
- *   state and delta written before its upload); and it journals each
- *   masked upload in flight to remove it exactly if it breaks off.  It
+ *   proof) and its crash safety (the round state at every phase close, and
+ *   the 4·d-byte sum once, when the masked phase closes; each region's
+ *   attempt state and delta written before its upload); and it journals
+ *   each masked upload in flight to remove it exactly if it breaks off (in
+ *   memory up to 256 MiB together, in files beyond).  It
  *   takes round.max_uploads_in_flight uploads at a time, set here to the
  *   number of regions (--uploads-in-flight N to change; the others get
  *   503, stop sending at once, and retry), as the plain anchor, which
@@ -139,9 +147,6 @@ const char fa_bench_round_help[] =
     "federation end to end: secure vs plain round (8 x 1e7), bytes/param, aggregator RSS 4 vs 16, "
     "federated vs centralised accuracy";
 
-#define MAX_REGIONS 32
-#define FED_ID "bench"
-
 struct opts {
     int e2e, bytes, rss, accuracy;
     int reps, regions;
@@ -160,626 +165,13 @@ struct opts {
     const char *dir;
 };
 
-struct paths {
-    char bin[PATH_MAX];  /* directory of fedagg-bench and its siblings */
-    char src[PATH_MAX];  /* source tree (benchmarks/bench-round-setup.sh) */
-    char self[PATH_MAX]; /* this binary */
-    char dir[PATH_MAX];  /* work directory */
-};
-
-/* ------------------------------------------------------------------------ */
-/* Small helpers                                                             */
-/* ------------------------------------------------------------------------ */
-
-static void json_error(const char *part, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void json_error(const char *part, const char *fmt, ...)
-{
-    char msg[1024], q[1100];
-    size_t j = 0;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    for (size_t i = 0; msg[i] && j + 3 < sizeof(q); i++) {
-        if (msg[i] == '"' || msg[i] == '\\')
-            q[j++] = '\\';
-        q[j++] = (msg[i] == '\n' || msg[i] == '\t') ? ' ' : msg[i];
-    }
-    q[j] = '\0';
-    printf("{\"bench\":\"round_%s\",\"error\":\"%s\"}\n", part, q);
-    fflush(stdout);
-    fprintf(stderr, "fedagg-bench round: %s: %s\n", part, msg);
-}
-
-static int write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fputs(text, f);
-    return fclose(f) == 0 ? 0 : -1;
-}
-
-static char *read_text(const char *path)
-{
-    uint8_t *data = NULL;
-    size_t len = 0;
-    if (fa_file_read_all(path, &data, &len, (size_t)256 << 20, NULL) != 0)
-        return NULL;
-    return (char *)data; /* fa_file_read_all NUL-terminates */
-}
-
-static int log_has(const char *path, const char *needle)
-{
-    char *t = read_text(path);
-    int has = t && strstr(t, needle) != NULL;
-    free(t);
-    return has;
-}
-
-static size_t log_count(const char *path, const char *needle)
-{
-    char *t = read_text(path), *p = t;
-    size_t n = 0;
-    while (p && (p = strstr(p, needle))) {
-        n++;
-        p += strlen(needle);
-    }
-    free(t);
-    return n;
-}
-
-/* Waits until the log of pid has `needle`; 0, or -1 when pid died or time ran out. */
-static int wait_log(const char *path, const char *needle, pid_t pid, double timeout_s)
-{
-    double t0 = fa_rbench_now();
-    while (!log_has(path, needle)) {
-        if (!fa_rbench_alive(pid) || fa_rbench_now() - t0 > timeout_s)
-            return -1;
-        usleep(50000);
-    }
-    return 0;
-}
-
-/* The value of key=value in a logfmt line (unquoted values). */
-static int kv(const char *line, const char *key, char *out, size_t n)
-{
-    size_t kl = strlen(key);
-    const char *eol = strchr(line, '\n');
-    for (const char *p = line; (p = strstr(p, key)) && (!eol || p < eol); p++) {
-        if ((p == line || p[-1] == ' ') && p[kl] == '=') {
-            size_t i = 0;
-            p += kl + 1;
-            while (p[i] && p[i] != ' ' && p[i] != '\n' && i + 1 < n) {
-                out[i] = p[i];
-                i++;
-            }
-            out[i] = '\0';
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static double kv_num(const char *line, const char *key)
-{
-    char v[64];
-    return kv(line, key, v, sizeof(v)) ? strtod(v, NULL) : NAN;
-}
-
-/* Seconds of the day of a line's ts=YYYY-MM-DDTHH:MM:SS.mmmZ. */
-static double line_ts(const char *line)
-{
-    char v[64];
-    int h, m;
-    double s;
-    if (!kv(line, "ts", v, sizeof(v)) || strlen(v) < 20 ||
-        sscanf(v + 11, "%d:%d:%lf", &h, &m, &s) != 3)
-        return NAN;
-    return h * 3600.0 + m * 60.0 + s;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[64];
-    if (n <= 0)
-        return NAN;
-    if (n > 64)
-        n = 64;
-    memcpy(s, v, (size_t)n * sizeof(double));
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-/* Index of the median element of v (the lower one for even n). */
-static int median_index(const double *v, int n)
-{
-    double m = median(v, n);
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (fabs(v[i] - m) < fabs(v[best] - m))
-            best = i;
-    return best;
-}
-
-static const char *json_num(char *buf, size_t n, double v, int prec)
-{
-    if (!isfinite(v))
-        snprintf(buf, n, "null");
-    else
-        snprintf(buf, n, "%.*f", prec, v);
-    return buf;
-}
-
-/* ------------------------------------------------------------------------ */
-/* The federation's files                                                    */
-/* ------------------------------------------------------------------------ */
-
-static void region_name(int i, char *out, size_t n)
-{
-    snprintf(out, n, "region-%02d", i + 1);
-}
-
-/* PKI and keys (and shards with alpha >= 0) with benchmarks/bench-round-setup.sh. */
-static int setup_dir(const struct paths *P, const char *dir, char names[][32], int n, double alpha,
-                     int seed)
-{
-    char script[PATH_MAX + 64], csv[MAX_REGIONS * 32 + 1] = "", log[PATH_MAX + 32], a[32], s[32];
-    char *argv[10];
-    int argc = 0;
-
-    for (int i = 0; i < n; i++) {
-        if (i)
-            strcat(csv, ",");
-        strcat(csv, names[i]);
-    }
-    snprintf(script, sizeof(script), "%s/benchmarks/bench-round-setup.sh", P->src);
-    snprintf(log, sizeof(log), "%s/setup.log", dir);
-    argv[argc++] = "/bin/bash";
-    argv[argc++] = script;
-    argv[argc++] = (char *)dir;
-    argv[argc++] = (char *)P->bin;
-    argv[argc++] = csv;
-    if (alpha >= 0) {
-        snprintf(a, sizeof(a), "%g", alpha);
-        snprintf(s, sizeof(s), "%d", seed);
-        argv[argc++] = "--split";
-        argv[argc++] = a;
-        argv[argc++] = s;
-    }
-    argv[argc] = NULL;
-    if (fa_file_mkdirs(dir, 0700, NULL) != 0)
-        return -1;
-    return fa_rbench_run(argv, log) == 0 ? 0 : -1;
-}
-
-struct agg_spec {
-    const char *path; /* config file to write */
-    int port, mport;
-    char (*names)[32];
-    int n;
-    int rounds;
-    const uint32_t *hidden;
-    size_t n_hidden;
-    const char *optimizer; /* body of the optimizer block */
-    const char *quant;     /* body of the quantization block */
-    const char *round;     /* the round block's policy (besides rounds) */
-    const char *storage;   /* storage dir, relative to the config */
-    int evaluation;
-};
-
-static int write_aggregator(const struct agg_spec *a)
-{
-    char *t = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&t, &len);
-    int rc;
-    if (!f)
-        return -1;
-    fprintf(f,
-            "# Written by fedagg-bench round\n"
-            "federation_id: \"" FED_ID "\"\n"
-            "listen: \"127.0.0.1:%d\"\n"
-            "metrics_listen: \"127.0.0.1:%d\"\n"
-            "tls { cert_file: \"pki/server.crt\" key_file: \"pki/server.key\" "
-            "ca_file: \"pki/ca.crt\" }\n",
-            a->port, a->mport);
-    for (int i = 0; i < a->n; i++)
-        fprintf(f, "regions { id: \"%s\" identity_public_key_file: \"keys/%s.pub\" }\n",
-                a->names[i], a->names[i]);
-    fprintf(f, "round { rounds: %d %s }\n", a->rounds, a->round);
-    fprintf(f, "model { input_dim: 784 hidden: [");
-    for (size_t i = 0; i < a->n_hidden; i++)
-        fprintf(f, "%s%u", i ? ", " : "", a->hidden[i]);
-    fprintf(f, "] output_dim: 10 init_seed: 1 }\n");
-    fprintf(f, "optimizer { %s }\n", a->optimizer);
-    fprintf(f, "quantization { %s }\n", a->quant);
-    fprintf(f, "storage { dir: \"%s\" keep_versions: 2 }\n", a->storage);
-    fprintf(f, "audit { signing_key_file: \"keys/aggregator.key\" }\n");
-    if (getenv("FEDAGG_BENCH_QLOG"))
-        fprintf(f, "quic { qlog_dir: \"%s/agg\" }\n", getenv("FEDAGG_BENCH_QLOG"));
-    if (a->evaluation)
-        fprintf(f,
-                "evaluation { test_images: \"%s/t10k-images-idx3-ubyte.gz\" "
-                "test_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
-                FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
-    fclose(f);
-    rc = write_text(a->path, t);
-    free(t);
-    return rc;
-}
-
-/* A worker config for region `r` (also what the bench's client threads load). */
-static int write_worker(const char *path, const char *r, int port, char names[][32], int n,
-                        const char *data_dir, const char *trainer, const char *state_dir)
-{
-    char *t = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&t, &len);
-    int rc;
-    if (!f)
-        return -1;
-    fprintf(f,
-            "# Written by fedagg-bench round\n"
-            "region_id: \"%s\"\n"
-            "federation_id: \"" FED_ID "\"\n"
-            "aggregator: \"127.0.0.1:%d\"\n"
-            "tls { cert_file: \"pki/client-%s.crt\" key_file: \"pki/client-%s.key\" "
-            "ca_file: \"pki/ca.crt\" server_name: \"localhost\" }\n"
-            "identity_key_file: \"keys/%s.key\"\n"
-            "aggregator_public_key_file: \"keys/aggregator.pub\"\n",
-            r, port, r, r, r);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "regions { id: \"%s\" identity_public_key_file: \"keys/%s.pub\" }\n", names[i],
-                names[i]);
-    if (data_dir)
-        fprintf(f,
-                "data { train_images: \"%s/train-images-idx3-ubyte.gz\" "
-                "train_labels: \"%s/train-labels-idx1-ubyte.gz\" }\n",
-                data_dir, data_dir);
-    else /* the client threads do not train; the config still names data */
-        fprintf(f,
-                "data { train_images: \"%s/t10k-images-idx3-ubyte.gz\" "
-                "train_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
-                FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
-    fprintf(f, "trainer { builtin { %s } }\ndevice: CPU\nstate_dir: \"%s\"\n", trainer, state_dir);
-    if (getenv("FEDAGG_BENCH_QLOG"))
-        fprintf(f, "quic { qlog_dir: \"%s/%s\" }\n", getenv("FEDAGG_BENCH_QLOG"), r);
-    fclose(f);
-    rc = write_text(path, t);
-    free(t);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Region clients (threads)                                                  */
-/* ------------------------------------------------------------------------ */
-
-enum { MODE_STOP = 0, MODE_SECURE = 1, MODE_PLAIN = 2 };
-
-struct fed;
-
-struct client {
-    struct fed *fed;
-    int idx;
-    char region[32];
-    Fedagg__WorkerConfig *wcfg;
-    fa_round_client *rc;
-    fa_rbench_plain_client *pc;
-    float *delta;
-    size_t d;
-    double weight;
-    pthread_t th;
-    /* The step in progress. */
-    Fedagg__FederationInfo *info;
-    double t0, t1;
-    fa_round_outcome out;
-    uint64_t up, down;
-    int err;
-    char msg[512];
-};
-
-struct fed {
-    int n;
-    struct client cl[MAX_REGIONS];
-    pthread_barrier_t bar;
-    int mode;
-    uint64_t round_secure, round_plain; /* the round each mode runs next */
-    pid_t srv_secure, srv_plain;        /* the server processes */
-    double cpu_clients, cpu_server;     /* CPU seconds of the last step */
-};
-
-/* A synthetic delta of d floats, uniform in [-1e-3, 1e-3] (L2 norm ~1.8 for
- * d = 1e7: under the clip, so clipping and quantisation are as for a real
- * update), different per region. */
-static void synth_delta(float *x, size_t d, uint64_t seed)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < d; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        x[i] = (float)((double)(s >> 11) * (2.0 / 9007199254740992.0) - 1.0) * 1e-3f;
-    }
-}
-
-/* Secure preparation: the federation's position, until it is round
- * `round` in its advertise phase (the aggregator opens it after the last). */
-static int secure_prep(struct client *c, uint64_t round, fa_error *err)
-{
-    double t0 = fa_rbench_now();
-    if (c->info)
-        fedagg__federation_info__free_unpacked(c->info, NULL);
-    c->info = NULL;
-    for (;;) {
-        int rc = fa_round_client_info(c->rc, 60000, &c->info, err);
-        if (rc != 0)
-            return rc;
-        if (c->info->round == round && c->info->phase == FEDAGG__PHASE__PHASE_ADVERTISE &&
-            !c->info->finished)
-            return 0;
-        if (c->info->round > round || c->info->finished || fa_rbench_now() - t0 > 120) {
-            rc = fa_errorf(err, FA_ERR_STATE,
-                           "the aggregator is at round %" PRIu64 " phase %d; round %" PRIu64
-                           " expected",
-                           c->info->round, (int)c->info->phase, round);
-            fedagg__federation_info__free_unpacked(c->info, NULL);
-            c->info = NULL;
-            return rc;
-        }
-        fedagg__federation_info__free_unpacked(c->info, NULL);
-        c->info = NULL;
-        usleep(20000);
-    }
-}
-
-static void *client_main(void *arg)
-{
-    struct client *c = arg;
-    struct fed *f = c->fed;
-    fa_error err;
-
-    for (;;) {
-        int mode;
-        pthread_barrier_wait(&f->bar); /* the main thread has set the mode */
-        mode = f->mode;
-        if (mode == MODE_STOP)
-            break;
-        fa_error_clear(&err);
-        c->err = 0;
-        c->msg[0] = '\0';
-        memset(&c->out, 0, sizeof(c->out));
-        c->up = c->down = 0;
-        if (mode == MODE_SECURE)
-            c->err = secure_prep(c, f->round_secure, &err);
-        pthread_barrier_wait(&f->bar); /* everyone prepared: go */
-        c->t0 = fa_rbench_now();
-        if (c->err == 0 && mode == MODE_SECURE) {
-            c->err = fa_round_client_run(c->rc, c->info, c->delta, c->d, c->weight, &c->out, &err);
-            c->up = c->out.bytes_up;
-            c->down = c->out.bytes_down;
-        } else if (c->err == 0 && !c->info) {
-            c->err = fa_errorf(&err, FA_ERR_STATE, "a plain round needs a secure one first");
-        } else if (c->err == 0) {
-            c->err = fa_rbench_plain_round(c->pc, f->round_plain, c->delta, c->d, c->weight,
-                                           c->info ? c->info->quant : NULL, &c->up, &c->down, &err);
-        }
-        c->t1 = fa_rbench_now();
-        if (c->err != 0)
-            snprintf(c->msg, sizeof(c->msg), "%s: %s", c->region, fa_error_msg(&err, c->err));
-        /* c->info stays: the plain rounds use its quantisation parameters. */
-        pthread_barrier_wait(&f->bar); /* done */
-    }
-    return NULL;
-}
-
-/* Loads region i's worker config and creates its clients. */
-static int client_init(struct client *c, struct fed *f, int idx, const char *region,
-                       const char *wcfg_path, const char *plain_server, size_t d, fa_error *err)
-{
-    int rc;
-    memset(c, 0, sizeof(*c));
-    c->fed = f;
-    c->idx = idx;
-    snprintf(c->region, sizeof(c->region), "%s", region);
-    rc = fa_config_load_worker(wcfg_path, &c->wcfg, NULL, err);
-    if (rc == 0)
-        rc = fa_file_mkdirs(c->wcfg->state_dir, 0700, err);
-    if (rc == 0)
-        rc = fa_round_client_new(&c->rc, c->wcfg, err);
-    if (rc == 0 && plain_server) {
-        rc = fa_rbench_plain_client_new(&c->pc, c->wcfg, plain_server, err);
-        if (rc == 0)
-            rc = fa_rbench_plain_hello(c->pc, err);
-    }
-    if (rc != 0)
-        return rc;
-    c->d = d;
-    c->weight = 1.0 / f->n;
-    c->delta = malloc(d * sizeof(float));
-    if (!c->delta)
-        return fa_errorf(err, FA_ERR_NOMEM, "out of memory for a delta of %zu floats", d);
-    synth_delta(c->delta, d, (uint64_t)idx + 1);
-    return 0;
-}
-
-static void client_free(struct client *c)
-{
-    if (c->info)
-        fedagg__federation_info__free_unpacked(c->info, NULL);
-    fa_round_client_del(c->rc);
-    fa_rbench_plain_client_del(c->pc);
-    if (c->wcfg)
-        protobuf_c_message_free_unpacked(&c->wcfg->base, NULL);
-    free(c->delta);
-    memset(c, 0, sizeof(*c));
-}
-
-/* The clients of regions names[0..n) (each with its config
- * DIR/<prefix>-worker-<region>.textproto; plain_addr: the plain server, or
- * NULL), then their threads.  0, or -1 after a json_error line for `part`. */
-static int fed_start(struct fed *f, const struct paths *P, const char *part, const char *prefix,
-                     char names[][32], int n, const char *plain_addr, size_t d)
-{
-    char wpath[PATH_MAX + 64];
-    fa_error err;
-
-    fa_error_clear(&err);
-    f->n = n;
-    f->round_secure = 1;
-    f->round_plain = 1;
-    for (int i = 0; i < n; i++) {
-        snprintf(wpath, sizeof(wpath), "%s/%s-worker-%s.textproto", P->dir, prefix, names[i]);
-        if (client_init(&f->cl[i], f, i, names[i], wpath, plain_addr, d, &err) != 0) {
-            json_error(part, "region %s: %s", names[i], err.msg);
-            return -1;
-        }
-    }
-    pthread_barrier_init(&f->bar, NULL, (unsigned)n + 1);
-    for (int i = 0; i < n; i++)
-        if (pthread_create(&f->cl[i].th, NULL, client_main, &f->cl[i]) != 0) {
-            /* n threads or none: checked before any barrier */
-            json_error(part, "cannot start the client threads");
-            return -1;
-        }
-    return 0;
-}
-
-/* CPU seconds of this process and both servers. */
-static double cpu_all(const struct fed *f)
-{
-    double c = fa_rbench_cpu_seconds(0);
-    if (f->srv_secure > 0)
-        c += fa_rbench_cpu_seconds(f->srv_secure);
-    if (f->srv_plain > 0)
-        c += fa_rbench_cpu_seconds(f->srv_plain);
-    return c;
-}
-
-/* Before every round: idle_ms of pause (--idle-ms, 0 by default), then
- * until the machine is quiet: dirty pages written back, and neither server
- * nor this process busy (under 5 ms of CPU in 100 ms), at most 10 s.  A
- * round then does not pay for the work the previous one left behind (the
- * other server's post-round trims and deletions, the kernel's writeback),
- * as rounds separated by local training do not. */
-static void settle(const struct fed *f, int idle_ms)
-{
-    double t0 = fa_rbench_now();
-    if (idle_ms > 0)
-        usleep((useconds_t)idle_ms * 1000);
-    sync();
-    while (fa_rbench_now() - t0 < 10) {
-        double c0 = cpu_all(f);
-        usleep(100 * 1000);
-        if (cpu_all(f) - c0 < 0.005)
-            return;
-    }
-}
-
-/* Runs one round of `mode` on every client; returns the wall time from the
- * first start to the last return, or a negative value on error (msg filled). */
-static double fed_step(struct fed *f, int mode, char *msg, size_t n)
-{
-    double t0 = INFINITY, t1 = 0, c0, s0;
-    pid_t srv = mode == MODE_SECURE ? f->srv_secure : f->srv_plain;
-    f->mode = mode;
-    pthread_barrier_wait(&f->bar);
-    pthread_barrier_wait(&f->bar);
-    c0 = fa_rbench_cpu_seconds(0);
-    s0 = srv > 0 ? fa_rbench_cpu_seconds(srv) : NAN;
-    pthread_barrier_wait(&f->bar);
-    f->cpu_clients = fa_rbench_cpu_seconds(0) - c0;
-    f->cpu_server = srv > 0 ? fa_rbench_cpu_seconds(srv) - s0 : NAN;
-    msg[0] = '\0';
-    for (int i = 0; i < f->n; i++) {
-        if (f->cl[i].err != 0 && !msg[0])
-            snprintf(msg, n, "%s", f->cl[i].msg);
-        t0 = f->cl[i].t0 < t0 ? f->cl[i].t0 : t0;
-        t1 = f->cl[i].t1 > t1 ? f->cl[i].t1 : t1;
-    }
-    if (mode == MODE_SECURE)
-        f->round_secure++;
-    else
-        f->round_plain++;
-    return msg[0] ? -1 : t1 - t0;
-}
-
-static void fed_stop(struct fed *f)
-{
-    f->mode = MODE_STOP;
-    pthread_barrier_wait(&f->bar);
-    for (int i = 0; i < f->n; i++)
-        pthread_join(f->cl[i].th, NULL);
-    pthread_barrier_destroy(&f->bar);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Part 1 and 2: a secure round next to a plain one; bytes on the wire        */
 /* ------------------------------------------------------------------------ */
 
-#define E2E_QUANT "bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 0.05 max_examples: 60000"
-#define E2E_OPT "kind: FEDADAM learning_rate: 0.01 beta1: 0.9 beta2: 0.99 tau: 0.001"
-#define E2E_ROUND                                                                                  \
-    "advertise_deadline_ms: 600000 shares_deadline_ms: 120000 masked_deadline_ms: 600000 "         \
-    "consistency_deadline_ms: 120000 unmask_deadline_ms: 120000"
-
-struct agg_phases {
-    double phase[5]; /* aggregator: seconds each phase was open */
-    double finish;   /* unmask close -> round completed: decode, optimizer, commit, audit */
-};
-
-/* The aggregator's view of round r from its log. */
-static void agg_phases_of(const char *log, uint64_t r, struct agg_phases *ap)
-{
-    static const char *names[5] = {"advertise", "shares", "masked", "consistency", "unmask"};
-    char *t = read_text(log), *line, *save = NULL, rs[32], v[64];
-    double unmask_ts = NAN;
-
-    for (int i = 0; i < 5; i++)
-        ap->phase[i] = NAN;
-    ap->finish = NAN;
-    snprintf(rs, sizeof(rs), "%" PRIu64, r);
-    for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
-        if (!kv(line, "round", v, sizeof(v)) || strcmp(v, rs) != 0)
-            continue;
-        if (strstr(line, "msg=\"phase closed\"") && kv(line, "phase", v, sizeof(v))) {
-            for (int i = 0; i < 5; i++)
-                if (!strcmp(v, names[i]))
-                    ap->phase[i] = kv_num(line, "seconds");
-            if (!strcmp(v, "unmask"))
-                unmask_ts = line_ts(line);
-        } else if (strstr(line, "msg=\"round completed\"")) {
-            ap->finish = line_ts(line) - unmask_ts;
-        }
-    }
-    free(t);
-}
-
-struct plain_phases {
-    double upload, step_commit; /* step_commit: decode, optimizer and commit, one streamed pass */
-};
-
-/* The plain server's n-th "plain round committed" line (1-based round). */
-static void plain_phases_of(const char *log, uint64_t r, struct plain_phases *pp)
-{
-    char *t = read_text(log), *line, *save = NULL, rs[32], v[64];
-    pp->upload = pp->step_commit = NAN;
-    snprintf(rs, sizeof(rs), "%" PRIu64, r);
-    for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
-        if (strstr(line, "msg=\"plain round committed\"") && kv(line, "round", v, sizeof(v)) &&
-            !strcmp(v, rs)) {
-            pp->upload = kv_num(line, "upload_s");
-            pp->step_commit = kv_num(line, "step_commit_s");
-        }
-    free(t);
-}
+#define E2E_QUANT FA_RBENCH_QUANT
+#define E2E_OPT FA_RBENCH_OPT
+#define E2E_ROUND FA_RBENCH_ROUND
 
 struct secure_round {
     double wall;
@@ -787,45 +179,14 @@ struct secure_round {
     double other;    /* the rest of a client's wall time, mean over regions */
     double up, down; /* bytes per region, mean */
     double cpu_clients, cpu_server;
-    struct agg_phases agg;
+    struct fa_rbench_agg_phases agg;
 };
-
-/* The speed of raw AES-128-CTR keystream (OpenSSL EVP, 16 KiB blocks, as
- * the masks are expanded) in bytes per thread-CPU second, best of three
- * runs of 256 MiB: what expanding a region's masks costs at the least. */
-static double aes_ctr_speed(void)
-{
-    enum { BLK = 16384 };
-    static uint8_t zeros[BLK], out[BLK];
-    const uint64_t bytes = (uint64_t)256 << 20;
-    uint8_t key[16] = {1}, iv[16] = {0};
-    double best = 0;
-
-    for (int rep = 0; rep < 3; rep++) {
-        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-        struct timespec a, b;
-        int outl;
-        if (!ctx || EVP_EncryptInit_ex(ctx, EVP_aes_128_ctr(), NULL, key, iv) != 1) {
-            EVP_CIPHER_CTX_free(ctx);
-            return NAN;
-        }
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-        for (uint64_t done = 0; done < bytes; done += BLK)
-            EVP_EncryptUpdate(ctx, out, &outl, zeros, BLK);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        EVP_CIPHER_CTX_free(ctx);
-        double t = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-        if (t > 0 && bytes / t > best)
-            best = bytes / t;
-    }
-    return best;
-}
 
 /* GET path from the server of client-config wcfg at addr; the QUIC bytes. */
 static int measure_download(const Fedagg__WorkerConfig *wcfg, const char *addr, uint64_t *down,
                             fa_error *err);
 
-static int part_e2e(const struct opts *o, const struct paths *P, char names[][32])
+static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char names[][32])
 {
     char agg_cfg[PATH_MAX + 64], plain_cfg[PATH_MAX + 64], agg_log[PATH_MAX + 64],
         plain_log[PATH_MAX + 64], wpath[PATH_MAX + 64], addr_p[64], addr_s[64], msg[600], arch[128],
@@ -833,7 +194,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     int port_s = fa_rbench_free_port(1), port_p = fa_rbench_free_port(1);
     int mport_s = fa_rbench_free_port(0), mport_p = fa_rbench_free_port(0);
     pid_t agg = -1, plain = -1;
-    struct fed *f = calloc(1, sizeof(*f));
+    struct fa_rbench_fed *f = calloc(1, sizeof(*f));
     struct secure_round sr[64];
     double secure_wall[64], plain_wall[64], plain_up = 0, plain_down = 0;
     double plain_cpu_clients[64], plain_cpu_server[64];
@@ -850,7 +211,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
 
     fa_error_clear(&err);
     if (!f || fa_mlp_config_make(&mc, 784, o->hidden, (uint32_t)o->n_hidden, 10, &err) != 0) {
-        json_error("e2e", "model: %s", err.msg);
+        fa_rbench_json_error("e2e", "model: %s", err.msg);
         free(f);
         return -1;
     }
@@ -872,38 +233,30 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     snprintf(plain_cfg, sizeof(plain_cfg), "%s/e2e-plain.textproto", P->dir);
     snprintf(agg_log, sizeof(agg_log), "%s/logs/e2e-aggregator.log", P->dir);
     snprintf(plain_log, sizeof(plain_log), "%s/logs/e2e-plain.log", P->dir);
-    struct agg_spec a = {agg_cfg,
-                         port_s,
-                         mport_s,
-                         names,
-                         o->regions,
-                         o->reps + 1, /* never finished (and drained) while measured */
-                         o->hidden,
-                         o->n_hidden,
-                         E2E_OPT,
-                         E2E_QUANT,
-                         round_policy,
-                         "e2e-state",
-                         0};
-    if (write_aggregator(&a) != 0) {
-        json_error("e2e", "cannot write %s", agg_cfg);
+    struct fa_rbench_agg a = {agg_cfg,      port_s,      mport_s, names,
+                              o->regions,   o->reps + 1, /* never finished (and drained) while
+                                                            measured */
+                              o->hidden,    o->n_hidden, E2E_OPT, E2E_QUANT,
+                              round_policy, "e2e-state", 0,       0};
+    if (fa_rbench_write_aggregator(&a) != 0) {
+        fa_rbench_json_error("e2e", "cannot write %s", agg_cfg);
         goto out;
     }
     a.path = plain_cfg;
     a.port = port_p;
     a.mport = mport_p;
     a.storage = "e2e-plain-state";
-    if (write_aggregator(&a) != 0) {
-        json_error("e2e", "cannot write %s", plain_cfg);
+    if (fa_rbench_write_aggregator(&a) != 0) {
+        fa_rbench_json_error("e2e", "cannot write %s", plain_cfg);
         goto out;
     }
     for (int i = 0; i < o->regions; i++) {
         char state[64];
         snprintf(wpath, sizeof(wpath), "%s/e2e-worker-%s.textproto", P->dir, names[i]);
         snprintf(state, sizeof(state), "e2e-workers/%s", names[i]);
-        if (write_worker(wpath, names[i], port_s, names, o->regions, NULL, "local_epochs: 1",
-                         state) != 0) {
-            json_error("e2e", "cannot write %s", wpath);
+        if (fa_rbench_write_worker(wpath, names[i], port_s, names, o->regions, NULL,
+                                   "local_epochs: 1", state) != 0) {
+            fa_rbench_json_error("e2e", "cannot write %s", wpath);
             goto out;
         }
     }
@@ -916,21 +269,21 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
         char *argv_p[] = {(char *)P->self, "round", "--serve-plain", plain_cfg, NULL};
         if (fa_rbench_spawn(&agg, argv_a, agg_log, &err) != 0 ||
             fa_rbench_spawn(&plain, argv_p, plain_log, &err) != 0) {
-            json_error("e2e", "%s", err.msg);
+            fa_rbench_json_error("e2e", "%s", err.msg);
             goto out;
         }
     }
-    if (wait_log(agg_log, "msg=\"aggregator serving\"", agg, 120) != 0 ||
-        wait_log(plain_log, "msg=\"plain server serving\"", plain, 120) != 0) {
-        json_error("e2e", "the aggregator or the plain server did not start: see %s, %s", agg_log,
-                   plain_log);
+    if (fa_rbench_wait_log(agg_log, "msg=\"aggregator serving\"", agg, 120) != 0 ||
+        fa_rbench_wait_log(plain_log, "msg=\"plain server serving\"", plain, 120) != 0) {
+        fa_rbench_json_error("e2e", "the aggregator or the plain server did not start: see %s, %s",
+                             agg_log, plain_log);
         goto out;
     }
     f->srv_secure = agg;
     f->srv_plain = plain;
     snprintf(addr_p, sizeof(addr_p), "127.0.0.1:%d", port_p);
     snprintf(addr_s, sizeof(addr_s), "127.0.0.1:%d", port_s);
-    if (fed_start(f, P, "e2e", "e2e", names, o->regions, addr_p, d) != 0)
+    if (fa_rbench_fed_start(f, P, "e2e", "e2e", names, o->regions, addr_p, d) != 0)
         goto out;
     started = 1;
     /* The plain clients need the round's quantisation: one secure info. */
@@ -938,32 +291,32 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
         /* S P, P S, S P...: neither mode always runs on a warmer or cooler
          * machine.  The plain round needs the federation info (its
          * quantisation parameters), which the first secure round fetched. */
-        int order[2] = {MODE_SECURE, MODE_PLAIN};
+        int order[2] = {FA_RBENCH_SECURE, FA_RBENCH_PLAIN};
         if (rep % 2 == 1) {
-            order[0] = MODE_PLAIN;
-            order[1] = MODE_SECURE;
+            order[0] = FA_RBENCH_PLAIN;
+            order[1] = FA_RBENCH_SECURE;
         }
         for (int k = 0; k < 2; k++) {
             int mode = order[k];
             double wall;
-            uint64_t r = mode == MODE_SECURE ? f->round_secure : f->round_plain;
+            uint64_t r = mode == FA_RBENCH_SECURE ? f->round_secure : f->round_plain;
             fprintf(stderr, "fedagg-bench round: e2e: %s round %" PRIu64 "...\n",
-                    mode == MODE_SECURE ? "secure" : "plain", r);
-            settle(f, o->idle_ms);
-            wall = fed_step(f, mode, msg, sizeof(msg));
+                    mode == FA_RBENCH_SECURE ? "secure" : "plain", r);
+            fa_rbench_settle(f, o->idle_ms);
+            wall = fa_rbench_fed_step(f, mode, msg, sizeof(msg));
             if (wall < 0) {
-                json_error("e2e", "%s round %" PRIu64 ": %s",
-                           mode == MODE_SECURE ? "secure" : "plain", r, msg);
+                fa_rbench_json_error("e2e", "%s round %" PRIu64 ": %s",
+                                     mode == FA_RBENCH_SECURE ? "secure" : "plain", r, msg);
                 goto out;
             }
             fprintf(stderr, "fedagg-bench round: e2e: %s round %" PRIu64 ": %.2f s\n",
-                    mode == MODE_SECURE ? "secure" : "plain", r, wall);
-            if (mode == MODE_SECURE) {
+                    mode == FA_RBENCH_SECURE ? "secure" : "plain", r, wall);
+            if (mode == FA_RBENCH_SECURE) {
                 struct secure_round *s = &sr[ns];
                 memset(s, 0, sizeof(*s));
                 s->wall = wall;
                 for (int i = 0; i < f->n; i++) {
-                    const struct client *c = &f->cl[i];
+                    const struct fa_rbench_client *c = &f->cl[i];
                     double sum = 0;
                     for (int p = 0; p < 5; p++) {
                         s->phase[p] += c->out.phase_seconds[p] / f->n;
@@ -993,22 +346,23 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     plain_down /= np;
     /* The AES-128-CTR speed of this run, after the rounds (the machine as
      * they had it). */
-    aes_speed = aes_ctr_speed();
+    aes_speed = fa_rbench_aes_ctr_speed();
     /* The next round's model download (safetensors), for the bytes line. */
     if (measure_download(f->cl[0].wcfg, addr_s, &model_down, &err) != 0)
         fprintf(stderr, "fedagg-bench round: model download not measured: %s\n", err.msg);
     agg_hwm = fa_rbench_vmhwm_kib(agg);
     plain_hwm = fa_rbench_vmhwm_kib(plain);
     for (int i = 0; i < ns; i++)
-        agg_phases_of(agg_log, (uint64_t)i + 1, &sr[i].agg);
+        fa_rbench_agg_phases_of(agg_log, (uint64_t)i + 1, &sr[i].agg);
 
     {
-        int mi = median_index(secure_wall, ns), pi = median_index(plain_wall, np);
-        double sm = median(secure_wall, ns), pm = median(plain_wall, np);
+        int mi = fa_rbench_median_index(secure_wall, ns),
+            pi = fa_rbench_median_index(plain_wall, np);
+        double sm = fa_rbench_median(secure_wall, ns), pm = fa_rbench_median(plain_wall, np);
         const struct secure_round *s = &sr[mi];
-        struct plain_phases pp;
+        struct fa_rbench_plain_phases pp;
         char list_s[512] = "", list_p[512] = "";
-        plain_phases_of(plain_log, (uint64_t)pi + 1, &pp);
+        fa_rbench_plain_phases_of(plain_log, (uint64_t)pi + 1, &pp);
         for (int i = 0; i < ns; i++)
             snprintf(list_s + strlen(list_s), sizeof(list_s) - strlen(list_s), "%s%.3f",
                      i ? "," : "", secure_wall[i]);
@@ -1025,15 +379,17 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                "\"consistency\":%.3f,\"unmask\":%.3f,\"other\":%.3f},"
                "\"secure_aggregator_phases_s\":{\"shares\":%s,\"masked\":%s,\"consistency\":%s,"
                "\"unmask\":%s,\"decode_optimizer_commit_audit\":%s},",
-               o->regions, d, arch, ring_bits, in_flight, o->idle_ms, o->reps, list_s, list_p, sm, pm, sm / pm,
-               sm / pm <= 1.25 ? "true" : "false", s->phase[0], s->phase[1], s->phase[2],
-               s->phase[3], s->phase[4], s->other, json_num(b1, sizeof(b1), s->agg.phase[1], 3),
-               json_num(b2, sizeof(b2), s->agg.phase[2], 3),
-               json_num(b3, sizeof(b3), s->agg.phase[3], 3),
-               json_num(b4, sizeof(b4), s->agg.phase[4], 3),
-               json_num(b5, sizeof(b5), s->agg.finish, 3));
+               o->regions, d, arch, ring_bits, in_flight, o->idle_ms, o->reps, list_s, list_p, sm,
+               pm, sm / pm, sm / pm <= 1.25 ? "true" : "false", s->phase[0], s->phase[1],
+               s->phase[2], s->phase[3], s->phase[4], s->other,
+               fa_rbench_json_num(b1, sizeof(b1), s->agg.phase[1], 3),
+               fa_rbench_json_num(b2, sizeof(b2), s->agg.phase[2], 3),
+               fa_rbench_json_num(b3, sizeof(b3), s->agg.phase[3], 3),
+               fa_rbench_json_num(b4, sizeof(b4), s->agg.phase[4], 3),
+               fa_rbench_json_num(b5, sizeof(b5), s->agg.finish, 3));
         printf("\"plain_server_s\":{\"upload\":%s,\"decode_optimizer_commit\":%s},",
-               json_num(b1, sizeof(b1), pp.upload, 3), json_num(b2, sizeof(b2), pp.step_commit, 3));
+               fa_rbench_json_num(b1, sizeof(b1), pp.upload, 3),
+               fa_rbench_json_num(b2, sizeof(b2), pp.step_commit, 3));
         /* CPU seconds of the median rounds: all region clients together
          * (this process), and the server process.  On this machine every
          * region shares the same cores; spread over real regions the
@@ -1048,19 +404,23 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
          * one per other region: 4 bytes per coordinate each) at the
          * AES-128-CTR speed just measured. */
         {
-            double agg_ratio = median(secure_cpu_server, ns) / median(plain_cpu_server, np);
-            double beyond =
-                (median(secure_cpu_clients, ns) - median(plain_cpu_clients, np)) / o->regions;
+            double agg_ratio =
+                fa_rbench_median(secure_cpu_server, ns) / fa_rbench_median(plain_cpu_server, np);
+            double beyond = (fa_rbench_median(secure_cpu_clients, ns) -
+                             fa_rbench_median(plain_cpu_clients, np)) /
+                            o->regions;
             double mask_bytes = 4.0 * (double)(d + 1) * o->regions;
             double mask_s = mask_bytes / aes_speed;
             printf("\"aes_128_ctr_bytes_per_s\":%s,\"aggregator_cpu_ratio\":%s,"
                    "\"aggregator_cpu_target\":1.25,\"aggregator_cpu_met\":%s,"
                    "\"region_cpu_beyond_plain_s\":%s,\"region_mask_expand_s\":%s,"
                    "\"region_cpu_ratio\":%s,\"region_cpu_target\":1.5,\"region_cpu_met\":%s,",
-                   json_num(b1, sizeof(b1), aes_speed, 0), json_num(b2, sizeof(b2), agg_ratio, 3),
-                   agg_ratio <= 1.25 ? "true" : "false", json_num(b3, sizeof(b3), beyond, 3),
-                   json_num(b4, sizeof(b4), mask_s, 3),
-                   json_num(b5, sizeof(b5), beyond / mask_s, 3),
+                   fa_rbench_json_num(b1, sizeof(b1), aes_speed, 0),
+                   fa_rbench_json_num(b2, sizeof(b2), agg_ratio, 3),
+                   agg_ratio <= 1.25 ? "true" : "false",
+                   fa_rbench_json_num(b3, sizeof(b3), beyond, 3),
+                   fa_rbench_json_num(b4, sizeof(b4), mask_s, 3),
+                   fa_rbench_json_num(b5, sizeof(b5), beyond / mask_s, 3),
                    beyond / mask_s <= 1.5 ? "true" : "false");
         }
         printf("\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n", agg_hwm / 1024.0,
@@ -1082,7 +442,7 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
                    "\"ref\":\"float32\",\"ref_bytes_per_param\":4,\"ratio\":%.4f}\n",
                    o->regions, d, ring_bits, masked, up / d, down / d, (up + down) / d,
                    (plain_up + plain_down) / d,
-                   json_num(b6, sizeof(b6), model_down ? (double)model_down / d : NAN, 4),
+                   fa_rbench_json_num(b6, sizeof(b6), model_down ? (double)model_down / d : NAN, 4),
                    (up + down) / d / 4.0);
         }
         fflush(stdout);
@@ -1090,9 +450,9 @@ static int part_e2e(const struct opts *o, const struct paths *P, char names[][32
     rc = 0;
 out:
     if (started)
-        fed_stop(f);
+        fa_rbench_fed_stop(f);
     for (int i = 0; f && i < f->n; i++)
-        client_free(&f->cl[i]);
+        fa_rbench_client_free(&f->cl[i]);
     free(f);
     fa_rbench_stop(agg, 15000);
     fa_rbench_stop(plain, 15000);
@@ -1155,12 +515,12 @@ out:
 /* Part 3: the aggregator's peak RSS with few and many regions               */
 /* ------------------------------------------------------------------------ */
 
-static long rss_run(const struct opts *o, const struct paths *P, char names[][32], int n, size_t d,
-                    double *round_s)
+static long rss_run(const struct opts *o, const struct fa_rbench_paths *P, char names[][32], int n,
+                    size_t d, double *round_s)
 {
     char cfg[PATH_MAX + 64], log[PATH_MAX + 64], wpath[PATH_MAX + 64], storage[64], msg[600];
     int port = fa_rbench_free_port(1), mport = fa_rbench_free_port(0), started = 0;
-    struct fed *f = calloc(1, sizeof(*f));
+    struct fa_rbench_fed *f = calloc(1, sizeof(*f));
     long hwm = -1;
     pid_t agg = -1;
     fa_error err;
@@ -1172,29 +532,31 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
     snprintf(cfg, sizeof(cfg), "%s/rss%d-aggregator.textproto", P->dir, n);
     snprintf(log, sizeof(log), "%s/logs/rss%d-aggregator.log", P->dir, n);
     snprintf(storage, sizeof(storage), "rss%d-state", n);
-    struct agg_spec a = {cfg,
-                         port,
-                         mport,
-                         names,
-                         n,
-                         o->rss_rounds + 1, /* alive, not draining, when VmHWM is read */
-                         o->hidden,
-                         o->n_hidden,
-                         E2E_OPT,
-                         E2E_QUANT,
-                         "min_regions: 2 " E2E_ROUND, /* 4 uploads at a time (the default) */
-                         storage,
-                         0};
-    if (write_aggregator(&a) != 0) {
-        json_error("rss", "cannot write %s", cfg);
+    struct fa_rbench_agg a = {cfg,
+                              port,
+                              mport,
+                              names,
+                              n,
+                              o->rss_rounds + 1, /* alive, not draining, when VmHWM is read */
+                              o->hidden,
+                              o->n_hidden,
+                              E2E_OPT,
+                              E2E_QUANT,
+                              "min_regions: 2 " E2E_ROUND, /* 4 uploads at a time (the default) */
+                              storage,
+                              0,
+                              0};
+    if (fa_rbench_write_aggregator(&a) != 0) {
+        fa_rbench_json_error("rss", "cannot write %s", cfg);
         goto out;
     }
     for (int i = 0; i < n; i++) {
         char state[64];
         snprintf(wpath, sizeof(wpath), "%s/rss%d-worker-%s.textproto", P->dir, n, names[i]);
         snprintf(state, sizeof(state), "rss%d-workers/%s", n, names[i]);
-        if (write_worker(wpath, names[i], port, names, n, NULL, "local_epochs: 1", state) != 0) {
-            json_error("rss", "cannot write %s", wpath);
+        if (fa_rbench_write_worker(wpath, names[i], port, names, n, NULL, "local_epochs: 1",
+                                   state) != 0) {
+            fa_rbench_json_error("rss", "cannot write %s", wpath);
             goto out;
         }
     }
@@ -1203,25 +565,25 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
         snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
         char *argv_a[] = {agg_bin, "--config", cfg, NULL};
         if (fa_rbench_spawn(&agg, argv_a, log, &err) != 0) {
-            json_error("rss", "%s", err.msg);
+            fa_rbench_json_error("rss", "%s", err.msg);
             goto out;
         }
     }
-    if (wait_log(log, "msg=\"aggregator serving\"", agg, 120) != 0) {
-        json_error("rss", "the aggregator did not start: see %s", log);
+    if (fa_rbench_wait_log(log, "msg=\"aggregator serving\"", agg, 120) != 0) {
+        fa_rbench_json_error("rss", "the aggregator did not start: see %s", log);
         goto out;
     }
     {
         char prefix[32];
         snprintf(prefix, sizeof(prefix), "rss%d", n);
-        if (fed_start(f, P, "rss", prefix, names, n, NULL, d) != 0)
+        if (fa_rbench_fed_start(f, P, "rss", prefix, names, n, NULL, d) != 0)
             goto out;
     }
     started = 1;
     for (int r = 0; r < o->rss_rounds; r++) {
-        double w = fed_step(f, MODE_SECURE, msg, sizeof(msg));
+        double w = fa_rbench_fed_step(f, FA_RBENCH_SECURE, msg, sizeof(msg));
         if (w < 0) {
-            json_error("rss", "%d regions, round %d: %s", n, r + 1, msg);
+            fa_rbench_json_error("rss", "%d regions, round %d: %s", n, r + 1, msg);
             goto out;
         }
         fprintf(stderr, "fedagg-bench round: rss: %d regions, round %d: %.2f s, VmHWM %.1f MiB\n",
@@ -1233,15 +595,15 @@ static long rss_run(const struct opts *o, const struct paths *P, char names[][32
     hwm = fa_rbench_vmhwm_kib(agg);
 out:
     if (started)
-        fed_stop(f);
+        fa_rbench_fed_stop(f);
     for (int i = 0; i < f->n; i++)
-        client_free(&f->cl[i]);
+        fa_rbench_client_free(&f->cl[i]);
     free(f);
     fa_rbench_stop(agg, 15000);
     return hwm;
 }
 
-static int part_rss(const struct opts *o, const struct paths *P, char names[][32])
+static int part_rss(const struct opts *o, const struct fa_rbench_paths *P, char names[][32])
 {
     fa_mlp_config mc;
     fa_mlp_layout l;
@@ -1252,7 +614,7 @@ static int part_rss(const struct opts *o, const struct paths *P, char names[][32
     fa_error_clear(&err);
     if (fa_mlp_config_make(&mc, 784, o->hidden, (uint32_t)o->n_hidden, 10, &err) != 0 ||
         fa_mlp_layout_init(&l, &mc, &err) != 0) {
-        json_error("rss", "model: %s", err.msg);
+        fa_rbench_json_error("rss", "model: %s", err.msg);
         return -1;
     }
     fprintf(stderr, "fedagg-bench round: rss: %d and %d regions x %zu parameters\n", o->rss_lo,
@@ -1304,13 +666,13 @@ static const char *opt_kind(const char *name)
 /* Accuracy of version v from the aggregator's "global model evaluated" lines. */
 static double eval_of(const char *log, uint64_t v)
 {
-    char *t = read_text(log), *line, *save = NULL, vs[32], got[32];
+    char *t = fa_rbench_read_text(log), *line, *save = NULL, vs[32], got[32];
     double acc = NAN;
     snprintf(vs, sizeof(vs), "%" PRIu64, v);
     for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
         if (strstr(line, "msg=\"global model evaluated\"") &&
-            kv(line, "version", got, sizeof(got)) && !strcmp(got, vs))
-            acc = kv_num(line, "accuracy");
+            fa_rbench_kv(line, "version", got, sizeof(got)) && !strcmp(got, vs))
+            acc = fa_rbench_kv_num(line, "accuracy");
     free(t);
     return acc;
 }
@@ -1390,7 +752,7 @@ out:
     return rc;
 }
 
-static int part_accuracy(const struct opts *o, const struct paths *P)
+static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
 {
     static char names[3][32] = {"eu-west", "us-east", "ap-south"};
     char dir[PATH_MAX + 16], cfg[PATH_MAX + 64], log[PATH_MAX + 64], wcfg[3][PATH_MAX + 64],
@@ -1405,17 +767,17 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
 
     fa_error_clear(&err);
     if (!cen_curve || !fed_curve) {
-        json_error("accuracy", "out of memory");
+        fa_rbench_json_error("accuracy", "out of memory");
         goto out;
     }
     if (!kind) {
-        json_error("accuracy", "unknown server optimizer '%s'", o->acc_opt);
+        fa_rbench_json_error("accuracy", "unknown server optimizer '%s'", o->acc_opt);
         goto out;
     }
     snprintf(dir, sizeof(dir), "%s/acc", P->dir);
     fprintf(stderr, "fedagg-bench round: accuracy: PKI, keys and the non-IID split in %s\n", dir);
-    if (setup_dir(P, dir, names, 3, 0.5, 7) != 0) {
-        json_error("accuracy", "setting up %s failed: see %s/setup.log", dir, dir);
+    if (fa_rbench_setup_dir(P, dir, names, 3, 0.5, 7) != 0) {
+        fa_rbench_json_error("accuracy", "setting up %s failed: see %s/setup.log", dir, dir);
         goto out;
     }
     snprintf(cfg, sizeof(cfg), "%s/aggregator.textproto", dir);
@@ -1429,11 +791,11 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
              "bits: 16 clip: CLIP_L2 clip_l2_norm: %g clip_value: 1.0 max_examples: 60000",
              o->acc_clip);
     snprintf(policy, sizeof(policy), "min_regions: 3 threshold: 2 %s", E2E_ROUND);
-    struct agg_spec a = {
-        cfg,       port,  mport,  names,   3, o->acc_rounds, (const uint32_t[]){256, 128}, 2,
-        optimizer, quant, policy, "state", 1};
-    if (write_aggregator(&a) != 0) {
-        json_error("accuracy", "cannot write %s", cfg);
+    struct fa_rbench_agg a = {
+        cfg,   port,   mport,   names, 3, o->acc_rounds, (const uint32_t[]){256, 128}, 2, optimizer,
+        quant, policy, "state", 1,     0};
+    if (fa_rbench_write_aggregator(&a) != 0) {
+        fa_rbench_json_error("accuracy", "cannot write %s", cfg);
         goto out;
     }
     snprintf(trainer, sizeof(trainer),
@@ -1445,8 +807,8 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
         snprintf(wlog[i], sizeof(wlog[i]), "%s/logs/worker-%s.log", dir, names[i]);
         snprintf(data, sizeof(data), "data/%s", names[i]);
         snprintf(state, sizeof(state), "worker-%s", names[i]);
-        if (write_worker(wcfg[i], names[i], port, names, 3, data, trainer, state) != 0) {
-            json_error("accuracy", "cannot write %s", wcfg[i]);
+        if (fa_rbench_write_worker(wcfg[i], names[i], port, names, 3, data, trainer, state) != 0) {
+            fa_rbench_json_error("accuracy", "cannot write %s", wcfg[i]);
             goto out;
         }
     }
@@ -1459,17 +821,17 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
         char *argv_a[] = {agg_bin, "--config", cfg, NULL};
         t0 = fa_rbench_now();
         if (fa_rbench_spawn(&agg, argv_a, log, &err) != 0) {
-            json_error("accuracy", "%s", err.msg);
+            fa_rbench_json_error("accuracy", "%s", err.msg);
             goto out;
         }
-        if (wait_log(log, "msg=\"aggregator serving\"", agg, 120) != 0) {
-            json_error("accuracy", "the aggregator did not start: see %s", log);
+        if (fa_rbench_wait_log(log, "msg=\"aggregator serving\"", agg, 120) != 0) {
+            fa_rbench_json_error("accuracy", "the aggregator did not start: see %s", log);
             goto out;
         }
         for (int i = 0; i < 3; i++) {
             char *argv_w[] = {w_bin, "--config", wcfg[i], NULL};
             if (fa_rbench_spawn(&w[i], argv_w, wlog[i], &err) != 0) {
-                json_error("accuracy", "%s", err.msg);
+                fa_rbench_json_error("accuracy", "%s", err.msg);
                 goto out;
             }
         }
@@ -1477,17 +839,18 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
     {
         size_t last = 0;
         for (;;) {
-            size_t n = log_count(log, "msg=\"round completed\"");
+            size_t n = fa_rbench_log_count(log, "msg=\"round completed\"");
             if (n != last) {
                 fprintf(stderr, "fedagg-bench round: accuracy: round %zu of %d: accuracy %.4f\n", n,
                         o->acc_rounds, eval_of(log, n));
                 last = n;
             }
-            if (log_has(log, "msg=\"federation finished\""))
+            if (fa_rbench_log_has(log, "msg=\"federation finished\""))
                 break;
             if (!fa_rbench_alive(agg) || fa_rbench_now() - t0 > 60.0 * 60) {
-                json_error("accuracy", "the federation stopped after %zu of %d rounds: see %s", n,
-                           o->acc_rounds, log);
+                fa_rbench_json_error("accuracy",
+                                     "the federation stopped after %zu of %d rounds: see %s", n,
+                                     o->acc_rounds, log);
                 goto out;
             }
             usleep(200000);
@@ -1505,7 +868,7 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
     fprintf(stderr, "fedagg-bench round: accuracy: centralised training, %d epochs\n",
             o->acc_rounds * o->acc_epochs);
     if (o->acc_centralised && centralised(o, cen_curve, &cen_acc, &cen_s, &err) != 0) {
-        json_error("accuracy", "centralised training: %s", err.msg);
+        fa_rbench_json_error("accuracy", "centralised training: %s", err.msg);
         goto out;
     }
     {
@@ -1516,11 +879,12 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
         double fed_tail = 0, cen_tail = 0, gap = (cen_acc - fed_acc) * 100.0, gap_tail;
 
         if (!ff || !cf) {
-            json_error("accuracy", "out of memory");
+            fa_rbench_json_error("accuracy", "out of memory");
             goto out;
         }
         for (int r = 0; r < o->acc_rounds; r++) {
-            fprintf(ff, "%s%s", r ? "," : "", json_num(b[0], sizeof(b[0]), fed_curve[r], 4));
+            fprintf(ff, "%s%s", r ? "," : "",
+                    fa_rbench_json_num(b[0], sizeof(b[0]), fed_curve[r], 4));
             if (r >= o->acc_rounds - tail)
                 fed_tail += fed_curve[r] / tail;
         }
@@ -1554,12 +918,13 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
                o->acc_opt, o->acc_server_lr, o->acc_server_momentum, o->acc_beta1, o->acc_beta2,
                o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, o->acc_clip,
                ACC_TUNED_OVER, o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr,
-               o->acc_momentum, json_num(b[1], sizeof(b[1]), fed_acc, 4),
-               json_num(b[2], sizeof(b[2]), cen_acc, 4), json_num(b[3], sizeof(b[3]), gap, 2), tail,
-               json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
-               json_num(b[5], sizeof(b[5]), cen_tail, 4), tail,
-               json_num(b[6], sizeof(b[6]), gap_tail, 2), gap <= 1.5 ? "true" : "false", fed_s,
-               json_num(b[7], sizeof(b[7]), cen_s, 1), fc, cc);
+               o->acc_momentum, fa_rbench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
+               fa_rbench_json_num(b[2], sizeof(b[2]), cen_acc, 4),
+               fa_rbench_json_num(b[3], sizeof(b[3]), gap, 2), tail,
+               fa_rbench_json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
+               fa_rbench_json_num(b[5], sizeof(b[5]), cen_tail, 4), tail,
+               fa_rbench_json_num(b[6], sizeof(b[6]), gap_tail, 2), gap <= 1.5 ? "true" : "false",
+               fed_s, fa_rbench_json_num(b[7], sizeof(b[7]), cen_s, 1), fc, cc);
         fflush(stdout);
         free(fc);
         free(cc);
@@ -1609,28 +974,6 @@ static int parse_hidden(const char *s, struct opts *o)
     return o->n_hidden ? 0 : -1;
 }
 
-/* The source tree: $FA_SRC, else the one this file was compiled from. */
-static int find_src(struct paths *P)
-{
-    const char *env = getenv("FA_SRC");
-    char probe[PATH_MAX + 64];
-    if (env && *env) {
-        snprintf(P->src, sizeof(P->src), "%s", env);
-    } else {
-        char f[PATH_MAX];
-        snprintf(f, sizeof(f), "%s", __FILE__);
-        snprintf(P->src, sizeof(P->src), "%s/..", dirname(f));
-    }
-    snprintf(probe, sizeof(probe), "%s/benchmarks/bench-round-setup.sh", P->src);
-    return access(probe, R_OK) == 0 ? 0 : -1;
-}
-
-static int rm_rf(const char *dir)
-{
-    char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
-    return fa_rbench_run(argv, "/dev/null");
-}
-
 int fa_bench_round(int argc, char **argv)
 {
     static const struct option lopts[] = {
@@ -1663,8 +1006,8 @@ int fa_bench_round(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct opts o;
-    struct paths P;
-    char names[MAX_REGIONS][32];
+    struct fa_rbench_paths P;
+    char names[FA_RBENCH_MAX_REGIONS][32];
     int c, quick = 0, only = 0, status = 0, n_setup;
     ssize_t len;
 
@@ -1747,9 +1090,9 @@ int fa_bench_round(int argc, char **argv)
         o.rss_rounds = 1;
         o.acc_rounds = 5;
     }
-    if (o.reps < 1 || o.reps > 64 || o.regions < 2 || o.regions > MAX_REGIONS || o.rss_lo < 2 ||
-        o.rss_hi > MAX_REGIONS || o.rss_lo > o.rss_hi || o.rss_rounds < 1 || o.acc_rounds < 1 ||
-        o.acc_epochs < 1 || o.acc_batch < 1) {
+    if (o.reps < 1 || o.reps > 64 || o.regions < 2 || o.regions > FA_RBENCH_MAX_REGIONS ||
+        o.rss_lo < 2 || o.rss_hi > FA_RBENCH_MAX_REGIONS || o.rss_lo > o.rss_hi ||
+        o.rss_rounds < 1 || o.acc_rounds < 1 || o.acc_epochs < 1 || o.acc_batch < 1) {
         usage(stderr);
         return 2;
     }
@@ -1764,7 +1107,7 @@ int fa_bench_round(int argc, char **argv)
     fa_log_set_level(FA_LOG_WARN);
     len = readlink("/proc/self/exe", P.self, sizeof(P.self) - 1);
     if (len <= 0) {
-        json_error("setup", "cannot find this program (/proc/self/exe)");
+        fa_rbench_json_error("setup", "cannot find this program (/proc/self/exe)");
         return 1;
     }
     P.self[len] = '\0';
@@ -1773,9 +1116,10 @@ int fa_bench_round(int argc, char **argv)
         snprintf(tmp, sizeof(tmp), "%s", P.self);
         snprintf(P.bin, sizeof(P.bin), "%s", dirname(tmp));
     }
-    if (find_src(&P) != 0) {
-        json_error("setup", "cannot find the source tree (benchmarks/bench-round-setup.sh); set "
-                            "FA_SRC");
+    if (fa_rbench_find_src(&P) != 0) {
+        fa_rbench_json_error("setup",
+                             "cannot find the source tree (benchmarks/bench-round-setup.sh); set "
+                             "FA_SRC");
         return 1;
     }
     if (o.dir) {
@@ -1783,7 +1127,7 @@ int fa_bench_round(int argc, char **argv)
     } else {
         snprintf(P.dir, sizeof(P.dir), "/tmp/fedagg-bench-round.XXXXXX");
         if (!mkdtemp(P.dir)) {
-            json_error("setup", "mkdtemp: %s", strerror(errno));
+            fa_rbench_json_error("setup", "mkdtemp: %s", strerror(errno));
             return 1;
         }
     }
@@ -1793,15 +1137,15 @@ int fa_bench_round(int argc, char **argv)
     if (o.rss && o.rss_hi > n_setup)
         n_setup = o.rss_hi;
     for (int i = 0; i < n_setup; i++)
-        region_name(i, names[i], sizeof(names[i]));
+        fa_rbench_region_name(i, names[i], sizeof(names[i]));
     if (n_setup > 0) {
         char logs[PATH_MAX + 8];
         fprintf(stderr, "fedagg-bench round: PKI and identity keys of %d regions in %s\n", n_setup,
                 P.dir);
         snprintf(logs, sizeof(logs), "%s/logs", P.dir);
         fa_file_mkdirs(logs, 0700, NULL);
-        if (setup_dir(&P, P.dir, names, n_setup, -1, 0) != 0) {
-            json_error("setup", "PKI/keys failed: see %s/setup.log", P.dir);
+        if (fa_rbench_setup_dir(&P, P.dir, names, n_setup, -1, 0) != 0) {
+            fa_rbench_json_error("setup", "PKI/keys failed: see %s/setup.log", P.dir);
             status = 1;
             goto out;
         }
@@ -1816,6 +1160,6 @@ out:
     if (o.keep || status != 0 || o.dir) /* a directory given by --dir is the caller's */
         fprintf(stderr, "fedagg-bench round: files kept in %s\n", P.dir);
     else
-        rm_rf(P.dir);
+        fa_rbench_rm_rf(P.dir);
     return status;
 }
