@@ -321,7 +321,7 @@ static int on_model(fa_h3_request *req, void *arg)
         }
         f32 = strcmp(q, "dtype=f32") == 0;
     }
-    if (fa_fed_model(a->fed, version, f32, path, sizeof(path), &got, sha) != 0) {
+    if (fa_fed_model_for(a->fed, c->region, version, f32, path, sizeof(path), &got, sha) != 0) {
         respond_error(c, req, 404, "model version %s is not retained", which);
         return 0;
     }
@@ -379,8 +379,9 @@ static int on_audit(fa_h3_request *req, void *arg)
     fa_api *a = arg;
     struct req_ctx *c = admit(a, req);
     const char *path = fa_h3_request_path(req);
+    const char *q = fa_h3_request_query(req);
     fa_h3_header h[] = {{"content-type", "text/plain; charset=utf-8"}};
-    char *out = NULL, round_s[32], region[64];
+    char *out = NULL, round_s[32], region[64], *end;
     size_t len;
     fa_error err;
     int rc;
@@ -391,7 +392,6 @@ static int on_audit(fa_h3_request *req, void *arg)
     if (!strcmp(path, "/v1/audit/checkpoint")) {
         rc = fa_fed_audit_checkpoint(a->fed, &out, &len, &err);
     } else if (!strcmp(path, "/v1/audit/proof")) {
-        char *end;
         uint64_t round;
         if (!query_param(fa_h3_request_query(req), "round", round_s, sizeof(round_s)) ||
             !query_param(fa_h3_request_query(req), "region", region, sizeof(region))) {
@@ -404,6 +404,44 @@ static int on_audit(fa_h3_request *req, void *arg)
             return 0;
         }
         rc = fa_fed_audit_proof(a->fed, round, region, &out, &len, &err);
+    } else if (!strcmp(path, "/v1/audit/record")) {
+        /* the record a downloaded model is proven against */
+        char vs[32];
+        uint64_t version;
+        if (!query_param(q, "version", vs, sizeof(vs))) {
+            respond_error(c, req, 400, "usage: /v1/audit/record?version=V");
+            return 0;
+        }
+        version = strtoull(vs, &end, 10);
+        if (*end || !vs[0]) {
+            respond_error(c, req, 400, "version '%s' is not a number", vs);
+            return 0;
+        }
+        rc = fa_fed_audit_record(a->fed, version, &out, &len, &err);
+    } else if (!strcmp(path, "/v1/audit/consistency")) {
+        char fs[32], ts[32] = "";
+        uint64_t from, to = UINT64_MAX;
+        if (!query_param(q, "from", fs, sizeof(fs))) {
+            respond_error(c, req, 400, "usage: /v1/audit/consistency?from=N[&to=M]");
+            return 0;
+        }
+        from = strtoull(fs, &end, 10);
+        if (*end || !fs[0]) {
+            respond_error(c, req, 400, "from '%s' is not a number", fs);
+            return 0;
+        }
+        if (query_param(q, "to", ts, sizeof(ts))) {
+            to = strtoull(ts, &end, 10);
+            if (*end || !ts[0]) {
+                respond_error(c, req, 400, "to '%s' is not a number", ts);
+                return 0;
+            }
+        }
+        rc = fa_fed_audit_consistency(a->fed, from, to, &out, &len, &err);
+        if (rc == FA_ERR_RANGE) {
+            respond_error(c, req, 400, "%s", fa_error_msg(&err, rc));
+            return 0;
+        }
     } else {
         respond_error(c, req, 404, "no such audit resource: %s", path);
         return 0;

@@ -1481,6 +1481,102 @@ out:
     return rc;
 }
 
+int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *index,
+                              fa_error *err)
+{
+    uint64_t lo = 0, hi;
+    int rc = 0;
+
+    pthread_mutex_lock(&log->mu);
+    hi = log->signed_size;
+    /* first signed record with new_version > version (new versions never
+     * decrease along the log) */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        Fedagg__AuditRecord *r = decode_locked(log, mid, err);
+        if (!r) {
+            rc = err ? err->code : FA_ERR_CORRUPT;
+            goto out;
+        }
+        if (r->new_version <= version)
+            lo = mid + 1;
+        else
+            hi = mid;
+        fedagg__audit_record__free_unpacked(r, NULL);
+    }
+    if (lo > 0) {
+        Fedagg__AuditRecord *r = decode_locked(log, lo - 1, err);
+        if (!r) {
+            rc = err ? err->code : FA_ERR_CORRUPT;
+            goto out;
+        }
+        rc = r->new_version == version ? 0 : FA_ERR_NOTFOUND;
+        fedagg__audit_record__free_unpacked(r, NULL);
+    } else {
+        rc = FA_ERR_NOTFOUND;
+    }
+    if (rc == 0)
+        *index = lo - 1;
+    else
+        fa_errorf(err, FA_ERR_NOTFOUND,
+                  "%s: no signed record makes or keeps model version %" PRIu64 " (%" PRIu64
+                  " signed records)",
+                  log->path, version, log->signed_size);
+out:
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
+int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_t size,
+                                   char **text, size_t *len, fa_error *err)
+{
+    uint8_t proof[FA_MERKLE_MAX_PROOF * HLEN];
+    size_t n = 0, cap, off;
+    char *out = NULL;
+    int rc;
+
+    *text = NULL;
+    pthread_mutex_lock(&log->mu);
+    if (size == UINT64_MAX)
+        size = log->signed_size;
+    if (size > log->signed_size || old_size > size) {
+        rc = fa_errorf(err, FA_ERR_RANGE,
+                       "no consistency proof from %" PRIu64 " to %" PRIu64
+                       " records: the latest checkpoint signs %" PRIu64,
+                       old_size, size, log->signed_size);
+        goto out;
+    }
+    rc = fa_merkle_consistency_proof(node_get, log, old_size, size, proof, &n);
+    if (rc < 0) {
+        fa_errorf(err, rc, "%s: reading the tree: %s", log->tree_path, fa_strerror(rc));
+        goto out;
+    }
+    cap = 96 + n * (6 + sodium_base64_ENCODED_LEN(HLEN, sodium_base64_VARIANT_ORIGINAL));
+    out = malloc(cap);
+    if (!out) {
+        rc = fa_errorf(err, FA_ERR_NOMEM, "consistency proof: out of memory");
+        goto out;
+    }
+    off = (size_t)snprintf(out, cap, "fedagg-audit-consistency v1\nold %" PRIu64 "\nsize %" PRIu64
+                                     "\n",
+                           old_size, size);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(out + off, "hash ", 5);
+        off += 5;
+        sodium_bin2base64(out + off, cap - off, proof + i * HLEN, HLEN,
+                          sodium_base64_VARIANT_ORIGINAL);
+        off += strlen(out + off);
+        out[off++] = '\n';
+    }
+    out[off] = '\0';
+    *text = out;
+    *len = off;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
 /* ---------------------------------------------------------------------------
  * Full verification
  * ------------------------------------------------------------------------- */

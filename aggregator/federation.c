@@ -1651,6 +1651,93 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
     return rc;
 }
 
+/* Test switch (common/fa_failpoint.h): with
+ *   FEDAGG_FAILPOINTS="fed-serve-other-model=REGION[@V]"
+ * this aggregator plays the malicious one of the model-inconsistency attack
+ * (Pasquini, Francati, Ateniese, CCS 2022) towards REGION from version V on
+ * (0 when not given): it serves that region the current model with one bit
+ * changed (the lowest mantissa bit of the last element), under that file's
+ * own digest, and accepts its advertisement for it.  The regions must catch
+ * it (tests/integration/it_fed_model_split.sh).  Without the variable this
+ * returns 0 and nothing changes.  Returns 1 with the digest (and, when path
+ * is not NULL, the file written there), 0 when the switch does not apply,
+ * or an FA_ERR_* code. */
+static int other_model(fa_fed *f, const char *region, uint64_t version, char *path, size_t n,
+                       uint8_t sha256[32], fa_error *err)
+{
+    char spec[128], src[4096], *at;
+    uint64_t from = 0;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc;
+
+    if (!fa_failpoint_value("fed-serve-other-model", spec, sizeof(spec)))
+        return 0;
+    if ((at = strchr(spec, '@')) != NULL) {
+        *at = '\0';
+        from = strtoull(at + 1, NULL, 10);
+    }
+    if (strcmp(spec, region) != 0 || version < from || !fa_model_store_has(f->store, version))
+        return 0;
+    fa_model_store_model_path(f->store, version, src, sizeof(src));
+    if ((rc = fa_file_read_all(src, &data, &len, (size_t)4 << 30, err)) != 0)
+        return rc;
+    if (len < 16) {
+        free(data);
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s: too short for a model", src);
+    }
+    data[len - 4] ^= 1;
+    crypto_hash_sha256(sha256, data, len);
+    rc = 0;
+    if (path) {
+        snprintf(path, n, "%s/other-model-%s-%" PRIu64 ".safetensors", f->storage_dir, region,
+                 version);
+        rc = fa_file_write_atomic(path, data, len, 0600, err);
+    }
+    free(data);
+    if (rc == 0 && path)
+        fa_log(FA_LOG_WARN, "TEST SWITCH: serving a region another model (fed-serve-other-model)",
+               "region=%s version=%" PRIu64, region, version);
+    return rc == 0 ? 1 : rc;
+}
+
+/* The model an advertisement was signed for (secagg.h model_sha256) must be
+ * the one this aggregator serves as current: a region that trained from
+ * another gets 409 and downloads the model again; an advertisement without
+ * a digest (a worker older than secagg.proto version 3) gets 400.  The
+ * regions check each other's digests in the PeerList themselves; this keeps
+ * an honest aggregator from ever showing them two models. */
+static int check_advertised_model(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                                  fa_fed_reply *reply)
+{
+    uint8_t got[32], want[32];
+    char g[17], w[17];
+    fa_error err;
+    int rc = fa_secagg_advertise_model(body, len, got);
+
+    if (rc != 0)
+        return reply_error(f, reply, 400, FA_ERR_PROTOCOL,
+                           "the advertisement of region %s names no model digest: workers of "
+                           "secure-aggregation protocol version 3 sign the model they trained "
+                           "from; upgrade this region's worker",
+                           region);
+    memcpy(want, f->cur.model_sha256, 32);
+    fa_error_clear(&err);
+    if (other_model(f, region, f->cur.version, NULL, 0, want, &err) < 0)
+        return reply_error(f, reply, 500, FA_ERR_IO, "%s", err.msg);
+    if (sodium_memcmp(got, want, 32) == 0)
+        return 0;
+    sodium_bin2hex(g, sizeof(g), got, 8);
+    sodium_bin2hex(w, sizeof(w), want, 8);
+    fa_log(FA_LOG_WARN, "advertisement for another model refused",
+           "region=%s version=%" PRIu64 " advertised_sha256=%s... current_sha256=%s...", region,
+           f->cur.version, g, w);
+    return reply_error(f, reply, 409, FA_ERR_REPLAY,
+                       "region %s advertised keys for model %s..., but the current model (version "
+                       "%" PRIu64 ") is %s...: download it again",
+                       region, g, f->cur.version, w);
+}
+
 int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
                   const uint8_t *body, size_t len, uint64_t now_ms, fa_fed_reply *reply)
 {
@@ -1678,6 +1765,8 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
                            "region %s is drained by operator %s: it sits out until an operator "
                            "admits it again",
                            region, r->drained_by);
+    if (kind == FA_FED_ADVERTISE && (rc = check_advertised_model(f, region, body, len, reply)) != 0)
+        return rc;
     crypto_hash_sha256(sha, body, len);
     if (r->have_msg[kind]) {
         if (sodium_memcmp(sha, r->msg_sha[kind], 32) == 0)
@@ -2208,6 +2297,21 @@ int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
     return 0;
 }
 
+int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path,
+                     size_t n, uint64_t *out_version, uint8_t sha256[32])
+{
+    fa_error err;
+    int rc = fa_fed_model(f, version, f32, path, n, out_version, sha256);
+
+    if (rc != 0 || f32 || !region)
+        return rc;
+    fa_error_clear(&err);
+    rc = other_model(f, region, *out_version, path, n, sha256, &err);
+    if (rc < 0)
+        fa_log(FA_LOG_ERROR, "test switch fed-serve-other-model failed", "error=\"%s\"", err.msg);
+    return rc < 0 ? rc : 0;
+}
+
 int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, size_t len,
                           fa_fed_reply *reply)
 {
@@ -2286,6 +2390,21 @@ int fa_fed_audit_proof(fa_fed *f, uint64_t round, const char *region, char **out
     if (rc != 0)
         return rc;
     return fa_audit_log_prove(f->audit, index, out, len, err);
+}
+
+int fa_fed_audit_record(fa_fed *f, uint64_t version, char **out, size_t *len, fa_error *err)
+{
+    uint64_t index;
+    int rc = fa_audit_log_find_version(f->audit, version, &index, err);
+    if (rc != 0)
+        return rc;
+    return fa_audit_log_prove(f->audit, index, out, len, err);
+}
+
+int fa_fed_audit_consistency(fa_fed *f, uint64_t old_size, uint64_t size, char **out, size_t *len,
+                             fa_error *err)
+{
+    return fa_audit_log_prove_consistency(f->audit, old_size, size, out, len, err);
 }
 
 int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n)

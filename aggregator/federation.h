@@ -136,6 +136,14 @@ int fa_fed_status_json(fa_fed *f, char **out, fa_error *err);
 int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
                  uint64_t *out_version, uint8_t sha256[32]);
 
+/* The same for a download by `region` (GET /v1/models/...): the file the
+ * region gets.  It is fa_fed_model's, except under the test switch
+ * fed-serve-other-model (federation.c), which serves one region another
+ * model to test the regions' defence against the model-inconsistency
+ * attack.  Returns 0 or FA_ERR_NOTFOUND (or the switch's error). */
+int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path,
+                     size_t n, uint64_t *out_version, uint8_t sha256[32]);
+
 /* POST /v1/evaluations: a region's signed federated-evaluation report
  * (fedagg.SignedEval) of the current model version.  Returns 0 when
  * accepted (or an identical retry), else the FA_ERR_* code with reply
@@ -151,6 +159,17 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
 int fa_fed_audit_checkpoint(fa_fed *f, char **out, size_t *len, fa_error *err);
 int fa_fed_audit_proof(fa_fed *f, uint64_t round, const char *region, char **out, size_t *len,
                        fa_error *err);
+
+/* What a region checks the model it downloaded against: the proof bundle
+ * (crypto/checkpoint.h) of the last signed record whose new model is
+ * `version`, proven in the latest checkpoint; and the consistency proof
+ * between the trees of old_size and size records (UINT64_MAX: the latest
+ * checkpoint's), as audit_log.h fa_audit_log_prove_consistency writes it.
+ * Return 0, FA_ERR_NOTFOUND (no record of that version), FA_ERR_RANGE
+ * (sizes beyond the latest checkpoint) or FA_ERR_IO. */
+int fa_fed_audit_record(fa_fed *f, uint64_t version, char **out, size_t *len, fa_error *err);
+int fa_fed_audit_consistency(fa_fed *f, uint64_t old_size, uint64_t size, char **out, size_t *len,
+                             fa_error *err);
 
 /* Whether `region` is a member of the federation. */
 int fa_fed_is_member(const fa_fed *f, const char *region);

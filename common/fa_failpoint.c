@@ -31,3 +31,28 @@ void fa_failpoint(const char *name)
             p++;
     }
 }
+
+const char *fa_failpoint_value(const char *name, char *buf, size_t cap)
+{
+    const char *spec = getenv("FEDAGG_FAILPOINTS");
+    size_t nl = strlen(name);
+
+    if (!spec || !*spec || cap == 0)
+        return NULL;
+    for (const char *p = spec; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= nl && !strncmp(p, name, nl) && (len == nl || p[nl] == '=')) {
+            size_t vl = len > nl ? len - nl - 1 : 0;
+            if (vl >= cap)
+                vl = cap - 1;
+            memcpy(buf, p + nl + (len > nl), vl);
+            buf[vl] = '\0';
+            return buf;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return NULL;
+}

@@ -13,6 +13,15 @@
 #ifndef FA_FAILPOINT_H
 #define FA_FAILPOINT_H
 
+#include <stddef.h>
+
 void fa_failpoint(const char *name);
+
+/* A test switch rather than a crash point: when FEDAGG_FAILPOINTS names
+ * `name`, its value (the text after '=', "" when none) is copied into buf
+ * (cap bytes, truncated) and buf returned; NULL when it is not named, which
+ * is the production case: the caller then does exactly what it would do
+ * without this call.  Neither pauses nor exits; read at every call. */
+const char *fa_failpoint_value(const char *name, char *buf, size_t cap);
 
 #endif

@@ -45,6 +45,11 @@ struct fa_round_client {
     int have_pinned;
     fa_h3_client *h3;
     fa_h3_client_stats stats0;
+    /* The model this client downloaded last: what it binds in an attempt of
+     * that version (secagg.h model_sha256). */
+    int have_model;
+    uint64_t model_version;
+    uint8_t model_sha[32];
 };
 
 static void sleep_ms(uint64_t ms)
@@ -357,6 +362,9 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         goto out;
     *version = strtoull(vh, NULL, 10);
     memcpy(sha256, got, 32);
+    rc->have_model = 1;
+    rc->model_version = *version;
+    memcpy(rc->model_sha, got, 32);
     fa_log(FA_LOG_INFO, "global model downloaded", "version=%" PRIu64 " bytes=%" PRIu64, *version,
            resp.body_received);
     goto out;
@@ -989,6 +997,13 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     cfg.quant.clip_mode = (int)info->quant->clip_mode;
     cfg.quant.clip_l2_norm = info->quant->clip_l2_norm;
     cfg.quant.clip_value = info->quant->clip_value;
+    /* The model this region trained from: the one it downloaded, or (a
+     * caller that did not download through this client) the one the
+     * federation announces. */
+    if (rc->have_model && rc->model_version == info->model_version)
+        memcpy(cfg.model_sha256, rc->model_sha, 32);
+    else if (info->model_sha256.len == 32)
+        memcpy(cfg.model_sha256, info->model_sha256.data, 32);
 
 #define PHASE_START() (t0 = fa_time_mono_ns())
 #define PHASE_END(k) (out->phase_seconds[k] = (double)(fa_time_mono_ns() - t0) / 1e9)

@@ -429,6 +429,59 @@ static void test_append_reopen_prove(void **state)
     fa_audit_log_close(log);
 }
 
+/* What a region proves a downloaded model against: the last signed record
+ * of a version, and a consistency proof from a checkpoint it holds, as the
+ * text GET /v1/audit/consistency serves. */
+static void test_find_version_and_consistency_text(void **state)
+{
+    struct fix *f = *state;
+    fa_audit_log *log = open_w(f, NULL);
+    uint8_t r2[32], r5[32], proof[FA_MERKLE_MAX_PROOF * 32];
+    uint64_t idx;
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    fa_error err;
+
+    assert_int_equal(fa_audit_log_find_version(log, 0, &idx, &err), FA_ERR_NOTFOUND);
+    assert_non_null(strstr(err.msg, "no signed record makes or keeps model version 0"));
+    append_n(f, log, 5, 2); /* versions 1..5 */
+    assert_int_equal(fa_audit_log_find_version(log, 0, &idx, &err), FA_ERR_NOTFOUND);
+    for (uint64_t v = 1; v <= 5; v++) {
+        assert_int_equal(fa_audit_log_find_version(log, v, &idx, &err), 0);
+        assert_int_equal(idx, v - 1);
+    }
+    assert_int_equal(fa_audit_log_find_version(log, 6, &idx, &err), FA_ERR_NOTFOUND);
+
+    assert_int_equal(fa_audit_log_root(log, 2, r2, &err), 0);
+    assert_int_equal(fa_audit_log_root(log, 5, r5, &err), 0);
+    assert_int_equal(fa_audit_log_prove_consistency(log, 2, UINT64_MAX, &text, &len, &err), 0);
+    assert_int_equal(strlen(text), len);
+    assert_int_equal(strncmp(text, "fedagg-audit-consistency v1\nold 2\nsize 5\n", 41), 0);
+    for (const char *p = strstr(text, "hash "); p; p = strstr(p + 1, "\nhash ")) {
+        const char *b64 = p[0] == '\n' ? p + 6 : p + 5;
+        size_t got = 0;
+        assert_int_equal(sodium_base642bin(proof + n * 32, 32, b64, 44, NULL, &got, NULL,
+                                           sodium_base64_VARIANT_ORIGINAL),
+                         0);
+        assert_int_equal(got, 32);
+        n++;
+    }
+    assert_true(n > 0);
+    assert_int_equal(fa_merkle_verify_consistency(2, 5, r2, r5, proof, n), 0);
+    r2[0] ^= 1;
+    assert_int_equal(fa_merkle_verify_consistency(2, 5, r2, r5, proof, n), FA_ERR_VERIFY);
+    free(text);
+    /* equal sizes: no hash lines; beyond the checkpoint or backwards: refused */
+    assert_int_equal(fa_audit_log_prove_consistency(log, 5, 5, &text, &len, &err), 0);
+    assert_string_equal(text, "fedagg-audit-consistency v1\nold 5\nsize 5\n");
+    free(text);
+    assert_int_equal(fa_audit_log_prove_consistency(log, 2, 6, &text, &len, &err), FA_ERR_RANGE);
+    assert_null(text);
+    assert_int_equal(fa_audit_log_prove_consistency(log, 4, 3, &text, &len, &err), FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "the latest checkpoint signs 5"));
+    fa_audit_log_close(log);
+}
+
 static void test_record_rules(void **state)
 {
     struct fix *f = *state;
@@ -1116,6 +1169,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_append_reopen_prove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_find_version_and_consistency_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_signatures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_bit_flip, setup, teardown),

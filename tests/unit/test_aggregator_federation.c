@@ -199,6 +199,9 @@ static void clients_new(struct sim *s)
         cfg.quant.clip_mode = (int)fi->quant->clip_mode;
         cfg.quant.clip_l2_norm = fi->quant->clip_l2_norm;
         cfg.quant.clip_value = fi->quant->clip_value;
+        /* every region trained from the model the federation announces */
+        assert_int_equal(fi->model_sha256.len, 32);
+        memcpy(cfg.model_sha256, fi->model_sha256.data, 32);
         fa_secagg_client_del(s->c[i]);
         s->c[i] = NULL;
         must(fa_secagg_client_new(&s->c[i], &cfg, s->seed[i], ids[i], s->members, NR, NULL, &err),
@@ -511,6 +514,147 @@ static void test_readvertise_after_worker_restart(void **state)
     assert_int_equal(status, 409);
     free(late);
     finish_round_1(s, 0);
+    sim_del(s);
+}
+
+/* Replaces client i by one that trained from the model of digest sha. */
+static void client_with_model(struct sim *s, int i, const uint8_t sha[32])
+{
+    uint64_t round;
+    uint32_t attempt;
+    Fedagg__FederationInfo *fi;
+    fa_secagg_config cfg = {0};
+    uint8_t *info;
+    size_t len;
+    fa_error err;
+
+    position(s, &round, &attempt, NULL, NULL);
+    must(fa_fed_info(s->f, s->now, &info, &len, &err), &err);
+    fi = fedagg__federation_info__unpack(NULL, len, info);
+    assert_non_null(fi);
+    cfg.federation_id = "unit";
+    cfg.round = round;
+    cfg.attempt = attempt;
+    cfg.threshold = fi->threshold;
+    cfg.vector_len = fi->num_params + 1;
+    cfg.ring_bits = fi->quant->ring_bits;
+    cfg.quant.bits = fi->quant->bits;
+    cfg.quant.clip_mode = (int)fi->quant->clip_mode;
+    cfg.quant.clip_l2_norm = fi->quant->clip_l2_norm;
+    cfg.quant.clip_value = fi->quant->clip_value;
+    memcpy(cfg.model_sha256, sha, 32);
+    fa_secagg_client_del(s->c[i]);
+    s->c[i] = NULL;
+    must(fa_secagg_client_new(&s->c[i], &cfg, s->seed[i], ids[i], s->members, NR, NULL, &err),
+         &err);
+    fedagg__federation_info__free_unpacked(fi, NULL);
+    free(info);
+}
+
+/* The aggregator takes advertisements for its current model only (409 for
+ * another, so that a stale region downloads it again; 400 without a
+ * digest); and its test switch fed-serve-other-model plays the attack of
+ * Pasquini et al. (CCS 2022) in full: one region gets a model one bit off,
+ * its advertisement for that model is taken, and the other regions refuse
+ * the PeerList. */
+static void test_advertised_model(void **state)
+{
+    struct sim *s = sim_new(1000);
+    char path[4096], opath[4096];
+    uint8_t sha[32], osha[32], other[32], *m, *a, *mf, *of;
+    size_t len, alen, mlen, olen, diff = 0;
+    uint64_t v, ov, round;
+    uint32_t attempt;
+    fa_fed_reply r = {0};
+    fa_error err;
+
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &v, sha), 0);
+    clients_new(s);
+    position(s, &round, &attempt, NULL, NULL);
+    /* eu-west trained from another model */
+    memcpy(other, sha, 32);
+    other[3] ^= 0x40;
+    client_with_model(s, 1, other);
+    must(fa_secagg_client_advertise(s->c[1], &m, &len, &err), &err);
+    assert_int_equal(fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m, len, s->now,
+                                   &r),
+                     FA_ERR_REPLAY);
+    assert_int_equal(r.status, 409);
+    assert_non_null(strstr(r.msg, "region eu-west advertised keys for model"));
+    assert_non_null(strstr(r.msg, "download it again"));
+    fa_fed_reply_free(&r);
+    /* ... and with no digest at all (an older worker) */
+    {
+        Fedagg__AdvertiseKeys *ak = fedagg__advertise_keys__unpack(NULL, len, m);
+        uint8_t *m2;
+        size_t l2;
+        assert_non_null(ak);
+        ak->model_sha256.len = 0;
+        l2 = fedagg__advertise_keys__get_packed_size(ak);
+        m2 = malloc(l2);
+        fedagg__advertise_keys__pack(ak, m2);
+        assert_int_equal(fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m2, l2,
+                                       s->now, &r),
+                         FA_ERR_PROTOCOL);
+        assert_int_equal(r.status, 400);
+        assert_non_null(strstr(r.msg, "names no model digest"));
+        fa_fed_reply_free(&r);
+        fedagg__advertise_keys__free_unpacked(ak, NULL);
+        free(m2);
+    }
+    free(m);
+
+    /* The switch, off: every region gets the model itself. */
+    unsetenv("FEDAGG_FAILPOINTS");
+    assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_string_equal(opath, path);
+    assert_memory_equal(osha, sha, 32);
+    /* from version 1 on: not yet */
+    setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west@1", 1);
+    assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_memory_equal(osha, sha, 32);
+    /* on: eu-west alone gets a file one bit off, under its own digest */
+    setenv("FEDAGG_FAILPOINTS", "worker-before-masked,fed-serve-other-model=eu-west", 1);
+    assert_int_equal(fa_fed_model_for(s->f, ids[0], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_memory_equal(osha, sha, 32);
+    assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_int_equal(ov, v);
+    assert_string_not_equal(opath, path);
+    assert_memory_not_equal(osha, sha, 32);
+    must(fa_file_read_all(path, &mf, &mlen, 1 << 26, &err), &err);
+    must(fa_file_read_all(opath, &of, &olen, 1 << 26, &err), &err);
+    assert_int_equal(mlen, olen);
+    for (size_t i = 0; i < mlen; i++)
+        diff += (size_t)__builtin_popcount(mf[i] ^ of[i]);
+    assert_int_equal(diff, 1);
+    crypto_hash_sha256(other, of, olen);
+    assert_memory_equal(other, osha, 32);
+    free(mf);
+    free(of);
+    /* eu-west's advertisement for what it was served is taken, the others'
+     * for the common model too; then every honest region refuses the
+     * PeerList, and so does eu-west */
+    client_with_model(s, 1, osha);
+    for (int i = 0; i < NR; i++) {
+        must(fa_secagg_client_advertise(s->c[i], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_ADVERTISE, i, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    for (int i = 0; i < NR; i++) {
+        a = poll_ok(s, FA_FED_ADVERTISE, i, round, attempt, &alen);
+        fa_error_clear(&err);
+        assert_int_equal(fa_secagg_client_peer_list(s->c[i], a, alen, 0, &err), FA_ERR_VERIFY);
+        assert_non_null(strstr(err.msg, i == 1 ? "'ap-south' signed its advertisement"
+                                               : "'eu-west' signed its advertisement"));
+        free(a);
+    }
+    unsetenv("FEDAGG_FAILPOINTS");
     sim_del(s);
 }
 
@@ -1472,6 +1616,7 @@ int main(void)
         cmocka_unit_test(test_complete_round),
         cmocka_unit_test(test_dropout_and_refusals),
         cmocka_unit_test(test_readvertise_after_worker_restart),
+        cmocka_unit_test(test_advertised_model),
         cmocka_unit_test(test_restart_mid_round),
         cmocka_unit_test(test_round_sum_file),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
