@@ -1,5 +1,6 @@
 /* api.c - HTTP/3 handlers of the aggregator.  See api.h. */
 #include "aggregator/api.h"
+#include "aggregator/api_admin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -699,7 +700,8 @@ int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
         (rc = fa_h3_server_route(srv, "GET", "/v1/audit/", &audit, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "POST", "/v1/evaluations", &evals, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", "/v1/privacy", &evals, a)) != 0) {
+        (rc = fa_h3_server_route(srv, "POST", "/v1/privacy", &evals, a)) != 0 ||
+        (rc = fa_api_admin_routes(srv, fed)) != 0) { /* aggregator/api_admin.h */
         free(a);
         return fa_errorf(err, rc, "cannot register the API routes: %s", fa_strerror(rc));
     }
