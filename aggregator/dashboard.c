@@ -135,7 +135,7 @@ static int flag(const json_t *o, const char *key)
 
 /* ---------------------------------------------------------------- formats */
 
-static void fmt_bytes(double v, char *buf, size_t n)
+void fa_dashboard_fmt_bytes(double v, char *buf, size_t n)
 {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int u = 0;
@@ -149,7 +149,7 @@ static void fmt_bytes(double v, char *buf, size_t n)
         snprintf(buf, n, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
 }
 
-static void fmt_utc(double unix_ms, char *buf, size_t n)
+void fa_dashboard_fmt_utc(double unix_ms, char *buf, size_t n)
 {
     time_t t = (time_t)(unix_ms / 1000);
     struct tm tm;
@@ -157,7 +157,7 @@ static void fmt_utc(double unix_ms, char *buf, size_t n)
         snprintf(buf, n, "-");
 }
 
-static void fmt_secs(double s, char *buf, size_t n)
+void fa_dashboard_fmt_secs(double s, char *buf, size_t n)
 {
     if (s < 0)
         snprintf(buf, n, "-");
@@ -172,7 +172,7 @@ static void fmt_secs(double s, char *buf, size_t n)
 }
 
 /* "3 s ago", "5 min ago"... for a span in ms. */
-static void fmt_ago(double ms, char *buf, size_t n)
+void fa_dashboard_fmt_ago(double ms, char *buf, size_t n)
 {
     double s = ms / 1000;
     if (s < 0)
@@ -308,7 +308,7 @@ static void overview(struct page *b, const json_t *st, uint64_t now)
 
     sub[0] = '\0';
     if (num(st, "phase_deadline_unix_ms", &d)) {
-        fmt_utc(d, t1, sizeof(t1));
+        fa_dashboard_fmt_utc(d, t1, sizeof(t1));
         if (d > (double)now)
             snprintf(sub, sizeof(sub), "deadline in %.0f s (%s)", ceil((d - (double)now) / 1000),
                      t1);
@@ -367,7 +367,7 @@ static void overview(struct page *b, const json_t *st, uint64_t now)
         int ok = !json_is_false(json_object_get(storage, "ok"));
         sub[0] = '\0';
         if (num(storage, "free_bytes", &d)) {
-            fmt_bytes(d, t1, sizeof(t1));
+            fa_dashboard_fmt_bytes(d, t1, sizeof(t1));
             snprintf(sub, sizeof(sub), "%s free", t1);
         }
         if (num(storage, "failures", &e) && e > 0) {
@@ -417,15 +417,15 @@ static void regions(struct page *b, const json_t *st, uint64_t now)
             continue;
         state = flag(r, "drained") ? "drained" : flag(r, "connected") ? "connected" : "offline";
         if (num(r, "last_seen_unix_ms", &d) && d > 0) {
-            fmt_ago((double)now - d, seen, sizeof(seen));
-            fmt_utc(d, t1, sizeof(t1));
+            fa_dashboard_fmt_ago((double)now - d, seen, sizeof(seen));
+            fa_dashboard_fmt_utc(d, t1, sizeof(t1));
         } else if (num(r, "last_seen_ms_ago", &d)) {
-            fmt_ago(d, seen, sizeof(seen));
-            fmt_utc((double)now - d, t1, sizeof(t1));
+            fa_dashboard_fmt_ago(d, seen, sizeof(seen));
+            fa_dashboard_fmt_utc((double)now - d, t1, sizeof(t1));
         } else {
             t1[0] = '\0';
         }
-        fmt_bytes(num_or(r, "bytes_received", 0), bytes, sizeof(bytes));
+        fa_dashboard_fmt_bytes(num_or(r, "bytes_received", 0), bytes, sizeof(bytes));
         put(b, "<tr><td class=\"region-id\">");
         put_esc(b, id ? id : "?");
         putf(b, "</td><td><span class=\"state state-%s\"", state);
@@ -595,12 +595,13 @@ static void accuracy_chart(struct page *b, const json_t *st)
          CW, CH, CW, CH);
 #define X(v) (ML + ((v) - vmin) / (vmax - vmin) * (CW - ML - MR))
 #define Y(a) (CH - MB - ((a) - lo) / (hi - lo) * (CH - MT - MB))
-    /* grid and y labels */
-    for (int t = 0; t <= 5; t++) {
-        double a = lo + (hi - lo) * t / 5;
-        putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
-                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
-             ML, CW - MR, Y(a), Y(a), ML - 6, Y(a) + 4, 100 * a);
+    /* grid and y labels: every 10 points, or 20 over a wider range */
+    {
+        double step = hi - lo > 0.55 ? 0.2 : 0.1;
+        for (double a = lo; a <= hi + 1e-9; a += step)
+            putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+                    "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
+                 ML, CW - MR, Y(a), Y(a), ML - 6, Y(a) + 4, 100 * a);
     }
     /* x ticks: at most 10 whole versions */
     {
@@ -686,7 +687,7 @@ static void timeline_chart(struct page *b, const json_t *rs)
     for (int t = 0; t <= 4; t++) {
         double v = maxs * t / 4, y = CH - MB - ph * t / 4;
         char lab[32];
-        fmt_secs(v, lab, sizeof(lab));
+        fa_dashboard_fmt_secs(v, lab, sizeof(lab));
         putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
              ML, CW - MR, y, y, ML - 6, y + 4, lab);
@@ -802,8 +803,8 @@ static void timeline(struct page *b, const json_t *st)
         char t[64], dur[32], acc[160] = "";
         double v, s;
 
-        fmt_utc(num_or(a, "start_unix_ms", 0), t, sizeof(t));
-        fmt_secs(attempt_seconds(a), dur, sizeof(dur));
+        fa_dashboard_fmt_utc(num_or(a, "start_unix_ms", 0), t, sizeof(t));
+        fa_dashboard_fmt_secs(attempt_seconds(a), dur, sizeof(dur));
         putf(b, "<tr><td class=\"n round\">%.0f</td><td class=\"n\">%.0f</td><td>",
              num_or(a, "round", 0), num_or(a, "attempt", 0));
         if (outcome) {
@@ -828,7 +829,7 @@ static void timeline(struct page *b, const json_t *st)
         for (int k = 0; k < NPHASES; k++) {
             char ps[32] = "-";
             if (json_is_object(ph) && num(ph, phase_keys[k], &s))
-                fmt_secs(s, ps, sizeof(ps));
+                fa_dashboard_fmt_secs(s, ps, sizeof(ps));
             putf(b, "<td class=\"n\">%s</td>", ps);
         }
         put(b, "<td>");
@@ -934,7 +935,7 @@ int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_m
     accuracy_chart(&b, st);
     timeline(&b, st);
     audit(&b, st);
-    fmt_utc((double)now_unix_ms, t, sizeof(t));
+    fa_dashboard_fmt_utc((double)now_unix_ms, t, sizeof(t));
     putf(&b, "</main>\n<footer>Generated %s from the aggregator's status; reloads every %d s. "
              "Counters and names only: no region data, nothing secret.</footer>\n"
              "</body>\n</html>\n",

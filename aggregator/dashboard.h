@@ -54,4 +54,12 @@ int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_m
  * FA_ERR_PARSE. */
 int fa_dashboard_render_unavailable(const char *why, char **out, size_t *out_len, fa_error *err);
 
+/* Human formats, shared with `fedagg status` and `fedagg watch` so that the
+ * page and the terminal say the same: "1.50 GiB", "2026-12-01 18:30:29Z"
+ * ("-" for 0), "12.3 s" / "4 min 3 s" ("-" below 0), "3 s ago". */
+void fa_dashboard_fmt_bytes(double bytes, char *buf, size_t n);
+void fa_dashboard_fmt_utc(double unix_ms, char *buf, size_t n);
+void fa_dashboard_fmt_secs(double seconds, char *buf, size_t n);
+void fa_dashboard_fmt_ago(double ms, char *buf, size_t n);
+
 #endif

@@ -2,15 +2,19 @@
  *
  *   fedagg-aggregator --config aggregator.textproto
  *
- * Serves the HTTP/3 API (aggregator/api.h) on one UDP socket, the Prometheus
- * metrics and health probes on a plain HTTP/1.1 port, and runs the rounds
- * (aggregator/federation.h).  SIGTERM or SIGINT drains gracefully: no new
+ * Serves the HTTP/3 API (aggregator/api.h, and the operators' admin API,
+ * aggregator/api_admin.h) on one UDP socket, the Prometheus metrics, health
+ * probes and the read-only dashboard (aggregator/dashboard.h) on a plain
+ * HTTP/1.1 port, and runs the rounds (aggregator/federation.h).  SIGTERM or SIGINT drains gracefully: no new
  * connections, the requests in flight finish (or time out), then exit 0.
  * When the configured number of rounds is done it keeps answering for a
  * short grace period (so every region learns the outcome) and exits 0.
  */
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <sodium.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +26,7 @@
 #include "aggregator/federation.h"
 #include "aggregator/metrics.h"
 #include "common/fa_daemon.h"
+#include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "common/fa_quic_config.h"
 #include "common/fa_time.h"
@@ -35,11 +40,16 @@
  * report, and at most FINISHED_MAX_MS. */
 #define FINISHED_QUIET_MS 10000
 #define FINISHED_MAX_MS 120000
+/* How often the dashboard's status snapshot is refreshed. */
+#define DASHBOARD_SNAPSHOT_MS 1000
 
 struct app {
     fa_h3_server *srv;
     fa_fed *fed;
     fa_api *api;
+    fa_metrics_server *msrv;    /* NULL without metrics_listen */
+    int dashboard;              /* the dashboard is served: keep its snapshot fresh */
+    uint64_t snapshot_at;       /* when the last snapshot was taken */
     uint64_t finished_at; /* when the rounds were done; 0 before */
     uint64_t quiet_since; /* the last change of the final version's reports */
     size_t reports;       /* how many there were then */
@@ -64,12 +74,31 @@ static const char usage[] =
     "  --log-level LEVEL  overrides the config's log_level\n"
     "  --version          prints the version\n";
 
+/* Hands the dashboard the federation's status (the metrics server renders
+ * it on its own thread; this thread only copies a string). */
+static void snapshot(struct app *a, uint64_t now)
+{
+    char *json = NULL;
+    fa_error err;
+
+    a->snapshot_at = now;
+    fa_error_clear(&err);
+    if (fa_fed_admin_json(a->fed, "status", now, &json, &err) != 0) {
+        fa_log(FA_LOG_DEBUG, "dashboard snapshot failed", "error=\"%s\"", err.msg);
+        return;
+    }
+    fa_metrics_server_set_status(a->msrv, json, strlen(json));
+    free(json);
+}
+
 static void on_tick(fa_h3_server *srv, void *arg)
 {
     struct app *a = arg;
     uint64_t now = fa_time_mono_ns() / 1000000u;
 
     fa_api_tick(a->api);
+    if (a->dashboard && now - a->snapshot_at >= DASHBOARD_SNAPSHOT_MS)
+        snapshot(a, now);
     {
         char why[512] = "";
         int ok = fa_fed_ready(a->fed, now, why, sizeof(why));
@@ -107,6 +136,69 @@ static int ready(void *ctx, char *why, size_t n)
         snprintf(why, n, "%s", a->why[0] ? a->why : "starting: the API is not serving yet");
     pthread_mutex_unlock(&a->lock);
     return ok;
+}
+
+/* fedagg_tls_certificate_expiry_timestamp_seconds{certificate="server"|"ca"}:
+ * the notAfter of our own certificate (the first of cert_file) and of the
+ * first CA of ca_file, so that an alert fires before either expires. */
+static void export_cert_expiry(fa_metrics *m, const char *file, const char *which)
+{
+    gnutls_datum_t pem = {NULL, 0};
+    gnutls_x509_crt_t *crts = NULL;
+    unsigned n = 0;
+    char labels[64] = "";
+    time_t t;
+
+    if (gnutls_load_file(file, &pem) < 0) {
+        fa_log(FA_LOG_WARN, "cannot read a certificate for its expiry metric", "file=%s", file);
+        return;
+    }
+    if (gnutls_x509_crt_list_import2(&crts, &n, &pem, GNUTLS_X509_FMT_PEM, 0) < 0 || n == 0) {
+        fa_log(FA_LOG_WARN, "no certificate for the expiry metric", "file=%s", file);
+        gnutls_free(pem.data);
+        return;
+    }
+    t = gnutls_x509_crt_get_expiration_time(crts[0]);
+    fa_metrics_label(labels, sizeof(labels), "certificate", which);
+    if (t != (time_t)-1)
+        fa_metrics_set(m, "fedagg_tls_certificate_expiry_timestamp_seconds", labels, (double)t);
+    for (unsigned i = 0; i < n; i++)
+        gnutls_x509_crt_deinit(crts[i]);
+    gnutls_free(crts);
+    gnutls_free(pem.data);
+}
+
+/* Reads the dashboard's password: the first line of a private file. */
+static int read_password(const char *path, char **out, fa_error *err)
+{
+    uint8_t *text = NULL;
+    size_t len = 0, n = 0;
+    char *pw;
+    int rc;
+
+    *out = NULL;
+    if ((rc = fa_file_check_private(path, err)) != 0 ||
+        (rc = fa_file_read_all(path, &text, &len, 4096, err)) != 0)
+        return rc;
+    while (n < len && text[n] != '\n' && text[n] != '\r')
+        n++;
+    pw = sodium_malloc(n + 1);
+    if (!pw) {
+        sodium_memzero(text, len);
+        free(text);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
+    memcpy(pw, text, n);
+    pw[n] = '\0';
+    sodium_memzero(text, len);
+    free(text);
+    if (n == 0) {
+        sodium_free(pw);
+        return fa_errorf(err, FA_ERR_INVAL, "dashboard.password_file %s: the first line is empty",
+                         path);
+    }
+    *out = pw;
+    return 0;
 }
 
 static void set_ready(struct app *a, int ok, const char *why)
@@ -167,6 +259,12 @@ int main(int argc, char **argv)
 
     if (fa_metrics_new(&metrics, &err) != 0)
         goto fail;
+    fa_metrics_define(metrics, "fedagg_tls_certificate_expiry_timestamp_seconds", FA_METRIC_GAUGE,
+                      "notAfter of the aggregator's TLS certificate and of the federation CA "
+                      "(unix seconds).",
+                      NULL, 0, NULL);
+    export_cert_expiry(metrics, cfg->tls->cert_file, "server");
+    export_cert_expiry(metrics, cfg->tls->ca_file, "ca");
     rc = fa_fed_open(&app.fed, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)
         goto fail;
@@ -201,6 +299,21 @@ int main(int argc, char **argv)
         rc = fa_metrics_server_start(&msrv, metrics, cfg->metrics_listen, ready, &app, &err);
         if (rc != 0)
             goto fail;
+        app.msrv = msrv;
+        if (!cfg->dashboard || cfg->dashboard->enabled) {
+            const Fedagg__DashboardConfig *dc = cfg->dashboard;
+            char *pw = NULL;
+            if (dc && dc->password_file && dc->password_file[0] &&
+                (rc = read_password(dc->password_file, &pw, &err)) != 0)
+                goto fail;
+            rc = fa_metrics_server_dashboard(msrv, dc ? dc->username : NULL, pw, &err);
+            if (pw)
+                sodium_free(pw);
+            if (rc != 0)
+                goto fail;
+            app.dashboard = 1;
+            snapshot(&app, fa_time_mono_ns() / 1000000u);
+        }
     }
     {
         char why[512] = "";
@@ -208,8 +321,13 @@ int main(int argc, char **argv)
         set_ready(&app, ok, why);
     }
     fa_log(FA_LOG_INFO, "aggregator serving",
-           "listen=%s port=%d metrics=%s regions=%zu federation=%s", cfg->listen,
-           fa_h3_server_port(app.srv), cfg->metrics_listen, cfg->n_regions, cfg->federation_id);
+           "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s", cfg->listen,
+           fa_h3_server_port(app.srv), cfg->metrics_listen,
+           !app.dashboard ? "off"
+           : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0]
+               ? "/dashboard (basic auth)"
+               : "/dashboard",
+           cfg->n_regions, cfg->federation_id);
     rc = fa_h3_server_run(app.srv, &err);
     set_ready(&app, 0, "stopping");
     if (rc != 0)

@@ -5,10 +5,15 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include "aggregator/dashboard.h"
+#include "common/fa_time.h"
 
 struct series {
     char *labels;      /* "" when none */
@@ -364,7 +369,159 @@ struct fa_metrics_server {
     fa_metrics_ready_fn ready;
     void *ready_ctx;
     uint16_t port;
+    /* The dashboard: set by the server loop, read by the daemon's thread. */
+    pthread_mutex_t lock;
+    int dashboard;                                    /* served at all */
+    int auth;                                         /* basic auth required */
+    uint8_t credential[crypto_generichash_BYTES];     /* BLAKE2b(user, 0, password) */
+    char *status;                                     /* the latest status document */
+    size_t status_len;
 };
+
+#define DASHBOARD_REALM "Basic realm=\"fedagg dashboard\", charset=\"UTF-8\""
+
+/* BLAKE2b-256 of user || 0x00 || password: what is kept, and compared. */
+static void credential_digest(const char *user, size_t ul, const char *pw, size_t pl,
+                              uint8_t out[crypto_generichash_BYTES])
+{
+    crypto_generichash_state st;
+    const unsigned char zero = 0;
+    crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES);
+    crypto_generichash_update(&st, (const unsigned char *)user, ul);
+    crypto_generichash_update(&st, &zero, 1);
+    crypto_generichash_update(&st, (const unsigned char *)pw, pl);
+    crypto_generichash_final(&st, out, crypto_generichash_BYTES);
+    sodium_memzero(&st, sizeof(st));
+}
+
+/* 1 when the request's Authorization header carries the right user and
+ * password (RFC 7617).  Called with s->lock held. */
+static int authorised(fa_metrics_server *s, struct MHD_Connection *c)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    char dec[768];
+    size_t dl = 0;
+    const char *colon;
+    uint8_t got[crypto_generichash_BYTES];
+    int ok;
+
+    if (!h || strncasecmp(h, "Basic ", 6) != 0)
+        return 0;
+    h += 6;
+    while (*h == ' ')
+        h++;
+    if (sodium_base642bin((unsigned char *)dec, sizeof(dec) - 1, h, strlen(h), NULL, &dl, NULL,
+                          sodium_base64_VARIANT_ORIGINAL) != 0) {
+        sodium_memzero(dec, sizeof(dec));
+        return 0;
+    }
+    colon = memchr(dec, ':', dl);
+    if (!colon) {
+        sodium_memzero(dec, sizeof(dec));
+        return 0;
+    }
+    credential_digest(dec, (size_t)(colon - dec), colon + 1, dl - (size_t)(colon - dec) - 1, got);
+    ok = sodium_memcmp(got, s->credential, sizeof(got)) == 0;
+    sodium_memzero(dec, sizeof(dec));
+    sodium_memzero(got, sizeof(got));
+    return ok;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+                             char *body, size_t len, enum MHD_ResponseMemoryMode mode);
+
+static enum MHD_Result dashboard_page(fa_metrics_server *s, struct MHD_Connection *c)
+{
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    char *doc = NULL, *html = NULL;
+    size_t doc_len = 0, len = 0;
+    fa_error err = {0};
+    int rc;
+
+    pthread_mutex_lock(&s->lock);
+    if (s->auth && !authorised(s, c)) {
+        pthread_mutex_unlock(&s->lock);
+        r = MHD_create_response_from_buffer(strlen("authentication required\n"),
+                                            "authentication required\n",
+                                            MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "text/plain");
+        MHD_add_response_header(r, "WWW-Authenticate", DASHBOARD_REALM);
+        ret = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    if (s->status && (doc = malloc(s->status_len + 1))) {
+        memcpy(doc, s->status, s->status_len + 1);
+        doc_len = s->status_len;
+    }
+    pthread_mutex_unlock(&s->lock);
+    /* Rendered outside the lock: the server loop never waits for a page. */
+    if (doc)
+        rc = fa_dashboard_render(doc, doc_len, fa_time_unix_ms(), &html, &len, &err);
+    else
+        rc = fa_dashboard_render_unavailable(NULL, &html, &len, &err);
+    free(doc);
+    if (rc != 0) {
+        char *why = NULL;
+        if (fa_dashboard_render_unavailable(err.msg, &why, &len, NULL) != 0)
+            return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14,
+                         MHD_RESPMEM_PERSISTENT);
+        html = why;
+    }
+    r = MHD_create_response_from_buffer(len, html, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(html);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                            "frame-ancestors 'none'; form-action 'none'; base-uri 'none'");
+    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+int fa_metrics_server_dashboard(fa_metrics_server *s, const char *username, const char *password,
+                                fa_error *err)
+{
+    int user = username && username[0], pass = password && password[0];
+
+    if (user != pass)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "dashboard: a user name and a password go together (dashboard.username "
+                         "and dashboard.password_file)");
+    if (sodium_init() < 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "dashboard: libsodium failed to initialise");
+    pthread_mutex_lock(&s->lock);
+    s->dashboard = 1;
+    s->auth = user;
+    if (user)
+        credential_digest(username, strlen(username), password, strlen(password), s->credential);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int fa_metrics_server_set_status(fa_metrics_server *s, const char *json, size_t len)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return FA_ERR_NOMEM;
+    memcpy(copy, json, len);
+    copy[len] = '\0';
+    pthread_mutex_lock(&s->lock);
+    free(s->status);
+    s->status = copy;
+    s->status_len = len;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
                              char *body, size_t len, enum MHD_ResponseMemoryMode mode)
@@ -407,6 +564,26 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (n + 1 < sizeof(why))
             why[n++] = '\n';
         return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain", why, n, MHD_RESPMEM_MUST_COPY);
+    }
+    {
+        int dash;
+        pthread_mutex_lock(&s->lock);
+        dash = s->dashboard;
+        pthread_mutex_unlock(&s->lock);
+        if (dash && !strcmp(url, "/dashboard"))
+            return dashboard_page(s, c);
+        if (dash && !strcmp(url, "/")) {
+            struct MHD_Response *r = MHD_create_response_from_buffer(
+                strlen("see /dashboard\n"), "see /dashboard\n", MHD_RESPMEM_PERSISTENT);
+            enum MHD_Result ret;
+            if (!r)
+                return MHD_NO;
+            MHD_add_response_header(r, "Location", "/dashboard");
+            MHD_add_response_header(r, "Content-Type", "text/plain");
+            ret = MHD_queue_response(c, MHD_HTTP_FOUND, r);
+            MHD_destroy_response(r);
+            return ret;
+        }
     }
     return reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10, MHD_RESPMEM_PERSISTENT);
 }
@@ -457,11 +634,13 @@ int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *
     s->m = m;
     s->ready = ready;
     s->ready_ctx = ready_ctx;
+    pthread_mutex_init(&s->lock, NULL);
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, &ss,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!s->daemon) {
+        pthread_mutex_destroy(&s->lock);
         free(s);
         return fa_errorf(err, FA_ERR_IO, "metrics: cannot listen on %s (in use?)", listen);
     }
@@ -481,5 +660,8 @@ void fa_metrics_server_stop(fa_metrics_server *s)
     if (!s)
         return;
     MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->lock);
+    sodium_memzero(s->credential, sizeof(s->credential));
+    free(s->status);
     free(s);
 }

@@ -3,7 +3,9 @@
  * A small thread-safe registry of counters, gauges and histograms (text
  * exposition format 0.0.4), served with /healthz and /readyz over plain
  * HTTP/1.1 (libmicrohttpd, its own thread) on a port separate from the
- * HTTP/3 API, for Prometheus and Kubernetes probes.
+ * HTTP/3 API, for Prometheus and Kubernetes probes; and, when enabled, the
+ * read-only dashboard (aggregator/dashboard.h) at /dashboard, rendered on
+ * request from the latest status snapshot that the server loop hands over.
  */
 #ifndef FA_METRICS_H
 #define FA_METRICS_H
@@ -55,5 +57,22 @@ int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *
                             fa_metrics_ready_fn ready, void *ready_ctx, fa_error *err);
 uint16_t fa_metrics_server_port(const fa_metrics_server *s);
 void fa_metrics_server_stop(fa_metrics_server *s);
+
+/* Serves the dashboard: GET /dashboard (text/html, no script allowed by its
+ * Content-Security-Policy), and GET / redirects there (302).  Off (404)
+ * until called.  With a non-empty username the dashboard, and only it,
+ * needs HTTP basic authentication with that user name and password
+ * (compared in constant time, as BLAKE2b digests of both: the password
+ * itself is not kept); /metrics, /healthz and /readyz stay open.
+ * Thread-safe.  Returns 0, FA_ERR_INVAL (a password without a user name,
+ * or the reverse) or FA_ERR_CRYPTO (libsodium failed to start). */
+int fa_metrics_server_dashboard(fa_metrics_server *s, const char *username, const char *password,
+                                fa_error *err);
+
+/* Thread-safe: replaces the status document (fa_fed_admin_json "status")
+ * the dashboard shows; a copy is kept.  Until the first call the page says
+ * that the status is not available yet.  Returns 0 or FA_ERR_NOMEM (the
+ * previous snapshot stays). */
+int fa_metrics_server_set_status(fa_metrics_server *s, const char *json, size_t len);
 
 #endif

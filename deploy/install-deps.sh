@@ -21,6 +21,7 @@ curl python3 iproute2
 python3-yaml systemd
 python3-torch python3-numpy
 prometheus
+chromium
 dataset-fashion-mnist
 "
 

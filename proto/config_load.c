@@ -233,6 +233,7 @@ static const char *const path_fields[] = {
     "fedagg.WorkerConfig.state_dir",
     "fedagg.WorkerConfig.aggregator_public_key_file",
     "fedagg.WorkerConfig.metrics_file",
+    "fedagg.DashboardConfig.password_file",
     NULL,
 };
 

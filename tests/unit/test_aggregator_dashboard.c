@@ -8,11 +8,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "aggregator/dashboard.h"
+#include "aggregator/metrics.h"
 
 #define NOW 1790000000000ull /* unix ms */
 
@@ -238,6 +242,98 @@ static void test_bad_documents_refused(void **state)
     free(html);
 }
 
+/* GET path on 127.0.0.1:port with an optional Authorization header value;
+ * the whole response (status line, headers, body). */
+static char *http_get(uint16_t port, const char *path, const char *auth)
+{
+    struct sockaddr_in a = {0};
+    size_t cap = 1 << 20, n = 0;
+    char req[512], *buf = calloc(1, cap);
+    ssize_t r;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: close\r\n\r\n",
+             path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
+    assert_true(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+    while ((r = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    close(fd);
+    return buf;
+}
+
+/* Served by the metrics server: off until enabled, the snapshot as a page,
+ * basic authentication for the page only. */
+static void test_served_on_the_metrics_port(void **state)
+{
+    fa_metrics *m;
+    fa_metrics_server *s;
+    fa_error err;
+    uint16_t port;
+    char *resp;
+
+    assert_int_equal(fa_metrics_new(&m, NULL), 0);
+    assert_int_equal(fa_metrics_server_start(&s, m, "127.0.0.1:0", NULL, NULL, &err), 0);
+    port = fa_metrics_server_port(s);
+    resp = http_get(port, "/dashboard", NULL);
+    assert_non_null(strstr(resp, "HTTP/1.1 404"));
+    free(resp);
+
+    assert_int_equal(fa_metrics_server_dashboard(s, "ops", NULL, &err), FA_ERR_INVAL);
+    assert_int_equal(fa_metrics_server_dashboard(s, NULL, NULL, &err), 0);
+    resp = http_get(port, "/", NULL);
+    assert_non_null(strstr(resp, "HTTP/1.1 302"));
+    assert_non_null(strstr(resp, "Location: /dashboard"));
+    free(resp);
+    resp = http_get(port, "/dashboard", NULL); /* no snapshot yet */
+    assert_non_null(strstr(resp, "HTTP/1.1 200"));
+    assert_non_null(strstr(resp, "id=\"unavailable\""));
+    free(resp);
+    assert_int_equal(fa_metrics_server_set_status(s, STATUS, strlen(STATUS)), 0);
+    resp = http_get(port, "/dashboard", NULL);
+    assert_non_null(strstr(resp, "HTTP/1.1 200"));
+    assert_non_null(strstr(resp, "Content-Type: text/html; charset=utf-8"));
+    assert_non_null(strstr(resp, "Content-Security-Policy: default-src 'none'"));
+    assert_non_null(strstr(resp, "<td class=\"region-id\">us-east</td>"));
+    free(resp);
+    /* a snapshot that is not JSON: the page says so, the server goes on */
+    assert_int_equal(fa_metrics_server_set_status(s, "{oops", 5), 0);
+    resp = http_get(port, "/dashboard", NULL);
+    assert_non_null(strstr(resp, "HTTP/1.1 200"));
+    assert_non_null(strstr(resp, "status JSON at line 1"));
+    free(resp);
+    assert_int_equal(fa_metrics_server_set_status(s, STATUS, strlen(STATUS)), 0);
+
+    /* ops:s3cret is b3BzOnMzY3JldA== */
+    assert_int_equal(fa_metrics_server_dashboard(s, "ops", "s3cret", &err), 0);
+    resp = http_get(port, "/dashboard", NULL);
+    assert_non_null(strstr(resp, "HTTP/1.1 401"));
+    assert_non_null(strstr(resp, "WWW-Authenticate: Basic realm=\"fedagg dashboard\""));
+    assert_null(strstr(resp, "region-id"));
+    free(resp);
+    resp = http_get(port, "/dashboard", "Basic b3BzOnMzY3JldEE="); /* ops:s3cretA */
+    assert_non_null(strstr(resp, "HTTP/1.1 401"));
+    free(resp);
+    resp = http_get(port, "/dashboard", "Basic b3BzOg=="); /* ops: */
+    assert_non_null(strstr(resp, "HTTP/1.1 401"));
+    free(resp);
+    resp = http_get(port, "/dashboard", "Basic !!!");
+    assert_non_null(strstr(resp, "HTTP/1.1 401"));
+    free(resp);
+    resp = http_get(port, "/dashboard", "Basic b3BzOnMzY3JldA==");
+    assert_non_null(strstr(resp, "HTTP/1.1 200"));
+    assert_non_null(strstr(resp, "<td class=\"region-id\">eu-west</td>"));
+    free(resp);
+    resp = http_get(port, "/metrics", NULL); /* Prometheus needs no password */
+    assert_non_null(strstr(resp, "HTTP/1.1 200"));
+    free(resp);
+    fa_metrics_server_stop(s);
+    fa_metrics_del(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_accuracy_from_attempts),
         cmocka_unit_test(test_long_history),
         cmocka_unit_test(test_bad_documents_refused),
+        cmocka_unit_test(test_served_on_the_metrics_port),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
