@@ -15,6 +15,7 @@
 #include "common/fa_file.h"
 #include "proto/config_check.h"
 #include "proto/textformat.h"
+#include "tools/admin_client.h"
 
 const char fa_cmd_config_help[] =
     "check, print (annotated defaults), encode and decode config files";
@@ -32,11 +33,14 @@ static const char usage_text[] =
     "  encode --type T           text format on stdin -> binary protobuf on stdout\n"
     "  decode --type T           binary protobuf on stdin -> text format on stdout\n"
     "\n"
-    "T is `aggregator` (fedagg.AggregatorConfig) or `worker` (fedagg.WorkerConfig).\n"
+    "T is `aggregator` (fedagg.AggregatorConfig), `worker` (fedagg.WorkerConfig) or,\n"
+    "for check, print FILE, encode and decode, `operator` (fedagg.OperatorConfig: how\n"
+    "`fedagg status`, `watch`, `pause`... reach the admin API).\n"
     "`fedagg config COMMAND --help` describes a command.\n";
 
 static const char check_help[] =
-    "usage: fedagg config check FILE [--type aggregator|worker] [--syntax-only] [--no-files]\n"
+    "usage: fedagg config check FILE [--type aggregator|worker|operator] [--syntax-only]\n"
+    "                           [--no-files]\n"
     "\n"
     "Validates a config file.  Exit 0 and one line `FILE: OK (...)` when it is\n"
     "valid; otherwise exit 1 and every problem as FILE:LINE:COLUMN: message.\n"
@@ -48,7 +52,8 @@ static const char check_help[] =
     "files exist (paths are relative to FILE's directory) and that key files\n"
     "are not readable by group or others.\n"
     "\n"
-    "  --type T        aggregator or worker; guessed from the fields when omitted\n"
+    "  --type T        aggregator, worker or operator; aggregator or worker is\n"
+    "                  guessed from the fields when omitted\n"
     "  --syntax-only   check the text format only\n"
     "  --no-files      check meaning but not the file system (a config written\n"
     "                  for another machine)\n";
@@ -84,9 +89,12 @@ static int is_help(const char *a)
     return !strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help");
 }
 
-/* Common option parsing: --type T, flags; at most one positional FILE. */
+/* Common option parsing: --type T, flags; at most one positional FILE.
+ * --type operator (fedagg.OperatorConfig) is no fa_config_kind: its loader
+ * is the operator subcommands' own (tools/admin_client.h). */
 struct opts {
     fa_config_kind kind;
+    int operator_cfg;
     const char *file;
     int defaults, syntax_only, no_files;
 };
@@ -108,7 +116,8 @@ static int parse_opts(int argc, char **argv, const char *help, int allow_file, i
                 return 2;
             }
             o->kind = fa_config_kind_from_name(v);
-            if (o->kind == FA_CONFIG_UNKNOWN) {
+            o->operator_cfg = !strcmp(v, "operator");
+            if (o->kind == FA_CONFIG_UNKNOWN && !o->operator_cfg) {
                 fprintf(stderr, "fedagg config: unknown --type '%s' (aggregator or worker)\n", v);
                 return 2;
             }
@@ -139,9 +148,17 @@ static void print_diags(const fa_diags *d)
     }
 }
 
-static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind kind, int syntax)
+static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind kind, int syntax,
+                    int operator_cfg)
 {
-    if (syntax) {
+    if (operator_cfg) {
+        const Fedagg__OperatorConfig *c = (const Fedagg__OperatorConfig *)m;
+        if (syntax)
+            printf("%s: OK (operator config, syntax only)\n", file);
+        else
+            printf("%s: OK (operator config: aggregator %s, certificate %s)\n", file,
+                   c->aggregator, c->tls->cert_file);
+    } else if (syntax) {
         printf("%s: OK (%s config, syntax only)\n", file, fa_config_kind_name(kind));
     } else if (kind == FA_CONFIG_AGGREGATOR) {
         const Fedagg__AggregatorConfig *c = (const Fedagg__AggregatorConfig *)m;
@@ -157,6 +174,46 @@ static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind 
     }
 }
 
+/* Loads an operator config as `check` does; prints the problems.  Returns 0 or 1. */
+static int load_operator(const struct opts *o, unsigned flags, ProtobufCMessage **m)
+{
+    fa_diags *d = NULL;
+    fa_error err = {0};
+    Fedagg__OperatorConfig *c = NULL;
+    int rc;
+
+    *m = NULL;
+    if (fa_diags_new(&d) != 0) {
+        fprintf(stderr, "fedagg config: out of memory\n");
+        return 1;
+    }
+    if (flags & FA_CONFIG_SYNTAX_ONLY) {
+        uint8_t *text = NULL;
+        size_t len = 0;
+        fa_textformat_parse_opts po = {0};
+        po.filename = o->file;
+        po.diags = d;
+        rc = fa_file_read_all(o->file, &text, &len, FA_CONFIG_MAX_BYTES, &err);
+        if (rc == 0)
+            rc = fa_textformat_parse_ex(&fedagg__operator_config__descriptor, (const char *)text,
+                                        len, &po, m, &err);
+        free(text);
+    } else {
+        rc = fa_admin_config_load(o->file, (flags & FA_CONFIG_NO_FILES) != 0, &c, d, &err);
+        *m = c ? &c->base : NULL;
+    }
+    if (rc != 0) {
+        print_diags(d);
+        if (fa_diags_count(d) == 0)
+            fprintf(stderr, "%s\n", fa_error_msg(&err, rc));
+        else if (rc == FA_ERR_PARSE || rc == FA_ERR_INVAL)
+            fprintf(stderr, "%s: %zu error%s (operator config)\n", o->file, fa_diags_count(d),
+                    fa_diags_count(d) == 1 ? "" : "s");
+    }
+    fa_diags_del(d);
+    return rc == 0 ? 0 : 1;
+}
+
 /* Loads FILE as `check` does; prints the problems.  Returns 0 or 1. */
 static int load(const struct opts *o, unsigned flags, ProtobufCMessage **m, fa_config_kind *kind)
 {
@@ -168,6 +225,8 @@ static int load(const struct opts *o, unsigned flags, ProtobufCMessage **m, fa_c
 
     *m = NULL;
     *kind = o->kind;
+    if (o->operator_cfg)
+        return load_operator(o, flags, m);
     if (*kind == FA_CONFIG_UNKNOWN) {
         /* guess from the content, so that the message can say so */
         if (fa_file_read_all(o->file, &text, &len, FA_CONFIG_MAX_BYTES, &err) != 0) {
@@ -218,7 +277,7 @@ static int cmd_check(int argc, char **argv)
               (o.syntax_only ? FA_CONFIG_SYNTAX_ONLY : 0) | (o.no_files ? FA_CONFIG_NO_FILES : 0),
               &m, &kind);
     if (rc == 0) {
-        summary(o.file, m, kind, o.syntax_only);
+        summary(o.file, m, kind, o.syntax_only, o.operator_cfg);
         protobuf_c_message_free_unpacked(m, NULL);
     }
     return rc;
@@ -252,7 +311,10 @@ static int cmd_print(int argc, char **argv)
         }
         if (o.kind == FA_CONFIG_UNKNOWN) {
             fprintf(stderr, "fedagg config print: --defaults needs --type aggregator or --type "
-                            "worker\n");
+                            "worker%s\n",
+                    o.operator_cfg ? " (an operator config is aggregator, tls and timeout_ms: "
+                                     "see `fedagg status --help`)"
+                                   : "");
             return 2;
         }
         if (fa_config_example(o.kind, &text, &len, &err) != 0) {
@@ -333,12 +395,12 @@ static int cmd_encode(int argc, char **argv, int decode)
 
     if (rc >= 0)
         return rc;
-    if (o.kind == FA_CONFIG_UNKNOWN) {
-        fprintf(stderr, "fedagg config %s: --type aggregator or --type worker is required\n",
+    if (o.kind == FA_CONFIG_UNKNOWN && !o.operator_cfg) {
+        fprintf(stderr, "fedagg config %s: --type aggregator, worker or operator is required\n",
                 decode ? "decode" : "encode");
         return 2;
     }
-    d = fa_config_descriptor(o.kind);
+    d = o.operator_cfg ? &fedagg__operator_config__descriptor : fa_config_descriptor(o.kind);
     if (read_stdin(&in, &len) != 0)
         return 1;
     rc = 1;
