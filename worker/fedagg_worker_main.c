@@ -29,7 +29,8 @@
  *
  * Progress goes to stderr as one logfmt line per event.  The worker exits 0
  * when the federation has finished (or after `rounds` rounds), 1 on a fatal
- * error (bad config, refused certificate, mismatched model).
+ * error (bad config, refused certificate, mismatched model, an audit-log
+ * ALARM: worker/round_client.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -628,6 +629,19 @@ static int command(struct worker *w, uint64_t cmd, fa_error *err)
 
 /* Rank 0: downloads the current global model when it is not the one held
  * (within timeout_ms). */
+/* Rank 0: after an audit-log ALARM the round client refuses everything
+ * (round_client.h) and the region stops with it, the alarm exported in the
+ * metrics file.  Returns FA_ERR_VERIFY with the alarm in err, or 0. */
+static int stop_on_alarm(struct worker *w, fa_error *err)
+{
+    const char *why;
+    if (!fa_round_client_alarmed(w->rc, &why))
+        return 0;
+    w->metrics.model_alarm = 1;
+    write_metrics(w);
+    return fa_errorf(err, FA_ERR_VERIFY, "%s", why);
+}
+
 static int get_global(struct worker *w, const Fedagg__FederationInfo *info, uint32_t timeout_ms,
                       fa_error *err)
 {
@@ -639,6 +653,8 @@ static int get_global(struct worker *w, const Fedagg__FederationInfo *info, uint
         return 0;
     NETWORK_WAIT(
         fa_round_client_fetch_model_within(w->rc, w->model_path, timeout_ms, &v, sha, err));
+    if (rc != 0 && stop_on_alarm(w, err) != 0)
+        w->load_fatal = 1;
     if (rc == 0)
         rc = load_global(w, w->model_path, info, err);
     if (rc != 0)
@@ -1036,7 +1052,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             final_evaluation(w, info);
             write_metrics(w);
             fedagg__federation_info__free_unpacked(info, NULL);
-            return 0;
+            return stop_on_alarm(w, err);
         }
         if (w->cfg->federation_id && strcmp(info->federation_id, w->cfg->federation_id) != 0) {
             rc = fa_errorf(err, FA_ERR_INVAL,
@@ -1197,7 +1213,7 @@ static int leader_loop(struct worker *w, fa_error *err)
                 fedagg__federation_info__free_unpacked(info, NULL);
                 fa_log(FA_LOG_INFO, "configured number of rounds done", "rounds=%" PRIu64,
                        rounds_done);
-                return 0;
+                return stop_on_alarm(w, err);
             }
         } else if (rc == FA_ERR_REPLAY) {
             char q[600];
@@ -1208,10 +1224,15 @@ static int leader_loop(struct worker *w, fa_error *err)
             /* A new attempt of the same round may take this region again.
              * Not at once: whatever refused us may still hold (never spin). */
             last_attempt = UINT32_MAX;
+            if (out.model_stale) /* trained from another model: get it again */
+                w->have_version = w->delta_version = UINT64_MAX;
             sleep_ms(250);
         } else if (rc == FA_ERR_TLS || rc == FA_ERR_AUTH) {
             fedagg__federation_info__free_unpacked(info, NULL);
             return rc;
+        } else if (stop_on_alarm(w, err) != 0) {
+            fedagg__federation_info__free_unpacked(info, NULL);
+            return FA_ERR_VERIFY;
         } else {
             w->metrics.round_failures_total++;
             write_metrics(w);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "crypto/checkpoint.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
+#include "crypto/wire.h"
 #include "secagg.pb-c.h"
 #include "transport/h3.h"
 #include "worker/eval_report.h"
@@ -50,6 +52,12 @@ struct fa_round_client {
     int have_model;
     uint64_t model_version;
     uint8_t model_sha[32];
+    /* The key FederationInfo announced last (checkpoints, when none is
+     * pinned), and the audit-log alarm, once raised. */
+    int have_announced;
+    uint8_t announced_pk[32];
+    int alarmed;
+    char alarm[600];
 };
 
 static void sleep_ms(uint64_t ms)
@@ -275,6 +283,10 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
             fa_h3_response_free(&resp);
             if (!*info)
                 return fa_errorf(err, FA_ERR_PROTOCOL, "GET /v1/federation: undecodable answer");
+            if ((*info)->aggregator_public_key.len == 32) {
+                memcpy(rc->announced_pk, (*info)->aggregator_public_key.data, 32);
+                rc->have_announced = 1;
+            }
             return 0;
         }
         if (r == 0) {
@@ -293,6 +305,519 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
             return fa_errorf(err, FA_ERR_TIMEOUT, "aggregator unreachable for %u ms", timeout_ms);
         sleep_ms(backoff_ms(tries++));
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The signed log, as this region follows it (round_client.h)               */
+/* ------------------------------------------------------------------------ */
+
+/* err's message prefixed with the printf-style text, under code: a refusal
+ * of a lower layer restated as what it means here. */
+static int restate(fa_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int restate(fa_error *err, int code, const char *fmt, ...)
+{
+    char prefix[256], old[sizeof(err->msg)];
+    va_list ap;
+
+    if (!err)
+        return code;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof(prefix), fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof(old));
+    return fa_errorf(err, code, "%s: %s", prefix, old);
+}
+
+/* One line of text at *p (before end) into buf without its newline;
+ * returns its length, or -1 at the end or for a line longer than cap - 1. */
+static int next_line(const char **p, const char *end, char *buf, size_t cap)
+{
+    const char *nl;
+    size_t n;
+
+    if (*p >= end)
+        return -1;
+    nl = memchr(*p, '\n', (size_t)(end - *p));
+    n = nl ? (size_t)(nl - *p) : (size_t)(end - *p);
+    if (n >= cap)
+        return -1;
+    memcpy(buf, *p, n);
+    buf[n] = '\0';
+    *p += n + (nl != NULL);
+    return (int)n;
+}
+
+/* The text of GET /v1/audit/consistency (aggregator/audit_log.h
+ * fa_audit_log_prove_consistency) for old -> size: its hashes into proof. */
+static int parse_consistency(const char *text, size_t len, uint64_t old, uint64_t size,
+                             uint8_t *proof, size_t *n, fa_error *err)
+{
+    const char *p = text, *end = text + len;
+    char line[128];
+    uint64_t o = 0, s = 0;
+    char extra;
+
+    *n = 0;
+    if (next_line(&p, end, line, sizeof(line)) < 0 ||
+        strcmp(line, "fedagg-audit-consistency v1") != 0 ||
+        next_line(&p, end, line, sizeof(line)) < 0 ||
+        sscanf(line, "old %" SCNu64 "%c", &o, &extra) != 1 ||
+        next_line(&p, end, line, sizeof(line)) < 0 ||
+        sscanf(line, "size %" SCNu64 "%c", &s, &extra) != 1)
+        return fa_errorf(err, FA_ERR_PROTOCOL, "consistency proof: malformed header");
+    if (o != old || s != size)
+        return fa_errorf(err, FA_ERR_PROTOCOL,
+                         "consistency proof: from %" PRIu64 " to %" PRIu64
+                         " records, %" PRIu64 " to %" PRIu64 " asked",
+                         o, s, old, size);
+    for (int l; (l = next_line(&p, end, line, sizeof(line))) >= 0;) {
+        size_t got = 0;
+        if (l == 0 && p >= end)
+            break;
+        if (*n >= FA_MERKLE_MAX_PROOF || strncmp(line, "hash ", 5) != 0 ||
+            sodium_base642bin(proof + *n * FA_MERKLE_HASH_LEN, FA_MERKLE_HASH_LEN, line + 5,
+                              strlen(line + 5), NULL, &got, NULL,
+                              sodium_base64_VARIANT_ORIGINAL) != 0 ||
+            got != FA_MERKLE_HASH_LEN)
+            return fa_errorf(err, FA_ERR_PROTOCOL, "consistency proof: malformed hash line %zu",
+                             *n + 1);
+        (*n)++;
+    }
+    return 0;
+}
+
+int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *trusted,
+                              const char *note, size_t note_len, const char *consistency,
+                              size_t consistency_len, fa_checkpoint *next, fa_error *err)
+{
+    uint8_t proof[FA_MERKLE_MAX_PROOF * FA_MERKLE_HASH_LEN];
+    fa_checkpoint cp;
+    size_t n = 0;
+    int r = fa_checkpoint_open(note, note_len, key, &cp, err);
+
+    if (r == FA_ERR_PARSE)
+        return restate(err, FA_ERR_PROTOCOL, "the latest checkpoint is malformed");
+    if (r != 0)
+        return restate(err, FA_ERR_VERIFY,
+                       "the latest checkpoint is not signed by the aggregator key this region "
+                       "trusts");
+    if (trusted && strcmp(trusted->origin, cp.origin) != 0)
+        return fa_errorf(err, FA_ERR_VERIFY,
+                         "the checkpoint is of log \"%s\", this region follows \"%s\"", cp.origin,
+                         trusted->origin);
+    if (trusted && cp.size < trusted->size)
+        return fa_errorf(err, FA_ERR_VERIFY,
+                         "the log shrank: its latest checkpoint signs %" PRIu64
+                         " records, this region verified one of %" PRIu64
+                         " before: records were removed (a rolled-back log)",
+                         cp.size, trusted->size);
+    if (trusted && trusted->size > 0 && cp.size == trusted->size &&
+        sodium_memcmp(cp.root, trusted->root, FA_MERKLE_HASH_LEN) != 0)
+        return fa_errorf(err, FA_ERR_VERIFY,
+                         "two signed checkpoints of %" PRIu64
+                         " records with different roots: the log forked",
+                         cp.size);
+    if (trusted && trusted->size > 0 && cp.size > trusted->size) {
+        if (!consistency)
+            return fa_errorf(err, FA_ERR_PROTOCOL,
+                             "no consistency proof from %" PRIu64 " to %" PRIu64 " records",
+                             trusted->size, cp.size);
+        if ((r = parse_consistency(consistency, consistency_len, trusted->size, cp.size, proof,
+                                   &n, err)) != 0)
+            return r;
+        if (fa_merkle_verify_consistency(trusted->size, cp.size, trusted->root, cp.root, proof,
+                                         n) != 0)
+            return fa_errorf(err, FA_ERR_VERIFY,
+                             "the consistency proof from %" PRIu64 " to %" PRIu64
+                             " records does not verify: the log this region verified is not a "
+                             "prefix of the one it is shown now (a forked or rewritten log)",
+                             trusted->size, cp.size);
+    }
+    *next = cp;
+    return 0;
+}
+
+int fa_round_client_check_model(const fa_note_verifier *key, const fa_checkpoint *trusted,
+                                const fa_audit_answers *a, uint64_t version,
+                                const uint8_t model_sha256[32], fa_checkpoint *next,
+                                fa_error *err)
+{
+    uint64_t t = trusted ? trusted->size : 0;
+    Fedagg__AuditRecord *rec = NULL;
+    fa_proof_bundle b;
+    fa_checkpoint cp, bcp;
+    char got[17], want[17];
+    int r;
+
+    memset(&b, 0, sizeof(b));
+    if (a->record) {
+        if ((r = fa_proof_bundle_parse(a->record, a->record_len, &b, err)) != 0) {
+            r = restate(err, FA_ERR_PROTOCOL, "the record of version %" PRIu64, version);
+            goto out;
+        }
+        r = fa_round_client_check_log(key, trusted, b.checkpoint, b.checkpoint_len, a->consistency,
+                                      a->consistency_len, &cp, err);
+    } else if (a->checkpoint) {
+        r = fa_round_client_check_log(key, trusted, a->checkpoint, a->checkpoint_len,
+                                      a->consistency, a->consistency_len, &cp, err);
+    } else {
+        r = t > 0 ? fa_errorf(err, FA_ERR_VERIFY,
+                              "the aggregator shows no signed checkpoint, but this region "
+                              "verified one of %" PRIu64 " records: the log was removed",
+                              t)
+                  : fa_errorf(err, FA_ERR_AGAIN, "the aggregator has no signed checkpoint yet");
+        goto out;
+    }
+    if (r != 0)
+        goto out;
+    if (!a->record) {
+        /* Version 0 is the genesis: a new log signs its empty tree. */
+        if (version == 0 && cp.size == 0)
+            *next = cp;
+        else if (version == 0)
+            r = fa_errorf(err, FA_ERR_REPLAY,
+                          "version 0 is not the latest model: the log holds %" PRIu64 " records",
+                          cp.size);
+        else
+            r = fa_errorf(err, FA_ERR_AGAIN,
+                          "the signed log (%" PRIu64 " records) does not record version %" PRIu64
+                          " yet",
+                          cp.size, version);
+        goto out;
+    }
+    if ((r = fa_proof_bundle_verify(&b, key, &bcp, err)) != 0) {
+        r = restate(err, FA_ERR_VERIFY,
+                    "the record of version %" PRIu64 " is not in the signed log", version);
+        goto out;
+    }
+    rec = fedagg__audit_record__unpack(NULL, b.record_len, b.record);
+    if (!rec) {
+        r = fa_errorf(err, FA_ERR_PROTOCOL, "the record of version %" PRIu64 " does not decode",
+                      version);
+        goto out;
+    }
+    if (rec->new_version != version) {
+        r = fa_errorf(err, FA_ERR_PROTOCOL,
+                      "asked for the record of version %" PRIu64 ", got one of version %" PRIu64,
+                      version, rec->new_version);
+        goto out;
+    }
+    sodium_bin2hex(got, sizeof(got), model_sha256, 8);
+    if (rec->new_model_sha256.len != 32 ||
+        sodium_memcmp(rec->new_model_sha256.data, model_sha256, 32) != 0) {
+        snprintf(want, sizeof(want), "(none)");
+        if (rec->new_model_sha256.len == 32)
+            sodium_bin2hex(want, sizeof(want), rec->new_model_sha256.data, 8);
+        r = fa_errorf(err, FA_ERR_VERIFY,
+                      "the signed log records version %" PRIu64 " as model %s..., this region was "
+                      "served model %s...: the aggregator serves it a model the log does not hold "
+                      "(model inconsistency)",
+                      version, want, got);
+        goto out;
+    }
+    if (b.index + 1 < t) {
+        r = fa_errorf(err, FA_ERR_VERIFY,
+                      "the model served (version %" PRIu64 ", record %" PRIu64
+                      ") is older than the latest of the %" PRIu64
+                      " records this region verified before: a rolled-back model",
+                      version, b.index, t);
+        goto out;
+    }
+    if (b.index + 1 < cp.size) {
+        r = fa_errorf(err, FA_ERR_REPLAY,
+                      "version %" PRIu64 " is not the latest model any more (record %" PRIu64
+                      " of %" PRIu64 ")",
+                      version, b.index, cp.size);
+        goto out;
+    }
+    *next = cp;
+    r = 0;
+out:
+    if (rec)
+        fedagg__audit_record__free_unpacked(rec, NULL);
+    fa_proof_bundle_free(&b);
+    return r;
+}
+
+int fa_round_client_alarmed(const fa_round_client *rc, const char **why)
+{
+    if (why)
+        *why = rc->alarmed ? rc->alarm : NULL;
+    return rc->alarmed;
+}
+
+/* The key the checkpoints must be signed with: the pinned one, else the one
+ * pinned on first use (state_dir/audit.key), else the one FederationInfo
+ * announces (*tofu = 1: the caller pins it once it verified something). */
+static int audit_key(fa_round_client *rc, fa_note_verifier *v, int *tofu, fa_error *err)
+{
+    char path[4096];
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int r;
+
+    *tofu = 0;
+    if (rc->have_pinned) {
+        *v = rc->pinned;
+        return 0;
+    }
+    memset(v, 0, sizeof(*v));
+    snprintf(path, sizeof(path), "%s/audit.key", rc->state_dir);
+    r = fa_file_read_all(path, &data, &len, 4096, NULL);
+    if (r == 0) {
+        r = fa_note_verifier_parse(v, data, len, err);
+        free(data);
+        return r == 0 ? 0 : fa_error_prefix(err, r, "%s", path);
+    }
+    if (!rc->have_announced)
+        return fa_errorf(err, FA_ERR_PROTOCOL,
+                         "the aggregator announces no checkpoint key, and none is configured "
+                         "(aggregator_public_key)");
+    memcpy(v->pk, rc->announced_pk, 32);
+    *tofu = 1;
+    return 0;
+}
+
+static int pin_key(fa_round_client *rc, const fa_note_verifier *v, fa_error *err)
+{
+    char path[4096], hex[2 * 32 + 2];
+    snprintf(path, sizeof(path), "%s/audit.key", rc->state_dir);
+    sodium_bin2hex(hex, 2 * 32 + 1, v->pk, 32);
+    hex[2 * 32] = '\n';
+    hex[2 * 32 + 1] = '\0';
+    fa_log(FA_LOG_INFO, "aggregator key pinned on first use", "file=%s key=%.16s...", path, hex);
+    return fa_file_write_atomic(path, hex, strlen(hex), 0600, err);
+}
+
+/* The last checkpoint this region verified (state_dir/audit.checkpoint):
+ * *have = 0 when there is none yet. */
+static int load_trusted(fa_round_client *rc, fa_checkpoint *cp, char **note, size_t *len,
+                        int *have, fa_error *err)
+{
+    char path[4096];
+    uint8_t *data = NULL;
+    int r;
+
+    *have = 0;
+    *note = NULL;
+    *len = 0;
+    snprintf(path, sizeof(path), "%s/audit.checkpoint", rc->state_dir);
+    r = fa_file_read_all(path, &data, len, FA_NOTE_MAX_LEN, err);
+    if (r == FA_ERR_NOTFOUND)
+        return 0;
+    if (r != 0)
+        return r;
+    if (fa_checkpoint_parse((const char *)data, *len, cp, NULL) != 0) {
+        free(data);
+        return fa_errorf(err, FA_ERR_CORRUPT,
+                         "%s is not a checkpoint: restore it, or remove it to trust the "
+                         "aggregator's next checkpoint on first use",
+                         path);
+    }
+    *note = (char *)data;
+    *have = 1;
+    return 0;
+}
+
+static int save_trusted(fa_round_client *rc, const char *note, size_t len, fa_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/audit.checkpoint", rc->state_dir);
+    return fa_file_write_atomic(path, note, len, 0600, err);
+}
+
+/* The alarm: logged, kept with its evidence (what this region trusted and
+ * what it was shown, all signed by the aggregator) in
+ * state_dir/audit-alarm.txt, and sticky. */
+static void raise_alarm(fa_round_client *rc, const char *why, const char *trusted,
+                        const fa_audit_answers *a)
+{
+    char path[4096], q[700];
+    fa_wbuf w;
+
+    rc->alarmed = 1;
+    snprintf(rc->alarm, sizeof(rc->alarm), "ALARM: %s", why);
+    snprintf(path, sizeof(path), "%s/audit-alarm.txt", rc->state_dir);
+    fa_log(FA_LOG_ERROR,
+           "ALARM: the aggregator's signed audit log does not check out; this region stops "
+           "contributing (an operator must look)",
+           "detail=%s evidence=%s", fa_log_quote(q, sizeof(q), why), path);
+    fa_wbuf_init(&w, 0);
+    fa_wbuf_raw(&w, "fedagg audit alarm\n", 19);
+    fa_wbuf_raw(&w, why, strlen(why));
+    fa_wbuf_raw(&w, "\n\n== the checkpoint this region trusted\n", 40);
+    if (trusted)
+        fa_wbuf_raw(&w, trusted, strlen(trusted));
+    if (a && a->record) {
+        fa_wbuf_raw(&w, "\n== GET /v1/audit/record\n", 25);
+        fa_wbuf_raw(&w, a->record, a->record_len);
+    }
+    if (a && a->checkpoint) {
+        fa_wbuf_raw(&w, "\n== GET /v1/audit/checkpoint\n", 29);
+        fa_wbuf_raw(&w, a->checkpoint, a->checkpoint_len);
+    }
+    if (a && a->consistency) {
+        fa_wbuf_raw(&w, "\n== GET /v1/audit/consistency\n", 30);
+        fa_wbuf_raw(&w, a->consistency, a->consistency_len);
+    }
+    if (!w.failed)
+        fa_file_write_atomic(path, w.p, w.len, 0600, NULL);
+    fa_wbuf_free(&w);
+}
+
+/* One GET of text: *status and, for 200, the body (malloc'ed, NUL-terminated). */
+static int get_text(fa_round_client *rc, const char *path, char **body, size_t *len, int *status,
+                    fa_error *err)
+{
+    fa_h3_client_req req = {0};
+    fa_h3_response resp;
+    int r;
+
+    *body = NULL;
+    *len = 0;
+    memset(&resp, 0, sizeof(resp));
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = SHORT_MS * 4;
+    req.idempotent = 1;
+    r = fa_h3_client_request(rc->h3, &req, &resp, err);
+    if (r != 0)
+        return fa_error_prefix(err, r, "GET %s", path);
+    *status = resp.status;
+    if (resp.status == 200) {
+        *body = malloc(resp.body_len + 1);
+        if (!*body) {
+            fa_h3_response_free(&resp);
+            return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        }
+        memcpy(*body, resp.body, resp.body_len);
+        (*body)[resp.body_len] = '\0';
+        *len = resp.body_len;
+    }
+    fa_h3_response_free(&resp);
+    return 0;
+}
+
+/* GET /v1/audit/consistency from the trusted size to `size`, when needed. */
+static int get_consistency(fa_round_client *rc, const fa_checkpoint *trusted, int have_trusted,
+                           uint64_t size, char **text, size_t *len, fa_error *err)
+{
+    char path[128];
+    int status = 0, r;
+
+    *text = NULL;
+    *len = 0;
+    if (!have_trusted || trusted->size == 0 || size <= trusted->size)
+        return 0;
+    snprintf(path, sizeof(path), "/v1/audit/consistency?from=%" PRIu64 "&to=%" PRIu64,
+             trusted->size, size);
+    if ((r = get_text(rc, path, text, len, &status, err)) != 0)
+        return r;
+    if (status != 200)
+        return fa_errorf(err, FA_ERR_HTTP, "GET %s: HTTP status %d", path, status);
+    return 0;
+}
+
+/* The checkpoint a proof bundle or a note holds, unverified: its size tells
+ * how far the consistency proof must reach. */
+static uint64_t note_size(const char *text, size_t len, int bundle)
+{
+    fa_checkpoint cp;
+    fa_proof_bundle b;
+    uint64_t n = 0;
+
+    if (!text)
+        return 0;
+    if (!bundle)
+        return fa_checkpoint_parse(text, len, &cp, NULL) == 0 ? cp.size : 0;
+    memset(&b, 0, sizeof(b));
+    if (fa_proof_bundle_parse(text, len, &b, NULL) == 0 && b.checkpoint &&
+        fa_checkpoint_parse(b.checkpoint, b.checkpoint_len, &cp, NULL) == 0)
+        n = cp.size;
+    fa_proof_bundle_free(&b);
+    return n;
+}
+
+/* The checkpoint note of a verified answer, to trust from now on. */
+static int trust_answer(fa_round_client *rc, const fa_audit_answers *a, fa_error *err)
+{
+    fa_proof_bundle b;
+    int r;
+
+    if (!a->record)
+        return save_trusted(rc, a->checkpoint, a->checkpoint_len, err);
+    memset(&b, 0, sizeof(b));
+    r = fa_proof_bundle_parse(a->record, a->record_len, &b, err);
+    if (r == 0)
+        r = save_trusted(rc, b.checkpoint, b.checkpoint_len, err);
+    fa_proof_bundle_free(&b);
+    return r;
+}
+
+/* Checks a downloaded model against the signed log (fa_round_client_check_model). */
+static int audit_model(fa_round_client *rc, uint64_t version, const uint8_t sha[32],
+                       fa_error *err)
+{
+    fa_note_verifier key;
+    fa_checkpoint trusted, next;
+    fa_audit_answers a;
+    char path[128], *tnote = NULL, *rec = NULL, *ckpt = NULL, *cons = NULL;
+    size_t tlen = 0, rlen = 0, clen = 0, nlen = 0;
+    int tofu = 0, have = 0, status = 0, r;
+
+    memset(&a, 0, sizeof(a));
+    if ((r = audit_key(rc, &key, &tofu, err)) != 0 ||
+        (r = load_trusted(rc, &trusted, &tnote, &tlen, &have, err)) != 0)
+        goto out;
+    snprintf(path, sizeof(path), "/v1/audit/record?version=%" PRIu64, version);
+    if ((r = get_text(rc, path, &rec, &rlen, &status, err)) != 0)
+        goto out;
+    if (status == 200) {
+        a.record = rec;
+        a.record_len = rlen;
+    } else if (status == 404) {
+        if ((r = get_text(rc, "/v1/audit/checkpoint", &ckpt, &clen, &status, err)) != 0)
+            goto out;
+        if (status != 200 && status != 404) {
+            r = fa_errorf(err, FA_ERR_HTTP, "GET /v1/audit/checkpoint: HTTP status %d", status);
+            goto out;
+        }
+        a.checkpoint = ckpt;
+        a.checkpoint_len = clen;
+    } else {
+        r = fa_errorf(err, FA_ERR_HTTP, "GET %s: HTTP status %d", path, status);
+        goto out;
+    }
+    r = get_consistency(rc, &trusted, have,
+                        a.record ? note_size(a.record, a.record_len, 1)
+                                 : note_size(a.checkpoint, a.checkpoint_len, 0),
+                        &cons, &nlen, err);
+    if (r != 0)
+        goto out;
+    a.consistency = cons;
+    a.consistency_len = nlen;
+    r = fa_round_client_check_model(&key, have ? &trusted : NULL, &a, version, sha, &next, err);
+    if (r == FA_ERR_VERIFY) {
+        raise_alarm(rc, err ? err->msg : "the audit log does not check out", tnote, &a);
+        r = fa_errorf(err, FA_ERR_VERIFY, "%s", rc->alarm);
+        goto out;
+    }
+    if (r != 0)
+        goto out;
+    if ((!have || next.size != trusted.size) && (r = trust_answer(rc, &a, err)) != 0)
+        goto out;
+    if (tofu && (r = pin_key(rc, &key, err)) != 0)
+        goto out;
+    fa_log(FA_LOG_INFO, "model proven in the signed audit log",
+           "version=%" PRIu64 " tree_size=%" PRIu64 " from_tree_size=%" PRIu64 "%s", version,
+           next.size, have ? trusted.size : 0, have ? "" : " first_use=1");
+out:
+    free(tnote);
+    free(rec);
+    free(ckpt);
+    free(cons);
+    return r;
 }
 
 struct sink {
@@ -362,9 +887,6 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         goto out;
     *version = strtoull(vh, NULL, 10);
     memcpy(sha256, got, 32);
-    rc->have_model = 1;
-    rc->model_version = *version;
-    memcpy(rc->model_sha, got, 32);
     fa_log(FA_LOG_INFO, "global model downloaded", "version=%" PRIu64 " bytes=%" PRIu64, *version,
            resp.body_received);
     goto out;
@@ -380,22 +902,33 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
 {
     uint64_t start = fa_time_mono_ns() / 1000000u;
 
+    if (rc->alarmed)
+        return fa_errorf(err, FA_ERR_VERIFY, "%s", rc->alarm);
     /* A download whose connection broke off (the aggregator restarted: its
      * stateless reset arrived mid-body) starts again from byte 0 on a fresh
      * connection at once, within the same time budget; the transport cannot
-     * resend it by itself once body bytes reached the file. */
+     * resend it by itself once body bytes reached the file.  So does one
+     * that the signed log shows superseded (a round completed meanwhile). */
     for (unsigned tries = 1;; tries++) {
         uint64_t used = fa_time_mono_ns() / 1000000u - start;
+        char q[600];
         int r = fetch_model_once(rc, path, used < timeout_ms ? (uint32_t)(timeout_ms - used) : 1,
                                  version, sha256, err);
-        if (r != FA_ERR_QUIC || tries >= 3 || fa_time_mono_ns() / 1000000u - start >= timeout_ms)
-            return r;
-        {
-            char q[600];
-            fa_log(FA_LOG_INFO, "model download broke off; downloading again",
-                   "attempt=%u error=%s", tries + 1,
-                   fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
+        if (r == 0)
+            r = audit_model(rc, *version, sha256, err);
+        if (r == 0) {
+            rc->have_model = 1;
+            rc->model_version = *version;
+            memcpy(rc->model_sha, sha256, 32);
+            return 0;
         }
+        if ((r != FA_ERR_QUIC && r != FA_ERR_REPLAY) || tries >= 3 ||
+            fa_time_mono_ns() / 1000000u - start >= timeout_ms)
+            return r;
+        fa_log(FA_LOG_INFO,
+               r == FA_ERR_QUIC ? "model download broke off; downloading again"
+                                : "the model moved on while it was checked; downloading again",
+               "attempt=%u error=%s", tries + 1, fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
     }
 }
 
@@ -892,7 +1425,9 @@ static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
 
 /* Checks the signed audit record of the round: signed by the aggregator's
  * key, this region among the participants with the commitment to exactly
- * the bytes it uploaded, and the new model digest it was told. */
+ * the bytes it uploaded, and the new model digest it was told; and that the
+ * log it is in extends the one this region verified before (which it then
+ * trusts): an inconsistency raises the alarm. */
 static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
                         const fa_secagg_client *c, const uint8_t model_sha[32], fa_error *err)
 {
@@ -900,22 +1435,17 @@ static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
     fa_h3_response resp;
     fa_proof_bundle b;
     fa_note_verifier v;
-    fa_checkpoint cp;
+    fa_checkpoint cp, trusted, next;
     Fedagg__AuditRecord *rec = NULL;
     uint8_t up[32];
-    char path[256];
-    int r, found = 0;
+    char path[256], *tnote = NULL, *cons = NULL;
+    size_t tlen = 0, clen = 0;
+    int r, found = 0, tofu = 0, have = 0;
 
     memset(&resp, 0, sizeof(resp));
     memset(&b, 0, sizeof(b));
-    if (rc->have_pinned) {
-        v = rc->pinned;
-    } else {
-        if (info->aggregator_public_key.len != 32)
-            return fa_errorf(err, FA_ERR_PROTOCOL, "the aggregator announces no checkpoint key");
-        memset(&v, 0, sizeof(v));
-        memcpy(v.pk, info->aggregator_public_key.data, 32);
-    }
+    if ((r = audit_key(rc, &v, &tofu, err)) != 0)
+        return r;
     snprintf(path, sizeof(path), "/v1/audit/proof?round=%" PRIu64 "&region=%s", info->round,
              rc->region_id);
     req.method = "GET";
@@ -958,11 +1488,35 @@ static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
                       info->round);
         goto out;
     }
+    /* The log this record is in must extend the one verified before. */
+    if ((r = load_trusted(rc, &trusted, &tnote, &tlen, &have, err)) != 0 ||
+        (r = get_consistency(rc, &trusted, have, cp.size, &cons, &clen, err)) != 0)
+        goto out;
+    r = fa_round_client_check_log(&v, have ? &trusted : NULL, b.checkpoint, b.checkpoint_len, cons,
+                                  clen, &next, err);
+    if (r == FA_ERR_VERIFY) {
+        fa_audit_answers a = {0};
+        a.record = (const char *)resp.body;
+        a.record_len = resp.body_len;
+        a.consistency = cons;
+        a.consistency_len = clen;
+        raise_alarm(rc, err ? err->msg : "the audit log does not check out", tnote, &a);
+        r = fa_errorf(err, FA_ERR_VERIFY, "%s", rc->alarm);
+        goto out;
+    }
+    if (r == 0 && (!have || next.size != trusted.size))
+        r = save_trusted(rc, b.checkpoint, b.checkpoint_len, err);
+    if (r == 0 && tofu)
+        r = pin_key(rc, &v, err);
+    if (r != 0)
+        goto out;
     fa_log(FA_LOG_INFO, "audit record proven",
            "round=%" PRIu64 " index=%" PRIu64 " tree_size=%" PRIu64, info->round, b.index, cp.size);
 out:
     if (rec)
         fedagg__audit_record__free_unpacked(rec, NULL);
+    free(tnote);
+    free(cons);
     fa_proof_bundle_free(&b);
     fa_h3_response_free(&resp);
     return r;
@@ -983,6 +1537,12 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     memset(out, 0, sizeof(*out));
     out->round = info->round;
     out->attempt = info->attempt;
+    if (rc->alarmed)
+        return fa_errorf(err, FA_ERR_VERIFY, "%s", rc->alarm);
+    if (info->aggregator_public_key.len == 32) {
+        memcpy(rc->announced_pk, info->aggregator_public_key.data, 32);
+        rc->have_announced = 1;
+    }
     fa_h3_client_get_stats(rc->h3, &s0);
     if (!info->quant)
         return fa_errorf(err, FA_ERR_PROTOCOL, "federation info without quantisation parameters");
@@ -1011,6 +1571,16 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     if (fa_round_client_has_saved(rc, info->round, info->attempt)) {
         size_t sd = 0;
         r = restore_attempt(rc, info->round, info->attempt, &c, &saved_delta, &sd, &weight, err);
+        if (r == FA_ERR_UNSUPPORTED) {
+            /* saved by an older fedagg: this attempt is lost to the region */
+            char q[600];
+            fa_log(FA_LOG_WARN, "saved attempt of an older format dropped; joining the next one",
+                   "round=%" PRIu64 " attempt=%u detail=%s", info->round, info->attempt,
+                   fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
+            fa_round_client_forget(rc);
+            r = fa_errorf(err, FA_ERR_REPLAY, "the saved attempt cannot be resumed");
+            goto out;
+        }
         if (r != 0)
             goto out;
         if (sd != info->num_params) {
@@ -1044,8 +1614,24 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         r = fa_secagg_client_advertise(c, &msg, &msg_len, err);
         if (r == 0)
             r = post_phase(rc, info, K_ADVERTISE, msg, msg_len, NULL, &ans, &ans_len, err);
+        /* refused, and the federation announces another model than the
+         * one this region trained from: it must download it again */
+        if (r == FA_ERR_REPLAY && info->model_sha256.len == 32 &&
+            sodium_memcmp(info->model_sha256.data, cfg.model_sha256, 32) != 0)
+            out->model_stale = 1;
         if (r == 0)
             r = fa_secagg_client_peer_list(c, ans, ans_len, fa_time_unix_ms(), err);
+        if (r == FA_ERR_VERIFY) {
+            /* A peer signed another model, or a PeerList the aggregator
+             * tampered with: nothing of this region's update has left. */
+            char q[600];
+            fa_log(FA_LOG_ERROR,
+                   "ALARM: the PeerList does not check out (a peer trained from another model, "
+                   "or the aggregator altered it); this attempt is refused before any share or "
+                   "masked byte leaves",
+                   "round=%" PRIu64 " attempt=%u detail=%s", info->round, info->attempt,
+                   fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
+        }
         free(msg);
         free(ans);
         msg = ans = NULL;

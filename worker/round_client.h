@@ -10,6 +10,8 @@
  *   POST .../consistency                  -> SurvivorSignatures (round 3)
  *   POST .../unmask                       -> RoundResult       (round 4)
  *   GET  /v1/audit/proof?round&region     the round's audit record, proven
+ *   GET  /v1/audit/record?version         the downloaded model's record, proven
+ *   GET  /v1/audit/consistency?from&to    the log only grew since it was last seen
  *   POST /v1/evaluations                  a signed federated-evaluation report
  *
  * Every request is a retry-safe resubmission: after a broken connection or an
@@ -23,6 +25,26 @@
  * directory before the first masked byte leaves, so a restarted worker
  * resumes that attempt with the same masks and the same input, never a
  * different input under the same masks.
+ *
+ * One model for every region (the model-inconsistency attack of Pasquini,
+ * Francati, Ateniese, CCS 2022: an aggregator serves one region a crafted
+ * model to isolate its update in the sum).  Two checks, both before any
+ * masked byte leaves:
+ *   - every downloaded model must be the new model of the latest record of
+ *     the signed audit log, reached from the last checkpoint this region
+ *     verified (state_dir/audit.checkpoint; the first one trusted on first
+ *     use) through a consistency proof, so that the aggregator cannot show
+ *     this region a forked or rolled-back log.  The checkpoints are signed by
+ *     the pinned aggregator key (WorkerConfig.aggregator_public_key) or, when
+ *     none is configured, by the key FederationInfo announced the first time,
+ *     which is then pinned (state_dir/audit.key).  A check that fails raises
+ *     an ALARM: logged (level=error), kept with its evidence in
+ *     state_dir/audit-alarm.txt, and from then on this client refuses to
+ *     download or take part (fa_round_client_alarmed): an operator must look;
+ *   - the round binds the digest of the model this region trained from
+ *     (crypto/secagg.h model_sha256) and refuses a PeerList in which a peer
+ *     signed another one (an ALARM line; the attempt is refused, the region
+ *     goes on with the next attempt, checked the same way).
  */
 #ifndef FA_WORKER_ROUND_CLIENT_H
 #define FA_WORKER_ROUND_CLIENT_H
@@ -32,6 +54,7 @@
 
 #include "common/fa_err.h"
 #include "config.pb-c.h"
+#include "crypto/checkpoint.h"
 #include "fedagg.pb-c.h"
 #include "model/tensors.h"
 
@@ -51,8 +74,12 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
                          fa_error *err);
 
 /* Downloads the current global model into path (atomically), checking its
- * SHA-256 against the fedagg-model-sha256 header.  Returns 0 with the version
- * and digest, or an error. */
+ * SHA-256 against the fedagg-model-sha256 header, and then that the signed
+ * audit log records it as the latest model (see above; a model that moved on
+ * meanwhile is downloaded again).  Returns 0 with the version and digest, or
+ * an error: FA_ERR_VERIFY with an ALARM (the client is then alarmed for good),
+ * FA_ERR_AGAIN when the log does not record the version yet (try later),
+ * FA_ERR_PROTOCOL, or a transport error. */
 int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
                                 uint8_t sha256[32], fa_error *err);
 
@@ -81,16 +108,29 @@ typedef struct fa_round_outcome {
     uint64_t leaf_index;
     uint64_t bytes_up, bytes_down;
     double phase_seconds[5]; /* advertise, shares, masked, consistency, unmask */
+    /* With FA_ERR_REPLAY: the aggregator refused the advertisement and
+     * announces another model than the one this region trained from: the
+     * caller downloads the model again (and trains anew) before the next
+     * attempt. */
+    int model_stale;
 } fa_round_outcome;
 
 /* Takes part in attempt (info->round, info->attempt) with the update
- * delta (d = info->num_params floats) weighted by weight in [0, 1].  When a
- * saved state of this very attempt exists (a restart), it is resumed and
- * delta may be NULL (the saved update and weight are used).
+ * delta (d = info->num_params floats) weighted by weight in [0, 1], trained
+ * from the model this client downloaded last when it is of
+ * info->model_version (else the one info announces: a caller that got the
+ * model another way).  When a saved state of this very attempt exists (a
+ * restart), it is resumed and delta may be NULL (the saved update and
+ * weight are used); a state saved by an older fedagg is dropped
+ * (FA_ERR_REPLAY: the region joins the next attempt).
  * Returns 0 when the round completed (out filled), FA_ERR_REPLAY when the
- * federation moved on or this region was left out (resynchronise),
+ * federation moved on or this region was left out (resynchronise; see
+ * out->model_stale), FA_ERR_VERIFY when a peer trained from another model
+ * (an ALARM line; nothing of the update left) or the client is alarmed,
  * FA_ERR_PROTOCOL when the aggregator's answers do not check out, or a
- * transport error after the retries. */
+ * transport error after the retries.  After the round, the round's record
+ * is proven and the log's growth checked (an inconsistency raises the
+ * alarm; the completed round stands). */
 int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info, const float *delta,
                         size_t d, double weight, fa_round_outcome *out, fa_error *err);
 
@@ -129,5 +169,62 @@ int fa_round_client_post_eval(fa_round_client *rc, uint64_t version, const uint8
 
 /* Removes every saved attempt state (for a worker that gives an attempt up). */
 void fa_round_client_forget(fa_round_client *rc);
+
+/* 1 when this client raised an audit-log ALARM (see above), with its
+ * message in *why (may be NULL; valid while rc lives): the region must stop
+ * contributing.  0 otherwise. */
+int fa_round_client_alarmed(const fa_round_client *rc, const char **why);
+
+/* ---------------------------------------------------------------------------
+ * The checks behind it, without I/O (for tests): what the aggregator
+ * answered, as received.
+ * ------------------------------------------------------------------------- */
+
+typedef struct fa_audit_answers {
+    /* GET /v1/audit/record?version=V: a proof bundle; NULL for 404 */
+    const char *record;
+    size_t record_len;
+    /* GET /v1/audit/checkpoint, asked when there is no record; NULL for 404 */
+    const char *checkpoint;
+    size_t checkpoint_len;
+    /* GET /v1/audit/consistency?from=T&to=N from the trusted checkpoint's
+     * size T to that of the checkpoint above, when 0 < T < N; else NULL */
+    const char *consistency;
+    size_t consistency_len;
+} fa_audit_answers;
+
+/* Whether a signed checkpoint `note` extends `trusted` (NULL or size 0: the
+ * first one, trusted on first use): signed by key (the signature line's key
+ * name must be the origin when key has no name), the same origin, no fewer
+ * records, the same root at the same size, and `consistency` (text of GET
+ * /v1/audit/consistency, needed when 0 < T < N) proving the old tree a
+ * prefix of the new.  *next receives the new checkpoint.  Returns 0,
+ * FA_ERR_VERIFY (an alarm: a bad signature, another log, a log that shrank
+ * or forked; err says which) or FA_ERR_PROTOCOL (a malformed or missing
+ * proof). */
+int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *trusted,
+                              const char *note, size_t note_len, const char *consistency,
+                              size_t consistency_len, fa_checkpoint *next, fa_error *err);
+
+/* Whether the model of `version` with digest model_sha256, downloaded, is
+ * the latest model of the signed log: the log checks out as
+ * fa_round_client_check_log says (with the record bundle's checkpoint, or
+ * a->checkpoint when there is no record), the record is in it and is of
+ * that version and digest, and it is the last record.  Version 0 with no
+ * record is the genesis: the log's checkpoint must sign the empty tree.
+ * *next receives the checkpoint to trust from now on.  Returns 0, or
+ *   FA_ERR_VERIFY    an alarm: the log does not check out, the record is not
+ *                    in it, the log records another model for this version
+ *                    (this region was served a model the log does not
+ *                    hold), or the model is older than a record this region
+ *                    verified before (rolled back)
+ *   FA_ERR_REPLAY    a later record exists (a round completed since the
+ *                    download): download again
+ *   FA_ERR_AGAIN     no record of this version yet, or no checkpoint
+ *   FA_ERR_PROTOCOL  a malformed answer, or the record of another version */
+int fa_round_client_check_model(const fa_note_verifier *key, const fa_checkpoint *trusted,
+                                const fa_audit_answers *a, uint64_t version,
+                                const uint8_t model_sha256[32], fa_checkpoint *next,
+                                fa_error *err);
 
 #endif

@@ -23,6 +23,7 @@ void fa_worker_metrics_init(fa_worker_metrics *m)
     m->privacy_epsilon = NAN;
     m->privacy_budget = NAN;
     m->privacy_exhausted = NAN;
+    m->model_alarm = 0; /* measured from the start: no alarm */
 }
 
 struct text {
@@ -163,6 +164,11 @@ int fa_worker_metrics_format(const fa_worker_metrics *m, const char *region, cha
            "Differential privacy: 1 when the next round would exceed the budget (the region no "
            "longer trains), else 0.",
            m->privacy_exhausted);
+    metric(&t, label, "fedagg_worker_model_alarm", "gauge",
+           "1 when this region stopped on an ALARM: the aggregator showed it a forked or "
+           "rolled-back audit log, or served it a model the log does not hold (round_client.h); "
+           "else 0.",
+           m->model_alarm);
     free(label);
     if (t.oom) {
         free(t.buf);

@@ -22,6 +22,8 @@
  *   fedagg_worker_privacy_budget               gauge    its budget, privacy.target_epsilon
  *   fedagg_worker_privacy_exhausted            gauge    1 when the next round would exceed it
  *                                                       (the region no longer trains), else 0
+ *   fedagg_worker_model_alarm                  gauge    1 when the region stopped on an audit-log
+ *                                                       ALARM (worker/round_client.h), else 0
  */
 #ifndef FA_WORKER_WORKER_METRICS_H
 #define FA_WORKER_WORKER_METRICS_H
@@ -46,6 +48,7 @@ typedef struct fa_worker_metrics {
     double privacy_epsilon;     /* NaN: no differential privacy */
     double privacy_budget;      /* NaN: no differential privacy */
     double privacy_exhausted;   /* NaN: no differential privacy; else 0 or 1 */
+    double model_alarm;         /* 0, or 1 once the round client raised an alarm */
 } fa_worker_metrics;
 
 /* Counters 0, gauges NaN. */
