@@ -233,11 +233,11 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
     snprintf(plain_cfg, sizeof(plain_cfg), "%s/e2e-plain.textproto", P->dir);
     snprintf(agg_log, sizeof(agg_log), "%s/logs/e2e-aggregator.log", P->dir);
     snprintf(plain_log, sizeof(plain_log), "%s/logs/e2e-plain.log", P->dir);
-    struct fa_rbench_agg a = {agg_cfg,      port_s,      mport_s, names,
-                              o->regions,   o->reps + 1, /* never finished (and drained) while
-                                                            measured */
-                              o->hidden,    o->n_hidden, E2E_OPT, E2E_QUANT,
-                              round_policy, "e2e-state", 0,       0};
+    struct fa_rbench_agg a = {agg_cfg,     port_s,      mport_s, names,     o->regions,
+                              o->reps + 1, /* never finished (and drained) while
+                                              measured */
+                              o->hidden,   o->n_hidden, E2E_OPT, E2E_QUANT, round_policy,
+                              "e2e-state", 0,           0,       NULL};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("e2e", "cannot write %s", agg_cfg);
         goto out;
@@ -255,7 +255,7 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
         snprintf(wpath, sizeof(wpath), "%s/e2e-worker-%s.textproto", P->dir, names[i]);
         snprintf(state, sizeof(state), "e2e-workers/%s", names[i]);
         if (fa_rbench_write_worker(wpath, names[i], port_s, names, o->regions, NULL,
-                                   "local_epochs: 1", state) != 0) {
+                                   "local_epochs: 1", state, NULL) != 0) {
             fa_rbench_json_error("e2e", "cannot write %s", wpath);
             goto out;
         }
@@ -545,7 +545,8 @@ static long rss_run(const struct opts *o, const struct fa_rbench_paths *P, char 
                               "min_regions: 2 " E2E_ROUND, /* 4 uploads at a time (the default) */
                               storage,
                               0,
-                              0};
+                              0,
+                              NULL};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("rss", "cannot write %s", cfg);
         goto out;
@@ -554,8 +555,8 @@ static long rss_run(const struct opts *o, const struct fa_rbench_paths *P, char 
         char state[64];
         snprintf(wpath, sizeof(wpath), "%s/rss%d-worker-%s.textproto", P->dir, n, names[i]);
         snprintf(state, sizeof(state), "rss%d-workers/%s", n, names[i]);
-        if (fa_rbench_write_worker(wpath, names[i], port, names, n, NULL, "local_epochs: 1",
-                                   state) != 0) {
+        if (fa_rbench_write_worker(wpath, names[i], port, names, n, NULL, "local_epochs: 1", state,
+                                   NULL) != 0) {
             fa_rbench_json_error("rss", "cannot write %s", wpath);
             goto out;
         }
@@ -793,7 +794,7 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
     snprintf(policy, sizeof(policy), "min_regions: 3 threshold: 2 %s", E2E_ROUND);
     struct fa_rbench_agg a = {
         cfg,   port,   mport,   names, 3, o->acc_rounds, (const uint32_t[]){256, 128}, 2, optimizer,
-        quant, policy, "state", 1,     0};
+        quant, policy, "state", 1,     0, NULL};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("accuracy", "cannot write %s", cfg);
         goto out;
@@ -807,7 +808,8 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
         snprintf(wlog[i], sizeof(wlog[i]), "%s/logs/worker-%s.log", dir, names[i]);
         snprintf(data, sizeof(data), "data/%s", names[i]);
         snprintf(state, sizeof(state), "worker-%s", names[i]);
-        if (fa_rbench_write_worker(wcfg[i], names[i], port, names, 3, data, trainer, state) != 0) {
+        if (fa_rbench_write_worker(wcfg[i], names[i], port, names, 3, data, trainer, state, NULL) !=
+            0) {
             fa_rbench_json_error("accuracy", "cannot write %s", wcfg[i]);
             goto out;
         }

@@ -98,6 +98,7 @@ struct fa_rbench_agg {
     const char *storage;   /* storage dir, relative to the config */
     int evaluation;
     int keep_versions; /* storage.keep_versions; 0 = 2 */
+    const char *extra; /* more of the config (e.g. a quic block), or NULL */
 };
 
 /* The region clients, threads of the bench: each runs one round of the mode
@@ -167,9 +168,11 @@ void fa_rbench_region_name(int i, char *out, size_t n);
 int fa_rbench_setup_dir(const struct fa_rbench_paths *P, const char *dir, char names[][32], int n,
                         double alpha, int seed);
 int fa_rbench_write_aggregator(const struct fa_rbench_agg *a);
-/* A worker config for region r (what the client threads load too). */
+/* A worker config for region r (what the client threads load too); extra:
+ * more of the config, or NULL. */
 int fa_rbench_write_worker(const char *path, const char *r, int port, char names[][32], int n,
-                           const char *data_dir, const char *trainer, const char *state_dir);
+                           const char *data_dir, const char *trainer, const char *state_dir,
+                           const char *extra);
 /* The clients of names[0..n) (config DIR/<prefix>-worker-<region>.textproto,
  * a synthetic delta of d floats each; plain_addr: the plain server to
  * connect to now, or NULL), then their threads.  0, or -1 after a JSON

@@ -253,6 +253,8 @@ int fa_rbench_write_aggregator(const struct fa_rbench_agg *a)
                 "evaluation { test_images: \"%s/t10k-images-idx3-ubyte.gz\" "
                 "test_labels: \"%s/t10k-labels-idx1-ubyte.gz\" }\n",
                 FA_FASHION_MNIST_DIR, FA_FASHION_MNIST_DIR);
+    if (a->extra)
+        fprintf(f, "%s\n", a->extra);
     fclose(f);
     rc = fa_rbench_write_text(a->path, t);
     free(t);
@@ -261,7 +263,8 @@ int fa_rbench_write_aggregator(const struct fa_rbench_agg *a)
 
 /* A worker config for region `r` (also what the bench's client threads load). */
 int fa_rbench_write_worker(const char *path, const char *r, int port, char names[][32], int n,
-                           const char *data_dir, const char *trainer, const char *state_dir)
+                           const char *data_dir, const char *trainer, const char *state_dir,
+                           const char *extra)
 {
     char *t = NULL;
     size_t len = 0;
@@ -295,6 +298,8 @@ int fa_rbench_write_worker(const char *path, const char *r, int port, char names
     fprintf(f, "trainer { builtin { %s } }\ndevice: CPU\nstate_dir: \"%s\"\n", trainer, state_dir);
     if (getenv("FEDAGG_BENCH_QLOG"))
         fprintf(f, "quic { qlog_dir: \"%s/%s\" }\n", getenv("FEDAGG_BENCH_QLOG"), r);
+    if (extra)
+        fprintf(f, "%s\n", extra);
     fclose(f);
     rc = fa_rbench_write_text(path, t);
     free(t);
