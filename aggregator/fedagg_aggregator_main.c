@@ -13,6 +13,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <malloc.h>
 #include <sodium.h>
 #include <pthread.h>
@@ -40,15 +41,17 @@
  * report, and at most FINISHED_MAX_MS. */
 #define FINISHED_QUIET_MS 10000
 #define FINISHED_MAX_MS 120000
-/* How often the dashboard's status snapshot is refreshed. */
-#define DASHBOARD_SNAPSHOT_MS 1000
+/* How often the status snapshot (the dashboard's page, the operator gauges)
+ * is refreshed. */
+#define SNAPSHOT_MS 1000
 
 struct app {
     fa_h3_server *srv;
     fa_fed *fed;
     fa_api *api;
+    fa_metrics *metrics;
     fa_metrics_server *msrv;    /* NULL without metrics_listen */
-    int dashboard;              /* the dashboard is served: keep its snapshot fresh */
+    int dashboard;              /* the dashboard is served: hand it the snapshots */
     uint64_t snapshot_at;       /* when the last snapshot was taken */
     uint64_t finished_at; /* when the rounds were done; 0 before */
     uint64_t quiet_since; /* the last change of the final version's reports */
@@ -74,8 +77,34 @@ static const char usage[] =
     "  --log-level LEVEL  overrides the config's log_level\n"
     "  --version          prints the version\n";
 
-/* Hands the dashboard the federation's status (the metrics server renders
- * it on its own thread; this thread only copies a string). */
+/* The operators' state as gauges, for the alerting rules
+ * (deploy/prometheus/): fedagg_paused and fedagg_region_drained{region},
+ * read from the status document (federation.h exports no metric of them). */
+static void operator_gauges(fa_metrics *m, const char *json)
+{
+    json_t *st = json_loads(json, 0, NULL), *rs, *r;
+    size_t i;
+
+    if (!st)
+        return;
+    fa_metrics_set(m, "fedagg_paused", NULL, json_is_true(json_object_get(st, "paused")) ? 1 : 0);
+    rs = json_object_get(st, "regions");
+    json_array_foreach(rs, i, r)
+    {
+        const char *id = json_string_value(json_object_get(r, "id"));
+        char labels[160] = "";
+        if (!id)
+            continue;
+        fa_metrics_label(labels, sizeof(labels), "region", id);
+        fa_metrics_set(m, "fedagg_region_drained", labels,
+                       json_is_true(json_object_get(r, "drained")) ? 1 : 0);
+    }
+    json_decref(st);
+}
+
+/* Takes the federation's status: the operator gauges, and the dashboard's
+ * snapshot (the metrics server renders it on its own thread; this thread
+ * only copies a string). */
 static void snapshot(struct app *a, uint64_t now)
 {
     char *json = NULL;
@@ -84,10 +113,12 @@ static void snapshot(struct app *a, uint64_t now)
     a->snapshot_at = now;
     fa_error_clear(&err);
     if (fa_fed_admin_json(a->fed, "status", now, &json, &err) != 0) {
-        fa_log(FA_LOG_DEBUG, "dashboard snapshot failed", "error=\"%s\"", err.msg);
+        fa_log(FA_LOG_DEBUG, "status snapshot failed", "error=\"%s\"", err.msg);
         return;
     }
-    fa_metrics_server_set_status(a->msrv, json, strlen(json));
+    operator_gauges(a->metrics, json);
+    if (a->dashboard)
+        fa_metrics_server_set_status(a->msrv, json, strlen(json));
     free(json);
 }
 
@@ -97,11 +128,12 @@ static void on_tick(fa_h3_server *srv, void *arg)
     uint64_t now = fa_time_mono_ns() / 1000000u;
 
     fa_api_tick(a->api);
-    if (a->dashboard && now - a->snapshot_at >= DASHBOARD_SNAPSHOT_MS)
+    if (now - a->snapshot_at >= SNAPSHOT_MS)
         snapshot(a, now);
     {
         char why[512] = "";
         int ok = fa_fed_ready(a->fed, now, why, sizeof(why));
+        fa_metrics_set(a->metrics, "fedagg_ready", NULL, ok ? 1 : 0);
         pthread_mutex_lock(&a->lock);
         a->ready = ok;
         snprintf(a->why, sizeof(a->why), "%s", why);
@@ -265,6 +297,15 @@ int main(int argc, char **argv)
                       NULL, 0, NULL);
     export_cert_expiry(metrics, cfg->tls->cert_file, "server");
     export_cert_expiry(metrics, cfg->tls->ca_file, "ca");
+    fa_metrics_define(metrics, "fedagg_ready", FA_METRIC_GAUGE,
+                      "1 when the aggregator can do its work (/readyz), else 0.", NULL, 0, NULL);
+    fa_metrics_define(metrics, "fedagg_paused", FA_METRIC_GAUGE,
+                      "1 while an operator has paused the federation (fedagg pause), else 0.",
+                      NULL, 0, NULL);
+    fa_metrics_define(metrics, "fedagg_region_drained", FA_METRIC_GAUGE,
+                      "1 while an operator has drained the region (fedagg drain), else 0.", NULL,
+                      0, NULL);
+    app.metrics = metrics;
     rc = fa_fed_open(&app.fed, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)
         goto fail;
@@ -312,9 +353,9 @@ int main(int argc, char **argv)
             if (rc != 0)
                 goto fail;
             app.dashboard = 1;
-            snapshot(&app, fa_time_mono_ns() / 1000000u);
         }
     }
+    snapshot(&app, fa_time_mono_ns() / 1000000u);
     {
         char why[512] = "";
         int ok = fa_fed_ready(app.fed, fa_time_mono_ns() / 1000000u, why, sizeof(why));
@@ -325,8 +366,8 @@ int main(int argc, char **argv)
            fa_h3_server_port(app.srv), cfg->metrics_listen,
            !app.dashboard ? "off"
            : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0]
-               ? "/dashboard (basic auth)"
-               : "/dashboard",
+               ? "password"
+               : "open",
            cfg->n_regions, cfg->federation_id);
     rc = fa_h3_server_run(app.srv, &err);
     set_ready(&app, 0, "stopping");
