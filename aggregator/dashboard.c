@@ -616,23 +616,29 @@ static void accuracy_chart(struct page *b, const json_t *st)
         putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>\n", ML,
              CW - MR, CH - MB, CH - MB);
     }
-    for (int k = 0; k < S_COUNT; k++) {
+    /* Federated first, as dashed lines and rings, so that a global point on
+     * the same spot (regions evaluating on the same public set) shows in it. */
+    for (int k = S_COUNT - 1; k >= 0; k--) {
+        int ring = k == S_FEDERATED;
         if (s[k].n == 0)
             continue;
         if (s[k].n > 1) {
             putf(b, "<polyline class=\"line\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
-                    "stroke-width=\"2\" points=\"",
-                 series_names[k], series_info[k].color);
+                    "stroke-width=\"2\"%s points=\"",
+                 series_names[k], series_info[k].color,
+                 ring ? " stroke-dasharray=\"6,4\"" : k == S_CENTRAL ? " stroke-dasharray=\"2,3\"" : "");
             for (size_t i = 0; i < s[k].n; i++)
                 putf(b, "%s%.1f,%.1f", i ? " " : "", X(s[k].p[i].version), Y(s[k].p[i].value));
             put(b, "\"/>\n");
         }
         for (size_t i = 0; i < s[k].n; i++)
             putf(b, "<circle class=\"point\" data-series=\"%s\" data-version=\"%.0f\" "
-                    "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\">"
-                    "<title>version %.0f, %s: %.2f%%</title></circle>\n",
+                    "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\" "
+                    "stroke=\"%s\" stroke-width=\"2\"><title>version %.0f, %s: %.2f%%</title>"
+                    "</circle>\n",
                  series_names[k], s[k].p[i].version, s[k].p[i].value, X(s[k].p[i].version),
-                 Y(s[k].p[i].value), series_info[k].color, s[k].p[i].version, series_names[k],
+                 Y(s[k].p[i].value), ring ? "5.5" : "3", ring ? "#fff" : series_info[k].color,
+                 series_info[k].color, s[k].p[i].version, series_names[k],
                  100 * s[k].p[i].value);
     }
 #undef X
