@@ -608,9 +608,14 @@ static void accuracy_chart(struct page *b, const json_t *st)
         double span = vmax - vmin, step = ceil(span / 10);
         if (step < 1)
             step = 1;
-        for (double v = ceil(vmin); v <= vmax + 1e-9; v += step)
+        /* at most 11 ticks, also where v + step == v (versions near 2^53) */
+        for (int t = 0; t <= 10; t++) {
+            double v = ceil(vmin) + step * t;
+            if (v > vmax + 1e-9)
+                break;
             putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(v),
                  CH - MB + 16, v);
+        }
         putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">model version</text>\n",
              ML + (CW - ML - MR) / 2, CH - 6);
         putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>\n", ML,
