@@ -176,8 +176,9 @@ static int budget_alloc(fa_privacy_budget **out, const char *federation, const c
         return rc;
     if (!federation || !*federation || !region || !*region || strlen(federation) >= ID_MAX ||
         strlen(region) >= ID_MAX)
-        return fa_errorf(err, FA_ERR_INVAL, "privacy budget: federation and region ids of 1 to "
-                                            "%d bytes needed",
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "privacy budget: federation and region ids of 1 to "
+                         "%d bytes needed",
                          ID_MAX - 1);
     b = calloc(1, sizeof(*b));
     if (!b)
@@ -223,8 +224,8 @@ static int seal_key(uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES],
 {
     if (sodium_init() < 0)
         return FA_ERR_CRYPTO;
-    return crypto_kdf_derive_from_key(key, crypto_aead_xchacha20poly1305_ietf_KEYBYTES,
-                                      KDF_SUBKEY, KDF_CONTEXT, identity_seed) == 0
+    return crypto_kdf_derive_from_key(key, crypto_aead_xchacha20poly1305_ietf_KEYBYTES, KDF_SUBKEY,
+                                      KDF_CONTEXT, identity_seed) == 0
                ? 0
                : FA_ERR_CRYPTO;
 }
@@ -302,7 +303,8 @@ static int restate(fa_privacy_budget *b, fa_error *err)
     fa_rdp_accountant *one = NULL;
     int rc;
 
-    if ((rc = check_spend(sp, err)) != 0 || (rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
+    if ((rc = check_spend(sp, err)) != 0 ||
+        (rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
         (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier, sp->steps,
                                             err)) != 0 ||
         (rc = epsilon_of(one, b->delta, &b->last.epsilon_round, err)) != 0) {
@@ -332,8 +334,9 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
     *out = NULL;
     p = r_raw(&r, sizeof(magic));
     if (!p || memcmp(p, magic, sizeof(magic)) != 0)
-        return fa_errorf(err, FA_ERR_CORRUPT, "not a sealed privacy accountant (no FAPRIVA1 "
-                                              "header)");
+        return fa_errorf(err, FA_ERR_CORRUPT,
+                         "not a sealed privacy accountant (no FAPRIVA1 "
+                         "header)");
     r_str(&r, fed, sizeof(fed));
     r_str(&r, reg, sizeof(reg));
     head_len = r.off;
@@ -447,13 +450,13 @@ int fa_privacy_budget_preview(const fa_privacy_budget *b, const fa_privacy_spend
     if ((rc = check_spend(sp, err)) != 0)
         return rc;
     if ((rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
-        (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier,
-                                            sp->steps, err)) != 0 ||
+        (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier, sp->steps,
+                                            err)) != 0 ||
         (rc = epsilon_of(one, b->delta, &er, err)) != 0 ||
         (rc = fa_rdp_accountant_new(&all, orders, n, err)) != 0 ||
         (rc = fa_rdp_accountant_compose_rdp(all, spent, n, 1, err)) != 0 ||
-        (rc = fa_rdp_accountant_compose_sgm(all, sp->sampling_rate, sp->noise_multiplier,
-                                            sp->steps, err)) != 0 ||
+        (rc = fa_rdp_accountant_compose_sgm(all, sp->sampling_rate, sp->noise_multiplier, sp->steps,
+                                            err)) != 0 ||
         (rc = epsilon_of(all, b->delta, &et, err)) != 0)
         goto out;
     if (eps_round)
@@ -525,9 +528,18 @@ double fa_privacy_budget_epsilon(const fa_privacy_budget *b)
     return e;
 }
 
-double fa_privacy_budget_target_epsilon(const fa_privacy_budget *b) { return b->epsilon; }
-double fa_privacy_budget_delta(const fa_privacy_budget *b) { return b->delta; }
-uint64_t fa_privacy_budget_rounds(const fa_privacy_budget *b) { return b->rounds; }
+double fa_privacy_budget_target_epsilon(const fa_privacy_budget *b)
+{
+    return b->epsilon;
+}
+double fa_privacy_budget_delta(const fa_privacy_budget *b)
+{
+    return b->delta;
+}
+uint64_t fa_privacy_budget_rounds(const fa_privacy_budget *b)
+{
+    return b->rounds;
+}
 uint64_t fa_privacy_budget_steps(const fa_privacy_budget *b)
 {
     return fa_rdp_accountant_steps(b->acc);

@@ -139,9 +139,15 @@ void fa_privacy_state_del(fa_privacy_state *s)
     free(s);
 }
 
-fa_privacy_budget *fa_privacy_state_budget(fa_privacy_state *s) { return s->budget; }
+fa_privacy_budget *fa_privacy_state_budget(fa_privacy_state *s)
+{
+    return s->budget;
+}
 
-const char *fa_privacy_state_path(const fa_privacy_state *s) { return s->path; }
+const char *fa_privacy_state_path(const fa_privacy_state *s)
+{
+    return s->path;
+}
 
 int fa_privacy_state_save(fa_privacy_state *s, fa_error *err)
 {

@@ -120,8 +120,8 @@ static void test_ghost_norms_and_clipped_sum(void **state)
     clip = sorted[B / 2];
 
     /* the norms */
-    assert_int_equal(
-        fa_mlp_forward_backward_clipped(m, X, Y, B, clip, scale, 0, norms, &st, &err), 0);
+    assert_int_equal(fa_mlp_forward_backward_clipped(m, X, Y, B, clip, scale, 0, norms, &st, &err),
+                     0);
     for (uint32_t i = 0; i < B; i++) {
         double n_naive = l2(g + i * np, np);
         double rel = fabs(norms[i] - n_naive) / n_naive;
@@ -131,8 +131,8 @@ static void test_ghost_norms_and_clipped_sum(void **state)
                      (double)norms[i], n_naive);
         clipped += n_naive > clip;
     }
-    print_message("ghost norms: worst relative difference %.2e; %d of %d examples clipped\n",
-                  worst, clipped, B);
+    print_message("ghost norms: worst relative difference %.2e; %d of %d examples clipped\n", worst,
+                  clipped, B);
     assert_true(clipped > 5 && clipped < B - 5); /* both cases are exercised */
 
     /* the clipped sum */
@@ -154,8 +154,8 @@ static void test_ghost_norms_and_clipped_sum(void **state)
     assert_true(fabs(st.loss_sum - st_plain.loss_sum) < 1e-4 * st_plain.loss_sum);
 
     /* in two accumulated pieces: the same sum */
-    assert_int_equal(
-        fa_mlp_forward_backward_clipped(m, X, Y, 20, clip, scale, 0, NULL, NULL, &err), 0);
+    assert_int_equal(fa_mlp_forward_backward_clipped(m, X, Y, 20, clip, scale, 0, NULL, NULL, &err),
+                     0);
     assert_int_equal(fa_mlp_forward_backward_clipped(m, X + 20 * DIM, Y + 20, B - 20, clip, scale,
                                                      1, NULL, NULL, &err),
                      0);
@@ -164,9 +164,8 @@ static void test_ghost_norms_and_clipped_sum(void **state)
         assert_true(fabs(got[k] - want[k]) <= 1e-6 + 1e-4 * fabs(want[k]));
 
     /* a huge clip is the plain (scaled) sum; an empty batch zeroes, or keeps with accumulate */
-    assert_int_equal(fa_mlp_forward_backward_clipped(m, X, Y, B, 1e30f, 1.0f / B, 0, NULL, NULL,
-                                                     &err),
-                     0);
+    assert_int_equal(
+        fa_mlp_forward_backward_clipped(m, X, Y, B, 1e30f, 1.0f / B, 0, NULL, NULL, &err), 0);
     assert_int_equal(fa_mlp_grads_to_host(m, got, &err), 0);
     assert_int_equal(fa_mlp_forward_backward(m, X, Y, B, B, NULL, &err), 0);
     assert_int_equal(fa_mlp_grads_to_host(m, want, &err), 0);
@@ -185,8 +184,8 @@ static void test_ghost_norms_and_clipped_sum(void **state)
     /* refusals */
     assert_int_equal(fa_mlp_forward_backward_clipped(m, X, Y, B, 0.0f, 1.0f, 0, NULL, NULL, &err),
                      FA_ERR_INVAL);
-    assert_int_equal(
-        fa_mlp_forward_backward_clipped(m, X, Y, B, NAN, 1.0f, 0, NULL, NULL, &err), FA_ERR_INVAL);
+    assert_int_equal(fa_mlp_forward_backward_clipped(m, X, Y, B, NAN, 1.0f, 0, NULL, NULL, &err),
+                     FA_ERR_INVAL);
     assert_int_equal(fa_mlp_forward_backward_clipped(m, X, Y, 65, 1.0f, 1.0f, 0, NULL, NULL, &err),
                      FA_ERR_INVAL);
     assert_non_null(strstr(err.msg, "exceeds max_batch 64"));
@@ -295,8 +294,8 @@ static void test_poisson_sampling(void **state)
     }
     double mean = s / STEPS, var = s2 / STEPS - mean * mean;
     double want = q * M, want_var = M * q * (1 - q);
-    print_message("Poisson batches: mean %.3f (want %.1f), variance %.2f (want %.2f)\n", mean,
-                  want, var, want_var);
+    print_message("Poisson batches: mean %.3f (want %.1f), variance %.2f (want %.2f)\n", mean, want,
+                  var, want_var);
     assert_true(fabs(mean - want) < 5 * sqrt(want_var / STEPS));
     assert_true(fabs(var / want_var - 1) < 0.15); /* 5 se of a variance over 4000 samples */
     /* every example at rate q: the frequencies spread as Binomial(STEPS, q) */
@@ -444,8 +443,8 @@ static void first_grad(uint32_t world, const fa_train_dp *dp, const float *globa
     pthread_barrier_init(&g.barrier, NULL, world);
     for (uint32_t r = 0; r < world; r++) {
         g.slot[r] = malloc(np * 4);
-        args[r] = (struct rank_arg){.g = &g, .rank = r, .world = world, .dp = dp,
-                                    .global = global, .out = out[r]};
+        args[r] = (struct rank_arg){
+            .g = &g, .rank = r, .world = world, .dp = dp, .global = global, .out = out[r]};
         pthread_create(&th[r], NULL, rank_main, &args[r]);
     }
     for (uint32_t r = 0; r < world; r++) {

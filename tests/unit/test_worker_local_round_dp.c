@@ -118,8 +118,12 @@ static void run_ranks(job *jobs, int R, int kind, double sigma, uint8_t keyv, fl
     assert_int_equal(fa_comm_local_group_new(c, R, NULL), 0);
     for (int r = 0; r < R; r++) {
         memset(&jobs[r], 0, sizeof(jobs[r]));
-        jobs[r] = (job){.comm = c[r], .kind = kind, .sigma = sigma, .q = q ? q[r] : 0.1,
-                        .keyv = keyv, .delta = delta};
+        jobs[r] = (job){.comm = c[r],
+                        .kind = kind,
+                        .sigma = sigma,
+                        .q = q ? q[r] : 0.1,
+                        .keyv = keyv,
+                        .delta = delta};
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
     }
     for (int r = 0; r < R; r++)

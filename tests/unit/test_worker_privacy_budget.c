@@ -19,7 +19,7 @@
 #include "privacy/accountant.h"
 #include "worker/privacy_budget.h"
 
-static const uint8_t SEED[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+static const uint8_t SEED[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
                                  17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 
 static fa_privacy_spend spend(double sigma, double q, uint64_t steps)
@@ -160,9 +160,8 @@ static void test_seal_open_and_statement(void **state)
     assert_int_equal(fa_privacy_budget_new(&b, "fed", "eu-west", 8.0, 1e-5, &err), 0);
     /* an empty accountant seals and opens too */
     assert_int_equal(fa_privacy_budget_seal(b, SEED, &sealed, &len, &err), 0);
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len, SEED,
-                                            &err),
-                     0);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len, SEED, &err), 0);
     assert_int_equal(fa_privacy_budget_rounds(c), 0);
     assert_int_equal(fa_privacy_budget_statement(c, 1, 0, &st, &err), FA_ERR_STATE);
     fa_privacy_budget_del(c);
@@ -192,9 +191,8 @@ static void test_seal_open_and_statement(void **state)
 
     /* sealed and opened: the same state, the same statement bytes */
     assert_int_equal(fa_privacy_budget_seal(b, SEED, &sealed, &len, &err), 0);
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len, SEED,
-                                            &err),
-                     0);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len, SEED, &err), 0);
     assert_true(fa_privacy_budget_epsilon(c) == fa_privacy_budget_epsilon(b));
     assert_int_equal(fa_privacy_budget_rounds(c), 2);
     assert_int_equal(fa_privacy_budget_steps(c), 600);
@@ -214,9 +212,8 @@ static void test_seal_open_and_statement(void **state)
     fa_privacy_budget_del(c);
 
     /* another delta in the config: the same spending, restated */
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-6, sealed, len, SEED,
-                                            &err),
-                     0);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-6, sealed, len, SEED, &err), 0);
     assert_true(fa_privacy_budget_epsilon(c) == reference(0.02, 0.9, 600, 1e-6));
     assert_true(fa_privacy_budget_last(c)->epsilon_round == reference(0.02, 0.9, 300, 1e-6));
     fa_privacy_budget_del(c);
@@ -232,28 +229,28 @@ static void test_seal_open_and_statement(void **state)
         assert_null(c);
         sealed[i] ^= 0x40;
     }
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len - 1, SEED,
-                                            &err),
-                     FA_ERR_VERIFY);
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, 20, SEED,
-                                            &err),
-                     FA_ERR_CORRUPT);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len - 1, SEED, &err),
+        FA_ERR_VERIFY);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, 20, SEED, &err),
+        FA_ERR_CORRUPT);
     assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, 0, SEED, &err),
                      FA_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "not a sealed privacy accountant"));
     memcpy(other, SEED, 32);
     other[0] ^= 1;
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len, other,
-                                            &err),
-                     FA_ERR_VERIFY);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "eu-west", 8.0, 1e-5, sealed, len, other, &err),
+        FA_ERR_VERIFY);
     assert_non_null(strstr(err.msg, "does not open with this region's identity key"));
-    assert_int_equal(fa_privacy_budget_open(&c, "fed", "us-east", 8.0, 1e-5, sealed, len, SEED,
-                                            &err),
-                     FA_ERR_INVAL);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed", "us-east", 8.0, 1e-5, sealed, len, SEED, &err),
+        FA_ERR_INVAL);
     assert_non_null(strstr(err.msg, "another region's state directory"));
-    assert_int_equal(fa_privacy_budget_open(&c, "other", "eu-west", 8.0, 1e-5, sealed, len, SEED,
-                                            &err),
-                     FA_ERR_INVAL);
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "other", "eu-west", 8.0, 1e-5, sealed, len, SEED, &err),
+        FA_ERR_INVAL);
     /* a fresh seal of the same state differs (random nonce) but opens alike */
     uint8_t *again;
     size_t alen;
