@@ -129,8 +129,7 @@ static int on_get(fa_h3_request *req, void *arg)
         return 0;
     if (lookup(what, documents, sizeof(documents) / sizeof(documents[0])) < 0) {
         if (lookup(what, actions, sizeof(actions) / sizeof(actions[0])) >= 0) {
-            snprintf(msg, sizeof(msg), "%s is an action: use POST %s%s", what, ADMIN_PREFIX,
-                     what);
+            snprintf(msg, sizeof(msg), "%s is an action: use POST %s%s", what, ADMIN_PREFIX, what);
             respond_msg(req, 405, msg);
         } else {
             snprintf(msg, sizeof(msg),
@@ -239,8 +238,8 @@ static void on_post_end(fa_h3_request *req, void *arg)
                  region, op);
         break;
     }
-    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s%s%s round=%llu attempt=%u", op,
-           name, region[0] ? " region=" : "", region, (unsigned long long)round, attempt);
+    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s%s%s round=%llu attempt=%u", op, name,
+           region[0] ? " region=" : "", region, (unsigned long long)round, attempt);
     respond_msg(req, 200, msg);
 }
 

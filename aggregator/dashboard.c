@@ -347,8 +347,7 @@ static void overview(struct page *b, const json_t *st, uint64_t now)
         const json_t *c = json_object_get(st, "central_eval");
         if (json_is_object(c) && num(c, "accuracy", &d)) {
             fmt_acc(d, v, sizeof(v));
-            snprintf(sub, sizeof(sub), "evaluator command, version %.0f",
-                     num_or(c, "version", 0));
+            snprintf(sub, sizeof(sub), "evaluator command, version %.0f", num_or(c, "version", 0));
             card(b, "Central accuracy", "central-accuracy", v, sub);
         }
     }
@@ -440,19 +439,25 @@ static void regions(struct page *b, const json_t *st, uint64_t now)
             put_esc(b, t1);
             put(b, "\"");
         }
-        putf(b, ">%s</td><td class=\"n\">%.0f</td><td class=\"n\">%.0f</td>"
-                "<td class=\"n\">%s</td><td>",
+        putf(b,
+             ">%s</td><td class=\"n\">%.0f</td><td class=\"n\">%.0f</td>"
+             "<td class=\"n\">%s</td><td>",
              seen, num_or(r, "rounds_participated", 0), num_or(r, "dropouts", 0), bytes);
         if (json_is_object(pv) && num(pv, "epsilon", &eps)) {
             putf(b, "&epsilon; %.3g", eps);
             if (num(pv, "budget_epsilon", &budget) && budget > 0) {
                 double frac = eps / budget;
                 putf(b, " of %.3g", budget);
-                putf(b, " <svg width=\"80\" height=\"8\" aria-hidden=\"true\">"
-                        "<rect width=\"80\" height=\"8\" rx=\"2\" fill=\"#e6e9ef\"/>"
-                        "<rect width=\"%.1f\" height=\"8\" rx=\"2\" fill=\"%s\"/></svg>",
-                     80 * (frac > 1 ? 1 : frac < 0 ? 0 : frac),
-                     frac >= 0.9 ? "#c62828" : frac >= 0.7 ? "#b35900" : "#2456a6");
+                putf(b,
+                     " <svg width=\"80\" height=\"8\" aria-hidden=\"true\">"
+                     "<rect width=\"80\" height=\"8\" rx=\"2\" fill=\"#e6e9ef\"/>"
+                     "<rect width=\"%.1f\" height=\"8\" rx=\"2\" fill=\"%s\"/></svg>",
+                     80 * (frac > 1   ? 1
+                           : frac < 0 ? 0
+                                      : frac),
+                     frac >= 0.9   ? "#c62828"
+                     : frac >= 0.7 ? "#b35900"
+                                   : "#2456a6");
             }
             if (num(pv, "delta", &d))
                 putf(b, " (&delta; %.2g)", d);
@@ -532,8 +537,7 @@ static void collect(const json_t *st, struct series s[S_COUNT])
     if (s[S_GLOBAL].n == 0 && num(st, "eval_version", &v) && num(st, "eval_accuracy", &a))
         series_add(&s[S_GLOBAL], v, a);
     o = json_object_get(st, "central_eval");
-    if (s[S_CENTRAL].n == 0 && json_is_object(o) && num(o, "version", &v) &&
-        num(o, "accuracy", &a))
+    if (s[S_CENTRAL].n == 0 && json_is_object(o) && num(o, "version", &v) && num(o, "accuracy", &a))
         series_add(&s[S_CENTRAL], v, a);
     o = json_object_get(st, "federated_eval");
     if (s[S_FEDERATED].n == 0 && json_is_object(o) && num(o, "version", &v) &&
@@ -589,18 +593,20 @@ static void accuracy_chart(struct page *b, const json_t *st)
         vmin -= 1;
         vmax += 1;
     }
-    putf(b, "<svg id=\"accuracy-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
-            "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Accuracy per model "
-            "version</title>\n",
+    putf(b,
+         "<svg id=\"accuracy-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
+         "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Accuracy per model "
+         "version</title>\n",
          CW, CH, CW, CH);
-#define X(v) (ML + ((v) - vmin) / (vmax - vmin) * (CW - ML - MR))
-#define Y(a) (CH - MB - ((a) - lo) / (hi - lo) * (CH - MT - MB))
+#define X(v) (ML + ((v)-vmin) / (vmax - vmin) * (CW - ML - MR))
+#define Y(a) (CH - MB - ((a)-lo) / (hi - lo) * (CH - MT - MB))
     /* grid and y labels: every 10 points, or 20 over a wider range */
     {
         double step = hi - lo > 0.55 ? 0.2 : 0.1;
         for (double a = lo; a <= hi + 1e-9; a += step)
-            putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
-                    "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
+            putf(b,
+                 "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
                  ML, CW - MR, Y(a), Y(a), ML - 6, Y(a) + 4, 100 * a);
     }
     /* x ticks: at most 10 whole versions */
@@ -628,31 +634,35 @@ static void accuracy_chart(struct page *b, const json_t *st)
         if (s[k].n == 0)
             continue;
         if (s[k].n > 1) {
-            putf(b, "<polyline class=\"line\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
-                    "stroke-width=\"2\"%s points=\"",
+            putf(b,
+                 "<polyline class=\"line\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
+                 "stroke-width=\"2\"%s points=\"",
                  series_names[k], series_info[k].color,
-                 ring ? " stroke-dasharray=\"6,4\"" : k == S_CENTRAL ? " stroke-dasharray=\"2,3\"" : "");
+                 ring             ? " stroke-dasharray=\"6,4\""
+                 : k == S_CENTRAL ? " stroke-dasharray=\"2,3\""
+                                  : "");
             for (size_t i = 0; i < s[k].n; i++)
                 putf(b, "%s%.1f,%.1f", i ? " " : "", X(s[k].p[i].version), Y(s[k].p[i].value));
             put(b, "\"/>\n");
         }
         for (size_t i = 0; i < s[k].n; i++)
-            putf(b, "<circle class=\"point\" data-series=\"%s\" data-version=\"%.0f\" "
-                    "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\" "
-                    "stroke=\"%s\" stroke-width=\"2\"><title>version %.0f, %s: %.2f%%</title>"
-                    "</circle>\n",
+            putf(b,
+                 "<circle class=\"point\" data-series=\"%s\" data-version=\"%.0f\" "
+                 "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\" "
+                 "stroke=\"%s\" stroke-width=\"2\"><title>version %.0f, %s: %.2f%%</title>"
+                 "</circle>\n",
                  series_names[k], s[k].p[i].version, s[k].p[i].value, X(s[k].p[i].version),
                  Y(s[k].p[i].value), ring ? "5.5" : "3", ring ? "#fff" : series_info[k].color,
-                 series_info[k].color, s[k].p[i].version, series_names[k],
-                 100 * s[k].p[i].value);
+                 series_info[k].color, s[k].p[i].version, series_names[k], 100 * s[k].p[i].value);
     }
 #undef X
 #undef Y
     put(b, "</svg>\n<ul class=\"legend\">");
     for (int k = 0; k < S_COUNT; k++)
         if (s[k].n)
-            putf(b, "<li data-series=\"%s\"><i style=\"background:%s\"></i>%s: %zu version%s, "
-                    "latest %.2f%%</li>",
+            putf(b,
+                 "<li data-series=\"%s\"><i style=\"background:%s\"></i>%s: %zu version%s, "
+                 "latest %.2f%%</li>",
                  series_names[k], series_info[k].color, series_info[k].label, s[k].n,
                  s[k].n == 1 ? "" : "s", 100 * s[k].p[s[k].n - 1].value);
     put(b, "</ul></section>\n");
@@ -663,10 +673,8 @@ out:
 
 /* --------------------------------------------------------- round timeline */
 
-static const char *const phase_keys[] = {"advertise", "shares", "masked", "consistency",
-                                         "unmask"};
-static const char *const phase_colors[] = {"#7aa2e3", "#5cc0b5", "#f2b84b", "#b08ad9",
-                                           "#ef7f7f"};
+static const char *const phase_keys[] = {"advertise", "shares", "masked", "consistency", "unmask"};
+static const char *const phase_colors[] = {"#7aa2e3", "#5cc0b5", "#f2b84b", "#b08ad9", "#ef7f7f"};
 #define NPHASES 5
 
 static double attempt_seconds(const json_t *a)
@@ -681,8 +689,8 @@ static double attempt_seconds(const json_t *a)
 
 static void timeline_chart(struct page *b, const json_t *rs)
 {
-    size_t n = json_array_size(rs), first = n > FA_DASHBOARD_TIMELINE ? n - FA_DASHBOARD_TIMELINE
-                                                                      : 0;
+    size_t n = json_array_size(rs),
+           first = n > FA_DASHBOARD_TIMELINE ? n - FA_DASHBOARD_TIMELINE : 0;
     size_t shown = n - first;
     double maxs = 0, bw, pw = CW - ML - MR, ph = CH - MT - MB;
 
@@ -691,16 +699,18 @@ static void timeline_chart(struct page *b, const json_t *rs)
     if (maxs <= 0)
         maxs = 1;
     bw = pw / (double)(shown < 12 ? 12 : shown);
-    putf(b, "<svg id=\"timeline-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
-            "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Round timeline: "
-            "seconds per attempt and phase</title>\n",
+    putf(b,
+         "<svg id=\"timeline-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
+         "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Round timeline: "
+         "seconds per attempt and phase</title>\n",
          CW, CH, CW, CH);
     for (int t = 0; t <= 4; t++) {
         double v = maxs * t / 4, y = CH - MB - ph * t / 4;
         char lab[32];
         fa_dashboard_fmt_secs(v, lab, sizeof(lab));
-        putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
-                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+        putf(b,
+             "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+             "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
              ML, CW - MR, y, y, ML - 6, y + 4, lab);
     }
     for (size_t i = first; i < n; i++) {
@@ -717,33 +727,37 @@ static void timeline_chart(struct page *b, const json_t *rs)
             used += s;
             h = s / maxs * ph;
             y -= h;
-            putf(b, "<rect class=\"phase\" data-phase=\"%s\" data-round=\"%.0f\" x=\"%.1f\" "
-                    "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>round %.0f "
-                    "attempt %.0f, %s: %.2f s</title></rect>\n",
-                 phase_keys[k], round, x, y, w, h, phase_colors[k], round,
-                 num_or(a, "attempt", 0), phase_keys[k], s);
+            putf(b,
+                 "<rect class=\"phase\" data-phase=\"%s\" data-round=\"%.0f\" x=\"%.1f\" "
+                 "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>round %.0f "
+                 "attempt %.0f, %s: %.2f s</title></rect>\n",
+                 phase_keys[k], round, x, y, w, h, phase_colors[k], round, num_or(a, "attempt", 0),
+                 phase_keys[k], s);
         }
         if (total > used + 1e-3) { /* commit, evaluation hand-off... */
             double h = (total - used) / maxs * ph;
             y -= h;
-            putf(b, "<rect class=\"phase\" data-phase=\"other\" data-round=\"%.0f\" x=\"%.1f\" "
-                    "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"#c9ced8\"><title>round %.0f "
-                    "attempt %.0f, outside the phases (commit): %.2f s</title></rect>\n",
+            putf(b,
+                 "<rect class=\"phase\" data-phase=\"other\" data-round=\"%.0f\" x=\"%.1f\" "
+                 "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"#c9ced8\"><title>round %.0f "
+                 "attempt %.0f, outside the phases (commit): %.2f s</title></rect>\n",
                  round, x, y, w, h, round, num_or(a, "attempt", 0), total - used);
         }
         if (aborted)
-            putf(b, "<rect class=\"aborted\" data-round=\"%.0f\" x=\"%.1f\" y=\"%.1f\" "
-                    "width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#c62828\" "
-                    "stroke-width=\"1.5\" stroke-dasharray=\"3,2\"/>\n",
+            putf(b,
+                 "<rect class=\"aborted\" data-round=\"%.0f\" x=\"%.1f\" y=\"%.1f\" "
+                 "width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#c62828\" "
+                 "stroke-width=\"1.5\" stroke-dasharray=\"3,2\"/>\n",
                  round, x, y < CH - MB - 3 ? y : CH - MB - 3, w,
                  CH - MB - (y < CH - MB - 3 ? y : CH - MB - 3));
         if (shown <= 20 || (i - first) % ((shown + 19) / 20) == 0)
-            putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
-                 x + w / 2, CH - MB + 16, round);
+            putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", x + w / 2,
+                 CH - MB + 16, round);
     }
-    putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>"
-            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">round (each bar an attempt; "
-            "dashed red: aborted)</text>\n</svg>\n",
+    putf(b,
+         "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>"
+         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">round (each bar an attempt; "
+         "dashed red: aborted)</text>\n</svg>\n",
          ML, CW - MR, CH - MB, CH - MB, ML + pw / 2, CH - 6);
     put(b, "<ul class=\"legend\">");
     for (int k = 0; k < NPHASES; k++)
@@ -864,8 +878,9 @@ static void timeline(struct page *b, const json_t *st)
     }
     put(b, "</tbody></table>");
     if (n > FA_DASHBOARD_TABLE_ROWS)
-        putf(b, "<p class=\"empty\">The latest %d of %zu attempts; <code>fedagg rounds</code> "
-                "lists them all.</p>",
+        putf(b,
+             "<p class=\"empty\">The latest %d of %zu attempts; <code>fedagg rounds</code> "
+             "lists them all.</p>",
              FA_DASHBOARD_TABLE_ROWS, n);
     put(b, "</section>\n");
 }
@@ -947,9 +962,10 @@ int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_m
     timeline(&b, st);
     audit(&b, st);
     fa_dashboard_fmt_utc((double)now_unix_ms, t, sizeof(t));
-    putf(&b, "</main>\n<footer>Generated %s from the aggregator's status; reloads every %d s. "
-             "Counters and names only: no region data, nothing secret.</footer>\n"
-             "</body>\n</html>\n",
+    putf(&b,
+         "</main>\n<footer>Generated %s from the aggregator's status; reloads every %d s. "
+         "Counters and names only: no region data, nothing secret.</footer>\n"
+         "</body>\n</html>\n",
          t, FA_DASHBOARD_REFRESH_S);
     json_decref(st);
     return finish(&b, out, out_len, err);
@@ -965,8 +981,9 @@ int fa_dashboard_render_unavailable(const char *why, char **out, size_t *out_len
     put(&b, "<header><h1>fedagg federation</h1><span class=\"meta\">read-only dashboard</span>"
             "</header>\n<main><section><h2>Status not available</h2><p id=\"unavailable\">");
     put_esc(&b, why && why[0] ? why : "The aggregator has not published its status yet.");
-    putf(&b, "</p><p class=\"empty\">This page reloads every %d s.</p></section></main>\n"
-             "</body>\n</html>\n",
+    putf(&b,
+         "</p><p class=\"empty\">This page reloads every %d s.</p></section></main>\n"
+         "</body>\n</html>\n",
          FA_DASHBOARD_REFRESH_S);
     return finish(&b, out, out_len, err);
 }

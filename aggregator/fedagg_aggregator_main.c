@@ -5,10 +5,11 @@
  * Serves the HTTP/3 API (aggregator/api.h, and the operators' admin API,
  * aggregator/api_admin.h) on one UDP socket, the Prometheus metrics, health
  * probes and the read-only dashboard (aggregator/dashboard.h) on a plain
- * HTTP/1.1 port, and runs the rounds (aggregator/federation.h).  SIGTERM or SIGINT drains gracefully: no new
- * connections, the requests in flight finish (or time out), then exit 0.
- * When the configured number of rounds is done it keeps answering for a
- * short grace period (so every region learns the outcome) and exits 0.
+ * HTTP/1.1 port, and runs the rounds (aggregator/federation.h).  SIGTERM or
+ * SIGINT drains gracefully: no new connections, the requests in flight
+ * finish (or time out), then exit 0.  When the configured number of rounds
+ * is done it keeps answering for a short grace period (so every region
+ * learns the outcome) and exits 0.
  */
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
@@ -50,12 +51,12 @@ struct app {
     fa_fed *fed;
     fa_api *api;
     fa_metrics *metrics;
-    fa_metrics_server *msrv;    /* NULL without metrics_listen */
-    int dashboard;              /* the dashboard is served: hand it the snapshots */
-    uint64_t snapshot_at;       /* when the last snapshot was taken */
-    uint64_t finished_at; /* when the rounds were done; 0 before */
-    uint64_t quiet_since; /* the last change of the final version's reports */
-    size_t reports;       /* how many there were then */
+    fa_metrics_server *msrv; /* NULL without metrics_listen */
+    int dashboard;           /* the dashboard is served: hand it the snapshots */
+    uint64_t snapshot_at;    /* when the last snapshot was taken */
+    uint64_t finished_at;    /* when the rounds were done; 0 before */
+    uint64_t quiet_since;    /* the last change of the final version's reports */
+    size_t reports;          /* how many there were then */
     int drained;
     /* What /readyz answers, set by the server loop (the federation's
      * thread) and read by the metrics server's. */
@@ -300,11 +301,11 @@ int main(int argc, char **argv)
     fa_metrics_define(metrics, "fedagg_ready", FA_METRIC_GAUGE,
                       "1 when the aggregator can do its work (/readyz), else 0.", NULL, 0, NULL);
     fa_metrics_define(metrics, "fedagg_paused", FA_METRIC_GAUGE,
-                      "1 while an operator has paused the federation (fedagg pause), else 0.",
-                      NULL, 0, NULL);
-    fa_metrics_define(metrics, "fedagg_region_drained", FA_METRIC_GAUGE,
-                      "1 while an operator has drained the region (fedagg drain), else 0.", NULL,
+                      "1 while an operator has paused the federation (fedagg pause), else 0.", NULL,
                       0, NULL);
+    fa_metrics_define(metrics, "fedagg_region_drained", FA_METRIC_GAUGE,
+                      "1 while an operator has drained the region (fedagg drain), else 0.", NULL, 0,
+                      NULL);
     app.metrics = metrics;
     rc = fa_fed_open(&app.fed, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)
@@ -364,10 +365,9 @@ int main(int argc, char **argv)
     fa_log(FA_LOG_INFO, "aggregator serving",
            "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s", cfg->listen,
            fa_h3_server_port(app.srv), cfg->metrics_listen,
-           !app.dashboard ? "off"
-           : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0]
-               ? "password"
-               : "open",
+           !app.dashboard                                                              ? "off"
+           : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0] ? "password"
+                                                                                       : "open",
            cfg->n_regions, cfg->federation_id);
     rc = fa_h3_server_run(app.srv, &err);
     set_ready(&app, 0, "stopping");

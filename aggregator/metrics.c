@@ -371,10 +371,10 @@ struct fa_metrics_server {
     uint16_t port;
     /* The dashboard: set by the server loop, read by the daemon's thread. */
     pthread_mutex_t lock;
-    int dashboard;                                    /* served at all */
-    int auth;                                         /* basic auth required */
-    uint8_t credential[crypto_generichash_BYTES];     /* BLAKE2b(user, 0, password) */
-    char *status;                                     /* the latest status document */
+    int dashboard;                                /* served at all */
+    int auth;                                     /* basic auth required */
+    uint8_t credential[crypto_generichash_BYTES]; /* BLAKE2b(user, 0, password) */
+    char *status;                                 /* the latest status document */
     size_t status_len;
 };
 
@@ -443,8 +443,7 @@ static enum MHD_Result dashboard_page(fa_metrics_server *s, struct MHD_Connectio
     if (s->auth && !authorised(s, c)) {
         pthread_mutex_unlock(&s->lock);
         r = MHD_create_response_from_buffer(strlen("authentication required\n"),
-                                            "authentication required\n",
-                                            MHD_RESPMEM_PERSISTENT);
+                                            "authentication required\n", MHD_RESPMEM_PERSISTENT);
         if (!r)
             return MHD_NO;
         MHD_add_response_header(r, "Content-Type", "text/plain");

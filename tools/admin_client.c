@@ -217,9 +217,14 @@ int fa_admin_parse(int argc, char **argv, const char *usage, int allow_json, int
         struct {
             const char *flag;
             const char **dst;
-        } vals[] = {{"--aggregator", &aggregator}, {"--cert", &cert},     {"--key", &key},
-                    {"--ca", &ca},                 {"--name", &name},     {"--config", &config},
-                    {"--timeout", &timeout},       {"--from", &o->from}};
+        } vals[] = {{"--aggregator", &aggregator},
+                    {"--cert", &cert},
+                    {"--key", &key},
+                    {"--ca", &ca},
+                    {"--name", &name},
+                    {"--config", &config},
+                    {"--timeout", &timeout},
+                    {"--from", &o->from}};
         int done = 0;
 
         if (is_help(a)) {
@@ -345,8 +350,9 @@ int fa_admin_client_new(fa_admin_client **out, const fa_admin_opts *o, fa_error 
 
     *out = NULL;
     if (!o->aggregator || !o->cert || !o->key || !o->ca)
-        return fa_errorf(err, FA_ERR_INVAL, "the aggregator address, --cert, --key and --ca are "
-                                            "required");
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "the aggregator address, --cert, --key and --ca are "
+                         "required");
     if (!(c = calloc(1, sizeof(*c))))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     snprintf(c->server, sizeof(c->server), "%s", o->aggregator);

@@ -22,14 +22,14 @@
 
 /* The options every operator subcommand takes, in its usage text. */
 #define FA_ADMIN_CONNECT_USAGE                                                                     \
-    "\n"                                                                                          \
-    "connection (or --config FILE, or $FEDAGG_OPERATOR_CONFIG):\n"                                \
-    "  --aggregator HOST:PORT  the aggregator's HTTP/3 address\n"                                 \
+    "\n"                                                                                           \
+    "connection (or --config FILE, or $FEDAGG_OPERATOR_CONFIG):\n"                                 \
+    "  --aggregator HOST:PORT  the aggregator's HTTP/3 address\n"                                  \
     "  --cert FILE             your operator certificate (deploy/pki.sh --operators NAME)\n"       \
     "  --key FILE              its private key\n"                                                  \
     "  --ca FILE               the federation CA\n"                                                \
-    "  --name SERVER_NAME      the name the aggregator's certificate carries (default: HOST)\n"   \
-    "  --config FILE           an OperatorConfig textproto with the above\n"                     \
+    "  --name SERVER_NAME      the name the aggregator's certificate carries (default: HOST)\n"    \
+    "  --config FILE           an OperatorConfig textproto with the above\n"                       \
     "  --timeout MS            how long to wait for the aggregator (10000)\n"
 
 typedef struct fa_admin_opts {
@@ -90,7 +90,8 @@ int fa_admin_read_saved(const char *path, char **json, fa_error *err);
  * Returns the exit status: 0, 1 (the aggregator or the document failed,
  * with a message on stderr), 2 (usage). */
 int fa_admin_show(int argc, char **argv, const char *doc, const char *usage,
-                  const char *const *extra, int (*render)(const char *json, const fa_admin_opts *o));
+                  const char *const *extra,
+                  int (*render)(const char *json, const fa_admin_opts *o));
 
 /* The actions' common body: POST, then the message (or the JSON answer).
  * region_arg: the action takes one REGION argument. */

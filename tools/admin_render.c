@@ -107,7 +107,11 @@ static void version_acc(const json_t *doc, const json_t *attempt, double version
 
     buf[0] = '\0';
     if (json_is_array(vs))
-        json_array_foreach(vs, i, o) if (num(o, "version", &v) && v == version) src = o;
+        json_array_foreach(vs, i, o)
+        {
+            if (num(o, "version", &v) && v == version)
+                src = o;
+        }
     if (!src)
         src = attempt;
     for (int k = 0; k < 3 && src; k++)
@@ -213,7 +217,7 @@ static void table_print(FILE *out, struct table *t)
 
 static void regions_table(FILE *out, const json_t *rs, uint64_t now)
 {
-    static const char *const head[] = {"REGION", "STATE",    "LAST SEEN", "ROUNDS",
+    static const char *const head[] = {"REGION",   "STATE", "LAST SEEN", "ROUNDS",
                                        "DROPOUTS", "BYTES", "PRIVACY"};
     struct table t = {7, 0, 0, head, "   rrr ", NULL, 0};
     size_t i;
@@ -330,12 +334,10 @@ int fa_admin_render_regions(FILE *out, const char *prog, const char *json, uint6
 
 int fa_admin_render_rounds(FILE *out, const char *prog, const char *json, size_t last)
 {
-    static const char *const head[] = {"ROUND",  "ATTEMPT",     "OUTCOME", "STARTED",
-                                       "SECONDS", "ADVERTISE",  "SHARES",  "MASKED",
-                                       "CONSISTENCY", "UNMASK", "REGIONS", "DROPPED",
-                                       "VERSION", "ACCURACY",   "REASON"};
-    static const char *const phases[] = {"advertise", "shares", "masked", "consistency",
-                                         "unmask"};
+    static const char *const head[] = {"ROUND",     "ATTEMPT", "OUTCOME", "STARTED",     "SECONDS",
+                                       "ADVERTISE", "SHARES",  "MASKED",  "CONSISTENCY", "UNMASK",
+                                       "REGIONS",   "DROPPED", "VERSION", "ACCURACY",    "REASON"};
+    static const char *const phases[] = {"advertise", "shares", "masked", "consistency", "unmask"};
     struct table t = {15, 0, 0, head, "rr  rrrrrrr r  ", NULL, 0};
     json_t *d = load(prog, json);
     const json_t *rs;

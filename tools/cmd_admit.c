@@ -10,9 +10,7 @@ static const char usage[] =
     "Admits REGION again after `fedagg drain`: it takes part from the next\n"
     "attempt on.  Recorded in the audit log with your operator name.\n"
     "\n"
-    "  --json       print the aggregator's JSON answer as it is\n"
-    FA_ADMIN_CONNECT_USAGE
-    "\n"
+    "  --json       print the aggregator's JSON answer as it is\n" FA_ADMIN_CONNECT_USAGE "\n"
     "Exit status: 0 done, 1 refused (409: nothing to do; 404: no such region) or\n"
     "the aggregator could not be reached, 2 usage.\n";
 

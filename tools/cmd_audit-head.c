@@ -6,7 +6,8 @@
 #include "tools/admin_client.h"
 #include "tools/admin_render.h"
 
-const char fa_cmd_audit_head_help[] = "the audit log's size and latest signed checkpoint (operators)";
+const char fa_cmd_audit_head_help[] =
+    "the audit log's size and latest signed checkpoint (operators)";
 
 static const char usage[] =
     "usage: fedagg audit-head [--json] [--from FILE] (--config FILE | --aggregator HOST:PORT\n"
@@ -18,9 +19,7 @@ static const char usage[] =
     "\n"
     "  --json       print the aggregator's JSON document as it is (for scripts)\n"
     "  --from FILE  show a document saved with --json instead of asking the\n"
-    "               aggregator (- reads stdin)\n"
-    FA_ADMIN_CONNECT_USAGE
-    "\n"
+    "               aggregator (- reads stdin)\n" FA_ADMIN_CONNECT_USAGE "\n"
     "Exit status: 0, 1 the aggregator refused or could not be reached, 2 usage.\n";
 
 static int render(const char *json, const fa_admin_opts *o)

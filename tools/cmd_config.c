@@ -156,8 +156,8 @@ static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind 
         if (syntax)
             printf("%s: OK (operator config, syntax only)\n", file);
         else
-            printf("%s: OK (operator config: aggregator %s, certificate %s)\n", file,
-                   c->aggregator, c->tls->cert_file);
+            printf("%s: OK (operator config: aggregator %s, certificate %s)\n", file, c->aggregator,
+                   c->tls->cert_file);
     } else if (syntax) {
         printf("%s: OK (%s config, syntax only)\n", file, fa_config_kind_name(kind));
     } else if (kind == FA_CONFIG_AGGREGATOR) {
@@ -310,8 +310,9 @@ static int cmd_print(int argc, char **argv)
             return 2;
         }
         if (o.kind == FA_CONFIG_UNKNOWN) {
-            fprintf(stderr, "fedagg config print: --defaults needs --type aggregator or --type "
-                            "worker%s\n",
+            fprintf(stderr,
+                    "fedagg config print: --defaults needs --type aggregator or --type "
+                    "worker%s\n",
                     o.operator_cfg ? " (an operator config is aggregator, tls and timeout_ms: "
                                      "see `fedagg status --help`)"
                                    : "");

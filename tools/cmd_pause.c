@@ -11,9 +11,7 @@ static const char usage[] =
     "then no new round opens until `fedagg resume`.  Recorded in the audit log\n"
     "with your operator name.\n"
     "\n"
-    "  --json       print the aggregator's JSON answer as it is\n"
-    FA_ADMIN_CONNECT_USAGE
-    "\n"
+    "  --json       print the aggregator's JSON answer as it is\n" FA_ADMIN_CONNECT_USAGE "\n"
     "Exit status: 0 done, 1 refused (409: nothing to do; 404: no such region) or\n"
     "the aggregator could not be reached, 2 usage.\n";
 

@@ -21,9 +21,7 @@ static const char usage[] =
     "  --last N     only the newest N attempts\n"
     "  --json       print the aggregator's JSON document as it is (for scripts)\n"
     "  --from FILE  show a document saved with --json instead of asking the\n"
-    "               aggregator (- reads stdin)\n"
-    FA_ADMIN_CONNECT_USAGE
-    "\n"
+    "               aggregator (- reads stdin)\n" FA_ADMIN_CONNECT_USAGE "\n"
     "Exit status: 0, 1 the aggregator refused or could not be reached, 2 usage.\n";
 
 static const char *const extra[] = {"--last", NULL};

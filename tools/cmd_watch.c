@@ -30,9 +30,7 @@ static const char usage[] =
     "quits.  When the aggregator cannot be reached it says so and keeps trying.\n"
     "\n"
     "  --interval MS  time between updates (1000)\n"
-    "  --frames N     quit after N updates (scripts; 0 = never)\n"
-    FA_ADMIN_CONNECT_USAGE
-    "\n"
+    "  --frames N     quit after N updates (scripts; 0 = never)\n" FA_ADMIN_CONNECT_USAGE "\n"
     "Without a terminal on stdout the frames are printed one after another.\n";
 
 static volatile sig_atomic_t stop_requested;

@@ -1056,8 +1056,8 @@ static int qc_handshake_done(fa_qconn *qc)
     c->srv->st.connections_accepted++;
     fa_log(FA_LOG_INFO, "connection established",
            "peer=%s role=%s addr=%s route_mtu=%u udp_payload=%zu", qc->peer_id,
-           qc->peer_role == FA_H3_ROLE_OPERATOR ? "operator" : "region", c->addr,
-           qc->dg.route_mtu, fa_qconn_udp_payload(qc));
+           qc->peer_role == FA_H3_ROLE_OPERATOR ? "operator" : "region", c->addr, qc->dg.route_mtu,
+           fa_qconn_udp_payload(qc));
     /* a token for the next connection from this address skips Retry (8.1.3) */
     n = ngtcp2_crypto_generate_regular_token(token, c->srv->token_key, 32, path->remote.addr,
                                              path->remote.addrlen, realtime_ns());

@@ -136,8 +136,7 @@ static int uri_name(const char *uri, const char *prefix, size_t plen, char *out,
  * either, the CN names a region (certificates made before the SAN URIs).
  * A certificate naming both a region and an operator is refused: one key
  * must not be able to act as both.  Returns 0, or -1 with *why set. */
-static int peer_identity(gnutls_x509_crt_t crt, char *out, size_t cap, int *role,
-                         const char **why)
+static int peer_identity(gnutls_x509_crt_t crt, char *out, size_t cap, int *role, const char **why)
 {
     char buf[512], region[128] = "", oper[128] = "";
     size_t sz;
@@ -278,10 +277,10 @@ static int verify_peer(gnutls_session_t s)
         return GNUTLS_E_CERTIFICATE_ERROR;
     }
     rv = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER);
-    if (rv < 0 || peer_identity(crt, qc->peer_id, sizeof(qc->peer_id), &qc->peer_role, &no_id) != 0) {
+    if (rv < 0 ||
+        peer_identity(crt, qc->peer_id, sizeof(qc->peer_id), &qc->peer_role, &no_id) != 0) {
         snprintf(qc->verify_fail, sizeof(qc->verify_fail), "%s certificate%s %s",
-                 qc->is_server ? "client" : "server", subj,
-                 rv < 0 ? "cannot be parsed" : no_id);
+                 qc->is_server ? "client" : "server", subj, rv < 0 ? "cannot be parsed" : no_id);
         gnutls_x509_crt_deinit(crt);
         return GNUTLS_E_CERTIFICATE_ERROR;
     }

@@ -118,7 +118,8 @@ static void test_what_a_person_sees(void **state)
     assert_int_equal(count(html, "class=\"point\" data-series=\"global\""), 4);
     assert_int_equal(count(html, "class=\"point\" data-series=\"federated\""), 3);
     assert_int_equal(count(html, "data-series=\"central\""), 0);
-    assert_non_null(strstr(html, "data-series=\"global\" data-version=\"3\" data-value=\"0.810000\""));
+    assert_non_null(
+        strstr(html, "data-series=\"global\" data-version=\"3\" data-value=\"0.810000\""));
     /* the timeline: 4 attempts, the aborted one marked, phases as segments */
     assert_int_equal(count(html, "<rect class=\"aborted\" data-round=\"2\""), 1);
     assert_int_equal(count(html, "data-phase=\"masked\""), 3);
