@@ -1481,8 +1481,7 @@ out:
     return rc;
 }
 
-int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *index,
-                              fa_error *err)
+int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *index, fa_error *err)
 {
     uint64_t lo = 0, hi;
     int rc = 0;
@@ -1527,8 +1526,8 @@ out:
     return rc;
 }
 
-int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_t size,
-                                   char **text, size_t *len, fa_error *err)
+int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_t size, char **text,
+                                   size_t *len, fa_error *err)
 {
     uint8_t proof[FA_MERKLE_MAX_PROOF * HLEN];
     size_t n = 0, cap, off;
@@ -1557,8 +1556,8 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
         rc = fa_errorf(err, FA_ERR_NOMEM, "consistency proof: out of memory");
         goto out;
     }
-    off = (size_t)snprintf(out, cap, "fedagg-audit-consistency v1\nold %" PRIu64 "\nsize %" PRIu64
-                                     "\n",
+    off = (size_t)snprintf(out, cap,
+                           "fedagg-audit-consistency v1\nold %" PRIu64 "\nsize %" PRIu64 "\n",
                            old_size, size);
     for (size_t i = 0; i < n; i++) {
         memcpy(out + off, "hash ", 5);

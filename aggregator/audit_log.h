@@ -163,8 +163,7 @@ int fa_audit_log_prove(fa_audit_log *log, uint64_t index, char **bundle, size_t 
  * never decrease along the log, so this decodes O(log n) records.  Returns
  * 0, FA_ERR_NOTFOUND (no signed record of that version: version 0 in an
  * empty log, a version not recorded yet) or FA_ERR_CORRUPT. */
-int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *index,
-                              fa_error *err);
+int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *index, fa_error *err);
 
 /* The consistency proof (RFC 9162 2.1.4) between the trees of old_size and
  * size records, size at most the latest checkpoint's (UINT64_MAX: that
@@ -179,8 +178,8 @@ int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *ind
  * log only grew (worker/round_client.h).  Returns 0, FA_ERR_RANGE
  * (old_size > size, or size beyond the latest checkpoint), FA_ERR_IO or
  * FA_ERR_NOMEM. */
-int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_t size,
-                                   char **text, size_t *len, fa_error *err);
+int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_t size, char **text,
+                                   size_t *len, fa_error *err);
 
 /* Checks one decoded record against the record rules that need no other
  * record.  Returns 0, or FA_ERR_INVAL with what is wrong in why. */

@@ -2297,8 +2297,8 @@ int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
     return 0;
 }
 
-int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path,
-                     size_t n, uint64_t *out_version, uint8_t sha256[32])
+int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path, size_t n,
+                     uint64_t *out_version, uint8_t sha256[32])
 {
     fa_error err;
     int rc = fa_fed_model(f, version, f32, path, n, out_version, sha256);

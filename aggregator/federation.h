@@ -141,8 +141,8 @@ int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
  * fed-serve-other-model (federation.c), which serves one region another
  * model to test the regions' defence against the model-inconsistency
  * attack.  Returns 0 or FA_ERR_NOTFOUND (or the switch's error). */
-int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path,
-                     size_t n, uint64_t *out_version, uint8_t sha256[32]);
+int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path, size_t n,
+                     uint64_t *out_version, uint8_t sha256[32]);
 
 /* POST /v1/evaluations: a region's signed federated-evaluation report
  * (fedagg.SignedEval) of the current model version.  Returns 0 when

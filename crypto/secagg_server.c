@@ -800,8 +800,8 @@ static int survivors_signed_msg(const fa_secagg_server *s, int r, uint8_t **out,
     char *ids[FA_SECAGG_MAX_CLIENTS];
     for (size_t i = 0; i < s->n3; i++)
         ids[i] = s->roster.m[s->surv[i]].id;
-    return fa_sa_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3,
-                               out, len);
+    return fa_sa_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3, out,
+                               len);
 }
 
 int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,

@@ -368,8 +368,8 @@ static int parse_consistency(const char *text, size_t len, uint64_t old, uint64_
         return fa_errorf(err, FA_ERR_PROTOCOL, "consistency proof: malformed header");
     if (o != old || s != size)
         return fa_errorf(err, FA_ERR_PROTOCOL,
-                         "consistency proof: from %" PRIu64 " to %" PRIu64
-                         " records, %" PRIu64 " to %" PRIu64 " asked",
+                         "consistency proof: from %" PRIu64 " to %" PRIu64 " records, %" PRIu64
+                         " to %" PRIu64 " asked",
                          o, s, old, size);
     for (int l; (l = next_line(&p, end, line, sizeof(line))) >= 0;) {
         size_t got = 0;
@@ -423,8 +423,8 @@ int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *
             return fa_errorf(err, FA_ERR_PROTOCOL,
                              "no consistency proof from %" PRIu64 " to %" PRIu64 " records",
                              trusted->size, cp.size);
-        if ((r = parse_consistency(consistency, consistency_len, trusted->size, cp.size, proof,
-                                   &n, err)) != 0)
+        if ((r = parse_consistency(consistency, consistency_len, trusted->size, cp.size, proof, &n,
+                                   err)) != 0)
             return r;
         if (fa_merkle_verify_consistency(trusted->size, cp.size, trusted->root, cp.root, proof,
                                          n) != 0)
@@ -440,8 +440,7 @@ int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *
 
 int fa_round_client_check_model(const fa_note_verifier *key, const fa_checkpoint *trusted,
                                 const fa_audit_answers *a, uint64_t version,
-                                const uint8_t model_sha256[32], fa_checkpoint *next,
-                                fa_error *err)
+                                const uint8_t model_sha256[32], fa_checkpoint *next, fa_error *err)
 {
     uint64_t t = trusted ? trusted->size : 0;
     Fedagg__AuditRecord *rec = NULL;
@@ -592,8 +591,8 @@ static int pin_key(fa_round_client *rc, const fa_note_verifier *v, fa_error *err
 
 /* The last checkpoint this region verified (state_dir/audit.checkpoint):
  * *have = 0 when there is none yet. */
-static int load_trusted(fa_round_client *rc, fa_checkpoint *cp, char **note, size_t *len,
-                        int *have, fa_error *err)
+static int load_trusted(fa_round_client *rc, fa_checkpoint *cp, char **note, size_t *len, int *have,
+                        fa_error *err)
 {
     char path[4096];
     uint8_t *data = NULL;
@@ -643,24 +642,26 @@ static void raise_alarm(fa_round_client *rc, const char *why, const char *truste
            "ALARM: the aggregator's signed audit log does not check out; this region stops "
            "contributing (an operator must look)",
            "detail=%s evidence=%s", fa_log_quote(q, sizeof(q), why), path);
+#define PUT(text) fa_wbuf_raw(&w, (text), strlen(text))
     fa_wbuf_init(&w, 0);
-    fa_wbuf_raw(&w, "fedagg audit alarm\n", 19);
-    fa_wbuf_raw(&w, why, strlen(why));
-    fa_wbuf_raw(&w, "\n\n== the checkpoint this region trusted\n", 40);
+    PUT("fedagg audit alarm\n");
+    PUT(why);
+    PUT("\n\n== the checkpoint this region trusted\n");
     if (trusted)
-        fa_wbuf_raw(&w, trusted, strlen(trusted));
+        PUT(trusted);
     if (a && a->record) {
-        fa_wbuf_raw(&w, "\n== GET /v1/audit/record\n", 25);
+        PUT("\n== GET /v1/audit/record\n");
         fa_wbuf_raw(&w, a->record, a->record_len);
     }
     if (a && a->checkpoint) {
-        fa_wbuf_raw(&w, "\n== GET /v1/audit/checkpoint\n", 29);
+        PUT("\n== GET /v1/audit/checkpoint\n");
         fa_wbuf_raw(&w, a->checkpoint, a->checkpoint_len);
     }
     if (a && a->consistency) {
-        fa_wbuf_raw(&w, "\n== GET /v1/audit/consistency\n", 30);
+        PUT("\n== GET /v1/audit/consistency\n");
         fa_wbuf_raw(&w, a->consistency, a->consistency_len);
     }
+#undef PUT
     if (!w.failed)
         fa_file_write_atomic(path, w.p, w.len, 0600, NULL);
     fa_wbuf_free(&w);
@@ -756,8 +757,7 @@ static int trust_answer(fa_round_client *rc, const fa_audit_answers *a, fa_error
 }
 
 /* Checks a downloaded model against the signed log (fa_round_client_check_model). */
-static int audit_model(fa_round_client *rc, uint64_t version, const uint8_t sha[32],
-                       fa_error *err)
+static int audit_model(fa_round_client *rc, uint64_t version, const uint8_t sha[32], fa_error *err)
 {
     fa_note_verifier key;
     fa_checkpoint trusted, next;
@@ -901,9 +901,13 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
                                        uint64_t *version, uint8_t sha256[32], fa_error *err)
 {
     uint64_t start = fa_time_mono_ns() / 1000000u;
+    char tmp[4200];
 
     if (rc->alarmed)
         return fa_errorf(err, FA_ERR_VERIFY, "%s", rc->alarm);
+    /* The model is downloaded beside path and takes its place only once the
+     * signed log vouches for it. */
+    snprintf(tmp, sizeof(tmp), "%s.unchecked", path);
     /* A download whose connection broke off (the aggregator restarted: its
      * stateless reset arrived mid-body) starts again from byte 0 on a fresh
      * connection at once, within the same time budget; the transport cannot
@@ -912,16 +916,20 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
     for (unsigned tries = 1;; tries++) {
         uint64_t used = fa_time_mono_ns() / 1000000u - start;
         char q[600];
-        int r = fetch_model_once(rc, path, used < timeout_ms ? (uint32_t)(timeout_ms - used) : 1,
+        int r = fetch_model_once(rc, tmp, used < timeout_ms ? (uint32_t)(timeout_ms - used) : 1,
                                  version, sha256, err);
         if (r == 0)
             r = audit_model(rc, *version, sha256, err);
+        if (r == 0 && rename(tmp, path) != 0)
+            r = fa_errorf(err, FA_ERR_IO, "%s: %s", path, strerror(errno));
         if (r == 0) {
+            fa_file_sync_dir(path, NULL);
             rc->have_model = 1;
             rc->model_version = *version;
             memcpy(rc->model_sha, sha256, 32);
             return 0;
         }
+        unlink(tmp);
         if ((r != FA_ERR_QUIC && r != FA_ERR_REPLAY) || tries >= 3 ||
             fa_time_mono_ns() / 1000000u - start >= timeout_ms)
             return r;

@@ -224,7 +224,6 @@ int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *
  *   FA_ERR_PROTOCOL  a malformed answer, or the record of another version */
 int fa_round_client_check_model(const fa_note_verifier *key, const fa_checkpoint *trusted,
                                 const fa_audit_answers *a, uint64_t version,
-                                const uint8_t model_sha256[32], fa_checkpoint *next,
-                                fa_error *err);
+                                const uint8_t model_sha256[32], fa_checkpoint *next, fa_error *err);
 
 #endif

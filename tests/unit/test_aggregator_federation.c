@@ -576,9 +576,9 @@ static void test_advertised_model(void **state)
     other[3] ^= 0x40;
     client_with_model(s, 1, other);
     must(fa_secagg_client_advertise(s->c[1], &m, &len, &err), &err);
-    assert_int_equal(fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m, len, s->now,
-                                   &r),
-                     FA_ERR_REPLAY);
+    assert_int_equal(
+        fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m, len, s->now, &r),
+        FA_ERR_REPLAY);
     assert_int_equal(r.status, 409);
     assert_non_null(strstr(r.msg, "region eu-west advertised keys for model"));
     assert_non_null(strstr(r.msg, "download it again"));
@@ -593,9 +593,9 @@ static void test_advertised_model(void **state)
         l2 = fedagg__advertise_keys__get_packed_size(ak);
         m2 = malloc(l2);
         fedagg__advertise_keys__pack(ak, m2);
-        assert_int_equal(fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m2, l2,
-                                       s->now, &r),
-                         FA_ERR_PROTOCOL);
+        assert_int_equal(
+            fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m2, l2, s->now, &r),
+            FA_ERR_PROTOCOL);
         assert_int_equal(r.status, 400);
         assert_non_null(strstr(r.msg, "names no model digest"));
         fa_fed_reply_free(&r);

@@ -837,10 +837,10 @@ static void test_client_peer_list_other_model(void **state)
     for (int i = 0; i < 4; i++) {
         if (i == 2)
             continue;
-        C_REFUSED(x->c[i], fa_secagg_client_peer_list(x->c[i], pl.p, pl.n, 12, &e_),
-                  FA_ERR_VERIFY, want);
-        C_REFUSED(x->c[i], fa_secagg_client_peer_list(x->c[i], pl.p, pl.n, 12, &e_),
-                  FA_ERR_VERIFY, "the aggregator served the regions different models");
+        C_REFUSED(x->c[i], fa_secagg_client_peer_list(x->c[i], pl.p, pl.n, 12, &e_), FA_ERR_VERIFY,
+                  want);
+        C_REFUSED(x->c[i], fa_secagg_client_peer_list(x->c[i], pl.p, pl.n, 12, &e_), FA_ERR_VERIFY,
+                  "the aggregator served the regions different models");
     }
     /* the region that got the other model refuses too: its peers signed the
      * common one (the first of them is named) */
@@ -876,8 +876,7 @@ static void test_model_digest_signed(void **state)
     S_REFUSED(x, fa_secagg_server_advertise(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_VERIFY,
               "signature does not verify");
     bfree(&m);
-    MUTATE(Fedagg__AdvertiseKeys, fedagg__advertise_keys, x->adv[0], a, a->model_sha256.len = 0,
-           m);
+    MUTATE(Fedagg__AdvertiseKeys, fedagg__advertise_keys, x->adv[0], a, a->model_sha256.len = 0, m);
     S_REFUSED(x, fa_secagg_server_advertise(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_PROTOCOL,
               "model_sha256 must be 32 bytes");
     assert_int_equal(fa_secagg_advertise_model(m.p, m.n, got), FA_ERR_PROTOCOL);
@@ -892,8 +891,8 @@ static void test_model_digest_signed(void **state)
             fa_secagg_server_advertise(x->s, x->f.ids[i], x->adv[i].p, x->adv[i].n, 10, NULL), 0);
     assert_int_equal(fa_secagg_server_close(x->s, 11, NULL), 0);
     assert_int_equal(fa_secagg_server_peer_list(x->s, &x->peers.p, &x->peers.n, NULL), 0);
-    MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a,
-           a->peers[3]->model_sha256.data[0] ^= 1, m);
+    MUTATE(Fedagg__PeerList, fedagg__peer_list, x->peers, a, a->peers[3]->model_sha256.data[0] ^= 1,
+           m);
     C_REFUSED(x->c[0], fa_secagg_client_peer_list(x->c[0], m.p, m.n, 12, &e_), FA_ERR_VERIFY,
               "the advertisement of 'region-003' is not signed by its identity key");
     bfree(&m);

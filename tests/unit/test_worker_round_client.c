@@ -180,11 +180,13 @@ static char *tl_consistency(struct tlog *t, size_t old, size_t size)
     size_t n = 0, off;
     char *out = malloc(4096);
     assert_int_equal(fa_merkle_consistency_proof(tl_get, t, old, size, proof, &n), 0);
-    off = (size_t)snprintf(out, 4096, "fedagg-audit-consistency v1\nold %zu\nsize %zu\n", old, size);
+    off =
+        (size_t)snprintf(out, 4096, "fedagg-audit-consistency v1\nold %zu\nsize %zu\n", old, size);
     for (size_t i = 0; i < n; i++) {
         memcpy(out + off, "hash ", 5);
         off += 5;
-        sodium_bin2base64(out + off, 4096 - off, proof + 32 * i, 32, sodium_base64_VARIANT_ORIGINAL);
+        sodium_bin2base64(out + off, 4096 - off, proof + 32 * i, 32,
+                          sodium_base64_VARIANT_ORIGINAL);
         off += strlen(out + off);
         out[off++] = '\n';
     }
@@ -373,8 +375,8 @@ static void test_audit_model_alarms(void **state)
     EXPECT(check(&t, NULL, rec, NULL, NULL, 4, t.model[4], &next, &err), FA_ERR_PROTOCOL,
            "asked for the record of version 4, got one of version 5");
     free(rec);
-    EXPECT(check(&t, NULL, "not a bundle", NULL, NULL, 4, t.model[4], &next, &err),
-           FA_ERR_PROTOCOL, "the record of version 4");
+    EXPECT(check(&t, NULL, "not a bundle", NULL, NULL, 4, t.model[4], &next, &err), FA_ERR_PROTOCOL,
+           "the record of version 4");
     tl_free(&t);
     tl_free(&fork);
     tl_free(&other);
