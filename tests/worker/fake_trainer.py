@@ -34,6 +34,9 @@ output.  Otherwise, by MODE:
   garbage    writes bytes that are not safetensors
   serve      long-lived: connects to $FEDAGG_SOCKET, says hello and serves
              rounds as "ok" until told to shut down
+With $FAKE_PRIVACY (a JSON object) the results carry it as "privacy" (a
+round under differential privacy); an "epsilon_per_round" in it becomes
+"epsilon": that times $FEDAGG_ROUND (a trainer's own growing total).
 As a torchrun rank other than 0 ($RANK != 0) it only reads the input,
 sleeps $FAKE_RANK_SLEEP seconds and writes $FAKE_TOKEN to
 $FAKE_RANK_MARK.$RANK.
@@ -181,6 +184,11 @@ def train(mode, inp, out):
     elif mode not in ("ok", "serve"):
         print("fake_trainer: unknown mode " + mode, file=sys.stderr)
         return 2
+    if os.environ.get("FAKE_PRIVACY") and isinstance(results, dict):
+        priv = json.loads(os.environ["FAKE_PRIVACY"])
+        if "epsilon_per_round" in priv:
+            priv["epsilon"] = priv.pop("epsilon_per_round") * int(os.environ.get("FEDAGG_ROUND", "1"))
+        results["privacy"] = priv
     write_st(out, new, meta)
     return results
 
