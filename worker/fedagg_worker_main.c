@@ -736,6 +736,8 @@ static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_err
 /* Differential privacy: the region's budget (rank 0)                        */
 /* ---------------------------------------------------------------------- */
 
+static const fa_privacy_spend *next_spend(const struct worker *w);
+
 /* Every rank: DP-SGD's parameters from the config and the shard; rank 0
  * also opens the accountant.  Returns 0 or the error that stops the worker. */
 static int privacy_setup(struct worker *w, fa_error *err)
@@ -776,7 +778,9 @@ static int privacy_setup(struct worker *w, fa_error *err)
     if ((rc = fa_privacy_state_open(&w->pstate, w->cfg, &created, err)) != 0)
         return rc;
     b = fa_privacy_state_budget(w->pstate);
-    if (!w->external && (rc = fa_privacy_budget_preview(b, &w->spend, &er, &et, err)) != 0 &&
+    /* the next round: the built-in trainer's, or what the external one's
+     * last round cost */
+    if (next_spend(w) && (rc = fa_privacy_budget_preview(b, next_spend(w), &er, &et, err)) != 0 &&
         rc != FA_ERR_RANGE)
         return rc;
     w->metrics.privacy_exhausted = rc == FA_ERR_RANGE;
