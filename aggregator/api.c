@@ -172,6 +172,16 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
         fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
         return NULL;
     }
+    if (fa_h3_request_peer_role(req) == FA_H3_ROLE_OPERATOR) {
+        fa_log(FA_LOG_WARN, "operator certificate refused on a region's path",
+               "operator=%s addr=%s path=%s", fa_h3_request_peer_name(req),
+               fa_h3_request_peer_addr(req), fa_h3_request_path(req));
+        respond_error(c, req, 403,
+                      "the certificate is operator %s's: operators use /v1/admin/ (fedagg "
+                      "status); this path is for regions",
+                      fa_h3_request_peer_name(req));
+        return NULL;
+    }
     if (!fa_fed_is_member(a->fed, c->region)) {
         fa_log(FA_LOG_WARN, "request from a region not in the federation refused",
                "peer=%s addr=%s path=%s", c->region[0] ? c->region : "(none)",

@@ -144,6 +144,7 @@ struct fa_fed {
      * attempt opens, /readyz says why. */
     fa_storage_gate gate;
     uint64_t storage_free; /* bytes free at the last check */
+    uint64_t storage_failures_exported; /* gate.total already added to the metric */
     /* Operators: paused (no attempt opens), and what they look back on. */
     int paused;
     char paused_by[64];
@@ -350,7 +351,11 @@ static void update_gauges(fa_fed *f)
     fa_metrics_set(f->metrics, "fedagg_audit_tree_size", NULL,
                    (double)fa_audit_log_signed_size(f->audit));
     fa_metrics_set(f->metrics, "fedagg_storage_blocked", NULL, f->gate.blocked ? 1.0 : 0.0);
-    fa_metrics_set(f->metrics, "fedagg_storage_failures_total", NULL, (double)f->gate.total);
+    if (f->gate.total > f->storage_failures_exported) { /* a counter: add what is new */
+        fa_metrics_add(f->metrics, "fedagg_storage_failures_total", NULL,
+                       (double)(f->gate.total - f->storage_failures_exported));
+        f->storage_failures_exported = f->gate.total;
+    }
     if (f->storage_free)
         fa_metrics_set(f->metrics, "fedagg_storage_free_bytes", NULL, (double)f->storage_free);
     if (f->have_eval) {
@@ -1361,6 +1366,7 @@ static void version_changed(fa_fed *f, uint64_t now_ms)
 /* The unmask phase closed: the sum is known.  Apply it and start the next round. */
 static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *err)
 {
+    const uint64_t t_finish = fa_time_mono_ns();
     uint64_t prev_version = f->cur.version;
     uint8_t prev_sha[32];
     double wsum = 0;
@@ -1427,6 +1433,9 @@ static int finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
            "weight_sum=%.4f seconds=%.2f",
            f->round, f->attempt, f->cur.version, fa_secagg_server_survivor_count(f->sa),
            fa_secagg_server_dropout_count(f->sa), wsum, secs);
+    /* The commit of a large model takes a while (a minute at 5 x 10^8): the
+     * next attempt's deadlines count from now, not from the unmask close. */
+    now_ms += (fa_time_mono_ns() - t_finish) / 1000000u;
     rc = open_next_round(f, now_ms, err);
 out:
 #ifdef __GLIBC__

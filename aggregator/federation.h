@@ -225,16 +225,21 @@ int fa_fed_admin_drain(fa_fed *f, const char *operator_name, const char *region,
  *   "status"      the federation: id, round, attempt, phase and its deadline
  *                 (unix ms), paused, model version, tensors and federated
  *                 parameters, federated and central evaluation, storage,
- *                 rounds completed/aborted, audit tree size, and "regions"
- *                 and "rounds" as below (the dashboard's whole input);
- *   "regions"     {"regions": [{id, connected, last_seen_unix_ms, drained,
- *                 rounds_participated, dropouts, bytes_received, privacy?}]};
+ *                 rounds completed/aborted, audit tree size, and "regions",
+ *                 "rounds", "versions" as below and "audit" as "audit-head"
+ *                 (the dashboard's whole input);
+ *   "regions"     {"regions": [{id, connected, last_seen_ms_ago (null when
+ *                 never seen), drained, drained_by?, rounds_participated,
+ *                 dropouts, bytes_received, privacy?}]};
  *   "rounds"      {"rounds": [{round, attempt, outcome ("completed" |
  *                 "aborted"), reason?, start_unix_ms, end_unix_ms, seconds,
  *                 phases: {advertise, shares, masked, consistency, unmask:
- *                 seconds}, participants: [...], dropped: [...], version?,
- *                 federated_accuracy?, central_accuracy?, global_accuracy?}]},
- *                 the last FA_FED_HISTORY attempts, oldest first;
+ *                 seconds, for the phases reached}, participants: [...],
+ *                 dropped: [...], version?}], the last FA_FED_HISTORY
+ *                 attempts, oldest first, and "versions": [{version,
+ *                 global_accuracy, central_accuracy, federated_accuracy
+ *                 (null when not measured), federated_regions}], one entry
+ *                 per model version, oldest first;
  *   "models"      {"models": [{version, round, sha256, bytes, master}]};
  *   "audit-head"  {tree_size, signed_size, root (hex), checkpoint (text)}.
  * Nothing secret is in any of them.  Returns 0, FA_ERR_INVAL (unknown

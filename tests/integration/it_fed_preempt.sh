@@ -20,6 +20,8 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 export FED_TRAINER="local_steps: 40 batch_size: 32 learning_rate: 0.05 momentum: 0.9"
 # the victim is waited for: all three must advertise for the phase to close early
 export FED_ADVERTISE_MS=30000
+# and the other phases tolerate a restart under mpirun on a loaded machine
+export FED_PHASE_MS=20000
 fed_test_config 1
 victim=ap-south
 fed_write_worker "$D" "$victim" "$PORT" "$ALL" \
