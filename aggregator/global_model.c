@@ -13,7 +13,11 @@ struct fa_global_model {
     fa_tensors *table; /* the current version's: federated flags, ranges */
     uint64_t d;
     int adaptive; /* RANGE_ADAPTIVE */
-    double headroom, initial, floor_rel, min_range, fixed;
+    double headroom, initial, floor_rel, min_range, initial_min, fixed;
+    /* The model's own __metadata__ (init_file's, e.g. an architecture the
+     * trainer reads), carried into every version; not the fedagg.* keys. */
+    char **user_meta; /* n_user_meta key/value pairs */
+    size_t n_user_meta;
     int need_master; /* a federated tensor is not F32 */
     int is_mlp;
     fa_mlp_config mlp;
@@ -73,13 +77,15 @@ static float range_of(const fa_global_model *g, double w_max, double d_max)
     } else {
         if (d_max < 0) {
             r = g->initial * w_max;
+            if (g->initial_min > r)
+                r = g->initial_min;
         } else {
             r = g->headroom * d_max;
             if (g->floor_rel * w_max > r)
                 r = g->floor_rel * w_max;
+            if (g->min_range > r)
+                r = g->min_range;
         }
-        if (g->min_range > r)
-            r = g->min_range;
     }
     return as_range(r);
 }
@@ -112,6 +118,41 @@ static int set_first_ranges(const fa_global_model *g, fa_tensors *t, const float
 /* The table the configuration describes: init_file's tensors, or the
  * built-in MLP's, with the configured selection.  *init (init_file only)
  * stays open for the caller. */
+#define MAX_USER_META 64
+
+static void drop_user_meta(fa_global_model *g)
+{
+    for (size_t i = 0; i < 2 * g->n_user_meta; i++)
+        free(g->user_meta[i]);
+    free(g->user_meta);
+    g->user_meta = NULL;
+    g->n_user_meta = 0;
+}
+
+/* Keeps st's metadata but fedagg's own keys and "format" (which fedagg
+ * writes), at most MAX_USER_META pairs. */
+static int keep_user_meta(fa_global_model *g, const fa_safetensors *st, fa_error *err)
+{
+    size_t n = fa_st_metadata_count(st), k = 0;
+    drop_user_meta(g);
+    if (!(g->user_meta = calloc(2 * MAX_USER_META, sizeof(char *))))
+        return fa_errorf(err, FA_ERR_NOMEM, "model metadata: out of memory");
+    for (size_t i = 0; i < n && k < MAX_USER_META; i++) {
+        const char *key, *val;
+        fa_st_metadata_at(st, i, &key, &val);
+        if (!strncmp(key, "fedagg.", 7) || !strcmp(key, "format"))
+            continue;
+        if (!(g->user_meta[2 * k] = strdup(key)) || !(g->user_meta[2 * k + 1] = strdup(val))) {
+            g->n_user_meta = k + 1;
+            drop_user_meta(g);
+            return fa_errorf(err, FA_ERR_NOMEM, "model metadata: out of memory");
+        }
+        k++;
+    }
+    g->n_user_meta = k;
+    return 0;
+}
+
 static int config_table(fa_global_model *g, const Fedagg__AggregatorConfig *cfg,
                         fa_tensors **out, fa_safetensors **init, fa_mlp_layout *layout,
                         fa_error *err)
@@ -128,6 +169,8 @@ static int config_table(fa_global_model *g, const Fedagg__AggregatorConfig *cfg,
         rc = fa_st_open(init, ms->init_file, err);
         if (rc == 0)
             rc = fa_tensors_from_st(&t, *init, err);
+        if (rc == 0)
+            rc = keep_user_meta(g, *init, err);
         if (rc != 0)
             return fa_error_prefix(err, rc, "model.init_file %s", ms->init_file);
         g->is_mlp = fa_mlp_config_from_st(*init, &g->mlp, NULL) == 0 &&
@@ -178,7 +221,7 @@ static int make_meta(const fa_global_model *g, const fa_tensors *t, const char *
                      size_t n_meta, const char ***out, size_t *n_out, char **json, char *arch,
                      size_t arch_len, fa_error *err)
 {
-    const char **m = calloc(2 * (n_meta + 2), sizeof(*m));
+    const char **m = calloc(2 * (n_meta + 2 + g->n_user_meta), sizeof(*m));
     size_t n = 0;
     int rc;
 
@@ -189,6 +232,10 @@ static int make_meta(const fa_global_model *g, const fa_tensors *t, const char *
     if (rc != 0) {
         free(m);
         return rc;
+    }
+    for (size_t i = 0; i < g->n_user_meta; i++, n++) {
+        m[2 * n] = g->user_meta[2 * i];
+        m[2 * n + 1] = g->user_meta[2 * i + 1];
     }
     for (size_t i = 0; i < n_meta; i++, n++) {
         m[2 * n] = meta[2 * i];
@@ -318,6 +365,8 @@ static int open_stored(fa_global_model *g, fa_model_store *store, const fa_tenso
         rc = fa_tensors_from_st(&t, st, err);
     if (rc == 0)
         rc = check_stored(want, t, st, mpath, err);
+    if (rc == 0)
+        rc = keep_user_meta(g, st, err);
     for (size_t i = 0; rc == 0 && i < fa_tensors_count(t); i++) {
         const fa_tensor *x = fa_tensors_at(t, i);
         if (x->federated && !(x->range > 0))
@@ -409,6 +458,7 @@ int fa_global_model_open(fa_global_model **out, const Fedagg__AggregatorConfig *
     g->initial = q->range_initial;
     g->floor_rel = q->range_floor;
     g->min_range = q->range_min;
+    g->initial_min = q->range_initial_min;
     g->fixed = q->clip_value;
     memset(&layout, 0, sizeof(layout));
     rc = config_table(g, cfg, &want, &init, &layout, err);
@@ -449,6 +499,7 @@ void fa_global_model_del(fa_global_model *g)
     if (!g)
         return;
     fa_tensors_del(g->table);
+    drop_user_meta(g);
     free(g);
 }
 

@@ -447,6 +447,9 @@ static void check_quantization(struct ck *c, const Fedagg__Quantization *q)
     if (!finite_pos(q->range_min))
         problem(c, q, "range_min", 0, "`quantization.range_min` (%g) must be positive",
                 q->range_min);
+    if (!finite_pos(q->range_initial_min))
+        problem(c, q, "range_initial_min", 0,
+                "`quantization.range_initial_min` (%g) must be positive", q->range_initial_min);
 }
 
 static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,

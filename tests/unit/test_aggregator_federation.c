@@ -894,7 +894,11 @@ static void make_mixed_model(const char *dir)
         {.name = "mask", .dtype = FA_ST_BOOL, .ndim = 1, .shape = s4, .data = mask},
     };
     snprintf(path, sizeof(path), "%s/init.safetensors", dir);
-    must(fa_st_save(path, 0644, v, 5, NULL, 0, &err), &err);
+    {
+        /* the model's own metadata, which every version carries on */
+        const char *meta[] = {"format", "pt", "arch.note", "emb 2x3, head 3"};
+        must(fa_st_save(path, 0644, v, 5, meta, 2, &err), &err);
+    }
 }
 
 #define MIXED_MODEL                                                                                \
@@ -964,13 +968,13 @@ static void test_any_model_round(void **state)
     assert_memory_equal(fi->tensor_table_digest.data, digest, 32);
     fedagg__federation_info__free_unpacked(fi, NULL);
     /* Version 0 keeps every tensor's dtype; first ranges from the weights:
-     * max(1.0 x max|w|, 0.05). */
+     * max(1.0 x max|w|, 1.0) (range_initial, range_initial_min). */
     assert_int_equal(fa_st_find(v0, "emb.weight")->dtype, FA_ST_BF16);
     assert_int_equal(fa_st_find(v0, "bn.num_batches_tracked")->dtype, FA_ST_I64);
     r_emb = range_of(v0, "emb.weight");
     r_bias = range_of(v0, "head.bias");
     assert_true(r_emb == 2.0f);
-    assert_true(r_bias == 0.3f);
+    assert_true(r_bias == 1.0f);
 
     /* Each region sends its delta divided by the tensor's range. */
     for (int i = 0; i < NR; i++)
@@ -993,6 +997,8 @@ static void test_any_model_round(void **state)
      * for byte as they were. */
     v1 = open_store_file(s, "model-00000001.safetensors");
     m1 = open_store_file(s, "master-00000001.safetensors");
+    assert_string_equal(fa_st_metadata_get(v1, "arch.note"), "emb 2x3, head 3");
+    assert_string_equal(fa_st_metadata_get(v0, "arch.note"), "emb 2x3, head 3");
     assert_int_equal(fa_st_find(v1, "emb.weight")->dtype, FA_ST_BF16);
     assert_int_equal(fa_st_find(m1, "emb.weight")->dtype, FA_ST_F32);
     must(fa_st_read_f32(m1, fa_st_find(m1, "emb.weight"), master, 6, &err), &err);
@@ -1020,7 +1026,7 @@ static void test_any_model_round(void **state)
             assert_memory_equal(x, y, a->end - a->begin);
         }
     }
-    /* The next round's ranges: max(8 x max|mean delta|, 0.01 x max|w|, 0.05):
+    /* The next round's ranges: max(8 x max|mean delta|, 0.01 x max|w|, 0.001):
      * emb's mean delta reaches 0.08 (j = 0), head.bias's 0.08 too (j = 8). */
     assert_true(fabsf(range_of(v1, "emb.weight") - 8 * 0.08f) < 1e-3f);
     assert_true(fabsf(range_of(v1, "head.bias") - 8 * 0.08f) < 1e-3f);
