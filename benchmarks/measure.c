@@ -1,0 +1,45 @@
+#include "benchmarks/measure.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/fa_time.h"
+
+double fa_bench_now_s(void)
+{
+    return fa_time_mono_s();
+}
+
+double fa_bench_thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int fa_bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double fa_bench_median(const double *v, int n)
+{
+    double *s, m;
+    int k = 0;
+
+    if (n <= 0 || !(s = malloc((size_t)n * sizeof(double))))
+        return NAN;
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i]))
+            s[k++] = v[i];
+    if (k == 0) {
+        free(s);
+        return NAN;
+    }
+    qsort(s, (size_t)k, sizeof(double), fa_bench_cmp_double);
+    m = k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2;
+    free(s);
+    return m;
+}

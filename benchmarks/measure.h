@@ -1,0 +1,21 @@
+/* measure.h - clocks and statistics shared by the fedagg-bench subcommands.
+ *
+ * (Not bench_*.c: every benchmarks/bench_<name>.c is a subcommand.) */
+#ifndef FA_BENCH_MEASURE_H
+#define FA_BENCH_MEASURE_H
+
+/* The monotonic clock, in seconds (fa_time_mono_s). */
+double fa_bench_now_s(void);
+
+/* This thread's CPU time, in seconds: a measure of work that does not
+ * depend on who else is running. */
+double fa_bench_thread_cpu_s(void);
+
+/* qsort comparator of doubles, ascending (NaNs compare equal to all). */
+int fa_bench_cmp_double(const void *a, const void *b);
+
+/* The median of the finite values of v[0..n) (the mean of the two middle
+ * ones when their count is even); NAN when there is none or no memory. */
+double fa_bench_median(const double *v, int n);
+
+#endif
