@@ -18,7 +18,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "aggregator/evaluator.h"
 #include "aggregator/fed_eval.h"
 #include "aggregator/fed_history.h"

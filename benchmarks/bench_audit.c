@@ -34,7 +34,7 @@
 #include <openssl/evp.h>
 #include <sodium.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"

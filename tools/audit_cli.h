@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "common/fa_err.h"
 #include "crypto/checkpoint.h"
 

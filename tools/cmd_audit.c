@@ -1,5 +1,5 @@
 /* `fedagg audit`: verify, show and prove the aggregator's audit log
- * (DESIGN 4.5, aggregator/audit_log.h).
+ * (DESIGN 4.5, audit/audit_log.h).
  *
  * Exit status: 0 success (everything verified), 1 failure (something did not
  * verify, or a file could not be read), 2 usage. */
@@ -12,13 +12,13 @@
 #include <jansson.h>
 #include <sodium.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "crypto/checkpoint.h"
 #include "crypto/merkle.h"
 #include "crypto/secagg.h"
-#include "aggregator/privacy_audit.h"
+#include "audit/privacy_audit.h"
 #include "tools/audit_cli.h"
 
 const char fa_cmd_audit_help[] =

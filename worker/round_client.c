@@ -348,7 +348,7 @@ static int next_line(const char **p, const char *end, char *buf, size_t cap)
     return (int)n;
 }
 
-/* The text of GET /v1/audit/consistency (aggregator/audit_log.h
+/* The text of GET /v1/audit/consistency (audit/audit_log.h
  * fa_audit_log_prove_consistency) for old -> size: its hashes into proof. */
 static int parse_consistency(const char *text, size_t len, uint64_t old, uint64_t size,
                              uint8_t *proof, size_t *n, fa_error *err)

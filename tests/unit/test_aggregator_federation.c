@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "aggregator/federation.h"
 #include "aggregator/model_store.h"
 #include "common/fa_file.h"

@@ -1,4 +1,4 @@
-/* fa-audit-mklog: writes an audit log through aggregator/audit_log.h, as the
+/* fa-audit-mklog: writes an audit log through audit/audit_log.h, as the
  * aggregator would, for the `fedagg audit` integration test.
  *
  *   fa-audit-mklog DIR [--records N] [--key-seed S] [--origin O] [--variant V]
@@ -19,7 +19,7 @@
 
 #include <sodium.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "crypto/checkpoint.h"

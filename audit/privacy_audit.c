@@ -1,5 +1,5 @@
 /* privacy_audit.c - see privacy_audit.h. */
-#include "aggregator/privacy_audit.h"
+#include "audit/privacy_audit.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -21,7 +21,7 @@
 #include <sodium.h>
 #include <zlib.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "common/fa_log.h"
 
 #define NREG 3

@@ -1,4 +1,4 @@
-/* libFuzzer target: the audit log reader (aggregator/audit_log.h) on
+/* libFuzzer target: the audit log reader (audit/audit_log.h) on
  * untrusted files - a log and its checkpoints as found on a disk that may
  * have been damaged or tampered with.
  *
@@ -20,7 +20,7 @@
 
 #include <sodium.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "common/fa_log.h"
 
 static char dir[64], log_path[128], ckpt_path[160], tree_path[160];

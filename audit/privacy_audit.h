@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 #include "audit.pb-c.h"
 #include "common/fa_err.h"
 

@@ -1,5 +1,5 @@
 /* audit_log.c - the append-only, verifiable audit log file (see audit_log.h). */
-#include "aggregator/audit_log.h"
+#include "audit/audit_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
-#include "aggregator/privacy_audit.h"
+#include "audit/privacy_audit.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 
