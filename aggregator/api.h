@@ -1,4 +1,4 @@
-/* api.h - the aggregator's HTTP/3 API (DESIGN 4.0) over fa_fed.
+/* api.h - the aggregator's HTTP/3 API (docs/api.md) over fa_fed.
  *
  *   GET  /v1/federation                      FederationInfo
  *   GET  /v1/models/latest, /v1/models/{v}   safetensors, streamed; headers

@@ -1,4 +1,5 @@
-/* federation.h - the aggregator's round orchestration (DESIGN 4, 4.3).
+/* federation.h - the aggregator's round orchestration (docs/architecture.md,
+ * docs/secure-aggregation.md).
  *
  * fa_fed owns everything durable of the aggregator: the model store (global
  * versions and optimizer state), the audit log, and the round in flight,

@@ -1,4 +1,4 @@
-/* audit_log.h - the aggregator's append-only, verifiable audit log (DESIGN 4.5).
+/* audit_log.h - the aggregator's append-only, verifiable audit log (docs/architecture.md).
  *
  * One record (proto/audit.proto AuditRecord) per aggregation.  Three files:
  *

@@ -1,5 +1,5 @@
 /* bench_audit.c - `fedagg-bench audit`: the verifiable audit log (issue 6,
- * DESIGN 4.5).  Each line measures our code and an anchor on the same bytes
+ * docs/architecture.md).  Each line measures our code and an anchor on the same bytes
  * in the same run:
  *
  *   audit_append fsync    appends/s, each committed (record fsync'ed, checkpoint

@@ -1,5 +1,5 @@
 /* bench_compress.c - `fedagg-bench compress`: gradient compression of the
- * local all-reduce (issue 5, DESIGN 4.4).
+ * local all-reduce (issue 5, docs/architecture.md).
  *
  * For none (the anchor), PowerSGD r = 1, 2, 4, top-k 1 % and QSGD8: the
  * default MLP (784-256-128-10) trains on Fashion-MNIST for a fixed number of

@@ -1,4 +1,4 @@
-/* checkpoint.h - the signed statements of the audit log (DESIGN 4.5):
+/* checkpoint.h - the signed statements of the audit log (docs/architecture.md, The audit log):
  *
  *  - C2SP signed notes (https://c2sp.org/signed-note) with Ed25519 keys, as
  *    golang.org/x/mod/sumdb/note writes and reads them:

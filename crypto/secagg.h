@@ -1,5 +1,5 @@
 /* secagg.h - secure aggregation: the aggregator learns only the sum of the
- * regions' updates (DESIGN 4.1, 7).
+ * regions' updates (docs/secure-aggregation.md).
  *
  * Protocol: Bonawitz et al., "Practical Secure Aggregation for Privacy-
  * Preserving Machine Learning", CCS 2017, Figure 4 (the variant secure against

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install the Debian 12 packages fedagg needs (DESIGN.md section 3).
+# Install the Debian 12 packages fedagg needs (README.md, Building and testing).
 # Idempotent: installs only what is missing, and nothing when all is present.
 # Usage: deploy/install-deps.sh [--check]   (--check: only report, exit 1 if missing)
 set -eu

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/pki.sh - the federation's X.509 PKI for mutual TLS (DESIGN.md 4.2),
+# deploy/pki.sh - the federation's X.509 PKI for mutual TLS (deploy/README-pki.md),
 # made with the openssl CLI only.
 #
 #   deploy/pki.sh DIR --regions eu-west,us-east,ap-south [--operators alice,bob]

@@ -1,5 +1,5 @@
 /* `fedagg audit`: verify, show and prove the aggregator's audit log
- * (DESIGN 4.5, audit/audit_log.h).
+ * (audit/audit_log.h, docs/operations.md).
  *
  * Exit status: 0 success (everything verified), 1 failure (something did not
  * verify, or a file could not be read), 2 usage. */

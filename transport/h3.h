@@ -1,5 +1,5 @@
 /* h3.h - HTTP/3 over QUIC v1 (RFC 9000, RFC 9114) with mutual TLS: the
- * transport of fedagg (DESIGN 4.2).
+ * transport of fedagg (docs/architecture.md).
  *
  * Built on ngtcp2 0.12, nghttp3 0.8 and GnuTLS 3.7.  Knows nothing of rounds:
  * the aggregator registers handlers on a server, the worker sends requests

@@ -1,4 +1,4 @@
-/* comm.h - collectives among the local ranks of one region (DESIGN 4.4).
+/* comm.h - collectives among the local ranks of one region (docs/architecture.md, Inside a region).
  *
  * Ranks are processes started by mpirun (or any MPI launcher), or one process
  * alone (MPI singleton).  Rank 0 leads.  Behind this one small interface sit

@@ -1,5 +1,5 @@
 /* comm_nccl.c - the NCCL backend of fa_comm: one GPU per rank, collectives on
- * device memory, bootstrapped over MPI (DESIGN 4.4): rank 0 creates the
+ * device memory, bootstrapped over MPI (docs/architecture.md): rank 0 creates the
  * ncclUniqueId and broadcasts it with MPI, then every rank joins with
  * ncclCommInitRank.  Host-memory calls stage through a device buffer that
  * grows to the largest message; the all-gather of variable blocks is a group

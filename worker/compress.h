@@ -1,4 +1,4 @@
-/* compress.h - compression of the local gradient all-reduce (DESIGN 4.4).
+/* compress.h - compression of the local gradient all-reduce (docs/architecture.md, Inside a region).
  *
  * A compressor replaces `fa_comm_allreduce_sum_f32(comm, grad, n)` on the
  * gradient block: every rank passes its local gradient g_i, and every rank

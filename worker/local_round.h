@@ -1,5 +1,5 @@
 /* local_round.h - one local round of the built-in trainer across the local
- * ranks of a region (DESIGN 4.4): the library entry point the worker daemon
+ * ranks of a region (docs/architecture.md, Inside a region): the library entry point the worker daemon
  * and the federation call.
  *
  *   rank 0 holds the global weights  --broadcast-->  every rank

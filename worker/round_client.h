@@ -1,4 +1,4 @@
-/* round_client.h - a region's side of the federation over HTTP/3 (DESIGN 4):
+/* round_client.h - a region's side of the federation over HTTP/3 (docs/architecture.md):
  * the federation's position, the global model, and one secure-aggregation
  * round attempt (the region leader, rank 0, runs it).
  *
