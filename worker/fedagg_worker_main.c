@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -1027,6 +1028,47 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
 }
 
 /* Rank 0: follows the federation until it finishes. */
+/* Room in the state directory for an attempt's saved state (the update, 4
+ * bytes a coordinate, and the sealed client) before joining one: a worker
+ * that cannot save it before its first masked byte must not start the
+ * attempt.  When there is none it joins no attempt, logs once per back-off
+ * (1 s doubling to 60 s) and exports it, and goes on by itself when room
+ * returns.  Returns 1 when there is room. */
+static int state_dir_has_room(struct worker *w, uint64_t d)
+{
+    static uint64_t backoff_ms, next_ms;
+    uint64_t now = fa_time_mono_ns() / 1000000u;
+    /* the model (about 4 bytes a coordinate), the update and room to spare */
+    uint64_t need = 8 * d + (16u << 20);
+    struct statvfs vfs;
+    uint64_t free_b;
+
+    if (backoff_ms && now < next_ms)
+        return 0;
+    if (statvfs(w->cfg->state_dir, &vfs) != 0)
+        return 1; /* cannot tell: the save itself will say */
+    free_b = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+    w->metrics.storage_free_bytes = (double)free_b;
+    if (free_b >= need) {
+        if (backoff_ms)
+            fa_log(FA_LOG_INFO, "state directory has room again; joining attempts",
+                   "dir=%s free_mib=%.1f", w->cfg->state_dir, (double)free_b / 1048576.0);
+        backoff_ms = 0;
+        w->metrics.storage_blocked = 0;
+        return 1;
+    }
+    if (backoff_ms < 60000) {
+        backoff_ms = backoff_ms ? (backoff_ms * 2 > 60000 ? 60000 : backoff_ms * 2) : 1000;
+        fa_log(FA_LOG_WARN, "state directory full: this region joins no attempt until it has room",
+               "dir=%s free_mib=%.1f need_mib=%.1f next_check_s=%.0f", w->cfg->state_dir,
+               (double)free_b / 1048576.0, (double)need / 1048576.0, (double)backoff_ms / 1000.0);
+    }
+    next_ms = now + backoff_ms;
+    w->metrics.storage_blocked = 1;
+    write_metrics(w);
+    return 0;
+}
+
 static int leader_loop(struct worker *w, fa_error *err)
 {
     uint64_t rounds_done = 0, last_round = UINT64_MAX;
@@ -1101,6 +1143,12 @@ static int leader_loop(struct worker *w, fa_error *err)
                     return 0;
                 continue;
             }
+        }
+        if (!state_dir_has_room(w, info->num_params)) {
+            /* no room to download, train or save an attempt: sit this one out */
+            fedagg__federation_info__free_unpacked(info, NULL);
+            sleep_ms(1000);
+            continue;
         }
         rc = get_global(w, info, FETCH_MS, err);
         if (rc != 0 && w->load_fatal) {

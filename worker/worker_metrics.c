@@ -24,6 +24,7 @@ void fa_worker_metrics_init(fa_worker_metrics *m)
     m->privacy_budget = NAN;
     m->privacy_exhausted = NAN;
     m->model_alarm = 0; /* measured from the start: no alarm */
+    m->storage_blocked = 0;
 }
 
 struct text {
@@ -169,6 +170,13 @@ int fa_worker_metrics_format(const fa_worker_metrics *m, const char *region, cha
            "rolled-back audit log, or served it a model the log does not hold (round_client.h); "
            "else 0.",
            m->model_alarm);
+    metric(&t, label, "fedagg_worker_storage_blocked", "gauge",
+           "1 while the state directory has no room for an attempt's saved state (the region "
+           "joins no attempt until it has), else 0.",
+           m->storage_blocked);
+    metric(&t, label, "fedagg_worker_storage_free_bytes", "gauge",
+           "Free bytes on the state directory's file system at the last check.",
+           m->storage_free_bytes);
     free(label);
     if (t.oom) {
         free(t.buf);

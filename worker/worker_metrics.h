@@ -24,6 +24,9 @@
  *                                                       (the region no longer trains), else 0
  *   fedagg_worker_model_alarm                  gauge    1 when the region stopped on an audit-log
  *                                                       ALARM (worker/round_client.h), else 0
+ *   fedagg_worker_storage_blocked              gauge    1 while the state directory has no room
+ *                                                       for an attempt (no attempt is joined)
+ *   fedagg_worker_storage_free_bytes           gauge    free bytes there at the last check
  */
 #ifndef FA_WORKER_WORKER_METRICS_H
 #define FA_WORKER_WORKER_METRICS_H
@@ -49,6 +52,8 @@ typedef struct fa_worker_metrics {
     double privacy_budget;      /* NaN: no differential privacy */
     double privacy_exhausted;   /* NaN: no differential privacy; else 0 or 1 */
     double model_alarm;         /* 0, or 1 once the round client raised an alarm */
+    double storage_blocked;     /* 0, or 1 while the state directory has no room for an attempt */
+    double storage_free_bytes;  /* NaN: not checked yet */
 } fa_worker_metrics;
 
 /* Counters 0, gauges NaN. */

@@ -55,6 +55,40 @@ curl -s "http://127.0.0.1:$MPORT/readyz" >"$D/readyz.txt" || true
 grep -q '^ready' "$D/readyz.txt" || fail "not ready after recovery: $(cat "$D/readyz.txt")"
 curl -sf "http://127.0.0.1:$MPORT/metrics" | grep -q '^fedagg_storage_blocked 0' ||
     fail "fedagg_storage_blocked is not back to 0"
+
+# A region's state directory fills up: it joins no attempt until it has
+# room again (one warning per back-off), the others go on; then it rejoins.
+fed_stop_all
+victim=ap-south
+vdir="$D/worker-$victim"
+mkdir -p "$vdir"
+mount -t tmpfs -o size=60m tmpfs "$vdir" || fail "cannot mount the region's tmpfs"
+trap 'rc=$?; fed_stop_all; umount "$vdir" 2>/dev/null; umount "$D/state" 2>/dev/null; (exit $rc); fed_test_cleanup' EXIT
+: >"$agg"
+vlog="$D/logs/worker-$victim.log"
+: >"$vlog"
+fed_start_aggregator "$D"
+for r in "${REGIONS[@]}"; do fed_start_worker "$D" "$r"; done
+base=$(grep -c 'msg="round completed"' "$agg" || true)
+fed_wait_rounds "$D" $((base + 1)) 240 || fail "no round with the region's disk free"
+free_mib=$(($(stat -f -c '%a * %S' "$vdir") / 1048576))
+dd if=/dev/zero of="$vdir/filler" bs=1M count=$((free_mib - 2)) status=none 2>/dev/null || true
+wait_log "$vlog" 'msg="state directory full' 120
+done_full=$(grep -c 'msg="round completed"' "$agg")
+fed_wait_rounds "$D" $((done_full + 2)) 240 || fail "rounds stopped while one region's disk is full"
+round_line $((done_full + 2)) | grep -q 'participants=2 ' ||
+    fail "the full region took part: $(round_line $((done_full + 2)))"
+warns=$(grep -c 'msg="state directory full' "$vlog")
+[ "$warns" -le 7 ] || fail "the full state directory was logged $warns times"
+kill -0 "$(fed_worker_pid "$victim")" || fail "the region's worker died on a full disk"
+echo "region's disk full: rounds went on with 2, $warns warnings"
+rm -f "$vdir/filler"
+wait_log "$vlog" 'msg="state directory has room again' 120
+back=$(grep -c 'msg="round completed"' "$agg")
+fed_wait_rounds "$D" $((back + 2)) 240 || fail "no rounds after the region's disk freed"
+round_line $((back + 2)) | grep -q 'participants=3 ' ||
+    fail "the region did not rejoin: $(round_line $((back + 2)))"
+echo "region rejoined after its disk freed"
 fed_stop_all
 check_audit_and_versions
 echo "PASS"
