@@ -114,9 +114,12 @@ void fa_audit_append_result_free(fa_audit_append_result *res);
 int fa_audit_log_append(fa_audit_log *log, const Fedagg__AuditRecord *rec,
                         fa_audit_append_result *res, fa_error *err);
 
-/* The same for records already encoded (each is decoded and checked), n of
- * them committed together under one checkpoint and one fsync of each file:
- * for bulk imports and benchmarks.  res describes the last one. */
+/* The same for records already encoded, n of them committed together under
+ * one checkpoint and one fsync of each file.  Each is decoded once and held to
+ * the record rules before anything is written, and its bytes are stored as
+ * given (the leaf hash covers them): the aggregator appends the bytes it built
+ * (aggregator/fed_record.c), bulk imports and benchmarks many at once.  res
+ * describes the last one. */
 int fa_audit_log_append_encoded(fa_audit_log *log, const uint8_t *const *recs, const size_t *lens,
                                 size_t n, fa_audit_append_result *res, fa_error *err);
 
