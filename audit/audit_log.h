@@ -203,6 +203,20 @@ typedef struct fa_audit_region_key {
 
 enum { FA_AUDIT_NOTE = 0, FA_AUDIT_PROBLEM = 1 };
 
+/* The key of region among keys, or NULL (a NULL region included). */
+const uint8_t *fa_audit_region_key_find(const fa_audit_region_key *keys, size_t n,
+                                        const char *region);
+
+/* The signature of a region's upload commitment c of record r, checked with
+ * the region's identity key pk (crypto/secagg.h fa_secagg_commitment_verify
+ * over federation, round, attempt, region and upload hash): the one check
+ * behind fedagg audit verify and audit check-proof.  Returns 0 (it
+ * verifies), FA_ERR_NOTFOUND (unsigned: the region dropped out after
+ * uploading, before the consistency check) or FA_ERR_VERIFY (it does not
+ * verify, or the hash or signature has the wrong length). */
+int fa_audit_commitment_check(const Fedagg__AuditRecord *r, const Fedagg__RegionCommitment *c,
+                              const uint8_t pk[FA_ED25519_PK_LEN]);
+
 typedef struct fa_audit_verify_opts {
     const fa_note_verifier *key;            /* the aggregator's key; required */
     const fa_audit_region_key *region_keys; /* may be NULL */

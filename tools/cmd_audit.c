@@ -17,7 +17,6 @@
 #include "common/fa_log.h"
 #include "crypto/checkpoint.h"
 #include "crypto/merkle.h"
-#include "crypto/secagg.h"
 #include "audit/privacy_audit.h"
 #include "tools/audit_cli.h"
 
@@ -522,21 +521,18 @@ static int cmd_check_proof(struct opts *o)
     /* Region signatures, for the keys given. */
     for (size_t i = 0; i < r->n_commitments; i++) {
         const Fedagg__RegionCommitment *c = r->commitments[i];
-        const uint8_t *pk = NULL;
-        for (size_t k = 0; k < o->nkeys; k++)
-            if (c->region && !strcmp(o->keys[k].region, c->region))
-                pk = o->keys[k].pk;
+        const uint8_t *pk = fa_audit_region_key_find(o->keys, o->nkeys, c->region);
+        int check;
         if (!pk)
             continue;
-        if (c->signature.len == 0) {
+        check = fa_audit_commitment_check(r, c, pk);
+        if (check == FA_ERR_NOTFOUND) {
             printf("region %s: upload commitment unsigned (it dropped out after uploading, "
                    "before the consistency check)\n",
                    c->region);
             continue;
         }
-        if (c->signature.len == 64 && c->upload_sha256.len == 32 &&
-            fa_secagg_commitment_verify(r->federation_id, r->round, r->attempt, c->region,
-                                        c->upload_sha256.data, c->signature.data, pk) == 0) {
+        if (check == 0) {
             printf("region %s: upload commitment signature verified\n", c->region);
         } else {
             printf("MISMATCH: region %s: the upload commitment signature does not verify\n",

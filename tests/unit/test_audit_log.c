@@ -601,6 +601,34 @@ static void test_region_signatures(void **state)
     assert_int_equal(fd.notes, 1);
 }
 
+/* The one commitment check (fedagg audit verify and audit check-proof):
+ * a good signature, an unsigned commitment, another region's key, a flipped
+ * hash, wrong lengths, and the key lookup. */
+static void test_commitment_check(void **state)
+{
+    struct fix *f = *state;
+    struct rec_buf b;
+
+    rec_fill(f, &b, 0, 3, 0);
+    assert_ptr_equal(fa_audit_region_key_find(f->rkeys, NREG, region_ids[1]), f->rkeys[1].pk);
+    assert_null(fa_audit_region_key_find(f->rkeys, NREG, "nowhere"));
+    assert_null(fa_audit_region_key_find(f->rkeys, NREG, NULL));
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[0], f->rpk[0]), 0);
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[0], f->rpk[1]), FA_ERR_VERIFY);
+    b.r.attempt = 1; /* signed for attempt 0 */
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[0], f->rpk[0]), FA_ERR_VERIFY);
+    b.r.attempt = 0;
+    b.up[1][5] ^= 1;
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[1], f->rpk[1]), FA_ERR_VERIFY);
+    b.c[2].upload_sha256.len = 31;
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
+    b.c[2].upload_sha256.len = 32;
+    b.c[2].signature.len = 63;
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
+    b.c[2].signature.len = 0;
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_NOTFOUND);
+}
+
 /* Every single bit of a small log, and of its checkpoints file, flipped in
  * turn: verify reports a problem at the record that holds the bit (the file
  * header: -1), and opening the log refuses it (or, for the last record,
@@ -1172,6 +1200,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_find_version_and_consistency_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_signatures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commitment_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_bit_flip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_surgery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_checkpoints, setup, teardown),
