@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/measure.h"
 #include "common/fa_log.h"
 #include "model/mlp.h"
 #include "model/train.h"
@@ -150,13 +151,6 @@ static int reexec_under_mpirun(int argc, char **argv, uint32_t ranks)
     fprintf(stderr, "fedagg-bench compress: cannot run mpirun: %s\n", strerror(errno));
     free(av);
     return -1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 typedef struct outcome {
@@ -325,7 +319,7 @@ int fa_bench_compress(int argc, char **argv)
     for (size_t k = 0; k < N_METHODS; k++) {
         const method *me = &methods[k];
         outcome o = {0};
-        double t0 = now_s();
+        double t0 = fa_bench_now_s();
         char label[32];
         if (!selected(&bo, me))
             continue;
@@ -355,7 +349,7 @@ int fa_bench_compress(int argc, char **argv)
                    me->name, label, fa_comm_size(comm), bo.epochs, (unsigned long long)o.steps,
                    bo.batch, bo.lr, bo.schedule == FA_LR_COSINE ? "cosine" : "constant", tr.n,
                    o.bytes_per_step, o.steady_bytes, o.wire_per_step, o.accuracy,
-                   o.loss, now_s() - t0, base.bytes_per_step, base.accuracy,
+                   o.loss, fa_bench_now_s() - t0, base.bytes_per_step, base.accuracy,
                    base.bytes_per_step / o.bytes_per_step, 100.0 * (base.accuracy - o.accuracy));
             fflush(stdout);
         }

@@ -29,6 +29,7 @@
 
 #include <openssl/evp.h>
 
+#include "benchmarks/measure.h"
 #include "crypto/mask_prg.h"
 #include "crypto/secagg.h"
 #include "tests/unit/test_crypto_harness.h"
@@ -36,15 +37,9 @@
 const char fa_bench_mask_help[] =
     "client masking throughput (mask bytes/s) next to raw OpenSSL AES-128-CTR; d=2^24, n=4,16";
 
-/* Thread CPU time: this machine is shared, and CPU time is what our code
- * and its anchor cost, whoever else is running.  On an idle machine it is
- * the wall time. */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* Every time below is thread CPU time (fa_bench_thread_cpu_s): this
+ * machine is shared, and CPU time is what our code and its anchor cost,
+ * whoever else is running.  On an idle machine it is the wall time. */
 
 /* Raw keystream: AES-128-CTR over zeros, in the same 16 KiB blocks. */
 static double aes_seconds(uint64_t bytes)
@@ -55,10 +50,10 @@ static double aes_seconds(uint64_t bytes)
     double t0;
     int outl;
     EVP_EncryptInit_ex(ctx, EVP_aes_128_ctr(), NULL, key, iv);
-    t0 = now_s();
+    t0 = fa_bench_thread_cpu_s();
     for (uint64_t done = 0; done < bytes; done += sizeof(zeros))
         EVP_EncryptUpdate(ctx, out, &outl, zeros, (int)sizeof(zeros));
-    t0 = now_s() - t0;
+    t0 = fa_bench_thread_cpu_s() - t0;
     EVP_CIPHER_CTX_free(ctx);
     free(out);
     return t0;
@@ -85,7 +80,7 @@ static double expand_seconds(const uint32_t *in, uint64_t d, size_t n)
             goto out;
         sign[i] = (i & 1) ? -1 : 1;
     }
-    t0 = now_s();
+    t0 = fa_bench_thread_cpu_s();
     for (uint64_t off = 0; off < d; off += FA_PRG_BLOCK_WORDS) {
         size_t m = d - off < FA_PRG_BLOCK_WORDS ? (size_t)(d - off) : FA_PRG_BLOCK_WORDS;
         if (fa_prg_mask(g, sign, n, in + off, acc, m, scratch) != 0) {
@@ -93,7 +88,7 @@ static double expand_seconds(const uint32_t *in, uint64_t d, size_t n)
             goto out;
         }
     }
-    t0 = now_s() - t0;
+    t0 = fa_bench_thread_cpu_s() - t0;
 out:
     for (size_t i = 0; g && i < n; i++)
         fa_prg_free(&g[i]);
@@ -150,13 +145,13 @@ out:
 static double stream_seconds(fa_secagg_client *c, uint8_t *buf, size_t cap)
 {
     size_t got;
-    double t0 = now_s();
+    double t0 = fa_bench_thread_cpu_s();
     fa_secagg_client_masked_rewind(c, NULL);
     do {
         if (fa_secagg_client_masked_next(c, buf, cap, &got, NULL) != 0)
             return -1;
     } while (got > 0);
-    return now_s() - t0;
+    return fa_bench_thread_cpu_s() - t0;
 }
 
 /* The runs of one line: each of ours right after one of the anchor. */
@@ -177,12 +172,6 @@ static void pair_add(struct pairs *p, double ref, double ours)
         p->ratio[p->n++] = ref / ours;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* ratio = our best / the anchor's best; ratio_pair_median = the median over
  * pairs of (anchor time / our time), the two runs of a pair being
  * back to back: it drifts less with the load of a shared machine than a
@@ -192,7 +181,7 @@ static void line(const char *what, const char *input, uint64_t d, size_t n, uint
 {
     double gbs = mask_bytes / p->ours / 1e9, ref = mask_bytes / p->ref / 1e9, med = 0;
     if (p->n > 0) {
-        qsort(p->ratio, (size_t)p->n, sizeof(double), cmp_double);
+        qsort(p->ratio, (size_t)p->n, sizeof(double), fa_bench_cmp_double);
         med = p->n % 2 ? p->ratio[p->n / 2] : 0.5 * (p->ratio[p->n / 2 - 1] + p->ratio[p->n / 2]);
     }
     printf("{\"bench\":\"mask\",\"what\":\"%s\",\"input\":\"%s\",\"d\":%llu,\"n\":%zu,"

@@ -101,6 +101,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "benchmarks/measure.h"
 #include "common/fa_file.h"
 
 const char fa_bench_model_help[] =
@@ -219,26 +220,6 @@ static const char *last_line_starting(const char *text, const char *prefix)
             p++;
     }
     return found;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of the finite values of v[0..n). */
-static double median(const double *v, int n)
-{
-    double s[MAX_ROUNDS];
-    int m = 0;
-    for (int i = 0; i < n && m < MAX_ROUNDS; i++)
-        if (isfinite(v[i]))
-            s[m++] = v[i];
-    if (m == 0)
-        return NAN;
-    qsort(s, (size_t)m, sizeof(double), cmp_double);
-    return m % 2 ? s[m / 2] : (s[m / 2 - 1] + s[m / 2]) / 2;
 }
 
 static const char *json_num(char *buf, size_t n, double v, int prec)
@@ -705,7 +686,7 @@ static int part_overhead(const struct opts *o, const struct paths *P)
         trainer_seconds(P, names[m], m == 1, o->overhead_rounds, train[m]);
         for (int r = 0; r < o->overhead_rounds; r++)
             over[m][r] = secs[m][r] - train[m][r];
-        med[m] = median(over[m], o->overhead_rounds);
+        med[m] = fa_bench_median(over[m], o->overhead_rounds);
         if (!isfinite(med[m])) {
             json_error(part,
                        "federation '%s': no round with the training time of every region "

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 
@@ -299,20 +300,6 @@ static int worker_sample(struct fed *F, int i, double *s, char *why, size_t whyl
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n)
-{
-    double s[MAX_RUNS];
-    memcpy(s, v, (size_t)n * sizeof(double));
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 static void print_samples(const double *v, int n)
 {
     printf("[");
@@ -484,12 +471,12 @@ int fa_bench_recovery(int argc, char **argv)
             status = 1;
             goto out;
         }
-        agg_median = median(agg_round, runs);
+        agg_median = fa_bench_median(agg_round, runs);
         printf("{\"bench\":\"recovery\",\"what\":\"aggregator_restart\",\"median_s\":%.3f,"
                "\"runs\":%d,\"samples\":",
                agg_median, runs);
         print_samples(agg_round, runs);
-        printf(",\"workers_back_median_s\":%.3f,\"workers_back_samples\":", median(agg_back, runs));
+        printf(",\"workers_back_median_s\":%.3f,\"workers_back_samples\":", fa_bench_median(agg_back, runs));
         print_samples(agg_back, runs);
         printf(",\"keepalive_ms\":1000,\"idle_timeout_ms\":60000}\n");
         fflush(stdout);
@@ -518,10 +505,10 @@ int fa_bench_recovery(int argc, char **argv)
                "\"anchor\":\"workers without keep-alive PINGs (FEDAGG_QUIC_KEEPALIVE_MS=0): a "
                "long-poll learns of the restart at the 60 s idle timeout, as before the fix\","
                "\"median_s\":%.3f,\"runs\":%d,\"samples\":",
-               median(anchor, anchor_runs), anchor_runs);
+               fa_bench_median(anchor, anchor_runs), anchor_runs);
         print_samples(anchor, anchor_runs);
         printf(",\"ratio\":%.1f}\n",
-               median(anchor, anchor_runs) / (agg_median > 0 ? agg_median : 1));
+               fa_bench_median(anchor, anchor_runs) / (agg_median > 0 ? agg_median : 1));
         fflush(stdout);
     }
 
@@ -540,7 +527,7 @@ int fa_bench_recovery(int argc, char **argv)
         }
         printf("{\"bench\":\"recovery\",\"what\":\"worker_restart\",\"median_s\":%.3f,"
                "\"runs\":%d,\"samples\":",
-               median(wrk, runs), runs);
+               fa_bench_median(wrk, runs), runs);
         print_samples(wrk, runs);
         printf("}\n");
         fflush(stdout);

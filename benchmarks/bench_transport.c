@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/measure.h"
 #include "common/fa_log.h"
 #include "transport/h3.h"
 
@@ -61,13 +62,6 @@ typedef struct opts {
 static uint32_t last_udp_payload;
 
 static char tmpdir[256], pki[300], binfile[400], bindir[PATH_MAX];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static double tv_s(struct timeval tv)
 {
@@ -159,12 +153,6 @@ typedef struct result {
     int ok;
 } result;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median of the successful runs. */
 static result median(const result *r, int n)
 {
@@ -179,8 +167,8 @@ static result median(const result *r, int n)
         }
     if (!k)
         return out;
-    qsort(m, (size_t)k, sizeof(double), cmp_double);
-    qsort(c, (size_t)k, sizeof(double), cmp_double);
+    qsort(m, (size_t)k, sizeof(double), fa_bench_cmp_double);
+    qsort(c, (size_t)k, sizeof(double), fa_bench_cmp_double);
     out.mbps = m[k / 2];
     out.cpu_per_gb = c[k / 2];
     out.ok = 1;
@@ -405,9 +393,9 @@ static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_
         req.on_body = count_body;
         req.on_body_arg = &cnt;
     }
-    t0 = now_s();
+    t0 = fa_bench_now_s();
     rv = fa_h3_client_request(c, &req, &resp, &err);
-    t1 = now_s();
+    t1 = fa_bench_now_s();
     if (src.fd >= 0)
         close(src.fd);
     {
@@ -507,10 +495,10 @@ static result run_gtls(int upload, uint64_t bytes, uint32_t udp_payload)
         argv[k++] = ps;
         argv[k++] = url;
         argv[k] = NULL;
-        t0 = now_s();
+        t0 = fa_bench_now_s();
         cli = spawn(argv, NULL);
         ccpu = reap(cli, &st);
-        t1 = now_s();
+        t1 = fa_bench_now_s();
     }
     scpu = stop(srv);
     if (ccpu >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
@@ -542,10 +530,10 @@ static result run_tcp(uint64_t bytes)
     usleep(300000);
     {
         char *argv[] = {"curl", "-s", "-f", "--cacert", ca, "-o", "/dev/null", url, NULL};
-        t0 = now_s();
+        t0 = fa_bench_now_s();
         cli = spawn(argv, NULL);
         ccpu = reap(cli, &st);
-        t1 = now_s();
+        t1 = fa_bench_now_s();
     }
     scpu = stop(srv);
     if (ccpu >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {

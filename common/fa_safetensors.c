@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_endian.h"
 #include "common/fa_file.h"
 
 /* Chunk size of fa_st_view fill callbacks. */
@@ -423,19 +424,11 @@ int fa_st_parse_header(fa_safetensors **out, const uint8_t *hdr, size_t hdr_len,
     return 0;
 }
 
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* Checks the 8-byte prefix against the total size; returns N. */
 static int check_prefix(const uint8_t p[8], uint64_t total, const char *what, uint64_t *n,
                         fa_error *err)
 {
-    *n = le64(p);
+    *n = fa_le_get_u64(p);
     if (*n > FA_ST_MAX_HEADER)
         return fa_errorf(err, FA_ERR_TOOBIG,
                          "%s: header length %llu exceeds the limit of %u bytes (not a safetensors "

@@ -2,6 +2,8 @@
  * commitments, proof bundles (see checkpoint.h). */
 #include "crypto/checkpoint.h"
 
+#include "common/fa_endian.h"
+#include "common/fa_hex.h"
 #include "crypto/identity.h"
 
 #include <inttypes.h>
@@ -123,38 +125,13 @@ static int b64_decode(const char *s, size_t len, uint8_t *out, size_t cap, size_
     return 0;
 }
 
-static int hex_val(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int all_hex(const uint8_t *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (hex_val(s[i]) < 0)
-            return 0;
-    return 1;
-}
-
-static void hex_decode(const uint8_t *s, size_t len, uint8_t *out)
-{
-    for (size_t i = 0; i < len / 2; i++)
-        out[i] = (uint8_t)(hex_val(s[2 * i]) << 4 | hex_val(s[2 * i + 1]));
-}
-
 static int parse_hex32(const char *s, size_t len, uint32_t *out)
 {
     uint32_t v = 0;
     if (len != 8)
         return -1;
     for (size_t i = 0; i < 8; i++) {
-        int h = hex_val((unsigned char)s[i]);
+        int h = fa_hex_digit((unsigned char)s[i]);
         if (h < 0)
             return -1;
         v = v << 4 | (uint32_t)h;
@@ -345,8 +322,7 @@ int fa_note_signer_parse(fa_note_signer **out, const char *name, const uint8_t *
         key = sodium_malloc(64);
         if (!key)
             return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        if ((n == 64 || n == 128) && all_hex(s, n)) {
-            hex_decode(s, n, key);
+        if ((n == 64 || n == 128) && fa_hex_decode(key, n / 2, (const char *)s, n) == 0) {
             klen = n / 2;
         } else if (b64_decode((const char *)s, n, key, 64, &klen) != 0 ||
                    (klen != 32 && klen != 64)) {
@@ -379,10 +355,8 @@ int fa_note_verifier_parse(fa_note_verifier *out, const uint8_t *data, size_t le
         const char *p = (const char *)s, *end = p + n;
         const char *plus1 = memchr(p, '+', n);
         /* base64 and hex first: base64 may contain '+' too */
-        if (n == 64 && all_hex(s, n)) {
-            hex_decode(s, n, out->pk);
+        if (n == 64 && fa_hex_decode(out->pk, 32, p, n) == 0)
             return 0;
-        }
         if (b64_decode(p, n, key, sizeof(key), &klen) == 0 && klen == 32) {
             memcpy(out->pk, key, 32);
             return 0;
@@ -685,12 +659,6 @@ int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, 
  * fa_sa_msg_upload): "fedagg/secagg/upload/v1" || u32le len || federation ||
  * u64le round || u32le attempt || u32le len || region || upload_sha256.
  * test_crypto_checkpoint checks that the two agree. */
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
                        uint64_t round, uint32_t attempt, const char *region,
                        const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN])
@@ -705,12 +673,12 @@ int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *fede
         return FA_ERR_INVAL;
     memcpy(p, label, sizeof(label) - 1);
     p += sizeof(label) - 1;
-    put_le(p, fl, 4);
+    fa_le_put_u32(p, (uint32_t)fl);
     memcpy(p + 4, federation, fl);
     p += 4 + fl;
-    put_le(p, round, 8);
-    put_le(p + 8, attempt, 4);
-    put_le(p + 12, rl, 4);
+    fa_le_put_u64(p, round);
+    fa_le_put_u32(p + 8, attempt);
+    fa_le_put_u32(p + 12, (uint32_t)rl);
     memcpy(p + 16, region, rl);
     p += 16 + rl;
     memcpy(p, upload_sha256, 32);

@@ -3,33 +3,37 @@
 
 #include <string.h>
 
-#include <openssl/evp.h>
 #include <sodium.h>
+
+#include "common/fa_sha256.h"
 
 #define HLEN FA_MERKLE_HASH_LEN
 
-/* SHA-256 of a||b.  OpenSSL (SHA-NI where the CPU has it) does the work; if
- * it ever fails (it only can on out-of-memory) libsodium's portable SHA-256
- * gives the same bytes, so the hash functions need no error path. */
+/* SHA-256 of a||b.  fa_sha256 (OpenSSL, SHA-NI where the CPU has it) does
+ * the work, one shot for the small inputs of a tree; if it ever fails (it
+ * only can on out-of-memory) libsodium's portable SHA-256 gives the same
+ * bytes, so the hash functions need no error path and never hide one. */
 static void sha256_2(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
                      uint8_t out[HLEN])
 {
     uint8_t buf[1 + 2 * HLEN + 1024];
-    EVP_MD_CTX *ctx;
+    fa_sha256_ctx h = {0};
     crypto_hash_sha256_state st;
+    int rc;
 
     if (alen + blen <= sizeof(buf)) {
         memcpy(buf, a, alen);
         if (blen)
             memcpy(buf + alen, b, blen);
-        if (EVP_Digest(buf, alen + blen, out, NULL, EVP_sha256(), NULL) == 1)
+        if (fa_sha256(out, buf, alen + blen) == 0)
             return;
-    } else if ((ctx = EVP_MD_CTX_new()) != NULL) {
-        int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
-                 EVP_DigestUpdate(ctx, a, alen) == 1 && EVP_DigestUpdate(ctx, b, blen) == 1 &&
-                 EVP_DigestFinal_ex(ctx, out, NULL) == 1;
-        EVP_MD_CTX_free(ctx);
-        if (ok)
+    } else {
+        fa_sha256_init(&h);
+        fa_sha256_update(&h, a, alen);
+        fa_sha256_update(&h, b, blen);
+        rc = fa_sha256_final(&h, out);
+        fa_sha256_free(&h);
+        if (rc == 0)
             return;
     }
     crypto_hash_sha256_init(&st);

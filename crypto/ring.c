@@ -3,28 +3,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/fa_endian.h"
+
 /* The packers are instantiated once per k (1..32) so that every shift and
  * offset below is a compile-time constant; the bodies then compile to
  * straight-line loads, shifts and stores. */
 #define FA_INLINE static inline __attribute__((always_inline))
-
-static inline uint64_t load64le(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static inline void store64le(uint8_t *p, uint64_t v)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    memcpy(p, &v, 8);
-}
 
 /* Eight coordinates -> K bytes. */
 FA_INLINE void pack_group(uint8_t *restrict o, const uint32_t *restrict x, const unsigned K)
@@ -38,7 +22,7 @@ FA_INLINE void pack_group(uint8_t *restrict o, const uint32_t *restrict x, const
         w |= v << nb;
         nb += K;
         if (nb >= 64) {
-            store64le(o, w);
+            fa_le_put_u64(o, w);
             o += 8;
             nb -= 64;
             w = nb ? v >> (K - nb) : 0;
@@ -65,7 +49,7 @@ FA_INLINE void unpack_add_group(uint32_t *restrict acc, const uint8_t *restrict 
 #pragma GCC unroll 8
     for (unsigned j = 0; j < 8; j++) {
         const unsigned bit = j * K;
-        uint32_t v = (uint32_t)((load64le(in + bit / 8) >> (bit % 8)) & mask);
+        uint32_t v = (uint32_t)((fa_le_get_u64(in + bit / 8) >> (bit % 8)) & mask);
         if (sub)
             acc[j] -= v;
         else

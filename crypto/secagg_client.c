@@ -9,6 +9,9 @@
 #include <openssl/evp.h>
 #include <sodium.h>
 
+#include "common/fa_endian.h"
+#include "common/fa_hex.h"
+#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
@@ -53,7 +56,7 @@ struct stream {
     uint32_t *acc, *scratch, *rnd;
     uint8_t *pending;
     size_t pend_off, pend_len;
-    EVP_MD_CTX *sha;
+    fa_sha256_ctx sha;
     int finished;
 };
 
@@ -118,7 +121,7 @@ static void stream_free(struct stream *st)
         sodium_free(st->scratch);
     free(st->rnd);
     free(st->pending);
-    EVP_MD_CTX_free(st->sha);
+    fa_sha256_free(&st->sha);
     memset(st, 0, sizeof(*st));
 }
 
@@ -387,9 +390,9 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
             goto out;
         }
         if (sodium_memcmp(p->model_sha, c->cfg.c.model_sha256, 32) != 0) {
-            char theirs[17], mine[17];
-            sodium_bin2hex(theirs, sizeof(theirs), p->model_sha, 8);
-            sodium_bin2hex(mine, sizeof(mine), c->cfg.c.model_sha256, 8);
+            char theirs[FA_HEX_LEN(8)], mine[FA_HEX_LEN(8)];
+            fa_hex_encode(theirs, sizeof(theirs), p->model_sha, 8);
+            fa_hex_encode(mine, sizeof(mine), c->cfg.c.model_sha256, 8);
             rc = fa_errorf(err, FA_ERR_VERIFY,
                            "PeerList for '%s': '%s' signed its advertisement for model %s..., "
                            "this client trained from model %s...: the aggregator served the "
@@ -697,8 +700,8 @@ static int input_hash(fa_secagg_client *c, int kind, const void *data, size_t n,
     size_t len = n * 4;
     int ok, outl;
 
-    fa_store_u32le(head, (uint32_t)kind);
-    fa_store_u64le(head + 4, n);
+    fa_le_put_u32(head, (uint32_t)kind);
+    fa_le_put_u64(head + 4, n);
     memcpy(head + 12, &weight, 8);
     ok = ctx && key &&
          fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_INPUT_BINDING, c->cfg.fed,
@@ -859,10 +862,8 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
     st->scratch = sodium_malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
     st->rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
     st->pending = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->sha = EVP_MD_CTX_new();
     key = sodium_malloc(16);
-    if (!st->prg || !st->sign || !st->acc || !st->scratch || !st->rnd || !st->pending || !st->sha ||
-        !key) {
+    if (!st->prg || !st->sign || !st->acc || !st->scratch || !st->rnd || !st->pending || !key) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg masked stream: out of memory");
         goto out;
     }
@@ -884,10 +885,8 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
     }
     if (c->input_kind == INPUT_F32 && (rc = rounding_prg_init(c, &st->round_prg)) != 0)
         goto crypto;
-    if (EVP_DigestInit_ex(st->sha, EVP_sha256(), NULL) != 1) {
-        rc = FA_ERR_CRYPTO;
+    if ((rc = fa_sha256_init(&st->sha)) != 0)
         goto crypto;
-    }
     st->ready = 1;
     goto out;
 crypto:
@@ -924,8 +923,8 @@ static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *
     if ((rc = fa_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
         return rc;
     fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
-    if (EVP_DigestUpdate(st->sha, dst, bytes) != 1)
-        return FA_ERR_CRYPTO;
+    if ((rc = fa_sha256_update(&st->sha, dst, bytes)) != 0)
+        return rc;
     if (dst == out) {
         *direct = bytes;
     } else {
@@ -940,8 +939,9 @@ static int stream_finish(fa_secagg_client *c, fa_error *err)
 {
     uint8_t sha[32];
     c->st.finished = 1;
-    if (EVP_DigestFinal_ex(c->st.sha, sha, NULL) != 1)
-        return fa_errorf(err, FA_ERR_CRYPTO, "secagg masked stream: SHA-256 failed");
+    int rc = fa_sha256_final(&c->st.sha, sha);
+    if (rc != 0)
+        return fa_errorf(err, rc, "secagg masked stream: SHA-256 failed");
     if (c->upload_done && memcmp(sha, c->upload_sha, 32) != 0)
         return fa_errorf(err, FA_ERR_STATE,
                          "secagg masked stream of '%s': differs from the stream produced before "
@@ -1325,15 +1325,16 @@ static void put_body(fa_wbuf *body, const fa_secagg_client *c)
 int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
 {
     fa_wbuf body;
+    int rc;
     fa_wbuf_init(&body, 1);
     put_body(&body, c);
     if (body.failed) {
         fa_wbuf_free(&body);
         return FA_ERR_NOMEM;
     }
-    fa_sa_sha256(body.p, body.len, out);
+    rc = fa_sha256(out, body.p, body.len);
     fa_wbuf_free(&body);
-    return 0;
+    return rc;
 }
 
 int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err)

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
 #include <sodium.h>
 
+#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
@@ -179,6 +179,7 @@ int fa_sa_graph_init(fa_sa_graph *g, const fa_sa_cfg *cfg, const fa_sa_peer *pee
 {
     struct graph_key keys[FA_SECAGG_MAX_CLIENTS];
     uint32_t k = cfg->c.neighbours;
+    int rc;
 
     memset(g, 0, sizeof(*g));
     if (n < 1 || n > FA_SECAGG_MAX_CLIENTS)
@@ -207,9 +208,11 @@ int fa_sa_graph_init(fa_sa_graph *g, const fa_sa_cfg *cfg, const fa_sa_peer *pee
             fa_wbuf_free(&w);
             return FA_ERR_NOMEM;
         }
-        fa_sa_sha256(w.p, w.len, keys[i].h);
-        keys[i].idx = i;
+        rc = fa_sha256(keys[i].h, w.p, w.len);
         fa_wbuf_free(&w);
+        if (rc != 0)
+            return rc;
+        keys[i].idx = i;
     }
     qsort(keys, n, sizeof(keys[0]), graph_key_cmp);
     for (size_t p = 0; p < n; p++)
@@ -322,17 +325,19 @@ int fa_sa_share_ad(const fa_sa_cfg *cfg, const char *from, const char *to, uint8
 /* SHA-256("fedagg/secagg/self-mask-commit/v1" || lp(fed) || round || attempt || lp(id) || b) */
 int fa_sa_b_commit(const fa_sa_cfg *cfg, const char *id, const uint8_t b[32], uint8_t out[32])
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int rc = 0;
+    fa_sha256_ctx h = {0};
+    int rc = FA_ERR_NOMEM;
     fa_wbuf w;
     fa_wbuf_init(&w, 0);
     put_head(&w, "fedagg/secagg/self-mask-commit/v1", cfg->fed, cfg->c.round, cfg->c.attempt);
     fa_wbuf_str(&w, id);
-    if (!ctx || w.failed || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
-        EVP_DigestUpdate(ctx, w.p, w.len) != 1 || EVP_DigestUpdate(ctx, b, 32) != 1 ||
-        EVP_DigestFinal_ex(ctx, out, NULL) != 1)
-        rc = FA_ERR_NOMEM;
-    EVP_MD_CTX_free(ctx);
+    if (!w.failed) {
+        fa_sha256_init(&h);
+        fa_sha256_update(&h, w.p, w.len);
+        fa_sha256_update(&h, b, 32);
+        rc = fa_sha256_final(&h, out);
+    }
+    fa_sha256_free(&h);
     fa_wbuf_free(&w);
     return rc;
 }
@@ -441,9 +446,3 @@ int fa_sa_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
     return 0;
 }
 
-void fa_sa_sha256(const void *data, size_t len, uint8_t out[32])
-{
-    unsigned int n = 32;
-    if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) != 1)
-        memset(out, 0, 32);
-}

@@ -111,9 +111,6 @@ extern ProtobufCAllocator fa_sa_pb_alloc;
 /* Packs msg into a malloc'ed buffer.  Returns 0 or FA_ERR_NOMEM. */
 int fa_sa_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
 
-/* SHA-256 helpers over OpenSSL (SHA-NI where present). */
-void fa_sa_sha256(const void *data, size_t len, uint8_t out[32]);
-
 /* SHA-256 of the client's whole state (what fa_secagg_client_save seals),
  * for tests that check a refused message changed nothing. */
 int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32]);

@@ -7,9 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 #include <sodium.h>
 
+#include "common/fa_endian.h"
+#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
@@ -51,7 +52,7 @@ struct upload_slot {
     uint8_t carry[32]; /* bytes of a group not complete yet */
     size_t carry_len;
     uint8_t last; /* the last byte received (its padding bits are checked at the end) */
-    EVP_MD_CTX *sha;
+    fa_sha256_ctx sha; /* of the upload so far */
     uint8_t *journal; /* in-memory journal: masked_bytes, allocated on first use, reused */
 };
 
@@ -138,8 +139,6 @@ static void slot_reset(struct upload_slot *sl)
     sl->client = -1;
     sl->bytes = sl->coords = 0;
     sl->carry_len = 0;
-    if (sl->sha)
-        EVP_MD_CTX_reset(sl->sha);
 }
 
 void fa_secagg_server_del(fa_secagg_server *s)
@@ -148,7 +147,7 @@ void fa_secagg_server_del(fa_secagg_server *s)
         return;
     if (s->slots) {
         for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
-            EVP_MD_CTX_free(s->slots[i].sha);
+            fa_sha256_free(&s->slots[i].sha);
             free(s->slots[i].journal);
         }
         free(s->slots);
@@ -594,15 +593,13 @@ int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint
                          "masked upload from '%s': %u uploads in flight already; retry after one "
                          "ends",
                          auth_id, s->in_flight);
-    if (!sl->sha && !(sl->sha = EVP_MD_CTX_new()))
-        return fa_errorf(err, FA_ERR_NOMEM, "masked upload: out of memory");
     if (!s->ext_journal && !sl->journal &&
         !(sl->journal = malloc(s->masked_bytes ? s->masked_bytes : 1)))
         return fa_errorf(err, FA_ERR_NOMEM,
                          "masked upload: out of memory for the journal (%llu bytes)",
                          (unsigned long long)s->masked_bytes);
-    if (EVP_DigestInit_ex(sl->sha, EVP_sha256(), NULL) != 1)
-        return fa_errorf(err, FA_ERR_CRYPTO, "masked upload: SHA-256 init failed");
+    if ((rc = fa_sha256_init(&sl->sha)) != 0)
+        return fa_errorf(err, rc, "masked upload: SHA-256 init failed");
     sl->client = r;
     sl->bytes = sl->coords = 0;
     sl->carry_len = 0;
@@ -638,8 +635,8 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
         if (rc != 0)
             return fa_error_prefix(err, rc, "masked chunk from '%s': journal", auth_id);
     }
-    if (EVP_DigestUpdate(sl->sha, data, len) != 1)
-        return fa_errorf(err, FA_ERR_CRYPTO, "masked chunk: SHA-256 failed");
+    if ((rc = fa_sha256_update(&sl->sha, data, len)) != 0)
+        return fa_errorf(err, rc, "masked chunk: SHA-256 failed");
     if (!s->ext_journal)
         memcpy(sl->journal + sl->bytes, data, len);
     sl->bytes += len;
@@ -710,10 +707,10 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
     if (n % 8)
         fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, 1);
     s->sum_gen++;
-    if (EVP_DigestFinal_ex(sl->sha, s->cl[r].upload_sha, NULL) != 1) {
+    if ((rc = fa_sha256_final(&sl->sha, s->cl[r].upload_sha)) != 0) {
         if (n % 8) /* undo the tail: the upload stays in flight */
             fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, -1);
-        return fa_errorf(err, FA_ERR_CRYPTO, "masked upload end: SHA-256 failed");
+        return fa_errorf(err, rc, "masked upload end: SHA-256 failed");
     }
     s->cl[r].flags |= CF_UPLOADED;
     slot_release(s, sl);
@@ -1613,11 +1610,15 @@ static int save_check(const fa_secagg_server *s, fa_error *err)
 static int save_finish(fa_wbuf *w, uint8_t **out, size_t *out_len, fa_error *err)
 {
     uint8_t *p = fa_wbuf_reserve(w, 32);
+    int rc;
     if (w->failed) {
         fa_wbuf_free(w);
         return fa_errorf(err, FA_ERR_NOMEM, "secagg save: out of memory");
     }
-    fa_sa_sha256(w->p, w->len - 32, p);
+    if ((rc = fa_sha256(p, w->p, w->len - 32)) != 0) {
+        fa_wbuf_free(w);
+        return fa_errorf(err, rc, "secagg save: the checksum (SHA-256) failed");
+    }
     *out = w->p;
     *out_len = w->len;
     return 0;
@@ -1647,7 +1648,7 @@ int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_
         p = zero ? NULL : fa_wbuf_reserve(&w, (size_t)s->cfg.c.vector_len * 4);
         if (p)
             for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
-                fa_store_u32le(p + 4 * i, s->sum[i]);
+                fa_le_put_u32(p + 4 * i, s->sum[i]);
     }
     return save_finish(&w, out, out_len, err);
 }
@@ -1705,7 +1706,8 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
          blob[sizeof(srv_magic)] != SRV_V_META_NOMODEL))
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: not a saved secagg server state");
     version = blob[sizeof(srv_magic)];
-    fa_sa_sha256(blob, len - 32, sum);
+    if ((rc = fa_sha256(sum, blob, len - 32)) != 0)
+        return fa_errorf(err, rc, "secagg restore: the checksum (SHA-256) failed");
     if (memcmp(sum, blob + len - 32, 32) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state fails its checksum");
     if ((rc = server_alloc(&s, cfg, members, n_members, err)) != 0)
@@ -1779,7 +1781,7 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
             p = fa_rbuf_raw(&r, (size_t)s->cfg.c.vector_len * 4);
             if (p)
                 for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
-                    s->sum[i] = fa_load_u32le(p + 4 * i);
+                    s->sum[i] = fa_le_get_u32(p + 4 * i);
             s->sum_gen = 1;
             break;
         default:

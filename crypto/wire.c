@@ -5,6 +5,8 @@
 
 #include <sodium.h>
 
+#include "common/fa_endian.h"
+
 void fa_wbuf_init(fa_wbuf *w, int secret)
 {
     memset(w, 0, sizeof(*w));
@@ -68,14 +70,14 @@ void fa_wbuf_u32(fa_wbuf *w, uint32_t v)
 {
     uint8_t *d = fa_wbuf_reserve(w, 4);
     if (d)
-        fa_store_u32le(d, v);
+        fa_le_put_u32(d, v);
 }
 
 void fa_wbuf_u64(fa_wbuf *w, uint64_t v)
 {
     uint8_t *d = fa_wbuf_reserve(w, 8);
     if (d)
-        fa_store_u64le(d, v);
+        fa_le_put_u64(d, v);
 }
 
 void fa_wbuf_f64(fa_wbuf *w, double v)
@@ -138,13 +140,13 @@ uint8_t fa_rbuf_u8(fa_rbuf *r)
 uint32_t fa_rbuf_u32(fa_rbuf *r)
 {
     const uint8_t *p = fa_rbuf_raw(r, 4);
-    return p ? fa_load_u32le(p) : 0;
+    return p ? fa_le_get_u32(p) : 0;
 }
 
 uint64_t fa_rbuf_u64(fa_rbuf *r)
 {
     const uint8_t *p = fa_rbuf_raw(r, 8);
-    return p ? fa_load_u64le(p) : 0;
+    return p ? fa_le_get_u64(p) : 0;
 }
 
 double fa_rbuf_f64(fa_rbuf *r)

@@ -52,28 +52,4 @@ void fa_rbuf_bytes_exact(fa_rbuf *r, void *out, size_t n);
  * longer than cap - 1 or contains a NUL. */
 void fa_rbuf_str(fa_rbuf *r, char *out, size_t cap);
 
-static inline void fa_store_u32le(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static inline void fa_store_u64le(uint8_t *p, uint64_t v)
-{
-    fa_store_u32le(p, (uint32_t)v);
-    fa_store_u32le(p + 4, (uint32_t)(v >> 32));
-}
-
-static inline uint32_t fa_load_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t fa_load_u64le(const uint8_t *p)
-{
-    return (uint64_t)fa_load_u32le(p) | (uint64_t)fa_load_u32le(p + 4) << 32;
-}
-
 #endif

@@ -7,10 +7,12 @@
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/fa_endian.h"
+#include "common/fa_sha256.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tensors.c moves little-endian tensor bytes with memcpy: port the loads and stores"
@@ -537,56 +539,51 @@ int fa_tensors_set_range(fa_tensors *t, size_t i, float range, fa_error *err)
 /* Digests and metadata                                                    */
 /* ---------------------------------------------------------------------- */
 
-static void put_le(uint8_t *p, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 int fa_tensors_digest(const fa_tensors *t, uint8_t out[32], fa_error *err)
 {
     static const char tag[] = "fedagg-tensors-v1\n";
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned len = 0;
-    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
-             EVP_DigestUpdate(ctx, tag, sizeof(tag) - 1) == 1;
+    fa_sha256_ctx h = {0};
+    int rc;
 
-    for (size_t i = 0; ok && i < t->n; i++) {
+    fa_sha256_init(&h);
+    fa_sha256_update(&h, tag, sizeof(tag) - 1);
+    for (size_t i = 0; i < t->n; i++) {
         const fa_tensor *x = &t->e[i]->t;
         const char *dn = fa_st_dtype_name(x->dtype);
         uint8_t b[4 + 8 * FA_ST_MAX_DIMS + 1];
         size_t k = 4;
-        put_le(b, x->ndim, 4);
+        fa_le_put_u32(b, x->ndim);
         for (unsigned d = 0; d < x->ndim; d++, k += 8)
-            put_le(b + k, x->shape[d], 8);
+            fa_le_put_u64(b + k, x->shape[d]);
         b[k++] = x->federated ? 1 : 0;
-        ok = EVP_DigestUpdate(ctx, x->name, strlen(x->name) + 1) == 1 &&
-             EVP_DigestUpdate(ctx, dn, strlen(dn) + 1) == 1 && EVP_DigestUpdate(ctx, b, k) == 1;
+        fa_sha256_update(&h, x->name, strlen(x->name) + 1);
+        fa_sha256_update(&h, dn, strlen(dn) + 1);
+        fa_sha256_update(&h, b, k);
     }
-    ok = ok && EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == 32;
-    EVP_MD_CTX_free(ctx);
-    return ok ? 0 : fa_errorf(err, FA_ERR_CRYPTO, "tensor table digest: SHA-256 (OpenSSL) failed");
+    rc = fa_sha256_final(&h, out);
+    fa_sha256_free(&h);
+    return rc ? fa_errorf(err, rc, "tensor table digest: SHA-256 (OpenSSL) failed") : 0;
 }
 
 int fa_tensors_ranges_digest(const fa_tensors *t, uint8_t out[32], fa_error *err)
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned len = 0;
-    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+    fa_sha256_ctx h = {0};
+    int rc;
 
-    for (size_t i = 0; ok && i < t->n; i++) {
+    fa_sha256_init(&h);
+    for (size_t i = 0; i < t->n; i++) {
         const fa_tensor *x = &t->e[i]->t;
         uint32_t bits;
         uint8_t b[4];
         if (!x->federated)
             continue;
         memcpy(&bits, &x->range, 4);
-        put_le(b, bits, 4);
-        ok = EVP_DigestUpdate(ctx, b, 4) == 1;
+        fa_le_put_u32(b, bits);
+        fa_sha256_update(&h, b, 4);
     }
-    ok = ok && EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == 32;
-    EVP_MD_CTX_free(ctx);
-    return ok ? 0 : fa_errorf(err, FA_ERR_CRYPTO, "tensor ranges digest: SHA-256 (OpenSSL) failed");
+    rc = fa_sha256_final(&h, out);
+    fa_sha256_free(&h);
+    return rc ? fa_errorf(err, rc, "tensor ranges digest: SHA-256 (OpenSSL) failed") : 0;
 }
 
 int fa_tensors_meta_encode(const fa_tensors *t, char **json, fa_error *err)

@@ -9,6 +9,8 @@
 
 #include <sodium.h>
 
+#include "common/fa_endian.h"
+
 #define LOG_SQRT_PI 0.57236494292470008707 /* log(pi) / 2 */
 #define LN_HALF (-0.69314718055994530942)
 #define PI 3.14159265358979323846
@@ -624,44 +626,16 @@ out:
 #define SAVE_HEAD 32
 #define SAVE_TAIL crypto_generichash_BYTES
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 static void put_f64(uint8_t *p, double d)
 {
     uint64_t v;
     memcpy(&v, &d, 8);
-    put_u64(p, v);
+    fa_le_put_u64(p, v);
 }
 
 static double get_f64(const uint8_t *p)
 {
-    uint64_t v = get_u64(p);
+    uint64_t v = fa_le_get_u64(p);
     double d;
     memcpy(&d, &v, 8);
     return d;
@@ -677,10 +651,10 @@ int fa_rdp_accountant_save(const fa_rdp_accountant *a, uint8_t **out, size_t *ou
     if (!(b = malloc(len)))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory for %zu bytes", len);
     memcpy(b, SAVE_MAGIC, 8); /* with its NUL */
-    put_u32(b + 8, (uint32_t)a->n);
-    put_u32(b + 12, 0);
-    put_u64(b + 16, a->events);
-    put_u64(b + 24, a->steps);
+    fa_le_put_u32(b + 8, (uint32_t)a->n);
+    fa_le_put_u32(b + 12, 0);
+    fa_le_put_u64(b + 16, a->events);
+    fa_le_put_u64(b + 24, a->steps);
     for (size_t i = 0; i < a->n; i++) {
         put_f64(b + SAVE_HEAD + 16 * i, a->orders[i]);
         put_f64(b + SAVE_HEAD + 16 * i + 8, a->rdp[i]);
@@ -702,8 +676,8 @@ int fa_rdp_accountant_restore(fa_rdp_accountant **out, const uint8_t *buf, size_
         return fa_errorf(err, FA_ERR_CRYPTO, "libsodium failed to initialise");
     if (len < SAVE_HEAD + SAVE_TAIL || memcmp(buf, SAVE_MAGIC, 8) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "not an RDP accountant state (%zu bytes)", len);
-    uint32_t n = get_u32(buf + 8);
-    if (get_u32(buf + 12) != 0 || n == 0 || n > FA_RDP_MAX_ORDERS ||
+    uint32_t n = fa_le_get_u32(buf + 8);
+    if (fa_le_get_u32(buf + 12) != 0 || n == 0 || n > FA_RDP_MAX_ORDERS ||
         len != SAVE_HEAD + 16 * (size_t)n + SAVE_TAIL)
         return fa_errorf(err, FA_ERR_CORRUPT,
                          "RDP accountant state: %zu bytes do not hold %u orders", len, n);
@@ -736,8 +710,8 @@ int fa_rdp_accountant_restore(fa_rdp_accountant **out, const uint8_t *buf, size_
             goto out;
         }
     }
-    a->events = get_u64(buf + 16);
-    a->steps = get_u64(buf + 24);
+    a->events = fa_le_get_u64(buf + 16);
+    a->steps = fa_le_get_u64(buf + 24);
     *out = a;
 out:
     free(orders);

@@ -15,7 +15,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_endian.h"
 #include "common/fa_err.h"
+#include "common/fa_hex.h"
 #include "common/fa_safetensors.h"
+#include "common/fa_sha256.h"
 #include "model/mlp.h"
 #include "model/tensors.h"
 #include "proto/config_check.h"
@@ -129,27 +131,20 @@ static void stats_add(struct stats *s, double v)
     s->n++;
 }
 
-static void hex(const uint8_t *d, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 /* SHA-256 of bytes [off, off + len) of fd, and statistics of them for the
  * floating dtypes (dtype < 0: none).  Returns 0, or -1 with *why set. */
 static int hash_range(int fd, uint64_t off, uint64_t len, int dtype, char out[65], struct stats *st,
                       const char **why)
 {
     static uint8_t buf[1 << 20];
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    fa_sha256_ctx sha = {0};
     uint8_t md[32];
-    unsigned mdlen;
     int rc = 0;
 
     memset(st, 0, sizeof(*st));
     *why = "SHA-256 (OpenSSL) failed";
-    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(ctx);
+    if (fa_sha256_init(&sha) != 0) {
+        fa_sha256_free(&sha);
         return -1;
     }
     while (len > 0) {
@@ -162,7 +157,7 @@ static int hash_range(int fd, uint64_t off, uint64_t len, int dtype, char out[65
             rc = -1;
             break;
         }
-        if (EVP_DigestUpdate(ctx, buf, (size_t)r) != 1) {
+        if (fa_sha256_update(&sha, buf, (size_t)r) != 0) {
             rc = -1;
             break;
         }
@@ -181,17 +176,17 @@ static int hash_range(int fd, uint64_t off, uint64_t len, int dtype, char out[65
             }
         else if (dtype == FA_ST_F16 || dtype == FA_ST_BF16)
             for (ssize_t i = 0; i + 2 <= r; i += 2) {
-                uint16_t h = (uint16_t)(buf[i] | buf[i + 1] << 8);
+                uint16_t h = fa_le_get_u16(buf + i);
                 stats_add(st, dtype == FA_ST_F16 ? fa_st_f16_to_f32(h) : fa_st_bf16_to_f32(h));
             }
         off += (uint64_t)r;
         len -= (uint64_t)r;
     }
-    if (rc == 0 && EVP_DigestFinal_ex(ctx, md, &mdlen) == 1)
-        hex(md, 32, out);
+    if (rc == 0 && fa_sha256_final(&sha, md) == 0)
+        fa_hex_encode(out, FA_HEX_LEN(32), md, 32);
     else if (rc == 0)
         rc = -1;
-    EVP_MD_CTX_free(ctx);
+    fa_sha256_free(&sha);
     return rc;
 }
 

@@ -20,7 +20,9 @@
 
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 
 /* Path-sized datagrams after a PTO (see fa_qconn_dgram): the first period
  * at FA_QCONN_SAFE_DGRAM, its cap, and how long without a PTO resets it. */
@@ -51,9 +53,7 @@ void fa_h3_random(uint8_t *p, size_t n)
 
 uint64_t fa_h3_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return fa_time_mono_ns();
 }
 
 int fa_h3_streq_nocase(const char *a, const char *b)
@@ -411,14 +411,12 @@ static void qlog_write(void *user_data, uint32_t flags, const void *data, size_t
 void fa_qconn_qlog_open(fa_qconn *qc, ngtcp2_settings *s, const ngtcp2_cid *scid,
                         const ngtcp2_cid *odcid)
 {
-    char path[4096], hex[2 * NGTCP2_MAX_CIDLEN + 1];
+    char path[4096], hex[FA_HEX_LEN(NGTCP2_MAX_CIDLEN)];
     const fa_h3_quic_opts *o = qc->opts;
 
     if (!o->qlog_dir || !*o->qlog_dir)
         return;
-    for (size_t i = 0; i < scid->datalen; i++)
-        snprintf(hex + 2 * i, 3, "%02x", scid->data[i]);
-    hex[2 * scid->datalen] = '\0';
+    fa_hex_encode(hex, sizeof(hex), scid->data, scid->datalen);
     snprintf(path, sizeof(path), "%s/%s-%s.sqlog", o->qlog_dir, hex,
              qc->is_server ? "server" : "client");
     qc->qlog = fopen(path, "w");

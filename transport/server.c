@@ -31,6 +31,7 @@
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
 
 #define SCIDLEN 18
@@ -1611,10 +1612,9 @@ int fa_h3_load_static_secret(const char *path, int create, uint8_t secret[32], f
 
     if (rv == FA_ERR_NOTFOUND && create) {
         uint8_t raw[32];
-        char hex[65];
+        char hex[FA_HEX_LEN(32)];
         fa_h3_random(raw, sizeof(raw));
-        for (int i = 0; i < 32; i++)
-            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        fa_hex_encode(hex, sizeof(hex), raw, sizeof(raw));
         hex[64] = '\n';
         rv = fa_file_write_atomic(path, hex, 65, 0600, err);
         explicit_bzero(hex, sizeof(hex));

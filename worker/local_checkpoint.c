@@ -9,6 +9,7 @@
 #include <sodium.h>
 
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 
 static const char magic[8] = {'F', 'A', 'L', 'O', 'C', 'R', 'N', 'D'};
 #define FORMAT 1u
@@ -230,25 +231,15 @@ static const uint8_t *get_section(reader *r, const char *name, uint64_t len)
     return p;
 }
 
-static void hex8(char *out, const uint8_t *p)
-{
-    static const char hx[] = "0123456789abcdef";
-    for (int i = 0; i < 8; i++) {
-        out[2 * i] = hx[p[i] >> 4];
-        out[2 * i + 1] = hx[p[i] & 15];
-    }
-    out[16] = '\0';
-}
-
 /* Why a key is not the wanted one, or 0. */
 static int compare_key(const fa_local_ckpt_key *got, const fa_local_ckpt_key *want,
                        const char *path, fa_error *err)
 {
-    char a[17], b[17];
+    char a[FA_HEX_LEN(8)], b[FA_HEX_LEN(8)];
     if (got->round != want->round || got->version != want->version ||
         memcmp(got->model_sha256, want->model_sha256, 32) != 0) {
-        hex8(a, got->model_sha256);
-        hex8(b, want->model_sha256);
+        fa_hex_encode(a, sizeof(a), got->model_sha256, 8);
+        fa_hex_encode(b, sizeof(b), want->model_sha256, 8);
         return fa_errorf(err, FA_ERR_REPLAY,
                          "the saved local round %s is for round %" PRIu64
                          " from model version %" PRIu64 " (sha256 %s...), not for round %" PRIu64

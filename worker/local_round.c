@@ -14,6 +14,7 @@
 #include <sodium.h>
 
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "config.pb-c.h"
 #include "worker/local_checkpoint.h"
 
@@ -148,13 +149,6 @@ typedef struct round_shape {
     uint64_t ok, n_params, n_examples, dim, epochs, steps, batch, seed, kind, world, dp;
 } round_shape;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---------------------------------------------------------------------- */
 /* Preemption and periodic checkpoints                                      */
 /* ---------------------------------------------------------------------- */
@@ -176,7 +170,7 @@ typedef struct ckpt_run {
 
 static double ckpt_now(const fa_local_round_ckpt *ck)
 {
-    return ck->now ? ck->now(ck->now_user) : now_s();
+    return ck->now ? ck->now(ck->now_user) : fa_time_mono_s();
 }
 
 /* A collective of the checkpointing, its traffic counted apart. */
@@ -448,7 +442,7 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
     fa_train_pos pos;
     fa_train_dp dp;
     float *w = NULL, *d = NULL, stats[2];
-    double t0 = now_s();
+    double t0 = fa_time_mono_s();
     int rc = 0, resumed = 0;
 
     if (ck && !ck->path)
@@ -593,7 +587,7 @@ int fa_local_round_run_resumable(fa_local_round *lr, const float *global, const 
         res->clipped = (uint64_t)stats[1];
         res->payload_bytes = after.payload_bytes - before.payload_bytes - x.ctl.payload_bytes;
         res->wire_bytes = after.wire_bytes - before.wire_bytes - x.ctl.wire_bytes;
-        res->seconds = now_s() - t0;
+        res->seconds = fa_time_mono_s() - t0;
         res->resumed = resumed;
         res->resumed_step = resumed ? pos.step : 0;
         res->saves = x.saves;

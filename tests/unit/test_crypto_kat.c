@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "common/fa_hex.h"
 #include "crypto/identity.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
@@ -22,11 +23,7 @@
 static size_t unhex(const char *hex, uint8_t *out)
 {
     size_t n = strlen(hex) / 2;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(hex + 2 * i, "%2x", &v);
-        out[i] = (uint8_t)v;
-    }
+    assert_int_equal(fa_hex_decode(out, n, hex, strlen(hex)), 0);
     return n;
 }
 
@@ -35,8 +32,8 @@ static void assert_hex(const uint8_t *got, const char *hex)
     uint8_t want[512];
     size_t n = unhex(hex, want);
     if (memcmp(got, want, n) != 0) {
-        char buf[1025];
-        sodium_bin2hex(buf, sizeof(buf), got, n);
+        char buf[FA_HEX_LEN(512)];
+        fa_hex_encode(buf, sizeof(buf), got, n);
         fail_msg("got  %s\nwant %s", buf, hex);
     }
 }

@@ -14,6 +14,7 @@
 
 #include <sodium.h>
 
+#include "common/fa_hex.h"
 #include "crypto/merkle.h"
 
 #define H FA_MERKLE_HASH_LEN
@@ -21,12 +22,7 @@
 
 static void unhex(const char *s, uint8_t *out)
 {
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        sscanf(s + 2 * i, "%2x", &v);
-        out[i] = (uint8_t)v;
-    }
+    assert_int_equal(fa_hex_decode(out, strlen(s) / 2, s, strlen(s)), 0);
 }
 
 static void assert_hash_hex(const uint8_t *h, const char *hex)

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include "common/fa_time.h"
 #include "transport/h3_internal.h"
 
 static const uint8_t secret[32] = "fedagg test static secret 32 by";
@@ -28,11 +29,6 @@ static int teardown(void **state)
 {
     tp_teardown_pki();
     return 0;
-}
-
-static double now_s(void)
-{
-    return (double)fa_h3_now() / 1e9;
 }
 
 /* The replacement's /wait answers at once, so the retry is told apart. */
@@ -116,7 +112,7 @@ static void *long_poll(void *arg)
     req.timeout_ms = 90000;
     req.idempotent = 1;
     a->rv = fa_h3_client_request(c, &req, &resp, &err);
-    a->done_at = now_s();
+    a->done_at = fa_time_mono_s();
     if (a->rv == 0) {
         a->status = resp.status;
         snprintf(a->body, sizeof(a->body), "%s", resp.body ? (char *)resp.body : "");
@@ -153,7 +149,7 @@ static double restart_under_long_poll(uint32_t idle_ms, uint32_t keepalive_ms,
     usleep(300000);
     crash(&a);
     start_replacement(&b, a.port, idle_ms);
-    t0 = now_s();
+    t0 = fa_time_mono_s();
     pthread_join(th, NULL);
     assert_int_equal(pa.rv, 0);
     assert_int_equal(pa.status, 200);
@@ -255,7 +251,7 @@ static void *download(void *arg)
     req.on_body = count_body;
     req.on_body_arg = &a->got;
     a->rv = fa_h3_client_request(c, &req, &resp, &err);
-    a->done_at = now_s();
+    a->done_at = fa_time_mono_s();
     fa_h3_response_free(&resp);
     fa_h3_client_get_stats(c, &a->st);
     fa_h3_client_del(c);
@@ -289,7 +285,7 @@ static void test_download_cut_by_restart_is_not_resent(void **state)
     usleep(300000); /* the first bytes have arrived */
     crash(&a);
     start_replacement(&b, a.port, 60000);
-    t0 = now_s();
+    t0 = fa_time_mono_s();
     pthread_join(th, NULL);
     assert_int_equal(da.rv, FA_ERR_QUIC);  /* reported, not hidden */
     assert_int_equal(da.got, STALL_FIRST); /* each byte once */

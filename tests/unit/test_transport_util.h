@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "common/fa_sha256.h"
 #include "transport/h3.h"
 
 /* Quiet logs unless FEDAGG_LOG_LEVEL asks for more (debugging a test). */
@@ -127,30 +128,32 @@ static inline void tp_gen_fill(uint64_t off, uint8_t *buf, size_t len)
     }
 }
 
-static inline void tp_hex(const uint8_t *d, size_t n, char *out)
+/* The hex of h's digest into out (the hash freed), or "sha256-failed",
+ * which no expected digest matches (the server thread cannot assert). */
+static inline void tp_digest_hex(fa_sha256_ctx *h, char out[65])
 {
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
+    uint8_t dig[32];
+    if (fa_sha256_final(h, dig) == 0)
+        fa_hex_encode(out, 65, dig, 32);
+    else
+        snprintf(out, 65, "sha256-failed");
+    fa_sha256_free(h);
 }
 
 /* SHA-256 (hex) of the first len bytes of the generated content. */
 static inline void tp_gen_sha(uint64_t len, char out[65])
 {
     static uint8_t buf[1 << 20];
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    uint8_t dig[32];
-    unsigned dl;
+    fa_sha256_ctx md = {0};
     uint64_t off = 0;
-    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    fa_sha256_init(&md);
     while (off < len) {
         size_t n = len - off < sizeof(buf) ? (size_t)(len - off) : sizeof(buf);
         tp_gen_fill(off, buf, n);
-        EVP_DigestUpdate(md, buf, n);
+        fa_sha256_update(&md, buf, n);
         off += n;
     }
-    EVP_DigestFinal_ex(md, dig, &dl);
-    EVP_MD_CTX_free(md);
-    tp_hex(dig, 32, out);
+    tp_digest_hex(&md, out);
 }
 
 /* Pull source of generated content (client uploads, server downloads). */
@@ -176,33 +179,28 @@ static inline ssize_t tp_gen_read(void *arg, uint8_t *buf, size_t cap)
 
 /* SHA-256 sink for response bodies. */
 typedef struct tp_sink {
-    EVP_MD_CTX *md;
+    fa_sha256_ctx md;
     uint64_t bytes;
 } tp_sink;
 
 static inline int tp_sink_body(void *arg, const uint8_t *data, size_t len)
 {
     tp_sink *s = arg;
-    EVP_DigestUpdate(s->md, data, len);
+    fa_sha256_update(&s->md, data, len);
     s->bytes += len;
     return 0;
 }
 
 static inline void tp_sink_init(tp_sink *s)
 {
-    s->md = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
+    s->md = (fa_sha256_ctx){0};
+    fa_sha256_init(&s->md);
     s->bytes = 0;
 }
 
 static inline void tp_sink_final(tp_sink *s, char out[65])
 {
-    uint8_t dig[32];
-    unsigned dl;
-    EVP_DigestFinal_ex(s->md, dig, &dl);
-    EVP_MD_CTX_free(s->md);
-    s->md = NULL;
-    tp_hex(dig, 32, out);
+    tp_digest_hex(&s->md, out);
 }
 
 /* -------------------------------------------------------- test server */
@@ -273,7 +271,7 @@ static inline int tp_on_ref(fa_h3_request *req, void *arg)
 /* POST /upload: hashes the body as it streams; answers "<bytes> <sha256>".
  * POST /hold: holds all credit until a task posted by the test releases it. */
 typedef struct tp_up {
-    EVP_MD_CTX *md;
+    fa_sha256_ctx md;
     uint64_t bytes, held;
     int hold, ended;
 } tp_up;
@@ -282,11 +280,8 @@ static fa_h3_request *tp_held_req; /* /hold: the request holding credit */
 
 static inline void tp_up_answer(fa_h3_request *req, tp_up *u)
 {
-    uint8_t dig[32];
-    unsigned dl;
     char hx[65], body[128];
-    EVP_DigestFinal_ex(u->md, dig, &dl);
-    tp_hex(dig, 32, hx);
+    tp_digest_hex(&u->md, hx);
     snprintf(body, sizeof(body), "%" PRIu64 " %s", u->bytes, hx);
     (void)fa_h3_respond(req, 200, NULL, 0, body, strlen(body));
 }
@@ -297,8 +292,7 @@ static inline int tp_on_upload(fa_h3_request *req, void *arg)
     const char *x;
     if (!u)
         return -1;
-    u->md = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(u->md, EVP_sha256(), NULL);
+    fa_sha256_init(&u->md);
     u->hold = arg != NULL;
     if (u->hold)
         tp_held_req = req;
@@ -315,7 +309,7 @@ static inline int tp_on_upload(fa_h3_request *req, void *arg)
 static inline int tp_on_upload_body(fa_h3_request *req, const uint8_t *d, size_t n, void *arg)
 {
     tp_up *u = fa_h3_request_get_data(req);
-    EVP_DigestUpdate(u->md, d, n);
+    fa_sha256_update(&u->md, d, n);
     u->bytes += n;
     atomic_store(&tp_last.body_bytes, u->bytes);
     if (u->hold) {
@@ -341,7 +335,7 @@ static inline void tp_on_upload_close(fa_h3_request *req, int err, void *arg)
     atomic_store(&tp_last.close_err, err);
     atomic_fetch_add(&tp_last.closes, 1);
     if (u) {
-        EVP_MD_CTX_free(u->md);
+        fa_sha256_free(&u->md);
         free(u);
     }
 }

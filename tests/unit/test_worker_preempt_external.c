@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fa_time.h"
 #include "model/tensors.h"
 #include "tests/worker/test_model.h"
 #include "worker/external_trainer.h"
@@ -96,13 +97,6 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Sets the cancel flag once the trainer has started (as the worker's
  * SIGTERM handler would), and notes when. */
 typedef struct canceller {
@@ -115,7 +109,7 @@ static void *cancel_when_started(void *p)
     canceller *c = p;
     for (int i = 0; i < 600 && access(started, F_OK) != 0; i++)
         usleep(50000);
-    c->at = now_s();
+    c->at = fa_time_mono_s();
     c->stop = 1;
     return NULL;
 }
@@ -165,7 +159,7 @@ static int run_preempted(const char *mode, const char *save_s, uint32_t grace_ms
     assert_int_equal(fa_external_trainer_new(&x, &o, err), 0);
     assert_int_equal(pthread_create(&th, NULL, cancel_when_started, &c), 0);
     rc = fa_external_trainer_train(x, &m, delta, NULL, err);
-    *stop_s = now_s() - c.at;
+    *stop_s = fa_time_mono_s() - c.at;
     pthread_join(th, NULL);
     fa_external_trainer_del(x);
     saved[0] = '\0';

@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +28,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "common/fa_sha256.h"
+#include "common/fa_time.h"
 #include "transport/h3.h"
 
-static double now_s(void)
+/* The hex of h's digest into hx, or "sha256-failed" (never a made-up digest). */
+static void digest_hex(fa_sha256_ctx *h, char hx[FA_HEX_LEN(32)])
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void hex(const uint8_t *d, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
+    uint8_t dig[32];
+    if (fa_sha256_final(h, dig) == 0)
+        fa_hex_encode(hx, FA_HEX_LEN(32), dig, 32);
+    else
+        snprintf(hx, FA_HEX_LEN(32), "sha256-failed");
+    fa_sha256_free(h);
 }
 
 static uint64_t parse_size(const char *s)
@@ -194,7 +194,7 @@ static int on_gen(fa_h3_request *req, void *arg)
 
 /* uploads: hash as it streams in */
 typedef struct upload {
-    EVP_MD_CTX *md;
+    fa_sha256_ctx md;
     uint64_t bytes;
     /* /slow: credit held and released by a timer */
     uint64_t rate, held;
@@ -204,12 +204,9 @@ typedef struct upload {
 
 static void upload_answer(fa_h3_request *req, upload *u)
 {
-    uint8_t dig[32];
-    unsigned dl = 0;
-    char hx[65], body[256];
+    char hx[FA_HEX_LEN(32)], body[256];
     fa_h3_header h = {"content-type", "application/json"};
-    EVP_DigestFinal_ex(u->md, dig, &dl);
-    hex(dig, 32, hx);
+    digest_hex(&u->md, hx);
     snprintf(body, sizeof(body), "{\"bytes\":%" PRIu64 ",\"sha256\":\"%s\",\"peer\":\"%s\"}\n",
              u->bytes, hx, fa_h3_request_peer(req));
     (void)fa_h3_respond(req, 200, &h, 1, body, strlen(body));
@@ -221,8 +218,7 @@ static int on_upload(fa_h3_request *req, void *arg)
     const char *q = fa_h3_request_query(req);
     if (!u)
         return -1;
-    u->md = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(u->md, EVP_sha256(), NULL);
+    fa_sha256_init(&u->md);
     u->timer = -1;
     if (arg) {
         const char *r = strstr(q, "rate=");
@@ -254,7 +250,7 @@ static void slow_tick(fa_h3_server *srv, void *arg)
 static int on_upload_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
 {
     upload *u = fa_h3_request_get_data(req);
-    EVP_DigestUpdate(u->md, data, len);
+    fa_sha256_update(&u->md, data, len);
     u->bytes += len;
     if (!u->slow)
         return 0;
@@ -282,7 +278,7 @@ static void on_upload_close(fa_h3_request *req, int err, void *arg)
                fa_h3_request_peer(req), u->bytes, fa_strerror(err));
     if (u->timer >= 0)
         fa_h3_server_timer_cancel(fa_h3_request_server(req), u->timer);
-    EVP_MD_CTX_free(u->md);
+    fa_sha256_free(&u->md);
     free(u);
 }
 
@@ -443,7 +439,7 @@ static int serve(int argc, char **argv)
 /* ------------------------------------------------------------------ client */
 
 typedef struct sink {
-    EVP_MD_CTX *md;
+    fa_sha256_ctx md;
     int fd;
     uint64_t bytes;
 } sink;
@@ -451,7 +447,7 @@ typedef struct sink {
 static int sink_body(void *arg, const uint8_t *data, size_t len)
 {
     sink *s = arg;
-    EVP_DigestUpdate(s->md, data, len);
+    fa_sha256_update(&s->md, data, len);
     s->bytes += len;
     if (s->fd >= 0) {
         while (len) {
@@ -471,7 +467,7 @@ static int sink_body(void *arg, const uint8_t *data, size_t len)
 typedef struct src {
     int fd;
     uint64_t gen_left, off;
-    EVP_MD_CTX *md;
+    fa_sha256_ctx md;
 } src;
 
 static ssize_t src_read(void *arg, uint8_t *buf, size_t cap)
@@ -490,7 +486,7 @@ static ssize_t src_read(void *arg, uint8_t *buf, size_t cap)
         s->gen_left -= (uint64_t)n;
     }
     s->off += (uint64_t)n;
-    EVP_DigestUpdate(s->md, buf, (size_t)n);
+    fa_sha256_update(&s->md, buf, (size_t)n);
     return n;
 }
 
@@ -506,12 +502,10 @@ static int client(int argc, char **argv, int post)
     uint32_t timeout_ms = 0;
     int rv, opt, idx, count = 1, idempotent = 0, quiet_body = 0, pause_ms = 0;
     const char *ready_file = NULL;
-    sink sk = {NULL, -1, 0};
-    src sr = {-1, 0, 0, NULL};
+    sink sk = {.fd = -1};
+    src sr = {.fd = -1};
     double t0, t1;
-    uint8_t dig[32];
-    unsigned dl = 0;
-    char hx[65] = "", shx[65] = "";
+    char hx[FA_HEX_LEN(32)] = "", shx[FA_HEX_LEN(32)] = "";
     fa_h3_header hdrs[8];
     char hbuf[8][512];
     size_t nh = 0;
@@ -602,8 +596,7 @@ static int client(int argc, char **argv, int post)
         req.idempotent = idempotent;
         req.headers = nh ? hdrs : NULL;
         req.nheaders = nh;
-        sk.md = EVP_MD_CTX_new();
-        EVP_DigestInit_ex(sk.md, EVP_sha256(), NULL);
+        fa_sha256_init(&sk.md);
         sk.bytes = 0;
         if (!post) {
             if (out) {
@@ -616,8 +609,7 @@ static int client(int argc, char **argv, int post)
             req.on_body = sink_body;
             req.on_body_arg = &sk;
         } else {
-            sr.md = EVP_MD_CTX_new();
-            EVP_DigestInit_ex(sr.md, EVP_sha256(), NULL);
+            fa_sha256_init(&sr.md);
             sr.off = 0;
             if (in) {
                 struct stat st;
@@ -636,9 +628,9 @@ static int client(int argc, char **argv, int post)
             req.body_arg = &sr;
             req.max_response_bytes = 1 << 20;
         }
-        t0 = now_s();
+        t0 = fa_time_mono_s();
         rv = fa_h3_client_request(c, &req, &resp, &err);
-        t1 = now_s();
+        t1 = fa_time_mono_s();
         if (sk.fd >= 0) {
             close(sk.fd);
             sk.fd = -1;
@@ -650,13 +642,9 @@ static int client(int argc, char **argv, int post)
             fa_h3_client_del(c);
             return 1;
         }
-        EVP_DigestFinal_ex(sk.md, dig, &dl);
-        hex(dig, 32, hx);
-        EVP_MD_CTX_free(sk.md);
+        digest_hex(&sk.md, hx);
         if (post) {
-            EVP_DigestFinal_ex(sr.md, dig, &dl);
-            hex(dig, 32, shx);
-            EVP_MD_CTX_free(sr.md);
+            digest_hex(&sr.md, shx);
             if (sr.fd >= 0)
                 close(sr.fd);
             sr.fd = -1;
@@ -727,21 +715,17 @@ int main(int argc, char **argv)
         /* the reference for downloads of /gen/<bytes> */
         static uint8_t buf[1 << 20];
         uint64_t n = parse_size(argv[2]), off = 0;
-        EVP_MD_CTX *md = EVP_MD_CTX_new();
-        uint8_t dig[32];
-        unsigned dl = 0;
-        char hx[65];
+        fa_sha256_ctx md = {0};
+        char hx[FA_HEX_LEN(32)];
         gen_init();
-        EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+        fa_sha256_init(&md);
         while (off < n) {
             size_t k = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
             gen_fill(off, buf, k);
-            EVP_DigestUpdate(md, buf, k);
+            fa_sha256_update(&md, buf, k);
             off += k;
         }
-        EVP_DigestFinal_ex(md, dig, &dl);
-        EVP_MD_CTX_free(md);
-        hex(dig, 32, hx);
+        digest_hex(&md, hx);
         printf("%s\n", hx);
         return 0;
     }
