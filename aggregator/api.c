@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 #include "fedagg.pb-c.h"
@@ -350,8 +351,7 @@ static int on_model(fa_h3_request *req, void *arg)
         respond_error(c, req, 500, "cannot read the model file");
         return 0;
     }
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+    fa_hex_encode(hex, sizeof(hex), sha, 32);
     snprintf(vs, sizeof(vs), "%" PRIu64, got);
     fa_h3_header h[] = {{"content-type", "application/octet-stream"},
                         {"fedagg-model-version", vs},

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fa_hex.h"
 #include "common/fa_time.h"
 
 /* ------------------------------------------------------------------------ */
@@ -221,7 +222,7 @@ static json_t *models_json(fa_fed *f)
             continue;
         if (!(o = json_object()))
             break;
-        fa_model_store_hex(mv.model_sha256, hex);
+        fa_hex_encode(hex, sizeof(hex), mv.model_sha256, 32);
         json_object_set_new(o, "version", json_integer((json_int_t)mv.version));
         json_object_set_new(o, "round", json_integer((json_int_t)mv.round));
         json_object_set_new(o, "sha256", json_string(hex));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 
 struct report {
@@ -193,7 +194,8 @@ int fa_fed_eval_submit(fa_fed_eval *e, const char *region, const uint8_t *body, 
                          region ? region : "", e->federation_id);
     if (!e->have_version)
         return fa_errorf(err, FA_ERR_REPLAY, "no model version is being evaluated");
-    crypto_hash_sha256(r.body_sha, body, len);
+    if (fa_sha256(r.body_sha, body, len) != 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "evaluation report: SHA-256 failed");
     for (size_t i = 0; i < e->n_reports; i++)
         if (e->reports[i].member == (size_t)m) {
             if (!sodium_memcmp(e->reports[i].body_sha, r.body_sha, 32))

@@ -11,7 +11,9 @@
 #include "aggregator/memory_budget.h"
 #include "audit.pb-c.h"
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "common/fa_sha256.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"
 #include "model/tensors.h"
@@ -243,7 +245,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         if (rc == 0) {
             prev_hex = fa_st_metadata_get(mst, "fedagg.prev_sha256");
             if (!prev_hex ||
-                sodium_hex2bin(prev_sha, 32, prev_hex, strlen(prev_hex), NULL, NULL, NULL) != 0)
+                fa_hex_decode(prev_sha, 32, prev_hex, strlen(prev_hex)) != 0)
                 rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: no fedagg.prev_sha256 metadata", path);
             fa_st_del(mst);
         }
@@ -535,8 +537,12 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     }
     fedagg__aggregator_config__pack(cfg, enc);
     memcpy(enc + enc_len, fa_global_model_digest(f->model), 32);
-    crypto_hash_sha256(f->config_digest, enc, enc_len + 32);
+    rc = fa_sha256(f->config_digest, enc, enc_len + 32);
     free(enc);
+    if (rc != 0) {
+        fa_errorf(err, rc, "the config digest: SHA-256 failed");
+        goto fail;
+    }
 
     /* Federated evaluation and the evaluator command. */
     {

@@ -17,7 +17,9 @@
 #include "aggregator/metrics.h"
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "common/fa_sha256.h"
 #include "common/fa_time.h"
 #include "secagg.pb-c.h"
 
@@ -458,7 +460,7 @@ static int commit_version(fa_fed *f, uint64_t steps, fa_error *err)
     snprintf(round_s, sizeof(round_s), "%" PRIu64, f->round);
     snprintf(attempt_s, sizeof(attempt_s), "%u", f->attempt);
     snprintf(version_s, sizeof(version_s), "%" PRIu64, version);
-    fa_model_store_hex(f->cur.model_sha256, prev_hex);
+    fa_hex_encode(prev_hex, sizeof(prev_hex), f->cur.model_sha256, 32);
     snprintf(steps_s, sizeof(steps_s), "%" PRIu64, steps);
     fa_server_opt_describe(f->opt, optdesc, sizeof(optdesc));
     const char *meta[] = {"format",
@@ -834,9 +836,10 @@ static int other_model(fa_fed *f, const char *region, uint64_t version, char *pa
         return fa_errorf(err, FA_ERR_CORRUPT, "%s: too short for a model", src);
     }
     data[len - 4] ^= 1;
-    crypto_hash_sha256(sha256, data, len);
-    rc = 0;
-    if (path) {
+    rc = fa_sha256(sha256, data, len);
+    if (rc != 0)
+        fa_errorf(err, rc, "%s: SHA-256 failed", src);
+    if (rc == 0 && path) {
         snprintf(path, n, "%s/other-model-%s-%" PRIu64 ".safetensors", f->storage_dir, region,
                  version);
         rc = fa_file_write_atomic(path, data, len, 0600, err);
@@ -874,8 +877,8 @@ static int check_advertised_model(fa_fed *f, const char *region, const uint8_t *
         return reply_error(f, reply, 500, FA_ERR_IO, "%s", err.msg);
     if (sodium_memcmp(got, want, 32) == 0)
         return 0;
-    sodium_bin2hex(g, sizeof(g), got, 8);
-    sodium_bin2hex(w, sizeof(w), want, 8);
+    fa_hex_encode(g, sizeof(g), got, 8);
+    fa_hex_encode(w, sizeof(w), want, 8);
     fa_log(FA_LOG_WARN, "advertisement for another model refused",
            "region=%s version=%" PRIu64 " advertised_sha256=%s... current_sha256=%s...", region,
            f->cur.version, g, w);
@@ -914,7 +917,8 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
                            region, r->drained_by);
     if (kind == FA_FED_ADVERTISE && (rc = check_advertised_model(f, region, body, len, reply)) != 0)
         return rc;
-    crypto_hash_sha256(sha, body, len);
+    if (fa_sha256(sha, body, len) != 0)
+        return reply_error(f, reply, 500, FA_ERR_CRYPTO, "SHA-256 failed");
     if (r->have_msg[kind]) {
         if (sodium_memcmp(sha, r->msg_sha[kind], 32) == 0)
             return 0; /* a retry of what was accepted: wait for the close again */

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,40 +11,12 @@
 #include <unistd.h>
 
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "common/fa_sha256.h"
 
 #define MANIFEST_MAGIC "fedagg-model-store 1"
 #define MAX_KEEP 1000
-
-/* SHA-256 through OpenSSL: with the CPU's SHA extensions it runs ~6x faster
- * here than libsodium's portable code, and every commit hashes the whole
- * model and optimizer state (a few hundred MB for large models). */
-typedef struct {
-    EVP_MD_CTX *ctx;
-} sha256_ctx;
-
-static int sha256_init(sha256_ctx *h)
-{
-    h->ctx = EVP_MD_CTX_new();
-    return h->ctx && EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) == 1 ? 0 : FA_ERR_CRYPTO;
-}
-
-static void sha256_update(sha256_ctx *h, const void *data, size_t len)
-{
-    if (h->ctx && EVP_DigestUpdate(h->ctx, data, len) != 1) {
-        EVP_MD_CTX_free(h->ctx);
-        h->ctx = NULL;
-    }
-}
-
-/* Finishes (and frees) h; returns FA_ERR_CRYPTO if any step failed. */
-static int sha256_final(sha256_ctx *h, uint8_t out[32])
-{
-    int ok = h->ctx && EVP_DigestFinal_ex(h->ctx, out, NULL) == 1;
-    EVP_MD_CTX_free(h->ctx);
-    h->ctx = NULL;
-    return ok ? 0 : FA_ERR_CRYPTO;
-}
 
 struct entry {
     struct fa_model_version v;
@@ -57,11 +28,6 @@ struct fa_model_store {
     struct entry *entries; /* retained versions, ascending; the last is current */
     size_t n;
 };
-
-void fa_model_store_hex(const uint8_t sha[32], char hex[65])
-{
-    sodium_bin2hex(hex, 65, sha, 32);
-}
 
 char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
 {
@@ -92,7 +58,7 @@ char *fa_model_store_weights_path(const fa_model_store *s, uint64_t version, cha
 
 static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error *err)
 {
-    sha256_ctx st;
+    fa_sha256_ctx st = {0};
     uint8_t buf[1 << 16];
     FILE *f = fopen(path, "rb");
     uint64_t total = 0;
@@ -101,22 +67,27 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
     if (!f)
         return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
                          strerror(errno));
-    if (sha256_init(&st) != 0) {
+    if (fa_sha256_init(&st) != 0) {
+        fa_sha256_free(&st);
         fclose(f);
         return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
     }
+    /* a failure is sticky: fa_sha256_final reports it */
     while ((r = fread(buf, 1, sizeof(buf), f)) > 0) {
-        sha256_update(&st, buf, r);
+        (void)fa_sha256_update(&st, buf, r);
         total += r;
     }
     if (ferror(f)) {
         fclose(f);
-        sha256_final(&st, out);
+        fa_sha256_free(&st);
         return fa_errorf(err, FA_ERR_IO, "%s: read error", path);
     }
     fclose(f);
-    if (sha256_final(&st, out) != 0)
+    if (fa_sha256_final(&st, out) != 0) {
+        fa_sha256_free(&st);
         return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+    }
+    fa_sha256_free(&st);
     if (size)
         *size = total;
     return 0;
@@ -138,10 +109,10 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
     len += (size_t)snprintf(text, cap, "%s\n", MANIFEST_MAGIC);
     for (size_t i = 0; i < n; i++) {
         char mh[65], sh[65], xh[65], master[96];
-        fa_model_store_hex(e[i].v.model_sha256, mh);
-        fa_model_store_hex(e[i].v.state_sha256, sh);
+        fa_hex_encode(mh, sizeof(mh), e[i].v.model_sha256, 32);
+        fa_hex_encode(sh, sizeof(sh), e[i].v.state_sha256, 32);
         if (e[i].v.has_master) {
-            fa_model_store_hex(e[i].v.master_sha256, xh);
+            fa_hex_encode(xh, sizeof(xh), e[i].v.master_sha256, 32);
             snprintf(master, sizeof(master), "%" PRIu64 ":%s", e[i].v.master_size, xh);
         } else {
             snprintf(master, sizeof(master), "-");
@@ -174,15 +145,15 @@ static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_er
         if (sscanf(line, "v %" SCNu64 " %" SCNu64 " %" SCNu64 " %64s %64s%n", &e.v.version,
                    &e.v.round, &e.v.model_size, mh, sh, &used) != 5 ||
             (line[used] != '\0' && line[used] != ' ') ||
-            sodium_hex2bin(e.v.model_sha256, 32, mh, 64, NULL, NULL, NULL) != 0 ||
-            sodium_hex2bin(e.v.state_sha256, 32, sh, 64, NULL, NULL, NULL) != 0)
+            fa_hex_decode(e.v.model_sha256, 32, mh, strlen(mh)) != 0 ||
+            fa_hex_decode(e.v.state_sha256, 32, sh, strlen(sh)) != 0)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);
         if (line[used] == ' ' && !strcmp(line + used, " -")) {
             used += 2;
         } else if (line[used] == ' ') {
             if (sscanf(line + used, " %" SCNu64 ":%64s%n", &e.v.master_size, xh, &used2) != 2 ||
                 line[used + used2] != '\0' || strlen(xh) != 64 ||
-                sodium_hex2bin(e.v.master_sha256, 32, xh, 64, NULL, NULL, NULL) != 0)
+                fa_hex_decode(e.v.master_sha256, 32, xh, 64) != 0)
                 return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed master field", path,
                                  lineno);
             e.v.has_master = 1;
@@ -377,15 +348,18 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
 static int write_tensors(const char *path, const fa_st_view *t, size_t n, const char *const *meta,
                          size_t n_meta, uint8_t sha[32], uint64_t *size, fa_error *err)
 {
-    sha256_ctx st;
+    fa_sha256_ctx st = {0};
     fa_st_writer *w = NULL;
     const uint8_t *hdr;
     size_t hdr_len;
     uint8_t *buf = NULL;
     int rc;
 
-    if (sha256_init(&st) != 0)
+    if (fa_sha256_init(&st) != 0) {
+        fa_sha256_free(&st);
         return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
+    }
+    /* a failure is sticky: fa_sha256_final reports it */
     rc = fa_st_writer_new(&w, err);
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = fa_st_writer_add(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape, err);
@@ -394,7 +368,7 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
     if (rc == 0)
         rc = fa_st_writer_header(w, &hdr, &hdr_len, err);
     if (rc == 0) {
-        sha256_update(&st, hdr, hdr_len);
+        (void)fa_sha256_update(&st, hdr, hdr_len);
         *size = fa_st_writer_total_size(w);
         rc = fa_st_writer_open(w, path, 0644, err);
     }
@@ -403,7 +377,7 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
         for (unsigned k = 0; k < t[i].ndim; k++)
             bytes *= t[i].shape[k];
         if (!t[i].fill) {
-            sha256_update(&st, t[i].data, (size_t)bytes);
+            (void)fa_sha256_update(&st, t[i].data, (size_t)bytes);
             rc = fa_st_writer_write(w, t[i].data, (size_t)bytes, err);
             continue;
         }
@@ -415,7 +389,7 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
             size_t m = bytes - off < FILL_CHUNK ? (size_t)(bytes - off) : FILL_CHUNK;
             rc = t[i].fill(t[i].ctx, &t[i], off, buf, m, err);
             if (rc == 0) {
-                sha256_update(&st, buf, m);
+                (void)fa_sha256_update(&st, buf, m);
                 rc = fa_st_writer_write(w, buf, m, err);
             }
             off += m;
@@ -425,8 +399,9 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
         rc = fa_st_writer_commit(w, err);
     fa_st_writer_del(w);
     free(buf);
-    if (sha256_final(&st, sha) != 0 && rc == 0)
+    if (fa_sha256_final(&st, sha) != 0 && rc == 0)
         rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+    fa_sha256_free(&st);
     return rc;
 }
 

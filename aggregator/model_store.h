@@ -98,7 +98,4 @@ int fa_model_store_has(const fa_model_store *s, uint64_t version);
  * hashing it).  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
 int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], fa_error *err);
 
-/* Hex helper: writes 64 lowercase hex digits and a NUL into hex. */
-void fa_model_store_hex(const uint8_t sha[32], char hex[65]);
-
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 
 struct statement {
@@ -138,7 +139,8 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
     if (m < 0)
         return fa_errorf(err, FA_ERR_AUTH, "region '%s' is not a member of federation %s",
                          region ? region : "", l->federation_id);
-    crypto_hash_sha256(n.body_sha, body, len);
+    if (fa_sha256(n.body_sha, body, len) != 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "privacy statement: SHA-256 failed");
     for (size_t i = 0; i < l->n_st; i++)
         if (l->st[i].member == (size_t)m) {
             if (!sodium_memcmp(l->st[i].body_sha, n.body_sha, 32))

@@ -5,14 +5,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fa_endian.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_sha256.h"
 #include "common/fa_time.h"
 
 /* ------------------------------------------------------------------------ */
@@ -55,20 +56,14 @@ static void sum_path(const fa_fed *f, uint64_t round, uint32_t attempt, uint64_t
     snprintf(out, n, "%s/round.sum.%" PRIu64 ".%u.%" PRIu64, f->storage_dir, round, attempt, gen);
 }
 
-static void put_le(uint8_t *p, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void sum_header(uint8_t h[SUM_HEADER], uint64_t round, uint32_t attempt, uint64_t gen,
                        uint64_t n)
 {
     memcpy(h, sum_magic, 8);
-    put_le(h + 8, round, 8);
-    put_le(h + 16, attempt, 4);
-    put_le(h + 20, gen, 8);
-    put_le(h + 28, n, 8);
+    fa_le_put_u64(h + 8, round);
+    fa_le_put_u32(h + 16, attempt);
+    fa_le_put_u64(h + 20, gen);
+    fa_le_put_u64(h + 28, n);
 }
 
 /* The sum of generation gen of the round in flight is on disk. */
@@ -85,27 +80,27 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     const uint32_t *w = fa_secagg_server_sum_words(f->sa);
     const uint64_t n = f->sa_cfg.vector_len;
     uint8_t h[SUM_HEADER], md[32], buf[1 << 16];
-    EVP_MD_CTX *sha = EVP_MD_CTX_new();
+    fa_sha256_ctx sha = {0};
     fa_atomic_file *af = NULL;
     char path[4200];
     int rc;
 
     sum_path(f, f->round, f->attempt, gen, path, sizeof(path));
     sum_header(h, f->round, f->attempt, gen, n);
-    if (!sha || EVP_DigestInit_ex(sha, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(sha);
-        return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 unavailable", path);
+    if ((rc = fa_sha256_init(&sha)) != 0) {
+        fa_sha256_free(&sha);
+        return fa_errorf(err, rc, "%s: SHA-256 unavailable", path);
     }
     rc = fa_atomic_file_open(&af, path, 0600, err);
     if (rc == 0)
         rc = fa_atomic_file_write(af, h, sizeof(h), err);
-    if (rc == 0 && EVP_DigestUpdate(sha, h, sizeof(h)) != 1)
+    if (rc == 0 && fa_sha256_update(&sha, h, sizeof(h)) != 0)
         rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     (void)buf; /* the words are little-endian already */
     for (uint64_t i = 0; i < n && rc == 0;) {
         size_t m = n - i < ((size_t)1 << 18) ? (size_t)(n - i) : (size_t)1 << 18;
-        if (EVP_DigestUpdate(sha, w + i, m * 4) != 1)
+        if (fa_sha256_update(&sha, w + i, m * 4) != 0)
             rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
         else
             rc = fa_atomic_file_write(af, w + i, m * 4, err);
@@ -115,15 +110,15 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     for (uint64_t i = 0; i < n && rc == 0;) {
         size_t m = n - i < sizeof(buf) / 4 ? (size_t)(n - i) : sizeof(buf) / 4;
         for (size_t j = 0; j < m; j++)
-            put_le(buf + 4 * j, w[i + j], 4);
-        if (EVP_DigestUpdate(sha, buf, m * 4) != 1)
+            fa_le_put_u32(buf + 4 * j, w[i + j]);
+        if (fa_sha256_update(&sha, buf, m * 4) != 0)
             rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
         else
             rc = fa_atomic_file_write(af, buf, m * 4, err);
         i += m;
     }
 #endif
-    if (rc == 0 && EVP_DigestFinal_ex(sha, md, NULL) != 1)
+    if (rc == 0 && fa_sha256_final(&sha, md) != 0)
         rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     if (rc == 0)
         rc = fa_atomic_file_write(af, md, sizeof(md), err);
@@ -132,7 +127,7 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
         af = NULL;
     }
     fa_atomic_file_abort(af);
-    EVP_MD_CTX_free(sha);
+    fa_sha256_free(&sha);
     if (rc == 0)
         fa_fed_sum_on_disk(f, gen);
     return rc;
@@ -152,20 +147,20 @@ static int read_sum(void *ctx, uint32_t *w, uint64_t n, fa_error *err)
     const struct sum_reader *sr = ctx;
     fa_fed *f = sr->f;
     uint8_t h[SUM_HEADER], want[SUM_HEADER], md[32], got[32];
-    EVP_MD_CTX *sha = EVP_MD_CTX_new();
+    fa_sha256_ctx sha = {0};
     char path[4200];
     FILE *in;
     int rc = 0, c;
 
     sum_path(f, f->round, f->attempt, sr->gen, path, sizeof(path));
-    if (!sha || EVP_DigestInit_ex(sha, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(sha);
-        return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 unavailable", path);
+    if ((rc = fa_sha256_init(&sha)) != 0) {
+        fa_sha256_free(&sha);
+        return fa_errorf(err, rc, "%s: SHA-256 unavailable", path);
     }
     if (!(in = fopen(path, "rb"))) {
         rc = fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO,
                        "the round state's sum: %s: %s", path, strerror(errno));
-        EVP_MD_CTX_free(sha);
+        fa_sha256_free(&sha);
         return rc;
     }
     sum_header(want, f->round, f->attempt, sr->gen, n);
@@ -174,30 +169,29 @@ static int read_sum(void *ctx, uint32_t *w, uint64_t n, fa_error *err)
                        "%s: not the sum of round %" PRIu64 " attempt %u generation %" PRIu64
                        " with %" PRIu64 " words",
                        path, f->round, f->attempt, sr->gen, n);
-    if (rc == 0 && EVP_DigestUpdate(sha, h, sizeof(h)) != 1)
+    if (rc == 0 && fa_sha256_update(&sha, h, sizeof(h)) != 0)
         rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     for (uint64_t i = 0; rc == 0 && i < n;) {
         size_t m = n - i < ((size_t)1 << 18) ? (size_t)(n - i) : (size_t)1 << 18;
         if (fread(w + i, 4, m, in) != m)
             rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: shorter than its %" PRIu64 " words", path, n);
-        else if (EVP_DigestUpdate(sha, w + i, m * 4) != 1)
+        else if (fa_sha256_update(&sha, w + i, m * 4) != 0)
             rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-        for (size_t j = 0; rc == 0 && j < m; j++) {
-            const uint8_t *b = (const uint8_t *)&w[i + j];
-            w[i + j] =
-                (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-        }
+        for (size_t j = 0; rc == 0 && j < m; j++)
+            w[i + j] = fa_le_get_u32((const uint8_t *)&w[i + j]);
 #endif
         i += m;
     }
     if (rc == 0 && (fread(got, 1, 32, in) != 32 || (c = fgetc(in)) != EOF))
         rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: not %" PRIu64 " words and a SHA-256", path, n);
-    if (rc == 0 && (EVP_DigestFinal_ex(sha, md, NULL) != 1 || memcmp(md, got, 32) != 0))
+    if (rc == 0 && fa_sha256_final(&sha, md) != 0)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
+    if (rc == 0 && memcmp(md, got, 32) != 0)
         rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: fails its SHA-256", path);
     (void)c;
     fclose(in);
-    EVP_MD_CTX_free(sha);
+    fa_sha256_free(&sha);
     return rc;
 }
 

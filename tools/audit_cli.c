@@ -10,6 +10,7 @@
 #include <sodium.h>
 
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "config.pb-c.h"
 #include "proto/config_check.h"
 
@@ -31,7 +32,7 @@ static json_t *hex_json(const uint8_t *p, size_t n)
     json_t *j;
     if (!s)
         return NULL;
-    sodium_bin2hex(s, 2 * n + 1, p, n);
+    fa_hex_encode(s, 2 * n + 1, p, n);
     j = json_string(s);
     free(s);
     return j;
@@ -227,7 +228,7 @@ void fa_audit_cli_table_row(FILE *out, const Fedagg__AuditRecord *r, uint64_t in
     if (r->n_dropped && n < sizeof(regions))
         n += (size_t)snprintf(regions + n, sizeof(regions) - n, " (%zu)", r->n_dropped);
     if (r->new_model_sha256.len >= 6)
-        sodium_bin2hex(digest, sizeof(digest), r->new_model_sha256.data, 6);
+        fa_hex_encode(digest, sizeof(digest), r->new_model_sha256.data, 6);
     fprintf(out, "%7" PRIu64 "%c%7" PRIu64 " %4u  %-24s  %-13s %-28s %s\n", index,
             is_signed ? ' ' : '*', r->round, r->attempt, when, ver, regions, digest);
 }

@@ -14,6 +14,7 @@
 
 #include "audit/audit_log.h"
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "crypto/checkpoint.h"
 #include "crypto/merkle.h"
@@ -454,10 +455,7 @@ static int cmd_check_proof(struct opts *o)
     if (!o->pubkey)
         return usage_error("%s needs --pubkey KEY (the aggregator's public key)", "check-proof");
     if (o->upload_sha) {
-        size_t bin = 0;
-        if (sodium_hex2bin(want_sha, sizeof(want_sha), o->upload_sha, strlen(o->upload_sha), NULL,
-                           &bin, NULL) != 0 ||
-            bin != 32)
+        if (fa_hex_decode(want_sha, sizeof(want_sha), o->upload_sha, strlen(o->upload_sha)) != 0)
             return usage_error("--upload-sha256 %s: expected 64 hex digits", o->upload_sha);
         if (!o->region)
             return usage_error("%s: --upload-sha256 needs --region", "check-proof");
@@ -497,8 +495,8 @@ static int cmd_check_proof(struct opts *o)
                 c = r->commitments[i];
         if (c) {
             char hex[65] = "";
-            sodium_bin2hex(hex, sizeof(hex), c->upload_sha256.data,
-                           c->upload_sha256.len == 32 ? 32 : 0);
+            fa_hex_encode(hex, sizeof(hex), c->upload_sha256.data,
+                          c->upload_sha256.len == 32 ? 32 : 0);
             printf("region %s took part with the upload of SHA-256 %s (%" PRIu64 " bytes)\n",
                    o->region, hex, c->upload_bytes);
             if (o->upload_sha && (c->upload_sha256.len != 32 ||
