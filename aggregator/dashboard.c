@@ -544,7 +544,8 @@ static void collect(const json_t *st, struct series s[S_COUNT])
         num(o, "accuracy", &a))
         series_add(&s[S_FEDERATED], v, a);
     for (int k = 0; k < S_COUNT; k++)
-        qsort(s[k].p, s[k].n, sizeof(struct point), by_version);
+        if (s[k].n > 1) /* qsort wants a non-null array, even of no element */
+            qsort(s[k].p, s[k].n, sizeof(struct point), by_version);
 }
 
 #define CW 760.0 /* chart width, px */

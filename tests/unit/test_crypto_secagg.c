@@ -393,10 +393,12 @@ static void tj_clear(void *ctx, uint32_t slot)
     j->clears++;
 }
 
+/* Frees what the journal holds and empties it for the next use. */
 static void tj_free(struct test_journal *j)
 {
     for (int i = 0; i < 8; i++)
         free(j->data[i]);
+    memset(j, 0, sizeof(*j));
 }
 
 /* Uploads aborted midway and resent, others left hanging, with the
@@ -405,13 +407,13 @@ static void test_uploads_caller_journal(void **state)
 {
     th_fed f;
     struct inputs in;
-    struct test_journal tj;
+    struct test_journal tj = {0};
     fa_secagg_journal j = {tj_write, tj_read, tj_clear, &tj};
     size_t n = 6;
     fa_secagg_config cfg = th_cfg(3, 29, 100003, 0);
     int drop[FA_SECAGG_MAX_CLIENTS] = {0}, style[FA_SECAGG_MAX_CLIENTS] = {0};
 
-    memset(&tj, 0, sizeof(tj));
+    tj_free(&tj);
     th_fed_init(&f, n, 76);
     inputs_make(&in, n, 100003, 77);
     drop[1] = TH_DROP_MASKED;
@@ -435,7 +437,7 @@ static void test_uploads_journal_failures(void **state)
 {
     th_fed f;
     struct inputs in;
-    struct test_journal tj;
+    struct test_journal tj = {0};
     fa_secagg_journal j = {tj_write, tj_read, tj_clear, &tj};
     fa_secagg_server_status st;
     size_t n = 4;
@@ -446,7 +448,7 @@ static void test_uploads_journal_failures(void **state)
 
     th_fed_init(&f, n, 86);
     inputs_make(&in, n, 5000, 87);
-    memset(&tj, 0, sizeof(tj));
+    tj_free(&tj);
     tj.fail_write = 3;
     memset(&run, 0, sizeof(run));
     run.ring = in.ptr;
@@ -464,7 +466,7 @@ static void test_uploads_journal_failures(void **state)
         assert_int_equal(w[i], 0);
     th_run_free(&run);
 
-    memset(&tj, 0, sizeof(tj));
+    tj_free(&tj);
     tj.fail_read = 1;
     drop[2] = TH_DROP_MASKED;
     style[2] = TH_UPLOAD_ABORT;

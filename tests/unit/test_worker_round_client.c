@@ -285,14 +285,14 @@ static void test_audit_model_alarms(void **state)
     fork.model[1][0] ^= 1;
     {
         Fedagg__AuditRecord *r = fedagg__audit_record__unpack(NULL, fork.rec_len[1], fork.rec[1]);
+        ProtobufCBinaryData own = r->new_model_sha256; /* freed with r */
         r->new_model_sha256.data = fork.model[1];
         free(fork.rec[1]);
         fork.rec_len[1] = fedagg__audit_record__get_packed_size(r);
         fork.rec[1] = malloc(fork.rec_len[1]);
         fedagg__audit_record__pack(r, fork.rec[1]);
         fa_merkle_leaf_hash(fork.rec[1], fork.rec_len[1], fork.leaf[1]);
-        r->new_model_sha256.data = NULL;
-        r->new_model_sha256.len = 0;
+        r->new_model_sha256 = own;
         fedagg__audit_record__free_unpacked(r, NULL);
     }
     tl_cp(&t, 3, &trusted);
