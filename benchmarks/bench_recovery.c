@@ -476,7 +476,8 @@ int fa_bench_recovery(int argc, char **argv)
                "\"runs\":%d,\"samples\":",
                agg_median, runs);
         print_samples(agg_round, runs);
-        printf(",\"workers_back_median_s\":%.3f,\"workers_back_samples\":", fa_bench_median(agg_back, runs));
+        printf(",\"workers_back_median_s\":%.3f,\"workers_back_samples\":",
+               fa_bench_median(agg_back, runs));
         print_samples(agg_back, runs);
         printf(",\"keepalive_ms\":1000,\"idle_timeout_ms\":60000}\n");
         fflush(stdout);

@@ -445,4 +445,3 @@ int fa_sa_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
     *out = p;
     return 0;
 }
-

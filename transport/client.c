@@ -700,17 +700,9 @@ static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
     if (rv != 0)
         return rv;
     c->udp_open = 1;
-    c->q.is_server = 0;
-    c->q.ops = &client_ops;
-    c->q.owner = c;
-    c->q.udp = &c->udp;
-    c->q.opts = &c->cfg.quic;
     c->q.server_name = c->server_name;
-    memcpy(&c->q.remote, &c->addr, c->addrlen);
-    c->q.remote_len = c->addrlen;
-    ngtcp2_connection_close_error_default(&c->q.last_error);
-    c->q.txbuf = malloc(FA_UDP_MAX_GSO_BYTES + 4096);
-    if (!c->q.txbuf)
+    if (fa_qconn_prepare(&c->q, 0, &client_ops, c, &c->udp, &c->cfg.quic,
+                         (const struct sockaddr *)&c->addr, c->addrlen) != 0)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     dcid.datalen = 18;
     fa_h3_random(dcid.data, dcid.datalen);
@@ -728,11 +720,7 @@ static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
     cb.recv_retry = cb_recv_retry;
     cb.handshake_confirmed = cb_handshake_confirmed;
     cb.recv_stateless_reset = cb_recv_stateless_reset;
-    path.local.addr = (struct sockaddr *)&c->udp.local;
-    path.local.addrlen = c->udp.local_len;
-    path.remote.addr = (struct sockaddr *)&c->q.remote;
-    path.remote.addrlen = c->q.remote_len;
-    path.user_data = NULL;
+    fa_qconn_path(&c->q, &path);
     if (ngtcp2_conn_client_new(&c->q.conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &set,
                                &params, NULL, &c->q) != 0)
         return fa_errorf(err, FA_ERR_NOMEM, "ngtcp2_conn_client_new failed");

@@ -313,6 +313,17 @@ void fa_h3_random(uint8_t *p, size_t n);
 /* Monotonic timestamp in ns for ngtcp2. */
 uint64_t fa_h3_now(void);
 
+/* The fields both sides set before ngtcp2_conn_{client,server}_new: who
+ * owns qc and how it is driven, its socket, options and peer address, a
+ * default close error and the transmit buffer (one GSO batch).  Returns 0
+ * or FA_ERR_NOMEM (fa_qconn_free then frees what was set). */
+int fa_qconn_prepare(fa_qconn *qc, int is_server, const fa_qconn_ops *ops, void *owner, fa_udp *udp,
+                     const fa_h3_quic_opts *opts, const struct sockaddr *remote,
+                     socklen_t remote_len);
+
+/* qc's network path for ngtcp2: its socket's address and qc->remote. */
+void fa_qconn_path(fa_qconn *qc, ngtcp2_path *path);
+
 /* Fills the ngtcp2 settings/params common to both sides from opts, and
  * plans the datagram sizes (qc->dg) from the route to qc->remote, which must
  * be set. */

@@ -352,6 +352,31 @@ static ngtcp2_cc_algo cc_algo(int cc)
     }
 }
 
+int fa_qconn_prepare(fa_qconn *qc, int is_server, const fa_qconn_ops *ops, void *owner, fa_udp *udp,
+                     const fa_h3_quic_opts *opts, const struct sockaddr *remote,
+                     socklen_t remote_len)
+{
+    qc->is_server = is_server;
+    qc->ops = ops;
+    qc->owner = owner;
+    qc->udp = udp;
+    qc->opts = opts;
+    memcpy(&qc->remote, remote, remote_len);
+    qc->remote_len = remote_len;
+    ngtcp2_connection_close_error_default(&qc->last_error);
+    qc->txbuf = malloc(FA_UDP_MAX_GSO_BYTES + 4096);
+    return qc->txbuf ? 0 : FA_ERR_NOMEM;
+}
+
+void fa_qconn_path(fa_qconn *qc, ngtcp2_path *path)
+{
+    path->local.addr = (struct sockaddr *)&qc->udp->local;
+    path->local.addrlen = qc->udp->local_len;
+    path->remote.addr = (struct sockaddr *)&qc->remote;
+    path->remote.addrlen = qc->remote_len;
+    path->user_data = NULL;
+}
+
 void fa_qconn_settings(fa_qconn *qc, ngtcp2_settings *s, ngtcp2_transport_params *p,
                        const fa_h3_quic_opts *o, uint64_t now)
 {

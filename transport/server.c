@@ -8,9 +8,10 @@
  * from the static secret, so a restarted server still resets connections it
  * forgot.  Everything else is dropped: ngtcp2 parses, we never trust.
  *
- * Timers: one min-heap holds each connection's next ngtcp2 expiry (loss
- * detection, pacing, idle, ACK delay) and the application's timers; epoll
- * waits with nanosecond resolution until the earliest.
+ * Timers: one min-heap (timer_heap.c) holds each connection's next ngtcp2
+ * expiry (loss detection, pacing, idle, ACK delay) and the application's
+ * timers; epoll waits with nanosecond resolution until the earliest.  The
+ * CID map is cid_map.c, the replies that need no connection stateless.c.
  */
 #include "transport/h3_internal.h"
 
@@ -33,20 +34,21 @@
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "transport/cid_map.h"
+#include "transport/stateless.h"
+#include "transport/timer_heap.h"
 
-#define SCIDLEN 18
+#define SCIDLEN FA_STATELESS_CIDLEN
 #define RETRY_TOKEN_TIMEOUT (10 * NGTCP2_SECONDS)
 #define REGULAR_TOKEN_TIMEOUT (3600 * NGTCP2_SECONDS)
 #define MAX_HEADER_BYTES 65536
-#define RESETS_PER_SECOND 200
 
 /* ------------------------------------------------------------------ types */
 
 enum { HI_CONN = 0, HI_TIMER = 1 };
 
 typedef struct hitem {
-    uint64_t when;
-    size_t idx; /* position in the heap, SIZE_MAX when not in it */
+    fa_timer_item t; /* first member: heap items cast back */
     int kind;
 } hitem;
 
@@ -113,13 +115,6 @@ struct fa_h3_request {
     int fin_sent; /* the whole response is on the wire */
 };
 
-struct cid_ent {
-    struct cid_ent *next;
-    srv_conn *c;
-    uint8_t len;
-    uint8_t data[NGTCP2_MAX_CIDLEN];
-};
-
 struct fa_h3_server {
     fa_h3_server_config cfg;
     char *qlog_dir;
@@ -131,15 +126,12 @@ struct fa_h3_server {
     struct route *routes;
     size_t nroutes;
     /* connections */
-    struct cid_ent **buckets;
-    size_t nbuckets, ncids;
-    uint64_t hash_seed;
+    fa_cid_map cids; /* every CID a connection answers to -> srv_conn */
     srv_conn *conns;
     size_t nlive;
     srv_conn *dirty_head;
     /* timers */
-    hitem **heap;
-    size_t heap_len, heap_cap;
+    fa_timer_heap timers; /* of hitem */
     int64_t next_timer_id;
     /* posted tasks and cross-thread flags */
     pthread_mutex_t mu;
@@ -147,9 +139,7 @@ struct fa_h3_server {
     atomic_int drain_req, stop_req;
     int draining, stopping;
     uint64_t drain_deadline;
-    /* stateless reset rate limit */
-    uint64_t reset_window;
-    unsigned resets_in_window;
+    fa_stateless_limit resets;
     fa_h3_server_stats st;
     uint8_t pkt[NGTCP2_MAX_UDP_PAYLOAD_SIZE + 256];
 };
@@ -174,174 +164,13 @@ void fa_h3_server_config_default(fa_h3_server_config *c)
     c->drain_timeout_ms = 30000;
 }
 
-/* -------------------------------------------------------------------- heap */
-
-static int heap_less(const hitem *a, const hitem *b)
-{
-    return a->when < b->when;
-}
-
-static void heap_swap(fa_h3_server *s, size_t i, size_t j)
-{
-    hitem *t = s->heap[i];
-    s->heap[i] = s->heap[j];
-    s->heap[j] = t;
-    s->heap[i]->idx = i;
-    s->heap[j]->idx = j;
-}
-
-static void heap_up(fa_h3_server *s, size_t i)
-{
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!heap_less(s->heap[i], s->heap[p]))
-            break;
-        heap_swap(s, i, p);
-        i = p;
-    }
-}
-
-static void heap_down(fa_h3_server *s, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < s->heap_len && heap_less(s->heap[l], s->heap[m]))
-            m = l;
-        if (r < s->heap_len && heap_less(s->heap[r], s->heap[m]))
-            m = r;
-        if (m == i)
-            break;
-        heap_swap(s, i, m);
-        i = m;
-    }
-}
-
-static void heap_remove(fa_h3_server *s, hitem *h)
-{
-    size_t i = h->idx;
-    if (i == SIZE_MAX)
-        return;
-    s->heap_len--;
-    if (i != s->heap_len) {
-        s->heap[i] = s->heap[s->heap_len];
-        s->heap[i]->idx = i;
-        heap_down(s, i);
-        heap_up(s, i);
-    }
-    h->idx = SIZE_MAX;
-}
-
-/* Inserts or moves h to `when`.  Returns 0 or FA_ERR_NOMEM. */
-static int heap_set(fa_h3_server *s, hitem *h, uint64_t when)
-{
-    if (h->idx != SIZE_MAX) {
-        uint64_t old = h->when;
-        h->when = when;
-        if (when < old)
-            heap_up(s, h->idx);
-        else
-            heap_down(s, h->idx);
-        return 0;
-    }
-    if (s->heap_len == s->heap_cap) {
-        size_t cap = s->heap_cap ? 2 * s->heap_cap : 64;
-        hitem **n = realloc(s->heap, cap * sizeof(*n));
-        if (!n)
-            return FA_ERR_NOMEM;
-        s->heap = n;
-        s->heap_cap = cap;
-    }
-    h->when = when;
-    h->idx = s->heap_len;
-    s->heap[s->heap_len++] = h;
-    heap_up(s, h->idx);
-    return 0;
-}
-
 /* ------------------------------------------------------------------ CID map */
-
-static uint64_t cid_hash(const fa_h3_server *s, const uint8_t *d, size_t n)
-{
-    uint64_t h = s->hash_seed ^ (0x9e3779b97f4a7c15ull * (n + 1));
-    for (size_t i = 0; i < n; i++) {
-        h ^= d[i];
-        h *= 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    h ^= h >> 32;
-    h *= 0xd6e8feb86659fd93ull;
-    h ^= h >> 32;
-    return h;
-}
-
-static srv_conn *cid_find(const fa_h3_server *s, const uint8_t *d, size_t n)
-{
-    struct cid_ent *e;
-    if (n > NGTCP2_MAX_CIDLEN || !s->nbuckets)
-        return NULL;
-    for (e = s->buckets[cid_hash(s, d, n) & (s->nbuckets - 1)]; e; e = e->next)
-        if (e->len == n && memcmp(e->data, d, n) == 0)
-            return e->c;
-    return NULL;
-}
-
-static int cid_grow(fa_h3_server *s)
-{
-    size_t nb = s->nbuckets ? 2 * s->nbuckets : 256;
-    struct cid_ent **b = calloc(nb, sizeof(*b));
-    if (!b)
-        return FA_ERR_NOMEM;
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        struct cid_ent *e = s->buckets[i], *n;
-        for (; e; e = n) {
-            size_t k = cid_hash(s, e->data, e->len) & (nb - 1);
-            n = e->next;
-            e->next = b[k];
-            b[k] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = nb;
-    return 0;
-}
 
 static void cid_add(fa_h3_server *s, const ngtcp2_cid *cid, srv_conn *c)
 {
-    struct cid_ent *e;
-    size_t k;
-    if (cid->datalen == 0 || cid->datalen > NGTCP2_MAX_CIDLEN)
-        return;
-    if (cid_find(s, cid->data, cid->datalen))
-        return;
-    if (s->ncids >= 2 * s->nbuckets && cid_grow(s) != 0)
-        return;
-    e = malloc(sizeof(*e));
-    if (!e)
-        return;
-    e->c = c;
-    e->len = (uint8_t)cid->datalen;
-    memcpy(e->data, cid->data, cid->datalen);
-    k = cid_hash(s, e->data, e->len) & (s->nbuckets - 1);
-    e->next = s->buckets[k];
-    s->buckets[k] = e;
-    s->ncids++;
-}
-
-static void cid_del(fa_h3_server *s, const uint8_t *d, size_t n, const srv_conn *c)
-{
-    struct cid_ent **pp;
-    if (!s->nbuckets)
-        return;
-    for (pp = &s->buckets[cid_hash(s, d, n) & (s->nbuckets - 1)]; *pp; pp = &(*pp)->next) {
-        struct cid_ent *e = *pp;
-        if (e->len == n && memcmp(e->data, d, n) == 0 && e->c == c) {
-            *pp = e->next;
-            free(e);
-            s->ncids--;
-            return;
-        }
-    }
+    /* a CID already mapped keeps its first owner; out of memory drops the
+     * route (the peer's packets to it are then answered by a reset) */
+    (void)fa_cid_map_add(&s->cids, cid->data, cid->datalen, c);
 }
 
 static void qc_cid_add(fa_qconn *qc, const ngtcp2_cid *cid)
@@ -353,7 +182,7 @@ static void qc_cid_add(fa_qconn *qc, const ngtcp2_cid *cid)
 static void qc_cid_remove(fa_qconn *qc, const ngtcp2_cid *cid)
 {
     srv_conn *c = (srv_conn *)qc;
-    cid_del(c->srv, cid->data, cid->datalen, c);
+    fa_cid_map_del(&c->srv->cids, cid->data, cid->datalen, c);
 }
 
 /* ------------------------------------------------------------ small helpers */
@@ -1094,9 +923,9 @@ static void conn_schedule(srv_conn *c)
         return;
     when = ngtcp2_conn_get_expiry(c->q.conn);
     if (when == UINT64_MAX)
-        heap_remove(c->srv, &c->h);
+        fa_timer_heap_remove(&c->srv->timers, &c->h.t);
     else
-        (void)heap_set(c->srv, &c->h, when);
+        (void)fa_timer_heap_set(&c->srv->timers, &c->h.t, when);
 }
 
 static srv_conn *conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2_cid *ocid,
@@ -1113,21 +942,12 @@ static srv_conn *conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
 
     if (!c)
         return NULL;
-    c->h.idx = SIZE_MAX;
+    fa_timer_item_init(&c->h.t);
     c->h.kind = HI_CONN;
     c->srv = s;
-    c->q.is_server = 1;
-    c->q.ops = &server_ops;
-    c->q.owner = c;
-    c->q.udp = &s->udp;
-    c->q.opts = &s->cfg.quic;
     c->q.reset_key = s->reset_key;
-    memcpy(&c->q.remote, from, fromlen);
-    c->q.remote_len = fromlen;
-    ngtcp2_connection_close_error_default(&c->q.last_error);
     fa_udp_addr_str(from, c->addr, sizeof(c->addr));
-    c->q.txbuf = malloc(FA_UDP_MAX_GSO_BYTES + 4096);
-    if (!c->q.txbuf)
+    if (fa_qconn_prepare(&c->q, 1, &server_ops, c, &s->udp, &s->cfg.quic, from, fromlen) != 0)
         goto fail;
 
     scid.datalen = SCIDLEN;
@@ -1148,11 +968,7 @@ static srv_conn *conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
     fa_qconn_qlog_open(&c->q, &set, &scid, ocid ? ocid : &hd->dcid);
     fa_qconn_callbacks(&cb);
     cb.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
-    path.local.addr = (struct sockaddr *)&s->udp.local;
-    path.local.addrlen = s->udp.local_len;
-    path.remote.addr = (struct sockaddr *)&c->q.remote;
-    path.remote.addrlen = fromlen;
-    path.user_data = NULL;
+    fa_qconn_path(&c->q, &path);
     if (ngtcp2_conn_server_new(&c->q.conn, &hd->scid, &scid, &path, hd->version, &cb, &set, &params,
                                NULL, &c->q) != 0)
         goto fail;
@@ -1234,7 +1050,7 @@ static void conn_free(srv_conn *c)
 
     conn_fail_requests(c, FA_ERR_QUIC);
     conn_unlink(c);
-    heap_remove(s, &c->h);
+    fa_timer_heap_remove(&s->timers, &c->h.t);
     s->st.datagram_fallbacks += c->q.dg.fallbacks;
     s->st.datagram_shrinks += c->q.dg.shrinks;
     if (c->q.conn) {
@@ -1242,24 +1058,12 @@ static void conn_free(srv_conn *c)
         if (n <= 16) {
             ngtcp2_conn_get_scid(c->q.conn, cids);
             for (size_t i = 0; i < n; i++)
-                cid_del(s, cids[i].data, cids[i].datalen, c);
+                fa_cid_map_del(&s->cids, cids[i].data, cids[i].datalen, c);
         }
     }
-    cid_del(s, c->ocid.data, c->ocid.datalen, c);
+    fa_cid_map_del(&s->cids, c->ocid.data, c->ocid.datalen, c);
     /* anything left pointing at c (retired CIDs) */
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        struct cid_ent **pp = &s->buckets[i];
-        while (*pp) {
-            if ((*pp)->c == c) {
-                struct cid_ent *e = *pp;
-                *pp = e->next;
-                free(e);
-                s->ncids--;
-            } else {
-                pp = &(*pp)->next;
-            }
-        }
-    }
+    fa_cid_map_del_value(&s->cids, c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -1341,7 +1145,7 @@ static void conn_close(srv_conn *c, int liberr)
     }
     conn_unlink(c);
     c->state = liberr == NGTCP2_ERR_DRAINING ? CS_DRAINING : CS_CLOSING;
-    if (s->stopping || heap_set(s, &c->h, now + 3 * pto) != 0)
+    if (s->stopping || fa_timer_heap_set(&s->timers, &c->h.t, now + 3 * pto) != 0)
         conn_free(c);
 }
 
@@ -1381,15 +1185,7 @@ static void conn_write(srv_conn *c)
 static void send_version_negotiation(fa_h3_server *s, const ngtcp2_version_cid *vc,
                                      const struct sockaddr *from, socklen_t fromlen)
 {
-    uint32_t sv[2];
-    uint8_t r;
-    ngtcp2_ssize n;
-
-    fa_h3_random(&r, 1);
-    sv[0] = NGTCP2_PROTO_VER_V1;
-    sv[1] = 0x1a2a3a4au; /* a reserved version, exercising the client's parser (6.3) */
-    n = ngtcp2_pkt_write_version_negotiation(s->pkt, sizeof(s->pkt), r, vc->scid, vc->scidlen,
-                                             vc->dcid, vc->dcidlen, sv, 2);
+    ngtcp2_ssize n = fa_stateless_version_negotiation(s->pkt, sizeof(s->pkt), vc, fa_h3_random);
     if (n > 0) {
         send_raw(s, from, fromlen, s->pkt, (size_t)n);
         s->st.version_negotiations_sent++;
@@ -1399,19 +1195,8 @@ static void send_version_negotiation(fa_h3_server *s, const ngtcp2_version_cid *
 static void send_retry(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const struct sockaddr *from,
                        socklen_t fromlen, size_t rxlen)
 {
-    uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
-    ngtcp2_cid scid;
-    ngtcp2_ssize tl, n;
-    size_t cap = rxlen * 3 < sizeof(s->pkt) ? rxlen * 3 : sizeof(s->pkt); /* 8.1 amplification */
-
-    scid.datalen = SCIDLEN;
-    fa_h3_random(scid.data, scid.datalen);
-    tl = ngtcp2_crypto_generate_retry_token(token, s->token_key, 32, hd->version, from, fromlen,
-                                            &scid, &hd->dcid, realtime_ns());
-    if (tl < 0)
-        return;
-    n = ngtcp2_crypto_write_retry(s->pkt, cap, hd->version, &hd->scid, &scid, &hd->dcid, token,
-                                  (size_t)tl);
+    ngtcp2_ssize n = fa_stateless_retry(s->pkt, sizeof(s->pkt), s->token_key, hd, from, fromlen,
+                                        rxlen, realtime_ns(), fa_h3_random);
     if (n > 0) {
         send_raw(s, from, fromlen, s->pkt, (size_t)n);
         s->st.retries_sent++;
@@ -1421,8 +1206,7 @@ static void send_retry(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const struct so
 static void send_initial_close(fa_h3_server *s, const ngtcp2_pkt_hd *hd,
                                const struct sockaddr *from, socklen_t fromlen, uint64_t code)
 {
-    ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(s->pkt, sizeof(s->pkt), hd->version,
-                                                          &hd->scid, &hd->dcid, code, NULL, 0);
+    ngtcp2_ssize n = fa_stateless_initial_close(s->pkt, sizeof(s->pkt), hd, code);
     if (n > 0)
         send_raw(s, from, fromlen, s->pkt, (size_t)n);
 }
@@ -1430,34 +1214,8 @@ static void send_initial_close(fa_h3_server *s, const ngtcp2_pkt_hd *hd,
 static void send_stateless_reset(fa_h3_server *s, const uint8_t *dcid, size_t dcidlen,
                                  const struct sockaddr *from, socklen_t fromlen, size_t rxlen)
 {
-    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN], rnd[128];
-    ngtcp2_cid cid;
-    size_t total, randlen;
-    ngtcp2_ssize n;
-    uint64_t now = fa_h3_now();
-
-    /* Smaller than what provoked it, so two servers cannot loop (10.3.3),
-     * and one byte smaller for packets of 43 bytes or less (10.3): a
-     * client's keep-alive PING is one of those (ngtcp2 pads short packets
-     * only to its DCID length + 22, 40 bytes here), and it is what a client
-     * waiting in a long-poll sends to a restarted server.  21 bytes is the
-     * smallest reset (5 unpredictable bytes and the token). */
-    if (rxlen <= NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN ||
-        dcidlen != SCIDLEN)
-        return;
-    if (now - s->reset_window > NGTCP2_SECONDS) {
-        s->reset_window = now;
-        s->resets_in_window = 0;
-    }
-    if (++s->resets_in_window > RESETS_PER_SECOND)
-        return;
-    ngtcp2_cid_init(&cid, dcid, dcidlen);
-    if (ngtcp2_crypto_generate_stateless_reset_token(token, s->reset_key, 32, &cid) != 0)
-        return;
-    total = rxlen - 1 < sizeof(rnd) ? rxlen - 1 : sizeof(rnd);
-    randlen = total - NGTCP2_STATELESS_RESET_TOKENLEN;
-    fa_h3_random(rnd, randlen);
-    n = ngtcp2_pkt_write_stateless_reset(s->pkt, sizeof(s->pkt), token, rnd, randlen);
+    ngtcp2_ssize n = fa_stateless_reset(s->pkt, sizeof(s->pkt), &s->resets, fa_h3_now(),
+                                        s->reset_key, dcid, dcidlen, rxlen, fa_h3_random);
     if (n > 0) {
         send_raw(s, from, fromlen, s->pkt, (size_t)n);
         s->st.stateless_resets_sent++;
@@ -1556,7 +1314,7 @@ static void on_datagram(void *arg, uint8_t *data, size_t len, const struct socka
         s->st.datagrams_dropped++;
         return;
     }
-    c = cid_find(s, vc.dcid, vc.dcidlen);
+    c = fa_cid_map_find(&s->cids, vc.dcid, vc.dcidlen);
     if (c) {
         if (c->state == CS_CLOSING) {
             /* answer with our CONNECTION_CLOSE, less and less often */
@@ -1713,7 +1471,6 @@ int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_erro
     derive_key(secret, "fedagg quic stateless reset v1", s->reset_key);
     derive_key(secret, "fedagg quic address token v1", s->token_key);
     explicit_bzero(secret, sizeof(secret));
-    fa_h3_random((uint8_t *)&s->hash_seed, sizeof(s->hash_seed));
     rv = fa_tls_ctx_init(&s->tls, 1, cfg->cert_file, cfg->key_file, cfg->ca_file, err);
     if (rv != 0)
         goto fail;
@@ -1731,9 +1488,13 @@ int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_erro
     epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->udp.fd, &ev);
     ev.data.u32 = 1;
     epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev);
-    if (cid_grow(s) != 0) {
-        rv = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        goto fail;
+    {
+        uint64_t seed;
+        fa_h3_random((uint8_t *)&seed, sizeof(seed));
+        if (fa_cid_map_init(&s->cids, seed) != 0) {
+            rv = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     }
     *out = s;
     return 0;
@@ -1782,18 +1543,11 @@ void fa_h3_server_del(fa_h3_server *s)
     s->stopping = 1;
     while (s->conns)
         conn_free(s->conns);
-    for (size_t i = 0; i < s->heap_len; i++)
-        if (s->heap[i]->kind == HI_TIMER)
-            free(s->heap[i]);
-    free(s->heap);
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        struct cid_ent *e = s->buckets[i], *n;
-        for (; e; e = n) {
-            n = e->next;
-            free(e);
-        }
-    }
-    free(s->buckets);
+    for (size_t i = 0; i < s->timers.len; i++)
+        if (((hitem *)s->timers.v[i])->kind == HI_TIMER)
+            free(s->timers.v[i]);
+    fa_timer_heap_free(&s->timers);
+    fa_cid_map_free(&s->cids);
     while ((t = s->tasks)) {
         s->tasks = t->next;
         free(t);
@@ -1855,13 +1609,13 @@ static int64_t timer_add(fa_h3_server *s, uint64_t delay_ns, uint64_t period,
     app_timer *t = calloc(1, sizeof(*t));
     if (!t)
         return FA_ERR_NOMEM;
-    t->h.idx = SIZE_MAX;
+    fa_timer_item_init(&t->h.t);
     t->h.kind = HI_TIMER;
     t->id = ++s->next_timer_id;
     t->fn = fn;
     t->arg = arg;
     t->period = period;
-    if (heap_set(s, &t->h, fa_h3_now() + delay_ns) != 0) {
+    if (fa_timer_heap_set(&s->timers, &t->h.t, fa_h3_now() + delay_ns) != 0) {
         free(t);
         return FA_ERR_NOMEM;
     }
@@ -1878,10 +1632,10 @@ int64_t fa_h3_server_timer(fa_h3_server *s, uint64_t delay_ms, void (*fn)(fa_h3_
 
 void fa_h3_server_timer_cancel(fa_h3_server *s, int64_t id)
 {
-    for (size_t i = 0; i < s->heap_len; i++) {
-        if (s->heap[i]->kind == HI_TIMER && ((app_timer *)s->heap[i])->id == id) {
-            hitem *h = s->heap[i];
-            heap_remove(s, h);
+    for (size_t i = 0; i < s->timers.len; i++) {
+        hitem *h = (hitem *)s->timers.v[i];
+        if (h->kind == HI_TIMER && ((app_timer *)h)->id == id) {
+            fa_timer_heap_remove(&s->timers, &h->t);
             free(h);
             return;
         }
@@ -1981,19 +1735,19 @@ static int drain_step(fa_h3_server *s)
 static void run_timers(fa_h3_server *s)
 {
     uint64_t now = fa_h3_now();
-    while (s->heap_len && s->heap[0]->when <= now) {
-        hitem *h = s->heap[0];
+    fa_timer_item *top;
+    while ((top = fa_timer_heap_top(&s->timers)) && top->when <= now) {
+        hitem *h = (hitem *)top;
+        fa_timer_heap_remove(&s->timers, top);
         if (h->kind == HI_TIMER) {
             app_timer *t = (app_timer *)h;
-            heap_remove(s, h);
             if (t->period)
-                (void)heap_set(s, h, now + t->period);
+                (void)fa_timer_heap_set(&s->timers, top, now + t->period);
             t->fn(s, t->arg);
             if (!t->period)
                 free(t);
         } else {
             srv_conn *c = (srv_conn *)((char *)h - offsetof(srv_conn, h));
-            heap_remove(s, h);
             if (c->state != CS_LIVE) {
                 conn_free(c); /* closing or draining period over */
                 continue;
@@ -2084,8 +1838,9 @@ int fa_h3_server_run(fa_h3_server *s, fa_error *err)
         if (s->dirty_head && !s->udp.blocked) {
             ts.tv_sec = 0;
             ts.tv_nsec = 0;
-        } else if (s->heap_len) {
-            uint64_t d = s->heap[0]->when > now ? s->heap[0]->when - now : 0;
+        } else if (fa_timer_heap_top(&s->timers)) {
+            uint64_t when = fa_timer_heap_top(&s->timers)->when;
+            uint64_t d = when > now ? when - now : 0;
             if (s->draining && d > 50 * NGTCP2_MILLISECONDS)
                 d = 50 * NGTCP2_MILLISECONDS;
             ts.tv_sec = (time_t)(d / 1000000000u);
