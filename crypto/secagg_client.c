@@ -16,86 +16,11 @@
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
 #include "crypto/ring.h"
+#include "crypto/secagg_client_int.h"
 #include "crypto/secagg_internal.h"
 #include "crypto/shamir.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
-
-/* Where the client is.  Each consumed server message moves it one step. */
-enum {
-    CP_CREATED = 0,    /* keys drawn, AdvertiseKeys ready (round 0) */
-    CP_PEERS = 1,      /* PeerList U1 accepted */
-    CP_SHARED = 2,     /* ShareKeys produced (round 1) */
-    CP_GOT_SHARES = 3, /* SharesForYou accepted: may stream the masked input (round 2) */
-    CP_SURVIVORS = 4,  /* U3 accepted, SignedSurvivors produced (round 3) */
-    CP_UNMASKED = 5,   /* UnmaskShares produced (round 4) */
-};
-
-enum { REV_NONE = 0, REV_B = 1, REV_S = 2 };
-enum { INPUT_NONE = 0, INPUT_F32 = 1, INPUT_RING = 2 };
-
-/* Everything secret, in one sodium_malloc'ed block (guard pages, wiped on
- * free). */
-struct client_secrets {
-    uint8_t identity[32];   /* Ed25519 seed */
-    uint8_t c_sk[32];       /* X25519, share encryption */
-    uint8_t s_sk[32];       /* X25519, pairwise masks */
-    uint8_t b[32];          /* self-mask seed b_u */
-    uint8_t round_seed[32]; /* stochastic rounding */
-};
-
-/* The masked stream: one PRG per mask (the self mask first), the rounding
- * PRG, and one block of output waiting to be copied out. */
-struct stream {
-    int ready;
-    size_t nprg;
-    fa_prg *prg;
-    int *sign;
-    fa_prg round_prg;
-    uint64_t pos; /* coordinates produced */
-    uint32_t *acc, *scratch, *rnd;
-    uint8_t *pending;
-    size_t pend_off, pend_len;
-    fa_sha256_ctx sha;
-    int finished;
-};
-
-struct fa_secagg_client {
-    fa_sa_cfg cfg;
-    fa_sa_roster roster;
-    char id[FA_SA_ID_CAP];
-    fa_secagg_rng rng;
-    struct client_secrets *sec;
-    fa_sa_peer self; /* own advertisement */
-    int phase;
-    /* U1 */
-    size_t n1;
-    fa_sa_peer *peers; /* sorted by id */
-    int me;            /* index in peers */
-    fa_sa_graph graph;
-    uint8_t in_u2[FA_SECAGG_MAX_CLIENTS]; /* sent us shares (U2 as seen here; me included) */
-    uint8_t in_u3[FA_SECAGG_MAX_CLIENTS];
-    uint8_t revealed[FA_SECAGG_MAX_CLIENTS]; /* REV_* per owner, once round 4 ran */
-    uint8_t *held; /* sodium_malloc, n1 * 64: share of b_j || share of s_sk_j we hold */
-    uint8_t *ck;   /* sodium_malloc, n1 * 32: share-encryption keys from round 1, kept
-                      for decrypting in round 2 (not saved: recomputed after a restore) */
-    uint8_t ck_have[FA_SECAGG_MAX_CLIENTS];
-    uint8_t *sharekeys; /* the ShareKeys message, kept so a retry sends the same bytes */
-    size_t sharekeys_len;
-    /* input */
-    int input_kind;
-    int input_bound; /* x or q is set in this process */
-    const float *xf;
-    const uint32_t *xq;
-    double weight;
-    fa_codec codec;
-    uint8_t input_sha[32];
-    int have_input_sha;
-    /* output */
-    uint8_t upload_sha[32];
-    int upload_done;
-    struct stream st;
-};
 
 static const char *client_phase_name(int p)
 {
@@ -106,30 +31,11 @@ static const char *client_phase_name(int p)
 
 /* ---- lifecycle ------------------------------------------------------------- */
 
-static void stream_free(struct stream *st)
-{
-    if (st->prg) {
-        for (size_t i = 0; i < st->nprg; i++)
-            fa_prg_free(&st->prg[i]);
-        free(st->prg);
-    }
-    free(st->sign);
-    fa_prg_free(&st->round_prg);
-    if (st->acc)
-        sodium_free(st->acc); /* holds masked and unmasked input */
-    if (st->scratch)
-        sodium_free(st->scratch);
-    free(st->rnd);
-    free(st->pending);
-    fa_sha256_free(&st->sha);
-    memset(st, 0, sizeof(*st));
-}
-
 void fa_secagg_client_del(fa_secagg_client *c)
 {
     if (!c)
         return;
-    stream_free(&c->st);
+    fa_sa_cli_stream_free(&c->st);
     if (c->sec)
         sodium_free(c->sec);
     if (c->held)
@@ -144,10 +50,10 @@ void fa_secagg_client_del(fa_secagg_client *c)
 }
 
 /* The parts of new and restore before any key is drawn or loaded. */
-static int client_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
-                        const uint8_t identity_sk[32], const char *client_id,
-                        const fa_secagg_member *members, size_t n_members, const fa_secagg_rng *rng,
-                        fa_error *err)
+int fa_sa_cli_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
+                    const uint8_t identity_sk[32], const char *client_id,
+                    const fa_secagg_member *members, size_t n_members, const fa_secagg_rng *rng,
+                    fa_error *err)
 {
     fa_secagg_client *c;
     uint8_t pk[32];
@@ -201,7 +107,7 @@ int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
     size_t sm_len = 0;
     int rc;
 
-    if ((rc = client_alloc(&c, cfg, identity_sk, client_id, members, n_members, rng, err)) != 0)
+    if ((rc = fa_sa_cli_alloc(&c, cfg, identity_sk, client_id, members, n_members, rng, err)) != 0)
         return rc;
     /* Round 0: two fresh X25519 key pairs; b_u is drawn here (rather than
      * in round 1) so that its commitment can be signed with the keys. */
@@ -249,7 +155,8 @@ static int check_round(const fa_secagg_client *c, uint64_t round, uint32_t attem
     return 0;
 }
 
-static int check_phase(const fa_secagg_client *c, int lo, int hi, const char *what, fa_error *err)
+int fa_sa_cli_check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
+                          fa_error *err)
 {
     if (c->phase < lo || c->phase > hi)
         return fa_errorf(err, FA_ERR_STATE, "%s for '%s': not now (the client is at: %s)", what,
@@ -310,7 +217,7 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
     fa_sa_graph g;
     int rc;
 
-    if ((rc = check_phase(c, CP_CREATED, CP_CREATED, "PeerList", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_CREATED, CP_CREATED, "PeerList", err)) != 0)
         return rc;
     m = fedagg__peer_list__unpack(&fa_sa_pb_alloc, len, msg);
     if (!m)
@@ -489,7 +396,7 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
     size_t closed[FA_SECAGG_MAX_CLIENTS], nc, ne = 0, ad_len = 0;
     int rc;
 
-    if ((rc = check_phase(c, CP_PEERS, CP_UNMASKED, "ShareKeys", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_PEERS, CP_UNMASKED, "ShareKeys", err)) != 0)
         return rc;
     if (c->sharekeys) {
         *out = malloc(c->sharekeys_len);
@@ -596,7 +503,7 @@ int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
     size_t ad_len = 0, count = 1;
     int rc;
 
-    if ((rc = check_phase(c, CP_SHARED, CP_SHARED, "SharesForYou", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_SHARED, CP_SHARED, "SharesForYou", err)) != 0)
         return rc;
     m = fedagg__shares_for_you__unpack(&fa_sa_pb_alloc, len, msg);
     if (!m)
@@ -749,7 +656,7 @@ int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d
     double norm;
     int rc;
 
-    if ((rc = check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
         return rc;
     if (d + 1 != c->cfg.c.vector_len)
         return fa_errorf(err, FA_ERR_INVAL,
@@ -787,7 +694,7 @@ int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size
 {
     uint8_t sha[32];
     int rc;
-    if ((rc = check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
         return rc;
     if (n != c->cfg.c.vector_len)
         return fa_errorf(err, FA_ERR_INVAL,
@@ -798,226 +705,6 @@ int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size
     if ((rc = bind_input(c, INPUT_RING, sha, err)) != 0)
         return rc;
     c->xq = q;
-    return 0;
-}
-
-/* ---- round 2: the masked stream ------------------------------------------------ */
-
-/* The rounding generator of this attempt, at word 0. */
-static int rounding_prg_init(const fa_secagg_client *c, fa_prg *g)
-{
-    uint8_t *key = sodium_malloc(16);
-    int rc;
-    if (!key)
-        return FA_ERR_NOMEM;
-    rc = fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_ROUNDING, c->cfg.fed, c->cfg.c.round,
-                       c->cfg.c.attempt, c->id, NULL);
-    if (rc == 0)
-        rc = fa_prg_init(g, key, 0);
-    sodium_free(key);
-    return rc;
-}
-
-/* x_u for coordinates [pos, pos + m) into out: the float input through the
- * codec (draws from the rounding generator, which must be at word pos), the
- * weight as the last coordinate; or the ring input as is.  rnd holds m
- * words. */
-static int encode_block(const fa_secagg_client *c, fa_prg *round_prg, uint64_t pos, size_t m,
-                        uint32_t *rnd, uint32_t *out)
-{
-    const uint64_t d = c->cfg.c.vector_len - 1;
-    size_t mf;
-    int rc;
-    if (c->input_kind != INPUT_F32) {
-        memcpy(out, c->xq + pos, m * sizeof(uint32_t));
-        return 0;
-    }
-    mf = pos < d ? (size_t)(d - pos < m ? d - pos : m) : 0;
-    if ((rc = fa_prg_words(round_prg, rnd, m)) != 0)
-        return rc;
-    fa_codec_encode(&c->codec, c->xf + pos, mf, rnd, out);
-    if (pos + m > d) /* the weight coordinate */
-        out[d - pos] =
-            (uint32_t)fa_codec_round(c->weight * c->codec.qmax, rnd[d - pos], c->codec.qmax);
-    return 0;
-}
-
-static int stream_setup(fa_secagg_client *c, fa_error *err)
-{
-    struct stream *st = &c->st;
-    uint8_t *key = NULL;
-    int rc = 0;
-
-    stream_free(st);
-    if (c->input_kind == INPUT_F32 &&
-        c->cfg.c.ring_bits < fa_secagg_ring_bits_for(c->cfg.c.quant.bits, (uint32_t)c->n1))
-        return fa_errorf(err, FA_ERR_RANGE,
-                         "secagg: ring bits %u are too few for %zu clients of %u-bit values (the "
-                         "sum could wrap); need %u",
-                         c->cfg.c.ring_bits, c->n1, c->cfg.c.quant.bits,
-                         fa_secagg_ring_bits_for(c->cfg.c.quant.bits, (uint32_t)c->n1));
-    st->prg = calloc(c->n1, sizeof(*st->prg));
-    st->sign = calloc(c->n1, sizeof(*st->sign));
-    st->acc = sodium_malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->scratch = sodium_malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->pending = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    key = sodium_malloc(16);
-    if (!st->prg || !st->sign || !st->acc || !st->scratch || !st->rnd || !st->pending || !key) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg masked stream: out of memory");
-        goto out;
-    }
-    /* p_u = PRG(b_u) */
-    if ((rc = fa_sa_self_mask_key(key, &c->cfg, c->id, c->sec->b)) != 0 ||
-        (rc = fa_prg_init(&st->prg[0], key, 0)) != 0)
-        goto crypto;
-    st->sign[0] = 1;
-    st->nprg = 1;
-    /* p_uv = Delta_uv * PRG(s_uv) for every v of U2 (neighbours with SecAgg+) */
-    for (size_t v = 0; v < c->n1; v++) {
-        if ((int)v == c->me || !c->in_u2[v] || !fa_sa_graph_adjacent(&c->graph, (size_t)c->me, v))
-            continue;
-        if ((rc = fa_sa_agree(key, 16, FA_KDF_PAIR_MASK, &c->cfg, c->sec->s_sk, c->self.s_pk, c->id,
-                              c->peers[v].s_pk, c->peers[v].id)) != 0 ||
-            (rc = fa_prg_init(&st->prg[st->nprg], key, 0)) != 0)
-            goto crypto;
-        st->sign[st->nprg++] = fa_sa_pair_sign(c->id, c->peers[v].id);
-    }
-    if (c->input_kind == INPUT_F32 && (rc = rounding_prg_init(c, &st->round_prg)) != 0)
-        goto crypto;
-    if ((rc = fa_sha256_init(&st->sha)) != 0)
-        goto crypto;
-    st->ready = 1;
-    goto out;
-crypto:
-    fa_errorf(err, rc, "secagg masked stream: setting up the masks failed (%s)", fa_strerror(rc));
-out:
-    if (key)
-        sodium_free(key);
-    if (rc != 0)
-        stream_free(st);
-    return rc;
-}
-
-/* y_u = x_u + p_u + sum_v p_uv for the next block of coordinates, packed
- * straight into out when it has room (*direct gets the bytes written),
- * else into the pending buffer. */
-static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *direct)
-{
-    struct stream *st = &c->st;
-    const uint64_t len = c->cfg.c.vector_len, pos = st->pos;
-    const size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
-    const size_t bytes = (size_t)fa_ring_packed_bytes(m, c->cfg.c.ring_bits);
-    uint8_t *dst = bytes <= room ? out : st->pending;
-    const uint32_t *x = st->acc;
-    int rc;
-
-    *direct = 0;
-    /* A ring input is masked straight from where it lies (fa_prg_mask reads
-     * it once, prefetching ahead): copying it into acc first would cost a
-     * pass over memory for nothing.  A float input is encoded into acc. */
-    if (c->input_kind == INPUT_RING)
-        x = c->xq + pos;
-    else if ((rc = encode_block(c, &st->round_prg, pos, m, st->rnd, st->acc)) != 0)
-        return rc;
-    if ((rc = fa_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
-        return rc;
-    fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
-    if ((rc = fa_sha256_update(&st->sha, dst, bytes)) != 0)
-        return rc;
-    if (dst == out) {
-        *direct = bytes;
-    } else {
-        st->pend_off = 0;
-        st->pend_len = bytes;
-    }
-    st->pos += m;
-    return 0;
-}
-
-static int stream_finish(fa_secagg_client *c, fa_error *err)
-{
-    uint8_t sha[32];
-    c->st.finished = 1;
-    int rc = fa_sha256_final(&c->st.sha, sha);
-    if (rc != 0)
-        return fa_errorf(err, rc, "secagg masked stream: SHA-256 failed");
-    if (c->upload_done && memcmp(sha, c->upload_sha, 32) != 0)
-        return fa_errorf(err, FA_ERR_STATE,
-                         "secagg masked stream of '%s': differs from the stream produced before "
-                         "(the input changed while it was being masked)",
-                         c->id);
-    memcpy(c->upload_sha, sha, 32);
-    c->upload_done = 1;
-    return 0;
-}
-
-int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, size_t *n,
-                                 fa_error *err)
-{
-    struct stream *st = &c->st;
-    size_t done = 0, direct = 0;
-    int rc;
-
-    *n = 0;
-    if ((rc = check_phase(c, CP_GOT_SHARES, CP_GOT_SHARES, "masked stream", err)) != 0)
-        return rc;
-    if (!c->input_bound)
-        return fa_errorf(err, FA_ERR_STATE, "masked stream of '%s': no input set", c->id);
-    if (cap == 0)
-        return fa_errorf(err, FA_ERR_INVAL, "masked stream: zero-sized buffer");
-    if (!st->ready && (rc = stream_setup(c, err)) != 0)
-        return rc;
-    for (;;) {
-        if (st->pend_off < st->pend_len) {
-            size_t k = st->pend_len - st->pend_off;
-            if (done == cap)
-                break;
-            if (k > cap - done)
-                k = cap - done;
-            memcpy(out + done, st->pending + st->pend_off, k);
-            st->pend_off += k;
-            done += k;
-            continue;
-        }
-        if (st->pos == c->cfg.c.vector_len) {
-            /* the last byte is out: the upload's SHA-256 is known */
-            if (!st->finished && (rc = stream_finish(c, err)) != 0)
-                return rc;
-            break;
-        }
-        if (done == cap)
-            break;
-        if ((rc = stream_block(c, out + done, cap - done, &direct)) != 0) {
-            st->ready = 0; /* start again from byte 0 on the next call */
-            return fa_errorf(err, rc, "masked stream of '%s': %s", c->id, fa_strerror(rc));
-        }
-        done += direct;
-    }
-    *n = done;
-    return 0;
-}
-
-int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err)
-{
-    int rc;
-    if ((rc = check_phase(c, CP_GOT_SHARES, CP_GOT_SHARES, "masked stream rewind", err)) != 0)
-        return rc;
-    c->st.ready = 0; /* the next masked_next sets every PRG back to word 0 */
-    return 0;
-}
-
-uint64_t fa_secagg_client_masked_bytes(const fa_secagg_client *c)
-{
-    return fa_secagg_masked_bytes(c->cfg.c.vector_len, c->cfg.c.ring_bits);
-}
-
-int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
-                                   uint8_t sha256[FA_SECAGG_SHA256_BYTES])
-{
-    if (!c->upload_done)
-        return FA_ERR_STATE;
-    memcpy(sha256, c->upload_sha, 32);
     return 0;
 }
 
@@ -1045,7 +732,7 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     size_t sm_len = 0;
     int rc;
 
-    if ((rc = check_phase(c, CP_GOT_SHARES, CP_SURVIVORS, "SurvivorList", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_GOT_SHARES, CP_SURVIVORS, "SurvivorList", err)) != 0)
         return rc;
     if (!c->upload_done)
         return fa_errorf(err, FA_ERR_STATE,
@@ -1129,7 +816,7 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
         goto out;
     }
     c->phase = CP_SURVIVORS;
-    stream_free(&c->st); /* the upload is over: drop the PRGs */
+    fa_sa_cli_stream_free(&c->st); /* the upload is over: drop the PRGs */
 out:
     free(sm);
     fedagg__survivor_list__free_unpacked(m, &fa_sa_pb_alloc);
@@ -1149,7 +836,7 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
     size_t sm_len = 0, nb = 0, ns = 0;
     int rc;
 
-    if ((rc = check_phase(c, CP_SURVIVORS, CP_UNMASKED, "SurvivorSignatures", err)) != 0)
+    if ((rc = fa_sa_cli_check_phase(c, CP_SURVIVORS, CP_UNMASKED, "SurvivorSignatures", err)) != 0)
         return rc;
     m = fedagg__survivor_signatures__unpack(&fa_sa_pb_alloc, len, msg);
     if (!m)
@@ -1245,354 +932,5 @@ out:
     free(bp);
     free(sp);
     fedagg__survivor_signatures__free_unpacked(m, &fa_sa_pb_alloc);
-    return rc;
-}
-
-/* ---- save / restore -------------------------------------------------------------- */
-
-/* The last byte is the format version: 2 added the model digest (of the
- * config and of every peer); version 1 states are refused. */
-static const uint8_t cli_magic[8] = {'F', 'A', 'S', 'A', 'C', 'L', 'I', 2};
-
-/* Header (clear, authenticated as associated data): magic, federation,
- * round, attempt, id.  Then nonce and the sealed body. */
-static int put_header(fa_wbuf *w, const fa_sa_cfg *cfg, const char *id)
-{
-    fa_wbuf_raw(w, cli_magic, sizeof(cli_magic));
-    fa_wbuf_str(w, cfg->fed);
-    fa_wbuf_u64(w, cfg->c.round);
-    fa_wbuf_u32(w, cfg->c.attempt);
-    fa_wbuf_str(w, id);
-    return w->failed ? FA_ERR_NOMEM : 0;
-}
-
-static int state_key(uint8_t key[32], const uint8_t identity[32], const char *fed, uint64_t round,
-                     uint32_t attempt, const char *id)
-{
-    return fa_kdf_derive(key, 32, identity, 32, FA_KDF_CLIENT_STATE, fed, round, attempt, id, NULL);
-}
-
-/* Everything of the client but the stream and the borrowed input, in the
- * order fa_secagg_client_restore reads it. */
-static void put_body(fa_wbuf *body, const fa_secagg_client *c)
-{
-    const fa_secagg_config *k = &c->cfg.c;
-    fa_wbuf_u32(body, k->threshold);
-    fa_wbuf_u32(body, k->neighbours);
-    fa_wbuf_u64(body, k->vector_len);
-    fa_wbuf_u32(body, k->ring_bits);
-    fa_wbuf_u32(body, k->quant.bits);
-    fa_wbuf_u32(body, (uint32_t)k->quant.clip_mode);
-    fa_wbuf_f64(body, k->quant.clip_l2_norm);
-    fa_wbuf_f64(body, k->quant.clip_value);
-    fa_wbuf_raw(body, k->model_sha256, 32);
-    fa_wbuf_u32(body, (uint32_t)c->roster.n);
-    for (size_t i = 0; i < c->roster.n; i++) {
-        fa_wbuf_str(body, c->roster.m[i].id);
-        fa_wbuf_raw(body, c->roster.m[i].pk, 32);
-    }
-    fa_wbuf_raw(body, c->sec->c_sk, 32);
-    fa_wbuf_raw(body, c->sec->s_sk, 32);
-    fa_wbuf_raw(body, c->sec->b, 32);
-    fa_wbuf_raw(body, c->sec->round_seed, 32);
-    fa_wbuf_raw(body, c->self.c_pk, 32);
-    fa_wbuf_raw(body, c->self.s_pk, 32);
-    fa_wbuf_raw(body, c->self.b_commit, 32);
-    fa_wbuf_raw(body, c->self.sig, 64);
-    fa_wbuf_u32(body, (uint32_t)c->phase);
-    fa_wbuf_u32(body, (uint32_t)c->n1);
-    for (size_t j = 0; j < c->n1; j++) {
-        const fa_sa_peer *p = &c->peers[j];
-        fa_wbuf_str(body, p->id);
-        fa_wbuf_raw(body, p->c_pk, 32);
-        fa_wbuf_raw(body, p->s_pk, 32);
-        fa_wbuf_raw(body, p->b_commit, 32);
-        fa_wbuf_raw(body, p->model_sha, 32);
-        fa_wbuf_raw(body, p->sig, 64);
-        fa_wbuf_u8(body, c->in_u2[j]);
-        fa_wbuf_u8(body, c->in_u3[j]);
-        fa_wbuf_u8(body, c->revealed[j]);
-        fa_wbuf_raw(body, c->held + j * 64, 64);
-    }
-    fa_wbuf_bytes(body, c->sharekeys, c->sharekeys ? c->sharekeys_len : 0);
-    fa_wbuf_u8(body, (uint8_t)c->have_input_sha);
-    fa_wbuf_u32(body, (uint32_t)c->input_kind);
-    fa_wbuf_raw(body, c->input_sha, 32);
-    fa_wbuf_u8(body, (uint8_t)c->upload_done);
-    fa_wbuf_raw(body, c->upload_sha, 32);
-}
-
-int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
-{
-    fa_wbuf body;
-    int rc;
-    fa_wbuf_init(&body, 1);
-    put_body(&body, c);
-    if (body.failed) {
-        fa_wbuf_free(&body);
-        return FA_ERR_NOMEM;
-    }
-    rc = fa_sha256(out, body.p, body.len);
-    fa_wbuf_free(&body);
-    return rc;
-}
-
-int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_len, fa_error *err)
-{
-    const fa_secagg_config *k = &c->cfg.c;
-    fa_wbuf body, w;
-    uint8_t *key = NULL, *dst;
-    size_t head_len;
-    int rc = 0;
-
-    fa_wbuf_init(&body, 1);
-    fa_wbuf_init(&w, 0);
-    put_body(&body, c);
-    if (body.failed) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client save: out of memory");
-        goto out;
-    }
-    key = sodium_malloc(32);
-    if (!key || put_header(&w, &c->cfg, c->id) != 0) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client save: out of memory");
-        goto out;
-    }
-    head_len = w.len;
-    dst = fa_wbuf_reserve(&w, FA_SA_NONCE_BYTES + body.len + FA_SA_MAC_BYTES);
-    if (!dst) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client save: out of memory");
-        goto out;
-    }
-    if ((rc = state_key(key, c->sec->identity, c->cfg.fed, k->round, k->attempt, c->id)) != 0 ||
-        (rc = fa_rng_fill(&c->rng, dst, FA_SA_NONCE_BYTES)) != 0) {
-        fa_errorf(err, rc, "secagg client save: %s", fa_strerror(rc));
-        goto out;
-    }
-    crypto_aead_xchacha20poly1305_ietf_encrypt(dst + FA_SA_NONCE_BYTES, NULL, body.p, body.len, w.p,
-                                               head_len, NULL, dst, key);
-    *out = w.p;
-    *out_len = w.len;
-    w.p = NULL;
-out:
-    if (key)
-        sodium_free(key);
-    fa_wbuf_free(&body);
-    fa_wbuf_free(&w);
-    return rc;
-}
-
-int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t len,
-                             const uint8_t identity_sk[FA_SECAGG_IDENTITY_SK_BYTES],
-                             const fa_secagg_member *members, size_t n_members,
-                             const fa_secagg_rng *rng, fa_error *err)
-{
-    fa_secagg_client *c = NULL;
-    fa_secagg_config cfg;
-    char fed[FA_SA_FED_CAP], id[FA_SA_ID_CAP];
-    uint8_t *key = NULL, *body = NULL;
-    size_t body_len = 0;
-    fa_rbuf r;
-    uint32_t v;
-    int rc;
-
-    *out = NULL;
-    memset(&cfg, 0, sizeof(cfg));
-    fa_rbuf_init(&r, blob, len);
-    if (len < sizeof(cli_magic) || memcmp(blob, cli_magic, sizeof(cli_magic) - 1) != 0)
-        return fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: not a saved client state");
-    if (blob[sizeof(cli_magic) - 1] != cli_magic[sizeof(cli_magic) - 1])
-        return fa_errorf(err, FA_ERR_UNSUPPORTED,
-                         "secagg client restore: a state of format %u (this fedagg reads %u: "
-                         "the model digest was added); the attempt cannot be resumed",
-                         blob[sizeof(cli_magic) - 1], cli_magic[sizeof(cli_magic) - 1]);
-    r.off = sizeof(cli_magic);
-    fa_rbuf_str(&r, fed, sizeof(fed));
-    cfg.round = fa_rbuf_u64(&r);
-    cfg.attempt = fa_rbuf_u32(&r);
-    fa_rbuf_str(&r, id, sizeof(id));
-    if (r.failed || len - r.off < FA_SA_NONCE_BYTES + FA_SA_MAC_BYTES)
-        return fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: truncated header");
-    if (sodium_init() < 0)
-        return fa_errorf(err, FA_ERR_CRYPTO, "secagg client restore: libsodium failed");
-    body_len = len - r.off - FA_SA_NONCE_BYTES - FA_SA_MAC_BYTES;
-    key = sodium_malloc(32);
-    body = sodium_malloc(body_len ? body_len : 1);
-    if (!key || !body) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client restore: out of memory");
-        goto out;
-    }
-    if ((rc = state_key(key, identity_sk, fed, cfg.round, cfg.attempt, id)) != 0)
-        goto out;
-    if (crypto_aead_xchacha20poly1305_ietf_decrypt(
-            body, NULL, NULL, blob + r.off + FA_SA_NONCE_BYTES, len - r.off - FA_SA_NONCE_BYTES,
-            blob, r.off, blob + r.off, key) != 0) {
-        rc = fa_errorf(err, FA_ERR_VERIFY,
-                       "secagg client restore: the state does not decrypt with this identity key "
-                       "(another key, or the file was altered)");
-        goto out;
-    }
-    fa_rbuf_init(&r, body, body_len);
-    cfg.federation_id = fed;
-    cfg.threshold = fa_rbuf_u32(&r);
-    cfg.neighbours = fa_rbuf_u32(&r);
-    cfg.vector_len = fa_rbuf_u64(&r);
-    cfg.ring_bits = fa_rbuf_u32(&r);
-    cfg.quant.bits = fa_rbuf_u32(&r);
-    cfg.quant.clip_mode = (int)fa_rbuf_u32(&r);
-    cfg.quant.clip_l2_norm = fa_rbuf_f64(&r);
-    cfg.quant.clip_value = fa_rbuf_f64(&r);
-    fa_rbuf_copy(&r, cfg.model_sha256, 32);
-    if (r.failed) {
-        rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: malformed state");
-        goto out;
-    }
-    if ((rc = client_alloc(&c, &cfg, identity_sk, id, members, n_members, rng, err)) != 0)
-        goto out;
-    /* The federation must be the one the state was saved with. */
-    v = fa_rbuf_u32(&r);
-    if (v != c->roster.n)
-        r.failed = 2;
-    for (size_t i = 0; i < c->roster.n && !r.failed; i++) {
-        char mid[FA_SA_ID_CAP];
-        uint8_t pk[32];
-        fa_rbuf_str(&r, mid, sizeof(mid));
-        fa_rbuf_copy(&r, pk, 32);
-        if (strcmp(mid, c->roster.m[i].id) != 0 || memcmp(pk, c->roster.m[i].pk, 32) != 0)
-            r.failed = 2;
-    }
-    if (r.failed == 2) {
-        rc = fa_errorf(err, FA_ERR_INVAL,
-                       "secagg client restore: the federation members differ from those the "
-                       "state was saved with");
-        goto out;
-    }
-    fa_rbuf_copy(&r, c->sec->c_sk, 32);
-    fa_rbuf_copy(&r, c->sec->s_sk, 32);
-    fa_rbuf_copy(&r, c->sec->b, 32);
-    fa_rbuf_copy(&r, c->sec->round_seed, 32);
-    snprintf(c->self.id, sizeof(c->self.id), "%s", c->id);
-    fa_rbuf_copy(&r, c->self.c_pk, 32);
-    fa_rbuf_copy(&r, c->self.s_pk, 32);
-    fa_rbuf_copy(&r, c->self.b_commit, 32);
-    memcpy(c->self.model_sha, c->cfg.c.model_sha256, 32);
-    fa_rbuf_copy(&r, c->self.sig, 64);
-    v = fa_rbuf_u32(&r);
-    if (v > CP_UNMASKED)
-        r.failed = 1;
-    c->phase = (int)v;
-    v = fa_rbuf_u32(&r);
-    if (v > c->roster.n || (c->phase >= CP_PEERS && v == 0) || (c->phase < CP_PEERS && v != 0))
-        r.failed = 1;
-    if (!r.failed && v > 0) {
-        c->n1 = v;
-        c->peers = calloc(v, sizeof(*c->peers));
-        c->held = sodium_malloc((size_t)v * 64);
-        if (!c->peers || !c->held) {
-            rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client restore: out of memory");
-            goto out;
-        }
-        c->me = -1;
-        for (size_t j = 0; j < c->n1 && !r.failed; j++) {
-            fa_sa_peer *p = &c->peers[j];
-            fa_rbuf_str(&r, p->id, sizeof(p->id));
-            fa_rbuf_copy(&r, p->c_pk, 32);
-            fa_rbuf_copy(&r, p->s_pk, 32);
-            fa_rbuf_copy(&r, p->b_commit, 32);
-            fa_rbuf_copy(&r, p->model_sha, 32);
-            fa_rbuf_copy(&r, p->sig, 64);
-            c->in_u2[j] = fa_rbuf_u8(&r);
-            c->in_u3[j] = fa_rbuf_u8(&r);
-            c->revealed[j] = fa_rbuf_u8(&r);
-            fa_rbuf_copy(&r, c->held + j * 64, 64);
-            if (fa_sa_roster_find(&c->roster, p->id) < 0 ||
-                (j > 0 && strcmp(c->peers[j - 1].id, p->id) >= 0) || c->in_u2[j] > 1 ||
-                c->in_u3[j] > 1 || c->revealed[j] > REV_S)
-                r.failed = 1;
-            if (strcmp(p->id, c->id) == 0)
-                c->me = (int)j;
-        }
-        if (!r.failed && (c->me < 0 || fa_sa_graph_init(&c->graph, &c->cfg, c->peers, c->n1) != 0))
-            r.failed = 1;
-    }
-    {
-        uint32_t n = fa_rbuf_u32(&r);
-        const uint8_t *p = fa_rbuf_raw(&r, n);
-        if (p && n > 0) {
-            c->sharekeys = malloc(n);
-            if (!c->sharekeys) {
-                rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client restore: out of memory");
-                goto out;
-            }
-            memcpy(c->sharekeys, p, n);
-            c->sharekeys_len = n;
-        }
-    }
-    c->have_input_sha = fa_rbuf_u8(&r);
-    c->input_kind = (int)fa_rbuf_u32(&r);
-    fa_rbuf_copy(&r, c->input_sha, 32);
-    c->upload_done = fa_rbuf_u8(&r);
-    fa_rbuf_copy(&r, c->upload_sha, 32);
-    if (c->have_input_sha > 1 || c->input_kind > INPUT_RING || c->upload_done > 1 ||
-        (c->phase >= CP_SHARED && !c->sharekeys))
-        r.failed = 1;
-    if (r.failed || r.off != r.len) {
-        rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: malformed state");
-        goto out;
-    }
-    /* The input itself is the caller's to set again (and must hash the same). */
-    c->input_bound = 0;
-    *out = c;
-    c = NULL;
-    rc = 0;
-out:
-    if (key)
-        sodium_free(key);
-    if (body)
-        sodium_free(body);
-    fa_secagg_client_del(c);
-    return rc;
-}
-
-/* ---- the quantised input, for tests and debugging ---------------------------- */
-
-int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t n, fa_error *err)
-{
-    const uint64_t len = c->cfg.c.vector_len;
-    uint32_t *rnd = NULL;
-    fa_prg prg;
-    int rc = 0, have_prg = 0;
-
-    if (!c->input_bound)
-        return fa_errorf(err, FA_ERR_STATE, "secagg input of '%s': no input set", c->id);
-    if (n != len)
-        return fa_errorf(err, FA_ERR_INVAL, "secagg input of '%s': %zu elements, expected %llu",
-                         c->id, n, (unsigned long long)len);
-    if (c->input_kind != INPUT_F32) {
-        memcpy(out, c->xq, n * sizeof(uint32_t));
-        return 0;
-    }
-    /* The same draws as the masked stream (encode_block). */
-    rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    if (!rnd) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg input: out of memory");
-        goto out;
-    }
-    if ((rc = rounding_prg_init(c, &prg)) != 0) {
-        rc = fa_errorf(err, rc, "secagg input: rounding generator failed");
-        goto out;
-    }
-    have_prg = 1;
-    for (uint64_t pos = 0; pos < len;) {
-        size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
-        if ((rc = encode_block(c, &prg, pos, m, rnd, out + pos)) != 0) {
-            rc = fa_errorf(err, rc, "secagg input: %s", fa_strerror(rc));
-            goto out;
-        }
-        pos += m;
-    }
-out:
-    if (have_prg)
-        fa_prg_free(&prg);
-    free(rnd);
     return rc;
 }

@@ -16,95 +16,16 @@
 #include "crypto/mask_prg.h"
 #include "crypto/ring.h"
 #include "crypto/secagg_internal.h"
+#include "crypto/secagg_server_int.h"
 #include "crypto/shamir.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
-
-/* What a client has sent.  Once a phase is closed its flag is frozen, so the
- * flag then also means membership: U1 = ADV, U2 = SHARES, U3 = UPLOADED,
- * U4 = SIGNED, U5 = UNMASKED. */
-enum {
-    CF_ADV = 1,
-    CF_SHARES = 2,
-    CF_UPLOADED = 4,
-    CF_SIGNED = 8,
-    CF_UNMASKED = 16,
-};
-
-enum { REV_NONE = 0, REV_B = 1, REV_S = 2 };
-
-struct srv_client {
-    uint32_t flags;
-    int slot; /* upload in flight, or -1 */
-    int u1;   /* index in U1, or -1 */
-    fa_sa_peer adv;
-    uint8_t upload_sha[32];
-    uint8_t upload_sig[64];
-    uint8_t surv_sig[64];
-};
-
-/* One masked upload in flight: its bytes go into the sum as they arrive, and
- * into the journal, from which an abort subtracts them again. */
-struct upload_slot {
-    int client;        /* roster index, -1 when free */
-    uint64_t bytes;    /* received so far */
-    uint64_t coords;   /* coordinates added to the sum (a multiple of 8) */
-    uint8_t carry[32]; /* bytes of a group not complete yet */
-    size_t carry_len;
-    uint8_t last; /* the last byte received (its padding bits are checked at the end) */
-    fa_sha256_ctx sha; /* of the upload so far */
-    uint8_t *journal; /* in-memory journal: masked_bytes, allocated on first use, reused */
-};
-
-struct fa_secagg_server {
-    fa_sa_cfg cfg;
-    fa_sa_roster roster;
-    int phase;
-    uint64_t phase_opened_ms;
-    struct srv_client *cl; /* roster.n */
-    size_t n1;
-    int u1[FA_SECAGG_MAX_CLIENTS]; /* U1 index -> roster index (sorted by id) */
-    fa_sa_graph graph;
-    uint8_t *ct;       /* [from][to] of U1: FA_SA_SHARE_CT bytes each */
-    uint8_t *ct_have;  /* [from][to] */
-    uint8_t *rev;      /* [sender][owner] of U1: revealed shares, 32 bytes each */
-    uint8_t *rev_kind; /* [sender][owner]: REV_* */
-    uint32_t *sum;     /* vector_len: the running sum, then the result */
-    int decoded;       /* the result's d floats are in sum (fa_secagg_server_decode_in_place) */
-    uint64_t sum_gen;    /* changes with every change of sum (0: all zeros, as created) */
-    uint64_t masked_gen; /* sum_gen when the masked phase closed (the masked sum's) */
-    uint64_t masked_bytes;
-    struct upload_slot *slots;
-    uint32_t in_flight;
-    fa_secagg_journal journal; /* the caller's journal storage (ext_journal), see secagg.h */
-    int ext_journal;
-    /* U3 and the dropouts (U1 \ U3) as roster indices, from CONSISTENCY on */
-    size_t n3, ndrop;
-    int surv[FA_SECAGG_MAX_CLIENTS], drop[FA_SECAGG_MAX_CLIENTS];
-};
 
 static const char *phase_name(int phase)
 {
     static const char *names[] = {"advertise", "shares", "masked", "consistency",
                                   "unmask",    "done",   "failed"};
     return phase >= 0 && phase <= FA_SECAGG_FAILED ? names[phase] : "?";
-}
-
-static int u1_member(const fa_secagg_server *s, int r)
-{
-    return s->phase > FA_SECAGG_ADVERTISE && (s->cl[r].flags & CF_ADV);
-}
-static int u2_member(const fa_secagg_server *s, int r)
-{
-    return s->phase > FA_SECAGG_SHARES && (s->cl[r].flags & CF_SHARES);
-}
-static int u3_member(const fa_secagg_server *s, int r)
-{
-    return s->phase > FA_SECAGG_MASKED && (s->cl[r].flags & CF_UPLOADED);
-}
-static int u4_member(const fa_secagg_server *s, int r)
-{
-    return s->phase > FA_SECAGG_CONSISTENCY && (s->cl[r].flags & CF_SIGNED);
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
@@ -120,7 +41,7 @@ static void free_tables(fa_secagg_server *s)
     s->ct = s->ct_have = s->rev = s->rev_kind = NULL;
 }
 
-static int alloc_tables(fa_secagg_server *s)
+int fa_sa_srv_alloc_tables(fa_secagg_server *s)
 {
     size_t n = s->n1;
     s->ct = calloc(n * n, FA_SA_SHARE_CT);
@@ -159,8 +80,8 @@ void fa_secagg_server_del(fa_secagg_server *s)
     free(s);
 }
 
-static int server_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
-                        const fa_secagg_member *members, size_t n_members, fa_error *err)
+int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                    const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
     fa_secagg_server *s;
     int rc;
@@ -201,7 +122,7 @@ static int server_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
 int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
                          const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
-    int rc = server_alloc(out, cfg, members, n_members, err);
+    int rc = fa_sa_srv_alloc(out, cfg, members, n_members, err);
     if (rc == 0)
         (*out)->phase = FA_SECAGG_ADVERTISE;
     return rc;
@@ -250,8 +171,8 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
 
 /* The sender of a message: the authenticated id must name a member and match
  * the id in the message. */
-static int check_sender(const fa_secagg_server *s, const char *auth_id, const char *msg_id,
-                        const char *what, int *r, fa_error *err)
+int fa_sa_srv_check_sender(const fa_secagg_server *s, const char *auth_id, const char *msg_id,
+                           const char *what, int *r, fa_error *err)
 {
     if (!auth_id || (*r = fa_sa_roster_find(&s->roster, auth_id)) < 0)
         return fa_errorf(err, FA_ERR_AUTH, "%s: '%s' is not a member of federation '%s'", what,
@@ -264,8 +185,8 @@ static int check_sender(const fa_secagg_server *s, const char *auth_id, const ch
     return 0;
 }
 
-static int check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
-                       const char *what, const char *who, fa_error *err)
+int fa_sa_srv_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
+                          const char *what, const char *who, fa_error *err)
 {
     if (round != s->cfg.c.round || attempt != s->cfg.c.attempt)
         return fa_errorf(err, FA_ERR_REPLAY,
@@ -276,7 +197,7 @@ static int check_round(const fa_secagg_server *s, uint64_t round, uint32_t attem
     return 0;
 }
 
-static int check_phase(const fa_secagg_server *s, int phase, const char *what, fa_error *err)
+int fa_sa_srv_check_phase(const fa_secagg_server *s, int phase, const char *what, fa_error *err)
 {
     if (s->phase != phase)
         return fa_errorf(err, FA_ERR_STATE, "%s: the %s phase is not open (phase is %s)", what,
@@ -297,14 +218,14 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
     fa_sa_peer p;
     int r = -1, rc;
 
-    if ((rc = check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
+    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
         return rc;
     m = fedagg__advertise_keys__unpack(&fa_sa_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "AdvertiseKeys from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) != 0 ||
-        (rc = check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id, err)) != 0)
+    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) != 0 ||
+        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id, err)) != 0)
         goto out;
     if ((s->cl[r].flags & CF_ADV) && !replace) {
         rc = fa_errorf(err, FA_ERR_EXISTS, "AdvertiseKeys from '%s': already received", auth_id);
@@ -439,14 +360,14 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     size_t expected = 0;
     int r = -1, rc, from;
 
-    if ((rc = check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
+    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
         return rc;
     m = fedagg__share_keys__unpack(&fa_sa_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "ShareKeys from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
-        (rc = check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) != 0)
+    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
+        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) != 0)
         goto out;
     if (!u1_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': not in this round's PeerList",
@@ -560,9 +481,9 @@ static int upload_client(fa_secagg_server *s, const char *auth_id, const char *w
                          fa_error *err)
 {
     int rc;
-    if ((rc = check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
+    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
         return rc;
-    return check_sender(s, auth_id, NULL, what, r, err);
+    return fa_sa_srv_check_sender(s, auth_id, NULL, what, r, err);
 }
 
 int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
@@ -827,15 +748,15 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     size_t sm_len = 0;
     int r = -1, rc;
 
-    if ((rc = check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
+    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
         return rc;
     m = fedagg__signed_survivors__unpack(&fa_sa_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE,
                          "SignedSurvivors from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r, err)) != 0 ||
-        (rc = check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id, err)) != 0)
+    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r, err)) != 0 ||
+        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id, err)) != 0)
         goto out;
     if (!u3_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
@@ -936,327 +857,6 @@ int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **ou
     return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorSignatures: out of memory");
 }
 
-/* ---- round 4: unmasking ---------------------------------------------------- */
-
-/* What sender i (U1 index) must reveal for owner j: a b share for every
- * survivor of its closed neighbourhood, an s_sk share for every other
- * neighbour of U2 that dropped out of U3. */
-static int expected_kind(const fa_secagg_server *s, size_t i, size_t j)
-{
-    int rj = s->u1[j];
-    if (i != j && !fa_sa_graph_adjacent(&s->graph, i, j))
-        return REV_NONE;
-    if (u3_member(s, rj))
-        return REV_B;
-    if (i != j && u2_member(s, rj))
-        return REV_S;
-    return REV_NONE;
-}
-
-int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint8_t *msg,
-                            size_t len, uint64_t now_ms, fa_error *err)
-{
-    Fedagg__UnmaskShares *m = NULL;
-    uint8_t got[FA_SECAGG_MAX_CLIENTS] = {0};
-    size_t want_b = 0, want_s = 0, i;
-    int r = -1, rc;
-
-    if ((rc = check_phase(s, FA_SECAGG_UNMASK, "UnmaskShares", err)) != 0)
-        return rc;
-    m = fedagg__unmask_shares__unpack(&fa_sa_pb_alloc, len, msg);
-    if (!m)
-        return fa_errorf(err, FA_ERR_PARSE, "UnmaskShares from '%s': not a valid protobuf message",
-                         auth_id ? auth_id : "?");
-    if ((rc = check_sender(s, auth_id, m->client_id, "UnmaskShares", &r, err)) != 0 ||
-        (rc = check_round(s, m->round, m->attempt, "UnmaskShares", auth_id, err)) != 0)
-        goto out;
-    if (!u4_member(s, r)) {
-        rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                       "UnmaskShares from '%s': it did not sign the survivor set in round 3",
-                       auth_id);
-        goto out;
-    }
-    if (s->cl[r].flags & CF_UNMASKED) {
-        rc = fa_errorf(err, FA_ERR_EXISTS, "UnmaskShares from '%s': already received", auth_id);
-        goto out;
-    }
-    i = (size_t)s->cl[r].u1;
-    for (size_t j = 0; j < s->n1; j++) {
-        int k = expected_kind(s, i, j);
-        want_b += k == REV_B;
-        want_s += k == REV_S;
-    }
-    if (m->n_self_mask_shares != want_b || m->n_key_shares != want_s) {
-        rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                       "UnmaskShares from '%s': %zu self-mask and %zu key shares, expected %zu "
-                       "and %zu",
-                       auth_id, m->n_self_mask_shares, m->n_key_shares, want_b, want_s);
-        goto out;
-    }
-    for (int kind = REV_B; kind <= REV_S; kind++) {
-        size_t n = kind == REV_B ? m->n_self_mask_shares : m->n_key_shares;
-        Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
-        for (size_t x = 0; x < n; x++) {
-            int o = fa_sa_roster_find(&s->roster, list[x]->owner);
-            if (o < 0 || !u1_member(s, o) || expected_kind(s, i, (size_t)s->cl[o].u1) != kind ||
-                got[s->cl[o].u1]++) {
-                rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                               "UnmaskShares from '%s': an unexpected or repeated %s share for "
-                               "'%s'",
-                               auth_id, kind == REV_B ? "self-mask" : "key", list[x]->owner);
-                goto out;
-            }
-            if (list[x]->share.len != 32) {
-                rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                               "UnmaskShares from '%s': share for '%s' has %zu bytes, not 32",
-                               auth_id, list[x]->owner, list[x]->share.len);
-                goto out;
-            }
-        }
-    }
-    for (int kind = REV_B; kind <= REV_S; kind++) {
-        size_t n = kind == REV_B ? m->n_self_mask_shares : m->n_key_shares;
-        Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
-        for (size_t x = 0; x < n; x++) {
-            size_t j = (size_t)s->cl[fa_sa_roster_find(&s->roster, list[x]->owner)].u1;
-            memcpy(s->rev + (i * s->n1 + j) * 32, list[x]->share.data, 32);
-            s->rev_kind[i * s->n1 + j] = (uint8_t)kind;
-        }
-    }
-    s->cl[r].flags |= CF_UNMASKED;
-out:
-    fedagg__unmask_shares__free_unpacked(m, &fa_sa_pb_alloc);
-    return rc;
-}
-
-/* Combines the first shamir_t shares of `kind` revealed for owner j by U5;
- * shares is secure scratch of FA_SECAGG_MAX_CLIENTS * 32 bytes. */
-static int reconstruct(const fa_secagg_server *s, size_t j, int kind, uint8_t secret[32],
-                       uint8_t *shares, size_t *have)
-{
-    uint8_t xs[FA_SECAGG_MAX_CLIENTS];
-    size_t n = 0, t = s->graph.shamir_t;
-    int rc;
-
-    for (size_t i = 0; i < s->n1 && n < t; i++) {
-        if (!(s->cl[s->u1[i]].flags & CF_UNMASKED) || s->rev_kind[i * s->n1 + j] != kind)
-            continue;
-        xs[n] = (uint8_t)(i + 1);
-        memcpy(shares + n * 32, s->rev + (i * s->n1 + j) * 32, 32);
-        n++;
-    }
-    *have = n;
-    rc = n < t ? FA_ERR_THRESHOLD : fa_shamir_combine(secret, xs, shares, t);
-    sodium_memzero(shares, n * 32);
-    return rc;
-}
-
-struct mask_key {
-    uint8_t key[16];
-    int sign;
-};
-
-#define UNMASK_GROUP 64
-/* Auto threads: at most this many, each over at least this many words. */
-#define UNMASK_AUTO_THREADS 16
-#define UNMASK_MIN_WORDS ((uint64_t)1 << 18)
-
-/* One range [start, start + len) of the sum, and the masks to apply there. */
-struct unmask_part {
-    const struct mask_key *keys;
-    size_t n;
-    uint32_t *sum;
-    uint64_t start, len;
-    int rc;
-};
-
-/* Applies the masks of keys[0..n) to one range of the sum (each key's sign
- * says which way), UNMASK_GROUP keys per pass: fa_prg_mask walks the range
- * once per pass, adding every key's mask to each cache-sized sub-block.  The
- * keystreams start at the range's first word (CTR mode seeks for free). */
-static void *remove_masks_part(void *arg)
-{
-    struct unmask_part *p = arg;
-    fa_prg prg[UNMASK_GROUP];
-    int sign[UNMASK_GROUP];
-    uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    int rc = 0;
-
-    if (!scratch) {
-        p->rc = FA_ERR_NOMEM;
-        return NULL;
-    }
-    memset(prg, 0, sizeof(prg));
-    for (size_t g0 = 0; g0 < p->n && rc == 0; g0 += UNMASK_GROUP) {
-        size_t g1 = p->n - g0 < UNMASK_GROUP ? p->n : g0 + UNMASK_GROUP;
-        for (size_t i = g0; i < g1 && rc == 0; i++) {
-            rc = fa_prg_init(&prg[i - g0], p->keys[i].key, p->start);
-            sign[i - g0] = p->keys[i].sign;
-        }
-        if (rc == 0)
-            rc = fa_prg_mask(prg, sign, g1 - g0, p->sum + p->start, p->sum + p->start,
-                             (size_t)p->len, scratch);
-        for (size_t i = 0; i < UNMASK_GROUP; i++)
-            fa_prg_free(&prg[i]);
-    }
-    sodium_memzero(scratch, FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    free(scratch);
-    p->rc = rc;
-    return NULL;
-}
-
-/* Applies the masks of keys[0..n) to the whole sum, on several threads for
- * a long vector (cfg unmask_threads): each removes every mask from its own
- * range, so the result is the same bits whatever the number of threads.
- * A thread that cannot be started leaves its range to this one. */
-static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t n)
-{
-    const uint64_t len = s->cfg.c.vector_len;
-    struct unmask_part part[256];
-    pthread_t th[256];
-    int started[256];
-    uint64_t t = s->cfg.c.unmask_threads, per;
-    int rc = 0;
-
-    if (t == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        t = cpus > 0 ? (uint64_t)cpus : 1;
-        if (t > UNMASK_AUTO_THREADS)
-            t = UNMASK_AUTO_THREADS;
-        if (t > len / UNMASK_MIN_WORDS)
-            t = len / UNMASK_MIN_WORDS;
-    }
-    /* ranges of whole keystream blocks */
-    if (t > (len + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS)
-        t = (len + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS;
-    if (t == 0)
-        t = 1;
-    per = (len / t + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS * FA_PRG_BLOCK_WORDS;
-    for (uint64_t i = 0; i < t; i++) {
-        uint64_t a = i * per < len ? i * per : len, b = a + per < len ? a + per : len;
-        part[i] = (struct unmask_part){keys, n, s->sum, a, b - a, 0};
-        if (i == t - 1)
-            part[i].len = len - a; /* the last one takes the rest */
-        started[i] = i > 0 && part[i].len > 0 &&
-                     pthread_create(&th[i], NULL, remove_masks_part, &part[i]) == 0;
-    }
-    remove_masks_part(&part[0]);
-    for (uint64_t i = 1; i < t; i++) {
-        if (started[i])
-            pthread_join(th[i], NULL);
-        else if (part[i].len > 0)
-            remove_masks_part(&part[i]);
-    }
-    for (uint64_t i = 0; i < t && rc == 0; i++)
-        rc = part[i].rc;
-    return rc;
-}
-
-/* Round 4, server side: reconstruct b_u for u in U3 and s_sk_v for v in
- * U2 \ U3, then z = sum y_u - sum PRG(b_u) + the uncancelled pairwise masks. */
-static int close_unmask(fa_secagg_server *s, fa_error *err)
-{
-    struct mask_key *keys = NULL;
-    uint8_t *secret = NULL, *scratch = NULL;
-    size_t nkeys = 0, cap = 0, have;
-    int rc = 0;
-
-    for (size_t j = 0; j < s->n1; j++) {
-        int rj = s->u1[j];
-        if (u3_member(s, rj))
-            cap++;
-        else if (u2_member(s, rj))
-            for (size_t u = 0; u < s->n1; u++)
-                cap += u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
-    }
-    keys = sodium_malloc((cap ? cap : 1) * sizeof(*keys));
-    secret = sodium_malloc(32);
-    scratch = sodium_malloc(FA_SECAGG_MAX_CLIENTS * 32);
-    if (!keys || !secret || !scratch) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "unmask: out of memory");
-        goto out;
-    }
-    for (size_t j = 0; j < s->n1 && rc == 0; j++) {
-        int rj = s->u1[j];
-        const fa_sa_peer *pj = &s->cl[rj].adv;
-        if (u3_member(s, rj)) {
-            uint8_t commit[32];
-            rc = reconstruct(s, j, REV_B, secret, scratch, &have);
-            if (rc == FA_ERR_THRESHOLD) {
-                rc = fa_errorf(err, rc,
-                               "unmask: only %zu shares of survivor '%s''s self-mask seed, %u "
-                               "needed",
-                               have, pj->id, s->graph.shamir_t);
-                break;
-            }
-            if (rc == 0)
-                rc = fa_sa_b_commit(&s->cfg, pj->id, secret, commit);
-            if (rc == 0 && sodium_memcmp(commit, pj->b_commit, 32) != 0) {
-                rc = fa_errorf(err, FA_ERR_VERIFY,
-                               "unmask: the self-mask seed of '%s' rebuilt from its shares does "
-                               "not match its commitment (a client revealed a bad share)",
-                               pj->id);
-                break;
-            }
-            if (rc == 0)
-                rc = fa_sa_self_mask_key(keys[nkeys].key, &s->cfg, pj->id, secret);
-            if (rc == 0)
-                keys[nkeys++].sign = -1;
-        } else if (u2_member(s, rj)) {
-            uint8_t pk[32];
-            int needed = 0;
-            for (size_t u = 0; u < s->n1; u++)
-                needed |= u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
-            if (!needed)
-                continue;
-            rc = reconstruct(s, j, REV_S, secret, scratch, &have);
-            if (rc == FA_ERR_THRESHOLD) {
-                rc = fa_errorf(err, rc,
-                               "unmask: only %zu shares of dropout '%s''s mask key, %u needed",
-                               have, pj->id, s->graph.shamir_t);
-                break;
-            }
-            if (rc == 0 &&
-                (crypto_scalarmult_base(pk, secret) != 0 || sodium_memcmp(pk, pj->s_pk, 32) != 0)) {
-                rc = fa_errorf(err, FA_ERR_VERIFY,
-                               "unmask: the mask key of dropout '%s' rebuilt from its shares does "
-                               "not match its public key (a client revealed a bad share)",
-                               pj->id);
-                break;
-            }
-            for (size_t u = 0; u < s->n1 && rc == 0; u++) {
-                const fa_sa_peer *pu = &s->cl[s->u1[u]].adv;
-                if (!u3_member(s, s->u1[u]) || !fa_sa_graph_adjacent(&s->graph, j, u))
-                    continue;
-                rc = fa_sa_agree(keys[nkeys].key, 16, FA_KDF_PAIR_MASK, &s->cfg, secret, pj->s_pk,
-                                 pj->id, pu->s_pk, pu->id);
-                /* u added sign(u, v) * PRG(s_uv); take it out again */
-                keys[nkeys++].sign = -fa_sa_pair_sign(pu->id, pj->id);
-            }
-        }
-        if (rc != 0) /* out of memory, or an X25519/KDF failure */
-            fa_errorf(err, rc, "unmask: %s while rebuilding the secret of '%s'", fa_strerror(rc),
-                      pj->id);
-    }
-    if (rc != 0)
-        goto out;
-    /* From here on the sum changes: only an internal failure can stop it. */
-    s->sum_gen++;
-    rc = remove_masks(s, keys, nkeys);
-    if (rc != 0) {
-        s->phase = FA_SECAGG_FAILED;
-        fa_errorf(err, rc, "unmask: %s while removing the masks; the sum is lost", fa_strerror(rc));
-    }
-out:
-    if (keys)
-        sodium_free(keys);
-    if (secret)
-        sodium_free(secret);
-    if (scratch)
-        sodium_free(scratch);
-    return rc;
-}
-
 /* ---- phase closes -------------------------------------------------------- */
 
 static size_t count_flag(const fa_secagg_server *s, uint32_t flag)
@@ -1276,7 +876,7 @@ static int threshold_error(const fa_secagg_server *s, size_t have, fa_error *err
                      phase_name(s->phase), s->cfg.c.threshold);
 }
 
-static void build_survivors(fa_secagg_server *s)
+void fa_sa_srv_build_survivors(fa_secagg_server *s)
 {
     s->n3 = s->ndrop = 0;
     for (size_t i = 0; i < s->roster.n; i++) {
@@ -1290,7 +890,7 @@ static void build_survivors(fa_secagg_server *s)
 }
 
 /* U1 from the advertisements; the graph; the ciphertext and share tables. */
-static int build_u1(fa_secagg_server *s)
+int fa_sa_srv_build_u1(fa_secagg_server *s)
 {
     fa_sa_peer peers[FA_SECAGG_MAX_CLIENTS];
     s->n1 = 0;
@@ -1320,7 +920,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         return threshold_error(s, have, err);
     switch (s->phase) {
     case FA_SECAGG_ADVERTISE:
-        if ((rc = build_u1(s)) != 0 || (rc = alloc_tables(s)) != 0) {
+        if ((rc = fa_sa_srv_build_u1(s)) != 0 || (rc = fa_sa_srv_alloc_tables(s)) != 0) {
             s->n1 = 0;
             return fa_errorf(err, rc, "secagg close: %s", fa_strerror(rc));
         }
@@ -1337,7 +937,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         s->masked_gen = s->sum_gen;
         break;
     case FA_SECAGG_UNMASK:
-        if ((rc = close_unmask(s, err)) != 0)
+        if ((rc = fa_sa_srv_close_unmask(s, err)) != 0)
             return rc;
         break;
     default:
@@ -1346,7 +946,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
     s->phase++;
     s->phase_opened_ms = now_ms;
     if (s->phase == FA_SECAGG_CONSISTENCY)
-        build_survivors(s);
+        fa_sa_srv_build_survivors(s);
     return 0;
 }
 
@@ -1512,167 +1112,6 @@ int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char 
     return 0;
 }
 
-/* ---- save / restore ---------------------------------------------------------- */
-
-/* Version 2: the sum is preceded by a byte saying whether it is all zeros. */
-/* Saved states: version 4 holds the sum; version 5 (save_meta) holds its
- * generation instead, the caller keeping the words.  Versions 2 and 3 are
- * the same without the advertisements' model digests: they are read with
- * zero digests (a round in flight across the upgrade then fails the
- * clients' checks and is retried; a finished one completes). */
-#define SRV_V_SUM 4
-#define SRV_V_META 5
-#define SRV_V_SUM_NOMODEL 2
-#define SRV_V_META_NOMODEL 3
-
-static int state_has_sum(uint8_t version)
-{
-    return version == SRV_V_SUM || version == SRV_V_SUM_NOMODEL;
-}
-
-static int state_has_model(uint8_t version)
-{
-    return version == SRV_V_SUM || version == SRV_V_META;
-}
-static const uint8_t srv_magic[7] = {'F', 'A', 'S', 'A', 'S', 'R', 'V'};
-
-static void put_cfg(fa_wbuf *w, const fa_sa_cfg *cfg)
-{
-    const fa_secagg_config *c = &cfg->c;
-    fa_wbuf_str(w, cfg->fed);
-    fa_wbuf_u64(w, c->round);
-    fa_wbuf_u32(w, c->attempt);
-    fa_wbuf_u32(w, c->threshold);
-    fa_wbuf_u32(w, c->neighbours);
-    fa_wbuf_u64(w, c->vector_len);
-    fa_wbuf_u32(w, c->ring_bits);
-    fa_wbuf_u32(w, c->quant.bits);
-    fa_wbuf_u32(w, (uint32_t)c->quant.clip_mode);
-    fa_wbuf_f64(w, c->quant.clip_l2_norm);
-    fa_wbuf_f64(w, c->quant.clip_value);
-}
-
-static void put_roster(fa_wbuf *w, const fa_sa_roster *r)
-{
-    fa_wbuf_u32(w, (uint32_t)r->n);
-    for (size_t i = 0; i < r->n; i++) {
-        fa_wbuf_str(w, r->m[i].id);
-        fa_wbuf_raw(w, r->m[i].pk, 32);
-    }
-}
-
-/* The state before the sum, as both versions write it. */
-static void put_state(fa_wbuf *w, const fa_secagg_server *s, uint8_t version)
-{
-    fa_wbuf_raw(w, srv_magic, sizeof(srv_magic));
-    fa_wbuf_u8(w, version);
-    put_cfg(w, &s->cfg);
-    put_roster(w, &s->roster);
-    fa_wbuf_u32(w, (uint32_t)s->phase);
-    fa_wbuf_u64(w, s->phase_opened_ms);
-    for (size_t i = 0; i < s->roster.n; i++) {
-        const struct srv_client *c = &s->cl[i];
-        fa_wbuf_u32(w, c->flags);
-        fa_wbuf_raw(w, c->adv.c_pk, 32);
-        fa_wbuf_raw(w, c->adv.s_pk, 32);
-        fa_wbuf_raw(w, c->adv.b_commit, 32);
-        if (state_has_model(version))
-            fa_wbuf_raw(w, c->adv.model_sha, 32);
-        fa_wbuf_raw(w, c->adv.sig, 64);
-        fa_wbuf_raw(w, c->upload_sha, 32);
-        fa_wbuf_raw(w, c->upload_sig, 64);
-        fa_wbuf_raw(w, c->surv_sig, 64);
-    }
-    if (s->phase > FA_SECAGG_ADVERTISE) {
-        for (size_t c = 0; c < s->n1 * s->n1; c++) {
-            fa_wbuf_u8(w, s->ct_have[c]);
-            if (s->ct_have[c])
-                fa_wbuf_raw(w, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
-            fa_wbuf_u8(w, s->rev_kind[c]);
-            if (s->rev_kind[c])
-                fa_wbuf_raw(w, s->rev + c * 32, 32);
-        }
-    }
-}
-
-static int save_check(const fa_secagg_server *s, fa_error *err)
-{
-    if (s->in_flight)
-        return fa_errorf(err, FA_ERR_STATE,
-                         "secagg save: %u masked uploads in flight; save at a phase boundary",
-                         s->in_flight);
-    if (s->phase == FA_SECAGG_FAILED)
-        return fa_errorf(err, FA_ERR_STATE, "secagg save: the round failed");
-    return 0;
-}
-
-/* Appends the SHA-256 of everything before it and hands the buffer out. */
-static int save_finish(fa_wbuf *w, uint8_t **out, size_t *out_len, fa_error *err)
-{
-    uint8_t *p = fa_wbuf_reserve(w, 32);
-    int rc;
-    if (w->failed) {
-        fa_wbuf_free(w);
-        return fa_errorf(err, FA_ERR_NOMEM, "secagg save: out of memory");
-    }
-    if ((rc = fa_sha256(p, w->p, w->len - 32)) != 0) {
-        fa_wbuf_free(w);
-        return fa_errorf(err, rc, "secagg save: the checksum (SHA-256) failed");
-    }
-    *out = w->p;
-    *out_len = w->len;
-    return 0;
-}
-
-int fa_secagg_server_save(const fa_secagg_server *s, uint8_t **out, size_t *out_len, fa_error *err)
-{
-    fa_wbuf w;
-    uint8_t *p;
-    int rc;
-
-    if ((rc = save_check(s, err)) != 0)
-        return rc;
-    if (s->decoded)
-        return fa_errorf(err, FA_ERR_STATE, "secagg save: the sum was decoded in place");
-    fa_wbuf_init(&w, 1);
-    put_state(&w, s, SRV_V_SUM);
-    /* The sum: one byte saying whether it is all zeros (as it is at every
-     * boundary before the masked phase closes), then its words if not, so
-     * that the early phase closes save kilobytes rather than 4 bytes per
-     * coordinate. */
-    {
-        int zero = 1; /* a sum never changed is all zeros */
-        for (uint64_t i = 0; i < s->cfg.c.vector_len && zero && s->sum_gen; i++)
-            zero = s->sum[i] == 0;
-        fa_wbuf_u8(&w, (uint8_t)!zero);
-        p = zero ? NULL : fa_wbuf_reserve(&w, (size_t)s->cfg.c.vector_len * 4);
-        if (p)
-            for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
-                fa_le_put_u32(p + 4 * i, s->sum[i]);
-    }
-    return save_finish(&w, out, out_len, err);
-}
-
-int fa_secagg_server_save_meta(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
-                               uint64_t *sum_generation, fa_error *err)
-{
-    fa_wbuf w;
-    int redo = s->phase == FA_SECAGG_DONE;
-    int rc;
-
-    if ((rc = save_check(s, err)) != 0)
-        return rc;
-    fa_wbuf_init(&w, 1);
-    put_state(&w, s, SRV_V_META);
-    fa_wbuf_u64(&w, s->sum_gen);
-    fa_wbuf_u64(&w, s->masked_gen);
-    fa_wbuf_u8(&w, (uint8_t)redo);
-    rc = save_finish(&w, out, out_len, err);
-    if (rc == 0)
-        *sum_generation = redo ? s->masked_gen : s->sum_gen;
-    return rc;
-}
-
 uint64_t fa_secagg_server_sum_generation(const fa_secagg_server *s)
 {
     return s->sum_gen;
@@ -1681,197 +1120,4 @@ uint64_t fa_secagg_server_sum_generation(const fa_secagg_server *s)
 const uint32_t *fa_secagg_server_sum_words(const fa_secagg_server *s)
 {
     return s->sum;
-}
-
-/* Every version; `sum` (sum_len words) is the sum a save_meta state names. */
-static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
-                        const uint32_t *sum_words, uint64_t sum_len,
-                        int (*fill)(void *, uint32_t *, uint64_t, fa_error *), void *fill_ctx,
-                        const fa_secagg_config *cfg, const fa_secagg_member *members,
-                        size_t n_members, fa_error *err)
-{
-    fa_secagg_server *s = NULL;
-    fa_wbuf expect;
-    fa_rbuf r;
-    uint8_t sum[32];
-    const uint8_t *p;
-    uint32_t phase;
-    uint8_t version;
-    int rc, redo = 0;
-
-    *out = NULL;
-    if (len < sizeof(srv_magic) + 1 + 32 || memcmp(blob, srv_magic, sizeof(srv_magic)) != 0 ||
-        (blob[sizeof(srv_magic)] != SRV_V_SUM && blob[sizeof(srv_magic)] != SRV_V_META &&
-         blob[sizeof(srv_magic)] != SRV_V_SUM_NOMODEL &&
-         blob[sizeof(srv_magic)] != SRV_V_META_NOMODEL))
-        return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: not a saved secagg server state");
-    version = blob[sizeof(srv_magic)];
-    if ((rc = fa_sha256(sum, blob, len - 32)) != 0)
-        return fa_errorf(err, rc, "secagg restore: the checksum (SHA-256) failed");
-    if (memcmp(sum, blob + len - 32, 32) != 0)
-        return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state fails its checksum");
-    if ((rc = server_alloc(&s, cfg, members, n_members, err)) != 0)
-        return rc;
-    /* The blob must have been made with exactly this config and federation. */
-    fa_wbuf_init(&expect, 0);
-    fa_wbuf_raw(&expect, srv_magic, sizeof(srv_magic));
-    fa_wbuf_u8(&expect, version);
-    put_cfg(&expect, &s->cfg);
-    put_roster(&expect, &s->roster);
-    if (expect.failed) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "secagg restore: out of memory");
-        goto fail;
-    }
-    if (len - 32 < expect.len || memcmp(blob, expect.p, expect.len) != 0) {
-        rc = fa_errorf(err, FA_ERR_INVAL,
-                       "secagg restore: the state was saved with another configuration, round, "
-                       "attempt or federation");
-        goto fail;
-    }
-    fa_rbuf_init(&r, blob, len - 32);
-    r.off = expect.len;
-    phase = fa_rbuf_u32(&r);
-    s->phase_opened_ms = fa_rbuf_u64(&r);
-    if (phase > FA_SECAGG_DONE)
-        r.failed = 1;
-    s->phase = (int)phase;
-    for (size_t i = 0; i < s->roster.n && !r.failed; i++) {
-        struct srv_client *c = &s->cl[i];
-        c->flags = fa_rbuf_u32(&r);
-        snprintf(c->adv.id, sizeof(c->adv.id), "%s", s->roster.m[i].id);
-        fa_rbuf_copy(&r, c->adv.c_pk, 32);
-        fa_rbuf_copy(&r, c->adv.s_pk, 32);
-        fa_rbuf_copy(&r, c->adv.b_commit, 32);
-        if (state_has_model(version))
-            fa_rbuf_copy(&r, c->adv.model_sha, 32);
-        fa_rbuf_copy(&r, c->adv.sig, 64);
-        fa_rbuf_copy(&r, c->upload_sha, 32);
-        fa_rbuf_copy(&r, c->upload_sig, 64);
-        fa_rbuf_copy(&r, c->surv_sig, 64);
-        /* Each set is inside the one before (U5 in U4 in ... in U1). */
-        for (uint32_t f = CF_SHARES; f <= CF_UNMASKED; f <<= 1)
-            if ((c->flags & f) && !(c->flags & (f >> 1)))
-                r.failed = 1;
-        if (c->flags >= (CF_UNMASKED << 1))
-            r.failed = 1;
-    }
-    if (!r.failed && s->phase > FA_SECAGG_ADVERTISE) {
-        if (build_u1(s) != 0 || alloc_tables(s) != 0) {
-            rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: no advertisements in the state");
-            goto fail;
-        }
-        for (size_t c = 0; c < s->n1 * s->n1 && !r.failed; c++) {
-            s->ct_have[c] = fa_rbuf_u8(&r);
-            if (s->ct_have[c] > 1)
-                r.failed = 1;
-            if (s->ct_have[c])
-                fa_rbuf_copy(&r, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
-            s->rev_kind[c] = fa_rbuf_u8(&r);
-            if (s->rev_kind[c] > REV_S)
-                r.failed = 1;
-            if (s->rev_kind[c])
-                fa_rbuf_copy(&r, s->rev + c * 32, 32);
-        }
-    }
-    if (state_has_sum(version)) {
-        switch (fa_rbuf_u8(&r)) {
-        case 0: /* an all-zero sum: server_alloc zeroed it */
-            break;
-        case 1:
-            p = fa_rbuf_raw(&r, (size_t)s->cfg.c.vector_len * 4);
-            if (p)
-                for (uint64_t i = 0; i < s->cfg.c.vector_len; i++)
-                    s->sum[i] = fa_le_get_u32(p + 4 * i);
-            s->sum_gen = 1;
-            break;
-        default:
-            r.failed = 1;
-        }
-        /* the masked sum of a finished round is not in the state */
-        s->masked_gen = s->phase == FA_SECAGG_DONE ? UINT64_MAX
-                        : s->phase > FA_SECAGG_MASKED ? s->sum_gen
-                                                      : 0;
-        if (sum_words || fill) {
-            rc = fa_errorf(err, FA_ERR_INVAL, "secagg restore: the state holds its sum");
-            goto fail;
-        }
-    } else {
-        uint64_t need;
-        s->sum_gen = fa_rbuf_u64(&r);
-        s->masked_gen = fa_rbuf_u64(&r);
-        redo = fa_rbuf_u8(&r);
-        if (redo > 1 || (redo && s->phase != FA_SECAGG_DONE) ||
-            (!redo && s->phase == FA_SECAGG_DONE))
-            r.failed = 1;
-        need = redo ? s->masked_gen : s->sum_gen;
-        if (!r.failed && need != 0 && fill) {
-            if ((rc = fill(fill_ctx, s->sum, s->cfg.c.vector_len, err)) != 0)
-                goto fail;
-        } else if (!r.failed && need != 0) {
-            if (!sum_words || sum_len != s->cfg.c.vector_len) {
-                rc = fa_errorf(err, FA_ERR_INVAL,
-                               "secagg restore: the state needs its sum (%llu words, generation "
-                               "%llu)",
-                               (unsigned long long)s->cfg.c.vector_len, (unsigned long long)need);
-                goto fail;
-            }
-            memcpy(s->sum, sum_words, (size_t)sum_len * sizeof(uint32_t));
-        }
-    }
-    if (r.failed || r.off != r.len) {
-        rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state is truncated or malformed");
-        goto fail;
-    }
-    if (redo) {
-        /* Saved after unmasking, over the masked sum: unmask again (the same
-         * shares give the same secrets, so the same result). */
-        uint64_t gen = s->sum_gen;
-        s->phase = FA_SECAGG_UNMASK;
-        build_survivors(s);
-        if ((rc = close_unmask(s, err)) != 0) {
-            fa_error_prefix(err, rc, "secagg restore");
-            goto fail;
-        }
-        s->phase = FA_SECAGG_DONE;
-        s->sum_gen = gen;
-    }
-    if (s->phase > FA_SECAGG_MASKED)
-        build_survivors(s);
-    if (s->phase > FA_SECAGG_MASKED)
-        for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
-            free(s->slots[i].journal);
-            s->slots[i].journal = NULL;
-        }
-    fa_wbuf_free(&expect);
-    *out = s;
-    return 0;
-fail:
-    fa_wbuf_free(&expect);
-    fa_secagg_server_del(s);
-    return rc;
-}
-
-int fa_secagg_server_restore(fa_secagg_server **out, const uint8_t *blob, size_t len,
-                             const fa_secagg_config *cfg, const fa_secagg_member *members,
-                             size_t n_members, fa_error *err)
-{
-    return restore_impl(out, blob, len, NULL, 0, NULL, NULL, cfg, members, n_members, err);
-}
-
-int fa_secagg_server_restore_meta(fa_secagg_server **out, const uint8_t *blob, size_t len,
-                                  const uint32_t *sum, uint64_t sum_len,
-                                  const fa_secagg_config *cfg, const fa_secagg_member *members,
-                                  size_t n_members, fa_error *err)
-{
-    return restore_impl(out, blob, len, sum, sum_len, NULL, NULL, cfg, members, n_members, err);
-}
-
-int fa_secagg_server_restore_meta_fill(
-    fa_secagg_server **out, const uint8_t *blob, size_t len,
-    int (*fill)(void *ctx, uint32_t *words, uint64_t n, fa_error *err), void *ctx,
-    const fa_secagg_config *cfg, const fa_secagg_member *members, size_t n_members, fa_error *err)
-{
-    if (!fill)
-        return fa_errorf(err, FA_ERR_INVAL, "secagg restore: no fill function");
-    return restore_impl(out, blob, len, NULL, 0, fill, ctx, cfg, members, n_members, err);
 }
