@@ -80,14 +80,52 @@ static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, con
     fa_h3_respond(req, status, h, 1, buf, n);
 }
 
+int fa_api_http_status(int code, int internal)
+{
+    if (code == 0)
+        return 200;
+    if (internal)
+        return 500;
+    switch (code) {
+    case FA_ERR_AUTH: return 403;
+    case FA_ERR_REPLAY:
+    case FA_ERR_STATE:
+    case FA_ERR_EXISTS:
+    case FA_ERR_THRESHOLD: return 409;
+    case FA_ERR_TOOBIG: return 413;
+    case FA_ERR_AGAIN: return 503;
+    case FA_ERR_NOMEM: return 500;
+    default: return 400;
+    }
+}
+
+/* The core's answer: its body, or for a refusal the status of its code and a
+ * fedagg.Error {status, message, round, attempt} (protobuf). */
 static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
 {
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    int status = fa_api_http_status(r->code, r->internal);
+    Fedagg__Error e = FEDAGG__ERROR__INIT;
+    uint8_t *buf;
+    size_t n;
+
     c->responded = 1;
-    if (r->status != 200)
-        fa_log(FA_LOG_INFO, "request refused", "region=%s status=%d reason=\"%s\"", c->region,
-               r->status, r->msg);
-    fa_h3_respond(c->req, r->status, h, 1, r->body, r->len);
+    if (status == 200) {
+        fa_h3_respond(c->req, status, h, 1, r->body, r->len);
+        return;
+    }
+    fa_log(FA_LOG_INFO, "request refused", "region=%s status=%d reason=\"%s\"", c->region, status,
+           r->msg);
+    e.code = (uint32_t)status;
+    e.message = (char *)r->msg;
+    e.round = r->round;
+    e.attempt = r->attempt;
+    n = fedagg__error__get_packed_size(&e);
+    buf = malloc(n ? n : 1);
+    if (buf)
+        fedagg__error__pack(&e, buf);
+    fa_h3_respond(c->req, status, h, 1, buf, buf ? n : 0);
+    free(buf);
 }
 
 static void pending_remove(fa_api *a, struct req_ctx *c)

@@ -38,4 +38,12 @@ void fa_api_tick(fa_api *a);
 /* Requests held (long-polls) right now. */
 size_t fa_api_pending(const fa_api *a);
 
+/* The HTTP status of the core's answer (fa_fed_reply code and internal):
+ * 200 for code 0; 500 when internal; else 403 FA_ERR_AUTH; 409
+ * FA_ERR_REPLAY, FA_ERR_STATE, FA_ERR_EXISTS, FA_ERR_THRESHOLD (the region
+ * resynchronises with the round and attempt of the Error); 413
+ * FA_ERR_TOOBIG; 503 FA_ERR_AGAIN (retry); 500 FA_ERR_NOMEM; 400 for the
+ * rest (a malformed, unverifiable or misplaced message). */
+int fa_api_http_status(int code, int internal);
+
 #endif

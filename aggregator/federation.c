@@ -39,52 +39,52 @@ void fa_fed_reply_free(fa_fed_reply *r)
     r->len = 0;
 }
 
-static int reply_error(const fa_fed *f, fa_fed_reply *r, int status, int code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int reply_error(const fa_fed *f, fa_fed_reply *r, int status, int code, const char *fmt, ...)
+/* A refusal: its FA_ERR_* code and message, with the position it was made at.
+ * api.c (fa_api_http_status) turns it into an HTTP status and a fedagg.Error;
+ * internal marks a failure of this aggregator rather than of the request. */
+static int reply_refuse(const fa_fed *f, fa_fed_reply *r, int internal, int code, const char *fmt,
+                        va_list ap)
 {
-    Fedagg__Error e = FEDAGG__ERROR__INIT;
-    va_list ap;
-
     if (!r)
         return code;
-    va_start(ap, fmt);
     vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
-    va_end(ap);
-    r->status = status;
-    e.code = (uint32_t)status;
-    e.message = r->msg;
-    e.round = f->round;
-    e.attempt = f->attempt;
+    r->code = code;
+    r->internal = internal;
+    r->round = f->round;
+    r->attempt = f->attempt;
     free(r->body);
-    r->len = fedagg__error__get_packed_size(&e);
-    r->body = malloc(r->len ? r->len : 1);
-    if (r->body)
-        fedagg__error__pack(&e, r->body);
-    else
-        r->len = 0;
+    r->body = NULL;
+    r->len = 0;
     return code;
 }
 
-/* Maps a refusal of the secure-aggregation server to an HTTP status. */
-static int status_of(int code)
+static int reply_error(const fa_fed *f, fa_fed_reply *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int reply_error(const fa_fed *f, fa_fed_reply *r, int code, const char *fmt, ...)
 {
-    switch (code) {
-    case FA_ERR_AUTH: return 403;
-    case FA_ERR_REPLAY:
-    case FA_ERR_STATE:
-    case FA_ERR_EXISTS:
-    case FA_ERR_THRESHOLD: return 409;
-    case FA_ERR_TOOBIG: return 413;
-    case FA_ERR_AGAIN: return 503;
-    case FA_ERR_NOMEM: return 500;
-    default: return 400;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    code = reply_refuse(f, r, 0, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* The same for a failure of this aggregator (api.c answers 500). */
+static int reply_fault(const fa_fed *f, fa_fed_reply *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int reply_fault(const fa_fed *f, fa_fed_reply *r, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = reply_refuse(f, r, 1, code, fmt, ap);
+    va_end(ap);
+    return code;
 }
 
 static int reply_ok(fa_fed_reply *r, uint8_t *body, size_t len)
 {
-    r->status = 200;
+    r->code = 0;
+    r->internal = 0;
     free(r->body);
     r->body = body;
     r->len = len;
@@ -752,14 +752,13 @@ static int check_position(fa_fed *f, int kind, const char *region, uint64_t roun
                           fa_fed_reply *reply)
 {
     if (!fa_fed_find_region(f, region))
-        return reply_error(f, reply, 403, FA_ERR_AUTH,
-                           "region '%s' is not a member of federation %s", region,
-                           f->federation_id);
+        return reply_error(f, reply, FA_ERR_AUTH, "region '%s' is not a member of federation %s",
+                           region, f->federation_id);
     if (f->phase == FEDAGG__PHASE__PHASE_DONE)
-        return reply_error(f, reply, 409, FA_ERR_STATE, "the federation has finished its %u rounds",
+        return reply_error(f, reply, FA_ERR_STATE, "the federation has finished its %u rounds",
                            f->rounds_limit);
     if (round != f->round || attempt != f->attempt)
-        return reply_error(f, reply, 409, FA_ERR_REPLAY,
+        return reply_error(f, reply, FA_ERR_REPLAY,
                            "%s for round %" PRIu64
                            " attempt %u, but the current one is round %" PRIu64 " attempt %u",
                            fa_fed_kind_names[kind], round, attempt, f->round, f->attempt);
@@ -784,14 +783,14 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
     int rc = 0;
 
     if (!m)
-        return reply_error(f, reply, 400, FA_ERR_PARSE, "%s message from %s does not decode",
+        return reply_error(f, reply, FA_ERR_PARSE, "%s message from %s does not decode",
                            fa_fed_kind_names[kind], region);
     sender = fd ? *(const char *const *)((const uint8_t *)m + fd->offset) : NULL;
     if (!sender || strcmp(sender, region) != 0) {
         fa_log(FA_LOG_WARN, "message naming another region refused",
                "region=%s claimed=%s phase=%s", region, sender ? sender : "",
                fa_fed_kind_names[kind]);
-        rc = reply_error(f, reply, 403, FA_ERR_AUTH,
+        rc = reply_error(f, reply, FA_ERR_AUTH,
                          "the client certificate names region %s but the %s message is from "
                          "'%s'",
                          region, fa_fed_kind_names[kind], sender ? sender : "");
@@ -866,7 +865,7 @@ static int check_advertised_model(fa_fed *f, const char *region, const uint8_t *
     int rc = fa_secagg_advertise_model(body, len, got);
 
     if (rc != 0)
-        return reply_error(f, reply, 400, FA_ERR_PROTOCOL,
+        return reply_error(f, reply, FA_ERR_PROTOCOL,
                            "the advertisement of region %s names no model digest: workers of "
                            "secure-aggregation protocol version 3 sign the model they trained "
                            "from; upgrade this region's worker",
@@ -874,7 +873,7 @@ static int check_advertised_model(fa_fed *f, const char *region, const uint8_t *
     memcpy(want, f->cur.model_sha256, 32);
     fa_error_clear(&err);
     if (other_model(f, region, f->cur.version, NULL, 0, want, &err) < 0)
-        return reply_error(f, reply, 500, FA_ERR_IO, "%s", err.msg);
+        return reply_fault(f, reply, FA_ERR_IO, "%s", err.msg);
     if (sodium_memcmp(got, want, 32) == 0)
         return 0;
     fa_hex_encode(g, sizeof(g), got, 8);
@@ -882,7 +881,7 @@ static int check_advertised_model(fa_fed *f, const char *region, const uint8_t *
     fa_log(FA_LOG_WARN, "advertisement for another model refused",
            "region=%s version=%" PRIu64 " advertised_sha256=%s... current_sha256=%s...", region,
            f->cur.version, g, w);
-    return reply_error(f, reply, 409, FA_ERR_REPLAY,
+    return reply_error(f, reply, FA_ERR_REPLAY,
                        "region %s advertised keys for model %s..., but the current model (version "
                        "%" PRIu64 ") is %s...: download it again",
                        region, g, f->cur.version, w);
@@ -897,7 +896,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     int rc;
 
     if (kind < 0 || kind >= FA_FED_N_KINDS || kind == FA_FED_MASKED)
-        return reply_error(f, reply, 400, FA_ERR_INVAL, "not a message phase");
+        return reply_error(f, reply, FA_ERR_INVAL, "not a message phase");
     /* A retried unmask of the round that just completed: its result stands. */
     if (kind == FA_FED_UNMASK && f->last_result && round == f->last_round &&
         attempt == f->last_attempt && fa_fed_find_region(f, region))
@@ -911,14 +910,14 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
         return rc;
     r = fa_fed_find_region(f, region);
     if (kind == FA_FED_ADVERTISE && r->drained && !r->have_msg[kind])
-        return reply_error(f, reply, 409, FA_ERR_STATE,
+        return reply_error(f, reply, FA_ERR_STATE,
                            "region %s is drained by operator %s: it sits out until an operator "
                            "admits it again",
                            region, r->drained_by);
     if (kind == FA_FED_ADVERTISE && (rc = check_advertised_model(f, region, body, len, reply)) != 0)
         return rc;
     if (fa_sha256(sha, body, len) != 0)
-        return reply_error(f, reply, 500, FA_ERR_CRYPTO, "SHA-256 failed");
+        return reply_fault(f, reply, FA_ERR_CRYPTO, "SHA-256 failed");
     if (r->have_msg[kind]) {
         if (sodium_memcmp(sha, r->msg_sha[kind], 32) == 0)
             return 0; /* a retry of what was accepted: wait for the close again */
@@ -928,7 +927,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
             fa_error_clear(&err);
             rc = fa_secagg_server_readvertise(f->sa, region, body, len, now_ms, &err);
             if (rc != 0)
-                return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+                return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
             memcpy(r->msg_sha[kind], sha, 32);
             f->last_advertise_ms = now_ms;
             fa_log(FA_LOG_INFO, "advertisement replaced",
@@ -937,7 +936,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
                    region, round, attempt);
             return 0;
         }
-        return reply_error(f, reply, 409, FA_ERR_EXISTS,
+        return reply_error(f, reply, FA_ERR_EXISTS,
                            "region %s already sent a different %s message for round %" PRIu64
                            " attempt %u",
                            region, fa_fed_kind_names[kind], round, attempt);
@@ -946,7 +945,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
         return 0; /* the phase closed (maybe before a restart): the poll answers */
     if (f->phase != kind + 1)
         return reply_error(
-            f, reply, 409, FA_ERR_STATE,
+            f, reply, FA_ERR_STATE,
             "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
             fa_fed_kind_names[kind], round, attempt,
             f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "done");
@@ -964,7 +963,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     default: rc = fa_secagg_server_unmask(f->sa, region, body, len, now_ms, &err); break;
     }
     if (rc != 0)
-        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
     memcpy(r->msg_sha[kind], sha, 32);
     r->have_msg[kind] = 1;
     if (kind == FA_FED_ADVERTISE)
@@ -996,13 +995,13 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
         attempt == f->last_attempt) {
         if (!fa_fed_in_list(region, (const char *const *)f->last_participants,
                             f->n_last_participants)) {
-            reply_error(f, reply, 409, FA_ERR_STATE,
+            reply_error(f, reply, FA_ERR_STATE,
                         "region %s is not among the participants of round %" PRIu64, region, round);
             return 1;
         }
         out = malloc(f->last_result_len ? f->last_result_len : 1);
         if (!out) {
-            reply_error(f, reply, 500, FA_ERR_NOMEM, "out of memory");
+            reply_error(f, reply, FA_ERR_NOMEM, "out of memory");
             return 1;
         }
         memcpy(out, f->last_result, f->last_result_len);
@@ -1025,7 +1024,7 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
                 fedagg__peer_list__free_unpacked(pl, NULL);
             if (!member) {
                 free(out);
-                reply_error(f, reply, 409, FA_ERR_STATE,
+                reply_error(f, reply, FA_ERR_STATE,
                             "region %s did not advertise in time for round %" PRIu64
                             " attempt %u; it joins the next attempt",
                             region, round, attempt);
@@ -1038,7 +1037,7 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
         rc = fa_secagg_server_survivor_list(f->sa, &out, &len, &err);
         if (rc == 0 && !fa_fed_find_region(f, region)->uploaded) {
             free(out);
-            reply_error(f, reply, 409, FA_ERR_STATE,
+            reply_error(f, reply, FA_ERR_STATE,
                         "region %s's masked upload did not complete before the deadline of "
                         "round %" PRIu64 " attempt %u",
                         region, round, attempt);
@@ -1051,9 +1050,16 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
     default: return 0; /* the RoundResult comes with the round's completion, above */
     }
     if (rc != 0) {
-        reply_error(f, reply, rc == FA_ERR_NOTFOUND ? 409 : 500, rc,
-                    "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
-                    fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+        /* no answer for it: it is not among this phase's regions (a state
+         * refusal, as a dropout's); anything else is this aggregator's failure */
+        if (rc == FA_ERR_NOTFOUND)
+            reply_error(f, reply, FA_ERR_STATE,
+                        "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
+                        fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+        else
+            reply_fault(f, reply, rc,
+                        "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
+                        fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
         return 1;
     }
     return reply_ok(reply, out, len);
@@ -1075,11 +1081,11 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
         return rc;
     /* The length is fixed by the round's parameters, whatever the phase. */
     if (content_length >= 0 && (uint64_t)content_length > want)
-        return reply_error(f, reply, 413, FA_ERR_TOOBIG,
+        return reply_error(f, reply, FA_ERR_TOOBIG,
                            "masked upload of %" PRId64 " bytes; this round's is %" PRIu64 " bytes",
                            content_length, want);
     if (content_length != (int64_t)want)
-        return reply_error(f, reply, 400, FA_ERR_PROTOCOL,
+        return reply_error(f, reply, FA_ERR_PROTOCOL,
                            "masked upload needs content-length %" PRIu64 " (got %" PRId64 ")", want,
                            content_length);
     r = fa_fed_find_region(f, region);
@@ -1100,14 +1106,14 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
     }
     if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
         return reply_error(
-            f, reply, 409, FA_ERR_STATE,
+            f, reply, FA_ERR_STATE,
             "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase", round,
             attempt,
             f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "done");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_begin(f->sa, region, now_ms, &err);
     if (rc != 0)
-        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
     r->uploading = 1;
     r->upload_id = ++f->next_upload_id;
     *upload = r->upload_id;
@@ -1131,13 +1137,13 @@ int fa_fed_masked_chunk(fa_fed *f, const char *region, uint64_t upload, const ui
     int rc;
 
     if (!upload_current(f, region, upload))
-        return reply_error(f, reply, 409, FA_ERR_STATE,
+        return reply_error(f, reply, FA_ERR_STATE,
                            "this masked upload was closed (its phase ended, or a newer upload "
                            "of the region replaced it)");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_chunk(f->sa, region, data, len, now_ms, &err);
     if (rc != 0)
-        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
     fa_failpoint("aggregator-mid-masked");
     return 0;
 }
@@ -1150,7 +1156,7 @@ int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t upload, uint64_t n
     int rc;
 
     if (!upload_current(f, region, upload))
-        return reply_error(f, reply, 409, FA_ERR_STATE,
+        return reply_error(f, reply, FA_ERR_STATE,
                            "this masked upload was closed (its phase ended, or a newer upload "
                            "of the region replaced it)");
     fa_error_clear(&err);
@@ -1162,7 +1168,7 @@ int fa_fed_masked_end(fa_fed *f, const char *region, uint64_t upload, uint64_t n
         fa_log(FA_LOG_WARN, "partial masked upload removed from the sum",
                "region=%s round=%" PRIu64 " attempt=%u reason=malformed", region, f->round,
                f->attempt);
-        return reply_error(f, reply, status_of(rc), rc, "%s", fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
     }
     if (r) {
         r->uploading = 0;
@@ -1230,19 +1236,15 @@ int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, si
     int rc;
 
     if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_MASKED)
-        return reply_error(f, reply, 409, FA_ERR_STATE,
+        return reply_error(f, reply, FA_ERR_STATE,
                            "privacy statements are taken from the advertise to the masked phase "
                            "of an attempt (before the update is uploaded)");
     fa_error_clear(&err);
     rc = fa_privacy_ledger_submit(f->privacy, region, body, len, &err);
     if (rc != 0) {
-        int status = rc == FA_ERR_AUTH                            ? 403
-                     : rc == FA_ERR_REPLAY || rc == FA_ERR_EXISTS ? 409
-                     : rc == FA_ERR_NOMEM                         ? 500
-                                                                  : 400;
-        fa_log(FA_LOG_WARN, "privacy statement refused", "region=%s status=%d error=\"%s\"", region,
-               status, fa_error_msg(&err, rc));
-        return reply_error(f, reply, status, rc, "%s", fa_error_msg(&err, rc));
+        fa_log(FA_LOG_WARN, "privacy statement refused", "region=%s code=%s error=\"%s\"", region,
+               fa_strerror(rc), fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
     }
     {
         double eps = 0, delta = 0, budget = 0;
@@ -1263,13 +1265,9 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
     fa_error_clear(&err);
     rc = fa_fed_eval_submit(f->feval, region, body, len, &err);
     if (rc != 0) {
-        int status = rc == FA_ERR_AUTH                            ? 403
-                     : rc == FA_ERR_REPLAY || rc == FA_ERR_EXISTS ? 409
-                     : rc == FA_ERR_NOMEM                         ? 500
-                                                                  : 400;
-        fa_log(FA_LOG_WARN, "evaluation report refused", "region=%s status=%d error=\"%s\"", region,
-               status, fa_error_msg(&err, rc));
-        return reply_error(f, reply, status, rc, "%s", fa_error_msg(&err, rc));
+        fa_log(FA_LOG_WARN, "evaluation report refused", "region=%s code=%s error=\"%s\"", region,
+               fa_strerror(rc), fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
     }
     {
         fa_eval_summary fe;

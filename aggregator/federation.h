@@ -55,13 +55,20 @@ enum fa_fed_kind {
     FA_FED_UNMASK = 4,      /* POST unmask     -> RoundResult */
 };
 
-/* An answer for the HTTP layer: a status and a protobuf body (malloc'ed;
- * free with fa_fed_reply_free).  For errors the body is an fedagg.Error with
- * the current round and attempt, and `message` is also in msg for logs. */
+/* An answer for the HTTP layer, which alone decides HTTP statuses
+ * (aggregator/api.c fa_api_http_status).  code 0: answered, body the
+ * protobuf answer (malloc'ed; free with fa_fed_reply_free).  Otherwise a
+ * refusal: its FA_ERR_* code, a message for the region and the logs, and the
+ * round and attempt it was refused at (the fedagg.Error api.c sends);
+ * internal is set when the refusal is this aggregator's failure rather than
+ * the request's (api.c answers 500). */
 typedef struct fa_fed_reply {
-    int status;
+    int code;
+    int internal;
     uint8_t *body;
     size_t len;
+    uint64_t round;
+    uint32_t attempt;
     char msg[512];
 } fa_fed_reply;
 
@@ -89,17 +96,18 @@ uint64_t fa_fed_next_deadline_in(const fa_fed *f, uint64_t now_ms);
  * round/attempt.  Accepted messages return 0 and the caller waits for the
  * phase to close (fa_fed_poll); a message identical to one already accepted
  * (a retry after a broken connection) is accepted again.  Otherwise returns
- * the FA_ERR_* code and fills reply with the HTTP status and Error: 403 for
- * an unknown region or a message naming another, 409 for another round,
- * attempt or phase (with the current ones), 400 for a malformed message,
- * a bad signature or wrong sizes.  State is unchanged on refusal. */
+ * the FA_ERR_* code and fills reply with the refusal, which api.c answers
+ * as 403 for an unknown region or a message naming another (FA_ERR_AUTH),
+ * 409 for another round, attempt or phase, with the current ones
+ * (FA_ERR_REPLAY, FA_ERR_STATE, FA_ERR_EXISTS), 400 for a malformed
+ * message, a bad signature or wrong sizes.  State is unchanged on refusal. */
 int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
                   const uint8_t *body, size_t len, uint64_t now_ms, fa_fed_reply *reply);
 
 /* Answers a long-poll of `region` for `kind` in round/attempt: returns 1
- * with reply filled when the answer is known (200 and the phase's message
- * for this region, or an error such as 409 when the attempt was aborted or
- * the region dropped out), 0 while the phase is still open. */
+ * with reply filled when the answer is known (the phase's message for this
+ * region, or a refusal such as FA_ERR_STATE, 409, when the attempt was
+ * aborted or the region dropped out), 0 while the phase is still open. */
 int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_t attempt,
                 fa_fed_reply *reply);
 

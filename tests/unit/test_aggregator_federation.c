@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "aggregator/api.h"
 #include "audit/audit_log.h"
 #include "aggregator/federation.h"
 #include "aggregator/model_store.h"
@@ -221,7 +222,7 @@ static int submit(struct sim *s, int kind, int i, const uint8_t *m, size_t len, 
     position(s, &round, &attempt, NULL, NULL);
     rc = fa_fed_submit(s->f, kind, ids[i], round, attempt, m, len, s->now, &r);
     if (status)
-        *status = rc ? r.status : 0;
+        *status = rc ? fa_api_http_status(r.code, r.internal) : 0;
     fa_fed_reply_free(&r);
     return rc;
 }
@@ -232,8 +233,9 @@ static uint8_t *poll_ok(struct sim *s, int kind, int i, uint64_t round, uint32_t
 {
     fa_fed_reply r = {0};
     assert_int_equal(fa_fed_poll(s->f, kind, ids[i], round, attempt, &r), 1);
-    if (r.status != 200)
-        fail_msg("poll %d for %s: %d %s", kind, ids[i], r.status, r.msg);
+    if (fa_api_http_status(r.code, r.internal) != 200)
+        fail_msg("poll %d for %s: %d %s", kind, ids[i], fa_api_http_status(r.code, r.internal),
+                 r.msg);
     *len = r.len;
     return r.body;
 }
@@ -442,7 +444,7 @@ static void test_dropout_and_refusals(void **state)
     /* a region not in the federation */
     assert_int_equal(fa_fed_submit(s->f, FA_FED_ADVERTISE, "mars", 1, 0, buf, 0, s->now, &r),
                      FA_ERR_AUTH);
-    assert_int_equal(r.status, 403);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 403);
     fa_fed_reply_free(&r);
     run_to_masked(s, all, NR);
     /* an identical advertisement again (a retry) is fine; the phase is past */
@@ -463,11 +465,11 @@ static void test_dropout_and_refusals(void **state)
                      0);
     assert_true(id2 != id1);
     assert_int_equal(fa_fed_masked_chunk(s->f, ids[2], id1, buf, len, s->now, &r), FA_ERR_STATE);
-    assert_int_equal(r.status, 409);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 409);
     /* a wrong length is refused before anything is summed */
     assert_int_equal(fa_fed_masked_begin(s->f, ids[0], 1, 0, 12, s->now, &id1, &discard, &r),
                      FA_ERR_PROTOCOL);
-    assert_int_equal(r.status, 400);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 400);
     fa_fed_reply_free(&r);
     /* ... and then it never finishes: us-east drops out of the masked phase */
     for (int k = 0; k < 2; k++)
@@ -475,7 +477,7 @@ static void test_dropout_and_refusals(void **state)
     s->now += 1500;
     assert_int_equal(fa_fed_tick(s->f, s->now), 1);
     assert_int_equal(fa_fed_poll(s->f, FA_FED_MASKED, ids[2], 1, 0, &r), 1);
-    assert_int_equal(r.status, 409);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 409);
     fa_fed_reply_free(&r);
     run_to_end(s, two, 2, 1, 0);
     position(s, NULL, NULL, NULL, &version);
@@ -579,7 +581,7 @@ static void test_advertised_model(void **state)
     assert_int_equal(
         fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m, len, s->now, &r),
         FA_ERR_REPLAY);
-    assert_int_equal(r.status, 409);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 409);
     assert_non_null(strstr(r.msg, "region eu-west advertised keys for model"));
     assert_non_null(strstr(r.msg, "download it again"));
     fa_fed_reply_free(&r);
@@ -596,7 +598,7 @@ static void test_advertised_model(void **state)
         assert_int_equal(
             fa_fed_submit(s->f, FA_FED_ADVERTISE, ids[1], round, attempt, m2, l2, s->now, &r),
             FA_ERR_PROTOCOL);
-        assert_int_equal(r.status, 400);
+        assert_int_equal(fa_api_http_status(r.code, r.internal), 400);
         assert_non_null(strstr(r.msg, "names no model digest"));
         fa_fed_reply_free(&r);
         fedagg__advertise_keys__free_unpacked(ak, NULL);
@@ -855,7 +857,7 @@ static void test_below_threshold_aborts_attempt(void **state)
     assert_int_equal(version, 0);
     /* the old attempt's long-polls learn it */
     assert_int_equal(fa_fed_poll(s->f, FA_FED_MASKED, ids[0], 1, 0, &r), 1);
-    assert_int_equal(r.status, 409);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 409);
     fa_fed_reply_free(&r);
     /* the next attempt, with fresh keys, succeeds */
     clients_new(s);
@@ -1123,7 +1125,7 @@ static int submit_eval(struct sim *s, int i, const uint8_t *b, size_t len, int *
 {
     fa_fed_reply r = {0};
     int rc = fa_fed_submit_eval(s->f, ids[i], b, len, &r);
-    *status = rc ? r.status : 200;
+    *status = rc ? fa_api_http_status(r.code, r.internal) : 200;
     fa_fed_reply_free(&r);
     return rc;
 }
@@ -1373,7 +1375,7 @@ static int submit_privacy(struct sim *s, int i, const uint8_t *b, size_t len, in
 {
     fa_fed_reply r = {0};
     int rc = fa_fed_submit_privacy(s->f, ids[i], b, len, &r);
-    *status = rc ? r.status : 200;
+    *status = rc ? fa_api_http_status(r.code, r.internal) : 200;
     fa_fed_reply_free(&r);
     return rc;
 }
