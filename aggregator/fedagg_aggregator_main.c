@@ -30,9 +30,9 @@
 #include "common/fa_daemon.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
-#include "common/fa_quic_config.h"
 #include "common/fa_time.h"
 #include "model/mlp.h"
+#include "netconfig/quic_config.h"
 #include "proto/config_check.h"
 #include "transport/h3.h"
 
@@ -316,7 +316,7 @@ int main(int argc, char **argv)
     sc.cert_file = cfg->tls->cert_file;
     sc.key_file = cfg->tls->key_file;
     sc.ca_file = cfg->tls->ca_file;
-    fa_quic_opts_from_config(&sc.quic, cfg->quic);
+    fa_netconfig_quic_opts(&sc.quic, cfg->quic);
     sc.max_connections = cfg->quic->max_connections;
     sc.max_body_bytes = cfg->quic->max_body_bytes;
     sc.retry = (int)cfg->quic->retry;

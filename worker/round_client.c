@@ -15,12 +15,12 @@
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
-#include "common/fa_quic_config.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "crypto/wire.h"
+#include "netconfig/quic_config.h"
 #include "secagg.pb-c.h"
 #include "transport/h3.h"
 #include "worker/eval_report.h"
@@ -209,7 +209,7 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
     hc.ca_file = cfg->tls ? cfg->tls->ca_file : NULL;
     hc.cert_file = cfg->tls ? cfg->tls->cert_file : NULL;
     hc.key_file = cfg->tls ? cfg->tls->key_file : NULL;
-    fa_quic_opts_from_config(&hc.quic, cfg->quic);
+    fa_netconfig_quic_opts(&hc.quic, cfg->quic);
     if (cfg->quic) {
         hc.reconnect_initial_ms = cfg->quic->reconnect_initial_ms;
         hc.reconnect_max_ms = cfg->quic->reconnect_max_ms;

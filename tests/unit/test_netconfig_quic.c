@@ -1,0 +1,59 @@
+/* Unit tests of netconfig/quic_config.c: fedagg.QuicConfig onto the
+ * transport's options, field by field, and the defaults without a config. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "netconfig/quic_config.h"
+
+static void test_defaults_without_config(void **state)
+{
+    fa_h3_quic_opts o, d;
+    memset(&o, 0x5a, sizeof(o));
+    fa_h3_quic_default(&d);
+    fa_netconfig_quic_opts(&o, NULL);
+    assert_memory_equal(&o, &d, sizeof(o));
+}
+
+static void test_every_field(void **state)
+{
+    Fedagg__QuicConfig q = FEDAGG__QUIC_CONFIG__INIT;
+    fa_h3_quic_opts o;
+
+    q.max_stream_window = 1u << 20;
+    q.max_connection_window = 3u << 20;
+    q.congestion_control = 1;
+    q.idle_timeout_ms = 12345;
+    q.max_streams_per_connection = 7;
+    q.qlog_dir = "/tmp/qlog";
+    q.gso = 0;
+    q.gro = 1;
+    q.max_udp_payload_size = 1400;
+    fa_netconfig_quic_opts(&o, &q);
+    assert_int_equal(o.max_stream_window, 1u << 20);
+    assert_int_equal(o.max_connection_window, 3u << 20);
+    assert_int_equal(o.cc, 1);
+    assert_int_equal(o.idle_timeout_ms, 12345);
+    assert_int_equal(o.max_streams, 7);
+    assert_string_equal(o.qlog_dir, "/tmp/qlog");
+    assert_int_equal(o.gso, 0);
+    assert_int_equal(o.gro, 1);
+    assert_int_equal(o.max_udp_payload, 1400);
+    /* an empty qlog_dir is no qlog */
+    q.qlog_dir = "";
+    fa_netconfig_quic_opts(&o, &q);
+    assert_null(o.qlog_dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_without_config),
+        cmocka_unit_test(test_every_field),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
