@@ -35,6 +35,7 @@
 #include <sodium.h>
 
 #include "audit/audit_log.h"
+#include "benchmarks/measure.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"
@@ -53,11 +54,6 @@ struct gen {
     uint8_t rseed[NREG][32];
     fa_audit_region_key keys[NREG];
 };
-
-static double now_s(void)
-{
-    return (double)fa_time_mono_ns() * 1e-9;
-}
 
 /* Encodes the next round's record into *out (malloc'ed).  sign: real
  * commitment signatures (else fixed bytes: the big log is verified without
@@ -175,7 +171,7 @@ static double sha256_file(const char *path)
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     uint8_t md[32];
     int fd = open(path, O_RDONLY);
-    double t0 = now_s();
+    double t0 = fa_bench_now_s();
     ssize_t n;
     if (fd < 0 || !ctx)
         abort();
@@ -185,7 +181,7 @@ static double sha256_file(const char *path)
     EVP_DigestFinal_ex(ctx, md, NULL);
     close(fd);
     EVP_MD_CTX_free(ctx);
-    return now_s() - t0;
+    return fa_bench_now_s() - t0;
 }
 
 static void frame(uint8_t *out, const uint8_t *rec, size_t len)
@@ -217,17 +213,17 @@ static void bench_append(const char *dir, fa_note_signer *signer, struct gen *g,
         lens[i] = gen_record(g, !sync, &recs[i]); /* regions' work: outside the timing */
     if (fa_audit_log_open(&log, path, signer, origin, sync ? 0 : FA_AUDIT_LOG_NOSYNC, NULL, &err))
         die("open", &err);
-    t0 = now_s();
+    t0 = fa_bench_now_s();
     for (uint64_t i = 0; i < n; i++)
         if (fa_audit_log_append_encoded(log, (const uint8_t *const *)&recs[i], &lens[i], 1, NULL,
                                         &err) != 0)
             die("append", &err);
-    ours = now_s() - t0;
+    ours = fa_bench_now_s() - t0;
     fa_audit_log_close(log);
 
     crypto_sign_keypair(apk, ask);
     fd = open(ref, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    t0 = now_s();
+    t0 = fa_bench_now_s();
     for (uint64_t i = 0; i < n; i++) {
         frame(buf, recs[i], lens[i]);
         if (write(fd, buf, lens[i] + 8) != (ssize_t)(lens[i] + 8))
@@ -240,7 +236,7 @@ static void bench_append(const char *dir, fa_note_signer *signer, struct gen *g,
             crypto_sign_detached(sig, NULL, buf, 100, ask);
         }
     }
-    anchor = now_s() - t0;
+    anchor = fa_bench_now_s() - t0;
     close(fd);
     unlink(ref);
     printf("{\"bench\":\"audit_append\",\"fsync\":%s,\"records\":%" PRIu64
@@ -262,7 +258,7 @@ static void bench_verify(const char *path, const fa_note_verifier *key, struct g
     fa_audit_verify_opts o;
     fa_audit_verify_result res;
     fa_error err;
-    double t0 = now_s(), ours, anchor;
+    double t0 = fa_bench_now_s(), ours, anchor;
     uint64_t bytes = file_size(path);
 
     memset(&o, 0, sizeof(o));
@@ -273,7 +269,7 @@ static void bench_verify(const char *path, const fa_note_verifier *key, struct g
     }
     if (fa_audit_verify(path, &o, &res, &err) != 0)
         die("verify", &err);
-    ours = now_s() - t0;
+    ours = fa_bench_now_s() - t0;
     if (with_keys) {
         /* the signatures alone: one checkpoint and NREG commitments per record */
         anchor = (double)(res.checkpoints + res.region_signatures) * ed_us * 1e-6;
@@ -320,12 +316,12 @@ static void bench_build(const char *path, fa_note_signer *signer, struct gen *g,
         uint8_t md[32];
         for (size_t i = 0; i < k; i++)
             lens[i] = gen_record(g, 0, &recs[i]);
-        t0 = now_s();
+        t0 = fa_bench_now_s();
         if (fa_audit_log_append_encoded(log, (const uint8_t *const *)recs, lens, k, NULL, &err))
             die("append", &err);
-        ours += now_s() - t0;
+        ours += fa_bench_now_s() - t0;
         /* anchor: the same frames hashed (one SHA-256 each, as leaves) and written */
-        t0 = now_s();
+        t0 = fa_bench_now_s();
         for (size_t i = 0; i < k; i++) {
             frame(fbuf + fl, recs[i], lens[i]);
             EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
@@ -335,7 +331,7 @@ static void bench_build(const char *path, fa_note_signer *signer, struct gen *g,
         }
         if (write(fd, fbuf, fl) != (ssize_t)fl)
             abort();
-        anchor += now_s() - t0;
+        anchor += fa_bench_now_s() - t0;
         for (size_t i = 0; i < k; i++)
             free(recs[i]);
         done += k;
@@ -361,10 +357,10 @@ static void bench_open(const char *path, const fa_note_verifier *key)
 {
     fa_audit_log *log;
     fa_error err;
-    double t0 = now_s(), ours, anchor;
+    double t0 = fa_bench_now_s(), ours, anchor;
     if (fa_audit_log_open_readonly(&log, path, key, NULL, &err) != 0)
         die("open", &err);
-    ours = now_s() - t0;
+    ours = fa_bench_now_s() - t0;
     fa_audit_log_close(log);
     anchor = sha256_file(path);
     printf("{\"bench\":\"audit_open\",\"bytes\":%" PRIu64
@@ -393,15 +389,15 @@ static void bench_proofs(const char *path, const fa_note_verifier *key, uint64_t
         fa_proof_bundle b;
         fa_checkpoint cp;
 
-        t0 = now_s();
+        t0 = fa_bench_now_s();
         if (fa_audit_log_prove(log, i, &bundle, &blen, &err) != 0)
             die("prove", &err);
-        t_prove += now_s() - t0;
-        t0 = now_s();
+        t_prove += fa_bench_now_s() - t0;
+        t0 = fa_bench_now_s();
         if (fa_proof_bundle_parse(bundle, blen, &b, &err) != 0 ||
             fa_proof_bundle_verify(&b, key, &cp, &err) != 0)
             die("check proof", &err);
-        t_verify += now_s() - t0;
+        t_verify += fa_bench_now_s() - t0;
         hashes += b.proof_len;
         bytes += blen;
         fa_proof_bundle_free(&b);
@@ -409,22 +405,22 @@ static void bench_proofs(const char *path, const fa_note_verifier *key, uint64_t
 
         /* consistency from a random earlier size */
         i = 1 + randombytes_uniform((uint32_t)(n - 1));
-        t0 = now_s();
+        t0 = fa_bench_now_s();
         if (fa_audit_log_root(log, i, oldroot, &err) != 0 ||
             fa_audit_log_consistency_proof(log, i, n, proof, &plen, &err) != 0)
             die("consistency", &err);
-        t_cprove += now_s() - t0;
-        t0 = now_s();
+        t_cprove += fa_bench_now_s() - t0;
+        t0 = fa_bench_now_s();
         if (fa_merkle_verify_consistency(i, n, oldroot, root, proof, plen) != 0)
             die("consistency verify", NULL);
-        t_cverify += now_s() - t0;
+        t_cverify += fa_bench_now_s() - t0;
         chashes += plen;
     }
     fa_audit_log_close(log);
-    t0 = now_s();
+    t0 = fa_bench_now_s();
     for (int i = 0; i < 100000; i++)
         fa_merkle_node_hash(h, root, h);
-    node_us = (now_s() - t0) / 100000 * 1e6;
+    node_us = (fa_bench_now_s() - t0) / 100000 * 1e6;
     printf("{\"bench\":\"audit_proof\",\"kind\":\"inclusion\",\"records\":%" PRIu64
            ",\"probes\":%" PRIu64 ",\"hashes\":%.1f,\"proof_bytes\":%.0f,\"bundle_bytes\":%.0f,"
            "\"prove_us\":%.1f,\"verify_us\":%.1f,\"ref\":\"ed25519_verify\",\"ref_us\":%.1f,"
@@ -448,11 +444,11 @@ static double ed25519_verify_us(void)
     int n = 2000;
     crypto_sign_keypair(pk, sk);
     crypto_sign_detached(sig, NULL, msg, sizeof(msg), sk);
-    t0 = now_s();
+    t0 = fa_bench_now_s();
     for (int i = 0; i < n; i++)
         if (crypto_sign_verify_detached(sig, msg, sizeof(msg), pk) != 0)
             abort();
-    return (now_s() - t0) / n * 1e6;
+    return (fa_bench_now_s() - t0) / n * 1e6;
 }
 
 int fa_bench_audit(int argc, char **argv)

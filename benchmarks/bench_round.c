@@ -131,6 +131,7 @@
 
 #include <openssl/evp.h>
 
+#include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
@@ -358,7 +359,7 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
     {
         int mi = fa_rbench_median_index(secure_wall, ns),
             pi = fa_rbench_median_index(plain_wall, np);
-        double sm = fa_rbench_median(secure_wall, ns), pm = fa_rbench_median(plain_wall, np);
+        double sm = fa_bench_median(secure_wall, ns), pm = fa_bench_median(plain_wall, np);
         const struct secure_round *s = &sr[mi];
         struct fa_rbench_plain_phases pp;
         char list_s[512] = "", list_p[512] = "";
@@ -405,9 +406,9 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
          * AES-128-CTR speed just measured. */
         {
             double agg_ratio =
-                fa_rbench_median(secure_cpu_server, ns) / fa_rbench_median(plain_cpu_server, np);
-            double beyond = (fa_rbench_median(secure_cpu_clients, ns) -
-                             fa_rbench_median(plain_cpu_clients, np)) /
+                fa_bench_median(secure_cpu_server, ns) / fa_bench_median(plain_cpu_server, np);
+            double beyond = (fa_bench_median(secure_cpu_clients, ns) -
+                             fa_bench_median(plain_cpu_clients, np)) /
                             o->regions;
             double mask_bytes = 4.0 * (double)(d + 1) * o->regions;
             double mask_s = mask_bytes / aes_speed;

@@ -155,8 +155,6 @@ int fa_rbench_kv(const char *line, const char *key, char *out, size_t n);
 double fa_rbench_kv_num(const char *line, const char *key);
 /* Seconds of the day of a line's ts=...: NAN when absent. */
 double fa_rbench_line_ts(const char *line);
-int fa_rbench_cmp_double(const void *a, const void *b);
-double fa_rbench_median(const double *v, int n);
 /* Index of the element nearest the median. */
 int fa_rbench_median_index(const double *v, int n);
 /* v with prec decimals, or "null" when not finite. */

@@ -16,6 +16,7 @@
 
 #include <openssl/evp.h>
 
+#include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "fedagg.pb-c.h"
@@ -136,28 +137,10 @@ double fa_rbench_line_ts(const char *line)
     return h * 3600.0 + m * 60.0 + s;
 }
 
-int fa_rbench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double fa_rbench_median(const double *v, int n)
-{
-    double s[64];
-    if (n <= 0)
-        return NAN;
-    if (n > 64)
-        n = 64;
-    memcpy(s, v, (size_t)n * sizeof(double));
-    qsort(s, (size_t)n, sizeof(double), fa_rbench_cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* Index of the median element of v (the lower one for even n). */
 int fa_rbench_median_index(const double *v, int n)
 {
-    double m = fa_rbench_median(v, n);
+    double m = fa_bench_median(v, n);
     int best = 0;
     for (int i = 1; i < n; i++)
         if (fabs(v[i] - m) < fabs(v[best] - m))
