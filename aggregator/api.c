@@ -292,7 +292,7 @@ static int on_status(fa_h3_request *req, void *arg)
     if (accept && strstr(accept, "application/json")) {
         fa_h3_header h[] = {{"content-type", "application/json"}};
         char *json;
-        if (fa_fed_status_json(a->fed, &json, &err) != 0) {
+        if (fa_fed_status_json(a->fed, now_ms(), &json, &err) != 0) {
             respond_error(c, req, 500, "%s", err.msg);
             return 0;
         }
@@ -303,7 +303,7 @@ static int on_status(fa_h3_request *req, void *arg)
         fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
         uint8_t *out;
         size_t len;
-        if (fa_fed_status(a->fed, &out, &len, &err) != 0) {
+        if (fa_fed_status(a->fed, now_ms(), &out, &len, &err) != 0) {
             respond_error(c, req, 500, "%s", err.msg);
             return 0;
         }

@@ -268,7 +268,7 @@ int fa_fed_admin_json(fa_fed *f, const char *what, uint64_t now_ms, char **out, 
     if (!strcmp(what, "status")) {
         char *base = NULL;
         json_error_t je;
-        int rc = fa_fed_status_json(f, &base, err);
+        int rc = fa_fed_status_json(f, now_ms, &base, err);
         if (rc != 0)
             return rc;
         o = json_loads(base, 0, &je);

@@ -69,12 +69,12 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
     return 0;
 }
 
-int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err)
+int fa_fed_status(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err)
 {
     Fedagg__Status s = FEDAGG__STATUS__INIT;
     Fedagg__RegionStatus *rs = calloc(f->n_regions ? f->n_regions : 1, sizeof(*rs));
     Fedagg__RegionStatus **rsp = calloc(f->n_regions ? f->n_regions : 1, sizeof(*rsp));
-    uint64_t now = fa_time_mono_ns() / 1000000u;
+    uint64_t now = now_ms;
     Fedagg__EvalSummary fsum, csum;
     Fedagg__NamedValue fnv[FA_EVAL_MAX_METRICS], *fnvp[FA_EVAL_MAX_METRICS];
     Fedagg__NamedValue cnv[FA_EVAL_MAX_METRICS], *cnvp[FA_EVAL_MAX_METRICS];
@@ -168,10 +168,10 @@ static json_t *summary_json(const fa_eval_summary *s)
     return o;
 }
 
-int fa_fed_status_json(fa_fed *f, char **out, fa_error *err)
+int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err)
 {
     json_t *o = json_object(), *regions = json_array();
-    uint64_t now = fa_time_mono_ns() / 1000000u;
+    uint64_t now = now_ms;
     char *text;
 
     *out = NULL;

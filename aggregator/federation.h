@@ -13,6 +13,13 @@
  * whose regions all answered, and answers long-polls with fa_fed_poll().
  * Everything here runs on one thread (the server loop).
  *
+ * Time.  Every deadline, age and back-off is computed from the now_ms the
+ * caller passes (a monotonic clock in milliseconds; tests pass their own).
+ * The wall clock is read only to stamp what is written down (an audit
+ * record's time, an attempt's start, a deadline shown to operators), and
+ * the monotonic clock only to measure how long a commit took and move
+ * now_ms on by that much.
+ *
  * Round policy.  A phase closes when every region that may still answer has
  * answered, or at its deadline.  Below the secure-aggregation threshold t (or,
  * when advertising, below min_regions) the attempt is aborted and a new
@@ -134,9 +141,9 @@ void fa_fed_masked_abort(fa_fed *f, const char *region, uint64_t upload, uint64_
 
 /* GET /v1/federation and GET /v1/status bodies (packed protobuf, malloc'ed). */
 int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err);
-int fa_fed_status(fa_fed *f, uint8_t **out, size_t *len, fa_error *err);
+int fa_fed_status(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error *err);
 /* The status as one JSON object (malloc'ed, NUL-terminated). */
-int fa_fed_status_json(fa_fed *f, char **out, fa_error *err);
+int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err);
 
 /* The model file of `version` (UINT64_MAX = the current one): its path, the
  * version and its SHA-256; with f32, the file of its float32 master weights

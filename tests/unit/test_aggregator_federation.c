@@ -1170,7 +1170,7 @@ static void test_federated_evaluation(void **state)
     assert_int_equal(submit_eval(s, 1, b, len, &status), 0);
     free(b);
     /* Example-weighted: (0.8 x 100 + 0.6 x 300) / 400 = 0.65. */
-    must(fa_fed_status_json(s->f, &json, &err), &err);
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
     assert_non_null(strstr(json, "\"federated_eval\""));
     assert_non_null(strstr(json, "\"accuracy\": 0.65") ? strstr(json, "\"accuracy\": 0.65")
                                                         : strstr(json, "\"accuracy\":0.65"));
@@ -1277,7 +1277,7 @@ static void test_evaluator_command(void **state)
     }
     for (int k = 0; k < 200; k++) { /* the command runs for real: up to 20 s */
         fa_fed_tick(s->f, s->now);
-        must(fa_fed_status_json(s->f, &json, &err), &err);
+        must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
         if (strstr(json, "\"central_eval\""))
             break;
         free(json);
@@ -1443,7 +1443,7 @@ static void test_privacy_ledger(void **state)
     privacy_round(s, 2, eps2, budget);
     {
         char *json;
-        must(fa_fed_status_json(s->f, &json, &err), &err);
+        must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
         assert_non_null(strstr(json, "\"privacy\""));
         assert_non_null(strstr(json, "\"budget_epsilon\""));
         free(json);
