@@ -75,21 +75,12 @@ static void json_error(const char *what, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void json_error(const char *what, const char *fmt, ...)
 {
-    char msg[1024], q[1100];
-    size_t j = 0;
+    char head[128];
     va_list ap;
+    snprintf(head, sizeof(head), "\"bench\":\"recovery\",\"what\":\"%s\"", what);
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    fa_bench_verror("recovery", what, head, fmt, ap);
     va_end(ap);
-    for (size_t i = 0; msg[i] && j + 3 < sizeof(q); i++) {
-        if (msg[i] == '"' || msg[i] == '\\')
-            q[j++] = '\\';
-        q[j++] = (msg[i] == '\n' || msg[i] == '\t') ? ' ' : msg[i];
-    }
-    q[j] = '\0';
-    printf("{\"bench\":\"recovery\",\"what\":\"%s\",\"error\":\"%s\"}\n", what, q);
-    fflush(stdout);
-    fprintf(stderr, "fedagg-bench recovery: %s: %s\n", what, msg);
 }
 
 static uint32_t rnd(struct fed *F, uint32_t n)

@@ -1,6 +1,7 @@
 #include "benchmarks/measure.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -42,4 +43,21 @@ double fa_bench_median(const double *v, int n)
     m = k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2;
     free(s);
     return m;
+}
+
+void fa_bench_verror(const char *cmd, const char *part, const char *head, const char *fmt,
+                     va_list ap)
+{
+    char msg[1024], q[1100];
+    size_t j = 0;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    for (size_t i = 0; msg[i] && j + 3 < sizeof(q); i++) {
+        if (msg[i] == '"' || msg[i] == '\\')
+            q[j++] = '\\';
+        q[j++] = (msg[i] == '\n' || msg[i] == '\t') ? ' ' : msg[i];
+    }
+    q[j] = '\0';
+    printf("{%s,\"error\":\"%s\"}\n", head, q);
+    fflush(stdout);
+    fprintf(stderr, "fedagg-bench %s: %s: %s\n", cmd, part, msg);
 }

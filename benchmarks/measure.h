@@ -4,6 +4,8 @@
 #ifndef FA_BENCH_MEASURE_H
 #define FA_BENCH_MEASURE_H
 
+#include <stdarg.h>
+
 /* The monotonic clock, in seconds (fa_time_mono_s). */
 double fa_bench_now_s(void);
 
@@ -17,5 +19,12 @@ int fa_bench_cmp_double(const void *a, const void *b);
 /* The median of the finite values of v[0..n) (the mean of the two middle
  * ones when their count is even); NAN when there is none or no memory. */
 double fa_bench_median(const double *v, int n);
+
+/* A benchmark's failure, said twice: the JSON line {<head>,"error":"<the
+ * message>"} on stdout (head: the fields before, e.g. "\"bench\":\"model\"";
+ * the message JSON-escaped, newlines and tabs as spaces) and
+ * "fedagg-bench <cmd>: <part>: <the message>" on stderr. */
+void fa_bench_verror(const char *cmd, const char *part, const char *head, const char *fmt,
+                     va_list ap) __attribute__((format(printf, 4, 0)));
 
 #endif

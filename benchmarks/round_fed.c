@@ -32,21 +32,12 @@ void fa_rbench_json_error(const char *part, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void fa_rbench_json_error(const char *part, const char *fmt, ...)
 {
-    char msg[1024], q[1100];
-    size_t j = 0;
+    char head[128];
     va_list ap;
+    snprintf(head, sizeof(head), "\"bench\":\"round_%s\"", part);
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    fa_bench_verror("round", part, head, fmt, ap);
     va_end(ap);
-    for (size_t i = 0; msg[i] && j + 3 < sizeof(q); i++) {
-        if (msg[i] == '"' || msg[i] == '\\')
-            q[j++] = '\\';
-        q[j++] = (msg[i] == '\n' || msg[i] == '\t') ? ' ' : msg[i];
-    }
-    q[j] = '\0';
-    printf("{\"bench\":\"round_%s\",\"error\":\"%s\"}\n", part, q);
-    fflush(stdout);
-    fprintf(stderr, "fedagg-bench round: %s: %s\n", part, msg);
 }
 
 int fa_rbench_write_text(const char *path, const char *text)
