@@ -383,14 +383,14 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
                o->regions, d, arch, ring_bits, in_flight, o->idle_ms, o->reps, list_s, list_p, sm,
                pm, sm / pm, sm / pm <= 1.25 ? "true" : "false", s->phase[0], s->phase[1],
                s->phase[2], s->phase[3], s->phase[4], s->other,
-               fa_rbench_json_num(b1, sizeof(b1), s->agg.phase[1], 3),
-               fa_rbench_json_num(b2, sizeof(b2), s->agg.phase[2], 3),
-               fa_rbench_json_num(b3, sizeof(b3), s->agg.phase[3], 3),
-               fa_rbench_json_num(b4, sizeof(b4), s->agg.phase[4], 3),
-               fa_rbench_json_num(b5, sizeof(b5), s->agg.finish, 3));
+               fa_bench_json_num(b1, sizeof(b1), s->agg.phase[1], 3),
+               fa_bench_json_num(b2, sizeof(b2), s->agg.phase[2], 3),
+               fa_bench_json_num(b3, sizeof(b3), s->agg.phase[3], 3),
+               fa_bench_json_num(b4, sizeof(b4), s->agg.phase[4], 3),
+               fa_bench_json_num(b5, sizeof(b5), s->agg.finish, 3));
         printf("\"plain_server_s\":{\"upload\":%s,\"decode_optimizer_commit\":%s},",
-               fa_rbench_json_num(b1, sizeof(b1), pp.upload, 3),
-               fa_rbench_json_num(b2, sizeof(b2), pp.step_commit, 3));
+               fa_bench_json_num(b1, sizeof(b1), pp.upload, 3),
+               fa_bench_json_num(b2, sizeof(b2), pp.step_commit, 3));
         /* CPU seconds of the median rounds: all region clients together
          * (this process), and the server process.  On this machine every
          * region shares the same cores; spread over real regions the
@@ -416,12 +416,12 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
                    "\"aggregator_cpu_target\":1.25,\"aggregator_cpu_met\":%s,"
                    "\"region_cpu_beyond_plain_s\":%s,\"region_mask_expand_s\":%s,"
                    "\"region_cpu_ratio\":%s,\"region_cpu_target\":1.5,\"region_cpu_met\":%s,",
-                   fa_rbench_json_num(b1, sizeof(b1), aes_speed, 0),
-                   fa_rbench_json_num(b2, sizeof(b2), agg_ratio, 3),
+                   fa_bench_json_num(b1, sizeof(b1), aes_speed, 0),
+                   fa_bench_json_num(b2, sizeof(b2), agg_ratio, 3),
                    agg_ratio <= 1.25 ? "true" : "false",
-                   fa_rbench_json_num(b3, sizeof(b3), beyond, 3),
-                   fa_rbench_json_num(b4, sizeof(b4), mask_s, 3),
-                   fa_rbench_json_num(b5, sizeof(b5), beyond / mask_s, 3),
+                   fa_bench_json_num(b3, sizeof(b3), beyond, 3),
+                   fa_bench_json_num(b4, sizeof(b4), mask_s, 3),
+                   fa_bench_json_num(b5, sizeof(b5), beyond / mask_s, 3),
                    beyond / mask_s <= 1.5 ? "true" : "false");
         }
         printf("\"aggregator_vmhwm_mib\":%.1f,\"plain_server_vmhwm_mib\":%.1f}\n", agg_hwm / 1024.0,
@@ -443,7 +443,7 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
                    "\"ref\":\"float32\",\"ref_bytes_per_param\":4,\"ratio\":%.4f}\n",
                    o->regions, d, ring_bits, masked, up / d, down / d, (up + down) / d,
                    (plain_up + plain_down) / d,
-                   fa_rbench_json_num(b6, sizeof(b6), model_down ? (double)model_down / d : NAN, 4),
+                   fa_bench_json_num(b6, sizeof(b6), model_down ? (double)model_down / d : NAN, 4),
                    (up + down) / d / 4.0);
         }
         fflush(stdout);
@@ -887,7 +887,7 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
         }
         for (int r = 0; r < o->acc_rounds; r++) {
             fprintf(ff, "%s%s", r ? "," : "",
-                    fa_rbench_json_num(b[0], sizeof(b[0]), fed_curve[r], 4));
+                    fa_bench_json_num(b[0], sizeof(b[0]), fed_curve[r], 4));
             if (r >= o->acc_rounds - tail)
                 fed_tail += fed_curve[r] / tail;
         }
@@ -921,13 +921,13 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
                o->acc_opt, o->acc_server_lr, o->acc_server_momentum, o->acc_beta1, o->acc_beta2,
                o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, o->acc_clip,
                ACC_TUNED_OVER, o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr,
-               o->acc_momentum, fa_rbench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
-               fa_rbench_json_num(b[2], sizeof(b[2]), cen_acc, 4),
-               fa_rbench_json_num(b[3], sizeof(b[3]), gap, 2), tail,
-               fa_rbench_json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
-               fa_rbench_json_num(b[5], sizeof(b[5]), cen_tail, 4), tail,
-               fa_rbench_json_num(b[6], sizeof(b[6]), gap_tail, 2), gap <= 1.5 ? "true" : "false",
-               fed_s, fa_rbench_json_num(b[7], sizeof(b[7]), cen_s, 1), fc, cc);
+               o->acc_momentum, fa_bench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
+               fa_bench_json_num(b[2], sizeof(b[2]), cen_acc, 4),
+               fa_bench_json_num(b[3], sizeof(b[3]), gap, 2), tail,
+               fa_bench_json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
+               fa_bench_json_num(b[5], sizeof(b[5]), cen_tail, 4), tail,
+               fa_bench_json_num(b[6], sizeof(b[6]), gap_tail, 2), gap <= 1.5 ? "true" : "false",
+               fed_s, fa_bench_json_num(b[7], sizeof(b[7]), cen_s, 1), fc, cc);
         fflush(stdout);
         free(fc);
         free(cc);

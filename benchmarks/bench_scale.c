@@ -59,6 +59,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
@@ -348,8 +349,8 @@ static void print_point(const struct scale_opts *o, const struct point *pt)
            "\"bytes_per_param_target\":6,\"bytes_per_param_met\":%s,"
            "\"plain_server_vmhwm_mib\":%.1f,\"bench_clients_vmhwm_mib\":%.1f,",
            pt->d, hidden_for(pt->d), o->regions, o->rounds, pt->secure_s,
-           fa_rbench_json_num(b[6], sizeof(b[6]), plain, 3),
-           fa_rbench_json_num(b[7], sizeof(b[7]), ratio, 3), ratio <= 1.5 ? "true" : "false",
+           fa_bench_json_num(b[6], sizeof(b[6]), plain, 3),
+           fa_bench_json_num(b[7], sizeof(b[7]), ratio, 3), ratio <= 1.5 ? "true" : "false",
            list_s, list_p, pt->agg_kib / 1024.0, bpp, bpp <= 6.0 ? "true" : "false",
            pt->plain_kib / 1024.0, pt->bench_kib / 1024.0);
     printf("\"cpu_s\":{\"secure_aggregator\":%.2f,\"plain_server\":%.2f,\"secure_clients\":%.2f,"
@@ -362,12 +363,12 @@ static void print_point(const struct scale_opts *o, const struct point *pt)
            "\"plain_server_s\":{\"upload\":%s,\"decode_optimizer_commit\":%s}}\n",
            pt->client_phase[0], pt->client_phase[1], pt->client_phase[2], pt->client_phase[3],
            pt->client_phase[4], pt->client_other,
-           fa_rbench_json_num(b[0], sizeof(b[0]), pt->ap.phase[2], 3),
-           fa_rbench_json_num(b[1], sizeof(b[1]), pt->ap.phase[3], 3),
-           fa_rbench_json_num(b[2], sizeof(b[2]), pt->ap.phase[4], 3),
-           fa_rbench_json_num(b[3], sizeof(b[3]), pt->ap.finish, 3),
-           fa_rbench_json_num(b[4], sizeof(b[4]), pt->pp.upload, 3),
-           fa_rbench_json_num(b[5], sizeof(b[5]), pt->pp.step_commit, 3));
+           fa_bench_json_num(b[0], sizeof(b[0]), pt->ap.phase[2], 3),
+           fa_bench_json_num(b[1], sizeof(b[1]), pt->ap.phase[3], 3),
+           fa_bench_json_num(b[2], sizeof(b[2]), pt->ap.phase[4], 3),
+           fa_bench_json_num(b[3], sizeof(b[3]), pt->ap.finish, 3),
+           fa_bench_json_num(b[4], sizeof(b[4]), pt->pp.upload, 3),
+           fa_bench_json_num(b[5], sizeof(b[5]), pt->pp.step_commit, 3));
     fflush(stdout);
 }
 

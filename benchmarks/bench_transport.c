@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,8 @@ typedef struct opts {
     int runs;
     int wan, loopback, jumbo, internet, anchors;
     const char *only;
+    int links;          /* the cross-region link grid (wan_links) */
+    uint64_t big_bytes; /* its multi-GB upload; 0 = none */
 } opts;
 
 /* Datagrams through the WAN relay: Internet-sized (see the top). */
@@ -328,11 +331,18 @@ static pid_t our_server(int port, int cc, uint32_t udp_payload)
 
 typedef struct counter {
     uint64_t n;
+    double t0, limit_s; /* limit_s > 0: stop the download after that long */
+    int stopped;
 } counter;
 
 static int count_body(void *arg, const uint8_t *d, size_t n)
 {
-    ((counter *)arg)->n += n;
+    counter *c = arg;
+    c->n += n;
+    if (c->limit_s > 0 && fa_bench_now_s() - c->t0 > c->limit_s) {
+        c->stopped = 1;
+        return -1; /* cancels the request: goodput is what came by then */
+    }
     return 0;
 }
 
@@ -348,8 +358,10 @@ static ssize_t up_read(void *arg, uint8_t *buf, size_t cap)
 
 /* One transfer with our client against 127.0.0.1:port.  Returns seconds or
  * a negative value; *moved = body bytes. */
-static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_t udp_payload,
-                           uint64_t *moved)
+/* One transfer; the seconds it took, or -1.  limit_s > 0 (downloads only):
+ * stop after that long and put what came by then in *moved. */
+static double our_transfer_for(int port, int upload, uint64_t bytes, int cc, uint32_t udp_payload,
+                               double limit_s, uint64_t *moved)
 {
     fa_h3_client_config cfg;
     fa_h3_client *c;
@@ -394,6 +406,8 @@ static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_
         req.on_body_arg = &cnt;
     }
     t0 = fa_bench_now_s();
+    cnt.t0 = t0;
+    cnt.limit_s = upload ? 0 : limit_s;
     rv = fa_h3_client_request(c, &req, &resp, &err);
     t1 = fa_bench_now_s();
     if (src.fd >= 0)
@@ -404,6 +418,11 @@ static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_
         last_udp_payload = st.udp_payload;
     }
     fa_h3_client_del(c);
+    if (cnt.stopped) {
+        *moved = cnt.n;
+        fa_h3_response_free(&resp);
+        return t1 - t0;
+    }
     if (rv != 0 || resp.status != 200) {
         fprintf(stderr, "bench: our %s: %s (status %d)\n", upload ? "upload" : "download",
                 rv ? err.msg : "", resp.status);
@@ -413,6 +432,12 @@ static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_
     *moved = upload ? (resp.body ? strtoull((char *)resp.body, NULL, 10) : 0) : cnt.n;
     fa_h3_response_free(&resp);
     return t1 - t0;
+}
+
+static double our_transfer(int port, int upload, uint64_t bytes, int cc, uint32_t udp_payload,
+                           uint64_t *moved)
+{
+    return our_transfer_for(port, upload, bytes, cc, udp_payload, 0, moved);
 }
 
 static result run_ours(int upload, uint64_t bytes, uint32_t udp_payload)
@@ -766,9 +791,132 @@ static void wan(const opts *o)
     }
 }
 
+/* Cross-region links: a rate, 150 ms RTT and random loss (both directions),
+ * drop-tail queue of 100 ms of the rate (the relay's default).  Downloads
+ * stop after LINK_SECONDS, so every line costs about the same; goodput is
+ * what arrived by then (handshake included) over the time, and its ratio to
+ * the link rate (payload bytes over line rate: headers make ~0.96 the most
+ * any stack gets).  CUBIC and BBR2 side by side, our stack both times; the
+ * transport's default is one of the two (named in the line). */
+#define LINK_SECONDS 15.0
+
+typedef struct wan_link {
+    double mbit, loss_pct;
+} wan_link;
+
+static const wan_link links[] = {
+    {200, 0}, {200, 0.1}, {200, 1}, {1000, 0}, {1000, 0.1}, {1000, 1},
+};
+
+static double link_once(const wan_link *l, int cc, int upload, uint64_t bytes, double limit_s)
+{
+    int sport = free_port(), rport = free_port();
+    char up[64], listen[64], relay[PATH_MAX + 32], rate[32], loss[32];
+    char *argv[24];
+    int k = 0;
+    pid_t srv, rel;
+    double sec;
+    uint64_t moved = 0;
+
+    srv = our_server(sport, cc, WAN_UDP_PAYLOAD);
+    if (srv < 0)
+        return -1;
+    snprintf(relay, sizeof(relay), "%s/fedagg-relay", bindir);
+    snprintf(up, sizeof(up), "127.0.0.1:%d", sport);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", rport);
+    snprintf(rate, sizeof(rate), "%.0fmbit", l->mbit);
+    snprintf(loss, sizeof(loss), "%g%%", l->loss_pct);
+    argv[k++] = relay;
+    argv[k++] = "--listen";
+    argv[k++] = listen;
+    argv[k++] = "--upstream";
+    argv[k++] = up;
+    argv[k++] = "--seed";
+    argv[k++] = "7";
+    argv[k++] = "--rate";
+    argv[k++] = rate;
+    argv[k++] = "--delay";
+    argv[k++] = "75ms";
+    argv[k++] = "--loss";
+    argv[k++] = loss;
+    argv[k] = NULL;
+    rel = spawn(argv, NULL);
+    usleep(200000);
+    sec = our_transfer_for(rport, upload, bytes, cc, WAN_UDP_PAYLOAD, limit_s, &moved);
+    stop(rel);
+    stop(srv);
+    if (sec <= 0 || (moved != bytes && !(limit_s > 0 && !upload && moved > 0)))
+        return -1;
+    return (double)moved / 1e6 / sec;
+}
+
+static void link_line(const wan_link *l, const char *op, uint64_t bytes, double cubic, double bbr2)
+{
+    fa_h3_quic_opts d;
+    double cap = l->mbit / 8.0; /* MB/s */
+    char c[32], b[32], cr[32], br[32], dr[32];
+    fa_h3_quic_default(&d);
+    printf("{\"bench\":\"transport_link\",\"link_mbit\":%.0f,\"rtt_ms\":150,\"loss_pct\":%g,"
+           "\"op\":\"%s\",\"bytes\":%" PRIu64 ",\"udp_payload\":%d,"
+           "\"cubic_mbytes_per_s\":%s,\"bbr2_mbytes_per_s\":%s,\"cubic_ratio_to_link\":%s,"
+           "\"bbr2_ratio_to_link\":%s,\"default_cc\":\"%s\",\"default_ratio_to_link\":%s}\n",
+           l->mbit, l->loss_pct, op, bytes, WAN_UDP_PAYLOAD,
+           fa_bench_json_num(c, sizeof(c), cubic > 0 ? cubic : NAN, 2),
+           fa_bench_json_num(b, sizeof(b), bbr2 > 0 ? bbr2 : NAN, 2),
+           fa_bench_json_num(cr, sizeof(cr), cubic > 0 ? cubic / cap : NAN, 3),
+           fa_bench_json_num(br, sizeof(br), bbr2 > 0 ? bbr2 / cap : NAN, 3),
+           d.cc == FA_H3_CC_BBR2 ? "bbr2" : d.cc == FA_H3_CC_CUBIC ? "cubic" : "reno",
+           fa_bench_json_num(dr, sizeof(dr),
+                             d.cc == FA_H3_CC_BBR2    ? (bbr2 > 0 ? bbr2 / cap : NAN)
+                             : d.cc == FA_H3_CC_CUBIC ? (cubic > 0 ? cubic / cap : NAN)
+                                                      : NAN,
+                             3));
+    fflush(stdout);
+}
+
+static void wan_links(const opts *o)
+{
+    /* the file: enough for LINK_SECONDS at the fastest link's rate */
+    uint64_t file = (uint64_t)(1000 / 8.0 * 1e6 * LINK_SECONDS);
+    const wan_link target = {200, 0.1};
+    if (make_file(file) != 0)
+        return;
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        const wan_link *l = &links[i];
+        double cubic = link_once(l, FA_H3_CC_CUBIC, 0, file, LINK_SECONDS);
+        double bbr2 = link_once(l, FA_H3_CC_BBR2, 0, file, LINK_SECONDS);
+        link_line(l, "download", file, cubic, bbr2);
+    }
+    /* a region's upload on the path the targets name (the client sends) */
+    {
+        uint64_t n = 64u << 20;
+        if (make_file(n) != 0)
+            return;
+        link_line(&target, "upload", n, link_once(&target, FA_H3_CC_CUBIC, 1, n, 0),
+                  link_once(&target, FA_H3_CC_BBR2, 1, n, 0));
+    }
+    /* and one multi-GB upload on it, with the transport's defaults only */
+    if (o->big_bytes) {
+        fa_h3_quic_opts d;
+        double mbps;
+        char v[32], rt[32];
+        fa_h3_quic_default(&d);
+        if (make_file(o->big_bytes) != 0)
+            return;
+        mbps = link_once(&target, d.cc, 1, o->big_bytes, 0);
+        printf("{\"bench\":\"transport_link_big\",\"link_mbit\":200,\"rtt_ms\":150,"
+               "\"loss_pct\":0.1,\"op\":\"upload\",\"bytes\":%" PRIu64 ",\"cc\":\"%s\","
+               "\"mbytes_per_s\":%s,\"ratio_to_link\":%s}\n",
+               o->big_bytes, d.cc == FA_H3_CC_BBR2 ? "bbr2" : "cubic",
+               fa_bench_json_num(v, sizeof(v), mbps > 0 ? mbps : NAN, 2),
+               fa_bench_json_num(rt, sizeof(rt), mbps > 0 ? mbps / 25.0 : NAN, 3));
+        fflush(stdout);
+    }
+}
+
 int fa_bench_transport(int argc, char **argv)
 {
-    opts o = {1ull << 30, 3, 1, 1, 0, 0, 1, NULL};
+    opts o = {1ull << 30, 3, 1, 1, 0, 0, 1, NULL, 1, 2ull << 30};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bytes") && i + 1 < argc) {
             o.bytes = strtoull(argv[++i], NULL, 10);
@@ -784,12 +932,20 @@ int fa_bench_transport(int argc, char **argv)
             o.jumbo = 1;
         } else if (!strcmp(argv[i], "--internet")) {
             o.internet = 1;
+        } else if (!strcmp(argv[i], "--no-links")) {
+            o.links = 0;
+        } else if (!strcmp(argv[i], "--links-only")) {
+            o.loopback = 0;
+            o.wan = 0;
+        } else if (!strcmp(argv[i], "--big-bytes") && i + 1 < argc) {
+            o.big_bytes = strtoull(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--no-anchors")) {
             o.anchors = 0; /* for profiling our stack alone; ratios are then 0 */
         } else {
             fprintf(stderr,
                     "usage: fedagg-bench transport [--bytes N] [--runs R] [--no-wan | --wan-only] "
-                    "[--profile NAME] [--internet] [--jumbo] [--no-anchors]\n");
+                    "[--profile NAME] [--internet] [--jumbo] [--no-anchors]\n"
+                    "       [--no-links | --links-only] [--big-bytes N (2 GiB; 0 = none)]\n");
             return 2;
         }
     }
@@ -806,6 +962,8 @@ int fa_bench_transport(int argc, char **argv)
         loopback(&o);
     if (o.wan)
         wan(&o);
+    if (o.links && !o.only)
+        wan_links(&o);
     cleanup();
     return 0;
 }

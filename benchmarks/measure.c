@@ -61,3 +61,12 @@ void fa_bench_verror(const char *cmd, const char *part, const char *head, const 
     fflush(stdout);
     fprintf(stderr, "fedagg-bench %s: %s: %s\n", cmd, part, msg);
 }
+
+const char *fa_bench_json_num(char *buf, size_t n, double v, int prec)
+{
+    if (!isfinite(v))
+        snprintf(buf, n, "null");
+    else
+        snprintf(buf, n, "%.*f", prec, v);
+    return buf;
+}

@@ -5,6 +5,7 @@
 #define FA_BENCH_MEASURE_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 /* The monotonic clock, in seconds (fa_time_mono_s). */
 double fa_bench_now_s(void);
@@ -19,6 +20,10 @@ int fa_bench_cmp_double(const void *a, const void *b);
 /* The median of the finite values of v[0..n) (the mean of the two middle
  * ones when their count is even); NAN when there is none or no memory. */
 double fa_bench_median(const double *v, int n);
+
+/* v with prec decimals into buf, or "null" when it is not finite (JSON has
+ * no NaN); returns buf. */
+const char *fa_bench_json_num(char *buf, size_t n, double v, int prec);
 
 /* A benchmark's failure, said twice: the JSON line {<head>,"error":"<the
  * message>"} on stdout (head: the fields before, e.g. "\"bench\":\"model\"";

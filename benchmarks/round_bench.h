@@ -157,8 +157,6 @@ double fa_rbench_kv_num(const char *line, const char *key);
 double fa_rbench_line_ts(const char *line);
 /* Index of the element nearest the median. */
 int fa_rbench_median_index(const double *v, int n);
-/* v with prec decimals, or "null" when not finite. */
-const char *fa_rbench_json_num(char *buf, size_t n, double v, int prec);
 /* "region-01" ... */
 void fa_rbench_region_name(int i, char *out, size_t n);
 /* PKI and identity keys of names[0..n) in dir (and non-IID shards of

@@ -139,15 +139,6 @@ int fa_rbench_median_index(const double *v, int n)
     return best;
 }
 
-const char *fa_rbench_json_num(char *buf, size_t n, double v, int prec)
-{
-    if (!isfinite(v))
-        snprintf(buf, n, "null");
-    else
-        snprintf(buf, n, "%.*f", prec, v);
-    return buf;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The federation's files                                                    */
 /* ------------------------------------------------------------------------ */
