@@ -14,6 +14,7 @@
 #include "audit.pb-c.h"
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"
@@ -943,11 +944,7 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
 /* "1a2b3c4d..." (the first 8 bytes) of a digest, for messages. */
 static void short_hex(char out[20], const uint8_t *b)
 {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 8; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
+    fa_hex_encode(out, FA_HEX_LEN(8), b, 8);
     memcpy(out + 16, "...", 4);
 }
 
