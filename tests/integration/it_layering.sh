@@ -6,7 +6,8 @@
 # dependencies form the layers it lists: common includes nothing of ours,
 # proto only common, crypto common and proto, transport common, netconfig
 # proto and transport, and so on up to worker, aggregator and the tools.
-# Needs only the source tree (FA_SRC); fails with one line per offence.
+# Needs the source tree (FA_SRC) and, for the compiler's half, the build
+# (FA_BUILD); fails with one line per offence.
 set -euo pipefail
 
 : "${FA_SRC:?FA_SRC must be set}"
@@ -59,6 +60,28 @@ for m in $order; do
     done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "$m" \
         --include='*.c' --include='*.h' --include='*.cu' || true)
 done
+
+# The compiler's half (CMakeLists.txt, fa_library): a module's include path
+# is its view, which holds only the modules it links; so an include of a
+# module above it cannot compile.  Probed on the views of this build.
+if [ -n "${FA_BUILD:-}" ] && [ -d "$FA_BUILD/include-view/common" ]; then
+    probe() { # view header -> 0 when it compiles (from /: no source tree beside stdin)
+        (cd / && printf '#include "%s"\n' "$2" |
+            cc -fsyntax-only -I"$FA_BUILD/include-view/$1" -x c - 2>/dev/null)
+    }
+    probe common common/fa_err.h || { echo "FAIL: common's view cannot include its own common/fa_err.h" >&2; bad=1; }
+    if probe common transport/h3.h; then
+        echo "FAIL: common's include view reaches transport/h3.h (a module above it)" >&2
+        bad=1
+    fi
+    for m in $order; do
+        [ -d "$FA_BUILD/include-view/$m" ] || continue
+        n=$(find "$FA_BUILD/include-view/$m" -mindepth 1 -maxdepth 1 | wc -l)
+        [ "$n" = 1 ] || { echo "FAIL: the include view of $m holds $n entries, not only $m" >&2; bad=1; }
+    done
+else
+    echo "it_layering: no include views under FA_BUILD (${FA_BUILD:-unset}): the compiler's half not probed"
+fi
 
 if [ "$bad" != 0 ]; then
     echo "it_layering: a module includes a header of a module it does not link (above it or beside it);" >&2
