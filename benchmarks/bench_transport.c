@@ -444,13 +444,16 @@ static result run_ours(int upload, uint64_t bytes, uint32_t udp_payload)
 {
     result r = {0, 0, 0};
     int port = free_port();
-    pid_t srv = our_server(port, FA_H3_CC_CUBIC, udp_payload);
+    fa_h3_quic_opts d;
+    pid_t srv;
     double c0, sec, scpu;
     uint64_t moved = 0;
+    fa_h3_quic_default(&d); /* ours with its defaults, as the anchors run with theirs */
+    srv = our_server(port, d.cc, udp_payload);
     if (srv < 0)
         return r;
     c0 = self_cpu();
-    sec = our_transfer(port, upload, bytes, FA_H3_CC_CUBIC, udp_payload, &moved);
+    sec = our_transfer(port, upload, bytes, d.cc, udp_payload, &moved);
     scpu = stop(srv);
     if (sec > 0 && moved == bytes) {
         r.mbps = (double)bytes / 1e6 / sec;

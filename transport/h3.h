@@ -79,7 +79,7 @@ enum fa_h3_retry { FA_H3_RETRY_ABOVE_LOAD = 0, FA_H3_RETRY_ALWAYS = 1, FA_H3_RET
 typedef struct fa_h3_quic_opts {
     uint64_t max_stream_window;     /* per-stream receive window, bytes (32 MiB) */
     uint64_t max_connection_window; /* per-connection receive window, bytes (64 MiB) */
-    int cc;                         /* enum fa_h3_cc (CUBIC) */
+    int cc;                         /* enum fa_h3_cc (BBR2) */
     uint32_t idle_timeout_ms;       /* close a silent connection after this (60000) */
     uint32_t max_streams;           /* concurrent requests per connection (64) */
     const char *qlog_dir;           /* one qlog file per connection here; NULL = none */

@@ -66,7 +66,7 @@ void fa_h3_quic_default(fa_h3_quic_opts *o)
     memset(o, 0, sizeof(*o));
     o->max_stream_window = 32u << 20; /* >= 1 Gbit/s x 200 ms = 25 MB */
     o->max_connection_window = 64u << 20;
-    o->cc = FA_H3_CC_CUBIC;
+    o->cc = FA_H3_CC_BBR2; /* fills lossy cross-region paths (proto/config.proto) */
     o->idle_timeout_ms = 60000;
     o->max_streams = 64;
     o->gso = 1;

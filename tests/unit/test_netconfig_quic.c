@@ -19,6 +19,27 @@ static void test_defaults_without_config(void **state)
     assert_memory_equal(&o, &d, sizeof(o));
 }
 
+/* The config's defaults (proto/config.proto) are the transport's own: a
+ * daemon with no quic block runs as the library does by itself. */
+static void test_proto_defaults_are_the_transports(void **state)
+{
+    Fedagg__QuicConfig q = FEDAGG__QUIC_CONFIG__INIT;
+    fa_h3_quic_opts o, d;
+    (void)state;
+    fa_h3_quic_default(&d);
+    fa_netconfig_quic_opts(&o, &q);
+    assert_int_equal(o.max_stream_window, d.max_stream_window);
+    assert_int_equal(o.max_connection_window, d.max_connection_window);
+    assert_int_equal(o.cc, d.cc);
+    assert_int_equal(d.cc, FA_H3_CC_BBR2);
+    assert_int_equal(o.idle_timeout_ms, d.idle_timeout_ms);
+    assert_int_equal(o.max_streams, d.max_streams);
+    assert_null(o.qlog_dir);
+    assert_int_equal(o.gso, d.gso);
+    assert_int_equal(o.gro, d.gro);
+    assert_int_equal(o.max_udp_payload, d.max_udp_payload);
+}
+
 static void test_every_field(void **state)
 {
     Fedagg__QuicConfig q = FEDAGG__QUIC_CONFIG__INIT;
@@ -53,6 +74,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_without_config),
+        cmocka_unit_test(test_proto_defaults_are_the_transports),
         cmocka_unit_test(test_every_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
