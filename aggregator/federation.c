@@ -238,9 +238,25 @@ static int storage_check(fa_fed *f, fa_error *err)
     return 0;
 }
 
+/* Test switch fed-storage-gate-off: the aggregator as it was before the
+ * storage gate (an attempt opens whatever the free space; one that cannot
+ * be saved or committed is aborted and the next opens at once).  The
+ * anchor of `fedagg-bench recovery`'s disk_full line; never set in
+ * production (FEDAGG_FAILPOINTS, common/fa_failpoint.h). */
+static int storage_gate_off(void)
+{
+    char v[8];
+    return fa_failpoint_value("fed-storage-gate-off", v, sizeof(v)) != NULL;
+}
+
 /* The storage failed (why): close the gate, logging once per back-off. */
 static void storage_failed(fa_fed *f, uint64_t now_ms, const char *why)
 {
+    if (storage_gate_off()) {
+        fa_log(FA_LOG_WARN, "TEST SWITCH: storage failed, gate off (fed-storage-gate-off)",
+               "reason=\"%s\"", why);
+        return;
+    }
     if (fa_storage_gate_fail(&f->gate, now_ms, why))
         fa_log(FA_LOG_WARN, "storage cannot take a round; no attempt opens until it can",
                "reason=\"%s\" next_check_s=%.0f failures=%" PRIu64, why,
@@ -273,7 +289,7 @@ void fa_fed_open_gated(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now
         return;
     }
     fa_error_clear(&err);
-    rc = storage_check(f, &err);
+    rc = storage_gate_off() ? 0 : storage_check(f, &err);
     if (rc == 0)
         rc = open_attempt(f, round, attempt, now_ms, &err);
     if (rc == 0) {
@@ -718,7 +734,8 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     for (size_t i = 0; i < f->n_regions; i++)
         if (f->regions[i].last_seen_ms && !fa_fed_region_connected(&f->regions[i], now_ms))
             fa_fed_metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
-    if (f->phase == FEDAGG__PHASE__PHASE_IDLE && fa_storage_gate_due(&f->gate, now_ms)) {
+    if (f->phase == FEDAGG__PHASE__PHASE_IDLE &&
+        (fa_storage_gate_due(&f->gate, now_ms) || (!f->paused && storage_gate_off()))) {
         fa_fed_open_gated(f, f->round, f->attempt, now_ms);
         changed = 1;
     }

@@ -24,6 +24,18 @@
  *                     joins the next one), median of --runs, the regions in
  *                     turn.
  *
+ * disk_full           The aggregator's storage moved to a tmpfs and filled
+ *                     (less than a round needs left): attempts opened per
+ *                     minute while it is full (over DISK_WINDOW_S, from the
+ *                     first failure), warnings logged per minute, and the
+ *                     seconds from freeing the space to the next completed
+ *                     round; the anchor is the same aggregator with its
+ *                     storage gate switched off (test switch
+ *                     fed-storage-gate-off: attempts open whatever the free
+ *                     space and a failed save aborts and reopens at once, as
+ *                     before the gate).  ratio = ours / anchor.  Needs root
+ *                     (mount); otherwise a "skipped" line.
+ *
  * The federation: 3 regions on loopback as the multi-process tests run
  * them (benchmarks/bench-recovery-setup.sh: the built-in trainer, 5 local
  * steps, 1000 in one region: rounds of about 2 s, phase deadlines of 8 s, the
@@ -68,6 +80,7 @@ struct fed {
     char region[N_REGIONS][32];
     char wcfg[N_REGIONS][PATH_MAX + 64], wlog[N_REGIONS][PATH_MAX + 64];
     pid_t agg, worker[N_REGIONS];
+    int mounted; /* the storage is a tmpfs of ours (disk_full) */
     uint32_t rng;
 };
 
@@ -291,6 +304,105 @@ static int worker_sample(struct fed *F, int i, double *s, char *why, size_t whyl
     return 0;
 }
 
+/* ------------------------------------------------------------ disk full */
+
+#define DISK_WINDOW_S 30.0
+#define ATTEMPT_OPENED "msg=\"round attempt opened\""
+#define STORAGE_BLOCKED "msg=\"storage cannot take a round"
+#define GATE_OFF_FAILED "msg=\"TEST SWITCH: storage failed"
+
+/* A shell command in the work directory (output to logs/disk.log): 0 or -1. */
+static int sh(struct fed *F, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sh(struct fed *F, const char *fmt, ...)
+{
+    char cmd[2 * PATH_MAX + 512], log[PATH_MAX + 32];
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    va_list ap;
+    int n = snprintf(cmd, sizeof(cmd), "set -e; cd '%s'; ", F->dir);
+    va_start(ap, fmt);
+    vsnprintf(cmd + n, sizeof(cmd) - (size_t)n, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof(log), "%s/logs/disk.log", F->dir);
+    return fa_rbench_run(argv, log) == 0 ? 0 : -1;
+}
+
+struct disk_sample {
+    double opened_per_min, failures_per_min, resumed_s;
+};
+
+/* The aggregator is running on the tmpfs: fill it, count over the window
+ * from the first failure (failed: the log line that says so), free it and
+ * time the next round. */
+static int disk_sample(struct fed *F, const char *failed, struct disk_sample *d, char *why,
+                       size_t whylen)
+{
+    long opened, fails, rounds;
+    double at, t0;
+
+    if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, count_lines(F->agg_log, ROUND_DONE_AGG) + 1, &at,
+                   why, whylen) != 0)
+        return -1;
+    /* all but about a MiB: less than a round needs, less than a state save */
+    if (sh(F, "avail=$(($(stat -f -c '%%a * %%S' state) / 1048576)); "
+              "dd if=/dev/zero of=state/filler bs=1M count=$((avail - 1)) status=none || true; "
+              "sync") != 0) {
+        snprintf(why, whylen, "cannot fill the tmpfs (see %s/logs/disk.log)", F->dir);
+        return -1;
+    }
+    if (wait_lines(F, F->agg_log, failed, count_lines(F->agg_log, failed) + 1, &at, why, whylen) !=
+        0)
+        return -1;
+    opened = count_lines(F->agg_log, ATTEMPT_OPENED);
+    fails = count_lines(F->agg_log, failed);
+    sleep_s(DISK_WINDOW_S);
+    d->opened_per_min =
+        (double)(count_lines(F->agg_log, ATTEMPT_OPENED) - opened) * 60.0 / DISK_WINDOW_S;
+    d->failures_per_min = (double)(count_lines(F->agg_log, failed) - fails) * 60.0 / DISK_WINDOW_S;
+    rounds = count_lines(F->agg_log, ROUND_DONE_AGG);
+    if (sh(F, "rm -f state/filler") != 0) {
+        snprintf(why, whylen, "cannot free the tmpfs");
+        return -1;
+    }
+    t0 = fa_rbench_now();
+    if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, rounds + 1, &at, why, whylen) != 0)
+        return -1;
+    d->resumed_s = at - t0;
+    return 0;
+}
+
+/* Ours, then the anchor; the aggregator is running normally at the end. */
+static int disk_full(struct fed *F, struct disk_sample *ours, struct disk_sample *anchor,
+                     char *why, size_t whylen)
+{
+    crash(&F->agg);
+    if (sh(F, "mv state state.disk; mkdir state; "
+              "mount -t tmpfs -o size=$(($(du -sm state.disk | cut -f1) + 256))m tmpfs state; "
+              "cp -a state.disk/. state/; rm -rf state.disk") != 0) {
+        snprintf(why, whylen, "cannot move the storage to a tmpfs (see %s/logs/disk.log)",
+                 F->dir);
+        return -1;
+    }
+    F->mounted = 1;
+    if (spawn_agg(F) != 0 || disk_sample(F, STORAGE_BLOCKED, ours, why, whylen) != 0)
+        return -1;
+    crash(&F->agg);
+    setenv("FEDAGG_FAILPOINTS", "fed-storage-gate-off", 1);
+    if (spawn_agg(F) != 0) {
+        unsetenv("FEDAGG_FAILPOINTS");
+        snprintf(why, whylen, "cannot start the aggregator with its gate off");
+        return -1;
+    }
+    unsetenv("FEDAGG_FAILPOINTS");
+    if (disk_sample(F, GATE_OFF_FAILED, anchor, why, whylen) != 0)
+        return -1;
+    crash(&F->agg);
+    if (spawn_agg(F) != 0) {
+        snprintf(why, whylen, "cannot start the aggregator again");
+        return -1;
+    }
+    return 0;
+}
+
 static void print_samples(const double *v, int n)
 {
     printf("[");
@@ -353,7 +465,7 @@ static void usage(FILE *f)
             "                             [--keep] [--dir DIR]\n"
             "  --runs N         samples of each restart (5)\n"
             "  --anchor-runs N  samples of the anchor, keep-alive off (1; 0 = none)\n"
-            "  --only LIST      aggregator,worker (both)\n"
+            "  --only LIST      aggregator,worker,disk (all)\n"
             "  --seed N         the kill points' random sequence (1)\n"
             "  --keep           keep the work directory; --dir DIR: work there\n");
 }
@@ -369,7 +481,7 @@ int fa_bench_recovery(int argc, char **argv)
     static struct fed F; /* large: paths */
     double agg_round[MAX_RUNS], agg_back[MAX_RUNS], anchor[MAX_RUNS], wrk[MAX_RUNS];
     double agg_median = 0;
-    int c, runs = 5, anchor_runs = 1, do_agg = 1, do_worker = 1, keep = 0, status = 0;
+    int c, runs = 5, anchor_runs = 1, do_agg = 1, do_worker = 1, do_disk = 1, keep = 0, status = 0;
     const char *dir = NULL;
     char why[1024] = "";
     ssize_t len;
@@ -384,6 +496,7 @@ int fa_bench_recovery(int argc, char **argv)
         case 'o':
             do_agg = strstr(optarg, "aggregator") != NULL;
             do_worker = strstr(optarg, "worker") != NULL;
+            do_disk = strstr(optarg, "disk") != NULL;
             break;
         case 's': F.rng = (uint32_t)strtoul(optarg, NULL, 10) | 1u; break;
         case 'k': keep = 1; break;
@@ -393,7 +506,7 @@ int fa_bench_recovery(int argc, char **argv)
         }
     }
     if (runs < 1 || runs > MAX_RUNS || anchor_runs < 0 || anchor_runs > MAX_RUNS ||
-        (!do_agg && !do_worker)) {
+        (!do_agg && !do_worker && !do_disk)) {
         usage(stderr);
         return 2;
     }
@@ -525,12 +638,39 @@ int fa_bench_recovery(int argc, char **argv)
         fflush(stdout);
     }
 
+    if (do_disk && geteuid() != 0) {
+        printf("{\"bench\":\"recovery\",\"what\":\"disk_full\",\"skipped\":\"mounting a "
+               "tmpfs needs root\"}\n");
+        fflush(stdout);
+    } else if (do_disk) {
+        struct disk_sample d_ours, d_anchor;
+        fprintf(stderr, "fedagg-bench recovery: the storage full for %.0f s, with the gate and "
+                        "without it\n",
+                DISK_WINDOW_S);
+        if (disk_full(&F, &d_ours, &d_anchor, why, sizeof(why)) != 0) {
+            json_error("disk_full", "%s", why);
+            status = 1;
+            goto out;
+        }
+        printf("{\"bench\":\"recovery\",\"what\":\"disk_full\",\"window_s\":%.0f,"
+               "\"attempts_opened_per_min\":%.1f,\"warnings_per_min\":%.1f,\"resumed_s\":%.3f,"
+               "\"ref\":\"the same aggregator with its storage gate off (test switch "
+               "fed-storage-gate-off)\",\"ref_attempts_opened_per_min\":%.1f,"
+               "\"ref_failures_per_min\":%.1f,\"ref_resumed_s\":%.3f,\"ratio\":%.3f}\n",
+               DISK_WINDOW_S, d_ours.opened_per_min, d_ours.failures_per_min, d_ours.resumed_s,
+               d_anchor.opened_per_min, d_anchor.failures_per_min, d_anchor.resumed_s,
+               d_anchor.opened_per_min > 0 ? d_ours.opened_per_min / d_anchor.opened_per_min : 0.0);
+        fflush(stdout);
+    }
+
 out:
     for (int i = 0; i < N_REGIONS; i++)
         if (F.worker[i] > 0)
             (void)fa_rbench_stop(F.worker[i], 2000);
     if (F.agg > 0)
         (void)fa_rbench_stop(F.agg, 2000); /* its drain may wait for killed workers */
+    if (F.mounted && sh(&F, "umount state") != 0)
+        fprintf(stderr, "fedagg-bench recovery: cannot unmount %s/state\n", F.dir);
     if (keep || status != 0 || dir) {
         fprintf(stderr, "fedagg-bench recovery: files kept in %s\n", F.dir);
     } else {
