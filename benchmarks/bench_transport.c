@@ -732,7 +732,11 @@ static const profile profiles[] = {
      100u << 20},
 };
 
-static double wan_once(const profile *p, int cc, int upload)
+/* One transfer through fedagg-relay (impairments: args, NULL-terminated) to
+ * our server with controller cc: MB/s, or -1.  limit_s as our_transfer_for;
+ * a stopped download counts what came by then. */
+static double relayed_once(const char *const *args, int cc, int upload, uint64_t bytes,
+                           double limit_s)
 {
     int sport = free_port(), rport = free_port();
     char up[64], listen[64], relay[PATH_MAX + 32];
@@ -755,16 +759,23 @@ static double wan_once(const profile *p, int cc, int upload)
     argv[k++] = up;
     argv[k++] = "--seed";
     argv[k++] = "7";
-    for (int i = 0; p->args[i]; i++)
-        argv[k++] = (char *)p->args[i];
+    for (int i = 0; args[i] && k < 23; i++)
+        argv[k++] = (char *)args[i];
     argv[k] = NULL;
     rel = spawn(argv, NULL);
     usleep(200000);
-    /* the file on disk has the profile's size (see wan()) */
-    sec = our_transfer(rport, upload, p->bytes, cc, WAN_UDP_PAYLOAD, &moved);
+    sec = our_transfer_for(rport, upload, bytes, cc, WAN_UDP_PAYLOAD, limit_s, &moved);
     stop(rel);
     stop(srv);
-    return sec > 0 && moved == p->bytes ? (double)p->bytes / 1e6 / sec : -1;
+    if (sec <= 0 || (moved != bytes && !(limit_s > 0 && !upload && moved > 0)))
+        return -1;
+    return (double)moved / 1e6 / sec;
+}
+
+static double wan_once(const profile *p, int cc, int upload)
+{
+    /* the file on disk has the profile's size (see wan()) */
+    return relayed_once(p->args, cc, upload, p->bytes, 0);
 }
 
 static void wan(const opts *o)
@@ -813,44 +824,11 @@ static const wan_link links[] = {
 
 static double link_once(const wan_link *l, int cc, int upload, uint64_t bytes, double limit_s)
 {
-    int sport = free_port(), rport = free_port();
-    char up[64], listen[64], relay[PATH_MAX + 32], rate[32], loss[32];
-    char *argv[24];
-    int k = 0;
-    pid_t srv, rel;
-    double sec;
-    uint64_t moved = 0;
-
-    srv = our_server(sport, cc, WAN_UDP_PAYLOAD);
-    if (srv < 0)
-        return -1;
-    snprintf(relay, sizeof(relay), "%s/fedagg-relay", bindir);
-    snprintf(up, sizeof(up), "127.0.0.1:%d", sport);
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", rport);
+    char rate[32], loss[32];
+    const char *args[] = {"--rate", rate, "--delay", "75ms", "--loss", loss, NULL};
     snprintf(rate, sizeof(rate), "%.0fmbit", l->mbit);
     snprintf(loss, sizeof(loss), "%g%%", l->loss_pct);
-    argv[k++] = relay;
-    argv[k++] = "--listen";
-    argv[k++] = listen;
-    argv[k++] = "--upstream";
-    argv[k++] = up;
-    argv[k++] = "--seed";
-    argv[k++] = "7";
-    argv[k++] = "--rate";
-    argv[k++] = rate;
-    argv[k++] = "--delay";
-    argv[k++] = "75ms";
-    argv[k++] = "--loss";
-    argv[k++] = loss;
-    argv[k] = NULL;
-    rel = spawn(argv, NULL);
-    usleep(200000);
-    sec = our_transfer_for(rport, upload, bytes, cc, WAN_UDP_PAYLOAD, limit_s, &moved);
-    stop(rel);
-    stop(srv);
-    if (sec <= 0 || (moved != bytes && !(limit_s > 0 && !upload && moved > 0)))
-        return -1;
-    return (double)moved / 1e6 / sec;
+    return relayed_once(args, cc, upload, bytes, limit_s);
 }
 
 static void link_line(const wan_link *l, const char *op, uint64_t bytes, double cubic, double bbr2)
