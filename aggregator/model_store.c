@@ -108,7 +108,7 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
 static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa_error *err)
 {
     char path[4096], *text;
-    size_t cap = 64 + n * 200, len = 0;
+    size_t cap = 64 + n * 400, len = 0; /* a line is at most ~370 bytes */
     int rc;
 
     text = malloc(cap);

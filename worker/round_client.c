@@ -14,6 +14,7 @@
 #include "audit.pb-c.h"
 #include "common/fa_failpoint.h"
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 #include "crypto/checkpoint.h"
@@ -54,6 +55,7 @@ struct fa_round_client {
     uint64_t model_version;
     uint8_t model_sha[32];
     fa_round_client_dl_stats dl; /* model downloads, full and delta */
+    int damaged;                 /* test switch worker-damage-held-model used */
     /* The key FederationInfo announced last (checkpoints, when none is
      * pinned), and the audit-log alarm, once raised. */
     int have_announced;
@@ -867,6 +869,29 @@ static int held_version(const fa_round_client *rc, const char *path, uint64_t *v
     return ok;
 }
 
+/* Test switch worker-damage-held-model=V (it_fed_delta_download): once,
+ * flips a bit of the held model of version V before a delta against it is
+ * asked for, so that the delta does not apply and the region must fall
+ * back to the full file. */
+static void damage_held(fa_round_client *rc, const char *path, uint64_t version)
+{
+    char spec[32];
+    FILE *f;
+    int c;
+
+    if (rc->damaged || !fa_failpoint_value("worker-damage-held-model", spec, sizeof(spec)) ||
+        strtoull(spec, NULL, 10) != version)
+        return;
+    rc->damaged = 1;
+    if (!(f = fopen(path, "r+b")))
+        return;
+    if (fseek(f, -2, SEEK_END) == 0 && (c = fgetc(f)) != EOF && fseek(f, -2, SEEK_END) == 0)
+        fputc(c ^ 0x40, f);
+    fclose(f);
+    fa_log(FA_LOG_WARN, "TEST SWITCH: damaged the held model (worker-damage-held-model)",
+           "version=%" PRIu64 " file=%s", version, path);
+}
+
 /* One GET of the current model into path (atomically).  With base (the
  * model held, of version base_version) it asks for the delta against it;
  * a delta is rebuilt with fa_delta_reconstruct and its result checked
@@ -958,10 +983,11 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         rc->dl.bytes_delta += resp.body_received;
         rc->dl.last_bytes = resp.body_received;
         rc->dl.last_delta = 1;
+        fa_hex_encode(q, sizeof(q), got, 32);
         fa_log(FA_LOG_INFO, "global model downloaded",
                "version=%" PRIu64 " encoding=delta from=%" PRIu64 " bytes=%" PRIu64
-               " full_bytes=%" PRIu64 " quantised=%" PRIu64,
-               *version, base_version, resp.body_received, info.size, info.quantised);
+               " full_bytes=%" PRIu64 " quantised=%" PRIu64 " sha256=%s",
+               *version, base_version, resp.body_received, info.size, info.quantised, q);
     } else {
         if (rename(dl, path) != 0) {
             r = fa_errorf(err, FA_ERR_IO, "%s: %s", path, strerror(errno));
@@ -972,10 +998,10 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         rc->dl.bytes_full += resp.body_received;
         rc->dl.last_bytes = resp.body_received;
         rc->dl.last_delta = 0;
+        fa_hex_encode(q, sizeof(q), got, 32);
         fa_log(FA_LOG_INFO, "global model downloaded",
-               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 "%s%s", *version,
-               resp.body_received, base ? " delta_asked_from=" : "",
-               base ? fa_log_quote(q, sizeof(q), eh ? eh : "none") : "");
+               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s%s", *version,
+               resp.body_received, q, base ? " delta_asked=1" : "");
     }
     memcpy(sha256, got, 32);
     goto out;
@@ -1015,6 +1041,8 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
         char q[600];
         int delta_failed = 0;
         base = !no_delta && held_version(rc, path, &base_version) ? path : NULL;
+        if (base)
+            damage_held(rc, path, base_version);
         int r = fetch_model_once(rc, tmp, used < timeout_ms ? (uint32_t)(timeout_ms - used) : 1,
                                  base, base_version, version, sha256, &delta_failed, err);
         if (r == 0)
