@@ -112,7 +112,9 @@
  *                 published model, what regions hold), and its bytes up and
  *                 down per parameter per round per region: the masked
  *                 upload's body (aggregator log) and the model download's
- *                 body (worker logs), means over all of them; the ratio of
+ *                 body (worker logs), means over all of them (and over the
+ *                 downloads after each region's first, version 0, which
+ *                 is whole on both sides); the ratio of
  *                 the totals and the accuracy lost, against the issue's
  *                 target (<= 3.0 bytes per parameter, <= 0.3 points lost).
  *                 --acc-delta off,on picks the sides.  round_accuracy is of
@@ -781,17 +783,19 @@ struct fed_run {
     /* Payload bytes per region per round (the masked upload's body; the
      * model download's body), means over every upload and download. */
     double up, down;
+    double down_steady;             /* the downloads after each region's first (version 0) */
     uint64_t n_up, n_down, n_delta; /* uploads, downloads, of which deltas */
 };
 
-/* Sums key=N over the lines of log holding needle; *n counts them. */
-static double log_sum(const char *log, const char *needle, const char *key, uint64_t *n)
+/* Sums key=N over the lines of log holding needle but the first `skip`;
+ * *n counts them. */
+static double log_sum(const char *log, const char *needle, const char *key, int skip, uint64_t *n)
 {
     char *t = fa_rbench_read_text(log), *line, *save = NULL;
     double sum = 0;
     *n = 0;
     for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
-        if (strstr(line, needle)) {
+        if (strstr(line, needle) && skip-- <= 0) {
             sum += fa_rbench_kv_num(line, key);
             (*n)++;
         }
@@ -930,18 +934,21 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
     fa_rbench_stop(agg, 15000);
     agg = -1;
     {
-        uint64_t n, k;
-        double up = log_sum(log, "msg=\"masked upload received\"", "bytes", &fr->n_up);
-        double down = 0;
+        uint64_t n, k, n_steady = 0;
+        double up = log_sum(log, "msg=\"masked upload received\"", "bytes", 0, &fr->n_up);
+        double down = 0, steady = 0;
         fr->n_down = fr->n_delta = 0;
         for (int i = 0; i < 3; i++) {
-            down += log_sum(wlog[i], "msg=\"global model downloaded\"", "bytes", &n);
+            down += log_sum(wlog[i], "msg=\"global model downloaded\"", "bytes", 0, &n);
             fr->n_down += n;
-            (void)log_sum(wlog[i], "encoding=delta", "bytes", &k);
+            steady += log_sum(wlog[i], "msg=\"global model downloaded\"", "bytes", 1, &n);
+            n_steady += n;
+            (void)log_sum(wlog[i], "encoding=delta", "bytes", 0, &k);
             fr->n_delta += k;
         }
         fr->up = fr->n_up ? up / (double)fr->n_up : NAN;
         fr->down = fr->n_down ? down / (double)fr->n_down : NAN;
+        fr->down_steady = n_steady ? steady / (double)n_steady : NAN;
     }
     rc = 0;
 out:
@@ -956,16 +963,20 @@ out:
 
 static void print_run(FILE *f, const struct fed_run *r)
 {
-    char b[6][32];
+    char b[8][32];
     fprintf(f,
             "{\"delta_download\":%s,\"accuracy\":%s,\"last5_mean\":%s,\"up_bytes_per_param\":%s,"
-            "\"down_bytes_per_param\":%s,\"total_bytes_per_param\":%s,\"uploads\":%" PRIu64
+            "\"down_bytes_per_param\":%s,\"total_bytes_per_param\":%s,"
+            "\"down_bytes_per_param_after_first\":%s,\"total_bytes_per_param_after_first\":%s,"
+            "\"uploads\":%" PRIu64
             ",\"downloads\":%" PRIu64 ",\"delta_downloads\":%" PRIu64 ",\"seconds\":%.1f}",
             r->delta ? "true" : "false", fa_bench_json_num(b[0], sizeof(b[0]), r->acc, 4),
             fa_bench_json_num(b[1], sizeof(b[1]), r->tail, 4),
             fa_bench_json_num(b[2], sizeof(b[2]), r->up / ACC_D, 3),
             fa_bench_json_num(b[3], sizeof(b[3]), r->down / ACC_D, 3),
-            fa_bench_json_num(b[4], sizeof(b[4]), (r->up + r->down) / ACC_D, 3), r->n_up,
+            fa_bench_json_num(b[4], sizeof(b[4]), (r->up + r->down) / ACC_D, 3),
+            fa_bench_json_num(b[5], sizeof(b[5]), r->down_steady / ACC_D, 3),
+            fa_bench_json_num(b[6], sizeof(b[6]), (r->up + r->down_steady) / ACC_D, 3), r->n_up,
             r->n_down, r->n_delta, r->seconds);
 }
 
