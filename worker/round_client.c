@@ -935,6 +935,8 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         char msg[512];
         error_text(&resp, msg, sizeof(msg));
         r = fa_errorf(err, FA_ERR_HTTP, "GET %s: %s", rpath, msg);
+        /* an aggregator from before deltas refuses the query: ask again without it */
+        *delta_failed = base && resp.status == 400;
         goto fail;
     }
     vh = fa_h3_response_header(&resp, "fedagg-model-version");
