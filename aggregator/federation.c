@@ -1230,8 +1230,7 @@ int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, c
 }
 
 int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_t from, char *path,
-                           size_t n,
-                           uint64_t *out_version, uint8_t model_sha256[32],
+                           size_t n, uint64_t *out_version, uint8_t model_sha256[32],
                            uint8_t delta_sha256[32])
 {
     struct fa_model_version v;

@@ -169,8 +169,7 @@ int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, c
  * or the test switch fed-serve-other-model serves this region a full
  * model): the caller then serves the full model. */
 int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_t from, char *path,
-                           size_t n,
-                           uint64_t *out_version, uint8_t model_sha256[32],
+                           size_t n, uint64_t *out_version, uint8_t model_sha256[32],
                            uint8_t delta_sha256[32]);
 
 /* POST /v1/evaluations: a region's signed federated-evaluation report

@@ -465,7 +465,8 @@ int fa_global_model_open(fa_global_model **out, const Fedagg__AggregatorConfig *
     g->initial_min = q->range_initial_min;
     g->fixed = q->clip_value;
     if (cfg->model_delta && cfg->model_delta->enabled) {
-        if (cfg->model_delta->bits != FA_DELTA_BITS || !fa_delta_block_ok(cfg->model_delta->block)) {
+        if (cfg->model_delta->bits != FA_DELTA_BITS ||
+            !fa_delta_block_ok(cfg->model_delta->block)) {
             rc = fa_errorf(err, FA_ERR_INVAL,
                            "config: model_delta: bits %u block %u (bits 8 and a power-of-two "
                            "block from %u to %u wanted)",
@@ -676,8 +677,9 @@ static int delta_fill(struct stepper *sp, int kind, size_t ti, size_t es, uint64
         rc = delta_chunk(sp, ti, e, m, kind == VIEW_PUB, err);
         if (rc != 0)
             break;
-        src = kind == VIEW_PUB ? sp->obuf : kind == VIEW_Q ? (const uint8_t *)sp->qbuf
-                                                           : (const uint8_t *)sp->scbuf;
+        src = kind == VIEW_PUB ? sp->obuf
+              : kind == VIEW_Q ? (const uint8_t *)sp->qbuf
+                               : (const uint8_t *)sp->scbuf;
         memcpy(out + (cur * es - off), src + (cur - first) * es, (size_t)((stop - cur) * es));
         cur = stop;
     }
@@ -986,8 +988,8 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
     /* The header bytes the store's writer produces for the model file. */
     rc = fa_st_writer_new(&w, err);
     for (size_t i = 0; rc == 0 && i < files->n_model; i++)
-        rc = fa_st_writer_add(w, files->model[i].name, files->model[i].dtype,
-                              files->model[i].ndim, files->model[i].shape, err);
+        rc = fa_st_writer_add(w, files->model[i].name, files->model[i].dtype, files->model[i].ndim,
+                              files->model[i].shape, err);
     for (size_t i = 0; rc == 0 && i < files->n_meta; i++)
         rc = fa_st_writer_metadata(w, files->meta[2 * i], files->meta[2 * i + 1], err);
     if (rc == 0)
@@ -1025,8 +1027,14 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
             if (!(d->names[k] = malloc(len)))
                 return fa_errorf(err, FA_ERR_NOMEM, "model delta: out of memory");
             snprintf(d->names[k], len, "%c.%s", pfx, x->name);
-            d->ctx[k] = (struct step_view){sp, !fl ? VIEW_FED : part == 0 ? VIEW_Q : VIEW_S, i,
-                                           !fl ? x->dtype : part == 0 ? FA_ST_I8 : FA_ST_F32};
+            d->ctx[k] = (struct step_view){sp,
+                                           !fl         ? VIEW_FED
+                                           : part == 0 ? VIEW_Q
+                                                       : VIEW_S,
+                                           i,
+                                           !fl         ? x->dtype
+                                           : part == 0 ? FA_ST_I8
+                                                       : FA_ST_F32};
             d->shapes[k] = pfx == 's' ? fa_delta_blocks(x->numel, sp->g->delta_block) : x->numel;
             d->views[k] = (fa_st_view){.name = d->names[k],
                                        .dtype = d->ctx[k].dtype,
@@ -1043,9 +1051,9 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
     fa_hex_encode(d->base, sizeof(d->base), cur->model_sha256, 32);
     snprintf(d->block, sizeof(d->block), "%u", sp->g->delta_block);
     snprintf(d->size, sizeof(d->size), "%" PRIu64, total);
-    const char *m[] = {FA_DELTA_META_FORMAT, "1",      FA_DELTA_META_FROM,  d->from,
-                       FA_DELTA_META_TO,     d->to,    FA_DELTA_META_BASE,  d->base,
-                       FA_DELTA_META_BITS,   "8",      FA_DELTA_META_BLOCK, d->block,
+    const char *m[] = {FA_DELTA_META_FORMAT, "1",    FA_DELTA_META_FROM,  d->from,
+                       FA_DELTA_META_TO,     d->to,  FA_DELTA_META_BASE,  d->base,
+                       FA_DELTA_META_BITS,   "8",    FA_DELTA_META_BLOCK, d->block,
                        FA_DELTA_META_SIZE,   d->size};
     memcpy(d->meta, m, sizeof(m));
     return 0;

@@ -129,9 +129,9 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
             fa_hex_encode(xh, sizeof(xh), e[i].v.delta_sha256, 32);
             snprintf(delta, sizeof(delta), " d%" PRIu64 ":%s", e[i].v.delta_size, xh);
         }
-        len += (size_t)snprintf(text + len, cap - len,
-                                "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s %s%s\n", e[i].v.version,
-                                e[i].v.round, e[i].v.model_size, mh, sh, master, delta);
+        len += (size_t)snprintf(
+            text + len, cap - len, "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s %s%s\n",
+            e[i].v.version, e[i].v.round, e[i].v.model_size, mh, sh, master, delta);
     }
     snprintf(path, sizeof(path), "%s/MANIFEST", s->dir);
     rc = fa_file_write_atomic(path, text, len, 0644, err);
@@ -177,8 +177,7 @@ static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_er
             if (sscanf(line + used, " d%" SCNu64 ":%64s%n", &e.v.delta_size, xh, &used2) != 2 ||
                 line[used + used2] != '\0' || strlen(xh) != 64 ||
                 fa_hex_decode(e.v.delta_sha256, 32, xh, 64) != 0)
-                return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed delta field", path,
-                                 lineno);
+                return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed delta field", path, lineno);
             e.v.has_delta = 1;
         } else if (line[used] != '\0') {
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);

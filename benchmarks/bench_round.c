@@ -182,7 +182,8 @@ struct opts {
     int acc_centralised; /* 0: --acc-no-centralised (tuning the federation) */
     int acc_bits[8];     /* --acc-bits: upload widths, each run with and without deltas */
     size_t n_acc_bits;
-    int acc_delta_off, acc_delta_on; /* --acc-delta off,on: the model downloaded whole / as deltas */
+    int acc_delta_off,
+        acc_delta_on; /* --acc-delta off,on: the model downloaded whole / as deltas */
     int keep;
     const char *dir;
 };
@@ -873,7 +874,8 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
             goto out;
         }
     }
-    fprintf(stderr, "fedagg-bench round: accuracy: federation of 3 regions, %d rounds (%s), %d "
+    fprintf(stderr,
+            "fedagg-bench round: accuracy: federation of 3 regions, %d rounds (%s), %d "
             "upload bits, model download %s\n",
             o->acc_rounds, optimizer, fr->bits, fr->delta ? "as deltas" : "whole");
     {
@@ -968,8 +970,8 @@ static void print_run(FILE *f, const struct fed_run *r)
             "{\"delta_download\":%s,\"accuracy\":%s,\"last5_mean\":%s,\"up_bytes_per_param\":%s,"
             "\"down_bytes_per_param\":%s,\"total_bytes_per_param\":%s,"
             "\"down_bytes_per_param_after_first\":%s,\"total_bytes_per_param_after_first\":%s,"
-            "\"uploads\":%" PRIu64
-            ",\"downloads\":%" PRIu64 ",\"delta_downloads\":%" PRIu64 ",\"seconds\":%.1f}",
+            "\"uploads\":%" PRIu64 ",\"downloads\":%" PRIu64 ",\"delta_downloads\":%" PRIu64
+            ",\"seconds\":%.1f}",
             r->delta ? "true" : "false", fa_bench_json_num(b[0], sizeof(b[0]), r->acc, 4),
             fa_bench_json_num(b[1], sizeof(b[1]), r->tail, 4),
             fa_bench_json_num(b[2], sizeof(b[2]), r->up / ACC_D, 3),
@@ -1110,8 +1112,9 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
                o->acc_rounds, o->acc_rounds, o->acc_epochs, o->acc_rounds * o->acc_epochs,
                o->acc_opt, o->acc_server_lr, o->acc_server_momentum, o->acc_beta1, o->acc_beta2,
                o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, runs[0].bits,
-               runs[0].delta ? "true" : "false", o->acc_clip, ACC_TUNED_OVER, o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr,
-               o->acc_momentum, fa_bench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
+               runs[0].delta ? "true" : "false", o->acc_clip, ACC_TUNED_OVER,
+               o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum,
+               fa_bench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
                fa_bench_json_num(b[2], sizeof(b[2]), cen_acc, 4),
                fa_bench_json_num(b[3], sizeof(b[3]), gap, 2), tail,
                fa_bench_json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
@@ -1136,19 +1139,20 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
-               "         [--dir DIR] [--reps 5] [--regions 8] [--uploads-in-flight N] [--idle-ms 0]\n"
-               "         [--hidden 8192,440]\n"
-               "         [--rss-regions 4,16] [--rss-rounds 3]\n"
-               "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
-               "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
-               "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
-               "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
-               "         [--acc-bits 16[,12,8...]] [--acc-delta off,on]\n"
-               "JSON lines: round_e2e, round_bytes, round_rss, round_delta_download (one per\n"
-               "--acc-bits width: the model downloaded whole, the anchor, next to as deltas),\n"
-               "round_accuracy (see the source's header comment for what each measures).\n"
-               "--quick: 1 rep, 1 rss round, 5 accuracy rounds.\n");
+    fprintf(f,
+            "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
+            "         [--dir DIR] [--reps 5] [--regions 8] [--uploads-in-flight N] [--idle-ms 0]\n"
+            "         [--hidden 8192,440]\n"
+            "         [--rss-regions 4,16] [--rss-rounds 3]\n"
+            "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
+            "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
+            "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
+            "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
+            "         [--acc-bits 16[,12,8...]] [--acc-delta off,on]\n"
+            "JSON lines: round_e2e, round_bytes, round_rss, round_delta_download (one per\n"
+            "--acc-bits width: the model downloaded whole, the anchor, next to as deltas),\n"
+            "round_accuracy (see the source's header comment for what each measures).\n"
+            "--quick: 1 rep, 1 rss round, 5 accuracy rounds.\n");
 }
 
 static int parse_hidden(const char *s, struct opts *o)

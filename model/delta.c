@@ -22,8 +22,7 @@
 
 int fa_delta_block_ok(uint64_t block)
 {
-    return block >= FA_DELTA_MIN_BLOCK && block <= FA_DELTA_MAX_BLOCK &&
-           (block & (block - 1)) == 0;
+    return block >= FA_DELTA_MIN_BLOCK && block <= FA_DELTA_MAX_BLOCK && (block & (block - 1)) == 0;
 }
 
 uint64_t fa_delta_blocks(uint64_t numel, uint32_t block)
@@ -140,8 +139,8 @@ static int meta_u64(const fa_safetensors *st, const char *path, const char *key,
     errno = 0;
     *out = strtoull(s, &end, 10);
     if (*end || errno)
-        return fa_errorf(err, FA_ERR_PARSE, "%s: delta metadata '%s' = '%s' is not a number",
-                         path, key, s);
+        return fa_errorf(err, FA_ERR_PARSE, "%s: delta metadata '%s' = '%s' is not a number", path,
+                         key, s);
     return 0;
 }
 
@@ -207,7 +206,8 @@ static int make_plan(const fa_safetensors *h, const fa_safetensors *d, const fa_
         } else if (p->r) {
             if (p->r->dtype != t->dtype || p->r->numel != t->numel)
                 return fa_errorf(err, FA_ERR_PARSE,
-                                 "%s: r.%s is %s of %" PRIu64 " elements; the tensor is %s of %" PRIu64,
+                                 "%s: r.%s is %s of %" PRIu64
+                                 " elements; the tensor is %s of %" PRIu64,
                                  dpath, t->name, fa_st_dtype_name(p->r->dtype), p->r->numel,
                                  fa_st_dtype_name(t->dtype), t->numel);
             p->kind = FROM_RAW;

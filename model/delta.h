@@ -82,11 +82,11 @@ void fa_delta_apply(fa_st_dtype dtype, const void *base, const int8_t *q, const 
 
 /* What a delta file says of itself (fa_delta_reconstruct fills it). */
 typedef struct fa_delta_info {
-    uint64_t from, to;         /* versions */
-    uint8_t base_sha256[32];   /* the file it applies to */
+    uint64_t from, to;       /* versions */
+    uint8_t base_sha256[32]; /* the file it applies to */
     uint32_t block;
-    uint64_t size;             /* bytes of the file it rebuilds */
-    uint64_t quantised;        /* elements rebuilt from q and scales */
+    uint64_t size;      /* bytes of the file it rebuilds */
+    uint64_t quantised; /* elements rebuilt from q and scales */
 } fa_delta_info;
 
 /* Rebuilds the model file of the delta at delta_path from the model file

@@ -462,8 +462,8 @@ static void check_model_delta(struct ck *c, const Fedagg__ModelDelta *d)
         problem(c, d, "bits", 0, "`model_delta.bits` (%u) must be 8 (int8 steps are the one width)",
                 d->bits);
     if (d->block < 16 || d->block > 65536 || (d->block & (d->block - 1)) != 0)
-        problem(c, d, "block", 0, "`model_delta.block` (%u) must be a power of two from 16 to 65536",
-                d->block);
+        problem(c, d, "block", 0,
+                "`model_delta.block` (%u) must be a power of two from 16 to 65536", d->block);
 }
 
 static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,

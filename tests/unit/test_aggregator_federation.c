@@ -1026,9 +1026,9 @@ static void test_any_model_round_delta(void **state)
     assert_int_equal(fa_fed_model_delta_for(s->f, "eu-west", UINT64_MAX, 1, path, sizeof(path),
                                             &version, sha, dsha),
                      FA_ERR_NOTFOUND);
-    assert_int_equal(fa_fed_model_delta_for(s->f, "eu-west", 0, 0, path, sizeof(path), &version,
-                                            sha, dsha),
-                     FA_ERR_NOTFOUND);
+    assert_int_equal(
+        fa_fed_model_delta_for(s->f, "eu-west", 0, 0, path, sizeof(path), &version, sha, dsha),
+        FA_ERR_NOTFOUND);
     /* A restart resumes from the master weights with deltas on. */
     fa_fed_close(s->f);
     sim_open(s);

@@ -185,14 +185,14 @@ static void model_views(fa_st_view v[4], const float *w, const uint16_t *b, cons
 
 /* The delta file of fx, with an optional change to its pieces. */
 struct delta_edit {
-    const char *drop;      /* a tensor left out */
-    const char *extra;     /* a tensor added (U8 [1]) */
-    uint64_t qw_len;       /* 0: NW */
-    uint64_t sw_len;       /* 0: 4 */
-    float bad_scale;       /* set as sw[1] when nonzero */
-    const char *bits;      /* "8" when NULL */
-    const char *base_hex;  /* fx's when NULL */
-    int header_len_off;    /* added to the header's length prefix */
+    const char *drop;     /* a tensor left out */
+    const char *extra;    /* a tensor added (U8 [1]) */
+    uint64_t qw_len;      /* 0: NW */
+    uint64_t sw_len;      /* 0: 4 */
+    float bad_scale;      /* set as sw[1] when nonzero */
+    const char *bits;     /* "8" when NULL */
+    const char *base_hex; /* fx's when NULL */
+    int header_len_off;   /* added to the header's length prefix */
 };
 
 static void write_delta(struct fixture *fx, const struct delta_edit *e)
@@ -245,8 +245,8 @@ static void write_delta(struct fixture *fx, const struct delta_edit *e)
                               .data = all[i].data};
     }
     if (e->extra)
-        v[n++] = (fa_st_view){.name = e->extra, .dtype = FA_ST_U8, .ndim = 1, .shape = one,
-                              .data = &xb};
+        v[n++] =
+            (fa_st_view){.name = e->extra, .dtype = FA_ST_U8, .ndim = 1, .shape = one, .data = &xb};
     snprintf(size_s, sizeof(size_s), "%llu", (unsigned long long)fx->size);
     const char *meta[] = {FA_DELTA_META_FORMAT, "1",
                           FA_DELTA_META_FROM,   "3",
@@ -400,8 +400,7 @@ static void test_refusals(void **state)
     expect_refusal(fx, &(struct delta_edit){.extra = "q.zzz"}, FA_ERR_PARSE,
                    "tensor 'q.zzz' belongs to no tensor of the model");
     /* values */
-    expect_refusal(fx, &(struct delta_edit){.bad_scale = NAN}, FA_ERR_PARSE,
-                   "s.w: scale 1 is nan");
+    expect_refusal(fx, &(struct delta_edit){.bad_scale = NAN}, FA_ERR_PARSE, "s.w: scale 1 is nan");
     expect_refusal(fx, &(struct delta_edit){.bad_scale = -1.0f}, FA_ERR_PARSE,
                    "s.w: scale 1 is -1");
     expect_refusal(fx, &(struct delta_edit){.bits = "4"}, FA_ERR_UNSUPPORTED,
@@ -430,8 +429,8 @@ static void test_refusals(void **state)
         fa_error err;
         uint8_t sha[32];
         fa_error_clear(&err);
-        v[0] = (fa_st_view){.name = "w", .dtype = FA_ST_F32, .ndim = 1, .shape = shp_w,
-                            .data = fx->w0};
+        v[0] = (fa_st_view){
+            .name = "w", .dtype = FA_ST_F32, .ndim = 1, .shape = shp_w, .data = fx->w0};
         assert_int_equal(fa_st_save(fx->base, 0644, v, 1, NULL, 0, &err), 0);
         assert_int_equal(fa_delta_file_sha256(fx->base, sha, NULL, &err), 0);
         fa_hex_encode(fx->base_hex, sizeof(fx->base_hex), sha, 32);
