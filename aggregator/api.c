@@ -344,12 +344,12 @@ static int on_model(fa_h3_request *req, void *arg)
     fa_api *a = arg;
     struct req_ctx *c = admit(a, req);
     const char *which = fa_h3_request_path(req) + strlen("/v1/models/");
-    uint64_t version = UINT64_MAX, got;
-    uint8_t sha[32];
-    char path[4096], hex[65], vs[32], *end;
+    uint64_t version = UINT64_MAX, got, delta_from = 0;
+    uint8_t sha[32], dsha[32] = {0};
+    char path[4096], hex[65], dhex[65], vs[32], fs[32], *end;
     struct file_src *src;
     off_t size;
-    int f32;
+    int f32, want_delta = 0, is_delta = 0;
 
     if (!c)
         return 0;
@@ -362,16 +362,49 @@ static int on_model(fa_h3_request *req, void *arg)
             return 0;
         }
     }
+    /* ?dtype=f32: the float32 master weights instead of the model's own
+     * dtypes.  ?delta_from=N: the version as a delta against version N when
+     * there is one (else the full file); fedagg-model-encoding says which. */
     {
-        /* ?dtype=f32: the float32 master weights instead of the model's own dtypes. */
         const char *q = fa_h3_request_query(req);
-        if (q[0] && strcmp(q, "dtype=f32") != 0 && strcmp(q, "dtype=native") != 0) {
-            respond_error(c, req, 400, "unknown query '%s': use ?dtype=f32 or none", q);
+        f32 = 0;
+        while (q && *q) {
+            const char *amp = strchr(q, '&');
+            size_t len = amp ? (size_t)(amp - q) : strlen(q);
+            if (len == 9 && !strncmp(q, "dtype=f32", 9)) {
+                f32 = 1;
+            } else if (len == 12 && !strncmp(q, "dtype=native", 12)) {
+                f32 = 0;
+            } else if (len > 11 && !strncmp(q, "delta_from=", 11) && len - 11 < 21) {
+                char num[24];
+                memcpy(num, q + 11, len - 11);
+                num[len - 11] = '\0';
+                errno = 0;
+                delta_from = strtoull(num, &end, 10);
+                if (!num[0] || *end || errno || num[0] == '-' || num[0] == '+') {
+                    respond_error(c, req, 400, "delta_from '%s' is not a version number", num);
+                    return 0;
+                }
+                want_delta = 1;
+            } else {
+                respond_error(c, req, 400,
+                              "unknown query '%.*s': use ?dtype=f32, ?delta_from=<version> or "
+                              "none",
+                              (int)len, q);
+                return 0;
+            }
+            q = amp ? amp + 1 : NULL;
+        }
+        if (f32 && want_delta) {
+            respond_error(c, req, 400, "delta_from serves the published model: not with dtype=f32");
             return 0;
         }
-        f32 = strcmp(q, "dtype=f32") == 0;
     }
-    if (fa_fed_model_for(a->fed, c->region, version, f32, path, sizeof(path), &got, sha) != 0) {
+    if (want_delta && fa_fed_model_delta_for(a->fed, c->region, version, delta_from, path,
+                                             sizeof(path), &got, sha, dsha) == 0) {
+        is_delta = 1;
+    } else if (fa_fed_model_for(a->fed, c->region, version, f32, path, sizeof(path), &got, sha) !=
+               0) {
         respond_error(c, req, 404, "model version %s is not retained", which);
         return 0;
     }
@@ -391,11 +424,17 @@ static int on_model(fa_h3_request *req, void *arg)
     }
     fa_hex_encode(hex, sizeof(hex), sha, 32);
     snprintf(vs, sizeof(vs), "%" PRIu64, got);
+    fa_hex_encode(dhex, sizeof(dhex), dsha, 32);
+    snprintf(fs, sizeof(fs), "%" PRIu64, delta_from);
     fa_h3_header h[] = {{"content-type", "application/octet-stream"},
                         {"fedagg-model-version", vs},
-                        {"fedagg-model-sha256", hex}};
+                        {"fedagg-model-sha256", hex},
+                        {"fedagg-model-encoding", is_delta ? "delta" : "full"},
+                        {"fedagg-delta-from", fs},
+                        {"fedagg-delta-sha256", dhex}};
     c->responded = 1;
-    if (fa_h3_respond_stream(req, 200, h, 3, (int64_t)size, file_read, file_done, src) != 0) {
+    if (fa_h3_respond_stream(req, 200, h, is_delta ? 6 : 4, (int64_t)size, file_read, file_done,
+                             src) != 0) {
         close(src->fd);
         free(src);
     }

@@ -1246,6 +1246,27 @@ int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, c
     return rc < 0 ? rc : 0;
 }
 
+int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_t from, char *path,
+                           size_t n, uint64_t *out_version, uint8_t model_sha256[32],
+                           uint8_t delta_sha256[32])
+{
+    struct fa_model_version v;
+    uint8_t other[32];
+    const uint64_t version = f->cur.version;
+
+    if ((want != UINT64_MAX && want != version) || version == 0 || from != version - 1 ||
+        fa_model_store_version(f->store, version, &v) != 0 || !v.has_delta)
+        return FA_ERR_NOTFOUND;
+    /* Under the test switch this region gets another full model instead. */
+    if (region && other_model(f, region, version, NULL, 0, other, NULL) != 0)
+        return FA_ERR_NOTFOUND;
+    fa_model_store_delta_path(f->store, version, path, n);
+    memcpy(model_sha256, v.model_sha256, 32);
+    memcpy(delta_sha256, v.delta_sha256, 32);
+    *out_version = version;
+    return 0;
+}
+
 int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, size_t len,
                           fa_fed_reply *reply)
 {

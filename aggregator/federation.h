@@ -160,6 +160,18 @@ int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
 int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, char *path, size_t n,
                      uint64_t *out_version, uint8_t sha256[32]);
 
+/* The delta file of version `want` (UINT64_MAX: the current one; only the
+ * current one has one to serve) against version `from`, for a
+ * download by `region` (GET /v1/models/latest?delta_from=N): its path, the
+ * version, the SHA-256 of the full model file it rebuilds and of the delta
+ * file itself.  Returns 0, or FA_ERR_NOTFOUND when there is no such delta
+ * (from is not the previous version, deltas are off, the version has none,
+ * or the test switch fed-serve-other-model serves this region a full
+ * model): the caller then serves the full model. */
+int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_t from, char *path,
+                           size_t n, uint64_t *out_version, uint8_t model_sha256[32],
+                           uint8_t delta_sha256[32]);
+
 /* POST /v1/evaluations: a region's signed federated-evaluation report
  * (fedagg.SignedEval) of the current model version.  Returns 0 when
  * accepted (or an identical retry), else the FA_ERR_* code with reply

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fa_hex.h"
 #include "common/fa_log.h"
+#include "model/delta.h"
 
 struct fa_global_model {
     fa_tensors *table; /* the current version's: federated flags, ranges */
@@ -18,7 +20,9 @@ struct fa_global_model {
      * trainer reads), carried into every version; not the fedagg.* keys. */
     char **user_meta; /* n_user_meta key/value pairs */
     size_t n_user_meta;
-    int need_master; /* a federated tensor is not F32 */
+    int need_master; /* a federated tensor is not F32, or the model is published as deltas */
+    int delta_on;    /* config model_delta.enabled: versions are delta reconstructions */
+    uint32_t delta_block;
     int is_mlp;
     fa_mlp_config mlp;
     uint8_t digest[32];
@@ -460,6 +464,19 @@ int fa_global_model_open(fa_global_model **out, const Fedagg__AggregatorConfig *
     g->min_range = q->range_min;
     g->initial_min = q->range_initial_min;
     g->fixed = q->clip_value;
+    if (cfg->model_delta && cfg->model_delta->enabled) {
+        if (cfg->model_delta->bits != FA_DELTA_BITS ||
+            !fa_delta_block_ok(cfg->model_delta->block)) {
+            rc = fa_errorf(err, FA_ERR_INVAL,
+                           "config: model_delta: bits %u block %u (bits 8 and a power-of-two "
+                           "block from %u to %u wanted)",
+                           cfg->model_delta->bits, cfg->model_delta->block, FA_DELTA_MIN_BLOCK,
+                           FA_DELTA_MAX_BLOCK);
+            goto fail;
+        }
+        g->delta_on = 1;
+        g->delta_block = cfg->model_delta->block;
+    }
     memset(&layout, 0, sizeof(layout));
     rc = config_table(g, cfg, &want, &init, &layout, err);
     if (rc != 0)
@@ -468,6 +485,9 @@ int fa_global_model_open(fa_global_model **out, const Fedagg__AggregatorConfig *
     for (size_t i = 0; i < fa_tensors_count(want); i++) {
         const fa_tensor *x = fa_tensors_at(want, i);
         if (x->federated && x->dtype != FA_ST_F32)
+            g->need_master = 1;
+        /* The published weights trail the master by what the next delta carries. */
+        if (x->federated && g->delta_on && fa_tensors_dtype_is_float(x->dtype))
             g->need_master = 1;
     }
     if (fa_model_store_current(store, &cur) == 0) {
@@ -528,6 +548,14 @@ struct stepper {
     size_t n_fed, cursor; /* cursor: index into fed of the last tensor looked up */
     float *dbuf, *wbuf, *sbuf[FA_SERVER_OPT_MAX_STATE], *nbuf[FA_SERVER_OPT_MAX_STATE];
     uint8_t *raw; /* STEP_CHUNK * 4 bytes: tensors widened to F32 */
+    /* Publishing as a delta (g->delta_on): the current version's published
+     * model, the bytes a region holds, and the scratch of one chunk of the
+     * delta: its base bytes, steps, scales and rebuilt bytes. */
+    fa_safetensors *pub;     /* the current model file (may be wst or base) */
+    const fa_st_tensor **pt; /* per table index: that tensor in pub (federated floating) */
+    uint8_t *pbuf, *obuf;    /* STEP_CHUNK * 8 bytes each */
+    int8_t *qbuf;            /* STEP_CHUNK */
+    float *scbuf;            /* STEP_CHUNK / FA_DELTA_MIN_BLOCK + 1 */
 };
 
 /* The federated tensor (index into fed) holding coordinate c; calls come in
@@ -598,8 +626,65 @@ static int step_chunk(struct stepper *sp, uint64_t c0, size_t n, int want, fa_er
     return rc;
 }
 
-/* What one view of the new version writes. */
-enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_STATE };
+/* The delta of elements [e, e + m) of federated floating tensor ti (e a
+ * multiple of STEP_CHUNK, itself a multiple of any block; m <= STEP_CHUNK):
+ * the new master weights (wbuf), the published bytes they are encoded
+ * against (pbuf), the steps (qbuf), scales (scbuf) and, with rebuild, the
+ * new published bytes (obuf) by the reconstruction regions run
+ * (model/delta.h). */
+static int delta_chunk(struct stepper *sp, size_t ti, uint64_t e, size_t m, int rebuild,
+                       fa_error *err)
+{
+    const fa_tensor *x = fa_tensors_at(sp->t, ti);
+    const size_t es = fa_st_dtype_size(x->dtype);
+    const uint32_t block = sp->g->delta_block;
+    int rc = step_chunk(sp, x->fed_offset + e, m, WANT_W, err);
+
+    if (rc == 0)
+        rc = fa_st_read_range(sp->pub, sp->pt[ti], e * es, sp->pbuf, m * es, err);
+    if (rc != 0)
+        return rc;
+    fa_delta_encode(x->dtype, sp->pbuf, sp->wbuf, m, block, sp->qbuf, sp->scbuf);
+    if (rebuild)
+        fa_delta_apply(x->dtype, sp->pbuf, sp->qbuf, sp->scbuf, m, block, sp->obuf);
+    return 0;
+}
+
+/* What one view of the new version writes.  VIEW_PUB: a federated floating
+ * tensor of the model as its delta rebuilds it; VIEW_Q, VIEW_S: the delta
+ * file's steps and scales of one. */
+enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_STATE, VIEW_PUB, VIEW_Q, VIEW_S };
+
+/* Bytes [off, off + len) of a VIEW_PUB, VIEW_Q or VIEW_S view of tensor ti,
+ * element size es (of the view), chunk by chunk of the delta. */
+static int delta_fill(struct stepper *sp, int kind, size_t ti, size_t es, uint64_t off,
+                      uint8_t *out, size_t len, fa_error *err)
+{
+    const fa_tensor *x = fa_tensors_at(sp->t, ti);
+    const uint32_t block = sp->g->delta_block;
+    uint64_t cur = off / es, end = (off + len) / es;
+    int rc = 0;
+
+    while (rc == 0 && cur < end) {
+        /* the chunk holding element (or scale) cur */
+        uint64_t elem = kind == VIEW_S ? cur * block : cur;
+        uint64_t e = elem / STEP_CHUNK * STEP_CHUNK;
+        size_t m = (size_t)(x->numel - e < STEP_CHUNK ? x->numel - e : STEP_CHUNK);
+        uint64_t first = kind == VIEW_S ? e / block : e;
+        uint64_t count = kind == VIEW_S ? fa_delta_blocks(m, block) : m;
+        uint64_t stop = first + count < end ? first + count : end;
+        const uint8_t *src;
+        rc = delta_chunk(sp, ti, e, m, kind == VIEW_PUB, err);
+        if (rc != 0)
+            break;
+        src = kind == VIEW_PUB ? sp->obuf
+              : kind == VIEW_Q ? (const uint8_t *)sp->qbuf
+                               : (const uint8_t *)sp->scbuf;
+        memcpy(out + (cur * es - off), src + (cur - first) * es, (size_t)((stop - cur) * es));
+        cur = stop;
+    }
+    return rc;
+}
 
 struct step_view {
     struct stepper *sp;
@@ -626,6 +711,8 @@ static int step_fill(void *ctx, const fa_st_view *v, uint64_t off, void *buf, si
                          v->name, off, len);
     if (sv->kind == VIEW_RAW)
         return fa_st_read_range(sp->base, sp->bt[sv->index], off, buf, len, err);
+    if (sv->kind == VIEW_PUB || sv->kind == VIEW_Q || sv->kind == VIEW_S)
+        return delta_fill(sp, sv->kind, sv->index, es, off, out, len, err);
     for (size_t done = 0; rc == 0 && done < n;) {
         size_t m = n - done < STEP_CHUNK ? n - done : STEP_CHUNK;
         uint64_t e = e0 + done;
@@ -654,6 +741,13 @@ static int step_fill(void *ctx, const fa_st_view *v, uint64_t off, void *buf, si
 
 static void stepper_free(struct stepper *sp)
 {
+    if (sp->pub != sp->wst && sp->pub != sp->base)
+        fa_st_del(sp->pub);
+    free(sp->pt);
+    free(sp->pbuf);
+    free(sp->obuf);
+    free(sp->qbuf);
+    free(sp->scbuf);
     fa_st_del(sp->wst);
     if (sp->base != sp->wst)
         fa_st_del(sp->base);
@@ -789,6 +883,34 @@ static int stepper_open(struct stepper *sp, const fa_global_model *g, const fa_m
     }
     if (rc == 0 && sp->n_fed == 0)
         rc = fa_errorf(err, FA_ERR_INVAL, "model step: no federated tensor");
+    if (rc == 0 && g->delta_on) {
+        /* The delta is against the published file regions hold. */
+        if (!strcmp(wpath, mpath))
+            sp->pub = sp->wst;
+        else if (sp->base != sp->wst)
+            sp->pub = sp->base;
+        else
+            rc = fa_st_open(&sp->pub, mpath, err);
+        sp->pt = calloc(nt, sizeof(*sp->pt));
+        sp->pbuf = malloc(STEP_CHUNK * 8);
+        sp->obuf = malloc(STEP_CHUNK * 8);
+        sp->qbuf = malloc(STEP_CHUNK);
+        sp->scbuf = malloc((STEP_CHUNK / FA_DELTA_MIN_BLOCK + 1) * sizeof(float));
+        if (rc == 0 && (!sp->pt || !sp->pbuf || !sp->obuf || !sp->qbuf || !sp->scbuf))
+            rc = fa_errorf(err, FA_ERR_NOMEM, "model step: out of memory");
+        for (size_t i = 0; rc == 0 && i < nt; i++) {
+            const fa_tensor *x = fa_tensors_at(t, i);
+            const fa_st_tensor *s;
+            if (!x->federated || !fa_tensors_dtype_is_float(x->dtype))
+                continue;
+            s = fa_st_find(sp->pub, x->name);
+            if (!s || s->dtype != x->dtype || s->numel != x->numel)
+                rc = fa_errorf(err, FA_ERR_CORRUPT,
+                               "%s: tensor '%s' missing, or of another dtype or size", mpath,
+                               x->name);
+            sp->pt[i] = s;
+        }
+    }
     if (rc == 0)
         rc = open_state(g, store, opt, &sp->sst, sp->st, 1, err);
     return rc;
@@ -804,7 +926,10 @@ static void model_views(struct stepper *sp, const fa_tensors *next, int as_f32, 
         struct step_view *c = &ctx[i];
         c->sp = sp;
         c->index = i;
-        if (x->federated) {
+        if (x->federated && !as_f32 && sp->g->delta_on && fa_tensors_dtype_is_float(x->dtype)) {
+            c->kind = VIEW_PUB;
+            c->dtype = x->dtype;
+        } else if (x->federated) {
             c->kind = VIEW_FED;
             c->dtype = as_f32 ? FA_ST_F32 : x->dtype;
         } else if (as_f32 && fa_tensors_dtype_is_float(x->dtype) && x->dtype != FA_ST_F32) {
@@ -823,6 +948,117 @@ static void model_views(struct stepper *sp, const fa_tensors *next, int as_f32, 
     }
 }
 
+/* The delta file of the new version (model/delta.h): the model file's
+ * header as the store will write it, then per federated tensor its steps
+ * and scales (floating) or its new bytes (integer). */
+struct delta_out {
+    uint8_t *hdr;
+    uint64_t hdr_shape[1];
+    fa_st_view *views;
+    struct step_view *ctx;
+    char **names;
+    uint64_t *shapes; /* one per view */
+    size_t n;
+    char from[32], to[32], base[65], block[16], size[32];
+    const char *meta[14];
+};
+
+static void delta_out_free(struct delta_out *d)
+{
+    for (size_t i = 0; d->names && i < d->n; i++)
+        free(d->names[i]);
+    free(d->names);
+    free(d->views);
+    free(d->ctx);
+    free(d->shapes);
+    free(d->hdr);
+}
+
+static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tensors *next,
+                          const fa_model_files *files, const struct fa_model_version *cur,
+                          uint64_t version, fa_error *err)
+{
+    const size_t nt = fa_tensors_count(next);
+    fa_st_writer *w = NULL;
+    const uint8_t *h;
+    size_t h_len, k = 0;
+    uint64_t total = 0;
+    int rc;
+
+    /* The header bytes the store's writer produces for the model file. */
+    rc = fa_st_writer_new(&w, err);
+    for (size_t i = 0; rc == 0 && i < files->n_model; i++)
+        rc = fa_st_writer_add(w, files->model[i].name, files->model[i].dtype, files->model[i].ndim,
+                              files->model[i].shape, err);
+    for (size_t i = 0; rc == 0 && i < files->n_meta; i++)
+        rc = fa_st_writer_metadata(w, files->meta[2 * i], files->meta[2 * i + 1], err);
+    if (rc == 0)
+        rc = fa_st_writer_header(w, &h, &h_len, err);
+    if (rc == 0) {
+        total = fa_st_writer_total_size(w);
+        if (!(d->hdr = malloc(h_len)))
+            rc = fa_errorf(err, FA_ERR_NOMEM, "model delta: out of memory");
+        else
+            memcpy(d->hdr, h, h_len);
+    }
+    fa_st_writer_del(w);
+    if (rc != 0)
+        return rc;
+    d->views = calloc(1 + 2 * nt, sizeof(*d->views));
+    d->ctx = calloc(1 + 2 * nt, sizeof(*d->ctx));
+    d->names = calloc(1 + 2 * nt, sizeof(*d->names));
+    d->shapes = calloc(1 + 2 * nt, sizeof(*d->shapes));
+    if (!d->views || !d->ctx || !d->names || !d->shapes)
+        return fa_errorf(err, FA_ERR_NOMEM, "model delta: out of memory");
+    d->hdr_shape[0] = h_len;
+    d->views[k++] = (fa_st_view){.name = FA_DELTA_HEADER_TENSOR,
+                                 .dtype = FA_ST_U8,
+                                 .ndim = 1,
+                                 .shape = d->hdr_shape,
+                                 .data = d->hdr};
+    for (size_t i = 0; i < nt; i++) {
+        const fa_tensor *x = fa_tensors_at(next, i);
+        const int fl = fa_tensors_dtype_is_float(x->dtype);
+        if (!x->federated)
+            continue; /* copied from the base by the region, as by the store */
+        for (int part = 0; part < (fl ? 2 : 1); part++) {
+            const char pfx = !fl ? 'r' : part == 0 ? 'q' : 's';
+            size_t len = strlen(x->name) + 3;
+            if (!(d->names[k] = malloc(len)))
+                return fa_errorf(err, FA_ERR_NOMEM, "model delta: out of memory");
+            snprintf(d->names[k], len, "%c.%s", pfx, x->name);
+            d->ctx[k] = (struct step_view){sp,
+                                           !fl         ? VIEW_FED
+                                           : part == 0 ? VIEW_Q
+                                                       : VIEW_S,
+                                           i,
+                                           !fl         ? x->dtype
+                                           : part == 0 ? FA_ST_I8
+                                                       : FA_ST_F32};
+            d->shapes[k] = pfx == 's' ? fa_delta_blocks(x->numel, sp->g->delta_block) : x->numel;
+            d->views[k] = (fa_st_view){.name = d->names[k],
+                                       .dtype = d->ctx[k].dtype,
+                                       .ndim = fl ? 1 : x->ndim,
+                                       .shape = fl ? &d->shapes[k] : x->shape,
+                                       .fill = step_fill,
+                                       .ctx = &d->ctx[k]};
+            k++;
+        }
+    }
+    d->n = k;
+    snprintf(d->from, sizeof(d->from), "%" PRIu64, cur->version);
+    snprintf(d->to, sizeof(d->to), "%" PRIu64, version);
+    fa_hex_encode(d->base, sizeof(d->base), cur->model_sha256, 32);
+    snprintf(d->block, sizeof(d->block), "%u", sp->g->delta_block);
+    snprintf(d->size, sizeof(d->size), "%" PRIu64, total);
+    const char *m[] = {FA_DELTA_META_FORMAT, "1",    FA_DELTA_META_FROM,  d->from,
+                       FA_DELTA_META_TO,     d->to,  FA_DELTA_META_BASE,  d->base,
+                       FA_DELTA_META_BITS,   "8",    FA_DELTA_META_BLOCK, d->block,
+                       FA_DELTA_META_SIZE,   d->size};
+    memcpy(d->meta, m, sizeof(m));
+    return 0;
+}
+
 int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t version,
                          uint64_t round, const fa_server_opt *opt, fa_global_model_delta_fn delta,
                          void *ctx, const char *const *meta, size_t n_meta,
@@ -838,9 +1074,12 @@ int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t ver
     size_t n_all = 0;
     char *json = NULL, arch[128];
     fa_model_files files = {0};
+    struct delta_out dout;
+    struct fa_model_version cur;
     int rc;
 
     memset(&sp, 0, sizeof(sp));
+    memset(&dout, 0, sizeof(dout));
     sp.delta = delta;
     sp.dctx = ctx;
     rc = stepper_open(&sp, g, store, opt, err);
@@ -900,8 +1139,19 @@ int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t ver
         files.n_state = sp.ns;
         files.state_meta = state_meta;
         files.n_state_meta = n_state_meta;
-        rc = fa_model_store_commit(store, version, round, &files, err);
+        if (g->delta_on) {
+            rc = fa_model_store_current(store, &cur);
+            if (rc == 0)
+                rc = delta_out_make(&dout, &sp, next, &files, &cur, version, err);
+            files.delta = dout.views;
+            files.n_delta = dout.n;
+            files.delta_meta = dout.meta;
+            files.n_delta_meta = sizeof(dout.meta) / sizeof(dout.meta[0]) / 2;
+        }
+        if (rc == 0)
+            rc = fa_model_store_commit(store, version, round, &files, err);
     }
+    delta_out_free(&dout);
     stepper_free(&sp);
     free(views);
     free(vctx);
@@ -929,6 +1179,9 @@ int fa_global_model_read_mlp(const fa_global_model *g, const fa_model_store *sto
     if (!fa_model_store_weights_path(store, version, path, sizeof(path)))
         return fa_errorf(err, FA_ERR_NOTFOUND, "model version %" PRIu64 " is not retained",
                          version);
+    /* Published as deltas, the model regions get is not the master: evaluate it. */
+    if (g->delta_on)
+        fa_model_store_model_path(store, version, path, sizeof(path));
     rc = fa_st_open(&st, path, err);
     for (uint32_t i = 0; rc == 0 && i < l->n_tensors; i++) {
         const fa_st_tensor *s = fa_st_find(st, l->tensors[i].name);

@@ -16,6 +16,13 @@
  * F32) the store also keeps master-<v>.safetensors (float32), the weights a
  * restart resumes from and what `GET /v1/models/<v>?dtype=f32` serves.
  *
+ * As deltas (config model_delta.enabled).  The federated floating tensors
+ * of model-<v> are then what the delta against v-1 rebuilds
+ * (model/delta.h: int8 steps of new master - published v-1, one scale per
+ * block), written beside it as delta-<v>.safetensors in the same commit;
+ * the master weights are always kept (master-<v>), and the published
+ * model, not the master, is what fa_global_model_read_mlp evaluates.
+ *
  * Ranges (config Quantization.range).  RANGE_ADAPTIVE: tensor t of round 1
  * is quantised over [-r, r], r = max(range_initial * max|w_t|, range_min);
  * after each round r = max(range_headroom * max|mean delta_t|,

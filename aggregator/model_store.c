@@ -47,6 +47,12 @@ char *fa_model_store_master_path(const fa_model_store *s, uint64_t version, char
     return buf;
 }
 
+char *fa_model_store_delta_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/delta-%08" PRIu64 ".safetensors", s->dir, version);
+    return buf;
+}
+
 char *fa_model_store_weights_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -94,13 +100,15 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
 }
 
 /* MANIFEST: the magic line, then one line per retained version, ascending:
- *   v <version> <round> <model-size> <model-sha256-hex> <state-sha256-hex> <master>
- * where <master> is "-" (no master file) or <master-size>:<master-sha256-hex>;
- * lines of stores written before master files existed end after the state. */
+ *   v <version> <round> <model-size> <model-sha256-hex> <state-sha256-hex> <master>[ <delta>]
+ * where <master> is "-" (no master file) or <master-size>:<master-sha256-hex>
+ * and <delta>, present only when the version has a delta file,
+ * d<delta-size>:<delta-sha256-hex>; lines of stores written before master
+ * files existed end after the state. */
 static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa_error *err)
 {
     char path[4096], *text;
-    size_t cap = 64 + n * 200, len = 0;
+    size_t cap = 64 + n * 400, len = 0; /* a line is at most ~370 bytes */
     int rc;
 
     text = malloc(cap);
@@ -108,7 +116,7 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
         return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
     len += (size_t)snprintf(text, cap, "%s\n", MANIFEST_MAGIC);
     for (size_t i = 0; i < n; i++) {
-        char mh[65], sh[65], xh[65], master[96];
+        char mh[65], sh[65], xh[65], master[96], delta[96] = "";
         fa_hex_encode(mh, sizeof(mh), e[i].v.model_sha256, 32);
         fa_hex_encode(sh, sizeof(sh), e[i].v.state_sha256, 32);
         if (e[i].v.has_master) {
@@ -117,9 +125,13 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
         } else {
             snprintf(master, sizeof(master), "-");
         }
-        len += (size_t)snprintf(text + len, cap - len,
-                                "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s %s\n", e[i].v.version,
-                                e[i].v.round, e[i].v.model_size, mh, sh, master);
+        if (e[i].v.has_delta) {
+            fa_hex_encode(xh, sizeof(xh), e[i].v.delta_sha256, 32);
+            snprintf(delta, sizeof(delta), " d%" PRIu64 ":%s", e[i].v.delta_size, xh);
+        }
+        len += (size_t)snprintf(
+            text + len, cap - len, "v %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s %s%s\n",
+            e[i].v.version, e[i].v.round, e[i].v.model_size, mh, sh, master, delta);
     }
     snprintf(path, sizeof(path), "%s/MANIFEST", s->dir);
     rc = fa_file_write_atomic(path, text, len, 0644, err);
@@ -148,16 +160,27 @@ static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_er
             fa_hex_decode(e.v.model_sha256, 32, mh, strlen(mh)) != 0 ||
             fa_hex_decode(e.v.state_sha256, 32, sh, strlen(sh)) != 0)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);
-        if (line[used] == ' ' && !strcmp(line + used, " -")) {
+        if (line[used] == ' ' && !strncmp(line + used, " -", 2) &&
+            (line[used + 2] == '\0' || line[used + 2] == ' ')) {
             used += 2;
         } else if (line[used] == ' ') {
             if (sscanf(line + used, " %" SCNu64 ":%64s%n", &e.v.master_size, xh, &used2) != 2 ||
-                line[used + used2] != '\0' || strlen(xh) != 64 ||
+                (line[used + used2] != '\0' && line[used + used2] != ' ') || strlen(xh) != 64 ||
                 fa_hex_decode(e.v.master_sha256, 32, xh, 64) != 0)
                 return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed master field", path,
                                  lineno);
             e.v.has_master = 1;
             used += used2;
+        }
+        if (line[used] == ' ') {
+            used2 = 0;
+            if (sscanf(line + used, " d%" SCNu64 ":%64s%n", &e.v.delta_size, xh, &used2) != 2 ||
+                line[used + used2] != '\0' || strlen(xh) != 64 ||
+                fa_hex_decode(e.v.delta_sha256, 32, xh, 64) != 0)
+                return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed delta field", path, lineno);
+            e.v.has_delta = 1;
+        } else if (line[used] != '\0') {
+            return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);
         }
         if (s->n > 0 && e.v.version <= s->entries[s->n - 1].v.version)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: versions not ascending", path, lineno);
@@ -195,7 +218,8 @@ static void remove_leftovers(fa_model_store *s)
                   sscanf(de->d_name, "state-%" SCNu64 ".safetensors%n", &v, &end) == 1) &&
                  de->d_name[end] == '\0' && (!have || v > current))
             stale = 1;
-        else if (sscanf(de->d_name, "master-%" SCNu64 ".safetensors%n", &v, &end) == 1 &&
+        else if ((sscanf(de->d_name, "master-%" SCNu64 ".safetensors%n", &v, &end) == 1 ||
+                  sscanf(de->d_name, "delta-%" SCNu64 ".safetensors%n", &v, &end) == 1) &&
                  de->d_name[end] == '\0' && (!have || v > current))
             stale = 1;
         if (stale) {
@@ -233,6 +257,17 @@ static int verify_current(fa_model_store *s, fa_error *err)
         return fa_errorf(err, FA_ERR_CORRUPT,
                          "%s: SHA-256 does not match MANIFEST: the optimizer state is damaged",
                          path);
+    if (v->has_delta) {
+        fa_model_store_delta_path(s, v->version, path, sizeof(path));
+        rc = hash_file(path, sha, &size, err);
+        if (rc != 0)
+            return fa_errorf(err, FA_ERR_CORRUPT, "%s: model delta file unreadable: %s", path,
+                             fa_error_msg(err, rc));
+        if (sodium_memcmp(sha, v->delta_sha256, 32) != 0 || size != v->delta_size)
+            return fa_errorf(err, FA_ERR_CORRUPT,
+                             "%s: SHA-256 does not match MANIFEST: the model delta is damaged",
+                             path);
+    }
     if (!v->has_master)
         return 0;
     fa_model_store_master_path(s, v->version, path, sizeof(path));
@@ -409,7 +444,7 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
                           const fa_model_files *files, fa_error *err)
 {
     struct entry e = {0}, *all;
-    char mpath[4096], spath[4096], xpath[4096];
+    char mpath[4096], spath[4096], xpath[4096], dpath[4096];
     uint64_t state_size;
     size_t first;
     int rc;
@@ -423,12 +458,18 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
     fa_model_store_model_path(s, version, mpath, sizeof(mpath));
     fa_model_store_state_path(s, version, spath, sizeof(spath));
     fa_model_store_master_path(s, version, xpath, sizeof(xpath));
+    fa_model_store_delta_path(s, version, dpath, sizeof(dpath));
     rc = write_tensors(mpath, files->model, files->n_model, files->meta, files->n_meta,
                        e.v.model_sha256, &e.v.model_size, err);
     if (rc == 0 && files->n_master) {
         rc = write_tensors(xpath, files->master, files->n_master, files->master_meta,
                            files->n_master_meta, e.v.master_sha256, &e.v.master_size, err);
         e.v.has_master = 1;
+    }
+    if (rc == 0 && files->n_delta) {
+        rc = write_tensors(dpath, files->delta, files->n_delta, files->delta_meta,
+                           files->n_delta_meta, e.v.delta_sha256, &e.v.delta_size, err);
+        e.v.has_delta = 1;
     }
     if (rc == 0)
         rc = write_tensors(spath, files->state, files->n_state, files->state_meta,
@@ -458,6 +499,8 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
         unlink(fa_model_store_state_path(s, all[i].v.version, p, sizeof(p)));
         if (all[i].v.has_master)
             unlink(fa_model_store_master_path(s, all[i].v.version, p, sizeof(p)));
+        if (all[i].v.has_delta)
+            unlink(fa_model_store_delta_path(s, all[i].v.version, p, sizeof(p)));
     }
     memmove(all, all + first, (s->n + 1 - first) * sizeof(*all));
     free(s->entries);
@@ -468,5 +511,6 @@ fail:
     unlink(mpath);
     unlink(spath);
     unlink(xpath);
+    unlink(dpath);
     return rc;
 }

@@ -7,6 +7,10 @@
  *                                 dtypes cannot hold them (a BF16 model): the
  *                                 federated tensors in float32, the others as
  *                                 the model has them widened; absent otherwise
+ *   delta-<version>.safetensors   version <version> as a quantised delta against
+ *                                 version <version>-1 (model/delta.h), when
+ *                                 config model_delta is on: what a region
+ *                                 that holds <version>-1 downloads instead
  *   state-<version>.safetensors   the server optimizer's state after producing
  *                                 that version (empty for FedAvg)
  *   MANIFEST                      names the latest committed version and the
@@ -40,6 +44,9 @@ struct fa_model_version {
     int has_master;      /* a master-<version> file exists */
     uint8_t master_sha256[32];
     uint64_t master_size;
+    int has_delta; /* a delta-<version> file exists (against version - 1) */
+    uint8_t delta_sha256[32];
+    uint64_t delta_size;
 };
 
 /* Opens (creating when missing) the store in dir, keeping `keep` >= 1
@@ -64,13 +71,18 @@ typedef struct fa_model_files {
     size_t n_master;
     const char *const *master_meta;
     size_t n_master_meta;
+    const fa_st_view *delta; /* the delta against the current version; n_delta 0 = none */
+    size_t n_delta;
+    const char *const *delta_meta;
+    size_t n_delta_meta;
     const fa_st_view *state; /* the optimizer state (n_state may be 0) */
     size_t n_state;
     const char *const *state_meta;
     size_t n_state_meta;
 } fa_model_files;
 
-/* Commits a new version from files.  version must be greater than the
+/* Commits a new version from files (the files written in the order model,
+ * master, delta, state; each atomically, MANIFEST last).  version must be greater than the
  * current one.  Returns 0, FA_ERR_INVAL (version not increasing), FA_ERR_IO,
  * or a view's fill error; on failure the current version is unchanged and
  * no file of the new version is left behind. */
@@ -82,6 +94,7 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
 char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
 char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
 char *fa_model_store_master_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
+char *fa_model_store_delta_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);
 
 /* The file holding a retained version's float32 master weights: its master
  * file when it has one, else its model file.  Returns buf, or NULL when the

@@ -102,6 +102,24 @@
  *                 one round to the next), with the server settings that
  *                 were tried before choosing the default (ACC_TUNED_OVER).
  *
+ * round_delta_download  The accuracy part's federation run twice for each
+ *                 --acc-bits upload width (default 16; e.g. 8,12,16), one after
+ *                 the other in the same run: the anchor downloads every model
+ *                 whole (model_delta off), ours as an int8 delta against the
+ *                 version it holds (model_delta { enabled: true bits: 8
+ *                 block: 256 }, model/delta.h).  Each side's final accuracy
+ *                 and mean of the last 5 (the aggregator evaluates the
+ *                 published model, what regions hold), and its bytes up and
+ *                 down per parameter per round per region: the masked
+ *                 upload's body (aggregator log) and the model download's
+ *                 body (worker logs), means over all of them (and over the
+ *                 downloads after each region's first, version 0, which
+ *                 is whole on both sides); the ratio of
+ *                 the totals and the accuracy lost, against the issue's
+ *                 target (<= 3.0 bytes per parameter, <= 0.3 points lost).
+ *                 --acc-delta off,on picks the sides.  round_accuracy is of
+ *                 the first run (the anchor at the first width).
+ *
  * Options: --only e2e,bytes,rss,accuracy (bytes comes with e2e), --quick
  * (1 rep, 1 rss round, 5 accuracy rounds), and the knobs in usage().  The
  * work directory (PKI, keys, configs, logs, model stores; under /tmp, on
@@ -162,6 +180,10 @@ struct opts {
     double acc_server_lr, acc_server_momentum, acc_beta1, acc_beta2, acc_tau;
     double acc_clip;
     int acc_centralised; /* 0: --acc-no-centralised (tuning the federation) */
+    int acc_bits[8];     /* --acc-bits: upload widths, each run with and without deltas */
+    size_t n_acc_bits;
+    int acc_delta_off,
+        acc_delta_on; /* --acc-delta off,on: the model downloaded whole / as deltas */
     int keep;
     const char *dir;
 };
@@ -754,7 +776,37 @@ out:
     return rc;
 }
 
-static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
+/* What one federation of the accuracy part gave. */
+struct fed_run {
+    int bits, delta;           /* upload bits; the download as deltas (model_delta) */
+    double acc, seconds, tail; /* final accuracy, wall time, mean of the last 5 */
+    double *curve;             /* acc_rounds accuracies */
+    /* Payload bytes per region per round (the masked upload's body; the
+     * model download's body), means over every upload and download. */
+    double up, down;
+    double down_steady;             /* the downloads after each region's first (version 0) */
+    uint64_t n_up, n_down, n_delta; /* uploads, downloads, of which deltas */
+};
+
+/* Sums key=N over the lines of log holding needle but the first `skip`;
+ * *n counts them. */
+static double log_sum(const char *log, const char *needle, const char *key, int skip, uint64_t *n)
+{
+    char *t = fa_rbench_read_text(log), *line, *save = NULL;
+    double sum = 0;
+    *n = 0;
+    for (line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+        if (strstr(line, needle) && skip-- <= 0) {
+            sum += fa_rbench_kv_num(line, key);
+            (*n)++;
+        }
+    free(t);
+    return sum;
+}
+
+/* One federation: 3 regions, acc_rounds rounds at `bits` upload bits, the
+ * model downloaded whole or as deltas.  0, or -1 after a JSON error line. */
+static int run_federation(const struct opts *o, const struct fa_rbench_paths *P, struct fed_run *fr)
 {
     static char names[3][32] = {"eu-west", "us-east", "ap-south"};
     char dir[PATH_MAX + 16], cfg[PATH_MAX + 64], log[PATH_MAX + 64], wcfg[3][PATH_MAX + 64],
@@ -762,21 +814,15 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
     int port = fa_rbench_free_port(1), mport = fa_rbench_free_port(0), rc = -1;
     const char *kind = opt_kind(o->acc_opt);
     pid_t agg = -1, w[3] = {-1, -1, -1};
-    double fed_acc = NAN, fed_s = NAN, cen_acc = NAN, cen_s = NAN, t0;
-    struct curve *cen_curve = calloc(1, sizeof(*cen_curve));
-    double *fed_curve = calloc((size_t)o->acc_rounds, sizeof(double));
+    double t0;
     fa_error err;
 
     fa_error_clear(&err);
-    if (!cen_curve || !fed_curve) {
-        fa_rbench_json_error("accuracy", "out of memory");
-        goto out;
-    }
     if (!kind) {
         fa_rbench_json_error("accuracy", "unknown server optimizer '%s'", o->acc_opt);
         goto out;
     }
-    snprintf(dir, sizeof(dir), "%s/acc", P->dir);
+    snprintf(dir, sizeof(dir), "%s/acc-b%d-%s", P->dir, fr->bits, fr->delta ? "delta" : "full");
     fprintf(stderr, "fedagg-bench round: accuracy: PKI, keys and the non-IID split in %s\n", dir);
     if (fa_rbench_setup_dir(P, dir, names, 3, 0.5, 7) != 0) {
         fa_rbench_json_error("accuracy", "setting up %s failed: see %s/setup.log", dir, dir);
@@ -790,12 +836,25 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
     /* A region's update is weighted by its examples out of 60000; the clip is
      * wide enough that a local epoch's delta is not clipped. */
     snprintf(quant, sizeof(quant),
-             "bits: 16 clip: CLIP_L2 clip_l2_norm: %g clip_value: 1.0 max_examples: 60000",
-             o->acc_clip);
+             "bits: %d clip: CLIP_L2 clip_l2_norm: %g clip_value: 1.0 max_examples: 60000",
+             fr->bits, o->acc_clip);
     snprintf(policy, sizeof(policy), "min_regions: 3 threshold: 2 %s", E2E_ROUND);
-    struct fa_rbench_agg a = {
-        cfg,   port,   mport,   names, 3, o->acc_rounds, (const uint32_t[]){256, 128}, 2, optimizer,
-        quant, policy, "state", 1,     0, NULL};
+    struct fa_rbench_agg a = {cfg,
+                              port,
+                              mport,
+                              names,
+                              3,
+                              o->acc_rounds,
+                              (const uint32_t[]){256, 128},
+                              2,
+                              optimizer,
+                              quant,
+                              policy,
+                              "state",
+                              1,
+                              0,
+                              fr->delta ? "model_delta { enabled: true bits: 8 block: 256 }"
+                                        : "model_delta { enabled: false }"};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("accuracy", "cannot write %s", cfg);
         goto out;
@@ -815,8 +874,10 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
             goto out;
         }
     }
-    fprintf(stderr, "fedagg-bench round: accuracy: federation of 3 regions, %d rounds (%s)\n",
-            o->acc_rounds, optimizer);
+    fprintf(stderr,
+            "fedagg-bench round: accuracy: federation of 3 regions, %d rounds (%s), %d "
+            "upload bits, model download %s\n",
+            o->acc_rounds, optimizer, fr->bits, fr->delta ? "as deltas" : "whole");
     {
         char agg_bin[PATH_MAX + 32], w_bin[PATH_MAX + 32];
         snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
@@ -859,14 +920,144 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
             usleep(200000);
         }
     }
-    fed_s = fa_rbench_now() - t0;
-    fed_acc = eval_of(log, (uint64_t)o->acc_rounds);
-    for (int r = 0; r < o->acc_rounds; r++)
-        fed_curve[r] = eval_of(log, (uint64_t)r + 1);
+    fr->seconds = fa_rbench_now() - t0;
+    fr->acc = eval_of(log, (uint64_t)o->acc_rounds);
+    fr->tail = 0;
+    {
+        int tail = o->acc_rounds < 5 ? o->acc_rounds : 5;
+        for (int r = 0; r < o->acc_rounds; r++) {
+            fr->curve[r] = eval_of(log, (uint64_t)r + 1);
+            if (r >= o->acc_rounds - tail)
+                fr->tail += fr->curve[r] / tail;
+        }
+    }
     for (int i = 0; i < 3; i++)
         fa_rbench_stop(w[i], 10000), w[i] = -1;
     fa_rbench_stop(agg, 15000);
     agg = -1;
+    {
+        uint64_t n, k, n_steady = 0;
+        double up = log_sum(log, "msg=\"masked upload received\"", "bytes", 0, &fr->n_up);
+        double down = 0, steady = 0;
+        fr->n_down = fr->n_delta = 0;
+        for (int i = 0; i < 3; i++) {
+            down += log_sum(wlog[i], "msg=\"global model downloaded\"", "bytes", 0, &n);
+            fr->n_down += n;
+            steady += log_sum(wlog[i], "msg=\"global model downloaded\"", "bytes", 1, &n);
+            n_steady += n;
+            (void)log_sum(wlog[i], "encoding=delta", "bytes", 0, &k);
+            fr->n_delta += k;
+        }
+        fr->up = fr->n_up ? up / (double)fr->n_up : NAN;
+        fr->down = fr->n_down ? down / (double)fr->n_down : NAN;
+        fr->down_steady = n_steady ? steady / (double)n_steady : NAN;
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < 3; i++)
+        fa_rbench_stop(w[i], 10000);
+    fa_rbench_stop(agg, 15000);
+    return rc;
+}
+
+/* Federated parameters of the 784-256-128-10 MLP. */
+#define ACC_D 235146.0
+
+static void print_run(FILE *f, const struct fed_run *r)
+{
+    char b[8][32];
+    fprintf(f,
+            "{\"delta_download\":%s,\"accuracy\":%s,\"last5_mean\":%s,\"up_bytes_per_param\":%s,"
+            "\"down_bytes_per_param\":%s,\"total_bytes_per_param\":%s,"
+            "\"down_bytes_per_param_after_first\":%s,\"total_bytes_per_param_after_first\":%s,"
+            "\"uploads\":%" PRIu64 ",\"downloads\":%" PRIu64 ",\"delta_downloads\":%" PRIu64
+            ",\"seconds\":%.1f}",
+            r->delta ? "true" : "false", fa_bench_json_num(b[0], sizeof(b[0]), r->acc, 4),
+            fa_bench_json_num(b[1], sizeof(b[1]), r->tail, 4),
+            fa_bench_json_num(b[2], sizeof(b[2]), r->up / ACC_D, 3),
+            fa_bench_json_num(b[3], sizeof(b[3]), r->down / ACC_D, 3),
+            fa_bench_json_num(b[4], sizeof(b[4]), (r->up + r->down) / ACC_D, 3),
+            fa_bench_json_num(b[5], sizeof(b[5]), r->down_steady / ACC_D, 3),
+            fa_bench_json_num(b[6], sizeof(b[6]), (r->up + r->down_steady) / ACC_D, 3), r->n_up,
+            r->n_down, r->n_delta, r->seconds);
+}
+
+static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
+{
+    double cen_acc = NAN, cen_s = NAN;
+    struct curve *cen_curve = calloc(1, sizeof(*cen_curve));
+    struct fed_run runs[2 * 8];
+    size_t nr = 0;
+    double fed_acc = NAN, fed_s = NAN, *fed_curve = NULL;
+    int rc = -1;
+    fa_error err;
+
+    memset(runs, 0, sizeof(runs));
+    fa_error_clear(&err);
+    if (!cen_curve) {
+        fa_rbench_json_error("accuracy", "out of memory");
+        goto out;
+    }
+    /* For every upload width: the anchor (the model downloaded whole) and
+     * ours (as deltas), one after the other in the same run. */
+    for (size_t bi = 0; bi < o->n_acc_bits; bi++) {
+        for (int delta = 0; delta < 2; delta++) {
+            struct fed_run *r = &runs[nr];
+            if ((delta && !o->acc_delta_on) || (!delta && !o->acc_delta_off))
+                continue;
+            r->bits = o->acc_bits[bi];
+            r->delta = delta;
+            if (!(r->curve = calloc((size_t)o->acc_rounds, sizeof(double)))) {
+                fa_rbench_json_error("accuracy", "out of memory");
+                goto out;
+            }
+            nr++;
+            if (run_federation(o, P, r) != 0)
+                goto out;
+        }
+        /* side by side: the anchor, ours, and their ratio */
+        {
+            const struct fed_run *an = NULL, *us = NULL;
+            char b[4][32];
+            for (size_t i = 0; i < nr; i++)
+                if (runs[i].bits == o->acc_bits[bi])
+                    *(runs[i].delta ? &us : &an) = &runs[i];
+            printf("{\"bench\":\"round_delta_download\",\"model\":\"mlp-784-256-128-10\","
+                   "\"d\":%.0f,\"regions\":3,\"rounds\":%d,\"upload_bits\":%d,"
+                   "\"delta\":{\"bits\":8,\"block\":256},"
+                   "\"bytes\":\"payload per region per round: the masked upload's body and the "
+                   "model download's body, means over all of them (QUIC and the protocol's other "
+                   "messages excluded)\",\"anchor\":",
+                   ACC_D, o->acc_rounds, o->acc_bits[bi]);
+            if (an)
+                print_run(stdout, an);
+            else
+                printf("null");
+            printf(",\"ours\":");
+            if (us)
+                print_run(stdout, us);
+            else
+                printf("null");
+            if (an && us) {
+                double ratio = (us->up + us->down) / (an->up + an->down);
+                double lost = (an->acc - us->acc) * 100.0, lost5 = (an->tail - us->tail) * 100.0;
+                printf(",\"ratio_total_bytes\":%s,\"accuracy_lost_points\":%s,"
+                       "\"accuracy_lost_points_last5_mean\":%s,\"target_bytes_per_param\":3.0,"
+                       "\"target_points\":0.3,\"met\":%s",
+                       fa_bench_json_num(b[0], sizeof(b[0]), ratio, 3),
+                       fa_bench_json_num(b[1], sizeof(b[1]), lost, 2),
+                       fa_bench_json_num(b[2], sizeof(b[2]), lost5, 2),
+                       (us->up + us->down) / ACC_D <= 3.0 && lost <= 0.3 ? "true" : "false");
+            }
+            printf("}\n");
+            fflush(stdout);
+        }
+    }
+    /* The round_accuracy line (federated next to centralised) is of the
+     * first run: the anchor of the first width when there is one. */
+    fed_acc = runs[0].acc;
+    fed_s = runs[0].seconds;
+    fed_curve = runs[0].curve;
 
     fprintf(stderr, "fedagg-bench round: accuracy: centralised training, %d epochs\n",
             o->acc_rounds * o->acc_epochs);
@@ -908,7 +1099,8 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
                "\"federated\":{\"secure_aggregation\":true,\"server_optimizer\":\"%s\","
                "\"server_lr\":%g,\"server_momentum\":%g,\"beta1\":%g,\"beta2\":%g,\"tau\":%g,"
                "\"local_epochs\":%d,\"batch\":%d,\"local_lr\":%g,\"local_momentum\":%g,"
-               "\"bits\":16,\"clip_l2_norm\":%g,\"weights\":\"examples/60000\","
+               "\"bits\":%d,\"delta_download\":%s,\"clip_l2_norm\":%g,"
+               "\"weights\":\"examples/60000\","
                "\"tuned_over\":\"%s\"},"
                "\"centralised\":{\"epochs\":%d,\"batch\":%d,\"lr\":%g,\"momentum\":%g,"
                "\"schedule\":\"constant\",\"init\":\"same as version 0\"},"
@@ -919,9 +1111,10 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
                "\"federated_curve\":[%s],\"centralised_curve\":[%s]}\n",
                o->acc_rounds, o->acc_rounds, o->acc_epochs, o->acc_rounds * o->acc_epochs,
                o->acc_opt, o->acc_server_lr, o->acc_server_momentum, o->acc_beta1, o->acc_beta2,
-               o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, o->acc_clip,
-               ACC_TUNED_OVER, o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr,
-               o->acc_momentum, fa_bench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
+               o->acc_tau, o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum, runs[0].bits,
+               runs[0].delta ? "true" : "false", o->acc_clip, ACC_TUNED_OVER,
+               o->acc_rounds * o->acc_epochs, o->acc_batch, o->acc_lr, o->acc_momentum,
+               fa_bench_json_num(b[1], sizeof(b[1]), fed_acc, 4),
                fa_bench_json_num(b[2], sizeof(b[2]), cen_acc, 4),
                fa_bench_json_num(b[3], sizeof(b[3]), gap, 2), tail,
                fa_bench_json_num(b[4], sizeof(b[4]), fed_tail, 4), tail,
@@ -934,11 +1127,9 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
     }
     rc = 0;
 out:
-    for (int i = 0; i < 3; i++)
-        fa_rbench_stop(w[i], 10000);
-    fa_rbench_stop(agg, 15000);
+    for (size_t i = 0; i < nr; i++)
+        free(runs[i].curve);
     free(cen_curve);
-    free(fed_curve);
     return rc;
 }
 
@@ -948,17 +1139,20 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
-               "         [--dir DIR] [--reps 5] [--regions 8] [--uploads-in-flight N] [--idle-ms 0]\n"
-               "         [--hidden 8192,440]\n"
-               "         [--rss-regions 4,16] [--rss-rounds 3]\n"
-               "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
-               "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
-               "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
-               "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
-               "JSON lines: round_e2e, round_bytes, round_rss, round_accuracy (see the source's\n"
-               "header comment for what each measures).  --quick: 1 rep, 1 rss round, 5 accuracy\n"
-               "rounds.\n");
+    fprintf(f,
+            "usage: fedagg-bench round [--only e2e,bytes,rss,accuracy] [--quick] [--keep]\n"
+            "         [--dir DIR] [--reps 5] [--regions 8] [--uploads-in-flight N] [--idle-ms 0]\n"
+            "         [--hidden 8192,440]\n"
+            "         [--rss-regions 4,16] [--rss-rounds 3]\n"
+            "         [--acc-rounds 30] [--acc-epochs 1] [--acc-batch 64] [--acc-lr 0.05]\n"
+            "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
+            "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
+            "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
+            "         [--acc-bits 16[,12,8...]] [--acc-delta off,on]\n"
+            "JSON lines: round_e2e, round_bytes, round_rss, round_delta_download (one per\n"
+            "--acc-bits width: the model downloaded whole, the anchor, next to as deltas),\n"
+            "round_accuracy (see the source's header comment for what each measures).\n"
+            "--quick: 1 rep, 1 rss round, 5 accuracy rounds.\n");
 }
 
 static int parse_hidden(const char *s, struct opts *o)
@@ -1004,6 +1198,8 @@ int fa_bench_round(int argc, char **argv)
         {"acc-tau", required_argument, NULL, 11},
         {"acc-clip", required_argument, NULL, 12},
         {"acc-no-centralised", no_argument, NULL, 13},
+        {"acc-bits", required_argument, NULL, 14},
+        {"acc-delta", required_argument, NULL, 15},
         {"serve-plain", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1038,6 +1234,9 @@ int fa_bench_round(int argc, char **argv)
     o.acc_tau = 0.001;
     o.acc_clip = 100;
     o.acc_centralised = 1;
+    o.acc_bits[0] = 16;
+    o.n_acc_bits = 1;
+    o.acc_delta_off = o.acc_delta_on = 1;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
         switch (c) {
@@ -1082,6 +1281,30 @@ int fa_bench_round(int argc, char **argv)
         case 11: o.acc_tau = strtod(optarg, NULL); break;
         case 12: o.acc_clip = strtod(optarg, NULL); break;
         case 13: o.acc_centralised = 0; break;
+        case 14: {
+            char *save = NULL, *tok, *list = strdup(optarg);
+            o.n_acc_bits = 0;
+            for (tok = list ? strtok_r(list, ",", &save) : NULL; tok && o.n_acc_bits < 8;
+                 tok = strtok_r(NULL, ",", &save))
+                o.acc_bits[o.n_acc_bits++] = atoi(tok);
+            free(list);
+            for (size_t i = 0; i < o.n_acc_bits; i++)
+                if (o.acc_bits[i] < 2 || o.acc_bits[i] > 24)
+                    o.n_acc_bits = 0;
+            if (o.n_acc_bits == 0) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        }
+        case 15:
+            o.acc_delta_off = strstr(optarg, "off") != NULL;
+            o.acc_delta_on = strstr(optarg, "on") != NULL;
+            if (!o.acc_delta_off && !o.acc_delta_on) {
+                usage(stderr);
+                return 2;
+            }
+            break;
         case 'P': return fa_rbench_plain_serve(optarg);
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -452,6 +452,20 @@ static void check_quantization(struct ck *c, const Fedagg__Quantization *q)
                 "`quantization.range_initial_min` (%g) must be positive", q->range_initial_min);
 }
 
+/* The limits of model/delta.h (FA_DELTA_BITS, FA_DELTA_MIN_BLOCK,
+ * FA_DELTA_MAX_BLOCK), repeated here: proto/ comes before model/. */
+static void check_model_delta(struct ck *c, const Fedagg__ModelDelta *d)
+{
+    if (!d)
+        return;
+    if (d->bits != 8)
+        problem(c, d, "bits", 0, "`model_delta.bits` (%u) must be 8 (int8 steps are the one width)",
+                d->bits);
+    if (d->block < 16 || d->block > 65536 || (d->block & (d->block - 1)) != 0)
+        problem(c, d, "block", 0,
+                "`model_delta.block` (%u) must be a power of two from 16 to 65536", d->block);
+}
+
 static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,
                        const char *v1, const char *f2, const char *v2)
 {
@@ -472,6 +486,7 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_model(c, cfg->model);
     check_optimizer(c, cfg->optimizer);
     check_quantization(c, cfg->quantization);
+    check_model_delta(c, cfg->model_delta);
     need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
                 "the directory of model versions and round state");
     maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");

@@ -656,6 +656,14 @@ static int get_global(struct worker *w, const Fedagg__FederationInfo *info, uint
         fa_round_client_fetch_model_within(w->rc, w->model_path, timeout_ms, &v, sha, err));
     if (rc != 0 && stop_on_alarm(w, err) != 0)
         w->load_fatal = 1;
+    if (w->rc) {
+        fa_round_client_dl_stats ds;
+        fa_round_client_download_stats(w->rc, &ds);
+        w->metrics.model_downloads_full_total = ds.full;
+        w->metrics.model_downloads_delta_total = ds.delta;
+        w->metrics.model_delta_fallbacks_total = ds.fallbacks;
+        w->metrics.model_download_bytes_total = ds.bytes_full + ds.bytes_delta;
+    }
     if (rc == 0)
         rc = load_global(w, w->model_path, info, err);
     if (rc != 0)

@@ -21,6 +21,7 @@
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "crypto/wire.h"
+#include "model/delta.h"
 #include "netconfig/quic_config.h"
 #include "secagg.pb-c.h"
 #include "transport/h3.h"
@@ -53,6 +54,8 @@ struct fa_round_client {
     int have_model;
     uint64_t model_version;
     uint8_t model_sha[32];
+    fa_round_client_dl_stats dl; /* model downloads, full and delta */
+    int damaged;                 /* test switch worker-damage-held-model used */
     /* The key FederationInfo announced last (checkpoints, when none is
      * pinned), and the audit-log alarm, once raised. */
     int have_announced;
@@ -840,24 +843,88 @@ int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t 
     return fa_round_client_fetch_model_within(rc, path, LONG_POLL_MS, version, sha256, err);
 }
 
+/* The version of the model held at path, for a delta download against it:
+ * its "fedagg.version" metadata (or, for a model without one, the version
+ * this client downloaded last).  0 when nothing usable is held there; the
+ * delta's base digest is checked anyway (model/delta.h). */
+static int held_version(const fa_round_client *rc, const char *path, uint64_t *version)
+{
+    fa_safetensors *st = NULL;
+    const char *v;
+    char *end;
+    int ok = 0;
+
+    if (fa_st_open(&st, path, NULL) != 0)
+        return 0;
+    v = fa_st_metadata_get(st, "fedagg.version");
+    if (v && v[0] >= '0' && v[0] <= '9') {
+        errno = 0;
+        *version = strtoull(v, &end, 10);
+        ok = !*end && !errno;
+    } else if (!v && rc->have_model) {
+        *version = rc->model_version;
+        ok = 1;
+    }
+    fa_st_del(st);
+    return ok;
+}
+
+/* Test switch worker-damage-held-model=V (it_fed_delta_download): once,
+ * flips a bit of the held model of version V before a delta against it is
+ * asked for, so that the delta does not apply and the region must fall
+ * back to the full file. */
+static void damage_held(fa_round_client *rc, const char *path, uint64_t version)
+{
+    char spec[32];
+    FILE *f;
+    int c;
+
+    if (rc->damaged || !fa_failpoint_value("worker-damage-held-model", spec, sizeof(spec)) ||
+        strtoull(spec, NULL, 10) != version)
+        return;
+    rc->damaged = 1;
+    if (!(f = fopen(path, "r+b")))
+        return;
+    if (fseek(f, -2, SEEK_END) == 0 && (c = fgetc(f)) != EOF && fseek(f, -2, SEEK_END) == 0)
+        fputc(c ^ 0x40, f);
+    fclose(f);
+    fa_log(FA_LOG_WARN, "TEST SWITCH: damaged the held model (worker-damage-held-model)",
+           "version=%" PRIu64 " file=%s", version, path);
+}
+
+/* One GET of the current model into path (atomically).  With base (the
+ * model held, of version base_version) it asks for the delta against it;
+ * a delta is rebuilt with fa_delta_reconstruct and its result checked
+ * against the full model's SHA-256.  *delta_failed is set when a delta
+ * came but did not give that model (the caller then downloads the full
+ * file). */
 static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t timeout_ms,
-                            uint64_t *version, uint8_t sha256[32], fa_error *err)
+                            const char *base, uint64_t base_version, uint64_t *version,
+                            uint8_t sha256[32], int *delta_failed, fa_error *err)
 {
     fa_h3_client_req req = {0};
     fa_h3_response resp;
     struct sink s;
-    const char *vh, *sh;
-    uint8_t got[32], want[32];
-    int r;
+    const char *vh, *sh, *eh;
+    char dl[4300], rpath[96], q[600];
+    uint8_t got[32], want[32], dwant[32];
+    fa_delta_info info;
+    int r, is_delta = 0;
 
     memset(&resp, 0, sizeof(resp));
-    r = fa_atomic_file_open(&s.f, path, 0600, err);
+    *delta_failed = 0;
+    snprintf(dl, sizeof(dl), "%s.download", path);
+    r = fa_atomic_file_open(&s.f, dl, 0600, err);
     if (r != 0)
         return r;
     crypto_hash_sha256_init(&s.sha);
     s.err = err;
+    if (base)
+        snprintf(rpath, sizeof(rpath), "/v1/models/latest?delta_from=%" PRIu64, base_version);
+    else
+        snprintf(rpath, sizeof(rpath), "/v1/models/latest");
     req.method = "GET";
-    req.path = "/v1/models/latest";
+    req.path = rpath;
     req.on_body = sink_write;
     req.on_body_arg = &s;
     req.timeout_ms = timeout_ms;
@@ -867,17 +934,30 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
     if (resp.status != 200) {
         char msg[512];
         error_text(&resp, msg, sizeof(msg));
-        r = fa_errorf(err, FA_ERR_HTTP, "GET /v1/models/latest: %s", msg);
+        r = fa_errorf(err, FA_ERR_HTTP, "GET %s: %s", rpath, msg);
+        /* an aggregator from before deltas refuses the query: ask again without it */
+        *delta_failed = base && resp.status == 400;
         goto fail;
     }
     vh = fa_h3_response_header(&resp, "fedagg-model-version");
     sh = fa_h3_response_header(&resp, "fedagg-model-sha256");
+    eh = fa_h3_response_header(&resp, "fedagg-model-encoding");
+    is_delta = base && eh && !strcmp(eh, "delta");
     crypto_hash_sha256_final(&s.sha, got);
     if (!vh || !sh || sodium_hex2bin(want, 32, sh, strlen(sh), NULL, NULL, NULL) != 0) {
         r = fa_errorf(err, FA_ERR_PROTOCOL, "model download without version or SHA-256 header");
         goto fail;
     }
-    if (sodium_memcmp(got, want, 32) != 0) {
+    if (is_delta) {
+        const char *dh = fa_h3_response_header(&resp, "fedagg-delta-sha256");
+        if (!dh || sodium_hex2bin(dwant, 32, dh, strlen(dh), NULL, NULL, NULL) != 0 ||
+            sodium_memcmp(got, dwant, 32) != 0) {
+            *delta_failed = 1;
+            r = fa_errorf(err, FA_ERR_VERIFY, "model delta download corrupted: SHA-256 %s",
+                          dh ? "does not match its header" : "header missing");
+            goto fail;
+        }
+    } else if (sodium_memcmp(got, want, 32) != 0) {
         r = fa_errorf(err, FA_ERR_VERIFY,
                       "model download corrupted: SHA-256 does not match its header");
         goto fail;
@@ -887,9 +967,45 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
     if (r != 0)
         goto out;
     *version = strtoull(vh, NULL, 10);
+    if (is_delta) {
+        memset(&info, 0, sizeof(info));
+        r = fa_delta_reconstruct(base, dl, path, got, &info, err);
+        unlink(dl);
+        if (r == 0 && sodium_memcmp(got, want, 32) != 0)
+            r = fa_errorf(err, FA_ERR_VERIFY,
+                          "the model rebuilt from the delta of version %" PRIu64
+                          " does not have the SHA-256 the aggregator announced",
+                          *version);
+        if (r != 0) {
+            unlink(path);
+            *delta_failed = 1;
+            goto out;
+        }
+        rc->dl.delta++;
+        rc->dl.bytes_delta += resp.body_received;
+        rc->dl.last_bytes = resp.body_received;
+        rc->dl.last_delta = 1;
+        fa_hex_encode(q, sizeof(q), got, 32);
+        fa_log(FA_LOG_INFO, "global model downloaded",
+               "version=%" PRIu64 " encoding=delta from=%" PRIu64 " bytes=%" PRIu64
+               " full_bytes=%" PRIu64 " quantised=%" PRIu64 " sha256=%s",
+               *version, base_version, resp.body_received, info.size, info.quantised, q);
+    } else {
+        if (rename(dl, path) != 0) {
+            r = fa_errorf(err, FA_ERR_IO, "%s: %s", path, strerror(errno));
+            unlink(dl);
+            goto out;
+        }
+        rc->dl.full++;
+        rc->dl.bytes_full += resp.body_received;
+        rc->dl.last_bytes = resp.body_received;
+        rc->dl.last_delta = 0;
+        fa_hex_encode(q, sizeof(q), got, 32);
+        fa_log(FA_LOG_INFO, "global model downloaded",
+               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s%s", *version,
+               resp.body_received, q, base ? " delta_asked=1" : "");
+    }
     memcpy(sha256, got, 32);
-    fa_log(FA_LOG_INFO, "global model downloaded", "version=%" PRIu64 " bytes=%" PRIu64, *version,
-           resp.body_received);
     goto out;
 fail:
     fa_atomic_file_abort(s.f);
@@ -898,11 +1014,18 @@ out:
     return r;
 }
 
+void fa_round_client_download_stats(const fa_round_client *rc, fa_round_client_dl_stats *out)
+{
+    *out = rc->dl;
+}
+
 int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
                                        uint64_t *version, uint8_t sha256[32], fa_error *err)
 {
-    uint64_t start = fa_time_mono_ns() / 1000000u;
+    uint64_t start = fa_time_mono_ns() / 1000000u, base_version = 0;
     char tmp[4200];
+    const char *base;
+    int no_delta = 0;
 
     if (rc->alarmed)
         return fa_errorf(err, FA_ERR_VERIFY, "%s", rc->alarm);
@@ -913,12 +1036,17 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
      * stateless reset arrived mid-body) starts again from byte 0 on a fresh
      * connection at once, within the same time budget; the transport cannot
      * resend it by itself once body bytes reached the file.  So does one
-     * that the signed log shows superseded (a round completed meanwhile). */
+     * that the signed log shows superseded (a round completed meanwhile),
+     * and a delta that did not rebuild the announced model (then in full). */
     for (unsigned tries = 1;; tries++) {
         uint64_t used = fa_time_mono_ns() / 1000000u - start;
         char q[600];
+        int delta_failed = 0;
+        base = !no_delta && held_version(rc, path, &base_version) ? path : NULL;
+        if (base)
+            damage_held(rc, path, base_version);
         int r = fetch_model_once(rc, tmp, used < timeout_ms ? (uint32_t)(timeout_ms - used) : 1,
-                                 version, sha256, err);
+                                 base, base_version, version, sha256, &delta_failed, err);
         if (r == 0)
             r = audit_model(rc, *version, sha256, err);
         if (r == 0 && rename(tmp, path) != 0)
@@ -931,6 +1059,16 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
             return 0;
         }
         unlink(tmp);
+        if (delta_failed && !no_delta) {
+            /* Never trusted: the full file is downloaded and checked instead. */
+            rc->dl.fallbacks++;
+            no_delta = 1;
+            fa_log(FA_LOG_WARN, "model delta refused; downloading the full model",
+                   "from=%" PRIu64 " error=%s", base_version,
+                   fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
+            tries--;
+            continue;
+        }
         if ((r != FA_ERR_QUIC && r != FA_ERR_REPLAY) || tries >= 3 ||
             fa_time_mono_ns() / 1000000u - start >= timeout_ms)
             return r;

@@ -89,6 +89,21 @@ int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t 
 int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
                                        uint64_t *version, uint8_t sha256[32], fa_error *err);
 
+/* The model downloads of this client so far.  A region that holds the
+ * previous version (the file at the fetch's path) asks for the new one as a
+ * quantised delta against it (GET /v1/models/latest?delta_from=N,
+ * docs/api.md), rebuilds it with fa_delta_reconstruct (model/delta.h) and
+ * checks the result's SHA-256 against the full model's before the audit
+ * log check; a delta that fails any check is logged and the full model
+ * downloaded instead (a fallback).  Body bytes only. */
+typedef struct fa_round_client_download_stats {
+    uint64_t full, delta, fallbacks; /* downloads by kind; deltas refused */
+    uint64_t bytes_full, bytes_delta;
+    uint64_t last_bytes; /* the last download's */
+    int last_delta;
+} fa_round_client_dl_stats;
+void fa_round_client_download_stats(const fa_round_client *rc, fa_round_client_dl_stats *out);
+
 /* Checks that the table t of a downloaded model is the one the federation
  * announces in info: tensor_table_digest equal to fa_tensors_digest(t),
  * num_params its federated coordinates, num_tensors (when set) its

@@ -177,6 +177,18 @@ int fa_worker_metrics_format(const fa_worker_metrics *m, const char *region, cha
     metric(&t, label, "fedagg_worker_storage_free_bytes", "gauge",
            "Free bytes on the state directory's file system at the last check.",
            m->storage_free_bytes);
+    counter(&t, label, "fedagg_worker_model_downloads_full_total",
+            "Global models this region downloaded as whole files.", m->model_downloads_full_total);
+    counter(&t, label, "fedagg_worker_model_downloads_delta_total",
+            "Global models this region rebuilt from a quantised delta against the one it held.",
+            m->model_downloads_delta_total);
+    counter(&t, label, "fedagg_worker_model_delta_fallbacks_total",
+            "Model deltas that did not rebuild the announced model (the whole file was "
+            "downloaded instead).",
+            m->model_delta_fallbacks_total);
+    counter(&t, label, "fedagg_worker_model_download_bytes_total",
+            "Body bytes of this region's global model downloads, whole and delta.",
+            m->model_download_bytes_total);
     free(label);
     if (t.oom) {
         free(t.buf);

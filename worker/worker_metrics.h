@@ -27,6 +27,11 @@
  *   fedagg_worker_storage_blocked              gauge    1 while the state directory has no room
  *                                                       for an attempt (no attempt is joined)
  *   fedagg_worker_storage_free_bytes           gauge    free bytes there at the last check
+ *   fedagg_worker_model_downloads_full_total   counter  global models downloaded whole
+ *   fedagg_worker_model_downloads_delta_total  counter  ... as a delta against the one held
+ *   fedagg_worker_model_delta_fallbacks_total  counter  deltas that did not rebuild the
+ *                                                       announced model (then downloaded whole)
+ *   fedagg_worker_model_download_bytes_total   counter  body bytes of those downloads
  */
 #ifndef FA_WORKER_WORKER_METRICS_H
 #define FA_WORKER_WORKER_METRICS_H
@@ -54,6 +59,10 @@ typedef struct fa_worker_metrics {
     double model_alarm;         /* 0, or 1 once the round client raised an alarm */
     double storage_blocked;     /* 0, or 1 while the state directory has no room for an attempt */
     double storage_free_bytes;  /* NaN: not checked yet */
+    uint64_t model_downloads_full_total;
+    uint64_t model_downloads_delta_total;
+    uint64_t model_delta_fallbacks_total;
+    uint64_t model_download_bytes_total;
 } fa_worker_metrics;
 
 /* Counters 0, gauges NaN. */

@@ -7,7 +7,9 @@
 #   - master-<v>.safetensors (the float32 master weights) is kept beside
 #     every version, GET /v1/models/latest?dtype=f32 serves it (the bytes
 #     and SHA-256 of that file), GET /v1/models/latest the BF16 one;
-#   - the published BF16 tensors are the master rounded to nearest even;
+#   - the published BF16 tensors are the master rounded to nearest even
+#     (with model_delta off: as deltas, the default, they are what the delta
+#     rebuilds);
 #   - the models load into the CNN with load_state_dict(strict=True).
 # shellcheck source=deploy/fedlib.sh
 source "$FA_SRC/deploy/fedlib.sh"
@@ -32,6 +34,11 @@ export FED_ROUND="min_regions: 2
   masked_deadline_ms: 20000
   consistency_deadline_ms: 20000
   unmask_deadline_ms: 20000"
+# Published in full (model_delta off): each version is its master rounded.
+# As deltas (the default) it is the reconstruction model/delta.h defines,
+# which test_aggregator_federation (test_any_model_round_delta) checks for
+# a BF16 model and it_fed_delta_download end to end.
+export FED_AGG_EXTRA='model_delta { enabled: false }'
 fed_test_config 0 # the aggregator runs until stopped; each worker stops after $ROUNDS
 for r in "${REGIONS[@]}"; do
     FED_WORKER_TRAINER="external {

@@ -28,6 +28,7 @@
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
+#include "model/delta.h"
 #include "model/mlp.h"
 #include "model/tensors.h"
 #include "proto/config_check.h"
@@ -903,7 +904,14 @@ static void make_mixed_model(const char *dir)
     }
 }
 
+/* Published in full (model_delta off): version v is its master weights in
+ * the model's dtypes.  MIXED_MODEL_DELTA: the default, as deltas. */
 #define MIXED_MODEL                                                                                \
+    "model { init_file: \"init.safetensors\" federated { exclude: [\"bn.*\"] } }\n"                \
+    "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"                                              \
+    "quantization { bits: 16 max_examples: 100 }\n"                                                \
+    "model_delta { enabled: false }\n"
+#define MIXED_MODEL_DELTA                                                                          \
     "model { init_file: \"init.safetensors\" federated { exclude: [\"bn.*\"] } }\n"                \
     "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"                                              \
     "quantization { bits: 16 max_examples: 100 }\n"
@@ -931,6 +939,102 @@ static float range_of(const fa_safetensors *st, const char *name)
     r = x->range;
     fa_tensors_del(t);
     return r;
+}
+
+/* The same mixed model (BF16 and F32 federated, BatchNorm and an integer
+ * buffer not) published as deltas: version 1's federated tensors are the
+ * reconstruction from version 0 and the steps against the master, the
+ * others byte for byte; the delta file rebuilds model-1 exactly with the
+ * region's function; the master is kept; a region holding version 0 is
+ * served the delta, any other the full file. */
+static void test_any_model_round_delta(void **state)
+{
+    struct sim *s = sim_new_model(1000, MIXED_MODEL_DELTA, make_mixed_model);
+    const int all[] = {0, 1, 2};
+    fa_safetensors *v0, *v1, *m1;
+    uint8_t sha[32], want[32], dsha[32], rebuilt[32];
+    uint64_t version;
+    char path[4096], p0[600], pd[600], out[600];
+    float master[6], pub[6], r_emb, r_bias;
+    fa_delta_info info;
+    fa_error err;
+    (void)state;
+
+    v0 = open_store_file(s, "model-00000000.safetensors");
+    r_emb = range_of(v0, "emb.weight");
+    r_bias = range_of(v0, "head.bias");
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < 9; j++)
+            s->delta[i][j] = 0.01f * (float)(i + 1) * (float)(j - 4) / (j < 6 ? r_emb : r_bias);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    run_to_end(s, all, NR, 1, 0);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+
+    v1 = open_store_file(s, "model-00000001.safetensors");
+    m1 = open_store_file(s, "master-00000001.safetensors");
+    must(fa_st_read_f32(m1, fa_st_find(m1, "emb.weight"), master, 6, &err), &err);
+    {
+        /* emb.weight (BF16): the reconstruction of the steps against the master */
+        uint16_t base[6], got[6], wantb[6];
+        int8_t q[6];
+        float sc[1];
+        must(fa_st_read(v0, fa_st_find(v0, "emb.weight"), base, sizeof(base), &err), &err);
+        must(fa_st_read(v1, fa_st_find(v1, "emb.weight"), got, sizeof(got), &err), &err);
+        fa_delta_encode(FA_ST_BF16, base, master, 6, 256, q, sc);
+        fa_delta_apply(FA_ST_BF16, base, q, sc, 6, 256, wantb);
+        assert_memory_equal(got, wantb, sizeof(got));
+        must(fa_st_read_f32(v1, fa_st_find(v1, "emb.weight"), pub, 6, &err), &err);
+        for (int j = 0; j < 6; j++) /* within a step and a BF16 rounding of the master */
+            assert_true(fabsf(pub[j] - master[j]) <= sc[0] / 2 + fabsf(master[j]) / 128 + 1e-6f);
+    }
+    {
+        const char *names[] = {"bn.running_mean", "bn.num_batches_tracked", "mask"};
+        for (int k = 0; k < 3; k++) {
+            const fa_st_tensor *a = fa_st_find(v0, names[k]), *b = fa_st_find(v1, names[k]);
+            uint8_t x[64], y[64];
+            assert_int_equal(a->end - a->begin, b->end - b->begin);
+            must(fa_st_read(v0, a, x, sizeof(x), &err), &err);
+            must(fa_st_read(v1, b, y, sizeof(y), &err), &err);
+            assert_memory_equal(x, y, a->end - a->begin);
+        }
+    }
+    fa_st_del(v0);
+    fa_st_del(v1);
+    fa_st_del(m1);
+    /* The region's rebuild from version 0 and the delta is model-1, byte for byte. */
+    snprintf(p0, sizeof(p0), "%s/store/model-00000000.safetensors", s->dir);
+    snprintf(pd, sizeof(pd), "%s/store/delta-00000001.safetensors", s->dir);
+    snprintf(out, sizeof(out), "%s/rebuilt.safetensors", s->dir);
+    must(fa_delta_reconstruct(p0, pd, out, rebuilt, &info, &err), &err);
+    assert_int_equal(info.from, 0);
+    assert_int_equal(info.to, 1);
+    assert_int_equal(info.quantised, 9);
+    must(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &version, want), NULL);
+    assert_memory_equal(rebuilt, want, 32);
+    /* Served: the delta against version 0 only. */
+    assert_int_equal(fa_fed_model_delta_for(s->f, "eu-west", UINT64_MAX, 0, path, sizeof(path),
+                                            &version, sha, dsha),
+                     0);
+    assert_non_null(strstr(path, "delta-00000001.safetensors"));
+    assert_memory_equal(sha, want, 32);
+    assert_int_equal(fa_fed_model_delta_for(s->f, "eu-west", UINT64_MAX, 1, path, sizeof(path),
+                                            &version, sha, dsha),
+                     FA_ERR_NOTFOUND);
+    assert_int_equal(
+        fa_fed_model_delta_for(s->f, "eu-west", 0, 0, path, sizeof(path), &version, sha, dsha),
+        FA_ERR_NOTFOUND);
+    /* A restart resumes from the master weights with deltas on. */
+    fa_fed_close(s->f);
+    sim_open(s);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    sim_del(s);
 }
 
 static void test_any_model_round(void **state)
@@ -1629,6 +1733,7 @@ int main(void)
         cmocka_unit_test(test_round_sum_file),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
         cmocka_unit_test(test_any_model_round),
+        cmocka_unit_test(test_any_model_round_delta),
         cmocka_unit_test(test_federated_evaluation),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),

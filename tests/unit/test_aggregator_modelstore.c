@@ -259,6 +259,103 @@ static void test_master_and_fill(void **state)
     assert_non_null(strstr(err.msg, "master weights are damaged"));
 }
 
+/* Delta files: committed with their version (MANIFEST names their size and
+ * digest, with or without a master file), retired with it, left over by an
+ * interrupted commit removed, verified at open. */
+static void test_delta_files(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version cur, v1;
+    uint64_t shape[1] = {4}, dshape[1] = {2};
+    float w[4] = {1, 2, 3, 4}, wm[4] = {1.5f, 2, 3, 4};
+    uint8_t dq[2] = {7, 9};
+    const char *dmeta[] = {"fedagg.delta", "1"};
+    char sub[300], path[512];
+    fa_error err;
+    (void)state;
+
+    snprintf(sub, sizeof(sub), "%s/delta", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    for (uint64_t v = 0; v < 4; v++) {
+        fa_st_view model[1] = {{"w", FA_ST_F32, 1, shape, w, NULL, NULL}};
+        fa_st_view master[1] = {{"w", FA_ST_F32, 1, shape, wm, NULL, NULL}};
+        fa_st_view delta[1] = {{"q.w", FA_ST_U8, 1, dshape, dq, NULL, NULL}};
+        fa_model_files files = {.model = model, .n_model = 1};
+        if (v > 0) { /* version 0 has no delta; version 2 no master */
+            files.delta = delta;
+            files.n_delta = 1;
+            files.delta_meta = dmeta;
+            files.n_delta_meta = 1;
+        }
+        if (v != 2) {
+            files.master = master;
+            files.n_master = 1;
+        }
+        assert_int_equal(fa_model_store_commit(s, v, v, &files, NULL), 0);
+    }
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.has_delta, 1);
+    assert_true(cur.delta_size > 0);
+    assert_true(exists("delta/delta-00000003.safetensors"));
+    assert_true(exists("delta/delta-00000002.safetensors"));
+    assert_false(exists("delta/delta-00000001.safetensors")); /* retired with version 1 */
+    fa_model_store_del(s);
+    /* reopen: the MANIFEST fields read back (version 2: delta, no master) */
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    assert_int_equal(fa_model_store_version(s, 2, &v1), 0);
+    assert_int_equal(v1.has_delta, 1);
+    assert_int_equal(v1.has_master, 0);
+    assert_int_equal(fa_model_store_current(s, &v1), 0);
+    assert_int_equal(v1.has_master, 1);
+    assert_memory_equal(v1.delta_sha256, cur.delta_sha256, 32);
+    assert_int_equal(v1.delta_size, cur.delta_size);
+    fa_model_store_del(s);
+    /* a delta of an uncommitted version is a leftover */
+    snprintf(path, sizeof(path), "%s/delta-00000004.safetensors", sub);
+    assert_int_equal(fa_file_write_atomic(path, "x", 1, 0644, NULL), 0);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    assert_false(exists("delta/delta-00000004.safetensors"));
+    fa_model_store_del(s);
+    /* a damaged delta of the current version is refused at open */
+    snprintf(path, sizeof(path), "%s/delta-00000003.safetensors", sub);
+    {
+        uint8_t *data;
+        size_t len;
+        assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+        data[len - 1] ^= 1;
+        assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);
+        free(data);
+    }
+    fa_error_clear(&err);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "the model delta is damaged"));
+    /* a malformed delta field */
+    snprintf(path, sizeof(path), "%s/MANIFEST", sub);
+    {
+        uint8_t *data;
+        size_t len;
+        char *p;
+        assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+        data = realloc(data, len + 1);
+        data[len] = '\0';
+        /* the delta field: " d<size>:<hex>" (a digest may start with 'd' too) */
+        for (p = strstr((char *)data, " d"); p; p = strstr(p + 1, " d")) {
+            size_t k = 2;
+            while (p[k] >= '0' && p[k] <= '9')
+                k++;
+            if (k > 2 && p[k] == ':')
+                break;
+        }
+        assert_non_null(p);
+        p[1] = 'x';
+        assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);
+        free(data);
+    }
+    fa_error_clear(&err);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "malformed"));
+}
+
 /* A MANIFEST written before master files existed (5 fields a line) opens. */
 static void test_old_manifest(void **state)
 {
@@ -307,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_damaged_model_is_refused),
         cmocka_unit_test(test_master_and_fill),
         cmocka_unit_test(test_old_manifest),
+        cmocka_unit_test(test_delta_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
