@@ -55,6 +55,7 @@ typedef struct opts {
     int wan, loopback, jumbo, internet, anchors;
     const char *only;
     int links;          /* the cross-region link grid (wan_links) */
+    double link_mbit;   /* > 0: only the grid's links of this rate (--link-mbit) */
     uint64_t big_bytes; /* its multi-GB upload; 0 = none */
 } opts;
 
@@ -864,8 +865,11 @@ static void wan_links(const opts *o)
         return;
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
         const wan_link *l = &links[i];
-        double cubic = link_once(l, FA_H3_CC_CUBIC, 0, file, LINK_SECONDS);
-        double bbr2 = link_once(l, FA_H3_CC_BBR2, 0, file, LINK_SECONDS);
+        double cubic, bbr2;
+        if (o->link_mbit > 0 && l->mbit != o->link_mbit)
+            continue;
+        cubic = link_once(l, FA_H3_CC_CUBIC, 0, file, LINK_SECONDS);
+        bbr2 = link_once(l, FA_H3_CC_BBR2, 0, file, LINK_SECONDS);
         link_line(l, "download", file, cubic, bbr2);
     }
     /* a region's upload on the path the targets name (the client sends) */
@@ -897,7 +901,7 @@ static void wan_links(const opts *o)
 
 int fa_bench_transport(int argc, char **argv)
 {
-    opts o = {1ull << 30, 3, 1, 1, 0, 0, 1, NULL, 1, 2ull << 30};
+    opts o = {1ull << 30, 3, 1, 1, 0, 0, 1, NULL, 1, 0, 2ull << 30};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bytes") && i + 1 < argc) {
             o.bytes = strtoull(argv[++i], NULL, 10);
@@ -918,6 +922,8 @@ int fa_bench_transport(int argc, char **argv)
         } else if (!strcmp(argv[i], "--links-only")) {
             o.loopback = 0;
             o.wan = 0;
+        } else if (!strcmp(argv[i], "--link-mbit") && i + 1 < argc) {
+            o.link_mbit = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--big-bytes") && i + 1 < argc) {
             o.big_bytes = strtoull(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--no-anchors")) {
@@ -926,7 +932,7 @@ int fa_bench_transport(int argc, char **argv)
             fprintf(stderr,
                     "usage: fedagg-bench transport [--bytes N] [--runs R] [--no-wan | --wan-only] "
                     "[--profile NAME] [--internet] [--jumbo] [--no-anchors]\n"
-                    "       [--no-links | --links-only] [--big-bytes N (2 GiB; 0 = none)]\n");
+                    "       [--no-links | --links-only] [--link-mbit 200|1000] [--big-bytes N (2 GiB; 0 = none)]\n");
             return 2;
         }
     }
