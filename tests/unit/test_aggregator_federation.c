@@ -374,23 +374,13 @@ static void model_params(struct sim *s, float *out)
 static void test_complete_round(void **state)
 {
     struct sim *s = sim_new(1000);
-    const int all[] = {0, 1, 2};
     float *before = malloc(s->d * sizeof(float)), *after = malloc(s->d * sizeof(float));
-    uint64_t version;
     uint8_t *a;
     size_t alen;
     Fedagg__RoundResult *res;
 
     model_params(s, before);
-    clients_new(s);
-    run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
-    run_to_end(s, all, NR, 1, 0);
-    position(s, NULL, NULL, NULL, &version);
-    assert_int_equal(version, 1);
+    finish_round_1_all(s);
     a = poll_ok(s, FA_FED_UNMASK, 1, 1, 0, &alen);
     res = fedagg__round_result__unpack(NULL, alen, a);
     assert_non_null(res);
@@ -950,7 +940,6 @@ static float range_of(const fa_safetensors *st, const char *name)
 static void test_any_model_round_delta(void **state)
 {
     struct sim *s = sim_new_model(1000, MIXED_MODEL_DELTA, make_mixed_model);
-    const int all[] = {0, 1, 2};
     fa_safetensors *v0, *v1, *m1;
     uint8_t sha[32], want[32], dsha[32], rebuilt[32];
     uint64_t version;
@@ -966,15 +955,7 @@ static void test_any_model_round_delta(void **state)
     for (int i = 0; i < NR; i++)
         for (int j = 0; j < 9; j++)
             s->delta[i][j] = 0.01f * (float)(i + 1) * (float)(j - 4) / (j < 6 ? r_emb : r_bias);
-    clients_new(s);
-    run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
-    run_to_end(s, all, NR, 1, 0);
-    position(s, NULL, NULL, NULL, &version);
-    assert_int_equal(version, 1);
+    finish_round_1_all(s);
 
     v1 = open_store_file(s, "model-00000001.safetensors");
     m1 = open_store_file(s, "master-00000001.safetensors");
@@ -1040,7 +1021,6 @@ static void test_any_model_round_delta(void **state)
 static void test_any_model_round(void **state)
 {
     struct sim *s = sim_new_model(1000, MIXED_MODEL, make_mixed_model);
-    const int all[] = {0, 1, 2};
     Fedagg__FederationInfo *fi;
     fa_safetensors *v0, *v1, *m1;
     uint8_t *info, digest[32], sha[32];
@@ -1089,15 +1069,7 @@ static void test_any_model_round(void **state)
             scaled[i][j] = d / (j < 6 ? r_emb : r_bias);
             s->delta[i][j] = scaled[i][j];
         }
-    clients_new(s);
-    run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
-    run_to_end(s, all, NR, 1, 0);
-    position(s, NULL, NULL, NULL, &version);
-    assert_int_equal(version, 1);
+    finish_round_1_all(s);
 
     /* Version 1: BF16 published, float32 master beside it, the others byte
      * for byte as they were. */
