@@ -61,6 +61,17 @@ static int commit(fa_model_store *s, uint64_t v, fa_error *err)
     return fa_model_store_commit(s, v, v, &files, err);
 }
 
+/* Flips the last bit of the file at path (in place, atomically). */
+static void flip_last_bit(const char *path)
+{
+    uint8_t *data;
+    size_t len;
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    data[len - 1] ^= 1;
+    assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);
+    free(data);
+}
+
 static void test_commit_retain_reopen(void **state)
 {
     fa_model_store *s;
@@ -247,14 +258,7 @@ static void test_master_and_fill(void **state)
     assert_false(exists("master/model-00000003.safetensors"));
     fa_model_store_del(s);
     snprintf(path, sizeof(path), "%s/master-00000002.safetensors", sub);
-    {
-        uint8_t *data;
-        size_t len;
-        assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-        data[len - 1] ^= 1;
-        assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);
-        free(data);
-    }
+    flip_last_bit(path);
     assert_int_equal(fa_model_store_open(&s, sub, 2, &err), FA_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "master weights are damaged"));
 }
@@ -318,14 +322,7 @@ static void test_delta_files(void **state)
     fa_model_store_del(s);
     /* a damaged delta of the current version is refused at open */
     snprintf(path, sizeof(path), "%s/delta-00000003.safetensors", sub);
-    {
-        uint8_t *data;
-        size_t len;
-        assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-        data[len - 1] ^= 1;
-        assert_int_equal(fa_file_write_atomic(path, data, len, 0644, NULL), 0);
-        free(data);
-    }
+    flip_last_bit(path);
     fa_error_clear(&err);
     assert_int_equal(fa_model_store_open(&s, sub, 2, &err), FA_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "the model delta is damaged"));
