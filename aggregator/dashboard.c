@@ -14,75 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/fa_strbuf.h"
+
 /* ------------------------------------------------------------------ page */
 
-struct page {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void put_n(struct page *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 16384;
-        char *np;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void put(struct page *b, const char *s)
-{
-    put_n(b, s, strlen(s));
-}
-
-static void putf(struct page *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(struct page *b, const char *fmt, ...)
-{
-    char small[512];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(small, sizeof(small), fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof(small)) {
-        put_n(b, small, (size_t)n);
-        return;
-    }
-    {
-        char *big = malloc((size_t)n + 1);
-        if (!big) {
-            b->oom = 1;
-            return;
-        }
-        va_start(ap, fmt);
-        vsnprintf(big, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        put_n(b, big, (size_t)n);
-        free(big);
-    }
-}
-
-/* Text (or an attribute value) from the document, HTML-escaped. */
-static void put_esc(struct page *b, const char *s)
+static void put_esc(fa_strbuf *b, const char *s)
 {
     const char *run = s;
     for (; s && *s; s++) {
@@ -96,13 +32,13 @@ static void put_esc(struct page *b, const char *s)
         default: break;
         }
         if (rep) {
-            put_n(b, run, (size_t)(s - run));
-            put(b, rep);
+            fa_strbuf_put(b, run, (size_t)(s - run));
+            fa_strbuf_puts(b, rep);
             run = s + 1;
         }
     }
     if (run && s)
-        put_n(b, run, (size_t)(s - run));
+        fa_strbuf_put(b, run, (size_t)(s - run));
 }
 
 /* ------------------------------------------------------------ the document */
@@ -243,40 +179,40 @@ static const char STYLE[] =
     "footer{color:var(--mute);font-size:12px;padding:0 24px 24px}\n"
     "</style>\n";
 
-static void page_head(struct page *b, const char *title_text)
+static void page_head(fa_strbuf *b, const char *title_text)
 {
-    put(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-    putf(b, "<meta http-equiv=\"refresh\" content=\"%d\">\n", FA_DASHBOARD_REFRESH_S);
-    put(b, "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n"
-           "<meta name=\"robots\" content=\"noindex\">\n<title>");
+    fa_strbuf_puts(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    fa_strbuf_printf(b, "<meta http-equiv=\"refresh\" content=\"%d\">\n", FA_DASHBOARD_REFRESH_S);
+    fa_strbuf_puts(b, "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n"
+                      "<meta name=\"robots\" content=\"noindex\">\n<title>");
     put_esc(b, title_text);
-    put(b, "</title>\n");
-    put(b, STYLE);
-    put(b, "</head>\n<body>\n");
+    fa_strbuf_puts(b, "</title>\n");
+    fa_strbuf_puts(b, STYLE);
+    fa_strbuf_puts(b, "</head>\n<body>\n");
 }
 
 /* --------------------------------------------------------------- overview */
 
-static void card(struct page *b, const char *label, const char *id, const char *value,
+static void card(fa_strbuf *b, const char *label, const char *id, const char *value,
                  const char *sub)
 {
-    put(b, "<div class=\"card\"><div class=\"label\">");
-    put(b, label);
-    put(b, "</div><div class=\"value\"");
+    fa_strbuf_puts(b, "<div class=\"card\"><div class=\"label\">");
+    fa_strbuf_puts(b, label);
+    fa_strbuf_puts(b, "</div><div class=\"value\"");
     if (id)
-        putf(b, " id=\"%s\"", id);
-    put(b, ">");
+        fa_strbuf_printf(b, " id=\"%s\"", id);
+    fa_strbuf_puts(b, ">");
     put_esc(b, value);
-    put(b, "</div>");
+    fa_strbuf_puts(b, "</div>");
     if (sub && sub[0]) {
-        put(b, "<div class=\"sub\">");
+        fa_strbuf_puts(b, "<div class=\"sub\">");
         put_esc(b, sub);
-        put(b, "</div>");
+        fa_strbuf_puts(b, "</div>");
     }
-    put(b, "</div>\n");
+    fa_strbuf_puts(b, "</div>\n");
 }
 
-static void overview(struct page *b, const json_t *st, uint64_t now)
+static void overview(fa_strbuf *b, const json_t *st, uint64_t now)
 {
     const char *phase = str(st, "phase");
     const json_t *storage = json_object_get(st, "storage");
@@ -286,22 +222,22 @@ static void overview(struct page *b, const json_t *st, uint64_t now)
 
     if (flag(st, "paused")) {
         const char *by = str(st, "paused_by");
-        put(b, "<div class=\"banner paused\" id=\"paused\">Paused");
+        fa_strbuf_puts(b, "<div class=\"banner paused\" id=\"paused\">Paused");
         if (by) {
-            put(b, " by ");
+            fa_strbuf_puts(b, " by ");
             put_esc(b, by);
         }
-        put(b, ": no new round opens until an operator resumes the federation "
-               "(<code>fedagg resume</code>).</div>\n");
+        fa_strbuf_puts(b, ": no new round opens until an operator resumes the federation "
+                          "(<code>fedagg resume</code>).</div>\n");
     }
     if (json_is_object(storage) && json_is_false(json_object_get(storage, "ok"))) {
         const char *why = str(storage, "reason");
-        put(b, "<div class=\"banner blocked\" id=\"storage-blocked\">Storage blocked: ");
+        fa_strbuf_puts(b, "<div class=\"banner blocked\" id=\"storage-blocked\">Storage blocked: ");
         put_esc(b, why ? why : "the storage cannot take a round");
-        put(b, ". No attempt opens until a check succeeds.</div>\n");
+        fa_strbuf_puts(b, ". No attempt opens until a check succeeds.</div>\n");
     }
 
-    put(b, "<section id=\"overview\"><h2>Federation</h2><div class=\"cards\">\n");
+    fa_strbuf_puts(b, "<section id=\"overview\"><h2>Federation</h2><div class=\"cards\">\n");
     snprintf(v, sizeof(v), "%.0f", num_or(st, "round", 0));
     snprintf(sub, sizeof(sub), "attempt %.0f", num_or(st, "attempt", 0));
     card(b, "Round", "round", v, sub);
@@ -315,16 +251,16 @@ static void overview(struct page *b, const json_t *st, uint64_t now)
         else
             snprintf(sub, sizeof(sub), "deadline passed (%s)", t1);
     }
-    put(b, "<div class=\"card\"><div class=\"label\">Phase</div><div class=\"value\">"
-           "<span class=\"phase\" id=\"phase\">");
+    fa_strbuf_puts(b, "<div class=\"card\"><div class=\"label\">Phase</div><div class=\"value\">"
+                      "<span class=\"phase\" id=\"phase\">");
     put_esc(b, phase ? phase : "unknown");
-    put(b, "</span></div>");
+    fa_strbuf_puts(b, "</span></div>");
     if (sub[0]) {
-        put(b, "<div class=\"sub\" id=\"phase-deadline\">");
+        fa_strbuf_puts(b, "<div class=\"sub\" id=\"phase-deadline\">");
         put_esc(b, sub);
-        put(b, "</div>");
+        fa_strbuf_puts(b, "</div>");
     }
-    put(b, "</div>\n");
+    fa_strbuf_puts(b, "</div>\n");
 
     snprintf(v, sizeof(v), "%.0f", num_or(st, "model_version", 0));
     sub[0] = '\0';
@@ -386,23 +322,24 @@ static void overview(struct page *b, const json_t *st, uint64_t now)
         snprintf(sub, sizeof(sub), "records; %.0f in the latest signed checkpoint", signed_size);
         card(b, "Audit log", "audit-size", v, sub);
     }
-    put(b, "</div></section>\n");
+    fa_strbuf_puts(b, "</div></section>\n");
 }
 
 /* ---------------------------------------------------------------- regions */
 
-static void regions(struct page *b, const json_t *st, uint64_t now)
+static void regions(fa_strbuf *b, const json_t *st, uint64_t now)
 {
     const json_t *rs = json_object_get(st, "regions");
     size_t i;
     const json_t *r;
 
-    put(b, "<section id=\"regions-section\"><h2>Regions</h2>\n");
+    fa_strbuf_puts(b, "<section id=\"regions-section\"><h2>Regions</h2>\n");
     if (!json_is_array(rs) || json_array_size(rs) == 0) {
-        put(b, "<p class=\"empty\">No regions in the status.</p></section>\n");
+        fa_strbuf_puts(b, "<p class=\"empty\">No regions in the status.</p></section>\n");
         return;
     }
-    put(b, "<table id=\"regions\"><thead><tr><th>Region</th><th>State</th><th>Last seen</th>"
+    fa_strbuf_puts(
+        b, "<table id=\"regions\"><thead><tr><th>Region</th><th>State</th><th>Last seen</th>"
            "<th class=\"n\">Rounds</th><th class=\"n\">Dropouts</th>"
            "<th class=\"n\">Bytes received</th><th>Privacy budget</th></tr></thead>\n<tbody>\n");
     json_array_foreach(rs, i, r)
@@ -425,48 +362,49 @@ static void regions(struct page *b, const json_t *st, uint64_t now)
             t1[0] = '\0';
         }
         fa_dashboard_fmt_bytes(num_or(r, "bytes_received", 0), bytes, sizeof(bytes));
-        put(b, "<tr><td class=\"region-id\">");
+        fa_strbuf_puts(b, "<tr><td class=\"region-id\">");
         put_esc(b, id ? id : "?");
-        putf(b, "</td><td><span class=\"state state-%s\"", state);
+        fa_strbuf_printf(b, "</td><td><span class=\"state state-%s\"", state);
         if (by) {
-            put(b, " title=\"drained by ");
+            fa_strbuf_puts(b, " title=\"drained by ");
             put_esc(b, by);
-            put(b, "\"");
+            fa_strbuf_puts(b, "\"");
         }
-        putf(b, ">%s</span></td><td", state);
+        fa_strbuf_printf(b, ">%s</span></td><td", state);
         if (t1[0]) {
-            put(b, " title=\"");
+            fa_strbuf_puts(b, " title=\"");
             put_esc(b, t1);
-            put(b, "\"");
+            fa_strbuf_puts(b, "\"");
         }
-        putf(b,
-             ">%s</td><td class=\"n\">%.0f</td><td class=\"n\">%.0f</td>"
-             "<td class=\"n\">%s</td><td>",
-             seen, num_or(r, "rounds_participated", 0), num_or(r, "dropouts", 0), bytes);
+        fa_strbuf_printf(b,
+                         ">%s</td><td class=\"n\">%.0f</td><td class=\"n\">%.0f</td>"
+                         "<td class=\"n\">%s</td><td>",
+                         seen, num_or(r, "rounds_participated", 0), num_or(r, "dropouts", 0),
+                         bytes);
         if (json_is_object(pv) && num(pv, "epsilon", &eps)) {
-            putf(b, "&epsilon; %.3g", eps);
+            fa_strbuf_printf(b, "&epsilon; %.3g", eps);
             if (num(pv, "budget_epsilon", &budget) && budget > 0) {
                 double frac = eps / budget;
-                putf(b, " of %.3g", budget);
-                putf(b,
-                     " <svg width=\"80\" height=\"8\" aria-hidden=\"true\">"
-                     "<rect width=\"80\" height=\"8\" rx=\"2\" fill=\"#e6e9ef\"/>"
-                     "<rect width=\"%.1f\" height=\"8\" rx=\"2\" fill=\"%s\"/></svg>",
-                     80 * (frac > 1   ? 1
-                           : frac < 0 ? 0
-                                      : frac),
-                     frac >= 0.9   ? "#c62828"
-                     : frac >= 0.7 ? "#b35900"
-                                   : "#2456a6");
+                fa_strbuf_printf(b, " of %.3g", budget);
+                fa_strbuf_printf(b,
+                                 " <svg width=\"80\" height=\"8\" aria-hidden=\"true\">"
+                                 "<rect width=\"80\" height=\"8\" rx=\"2\" fill=\"#e6e9ef\"/>"
+                                 "<rect width=\"%.1f\" height=\"8\" rx=\"2\" fill=\"%s\"/></svg>",
+                                 80 * (frac > 1   ? 1
+                                       : frac < 0 ? 0
+                                                  : frac),
+                                 frac >= 0.9   ? "#c62828"
+                                 : frac >= 0.7 ? "#b35900"
+                                               : "#2456a6");
             }
             if (num(pv, "delta", &d))
-                putf(b, " (&delta; %.2g)", d);
+                fa_strbuf_printf(b, " (&delta; %.2g)", d);
         } else {
-            put(b, "<span class=\"empty\">not reported</span>");
+            fa_strbuf_puts(b, "<span class=\"empty\">not reported</span>");
         }
-        put(b, "</td></tr>\n");
+        fa_strbuf_puts(b, "</td></tr>\n");
     }
-    put(b, "</tbody></table></section>\n");
+    fa_strbuf_puts(b, "</tbody></table></section>\n");
 }
 
 /* --------------------------------------------------------- accuracy chart */
@@ -555,7 +493,7 @@ static void collect(const json_t *st, struct series s[S_COUNT])
 #define MT 14.0
 #define MB 40.0
 
-static void accuracy_chart(struct page *b, const json_t *st)
+static void accuracy_chart(fa_strbuf *b, const json_t *st)
 {
     struct series s[S_COUNT] = {{0}};
     double vmin = INFINITY, vmax = -INFINITY, lo = INFINITY, hi = -INFINITY;
@@ -570,9 +508,10 @@ static void accuracy_chart(struct page *b, const json_t *st)
             hi = fmax(hi, s[k].p[i].value);
             total++;
         }
-    put(b, "<section id=\"accuracy-section\"><h2>Accuracy per model version</h2>\n");
+    fa_strbuf_puts(b, "<section id=\"accuracy-section\"><h2>Accuracy per model version</h2>\n");
     if (total == 0) {
-        put(b, "<p class=\"empty\" id=\"accuracy-empty\">No evaluation yet: the built-in "
+        fa_strbuf_puts(
+            b, "<p class=\"empty\" id=\"accuracy-empty\">No evaluation yet: the built-in "
                "evaluation, the evaluator command and the regions' federated evaluation report "
                "here once a model version has been evaluated.</p></section>\n");
         goto out;
@@ -594,21 +533,23 @@ static void accuracy_chart(struct page *b, const json_t *st)
         vmin -= 1;
         vmax += 1;
     }
-    putf(b,
-         "<svg id=\"accuracy-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
-         "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Accuracy per model "
-         "version</title>\n",
-         CW, CH, CW, CH);
+    fa_strbuf_printf(
+        b,
+        "<svg id=\"accuracy-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
+        "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Accuracy per model "
+        "version</title>\n",
+        CW, CH, CW, CH);
 #define X(v) (ML + ((v)-vmin) / (vmax - vmin) * (CW - ML - MR))
 #define Y(a) (CH - MB - ((a)-lo) / (hi - lo) * (CH - MT - MB))
     /* grid and y labels: every 10 points, or 20 over a wider range */
     {
         double step = hi - lo > 0.55 ? 0.2 : 0.1;
         for (double a = lo; a <= hi + 1e-9; a += step)
-            putf(b,
-                 "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
-                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
-                 ML, CW - MR, Y(a), Y(a), ML - 6, Y(a) + 4, 100 * a);
+            fa_strbuf_printf(
+                b,
+                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n",
+                ML, CW - MR, Y(a), Y(a), ML - 6, Y(a) + 4, 100 * a);
     }
     /* x ticks: at most 10 whole versions */
     {
@@ -620,13 +561,15 @@ static void accuracy_chart(struct page *b, const json_t *st)
             double v = ceil(vmin) + step * t;
             if (v > vmax + 1e-9)
                 break;
-            putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(v),
-                 CH - MB + 16, v);
+            fa_strbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
+                             X(v), CH - MB + 16, v);
         }
-        putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">model version</text>\n",
-             ML + (CW - ML - MR) / 2, CH - 6);
-        putf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>\n", ML,
-             CW - MR, CH - MB, CH - MB);
+        fa_strbuf_printf(
+            b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">model version</text>\n",
+            ML + (CW - ML - MR) / 2, CH - 6);
+        fa_strbuf_printf(
+            b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>\n", ML,
+            CW - MR, CH - MB, CH - MB);
     }
     /* Federated first, as dashed lines and rings, so that a global point on
      * the same spot (regions evaluating on the same public set) shows in it. */
@@ -635,38 +578,42 @@ static void accuracy_chart(struct page *b, const json_t *st)
         if (s[k].n == 0)
             continue;
         if (s[k].n > 1) {
-            putf(b,
-                 "<polyline class=\"line\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
-                 "stroke-width=\"2\"%s points=\"",
-                 series_names[k], series_info[k].color,
-                 ring             ? " stroke-dasharray=\"6,4\""
-                 : k == S_CENTRAL ? " stroke-dasharray=\"2,3\""
-                                  : "");
+            fa_strbuf_printf(
+                b,
+                "<polyline class=\"line\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
+                "stroke-width=\"2\"%s points=\"",
+                series_names[k], series_info[k].color,
+                ring             ? " stroke-dasharray=\"6,4\""
+                : k == S_CENTRAL ? " stroke-dasharray=\"2,3\""
+                                 : "");
             for (size_t i = 0; i < s[k].n; i++)
-                putf(b, "%s%.1f,%.1f", i ? " " : "", X(s[k].p[i].version), Y(s[k].p[i].value));
-            put(b, "\"/>\n");
+                fa_strbuf_printf(b, "%s%.1f,%.1f", i ? " " : "", X(s[k].p[i].version),
+                                 Y(s[k].p[i].value));
+            fa_strbuf_puts(b, "\"/>\n");
         }
         for (size_t i = 0; i < s[k].n; i++)
-            putf(b,
-                 "<circle class=\"point\" data-series=\"%s\" data-version=\"%.0f\" "
-                 "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\" "
-                 "stroke=\"%s\" stroke-width=\"2\"><title>version %.0f, %s: %.2f%%</title>"
-                 "</circle>\n",
-                 series_names[k], s[k].p[i].version, s[k].p[i].value, X(s[k].p[i].version),
-                 Y(s[k].p[i].value), ring ? "5.5" : "3", ring ? "#fff" : series_info[k].color,
-                 series_info[k].color, s[k].p[i].version, series_names[k], 100 * s[k].p[i].value);
+            fa_strbuf_printf(
+                b,
+                "<circle class=\"point\" data-series=\"%s\" data-version=\"%.0f\" "
+                "data-value=\"%.6f\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\" "
+                "stroke=\"%s\" stroke-width=\"2\"><title>version %.0f, %s: %.2f%%</title>"
+                "</circle>\n",
+                series_names[k], s[k].p[i].version, s[k].p[i].value, X(s[k].p[i].version),
+                Y(s[k].p[i].value), ring ? "5.5" : "3", ring ? "#fff" : series_info[k].color,
+                series_info[k].color, s[k].p[i].version, series_names[k], 100 * s[k].p[i].value);
     }
 #undef X
 #undef Y
-    put(b, "</svg>\n<ul class=\"legend\">");
+    fa_strbuf_puts(b, "</svg>\n<ul class=\"legend\">");
     for (int k = 0; k < S_COUNT; k++)
         if (s[k].n)
-            putf(b,
-                 "<li data-series=\"%s\"><i style=\"background:%s\"></i>%s: %zu version%s, "
-                 "latest %.2f%%</li>",
-                 series_names[k], series_info[k].color, series_info[k].label, s[k].n,
-                 s[k].n == 1 ? "" : "s", 100 * s[k].p[s[k].n - 1].value);
-    put(b, "</ul></section>\n");
+            fa_strbuf_printf(
+                b,
+                "<li data-series=\"%s\"><i style=\"background:%s\"></i>%s: %zu version%s, "
+                "latest %.2f%%</li>",
+                series_names[k], series_info[k].color, series_info[k].label, s[k].n,
+                s[k].n == 1 ? "" : "s", 100 * s[k].p[s[k].n - 1].value);
+    fa_strbuf_puts(b, "</ul></section>\n");
 out:
     for (int k = 0; k < S_COUNT; k++)
         free(s[k].p);
@@ -688,7 +635,7 @@ static double attempt_seconds(const json_t *a)
     return 0;
 }
 
-static void timeline_chart(struct page *b, const json_t *rs)
+static void timeline_chart(fa_strbuf *b, const json_t *rs)
 {
     size_t n = json_array_size(rs),
            first = n > FA_DASHBOARD_TIMELINE ? n - FA_DASHBOARD_TIMELINE : 0;
@@ -700,19 +647,21 @@ static void timeline_chart(struct page *b, const json_t *rs)
     if (maxs <= 0)
         maxs = 1;
     bw = pw / (double)(shown < 12 ? 12 : shown);
-    putf(b,
-         "<svg id=\"timeline-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
-         "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Round timeline: "
-         "seconds per attempt and phase</title>\n",
-         CW, CH, CW, CH);
+    fa_strbuf_printf(
+        b,
+        "<svg id=\"timeline-chart\" role=\"img\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" "
+        "height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Round timeline: "
+        "seconds per attempt and phase</title>\n",
+        CW, CH, CW, CH);
     for (int t = 0; t <= 4; t++) {
         double v = maxs * t / 4, y = CH - MB - ph * t / 4;
         char lab[32];
         fa_dashboard_fmt_secs(v, lab, sizeof(lab));
-        putf(b,
-             "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
-             "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-             ML, CW - MR, y, y, ML - 6, y + 4, lab);
+        fa_strbuf_printf(
+            b,
+            "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e7ee\"/>"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+            ML, CW - MR, y, y, ML - 6, y + 4, lab);
     }
     for (size_t i = first; i < n; i++) {
         const json_t *a = json_array_get(rs, i), *phases = json_object_get(a, "phases");
@@ -728,42 +677,46 @@ static void timeline_chart(struct page *b, const json_t *rs)
             used += s;
             h = s / maxs * ph;
             y -= h;
-            putf(b,
-                 "<rect class=\"phase\" data-phase=\"%s\" data-round=\"%.0f\" x=\"%.1f\" "
-                 "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>round %.0f "
-                 "attempt %.0f, %s: %.2f s</title></rect>\n",
-                 phase_keys[k], round, x, y, w, h, phase_colors[k], round, num_or(a, "attempt", 0),
-                 phase_keys[k], s);
+            fa_strbuf_printf(
+                b,
+                "<rect class=\"phase\" data-phase=\"%s\" data-round=\"%.0f\" x=\"%.1f\" "
+                "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>round %.0f "
+                "attempt %.0f, %s: %.2f s</title></rect>\n",
+                phase_keys[k], round, x, y, w, h, phase_colors[k], round, num_or(a, "attempt", 0),
+                phase_keys[k], s);
         }
         if (total > used + 1e-3) { /* commit, evaluation hand-off... */
             double h = (total - used) / maxs * ph;
             y -= h;
-            putf(b,
-                 "<rect class=\"phase\" data-phase=\"other\" data-round=\"%.0f\" x=\"%.1f\" "
-                 "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"#c9ced8\"><title>round %.0f "
-                 "attempt %.0f, outside the phases (commit): %.2f s</title></rect>\n",
-                 round, x, y, w, h, round, num_or(a, "attempt", 0), total - used);
+            fa_strbuf_printf(
+                b,
+                "<rect class=\"phase\" data-phase=\"other\" data-round=\"%.0f\" x=\"%.1f\" "
+                "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"#c9ced8\"><title>round %.0f "
+                "attempt %.0f, outside the phases (commit): %.2f s</title></rect>\n",
+                round, x, y, w, h, round, num_or(a, "attempt", 0), total - used);
         }
         if (aborted)
-            putf(b,
-                 "<rect class=\"aborted\" data-round=\"%.0f\" x=\"%.1f\" y=\"%.1f\" "
-                 "width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#c62828\" "
-                 "stroke-width=\"1.5\" stroke-dasharray=\"3,2\"/>\n",
-                 round, x, y < CH - MB - 3 ? y : CH - MB - 3, w,
-                 CH - MB - (y < CH - MB - 3 ? y : CH - MB - 3));
+            fa_strbuf_printf(b,
+                             "<rect class=\"aborted\" data-round=\"%.0f\" x=\"%.1f\" y=\"%.1f\" "
+                             "width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#c62828\" "
+                             "stroke-width=\"1.5\" stroke-dasharray=\"3,2\"/>\n",
+                             round, x, y < CH - MB - 3 ? y : CH - MB - 3, w,
+                             CH - MB - (y < CH - MB - 3 ? y : CH - MB - 3));
         if (shown <= 20 || (i - first) % ((shown + 19) / 20) == 0)
-            putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", x + w / 2,
-                 CH - MB + 16, round);
+            fa_strbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
+                             x + w / 2, CH - MB + 16, round);
     }
-    putf(b,
-         "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>"
-         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">round (each bar an attempt; "
-         "dashed red: aborted)</text>\n</svg>\n",
-         ML, CW - MR, CH - MB, CH - MB, ML + pw / 2, CH - 6);
-    put(b, "<ul class=\"legend\">");
+    fa_strbuf_printf(
+        b,
+        "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9aa3b2\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">round (each bar an attempt; "
+        "dashed red: aborted)</text>\n</svg>\n",
+        ML, CW - MR, CH - MB, CH - MB, ML + pw / 2, CH - 6);
+    fa_strbuf_puts(b, "<ul class=\"legend\">");
     for (int k = 0; k < NPHASES; k++)
-        putf(b, "<li><i style=\"background:%s\"></i>%s</li>", phase_colors[k], phase_keys[k]);
-    put(b, "<li><i style=\"background:#c9ced8\"></i>commit and the rest</li></ul>\n");
+        fa_strbuf_printf(b, "<li><i style=\"background:%s\"></i>%s</li>", phase_colors[k],
+                         phase_keys[k]);
+    fa_strbuf_puts(b, "<li><i style=\"background:#c9ced8\"></i>commit and the rest</li></ul>\n");
 }
 
 /* A version's accuracies as "global 81.2%, federated 79.0%". */
@@ -789,7 +742,7 @@ static void version_accuracy(const json_t *st, double version, char *buf, size_t
     }
 }
 
-static void put_names(struct page *b, const json_t *list)
+static void put_names(fa_strbuf *b, const json_t *list)
 {
     size_t i;
     const json_t *x;
@@ -801,27 +754,29 @@ static void put_names(struct page *b, const json_t *list)
         if (!json_is_string(x))
             continue;
         if (any++)
-            put(b, ", ");
+            fa_strbuf_puts(b, ", ");
         put_esc(b, json_string_value(x));
     }
 }
 
-static void timeline(struct page *b, const json_t *st)
+static void timeline(fa_strbuf *b, const json_t *st)
 {
     const json_t *rs = json_object_get(st, "rounds");
     size_t n = json_is_array(rs) ? json_array_size(rs) : 0;
 
-    put(b, "<section id=\"timeline-section\"><h2>Round timeline</h2>\n");
+    fa_strbuf_puts(b, "<section id=\"timeline-section\"><h2>Round timeline</h2>\n");
     if (n == 0) {
-        put(b, "<p class=\"empty\">No round attempt has ended yet.</p></section>\n");
+        fa_strbuf_puts(b, "<p class=\"empty\">No round attempt has ended yet.</p></section>\n");
         return;
     }
     timeline_chart(b, rs);
-    put(b, "<table id=\"rounds\"><thead><tr><th class=\"n\">Round</th><th class=\"n\">Attempt"
+    fa_strbuf_puts(
+        b, "<table id=\"rounds\"><thead><tr><th class=\"n\">Round</th><th class=\"n\">Attempt"
            "</th><th>Outcome</th><th>Started</th><th class=\"n\">Duration</th>");
     for (int k = 0; k < NPHASES; k++)
-        putf(b, "<th class=\"n\">%s</th>", phase_keys[k]);
-    put(b, "<th>Participants</th><th>Dropped</th><th class=\"n\">Version</th><th>Accuracy</th>"
+        fa_strbuf_printf(b, "<th class=\"n\">%s</th>", phase_keys[k]);
+    fa_strbuf_puts(
+        b, "<th>Participants</th><th>Dropped</th><th class=\"n\">Version</th><th>Accuracy</th>"
            "</tr></thead>\n<tbody>\n");
     for (size_t j = 0; j < n && j < FA_DASHBOARD_TABLE_ROWS; j++) {
         const json_t *a = json_array_get(rs, n - 1 - j), *ph = json_object_get(a, "phases");
@@ -831,38 +786,38 @@ static void timeline(struct page *b, const json_t *st)
 
         fa_dashboard_fmt_utc(num_or(a, "start_unix_ms", 0), t, sizeof(t));
         fa_dashboard_fmt_secs(attempt_seconds(a), dur, sizeof(dur));
-        putf(b, "<tr><td class=\"n round\">%.0f</td><td class=\"n\">%.0f</td><td>",
-             num_or(a, "round", 0), num_or(a, "attempt", 0));
+        fa_strbuf_printf(b, "<tr><td class=\"n round\">%.0f</td><td class=\"n\">%.0f</td><td>",
+                         num_or(a, "round", 0), num_or(a, "attempt", 0));
         if (outcome) {
-            put(b, "<span class=\"outcome outcome-");
+            fa_strbuf_puts(b, "<span class=\"outcome outcome-");
             put_esc(b, outcome);
-            put(b, "\"");
+            fa_strbuf_puts(b, "\"");
             if (reason) {
-                put(b, " title=\"");
+                fa_strbuf_puts(b, " title=\"");
                 put_esc(b, reason);
-                put(b, "\"");
+                fa_strbuf_puts(b, "\"");
             }
-            put(b, ">");
+            fa_strbuf_puts(b, ">");
             put_esc(b, outcome);
-            put(b, "</span>");
+            fa_strbuf_puts(b, "</span>");
             if (reason) {
-                put(b, " <span class=\"empty\">");
+                fa_strbuf_puts(b, " <span class=\"empty\">");
                 put_esc(b, reason);
-                put(b, "</span>");
+                fa_strbuf_puts(b, "</span>");
             }
         }
-        putf(b, "</td><td>%s</td><td class=\"n\">%s</td>", t, dur);
+        fa_strbuf_printf(b, "</td><td>%s</td><td class=\"n\">%s</td>", t, dur);
         for (int k = 0; k < NPHASES; k++) {
             char ps[32] = "-";
             if (json_is_object(ph) && num(ph, phase_keys[k], &s))
                 fa_dashboard_fmt_secs(s, ps, sizeof(ps));
-            putf(b, "<td class=\"n\">%s</td>", ps);
+            fa_strbuf_printf(b, "<td class=\"n\">%s</td>", ps);
         }
-        put(b, "<td>");
+        fa_strbuf_puts(b, "<td>");
         put_names(b, json_object_get(a, "participants"));
-        put(b, "</td><td>");
+        fa_strbuf_puts(b, "</td><td>");
         put_names(b, json_object_get(a, "dropped"));
-        put(b, "</td>");
+        fa_strbuf_puts(b, "</td>");
         if (num(a, "version", &v)) {
             version_accuracy(st, v, acc, sizeof(acc));
             for (int k = 0; k < S_COUNT; k++) { /* per-attempt fields, when present */
@@ -872,61 +827,63 @@ static void timeline(struct page *b, const json_t *st)
                     snprintf(acc + l, sizeof(acc) - l, "%s%s %.2f%%", l ? ", " : "",
                              series_names[k], 100 * x);
             }
-            putf(b, "<td class=\"n\">%.0f</td><td>%s</td></tr>\n", v, acc);
+            fa_strbuf_printf(b, "<td class=\"n\">%.0f</td><td>%s</td></tr>\n", v, acc);
         } else {
-            put(b, "<td class=\"n\">-</td><td></td></tr>\n");
+            fa_strbuf_puts(b, "<td class=\"n\">-</td><td></td></tr>\n");
         }
     }
-    put(b, "</tbody></table>");
+    fa_strbuf_puts(b, "</tbody></table>");
     if (n > FA_DASHBOARD_TABLE_ROWS)
-        putf(b,
-             "<p class=\"empty\">The latest %d of %zu attempts; <code>fedagg rounds</code> "
-             "lists them all.</p>",
-             FA_DASHBOARD_TABLE_ROWS, n);
-    put(b, "</section>\n");
+        fa_strbuf_printf(
+            b,
+            "<p class=\"empty\">The latest %d of %zu attempts; <code>fedagg rounds</code> "
+            "lists them all.</p>",
+            FA_DASHBOARD_TABLE_ROWS, n);
+    fa_strbuf_puts(b, "</section>\n");
 }
 
 /* ------------------------------------------------------------------ audit */
 
-static void audit(struct page *b, const json_t *st)
+static void audit(fa_strbuf *b, const json_t *st)
 {
     const json_t *a = json_object_get(st, "audit");
     const char *ck = json_is_object(a) ? str(a, "checkpoint") : NULL;
     const char *root = json_is_object(a) ? str(a, "root") : NULL;
 
-    put(b, "<section id=\"audit-section\"><h2>Audit log</h2>\n");
-    putf(b, "<p><span id=\"audit-tree-size\">%.0f</span> records",
-         json_is_object(a) ? num_or(a, "tree_size", num_or(st, "audit_tree_size", 0))
-                           : num_or(st, "audit_tree_size", 0));
+    fa_strbuf_puts(b, "<section id=\"audit-section\"><h2>Audit log</h2>\n");
+    fa_strbuf_printf(b, "<p><span id=\"audit-tree-size\">%.0f</span> records",
+                     json_is_object(a) ? num_or(a, "tree_size", num_or(st, "audit_tree_size", 0))
+                                       : num_or(st, "audit_tree_size", 0));
     if (json_is_object(a))
-        putf(b, ", %.0f covered by the latest signed checkpoint", num_or(a, "signed_size", 0));
-    put(b, ".");
+        fa_strbuf_printf(b, ", %.0f covered by the latest signed checkpoint",
+                         num_or(a, "signed_size", 0));
+    fa_strbuf_puts(b, ".");
     if (root) {
-        put(b, " Root hash: <span class=\"mono\" id=\"audit-root\">");
+        fa_strbuf_puts(b, " Root hash: <span class=\"mono\" id=\"audit-root\">");
         put_esc(b, root);
-        put(b, "</span>");
+        fa_strbuf_puts(b, "</span>");
     }
-    put(b, "</p>\n");
+    fa_strbuf_puts(b, "</p>\n");
     if (ck) {
-        put(b, "<p>The latest signed checkpoint (C2SP signed note; check it with "
-               "<code>fedagg audit verify</code>):</p>\n<pre id=\"checkpoint\">");
+        fa_strbuf_puts(b, "<p>The latest signed checkpoint (C2SP signed note; check it with "
+                          "<code>fedagg audit verify</code>):</p>\n<pre id=\"checkpoint\">");
         put_esc(b, ck);
-        put(b, "</pre>\n");
+        fa_strbuf_puts(b, "</pre>\n");
     } else {
-        put(b, "<p class=\"empty\">No signed checkpoint yet.</p>\n");
+        fa_strbuf_puts(b, "<p class=\"empty\">No signed checkpoint yet.</p>\n");
     }
-    put(b, "</section>\n");
+    fa_strbuf_puts(b, "</section>\n");
 }
 
 /* ------------------------------------------------------------------- page */
 
-static int finish(struct page *b, char **out, size_t *out_len, fa_error *err)
+static int finish(fa_strbuf *b, char **out, size_t *out_len, fa_error *err)
 {
     if (b->oom) {
-        free(b->p);
+        free(b->data);
         return fa_errorf(err, FA_ERR_NOMEM, "dashboard: out of memory");
     }
-    *out = b->p;
+    *out = b->data;
     *out_len = b->len;
     return 0;
 }
@@ -934,7 +891,7 @@ static int finish(struct page *b, char **out, size_t *out_len, fa_error *err)
 int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_ms, char **out,
                         size_t *out_len, fa_error *err)
 {
-    struct page b = {0};
+    fa_strbuf b = {0};
     json_error_t je;
     json_t *st;
     const char *fed;
@@ -954,37 +911,40 @@ int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_m
     snprintf(title, sizeof(title), "fedagg %s: round %.0f, %s", fed ? fed : "federation",
              num_or(st, "round", 0), str(st, "phase") ? str(st, "phase") : "unknown");
     page_head(&b, title);
-    put(&b, "<header><h1>fedagg federation <span id=\"federation-id\">");
+    fa_strbuf_puts(&b, "<header><h1>fedagg federation <span id=\"federation-id\">");
     put_esc(&b, fed ? fed : "?");
-    put(&b, "</span></h1><span class=\"meta\">read-only dashboard</span></header>\n<main>\n");
+    fa_strbuf_puts(
+        &b, "</span></h1><span class=\"meta\">read-only dashboard</span></header>\n<main>\n");
     overview(&b, st, now_unix_ms);
     regions(&b, st, now_unix_ms);
     accuracy_chart(&b, st);
     timeline(&b, st);
     audit(&b, st);
     fa_dashboard_fmt_utc((double)now_unix_ms, t, sizeof(t));
-    putf(&b,
-         "</main>\n<footer>Generated %s from the aggregator's status; reloads every %d s. "
-         "Counters and names only: no region data, nothing secret.</footer>\n"
-         "</body>\n</html>\n",
-         t, FA_DASHBOARD_REFRESH_S);
+    fa_strbuf_printf(
+        &b,
+        "</main>\n<footer>Generated %s from the aggregator's status; reloads every %d s. "
+        "Counters and names only: no region data, nothing secret.</footer>\n"
+        "</body>\n</html>\n",
+        t, FA_DASHBOARD_REFRESH_S);
     json_decref(st);
     return finish(&b, out, out_len, err);
 }
 
 int fa_dashboard_render_unavailable(const char *why, char **out, size_t *out_len, fa_error *err)
 {
-    struct page b = {0};
+    fa_strbuf b = {0};
 
     *out = NULL;
     *out_len = 0;
     page_head(&b, "fedagg: status not available");
-    put(&b, "<header><h1>fedagg federation</h1><span class=\"meta\">read-only dashboard</span>"
+    fa_strbuf_puts(
+        &b, "<header><h1>fedagg federation</h1><span class=\"meta\">read-only dashboard</span>"
             "</header>\n<main><section><h2>Status not available</h2><p id=\"unavailable\">");
     put_esc(&b, why && why[0] ? why : "The aggregator has not published its status yet.");
-    putf(&b,
-         "</p><p class=\"empty\">This page reloads every %d s.</p></section></main>\n"
-         "</body>\n</html>\n",
-         FA_DASHBOARD_REFRESH_S);
+    fa_strbuf_printf(&b,
+                     "</p><p class=\"empty\">This page reloads every %d s.</p></section></main>\n"
+                     "</body>\n</html>\n",
+                     FA_DASHBOARD_REFRESH_S);
     return finish(&b, out, out_len, err);
 }

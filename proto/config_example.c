@@ -77,7 +77,7 @@ static const struct example examples[] = {
 };
 
 struct ex_ctx {
-    struct fa_tf_buf *b;
+    fa_strbuf *b;
     char kind; /* 'A' or 'W' */
 };
 
@@ -96,9 +96,9 @@ static void line(struct ex_ctx *x, int depth, int commented, const char *text)
 {
     fa_tf_buf_indent(x->b, depth);
     if (commented)
-        fa_tf_buf_put(x->b, "# ", 2);
-    fa_tf_buf_puts(x->b, text);
-    fa_tf_buf_put(x->b, "\n", 1);
+        fa_strbuf_put(x->b, "# ", 2);
+    fa_strbuf_puts(x->b, text);
+    fa_strbuf_put(x->b, "\n", 1);
 }
 
 /* A comment from config.proto, each line as "# ...". */
@@ -108,9 +108,9 @@ static void comment(struct ex_ctx *x, int depth, const char *text)
         const char *nl = strchr(text, '\n');
         size_t n = nl ? (size_t)(nl - text) : strlen(text);
         fa_tf_buf_indent(x->b, depth);
-        fa_tf_buf_put(x->b, "#", 1);
-        fa_tf_buf_put(x->b, text, n);
-        fa_tf_buf_put(x->b, "\n", 1);
+        fa_strbuf_put(x->b, "#", 1);
+        fa_strbuf_put(x->b, text, n);
+        fa_strbuf_put(x->b, "\n", 1);
         text = nl ? nl + 1 : text + n;
     }
 }
@@ -128,13 +128,13 @@ static void enum_values(struct ex_ctx *x, int depth, const ProtobufCEnumDescript
         {
             const char *nl = doc ? strchr(doc, '\n') : NULL;
             size_t n = doc ? (nl ? (size_t)(nl - doc) : strlen(doc)) : 0;
-            fa_tf_buf_printf(x->b, "#   %s:%.*s\n", e->values[i].name, (int)n, doc ? doc : "");
+            fa_strbuf_printf(x->b, "#   %s:%.*s\n", e->values[i].name, (int)n, doc ? doc : "");
             while (nl && nl[1]) {
                 const char *line = nl + 1;
                 nl = strchr(line, '\n');
                 n = nl ? (size_t)(nl - line) : strlen(line);
                 fa_tf_buf_indent(x->b, depth);
-                fa_tf_buf_printf(x->b, "#     %.*s\n", (int)n, line);
+                fa_strbuf_printf(x->b, "#     %.*s\n", (int)n, line);
             }
         }
     }
@@ -208,7 +208,7 @@ static void field(struct ex_ctx *x, const ProtobufCMessageDescriptor *d,
         active = 0;
     } else if (f->default_value ||
                (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES)) {
-        struct fa_tf_buf vb = {0};
+        fa_strbuf vb = {0};
         fa_tf_print_value(&vb, f, MEMBER(defaults, f->offset));
         snprintf(text, sizeof(text), "%s: %s", f->name, vb.data ? vb.data : "");
         free(vb.data);
@@ -245,7 +245,7 @@ static void message_body(struct ex_ctx *x, const ProtobufCMessageDescriptor *d, 
             last_oneof = f->quantifier_offset + 1;
         }
         if (annotate && depth == 0 && i > 0)
-            fa_tf_buf_put(x->b, "\n", 1);
+            fa_strbuf_put(x->b, "\n", 1);
         field(x, d, f, defaults, path, depth, commented, element, annotate, first);
     }
     free(defaults);
@@ -254,7 +254,7 @@ static void message_body(struct ex_ctx *x, const ProtobufCMessageDescriptor *d, 
 int fa_config_example(fa_config_kind kind, char **out, size_t *len, fa_error *err)
 {
     const ProtobufCMessageDescriptor *d = fa_config_descriptor(kind);
-    struct fa_tf_buf b = {0};
+    fa_strbuf b = {0};
     struct ex_ctx x = {&b, kind == FA_CONFIG_AGGREGATOR ? 'A' : 'W'};
 
     *out = NULL;
@@ -262,7 +262,7 @@ int fa_config_example(fa_config_kind kind, char **out, size_t *len, fa_error *er
         *len = 0;
     if (!d)
         return fa_errorf(err, FA_ERR_INVAL, "no example for config kind %d", (int)kind);
-    fa_tf_buf_printf(&b,
+    fa_strbuf_printf(&b,
                      "# fedagg %s configuration (%s, proto/config.proto), printed by\n"
                      "# `fedagg config print --type %s --defaults`: every field with its\n"
                      "# comment and its default, or an example value where it has none.\n"

@@ -9,6 +9,8 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/fa_strbuf.h"
+
 /* ---- Lexer: the tokens of protoc's io::Tokenizer in text-format mode ----
  * ('#' comments, 'f' allowed after a float, space required after a number,
  * no multi-line strings). */
@@ -67,26 +69,16 @@ int fa_tf_parse_float(const char *text, size_t len, double *out);
  * nothing above U+10FFFF). */
 int fa_tf_utf8_valid(const char *s, size_t len);
 
-/* ---- Growable output buffer for the printers ---- */
-struct fa_tf_buf {
-    char *data;
-    size_t len, cap;
-    int oom;
-};
-
-void fa_tf_buf_put(struct fa_tf_buf *b, const char *s, size_t n);
-void fa_tf_buf_puts(struct fa_tf_buf *b, const char *s);
-void fa_tf_buf_printf(struct fa_tf_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void fa_tf_buf_indent(struct fa_tf_buf *b, int depth);
+/* ---- Output of the printers: a common/fa_strbuf.h buffer ---- */
+void fa_tf_buf_indent(fa_strbuf *b, int depth);
 
 /* Appends one value of a non-message field in text format (an element of
  * a repeated field when the field is repeated): `member` points at the
  * value itself (int32_t, double, char *, ProtobufCBinaryData...). */
-void fa_tf_print_value(struct fa_tf_buf *b, const ProtobufCFieldDescriptor *f, const void *member);
+void fa_tf_print_value(fa_strbuf *b, const ProtobufCFieldDescriptor *f, const void *member);
 
 /* Appends a quoted, escaped string literal. utf8_ok keeps valid UTF-8 as is. */
-void fa_tf_print_quoted(struct fa_tf_buf *b, const uint8_t *s, size_t n, int utf8_ok);
+void fa_tf_print_quoted(fa_strbuf *b, const uint8_t *s, size_t n, int utf8_ok);
 
 /* Whether field f of message m is present (has_ flag, non-default pointer,
  * oneof case, non-zero proto3 value; repeated: at least one element). */

@@ -12,68 +12,10 @@
 
 #define MEMBER(msg, off) ((const void *)((const char *)(msg) + (off)))
 
-void fa_tf_buf_put(struct fa_tf_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        char *p;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        p = realloc(b->data, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-void fa_tf_buf_puts(struct fa_tf_buf *b, const char *s)
-{
-    fa_tf_buf_put(b, s, strlen(s));
-}
-
-void fa_tf_buf_printf(struct fa_tf_buf *b, const char *fmt, ...)
-{
-    char small[256];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(small, sizeof(small), fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof(small)) {
-        fa_tf_buf_put(b, small, (size_t)n);
-        return;
-    }
-    {
-        char *big = malloc((size_t)n + 1);
-        if (!big) {
-            b->oom = 1;
-            return;
-        }
-        va_start(ap, fmt);
-        vsnprintf(big, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-        fa_tf_buf_put(b, big, (size_t)n);
-        free(big);
-    }
-}
-
-void fa_tf_buf_indent(struct fa_tf_buf *b, int depth)
+void fa_tf_buf_indent(fa_strbuf *b, int depth)
 {
     for (int i = 0; i < depth; i++)
-        fa_tf_buf_put(b, "  ", 2);
+        fa_strbuf_put(b, "  ", 2);
 }
 
 size_t fa_tf_elem_size(ProtobufCType t)
@@ -84,28 +26,19 @@ size_t fa_tf_elem_size(ProtobufCType t)
     case PROTOBUF_C_TYPE_SFIXED32:
     case PROTOBUF_C_TYPE_UINT32:
     case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_ENUM:
-        return 4;
+    case PROTOBUF_C_TYPE_ENUM: return 4;
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
     case PROTOBUF_C_TYPE_SFIXED64:
     case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        return 8;
-    case PROTOBUF_C_TYPE_FLOAT:
-        return sizeof(float);
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return sizeof(double);
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    default:
-        return 0;
+    case PROTOBUF_C_TYPE_FIXED64: return 8;
+    case PROTOBUF_C_TYPE_FLOAT: return sizeof(float);
+    case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
+    case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
+    case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
+    default: return 0;
     }
 }
 
@@ -141,70 +74,62 @@ int fa_tf_field_present(const ProtobufCMessage *m, const ProtobufCFieldDescripto
             const char *s = *(const char *const *)mem;
             return s != NULL && *s != '\0';
         }
-        case PROTOBUF_C_TYPE_BYTES:
-            return ((const ProtobufCBinaryData *)mem)->len != 0;
-        case PROTOBUF_C_TYPE_MESSAGE:
-            return *(const void *const *)mem != NULL;
-        case PROTOBUF_C_TYPE_FLOAT:
-            return *(const float *)mem != 0;
-        case PROTOBUF_C_TYPE_DOUBLE:
-            return *(const double *)mem != 0;
+        case PROTOBUF_C_TYPE_BYTES: return ((const ProtobufCBinaryData *)mem)->len != 0;
+        case PROTOBUF_C_TYPE_MESSAGE: return *(const void *const *)mem != NULL;
+        case PROTOBUF_C_TYPE_FLOAT: return *(const float *)mem != 0;
+        case PROTOBUF_C_TYPE_DOUBLE: return *(const double *)mem != 0;
         case PROTOBUF_C_TYPE_INT64:
         case PROTOBUF_C_TYPE_SINT64:
         case PROTOBUF_C_TYPE_SFIXED64:
         case PROTOBUF_C_TYPE_UINT64:
-        case PROTOBUF_C_TYPE_FIXED64:
-            return *(const uint64_t *)mem != 0;
-        default:
-            return *(const uint32_t *)mem != 0;
+        case PROTOBUF_C_TYPE_FIXED64: return *(const uint64_t *)mem != 0;
+        default: return *(const uint32_t *)mem != 0;
         }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
-void fa_tf_print_quoted(struct fa_tf_buf *b, const uint8_t *s, size_t n, int utf8_ok)
+void fa_tf_print_quoted(fa_strbuf *b, const uint8_t *s, size_t n, int utf8_ok)
 {
     size_t i = 0, run;
 
-    fa_tf_buf_put(b, "\"", 1);
+    fa_strbuf_put(b, "\"", 1);
     while (i < n) {
         unsigned c = s[i];
         char esc[8];
         switch (c) {
         case '\n':
-            fa_tf_buf_put(b, "\\n", 2);
+            fa_strbuf_put(b, "\\n", 2);
             i++;
             continue;
         case '\r':
-            fa_tf_buf_put(b, "\\r", 2);
+            fa_strbuf_put(b, "\\r", 2);
             i++;
             continue;
         case '\t':
-            fa_tf_buf_put(b, "\\t", 2);
+            fa_strbuf_put(b, "\\t", 2);
             i++;
             continue;
         case '"':
-            fa_tf_buf_put(b, "\\\"", 2);
+            fa_strbuf_put(b, "\\\"", 2);
             i++;
             continue;
         case '\'':
-            fa_tf_buf_put(b, "\\'", 2);
+            fa_strbuf_put(b, "\\'", 2);
             i++;
             continue;
         case '\\':
-            fa_tf_buf_put(b, "\\\\", 2);
+            fa_strbuf_put(b, "\\\\", 2);
             i++;
             continue;
-        default:
-            break;
+        default: break;
         }
         if (c >= 0x20 && c < 0x7f) {
             for (run = i; run < n && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' &&
                           s[run] != '\'' && s[run] != '\\';
                  run++)
                 ;
-            fa_tf_buf_put(b, (const char *)s + i, run - i);
+            fa_strbuf_put(b, (const char *)s + i, run - i);
             i = run;
             continue;
         }
@@ -214,30 +139,30 @@ void fa_tf_print_quoted(struct fa_tf_buf *b, const uint8_t *s, size_t n, int utf
                          : (c & 0xF8) == 0xF0 ? 4
                                               : 0;
             if (len && i + len <= n && fa_tf_utf8_valid((const char *)s + i, len)) {
-                fa_tf_buf_put(b, (const char *)s + i, len);
+                fa_strbuf_put(b, (const char *)s + i, len);
                 i += len;
                 continue;
             }
         }
         /* three octal digits, so that a following digit is never absorbed */
         snprintf(esc, sizeof(esc), "\\%03o", c);
-        fa_tf_buf_put(b, esc, 4);
+        fa_strbuf_put(b, esc, 4);
         i++;
     }
-    fa_tf_buf_put(b, "\"", 1);
+    fa_strbuf_put(b, "\"", 1);
 }
 
 /* Shortest %g form that reads back (as protoc's parser reads it) to the same bits. */
-static void print_double(struct fa_tf_buf *b, double v)
+static void print_double(fa_strbuf *b, double v)
 {
     char s[40];
 
     if (isnan(v)) {
-        fa_tf_buf_puts(b, signbit(v) ? "-nan" : "nan");
+        fa_strbuf_puts(b, signbit(v) ? "-nan" : "nan");
         return;
     }
     if (isinf(v)) {
-        fa_tf_buf_puts(b, v < 0 ? "-inf" : "inf");
+        fa_strbuf_puts(b, v < 0 ? "-inf" : "inf");
         return;
     }
     for (int prec = 15; prec <= 17; prec++) {
@@ -247,19 +172,19 @@ static void print_double(struct fa_tf_buf *b, double v)
         if (memcmp(&back, &v, sizeof(v)) == 0)
             break;
     }
-    fa_tf_buf_puts(b, s);
+    fa_strbuf_puts(b, s);
 }
 
-static void print_float(struct fa_tf_buf *b, float v)
+static void print_float(fa_strbuf *b, float v)
 {
     char s[40];
 
     if (isnan(v)) {
-        fa_tf_buf_puts(b, signbit(v) ? "-nan" : "nan");
+        fa_strbuf_puts(b, signbit(v) ? "-nan" : "nan");
         return;
     }
     if (isinf(v)) {
-        fa_tf_buf_puts(b, v < 0 ? "-inf" : "inf");
+        fa_strbuf_puts(b, v < 0 ? "-inf" : "inf");
         return;
     }
     for (int prec = 6; prec <= 9; prec++) {
@@ -269,46 +194,34 @@ static void print_float(struct fa_tf_buf *b, float v)
         if (memcmp(&back, &v, sizeof(v)) == 0)
             break;
     }
-    fa_tf_buf_puts(b, s);
+    fa_strbuf_puts(b, s);
 }
 
-void fa_tf_print_value(struct fa_tf_buf *b, const ProtobufCFieldDescriptor *f, const void *mem)
+void fa_tf_print_value(fa_strbuf *b, const ProtobufCFieldDescriptor *f, const void *mem)
 {
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32:
     case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-        fa_tf_buf_printf(b, "%" PRId32, *(const int32_t *)mem);
-        break;
+    case PROTOBUF_C_TYPE_SFIXED32: fa_strbuf_printf(b, "%" PRId32, *(const int32_t *)mem); break;
     case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-        fa_tf_buf_printf(b, "%" PRIu32, *(const uint32_t *)mem);
-        break;
+    case PROTOBUF_C_TYPE_FIXED32: fa_strbuf_printf(b, "%" PRIu32, *(const uint32_t *)mem); break;
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-        fa_tf_buf_printf(b, "%" PRId64, *(const int64_t *)mem);
-        break;
+    case PROTOBUF_C_TYPE_SFIXED64: fa_strbuf_printf(b, "%" PRId64, *(const int64_t *)mem); break;
     case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-        fa_tf_buf_printf(b, "%" PRIu64, *(const uint64_t *)mem);
-        break;
-    case PROTOBUF_C_TYPE_FLOAT:
-        print_float(b, *(const float *)mem);
-        break;
-    case PROTOBUF_C_TYPE_DOUBLE:
-        print_double(b, *(const double *)mem);
-        break;
+    case PROTOBUF_C_TYPE_FIXED64: fa_strbuf_printf(b, "%" PRIu64, *(const uint64_t *)mem); break;
+    case PROTOBUF_C_TYPE_FLOAT: print_float(b, *(const float *)mem); break;
+    case PROTOBUF_C_TYPE_DOUBLE: print_double(b, *(const double *)mem); break;
     case PROTOBUF_C_TYPE_BOOL:
-        fa_tf_buf_puts(b, *(const protobuf_c_boolean *)mem ? "true" : "false");
+        fa_strbuf_puts(b, *(const protobuf_c_boolean *)mem ? "true" : "false");
         break;
     case PROTOBUF_C_TYPE_ENUM: {
         int v = *(const int *)mem;
         const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(f->descriptor, v);
         if (ev)
-            fa_tf_buf_puts(b, ev->name);
+            fa_strbuf_puts(b, ev->name);
         else
-            fa_tf_buf_printf(b, "%d", v);
+            fa_strbuf_printf(b, "%d", v);
         break;
     }
     case PROTOBUF_C_TYPE_STRING: {
@@ -323,31 +236,30 @@ void fa_tf_print_value(struct fa_tf_buf *b, const ProtobufCFieldDescriptor *f, c
         fa_tf_print_quoted(b, bd->data, bd->data ? bd->len : 0, 0);
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
-static void print_message(struct fa_tf_buf *b, const ProtobufCMessage *m, int depth);
+static void print_message(fa_strbuf *b, const ProtobufCMessage *m, int depth);
 
-static void print_element(struct fa_tf_buf *b, const ProtobufCFieldDescriptor *f, const void *mem,
+static void print_element(fa_strbuf *b, const ProtobufCFieldDescriptor *f, const void *mem,
                           int depth)
 {
     fa_tf_buf_indent(b, depth);
-    fa_tf_buf_puts(b, f->name);
+    fa_strbuf_puts(b, f->name);
     if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-        fa_tf_buf_put(b, " {\n", 3);
+        fa_strbuf_put(b, " {\n", 3);
         print_message(b, *(const ProtobufCMessage *const *)mem, depth + 1);
         fa_tf_buf_indent(b, depth);
-        fa_tf_buf_put(b, "}\n", 2);
+        fa_strbuf_put(b, "}\n", 2);
     } else {
-        fa_tf_buf_put(b, ": ", 2);
+        fa_strbuf_put(b, ": ", 2);
         fa_tf_print_value(b, f, mem);
-        fa_tf_buf_put(b, "\n", 1);
+        fa_strbuf_put(b, "\n", 1);
     }
 }
 
-static void print_message(struct fa_tf_buf *b, const ProtobufCMessage *m, int depth)
+static void print_message(fa_strbuf *b, const ProtobufCMessage *m, int depth)
 {
     const ProtobufCMessageDescriptor *d;
 
@@ -373,14 +285,14 @@ static void print_message(struct fa_tf_buf *b, const ProtobufCMessage *m, int de
 
 int fa_textformat_print(const ProtobufCMessage *m, char **out, size_t *len, fa_error *err)
 {
-    struct fa_tf_buf b = {0};
+    fa_strbuf b = {0};
 
     *out = NULL;
     if (len)
         *len = 0;
     if (!m)
         return fa_errorf(err, FA_ERR_INVAL, "fa_textformat_print: no message");
-    fa_tf_buf_put(&b, "", 0); /* an empty message prints as "" */
+    fa_strbuf_put(&b, "", 0); /* an empty message prints as "" */
     print_message(&b, m, 0);
     if (b.oom) {
         free(b.data);
