@@ -134,7 +134,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -1208,7 +1207,6 @@ int fa_bench_round(int argc, char **argv)
     struct fa_rbench_paths P;
     char names[FA_RBENCH_MAX_REGIONS][32];
     int c, quick = 0, only = 0, status = 0, n_setup;
-    ssize_t len;
 
     memset(&o, 0, sizeof(o));
     memset(&P, 0, sizeof(P));
@@ -1331,32 +1329,8 @@ int fa_bench_round(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     fa_rbench_cleanup_on_signals();
     fa_log_set_level(FA_LOG_WARN);
-    len = readlink("/proc/self/exe", P.self, sizeof(P.self) - 1);
-    if (len <= 0) {
-        fa_rbench_json_error("setup", "cannot find this program (/proc/self/exe)");
+    if (fa_rbench_locate(&P, "setup", "round", o.dir) != 0)
         return 1;
-    }
-    P.self[len] = '\0';
-    {
-        char tmp[PATH_MAX];
-        snprintf(tmp, sizeof(tmp), "%s", P.self);
-        snprintf(P.bin, sizeof(P.bin), "%s", dirname(tmp));
-    }
-    if (fa_rbench_find_src(&P) != 0) {
-        fa_rbench_json_error("setup",
-                             "cannot find the source tree (benchmarks/bench-round-setup.sh); set "
-                             "FA_SRC");
-        return 1;
-    }
-    if (o.dir) {
-        snprintf(P.dir, sizeof(P.dir), "%s", o.dir);
-    } else {
-        snprintf(P.dir, sizeof(P.dir), "/tmp/fedagg-bench-round.XXXXXX");
-        if (!mkdtemp(P.dir)) {
-            fa_rbench_json_error("setup", "mkdtemp: %s", strerror(errno));
-            return 1;
-        }
-    }
     n_setup = 0;
     if (o.e2e)
         n_setup = o.regions;

@@ -49,7 +49,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -431,7 +430,6 @@ int fa_bench_scale(int argc, char **argv)
     struct point pts[MAX_POINTS];
     char names[FA_RBENCH_MAX_REGIONS][32], logs[PATH_MAX + 8];
     int c, status = 0;
-    ssize_t len;
 
     memset(&o, 0, sizeof(o));
     memset(&P, 0, sizeof(P));
@@ -468,32 +466,8 @@ int fa_bench_scale(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     fa_rbench_cleanup_on_signals();
     fa_log_set_level(FA_LOG_WARN);
-    len = readlink("/proc/self/exe", P.self, sizeof(P.self) - 1);
-    if (len <= 0) {
-        fa_rbench_json_error("scale", "cannot find this program (/proc/self/exe)");
+    if (fa_rbench_locate(&P, "scale", "scale", o.dir) != 0)
         return 1;
-    }
-    P.self[len] = '\0';
-    {
-        char tmp[PATH_MAX];
-        snprintf(tmp, sizeof(tmp), "%s", P.self);
-        snprintf(P.bin, sizeof(P.bin), "%s", dirname(tmp));
-    }
-    if (fa_rbench_find_src(&P) != 0) {
-        fa_rbench_json_error("scale",
-                             "cannot find the source tree (benchmarks/bench-round-setup.sh); "
-                             "set FA_SRC");
-        return 1;
-    }
-    if (o.dir) {
-        snprintf(P.dir, sizeof(P.dir), "%s", o.dir);
-    } else {
-        snprintf(P.dir, sizeof(P.dir), "/tmp/fedagg-bench-scale.XXXXXX");
-        if (!mkdtemp(P.dir)) {
-            fa_rbench_json_error("scale", "mkdtemp: %s", strerror(errno));
-            return 1;
-        }
-    }
     for (int i = 0; i < o.regions; i++)
         fa_rbench_region_name(i, names[i], sizeof(names[i]));
     snprintf(logs, sizeof(logs), "%s/logs", P.dir);

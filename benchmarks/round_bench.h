@@ -203,6 +203,12 @@ void fa_rbench_plain_phases_of(const char *log, uint64_t r, struct fa_rbench_pla
 double fa_rbench_aes_ctr_speed(void);
 /* The source tree into P->src ($FA_SRC, else this file's): 0 or -1. */
 int fa_rbench_find_src(struct fa_rbench_paths *P);
+/* Fills P->self and P->bin (this binary and its directory), P->src
+ * (fa_rbench_find_src) and P->dir (dir when given, else a new
+ * /tmp/fedagg-bench-<name>.XXXXXX).  On failure prints the JSON error line
+ * of `part` (fa_rbench_json_error) and returns -1. */
+int fa_rbench_locate(struct fa_rbench_paths *P, const char *part, const char *name,
+                     const char *dir);
 int fa_rbench_rm_rf(const char *dir);
 
 /* ---- processes (round_proc.c) ---------------------------------------------- */

@@ -606,6 +606,36 @@ int fa_rbench_find_src(struct fa_rbench_paths *P)
     return access(probe, R_OK) == 0 ? 0 : -1;
 }
 
+int fa_rbench_locate(struct fa_rbench_paths *P, const char *part, const char *name,
+                     const char *dir)
+{
+    ssize_t len = readlink("/proc/self/exe", P->self, sizeof(P->self) - 1);
+    char tmp[PATH_MAX];
+
+    if (len <= 0) {
+        fa_rbench_json_error(part, "cannot find this program (/proc/self/exe)");
+        return -1;
+    }
+    P->self[len] = '\0';
+    snprintf(tmp, sizeof(tmp), "%s", P->self);
+    snprintf(P->bin, sizeof(P->bin), "%s", dirname(tmp));
+    if (fa_rbench_find_src(P) != 0) {
+        fa_rbench_json_error(part, "cannot find the source tree "
+                                   "(benchmarks/bench-round-setup.sh); set FA_SRC");
+        return -1;
+    }
+    if (dir) {
+        snprintf(P->dir, sizeof(P->dir), "%s", dir);
+        return 0;
+    }
+    snprintf(P->dir, sizeof(P->dir), "/tmp/fedagg-bench-%s.XXXXXX", name);
+    if (!mkdtemp(P->dir)) {
+        fa_rbench_json_error(part, "mkdtemp %s: %s", P->dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int fa_rbench_rm_rf(const char *dir)
 {
     char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};
