@@ -108,6 +108,40 @@ static Fedagg__AuditRecord *decode_locked(fa_audit_log *log, uint64_t index, fa_
     return r;
 }
 
+static uint64_t record_round(const Fedagg__AuditRecord *r)
+{
+    return r->round;
+}
+
+static uint64_t record_version(const Fedagg__AuditRecord *r)
+{
+    return r->new_version;
+}
+
+/* Binary search: the first of records [0, hi) whose key_of is above key,
+ * into *pos (hi when none); the key never decreases along the log (rounds
+ * and new versions both grow).  0, or -1 when a record does not decode
+ * (err says which). */
+static int first_above_locked(fa_audit_log *log, uint64_t hi,
+                              uint64_t (*key_of)(const Fedagg__AuditRecord *), uint64_t key,
+                              uint64_t *pos, fa_error *err)
+{
+    uint64_t lo = 0;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        Fedagg__AuditRecord *r = decode_locked(log, mid, err);
+        if (!r)
+            return -1;
+        if (key_of(r) <= key)
+            lo = mid + 1;
+        else
+            hi = mid;
+        fedagg__audit_record__free_unpacked(r, NULL);
+    }
+    *pos = lo;
+    return 0;
+}
+
 int fa_audit_log_find(fa_audit_log *log, uint64_t round, const char *region, uint64_t *index,
                       fa_error *err)
 {
@@ -116,19 +150,9 @@ int fa_audit_log_find(fa_audit_log *log, uint64_t round, const char *region, uin
 
     pthread_mutex_lock(&log->mu);
     hi = log->n;
-    /* first record with a round > `round` */
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        Fedagg__AuditRecord *r = decode_locked(log, mid, err);
-        if (!r) {
-            rc = err ? err->code : FA_ERR_CORRUPT;
-            goto out;
-        }
-        if (r->round <= round)
-            lo = mid + 1;
-        else
-            hi = mid;
-        fedagg__audit_record__free_unpacked(r, NULL);
+    if (first_above_locked(log, hi, record_round, round, &lo, err) != 0) {
+        rc = err ? err->code : FA_ERR_CORRUPT;
+        goto out;
     }
     while (lo > 0) {
         Fedagg__AuditRecord *r = decode_locked(log, lo - 1, err);
@@ -251,20 +275,9 @@ int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *ind
 
     pthread_mutex_lock(&log->mu);
     hi = log->signed_size;
-    /* first signed record with new_version > version (new versions never
-     * decrease along the log) */
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        Fedagg__AuditRecord *r = decode_locked(log, mid, err);
-        if (!r) {
-            rc = err ? err->code : FA_ERR_CORRUPT;
-            goto out;
-        }
-        if (r->new_version <= version)
-            lo = mid + 1;
-        else
-            hi = mid;
-        fedagg__audit_record__free_unpacked(r, NULL);
+    if (first_above_locked(log, hi, record_version, version, &lo, err) != 0) {
+        rc = err ? err->code : FA_ERR_CORRUPT;
+        goto out;
     }
     if (lo > 0) {
         Fedagg__AuditRecord *r = decode_locked(log, lo - 1, err);
