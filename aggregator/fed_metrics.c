@@ -22,6 +22,54 @@ void fa_fed_define_metrics(fa_fed *f)
 {
     static const double round_buckets[] = {1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800};
     static const double phase_buckets[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+    /* the plain counters and gauges: name, type, help */
+    static const struct {
+        const char *name;
+        int type;
+        const char *help;
+    } plain[] = {
+        {"fedagg_region_bytes_received_total", FA_METRIC_COUNTER,
+         "Request body bytes received per region."},
+        {"fedagg_region_dropouts_total", FA_METRIC_COUNTER,
+         "Round attempts a region advertised for but dropped out of."},
+        {"fedagg_region_rounds_total", FA_METRIC_COUNTER,
+         "Rounds whose sum includes the region's update."},
+        {"fedagg_region_connected", FA_METRIC_GAUGE,
+         "1 when the region made a request in the last 2 minutes."},
+        {"fedagg_model_version", FA_METRIC_GAUGE, "Current global model version."},
+        {"fedagg_round", FA_METRIC_GAUGE, "Current round."},
+        {"fedagg_attempt", FA_METRIC_GAUGE, "Current attempt of the round."},
+        {"fedagg_phase", FA_METRIC_GAUGE, "Current phase (1 advertise ... 5 unmask, 6 finished)."},
+        {"fedagg_eval_accuracy", FA_METRIC_GAUGE,
+         "Accuracy of the current global model on the evaluation set."},
+        {"fedagg_eval_loss", FA_METRIC_GAUGE,
+         "Mean loss of the current global model on the evaluation set."},
+        {"fedagg_audit_tree_size", FA_METRIC_GAUGE, "Records in the signed audit log."},
+        {"fedagg_model_tensors", FA_METRIC_GAUGE,
+         "Tensors of the model, by whether they are federated."},
+        {"fedagg_model_federated_params", FA_METRIC_GAUGE,
+         "Coordinates of the federated tensors (what a region uploads)."},
+        {"fedagg_fedeval_version", FA_METRIC_GAUGE,
+         "Model version of the latest federated evaluation shown."},
+        {"fedagg_fedeval_regions", FA_METRIC_GAUGE, "Regions that reported on that version."},
+        {"fedagg_fedeval_examples", FA_METRIC_GAUGE,
+         "Held-out examples the regions evaluated it on."},
+        {"fedagg_fedeval_accuracy", FA_METRIC_GAUGE,
+         "Example-weighted mean accuracy the regions reported."},
+        {"fedagg_fedeval_loss", FA_METRIC_GAUGE,
+         "Example-weighted mean loss the regions reported."},
+        {"fedagg_central_eval_version", FA_METRIC_GAUGE,
+         "Model version of the evaluator command's latest result."},
+        {"fedagg_central_eval_accuracy", FA_METRIC_GAUGE,
+         "Accuracy the evaluator command measured."},
+        {"fedagg_central_eval_loss", FA_METRIC_GAUGE, "Mean loss the evaluator command measured."},
+        {"fedagg_storage_blocked", FA_METRIC_GAUGE,
+         "1 while the storage cannot take a round (disk full, I/O errors): no attempt opens."},
+        {"fedagg_storage_failures_total", FA_METRIC_COUNTER,
+         "Storage checks, state saves and commits that failed."},
+        {"fedagg_storage_free_bytes", FA_METRIC_GAUGE,
+         "Free bytes on the storage directory's file system at the last check."},
+    };
     fa_metrics *m = f->metrics;
     if (!m)
         return;
@@ -33,58 +81,8 @@ void fa_fed_define_metrics(fa_fed *f)
     fa_metrics_define(m, "fedagg_phase_duration_seconds", FA_METRIC_HISTOGRAM,
                       "Wall time of each secure-aggregation phase.", phase_buckets,
                       sizeof(phase_buckets) / sizeof(phase_buckets[0]), NULL);
-    fa_metrics_define(m, "fedagg_region_bytes_received_total", FA_METRIC_COUNTER,
-                      "Request body bytes received per region.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_region_dropouts_total", FA_METRIC_COUNTER,
-                      "Round attempts a region advertised for but dropped out of.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_region_rounds_total", FA_METRIC_COUNTER,
-                      "Rounds whose sum includes the region's update.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_region_connected", FA_METRIC_GAUGE,
-                      "1 when the region made a request in the last 2 minutes.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_model_version", FA_METRIC_GAUGE, "Current global model version.",
-                      NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_round", FA_METRIC_GAUGE, "Current round.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_attempt", FA_METRIC_GAUGE, "Current attempt of the round.", NULL,
-                      0, NULL);
-    fa_metrics_define(m, "fedagg_phase", FA_METRIC_GAUGE,
-                      "Current phase (1 advertise ... 5 unmask, 6 finished).", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_eval_accuracy", FA_METRIC_GAUGE,
-                      "Accuracy of the current global model on the evaluation set.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_eval_loss", FA_METRIC_GAUGE,
-                      "Mean loss of the current global model on the evaluation set.", NULL, 0,
-                      NULL);
-    fa_metrics_define(m, "fedagg_audit_tree_size", FA_METRIC_GAUGE,
-                      "Records in the signed audit log.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_model_tensors", FA_METRIC_GAUGE,
-                      "Tensors of the model, by whether they are federated.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_model_federated_params", FA_METRIC_GAUGE,
-                      "Coordinates of the federated tensors (what a region uploads).", NULL, 0,
-                      NULL);
-    fa_metrics_define(m, "fedagg_fedeval_version", FA_METRIC_GAUGE,
-                      "Model version of the latest federated evaluation shown.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_fedeval_regions", FA_METRIC_GAUGE,
-                      "Regions that reported on that version.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_fedeval_examples", FA_METRIC_GAUGE,
-                      "Held-out examples the regions evaluated it on.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_fedeval_accuracy", FA_METRIC_GAUGE,
-                      "Example-weighted mean accuracy the regions reported.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_fedeval_loss", FA_METRIC_GAUGE,
-                      "Example-weighted mean loss the regions reported.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_central_eval_version", FA_METRIC_GAUGE,
-                      "Model version of the evaluator command's latest result.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_central_eval_accuracy", FA_METRIC_GAUGE,
-                      "Accuracy the evaluator command measured.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_central_eval_loss", FA_METRIC_GAUGE,
-                      "Mean loss the evaluator command measured.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_storage_blocked", FA_METRIC_GAUGE,
-                      "1 while the storage cannot take a round (disk full, I/O errors): no "
-                      "attempt opens.",
-                      NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_storage_failures_total", FA_METRIC_COUNTER,
-                      "Storage checks, state saves and commits that failed.", NULL, 0, NULL);
-    fa_metrics_define(m, "fedagg_storage_free_bytes", FA_METRIC_GAUGE,
-                      "Free bytes on the storage directory's file system at the last check.", NULL,
-                      0, NULL);
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        fa_metrics_define(m, plain[i].name, plain[i].type, plain[i].help, NULL, 0, NULL);
     for (size_t i = 0; i < f->n_regions; i++) {
         fa_fed_metric_region(f, "fedagg_region_bytes_received_total", f->regions[i].id, 0, 0);
         fa_fed_metric_region(f, "fedagg_region_dropouts_total", f->regions[i].id, 0, 0);
