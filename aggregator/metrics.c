@@ -298,6 +298,8 @@ static void fmt_value(char *buf, size_t n, double v)
         snprintf(buf, n, v > 0 ? "+Inf" : "-Inf");
     else if (isnan(v))
         snprintf(buf, n, "NaN");
+    else if (v == floor(v) && fabs(v) < 9007199254740992.0) /* integers as integers: 1867444260, */
+        snprintf(buf, n, "%.0f", v);                             /* not 1.86744426e+09 */
     else
         for (int prec = 6; prec <= 17; prec++) { /* shortest form that reads back exactly */
             snprintf(buf, n, "%.*g", prec, v);

@@ -45,6 +45,12 @@ static void test_render_counter_gauge_histogram(void **state)
     fa_metrics_add(m, "fedagg_rounds_total", labels, 2);
     fa_metrics_add(m, "fedagg_rounds_total", labels, -5); /* ignored: counters only rise */
     fa_metrics_set(m, "fedagg_model_version", NULL, 7);
+    assert_int_equal(fa_metrics_define(m, "fedagg_expiry_seconds", FA_METRIC_GAUGE, "Expiry.",
+                                       NULL, 0, NULL),
+                     0);
+    /* a Unix time ending in 0 once came out as 1.86744426e+09 (valid, but not what an
+     * operator or a test comparing with `date +%s` reads) */
+    fa_metrics_set(m, "fedagg_expiry_seconds", NULL, 1867444260);
     fa_metrics_set(m, "fedagg_rounds_total", labels, 100); /* ignored: not a gauge */
     fa_metrics_observe(m, "fedagg_round_seconds", NULL, 0.05);
     fa_metrics_observe(m, "fedagg_round_seconds", NULL, 5);
@@ -56,6 +62,7 @@ static void test_render_counter_gauge_histogram(void **state)
     assert_non_null(strstr(text, "# TYPE fedagg_rounds_total counter\n"));
     assert_non_null(strstr(text, "fedagg_rounds_total{outcome=\"ok\"} 3\n"));
     assert_non_null(strstr(text, "fedagg_model_version 7\n"));
+    assert_non_null(strstr(text, "fedagg_expiry_seconds 1867444260\n"));
     assert_non_null(strstr(text, "fedagg_round_seconds_bucket{le=\"0.1\"} 1\n"));
     assert_non_null(strstr(text, "fedagg_round_seconds_bucket{le=\"10\"} 2\n"));
     assert_non_null(strstr(text, "fedagg_round_seconds_bucket{le=\"+Inf\"} 3\n"));
