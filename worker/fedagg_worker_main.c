@@ -175,6 +175,7 @@ struct worker {
     fa_tensors *table;
     float *global_fed; /* (d) */
     float *delta;      /* (d) the update as handed to the round client (scaled when per_tensor) */
+    int delta_mapped;  /* delta is the round client's update buffer (not ours to free) */
     size_t d;
     uint8_t global_sha[32];
     uint64_t have_version;  /* version of the global model; UINT64_MAX: none */
@@ -192,7 +193,7 @@ struct worker {
     float *pdelta;      /* (n_params) rank 0: the trained change of it */
     fa_local_round *lr;
     fa_train_opts topts;
-    uint64_t base_seed; /* the config's seed; each round shuffles with base_seed + version */
+    uint64_t base_seed;   /* the config's seed; each round shuffles with base_seed + version */
     char ckpt_path[4200]; /* this rank's saved local round (preemption) */
     uint8_t shard_digest[32];
     uint64_t test_sigterm_step; /* FEDAGG_TEST_SIGTERM_AT_STEP; UINT64_MAX: none */
@@ -267,6 +268,32 @@ static void write_metrics(struct worker *w)
  * table, the federated vector and, for the built-in trainer, the network's
  * parameter block (the first model also fixes the architecture, which is
  * broadcast so every rank can build the same network). */
+/* w->delta for d coordinates.  Rank 0's is the round client's update
+ * buffer, so that saving an attempt before its masked upload copies nothing
+ * (round_client.h); other ranks', or rank 0's when the state directory has
+ * no room for the buffer's file, an ordinary allocation.  NULL: no memory. */
+static float *delta_buffer(struct worker *w, size_t d)
+{
+    float *p = NULL;
+    fa_error e;
+
+    if (w->rc) {
+        int rc = fa_round_client_update_buffer(w->rc, d, &p, &e);
+        if (rc == 0) {
+            if (!w->delta_mapped)
+                free(w->delta);
+            w->delta_mapped = 1;
+            return p;
+        }
+        log_warn("no update buffer in the state directory; each attempt's save copies the update",
+                 rc, &e);
+    }
+    p = realloc(w->delta_mapped ? NULL : w->delta, (d ? d : 1) * sizeof(float));
+    if (p)
+        w->delta_mapped = 0;
+    return p;
+}
+
 static int load_global(struct worker *w, const char *path, const Fedagg__FederationInfo *info,
                        fa_error *err)
 {
@@ -290,7 +317,7 @@ static int load_global(struct worker *w, const char *path, const Fedagg__Federat
     }
     if (d != w->d || !w->global_fed) {
         float *g = realloc(w->global_fed, (d ? d : 1) * sizeof(float));
-        float *dl = g ? realloc(w->delta, (d ? d : 1) * sizeof(float)) : NULL;
+        float *dl = g ? delta_buffer(w, d) : NULL;
         if (g)
             w->global_fed = g;
         if (dl)
@@ -768,8 +795,7 @@ static int privacy_setup(struct worker *w, fa_error *err)
         w->dpo.clip = p->clip;
         w->dpo.noise_multiplier = p->noise_multiplier;
         memset(&w->spend, 0, sizeof(w->spend));
-        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s",
-                 FA_PRIVACY_MECHANISM_DPSGD);
+        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DPSGD);
         w->spend.noise_multiplier = p->noise_multiplier;
         w->spend.clip = p->clip;
         w->spend.sampling_rate = q;
@@ -841,8 +867,9 @@ static int privacy_exhausted(struct worker *w, uint64_t round, const char *what,
         w->exhausted_round = round;
     }
     if (stop) {
-        fa_log(FA_LOG_INFO, "privacy budget exhausted: the worker stops (privacy.on_exhausted "
-                            "PRIVACY_STOP)",
+        fa_log(FA_LOG_INFO,
+               "privacy budget exhausted: the worker stops (privacy.on_exhausted "
+               "PRIVACY_STOP)",
                "round=%" PRIu64, round);
         return PRIV_STOP;
     }
@@ -905,8 +932,8 @@ static int external_spend(const struct worker *w, fa_privacy_spend *sp, fa_error
                          "DP-SGD round)");
     if (!isnan(x->delta) && x->delta > delta)
         return fa_errorf(err, FA_ERR_INVAL,
-                         "the external trainer accounts at delta %g, above the region's %g", x->delta,
-                         delta);
+                         "the external trainer accounts at delta %g, above the region's %g",
+                         x->delta, delta);
     if (!isnan(x->epsilon) && x->epsilon > target)
         return fa_errorf(err, FA_ERR_RANGE,
                          "privacy budget exhausted: the external trainer's own accounting "
@@ -976,8 +1003,7 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
                                      rc, &e);
         }
         if (rc != 0) {
-            log_err("the external trainer's round cannot be accounted; it is not uploaded", rc,
-                    &e);
+            log_err("the external trainer's round cannot be accounted; it is not uploaded", rc, &e);
             w->delta_version = UINT64_MAX;
             w->metrics.round_failures_total++;
             write_metrics(w);
@@ -990,9 +1016,8 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
     rc = fa_privacy_budget_charge(b, &sp, info->round, w->delta_version, digest, &charged, &e);
     if (rc == FA_ERR_RANGE) {
         w->delta_version = UINT64_MAX; /* never sent, never charged: dropped */
-        return privacy_exhausted(w, info->round,
-                                 "privacy budget exhausted: the trained update is not uploaded",
-                                 rc, &e);
+        return privacy_exhausted(
+            w, info->round, "privacy budget exhausted: the trained update is not uploaded", rc, &e);
     }
     if (rc != 0) {
         log_err("the round cannot be accounted; it is not uploaded", rc, &e);
@@ -1003,8 +1028,8 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
         /* the charge is on disk before the update can leave */
         w->pstate_dirty = 1;
         if ((rc = fa_privacy_state_save(w->pstate, &e)) != 0) {
-            log_err("cannot save the privacy accountant; nothing is uploaded until it is saved",
-                    rc, &e);
+            log_err("cannot save the privacy accountant; nothing is uploaded until it is saved", rc,
+                    &e);
             w->metrics.round_failures_total++;
             write_metrics(w);
             return PRIV_SKIP;
@@ -1455,7 +1480,8 @@ out:
     fa_st_del(w.global_st);
     fa_tensors_del(w.table);
     free(w.global_fed);
-    free(w.delta);
+    if (!w.delta_mapped)
+        free(w.delta);
     free(w.params);
     free(w.pdelta);
     fa_comm_del(w.comm);
