@@ -1062,7 +1062,8 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
 
 /* Rank 0: follows the federation until it finishes. */
 /* Room in the state directory for an attempt's saved state (the update, 4
- * bytes a coordinate, and the sealed client) before joining one: a worker
+ * bytes a coordinate unless it is in the update buffer, and the sealed
+ * client) before joining one: a worker
  * that cannot save it before its first masked byte must not start the
  * attempt.  When there is none it joins no attempt, logs once per back-off
  * (1 s doubling to 60 s) and exports it, and goes on by itself when room
@@ -1071,8 +1072,9 @@ static int state_dir_has_room(struct worker *w, uint64_t d)
 {
     static uint64_t backoff_ms, next_ms;
     uint64_t now = fa_time_mono_ns() / 1000000u;
-    /* the model (about 4 bytes a coordinate), the update and room to spare */
-    uint64_t need = 8 * d + (16u << 20);
+    /* the model (about 4 bytes a coordinate), the update (unless it lies in
+     * the update buffer, whose blocks are reserved) and room to spare */
+    uint64_t need = (w->delta_mapped ? 4 : 8) * d + (16u << 20);
     struct statvfs vfs;
     uint64_t free_b;
 
