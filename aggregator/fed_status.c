@@ -19,6 +19,7 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
 {
     Fedagg__FederationInfo fi = FEDAGG__FEDERATION_INFO__INIT;
     Fedagg__QuantParams q = FEDAGG__QUANT_PARAMS__INIT;
+    Fedagg__DdpParams ddp;
     char **ids = calloc(f->n_regions ? f->n_regions : 1, sizeof(char *));
     uint64_t deadline = 0;
 
@@ -58,6 +59,10 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
     fi.regions = ids;
     fi.neighbours = f->sa_cfg.neighbours;
     fi.finished = f->phase == FEDAGG__PHASE__PHASE_DONE;
+    if (f->ddp_on) {
+        fa_fed_ddp_params_pb(f, &ddp);
+        fi.ddp = &ddp;
+    }
     *len = fedagg__federation_info__get_packed_size(&fi);
     *out = malloc(*len ? *len : 1);
     if (!*out) {
