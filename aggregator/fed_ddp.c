@@ -34,7 +34,7 @@ int fa_fed_ddp_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *er
     memset(&dc, 0, sizeof(dc));
     dc.clip = c->clip;
     dc.noise_multiplier = c->noise_multiplier;
-    dc.min_regions = c->min_regions ? c->min_regions
+    dc.min_regions = c->min_regions   ? c->min_regions
                      : f->min_regions ? f->min_regions
                                       : f->threshold;
     dc.max_regions = (uint32_t)f->n_regions;
@@ -109,14 +109,14 @@ int fa_fed_ddp_replay(fa_fed *f, const Fedagg__AuditRecord *r, fa_error *err)
     int rc;
     if (!f->ddp_on || !r->ddp || !r->ddp->params || r->ddp->noisy_contributions == 0)
         return 0;
-    rp = round_params(r->ddp->params->l2_bound, r->ddp->params->sigma2,
-                      r->ddp->noisy_contributions, r->ddp->params->padded_dim);
+    rp = round_params(r->ddp->params->l2_bound, r->ddp->params->sigma2, r->ddp->noisy_contributions,
+                      r->ddp->params->padded_dim);
     rc = fa_rdp_accountant_compose_ddg(f->ddp_acc, &rp, 1, err);
     if (rc == 0)
         f->ddp_rounds++;
-    return rc != 0 ? fa_error_prefix(err, rc, "audit log: round %" PRIu64 "'s distributed DP",
-                                     r->round)
-                   : 0;
+    return rc != 0
+               ? fa_error_prefix(err, rc, "audit log: round %" PRIu64 "'s distributed DP", r->round)
+               : 0;
 }
 
 int fa_fed_ddp_round(fa_fed *f, Fedagg__DdpRound *out, Fedagg__DdpParams *params, fa_error *err)
