@@ -1280,6 +1280,11 @@ int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, si
     fa_error err;
     int rc;
 
+    /* A region that restarts after its upload resumes the attempt and sends
+     * the statement it sent before again: the same bytes are taken. */
+    if (f->phase > FEDAGG__PHASE__PHASE_MASKED && f->phase <= FEDAGG__PHASE__PHASE_UNMASK &&
+        fa_privacy_ledger_has(f->privacy, region, body, len))
+        return 0;
     if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_MASKED)
         return reply_error(f, reply, FA_ERR_STATE,
                            "privacy statements are taken from the advertise to the masked phase "

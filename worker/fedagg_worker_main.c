@@ -193,7 +193,7 @@ struct worker {
     float *pdelta;      /* (n_params) rank 0: the trained change of it */
     fa_local_round *lr;
     fa_train_opts topts;
-    uint64_t base_seed; /* the config's seed; each round shuffles with base_seed + version */
+    uint64_t base_seed;   /* the config's seed; each round shuffles with base_seed + version */
     char ckpt_path[4200]; /* this rank's saved local round (preemption) */
     uint8_t shard_digest[32];
     uint64_t test_sigterm_step; /* FEDAGG_TEST_SIGTERM_AT_STEP; UINT64_MAX: none */
@@ -779,8 +779,7 @@ static int privacy_setup(struct worker *w, fa_error *err)
         w->dpo.clip = p->clip;
         w->dpo.noise_multiplier = p->noise_multiplier;
         memset(&w->spend, 0, sizeof(w->spend));
-        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s",
-                 FA_PRIVACY_MECHANISM_DPSGD);
+        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DPSGD);
         w->spend.noise_multiplier = p->noise_multiplier;
         w->spend.clip = p->clip;
         w->spend.sampling_rate = q;
@@ -858,8 +857,9 @@ static int privacy_exhausted(struct worker *w, uint64_t round, const char *what,
         w->exhausted_round = round;
     }
     if (stop) {
-        fa_log(FA_LOG_INFO, "privacy budget exhausted: the worker stops (privacy.on_exhausted "
-                            "PRIVACY_STOP)",
+        fa_log(FA_LOG_INFO,
+               "privacy budget exhausted: the worker stops (privacy.on_exhausted "
+               "PRIVACY_STOP)",
                "round=%" PRIu64, round);
         return PRIV_STOP;
     }
@@ -954,8 +954,8 @@ static int external_spend(const struct worker *w, fa_privacy_spend *sp, fa_error
                          "DP-SGD round)");
     if (!isnan(x->delta) && x->delta > delta)
         return fa_errorf(err, FA_ERR_INVAL,
-                         "the external trainer accounts at delta %g, above the region's %g", x->delta,
-                         delta);
+                         "the external trainer accounts at delta %g, above the region's %g",
+                         x->delta, delta);
     if (!isnan(x->epsilon) && x->epsilon > target)
         return fa_errorf(err, FA_ERR_RANGE,
                          "privacy budget exhausted: the external trainer's own accounting "
@@ -1031,8 +1031,7 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
                                      rc, &e);
         }
         if (rc != 0) {
-            log_err("the external trainer's round cannot be accounted; it is not uploaded", rc,
-                    &e);
+            log_err("the external trainer's round cannot be accounted; it is not uploaded", rc, &e);
             w->delta_version = UINT64_MAX;
             w->metrics.round_failures_total++;
             write_metrics(w);
@@ -1045,9 +1044,8 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
     rc = fa_privacy_budget_charge(b, &sp, info->round, w->delta_version, digest, &charged, &e);
     if (rc == FA_ERR_RANGE) {
         w->delta_version = UINT64_MAX; /* never sent, never charged: dropped */
-        return privacy_exhausted(w, info->round,
-                                 "privacy budget exhausted: the trained update is not uploaded",
-                                 rc, &e);
+        return privacy_exhausted(
+            w, info->round, "privacy budget exhausted: the trained update is not uploaded", rc, &e);
     }
     if (rc != 0) {
         log_err("the round cannot be accounted; it is not uploaded", rc, &e);
@@ -1058,8 +1056,8 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
         /* the charge is on disk before the update can leave */
         w->pstate_dirty = 1;
         if ((rc = fa_privacy_state_save(w->pstate, &e)) != 0) {
-            log_err("cannot save the privacy accountant; nothing is uploaded until it is saved",
-                    rc, &e);
+            log_err("cannot save the privacy accountant; nothing is uploaded until it is saved", rc,
+                    &e);
             w->metrics.round_failures_total++;
             write_metrics(w);
             return PRIV_SKIP;

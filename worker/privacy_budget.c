@@ -453,9 +453,9 @@ static int check_spend(const fa_privacy_spend *sp, fa_error *err)
                          "Poisson-sampled Gaussian, and \"%s\", the distributed discrete "
                          "Gaussian)",
                          sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD, FA_PRIVACY_MECHANISM_DDG);
-    if (is_ddg(sp) && (!(sp->ddg_l2_sens > 0) || !isfinite(sp->ddg_l2_sens) ||
-                       !(sp->ddg_sigma2 >= 1) || !isfinite(sp->ddg_sigma2) ||
-                       sp->ddg_regions == 0 || sp->ddg_dim == 0))
+    if (is_ddg(sp) &&
+        (!(sp->ddg_l2_sens > 0) || !isfinite(sp->ddg_l2_sens) || !(sp->ddg_sigma2 >= 1) ||
+         !isfinite(sp->ddg_sigma2) || sp->ddg_regions == 0 || sp->ddg_dim == 0))
         return fa_errorf(err, FA_ERR_INVAL,
                          "privacy: a distributed discrete Gaussian round with sensitivity %g, "
                          "sigma2 %g, %u regions, dimension %llu (need > 0, >= 1, >= 1, >= 1)",
