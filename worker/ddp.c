@@ -44,8 +44,13 @@ int fa_ddp_params(fa_ddg_params *p, const Fedagg__FederationInfo *info, fa_error
                          "distributed DP: the federation sizes its ring for %u regions but lists "
                          "%zu",
                          c.max_regions, info->n_regions);
-    if ((rc = fa_ddg_derive(p, &c, err)) != 0)
-        return fa_error_prefix(err, FA_ERR_PROTOCOL, "the federation's distributed DP");
+    if ((rc = fa_ddg_derive(p, &c, err)) != 0) {
+        /* the federation's settings, not this region's config */
+        fa_error_prefix(err, rc, "the federation's distributed DP");
+        if (err)
+            err->code = FA_ERR_PROTOCOL;
+        return FA_ERR_PROTOCOL;
+    }
     if (d->padded_dim != p->padded || d->ring_bits != p->ring_bits ||
         (info->quant && info->quant->ring_bits != p->ring_bits) ||
         !close_to(d->granularity, p->gamma) || !close_to(d->sigma2, p->sigma2) ||
