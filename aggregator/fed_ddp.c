@@ -29,7 +29,7 @@ int fa_fed_ddp_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *er
     int rc;
 
     f->ddp_on = 0;
-    if (!c)
+    if (!c || !c->enabled)
         return 0;
     memset(&dc, 0, sizeof(dc));
     dc.clip = c->clip;

@@ -244,8 +244,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         }
         if (rc == 0) {
             prev_hex = fa_st_metadata_get(mst, "fedagg.prev_sha256");
-            if (!prev_hex ||
-                fa_hex_decode(prev_sha, 32, prev_hex, strlen(prev_hex)) != 0)
+            if (!prev_hex || fa_hex_decode(prev_sha, 32, prev_hex, strlen(prev_hex)) != 0)
                 rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: no fedagg.prev_sha256 metadata", path);
             fa_st_del(mst);
         }
@@ -520,8 +519,17 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         const char *source;
         uint32_t in_flight = rp->max_uploads_in_flight ? rp->max_uploads_in_flight : 4;
         fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight,
-                             fa_secagg_masked_bytes(vector_len, ring_bits),
-                             fa_fed_journal_memory(), &need);
+                             fa_secagg_masked_bytes(vector_len, ring_bits), fa_fed_journal_memory(),
+                             &need);
+        if (f->ddp_on) {
+            /* the sum is of the rotated dimension, and its decode holds a
+             * copy of the ring sum and the decoded mean beside it */
+            uint64_t extra = 3 * 4 * vector_len - need.sum;
+            need.sum += extra;
+            need.total = need.sum + need.step + need.uploads;
+            if (need.initial > need.total)
+                need.total = need.initial;
+        }
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc = fa_memory_check(&need, limit, source, err);

@@ -457,7 +457,7 @@ static void check_quantization(struct ck *c, const Fedagg__Quantization *q)
  * aggregator opens it (privacy/ddg.h). */
 static void check_distributed_dp(struct ck *c, const Fedagg__DistributedDp *d, size_t n_regions)
 {
-    if (!d)
+    if (!d || !d->enabled)
         return;
     if (!finite_pos(d->clip))
         problem(c, d, "clip", 0, "`distributed_dp.clip` (%g) must be a finite L2 norm > 0",

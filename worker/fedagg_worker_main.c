@@ -797,6 +797,18 @@ static int privacy_setup(struct worker *w, fa_error *err)
     if ((rc = fa_privacy_state_open(&w->pstate, w->cfg, &created, err)) != 0)
         return rc;
     b = fa_privacy_state_budget(w->pstate);
+    {
+        /* one budget, one unit: example-level DP-SGD and region-level DDG
+         * do not add up to a bound of either */
+        const fa_privacy_release *l = fa_privacy_budget_last(b);
+        if (l && (strcmp(l->spend.mechanism, FA_PRIVACY_MECHANISM_DDG) == 0) != w->ddg_budget)
+            return fa_errorf(err, FA_ERR_INVAL,
+                             "privacy: the accountant %s accounts mechanism \"%s\", this config "
+                             "says privacy.mechanism \"%s\": a budget keeps one mechanism and "
+                             "unit; use another state directory",
+                             fa_privacy_state_path(w->pstate), l->spend.mechanism,
+                             w->ddg_budget ? FA_PRIVACY_MECHANISM_DDG : FA_PRIVACY_MECHANISM_DPSGD);
+    }
     /* the next round: the built-in trainer's, or what the external one's
      * last round cost */
     if (next_spend(w) && (rc = fa_privacy_budget_preview(b, next_spend(w), &er, &et, err)) != 0 &&

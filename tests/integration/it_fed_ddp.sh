@@ -21,7 +21,7 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 
 ROUNDS=4
 export FED_OPTIMIZER="kind: FEDAVG learning_rate: 1.0"
-export FED_AGG_EXTRA='distributed_dp { clip: 2.0 noise_multiplier: 0.001 min_regions: 3 }'
+export FED_AGG_EXTRA='distributed_dp { enabled: true clip: 2.0 noise_multiplier: 0.001 min_regions: 3 }'
 fed_test_config "$ROUNDS"
 # Region-level epsilon of one round at 3 regions' noise, tight conversion at
 # 1e-5: 6.25e5 (order 1.25); two rounds 1.25e6, three 1.875e6.
@@ -101,4 +101,11 @@ accN=$(grep 'msg="global model evaluated"' "$AGG" | grep " version=$ROUNDS " | t
 echo "accuracy: version 0 $acc0, version $ROUNDS $accN"
 python3 -c "import sys; sys.exit(0 if float('$accN') > float('$acc0') + 0.2 else 1)" ||
     fail "accuracy did not move: $acc0 -> $accN"
+# One budget, one mechanism: the DDG accountant refuses a DP-SGD config.
+fed_write_worker "$D" ap-south "$PORT" "$ALL" 'privacy { target_epsilon: 1.6e6 }'
+status=0
+timeout 30 "$FA_BIN/fedagg-worker" --config "$D/worker-ap-south.textproto" >>"$AP" 2>&1 || status=$?
+[ "$status" != 0 ] || fail "a DP-SGD config started on ap-south's DDG accountant"
+grep -q 'accounts mechanism \\"ddg\\", this config says privacy.mechanism \\"dp-sgd\\"' "$AP" ||
+    fail "no mechanism refusal: $(tail -n 2 "$AP")"
 echo "PASS"
