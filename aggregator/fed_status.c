@@ -46,7 +46,7 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
     fi.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
     fi.tensor_table_digest.len = 32;
     fi.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
-    q.bits = f->quant.bits;
+    q.bits = f->sa_cfg.quant.bits; /* with distributed DP at most its ring's */
     q.ring_bits = f->sa_cfg.ring_bits;
     q.clip_mode = (uint32_t)f->quant.clip_mode;
     q.clip_l2_norm = f->quant.clip_l2_norm;

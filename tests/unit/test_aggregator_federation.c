@@ -199,7 +199,7 @@ static void clients_new(struct sim *s)
         cfg.threshold = fi->threshold;
         cfg.vector_len = fi->ddp ? fi->ddp->padded_dim + 1 : fi->num_params + 1;
         cfg.ring_bits = fi->quant->ring_bits;
-        cfg.quant.bits = fi->quant->bits < cfg.ring_bits ? fi->quant->bits : cfg.ring_bits;
+        cfg.quant.bits = fi->quant->bits;
         cfg.quant.clip_mode = (int)fi->quant->clip_mode;
         cfg.quant.clip_l2_norm = fi->quant->clip_l2_norm;
         cfg.quant.clip_value = fi->quant->clip_value;
@@ -1733,7 +1733,8 @@ static void test_ddp_rounds(void **state)
         "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 "
         "range: RANGE_FIXED }\n"
         "model_delta { enabled: false }\n"
-        "distributed_dp { enabled: true clip: 1.0 noise_multiplier: 0.02 min_regions: 3 }\n";
+        "distributed_dp { enabled: true clip: 1.0 noise_multiplier: 0.02 min_regions: 3 bits: 8 "
+        "}\n";
     const int all[] = {0, 1, 2}, two[] = {0, 1};
     const double norms[NR] = {0.5, 0.8, 3.0}; /* the third is clipped to 1 */
     struct sim *s = sim_new_model(1000, model, NULL);
@@ -1752,12 +1753,15 @@ static void test_ddp_rounds(void **state)
     dc.noise_multiplier = 0.02;
     dc.min_regions = 3;
     dc.max_regions = NR;
-    dc.bits = 16;
+    dc.bits = 8;
     dc.beta = exp(-0.5);
     dc.beta_wrap = 1e-9;
     dc.dim = s->d;
     must(fa_ddg_derive(&p, &dc, &err), &err);
     assert_int_equal(p.padded, 64);
+    /* a ring narrower than quantization.bits: the float codec's bits the
+     * federation announces must not exceed it */
+    assert_true(p.ring_bits < 16);
     q = malloc((p.padded + 1) * sizeof(*q));
     assert_non_null(q);
     fa_ddg_rotation_seed("unit", rot);
