@@ -22,7 +22,8 @@
 #         INCLUDE  model.federated include pattern, "-" for none (every floating tensor)
 #         LOCAL_STEPS  0: one local epoch per round, else that many steps
 #       Server optimizer FedAvg, lr 1; quantisation at the product's defaults
-#       (16 bits, per-tensor adaptive ranges, no L2 clip); min_regions 3 (every
+#       (16 bits, or $BENCH_MODEL_BITS: fedagg-bench model --bits; per-tensor
+#       adaptive ranges, no L2 clip); min_regions 3 (every
 #       round waits for all three regions).  Trainer settings: the examples'
 #       defaults (CNN: SGD lr 0.01, momentum 0.9 restarted every round, weight
 #       decay 5e-4, batch 64; LoRA: AdamW lr 2e-3), seed 1, --holdout 0 (the
@@ -121,7 +122,7 @@ cmd_fed() {
     mport=$(fed_free_port tcp)
     FED_MODEL="init_file: \"init.safetensors\" $sel" \
         FED_OPTIMIZER="kind: FEDAVG learning_rate: 1.0" \
-        FED_QUANT="bits: 16 max_examples: 60000" \
+        FED_QUANT="bits: ${BENCH_MODEL_BITS:-16} max_examples: 60000" \
         FED_ROUND="min_regions: 3
   advertise_deadline_ms: 3600000
   shares_deadline_ms: 60000

@@ -76,7 +76,9 @@
  *                 round's results (the worker truncates the one-shot trainer's log
  *                 every round): a /bin/sh more per round.
  *
- * Options: --rounds N, --quick (2 accuracy rounds of 100 local steps per region,
+ * Options: --rounds N, --bits B (the accuracy federation's upload width, 16: the
+ * default; 12 and 8 measure what fewer bits cost), --quick (2 accuracy rounds of
+ * 100 local steps per region,
  * 3 overhead rounds: a smoke run, a few minutes), --only accuracy,upload,overhead,
  * --keep, --dir DIR.  The default run took 30 minutes on 2 cores shared with other
  * builds (load average 6-9), two thirds of it the references.  Exits 0
@@ -123,6 +125,7 @@ static const char *const regions[N_REGIONS] = {"eu-west", "us-east", "ap-south"}
 struct opts {
     int accuracy, upload, overhead;
     int rounds, upload_rounds, overhead_rounds, acc_steps;
+    int bits; /* the accuracy federation's upload width (16, the product's default) */
     int keep;
     const char *dir;
 };
@@ -526,12 +529,16 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
 {
     const char *part = "model";
     char log[PATH_MAX + 64], out_a[PATH_MAX + 64], out_c[PATH_MAX + 64], tail[512], b[12][32];
-    char r[16], s[16];
+    char r[16], s[16], bits[16];
     double secs[MAX_ROUNDS], train[MAX_ROUNDS], acc, ref_acc, cen_acc, fed_s, ref_s, cen_s,
         train_s = 0, clip_all, clip_last, diff;
     int n, parts, rc, met;
 
-    if (run_fed(P, part, "accuracy", o->rounds, "cnn", "long-lived", "-", o->acc_steps) != 0)
+    snprintf(bits, sizeof(bits), "%d", o->bits);
+    setenv("BENCH_MODEL_BITS", bits, 1); /* this federation's upload width (bench-model.sh) */
+    rc = run_fed(P, part, "accuracy", o->rounds, "cnn", "long-lived", "-", o->acc_steps);
+    unsetenv("BENCH_MODEL_BITS");
+    if (rc != 0)
         return -1;
     n = agg_rounds(P, "accuracy", o->rounds, secs, &parts);
     if (n != o->rounds || parts != N_REGIONS) {
@@ -583,7 +590,7 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
            "\"local_epochs\":%d,\"local_steps\":%d,\"local\":\"SGD lr 0.01 momentum 0.9 "
            "(restarted every round) weight decay 5e-4, batch 64, seed "
            "1\",\"trainer_mode\":\"long-lived\",\"server\":\"fedavg lr 1\","
-           "\"quantization\":\"16 bits, adaptive per-tensor ranges, no L2 clip\","
+           "\"bits\":%d,\"quantization\":\"adaptive per-tensor ranges, no L2 clip\","
            "\"secure_aggregation\":true,\"split_seed\":7,\"min_participants\":%d,"
            "\"clipped_fraction_max\":%s,\"clipped_fraction_last_round\":%s,"
            "\"central_steps\":%.0f}\n",
@@ -592,9 +599,9 @@ static int part_accuracy(const struct opts *o, const struct paths *P)
            json_num(b[3], sizeof(b[3]), cen_acc, 4), ACC_TARGET, ACC_TARGET_DIFF_POINTS,
            met ? "true" : "false", json_num(b[4], sizeof(b[4]), fed_s, 1),
            json_num(b[5], sizeof(b[5]), ref_s, 1), json_num(b[6], sizeof(b[6]), cen_s, 1),
-           json_num(b[7], sizeof(b[7]), train_s, 1), o->acc_steps ? 0 : 1, o->acc_steps, parts,
-           json_num(b[8], sizeof(b[8]), clip_all, 4), json_num(b[9], sizeof(b[9]), clip_last, 4),
-           out_num(out_c, "accuracy", "steps"));
+           json_num(b[7], sizeof(b[7]), train_s, 1), o->acc_steps ? 0 : 1, o->acc_steps, o->bits,
+           parts, json_num(b[8], sizeof(b[8]), clip_all, 4),
+           json_num(b[9], sizeof(b[9]), clip_last, 4), out_num(out_c, "accuracy", "steps"));
     if (o->acc_steps)
         fprintf(stderr, "fedagg-bench model: (quick: %d local steps per region per round)\n",
                 o->acc_steps);
@@ -710,10 +717,12 @@ static int part_overhead(const struct opts *o, const struct paths *P)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: fedagg-bench model [--rounds N] [--quick] [--only accuracy,upload,overhead]\n"
+            "usage: fedagg-bench model [--rounds N] [--bits 16] [--quick]\n"
+            "                          [--only accuracy,upload,overhead]\n"
             "                          [--upload-rounds N] [--overhead-rounds N] [--keep] "
             "[--dir DIR]\n"
             "  --rounds N           accuracy: federated rounds, one local epoch each (10)\n"
+            "  --bits B             accuracy: the regions' upload width, 2..16 (16: the default)\n"
             "  --quick              smoke run: 2 accuracy rounds of %d local steps per region, 3 "
             "overhead rounds\n"
             "  --upload-rounds N    LoRA rounds per federation (2)\n"
@@ -753,6 +762,7 @@ int fa_bench_model(int argc, char **argv)
 {
     static const struct option lopts[] = {
         {"rounds", required_argument, NULL, 'r'},
+        {"bits", required_argument, NULL, 'b'},
         {"quick", no_argument, NULL, 'q'},
         {"only", required_argument, NULL, 'o'},
         {"upload-rounds", required_argument, NULL, 'u'},
@@ -772,12 +782,14 @@ int fa_bench_model(int argc, char **argv)
     memset(&P, 0, sizeof(P));
     o.accuracy = o.upload = o.overhead = 1;
     o.rounds = 10;
+    o.bits = 16;
     o.upload_rounds = 2;
     o.overhead_rounds = 6;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
         switch (c) {
         case 'r': rounds = atoi(optarg); break;
+        case 'b': o.bits = atoi(optarg); break;
         case 'q': quick = 1; break;
         case 'o':
             o.accuracy = strstr(optarg, "accuracy") != NULL;
@@ -805,7 +817,7 @@ int fa_bench_model(int argc, char **argv)
         o.rounds = rounds;
     if (overhead_rounds)
         o.overhead_rounds = overhead_rounds;
-    if (o.rounds < 1 || o.rounds > MAX_ROUNDS || o.upload_rounds < 1 ||
+    if (o.rounds < 1 || o.rounds > MAX_ROUNDS || o.bits < 2 || o.bits > 16 || o.upload_rounds < 1 ||
         o.upload_rounds > MAX_ROUNDS || o.overhead_rounds < 1 || o.overhead_rounds > MAX_ROUNDS ||
         !(o.accuracy || o.upload || o.overhead)) {
         usage(stderr);

@@ -30,7 +30,9 @@
  *   computed: local training is excluded) to the last client's return.  For
  *   secure that return comes after the RoundResult and the audit inclusion
  *   proof check; the round includes what the real worker does for crash
- *   safety (attempt state and delta written before the upload), what the
+ *   safety (attempt state saved before the upload, the delta kept where the
+ *   worker keeps it: in the round client's update buffer, a mapped file
+ *   saved by a link), what the
  *   aggregator does (round state saved at every phase close, signed audit
  *   record), i.e. everything the product pays for secure aggregation.
  *   Where the secure round's time goes: the clients' phase times
@@ -54,7 +56,7 @@
  *   its integrity (SHA-256 commitments, signatures, the audit record and
  *   proof) and its crash safety (the round state at every phase close, and
  *   the 4·d-byte sum once, when the masked phase closes; each region's
- *   attempt state and delta written before its upload); and it journals
+ *   attempt state saved before its upload); and it journals
  *   each masked upload in flight to remove it exactly if it breaks off (in
  *   memory up to 256 MiB together, in files beyond).  It
  *   takes round.max_uploads_in_flight uploads at a time, set here to the

@@ -116,6 +116,7 @@ struct fa_rbench_client {
     fa_round_client *rc;
     fa_rbench_plain_client *pc;
     float *delta;
+    int delta_mapped; /* delta is the round client's update buffer */
     size_t d;
     double weight;
     pthread_t th;

@@ -383,8 +383,11 @@ static int client_init(struct fa_rbench_client *c, struct fa_rbench_fed *f, int 
         return rc;
     c->d = d;
     c->weight = 1.0 / f->n;
-    c->delta = malloc(d * sizeof(float));
-    if (!c->delta)
+    /* where the worker keeps its update: the round client's update buffer
+     * (worker/round_client.h) */
+    if (fa_round_client_update_buffer(c->rc, d, &c->delta, err) == 0)
+        c->delta_mapped = 1;
+    else if (!(c->delta = malloc(d * sizeof(float))))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory for a delta of %zu floats", d);
     synth_delta(c->delta, d, (uint64_t)idx + 1);
     return 0;
@@ -410,11 +413,12 @@ void fa_rbench_client_free(struct fa_rbench_client *c)
 {
     if (c->info)
         fedagg__federation_info__free_unpacked(c->info, NULL);
+    if (!c->delta_mapped)
+        free(c->delta);
     fa_round_client_del(c->rc);
     fa_rbench_plain_client_del(c->pc);
     if (c->wcfg)
         protobuf_c_message_free_unpacked(&c->wcfg->base, NULL);
-    free(c->delta);
     memset(c, 0, sizeof(*c));
 }
 
@@ -606,8 +610,7 @@ int fa_rbench_find_src(struct fa_rbench_paths *P)
     return access(probe, R_OK) == 0 ? 0 : -1;
 }
 
-int fa_rbench_locate(struct fa_rbench_paths *P, const char *part, const char *name,
-                     const char *dir)
+int fa_rbench_locate(struct fa_rbench_paths *P, const char *part, const char *name, const char *dir)
 {
     ssize_t len = readlink("/proc/self/exe", P->self, sizeof(P->self) - 1);
     char tmp[PATH_MAX];

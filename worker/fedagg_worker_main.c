@@ -176,6 +176,7 @@ struct worker {
     fa_tensors *table;
     float *global_fed; /* (d) */
     float *delta;      /* (d) the update as handed to the round client (scaled when per_tensor) */
+    int delta_mapped;  /* delta is the round client's update buffer (not ours to free) */
     size_t d;
     uint8_t global_sha[32];
     uint64_t have_version;  /* version of the global model; UINT64_MAX: none */
@@ -271,6 +272,32 @@ static void write_metrics(struct worker *w)
  * table, the federated vector and, for the built-in trainer, the network's
  * parameter block (the first model also fixes the architecture, which is
  * broadcast so every rank can build the same network). */
+/* w->delta for d coordinates.  Rank 0's is the round client's update
+ * buffer, so that saving an attempt before its masked upload copies nothing
+ * (round_client.h); other ranks', or rank 0's when the state directory has
+ * no room for the buffer's file, an ordinary allocation.  NULL: no memory. */
+static float *delta_buffer(struct worker *w, size_t d)
+{
+    float *p = NULL;
+    fa_error e;
+
+    if (w->rc) {
+        int rc = fa_round_client_update_buffer(w->rc, d, &p, &e);
+        if (rc == 0) {
+            if (!w->delta_mapped)
+                free(w->delta);
+            w->delta_mapped = 1;
+            return p;
+        }
+        log_warn("no update buffer in the state directory; each attempt's save copies the update",
+                 rc, &e);
+    }
+    p = realloc(w->delta_mapped ? NULL : w->delta, (d ? d : 1) * sizeof(float));
+    if (p)
+        w->delta_mapped = 0;
+    return p;
+}
+
 static int load_global(struct worker *w, const char *path, const Fedagg__FederationInfo *info,
                        fa_error *err)
 {
@@ -294,7 +321,7 @@ static int load_global(struct worker *w, const char *path, const Fedagg__Federat
     }
     if (d != w->d || !w->global_fed) {
         float *g = realloc(w->global_fed, (d ? d : 1) * sizeof(float));
-        float *dl = g ? realloc(w->delta, (d ? d : 1) * sizeof(float)) : NULL;
+        float *dl = g ? delta_buffer(w, d) : NULL;
         if (g)
             w->global_fed = g;
         if (dl)
@@ -1102,7 +1129,8 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
 
 /* Rank 0: follows the federation until it finishes. */
 /* Room in the state directory for an attempt's saved state (the update, 4
- * bytes a coordinate, and the sealed client) before joining one: a worker
+ * bytes a coordinate unless it is in the update buffer, and the sealed
+ * client) before joining one: a worker
  * that cannot save it before its first masked byte must not start the
  * attempt.  When there is none it joins no attempt, logs once per back-off
  * (1 s doubling to 60 s) and exports it, and goes on by itself when room
@@ -1111,8 +1139,9 @@ static int state_dir_has_room(struct worker *w, uint64_t d)
 {
     static uint64_t backoff_ms, next_ms;
     uint64_t now = fa_time_mono_ns() / 1000000u;
-    /* the model (about 4 bytes a coordinate), the update and room to spare */
-    uint64_t need = 8 * d + (16u << 20);
+    /* the model (about 4 bytes a coordinate), the update (unless it lies in
+     * the update buffer, whose blocks are reserved) and room to spare */
+    uint64_t need = (w->delta_mapped ? 4 : 8) * d + (16u << 20);
     struct statvfs vfs;
     uint64_t free_b;
 
@@ -1522,7 +1551,8 @@ out:
     fa_st_del(w.global_st);
     fa_tensors_del(w.table);
     free(w.global_fed);
-    free(w.delta);
+    if (!w.delta_mapped)
+        free(w.delta);
     free(w.params);
     free(w.pdelta);
     fa_comm_del(w.comm);

@@ -2,12 +2,15 @@
 #include "worker/round_client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +66,10 @@ struct fa_round_client {
     uint8_t announced_pk[32];
     int alarmed;
     char alarm[600];
+    /* the update buffer (fa_round_client_update_buffer): the mapping of
+     * state_dir/update.f32, its header page first, then ubuf_d floats */
+    uint8_t *ubuf_map;
+    size_t ubuf_len, ubuf_d;
 };
 
 static void sleep_ms(uint64_t ms)
@@ -229,10 +236,13 @@ fail:
     return r;
 }
 
+static void unmap_update(fa_round_client *rc, int remove_file);
+
 void fa_round_client_del(fa_round_client *rc)
 {
     if (!rc)
         return;
+    unmap_update(rc, 1);
     fa_h3_client_del(rc->h3);
     for (size_t i = 0; rc->member_ids && i < rc->n_members; i++)
         free(rc->member_ids[i]);
@@ -1381,6 +1391,107 @@ static void state_paths(fa_round_client *rc, char *st, char *dl, size_t n)
     snprintf(dl, n, "%s/attempt.delta", rc->state_dir);
 }
 
+/* The update buffer's file: a header page (the saved attempt's header line,
+ * padded with spaces: read_saved reads it like attempt.delta's), then the
+ * floats, page-aligned. */
+#define UPDATE_HDR 4096
+
+static void update_path(const fa_round_client *rc, char *p, size_t n)
+{
+    snprintf(p, n, "%s/update.f32", rc->state_dir);
+}
+
+/* Unmaps the update buffer; remove_file (at the end) also removes its file
+ * unless a saved attempt still names it (attempt.delta is a link to it). */
+static void unmap_update(fa_round_client *rc, int remove_file)
+{
+    char path[4096];
+    struct stat sb;
+
+    if (!rc->ubuf_map)
+        return;
+    munmap(rc->ubuf_map, rc->ubuf_len);
+    rc->ubuf_map = NULL;
+    rc->ubuf_len = rc->ubuf_d = 0;
+    update_path(rc, path, sizeof(path));
+    if (remove_file && stat(path, &sb) == 0 && sb.st_nlink == 1)
+        unlink(path);
+}
+
+int fa_round_client_update_buffer(fa_round_client *rc, size_t d, float **out, fa_error *err)
+{
+    char path[4096];
+    size_t len = UPDATE_HDR + (d ? d : 1) * sizeof(float);
+    void *p;
+    int fd, e;
+
+    *out = NULL;
+    if (rc->ubuf_map && rc->ubuf_d == d) {
+        *out = (float *)(void *)(rc->ubuf_map + UPDATE_HDR);
+        return 0;
+    }
+    unmap_update(rc, 0);
+    update_path(rc, path, sizeof(path));
+    /* A new file: the old one may be a saved attempt's update, which lives
+     * on as attempt.delta; and the pages of a new file need no reads. */
+    if (unlink(path) != 0 && errno != ENOENT)
+        return fa_errorf(err, FA_ERR_IO, "update buffer %s: cannot remove the old file: %s", path,
+                         strerror(errno));
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return fa_errorf(err, FA_ERR_IO, "update buffer %s: %s", path, strerror(errno));
+    e = posix_fallocate(fd, 0, (off_t)len);
+    if (e != 0) {
+        close(fd);
+        unlink(path);
+        return fa_errorf(err, e == ENOSPC ? FA_ERR_NOSPACE : FA_ERR_IO,
+                         "update buffer %s: cannot reserve %zu bytes: %s", path, len, strerror(e));
+    }
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        unlink(path);
+        return fa_errorf(err, FA_ERR_IO, "update buffer %s: mmap of %zu bytes: %s", path, len,
+                         strerror(e));
+    }
+    rc->ubuf_map = p;
+    rc->ubuf_len = len;
+    rc->ubuf_d = d;
+    *out = (float *)(void *)(rc->ubuf_map + UPDATE_HDR);
+    return 0;
+}
+
+/* Saves an update that lies in the update buffer without copying it: the
+ * header into its first page, then attempt.delta as a second name for the
+ * file (link, rename).  Returns 0, or 1 when the filesystem has no hard
+ * links (the caller copies). */
+static int save_update_in_place(fa_round_client *rc, const char *dl, const char *hdr, size_t n,
+                                fa_error *err)
+{
+    char path[4096], tmp[4200];
+
+    memset(rc->ubuf_map, ' ', UPDATE_HDR);
+    memcpy(rc->ubuf_map, hdr, n - 1); /* without its newline */
+    rc->ubuf_map[UPDATE_HDR - 1] = '\n';
+    update_path(rc, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", dl);
+    unlink(tmp);
+    if (link(path, tmp) != 0) {
+        if (errno == EPERM || errno == EOPNOTSUPP || errno == EXDEV || errno == EMLINK)
+            return 1;
+        return fa_errorf(err, FA_ERR_IO, "saving the attempt: link %s -> %s: %s", tmp, path,
+                         strerror(errno));
+    }
+    if (rename(tmp, dl) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fa_errorf(err, FA_ERR_IO, "saving the attempt: rename %s -> %s: %s", tmp, dl,
+                         strerror(e));
+    }
+    return 0;
+}
+
 /* Both files are replaced atomically but not fsync'ed: a SIGKILL never loses
  * them, and losing them to a machine crash loses the attempt's keys with its
  * input, so no mask can ever meet another input: the restarted worker just
@@ -1390,7 +1501,10 @@ static void state_paths(fa_round_client *rc, char *st, char *dl, size_t n)
  *
  * attempt.state: "<magic> <round> <attempt> <d> <weight>\n" then the sealed
  * client (weight in C99 hex-float notation, exact).
- * attempt.delta: the same header line, then d floats (little-endian). */
+ * attempt.delta: the same header line (padded with spaces before its
+ * newline when it is the update buffer's file), then d floats
+ * (little-endian).  An update in the update buffer is not written again:
+ * attempt.delta is a second name for its file. */
 static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t round,
                         uint32_t attempt, const float *delta, size_t d, double weight,
                         fa_error *err)
@@ -1399,17 +1513,21 @@ static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t
     fa_atomic_file *f = NULL;
     uint8_t *blob = NULL;
     size_t blob_len = 0;
-    int n, r;
+    int n, r = 1;
 
     state_paths(rc, st, dl, sizeof(st));
     n = snprintf(hdr, sizeof(hdr), "%s %" PRIu64 " %u %zu %a\n", STATE_MAGIC, round, attempt, d,
                  weight);
-    r = fa_atomic_file_open(&f, dl, 0600, err);
-    if (r == 0)
+    if (rc->ubuf_map && d == rc->ubuf_d &&
+        delta == (const float *)(void *)(rc->ubuf_map + UPDATE_HDR))
+        r = save_update_in_place(rc, dl, hdr, (size_t)n, err);
+    if (r == 1)
+        r = fa_atomic_file_open(&f, dl, 0600, err);
+    if (r == 0 && f)
         r = fa_atomic_file_write(f, hdr, (size_t)n, err);
-    if (r == 0)
+    if (r == 0 && f)
         r = fa_atomic_file_write(f, delta, d * sizeof(float), err);
-    if (r == 0) {
+    if (r == 0 && f) {
         r = fa_atomic_file_commit_nosync(f, err);
         f = NULL;
     }
@@ -1450,11 +1568,14 @@ static int read_saved(const char *path, uint64_t round, uint32_t attempt, uint8_
 
     if (fa_file_read_all(path, data, len, (size_t)8 << 30, NULL) != 0)
         return FA_ERR_NOTFOUND;
-    nl = memchr(*data, '\n', *len < 128 ? *len : 128);
-    if (!nl ||
-        sscanf((char *)*data, "%31s %" SCNu64 " %u %zu %la%n", magic, &r, &a, &dd, &wt, &used) !=
-            5 ||
-        strcmp(magic, STATE_MAGIC) || (uint8_t *)*data + used != nl || r != round || a != attempt) {
+    nl = memchr(*data, '\n', *len < UPDATE_HDR ? *len : UPDATE_HDR);
+    if (nl &&
+        sscanf((char *)*data, "%31s %" SCNu64 " %u %zu %la%n", magic, &r, &a, &dd, &wt, &used) == 5)
+        while ((uint8_t *)*data + used < nl &&
+               (*data)[used] == ' ') /* the update buffer's padding */
+            used++;
+    if (!nl || used == 0 || strcmp(magic, STATE_MAGIC) || (uint8_t *)*data + used != nl ||
+        r != round || a != attempt) {
         free(*data);
         *data = NULL;
         return FA_ERR_NOTFOUND;
@@ -1755,6 +1876,17 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         d = sd;
         resumed = 1;
         r = set_input(rc, c, info, delta, d, weight, &ring, err);
+        if (r == FA_ERR_STATE) {
+            /* the saved update is not the one this attempt's masks were
+             * bound to (overwritten since): never mask it; sit this one out */
+            char q[600];
+            fa_log(FA_LOG_WARN,
+                   "saved attempt's update changed since it was saved; joining the next",
+                   "round=%" PRIu64 " attempt=%u detail=%s", info->round, info->attempt,
+                   fa_log_quote(q, sizeof(q), fa_error_msg(err, r)));
+            fa_round_client_forget(rc);
+            r = fa_errorf(err, FA_ERR_REPLAY, "the saved attempt cannot be resumed");
+        }
         if (r != 0)
             goto out;
         debug_dump_input(rc, c, info);

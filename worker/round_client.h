@@ -149,6 +149,21 @@ typedef struct fa_round_outcome {
 int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info, const float *delta,
                         size_t d, double weight, fa_round_outcome *out, fa_error *err);
 
+/* A buffer for the region's update of d floats that saving an attempt does
+ * not copy: a shared mapping of state_dir/update.f32, whose blocks are
+ * reserved here (a store into a mapped file on a full disk would otherwise
+ * be SIGBUS).  An update written there and given to fa_round_client_run is
+ * saved by a header line and a second name for the file (attempt.delta, a
+ * hard link), instead of 4 bytes a coordinate written again before every
+ * masked upload; any other buffer is copied as before.  The buffer belongs
+ * to rc (valid until the next call with another d, or fa_round_client_del;
+ * the same d returns the same buffer) and is the caller's to fill.  Each
+ * first call in a process starts a new file (its pages come in as zeros,
+ * without reading the disk; a saved attempt's update lives on under its
+ * second name).  Returns 0, FA_ERR_NOSPACE (no room for it: the caller
+ * keeps an ordinary buffer), FA_ERR_IO. */
+int fa_round_client_update_buffer(fa_round_client *rc, size_t d, float **out, fa_error *err);
+
 /* POST /v1/privacy: the region's privacy statement of an attempt (its
  * federation_id and region are set here), signed with the identity key over
  * FA_IDENTITY_DOMAIN_PRIVACY (crypto/identity.h), sent before the attempt's
