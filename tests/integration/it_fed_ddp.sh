@@ -68,6 +68,9 @@ grep 'msg="distributed DP accounted"\|fewer regions' "$AGG" | sed 's/^/  /'
 
 # The audit log: each record's DDG block.
 check_audit_and_versions
+# audit verify notes the rounds with less noise than charged
+[ "$(grep -c 'fewer than the 3 its regions charged for' "$D/logs/audit-verify.log")" = 2 ] ||
+    fail "audit verify's notes: $(cat "$D/logs/audit-verify.log")"
 python3 - "$D/logs/audit-show.jsonl" <<'PY' || fail "the records' distributed_dp blocks"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
