@@ -112,8 +112,11 @@ int fa_fed_ddp_replay(fa_fed *f, const Fedagg__AuditRecord *r, fa_error *err)
     rp = round_params(r->ddp->params->l2_bound, r->ddp->params->sigma2, r->ddp->noisy_contributions,
                       r->ddp->params->padded_dim);
     rc = fa_rdp_accountant_compose_ddg(f->ddp_acc, &rp, 1, err);
-    if (rc == 0)
+    if (rc == 0) {
         f->ddp_rounds++;
+        f->ddp_eps_total = r->ddp->epsilon_total;
+        f->ddp_noisy = r->ddp->noisy_contributions;
+    }
     return rc != 0
                ? fa_error_prefix(err, rc, "audit log: round %" PRIu64 "'s distributed DP", r->round)
                : 0;
@@ -163,6 +166,8 @@ int fa_fed_ddp_recorded(fa_fed *f, const Fedagg__DdpRound *r, fa_error *err)
     if (rc != 0)
         return rc;
     f->ddp_rounds++;
+    f->ddp_eps_total = r->epsilon_total;
+    f->ddp_noisy = r->noisy_contributions;
     fa_log(r->noisy_contributions < f->ddp.cfg.min_regions ? FA_LOG_WARN : FA_LOG_INFO,
            r->noisy_contributions < f->ddp.cfg.min_regions
                ? "distributed DP: fewer regions' noise in the sum than the regions charged for; "

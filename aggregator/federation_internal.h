@@ -109,7 +109,9 @@ struct fa_fed {
     double ddp_delta;
     fa_rdp_accountant *ddp_acc; /* region-level, the rounds of the log */
     uint64_t ddp_rounds;
-    float *ddp_mean; /* (padded) the decoded mean of the round being committed */
+    double ddp_eps_total; /* the last recorded round's epsilon_total (metrics) */
+    uint32_t ddp_noisy;   /* and its noisy contributions */
+    float *ddp_mean;      /* (padded) the decoded mean of the round being committed */
 
     /* The round in flight. */
     uint64_t round;

@@ -66,12 +66,16 @@ grep 'fewer regions.* noise in the sum than the regions charged for' "$AGG" | gr
 grep 'msg="distributed DP accounted"\|fewer regions' "$AGG" | sed 's/^/  /'
 ! grep -h 'level=error' "$D"/logs/*.log || fail "errors in the logs"
 
+curl -sf "http://127.0.0.1:$MPORT/metrics" >"$D/metrics.txt" || fail "GET /metrics"
+grep -q '^fedagg_ddp_noisy_contributions 2$' "$D/metrics.txt" ||
+    fail "metrics: $(grep ddp "$D/metrics.txt")"
+
 # The audit log: each record's DDG block.
 check_audit_and_versions
 # audit verify notes the rounds with less noise than charged
 [ "$(grep -c 'fewer than the 3 its regions charged for' "$D/logs/audit-verify.log")" = 2 ] ||
     fail "audit verify's notes: $(cat "$D/logs/audit-verify.log")"
-python3 - "$D/logs/audit-show.jsonl" <<'PY' || fail "the records' distributed_dp blocks"
+python3 - "$D/logs/audit-show.jsonl" "$D/metrics.txt" <<'PY' || fail "the records' distributed_dp blocks"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 recs = [r for r in recs if "admin" not in r]
@@ -89,6 +93,9 @@ for k, r in enumerate(recs, 1):
           f"ring_bits {d['ring_bits']})")
 # fewer regions' noise: a larger epsilon for the same round
 assert recs[2]["distributed_dp"]["epsilon_round"] > recs[0]["distributed_dp"]["epsilon_round"]
+# the aggregator's gauge is the log's total
+m = [l.split() for l in open(sys.argv[2]) if l.startswith("fedagg_ddp_epsilon ")]
+assert m and abs(float(m[0][1]) - prev) <= 1e-6 * prev, (m, prev)
 PY
 "$FA_BIN/fedagg" audit privacy "$D/state/audit.log" --config "$D/aggregator.textproto" \
     >"$D/logs/audit-privacy.txt" 2>&1 || fail "audit privacy: $(cat "$D/logs/audit-privacy.txt")"
