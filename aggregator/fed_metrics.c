@@ -69,6 +69,10 @@ void fa_fed_define_metrics(fa_fed *f)
          "Storage checks, state saves and commits that failed."},
         {"fedagg_storage_free_bytes", FA_METRIC_GAUGE,
          "Free bytes on the storage directory's file system at the last check."},
+        {"fedagg_ddp_epsilon", FA_METRIC_GAUGE,
+         "Distributed DP: region-level epsilon of the log's rounds, at distributed_dp.delta."},
+        {"fedagg_ddp_noisy_contributions", FA_METRIC_GAUGE,
+         "Distributed DP: regions whose noise is in the last recorded round's sum."},
     };
     fa_metrics *m = f->metrics;
     if (!m)
@@ -109,6 +113,10 @@ void fa_fed_update_gauges(fa_fed *f)
     }
     if (f->storage_free)
         fa_metrics_set(f->metrics, "fedagg_storage_free_bytes", NULL, (double)f->storage_free);
+    if (f->ddp_on) {
+        fa_metrics_set(f->metrics, "fedagg_ddp_epsilon", NULL, f->ddp_eps_total);
+        fa_metrics_set(f->metrics, "fedagg_ddp_noisy_contributions", NULL, (double)f->ddp_noisy);
+    }
     if (f->have_eval) {
         fa_metrics_set(f->metrics, "fedagg_eval_accuracy", NULL, f->eval_accuracy);
         fa_metrics_set(f->metrics, "fedagg_eval_loss", NULL, f->eval_loss);

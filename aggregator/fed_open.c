@@ -244,8 +244,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         }
         if (rc == 0) {
             prev_hex = fa_st_metadata_get(mst, "fedagg.prev_sha256");
-            if (!prev_hex ||
-                fa_hex_decode(prev_sha, 32, prev_hex, strlen(prev_hex)) != 0)
+            if (!prev_hex || fa_hex_decode(prev_sha, 32, prev_hex, strlen(prev_hex)) != 0)
                 rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: no fedagg.prev_sha256 metadata", path);
             fa_st_del(mst);
         }
@@ -400,6 +399,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     uint8_t *enc = NULL;
     size_t enc_len;
     uint32_t ring_bits;
+    uint64_t vector_len;
     fa_audit_open_report report;
     int rc;
 
@@ -492,6 +492,14 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             goto fail;
         }
     }
+    /* Distributed DP replaces the codec: its own ring, over the rotated
+     * (padded) dimension plus the count. */
+    rc = fa_fed_ddp_open(f, cfg, err);
+    if (rc != 0)
+        goto fail;
+    vector_len = f->ddp_on ? fa_ddg_vector_len(&f->ddp) : (uint64_t)f->d + 1;
+    if (f->ddp_on)
+        ring_bits = f->ddp.ring_bits;
     f->opt_cfg = cfg->optimizer ? *cfg->optimizer : o_default;
     op.kind = (int)f->opt_cfg.kind;
     op.learning_rate = f->opt_cfg.learning_rate;
@@ -511,14 +519,23 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         const char *source;
         uint32_t in_flight = rp->max_uploads_in_flight ? rp->max_uploads_in_flight : 4;
         fa_memory_round_need(f->d, fa_server_opt_state_count(f->opt), in_flight,
-                             fa_secagg_masked_bytes((uint64_t)f->d + 1, ring_bits),
-                             fa_fed_journal_memory(), &need);
+                             fa_secagg_masked_bytes(vector_len, ring_bits), fa_fed_journal_memory(),
+                             &need);
+        if (f->ddp_on) {
+            /* the sum is of the rotated dimension, and its decode holds a
+             * copy of the ring sum and the decoded mean beside it */
+            uint64_t extra = 3 * 4 * vector_len - need.sum;
+            need.sum += extra;
+            need.total = need.sum + need.step + need.uploads;
+            if (need.initial > need.total)
+                need.total = need.initial;
+        }
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc = fa_memory_check(&need, limit, source, err);
         if (rc == 0)
             rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight,
-                                       fa_secagg_masked_bytes((uint64_t)f->d + 1, ring_bits),
+                                       fa_secagg_masked_bytes(vector_len, ring_bits),
                                        fa_fed_journal_memory(), err);
         if (rc != 0)
             goto fail;
@@ -612,9 +629,12 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     f->sa_cfg.threshold = f->threshold;
     f->sa_cfg.neighbours = f->neighbours;
     f->sa_cfg.max_uploads_in_flight = rp->max_uploads_in_flight;
-    f->sa_cfg.vector_len = (uint64_t)f->d + 1;
+    f->sa_cfg.vector_len = vector_len;
     f->sa_cfg.ring_bits = ring_bits;
     f->sa_cfg.quant = f->quant;
+    /* with distributed DP the float codec is not used (fed_ddp.c decodes) */
+    if (f->ddp_on && f->sa_cfg.quant.bits > ring_bits)
+        f->sa_cfg.quant.bits = ring_bits;
     rc = fa_secagg_config_check(&f->sa_cfg, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "config");
@@ -653,6 +673,7 @@ void fa_fed_close(fa_fed *f)
     fa_global_model_del(f->model);
     fa_fed_eval_del(f->feval);
     fa_privacy_ledger_del(f->privacy);
+    fa_fed_ddp_free(f);
     fa_fed_history_free(&f->hist);
     fa_evaluator_del(f->evaluator);
     free(f->eval_params);
@@ -704,7 +725,11 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
                 snprintf(rg->drained_by, sizeof(rg->drained_by), "%s",
                          rg->drained ? a->operator_ : "");
             }
-        } else if (n - i <= FA_FED_HISTORY) {
+        } else if ((rc = fa_fed_ddp_replay(f, r, err)) != 0) {
+            fedagg__audit_record__free_unpacked(r, NULL);
+            return rc;
+        }
+        if (!r->admin && n - i <= FA_FED_HISTORY) {
             fa_fed_attempt a;
             char *parts = NULL, *drops = NULL;
             size_t pn = 0, dn = 0;

@@ -23,7 +23,7 @@ static const char *clip_name(int mode)
 /* Builds the audit record of the completed attempt in f->sa. */
 static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha[32],
                         uint64_t new_version, const uint8_t new_sha[32], uint64_t commit_ms,
-                        uint8_t **out, size_t *out_len, fa_error *err)
+                        Fedagg__DdpRound *ddp, uint8_t **out, size_t *out_len, fa_error *err)
 {
     Fedagg__AuditRecord rec = FEDAGG__AUDIT_RECORD__INIT;
     Fedagg__OptimizerSettings opt = FEDAGG__OPTIMIZER_SETTINGS__INIT;
@@ -46,6 +46,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     size_t np = fa_privacy_ledger_count(f->privacy), npr = 0;
     Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
     Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
+    Fedagg__DdpParams ddp_params;
     int rc = 0;
 
     if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
@@ -145,6 +146,11 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     }
     rec.n_privacy = npr;
     rec.privacy = pvp;
+    if (f->ddp_on) {
+        if ((rc = fa_fed_ddp_round(f, ddp, &ddp_params, err)) != 0)
+            goto out;
+        rec.ddp = ddp;
+    }
 
     *out_len = fedagg__audit_record__get_packed_size(&rec);
     *out = malloc(*out_len ? *out_len : 1);
@@ -176,11 +182,12 @@ int fa_fed_append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sh
     uint8_t *enc = NULL;
     size_t enc_len = 0;
     ProtobufCBinaryData proof[FA_MERKLE_MAX_PROOF];
+    Fedagg__DdpRound ddp = FEDAGG__DDP_ROUND__INIT;
     int rc;
 
     memset(&ar, 0, sizeof(ar));
     rc = build_record(f, prev_version, prev_sha, f->cur.version, f->cur.model_sha256, commit_ms,
-                      &enc, &enc_len, err);
+                      &ddp, &enc, &enc_len, err);
     if (rc != 0)
         return rc;
     /* The bytes built once are the bytes signed into the log: the log checks
@@ -189,6 +196,10 @@ int fa_fed_append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sh
     free(enc);
     if (rc != 0)
         return rc;
+    /* in the log: the round counts in the account (as a replay would) */
+    if (f->ddp_on && (rc = fa_fed_ddp_recorded(f, &ddp, err)) != 0)
+        fa_log(FA_LOG_ERROR, "distributed DP: the recorded round could not be accounted",
+               "round=%" PRIu64 " error=\"%s\"", f->round, fa_error_msg(err, rc));
 
     res.round = f->round;
     res.attempt = f->attempt;

@@ -19,6 +19,7 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
 {
     Fedagg__FederationInfo fi = FEDAGG__FEDERATION_INFO__INIT;
     Fedagg__QuantParams q = FEDAGG__QUANT_PARAMS__INIT;
+    Fedagg__DdpParams ddp;
     char **ids = calloc(f->n_regions ? f->n_regions : 1, sizeof(char *));
     uint64_t deadline = 0;
 
@@ -45,7 +46,7 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
     fi.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
     fi.tensor_table_digest.len = 32;
     fi.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
-    q.bits = f->quant.bits;
+    q.bits = f->sa_cfg.quant.bits; /* with distributed DP at most its ring's */
     q.ring_bits = f->sa_cfg.ring_bits;
     q.clip_mode = (uint32_t)f->quant.clip_mode;
     q.clip_l2_norm = f->quant.clip_l2_norm;
@@ -58,6 +59,10 @@ int fa_fed_info(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_error
     fi.regions = ids;
     fi.neighbours = f->sa_cfg.neighbours;
     fi.finished = f->phase == FEDAGG__PHASE__PHASE_DONE;
+    if (f->ddp_on) {
+        fa_fed_ddp_params_pb(f, &ddp);
+        fi.ddp = &ddp;
+    }
     *len = fedagg__federation_info__get_packed_size(&fi);
     *out = malloc(*len ? *len : 1);
     if (!*out) {

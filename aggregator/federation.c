@@ -213,9 +213,9 @@ static uint64_t storage_need(const fa_fed *f)
 {
     uint64_t n = f->cur.model_size + (f->cur.has_master ? f->cur.master_size : 0);
     n += (uint64_t)4 * f->d * fa_server_opt_state_count(f->opt);
-    n += (uint64_t)4 * (f->d + 1) + (4u << 20);
+    n += (uint64_t)4 * f->sa_cfg.vector_len + (4u << 20);
     n += (uint64_t)(f->sa_cfg.max_uploads_in_flight ? f->sa_cfg.max_uploads_in_flight : 4) *
-         fa_secagg_masked_bytes((uint64_t)f->d + 1, f->sa_cfg.ring_bits);
+         fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits);
     return n + n / 10 + (64u << 20);
 }
 
@@ -458,6 +458,10 @@ static void debug_dump_sum(fa_fed *f)
 static int sum_delta(void *ctx, uint64_t off, float *out, size_t n, fa_error *err)
 {
     const fa_fed *f = ctx;
+    if (f->ddp_mean) {
+        memcpy(out, f->ddp_mean + off, n * sizeof(float));
+        return 0;
+    }
     return fa_secagg_server_result_f32_range(f->sa, off, out, n, err);
 }
 
@@ -532,8 +536,9 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     memcpy(prev_sha, f->cur.model_sha256, 32);
     debug_dump_sum(f);
     /* The mean, decoded once into the sum's own memory (the streamed step
-     * reads it several times). */
-    rc = fa_secagg_server_decode_in_place(f->sa, &wsum, err);
+     * reads it several times); with distributed DP into f->ddp_mean. */
+    rc = f->ddp_on ? fa_fed_ddp_decode(f, &wsum, err)
+                   : fa_secagg_server_decode_in_place(f->sa, &wsum, err);
     if (rc != 0)
         goto out;
     /* Optimizer step and the new version's files in one streaming pass: the
@@ -593,6 +598,8 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     now_ms += (fa_time_mono_ns() - t_finish) / 1000000u;
     rc = fa_fed_open_next_round(f, now_ms, err);
 out:
+    free(f->ddp_mean);
+    f->ddp_mean = NULL;
 #ifdef __GLIBC__
     /* A round frees tens of MB in blocks of several sizes (saved states,
      * scratch buffers); glibc keeps them in its heap once its
@@ -1273,6 +1280,11 @@ int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, si
     fa_error err;
     int rc;
 
+    /* A region that restarts after its upload resumes the attempt and sends
+     * the statement it sent before again: the same bytes are taken. */
+    if (f->phase > FEDAGG__PHASE__PHASE_MASKED && f->phase <= FEDAGG__PHASE__PHASE_UNMASK &&
+        fa_privacy_ledger_has(f->privacy, region, body, len))
+        return 0;
     if (f->phase < FEDAGG__PHASE__PHASE_ADVERTISE || f->phase > FEDAGG__PHASE__PHASE_MASKED)
         return reply_error(f, reply, FA_ERR_STATE,
                            "privacy statements are taken from the advertise to the masked phase "

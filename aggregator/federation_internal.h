@@ -25,6 +25,8 @@
 #include "fedagg.pb-c.h"
 #include "model/data.h"
 #include "model/mlp.h"
+#include "privacy/accountant.h"
+#include "privacy/ddg.h"
 
 #define FA_FED_N_KINDS 5
 #define FA_FED_MAX_MSG_BYTES (64u << 20)
@@ -100,6 +102,16 @@ struct fa_fed {
     fa_eval_summary central;
     /* The regions' signed privacy statements of the attempt in flight. */
     fa_privacy_ledger *privacy;
+    /* Distributed DP on the secure sum (fed_ddp.c); ddp_on = 0: off. */
+    int ddp_on;
+    fa_ddg_params ddp;
+    uint8_t ddp_seed[FA_ROTATION_SEED_BYTES]; /* the public rotation seed */
+    double ddp_delta;
+    fa_rdp_accountant *ddp_acc; /* region-level, the rounds of the log */
+    uint64_t ddp_rounds;
+    double ddp_eps_total; /* the last recorded round's epsilon_total (metrics) */
+    uint32_t ddp_noisy;   /* and its noisy contributions */
+    float *ddp_mean;      /* (padded) the decoded mean of the round being committed */
 
     /* The round in flight. */
     uint64_t round;
@@ -168,6 +180,20 @@ int fa_fed_restore_secagg(fa_fed *f, const Fedagg__RoundState *st, fa_error *err
 int fa_fed_save_state(fa_fed *f, fa_error *err);
 
 /* fed_record.c */
+/* fed_ddp.c: distributed DP on the secure sum.  open derives the
+ * parameters (config errors name the field); replay composes a record's
+ * round into the account; decode turns the unmasked ring sum into
+ * f->ddp_mean (count_out: the regions in it); round fills the audit
+ * record's DdpRound (params: its storage) for the attempt in f->sa, and
+ * recorded composes it once the record is in the log. */
+int fa_fed_ddp_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err);
+void fa_fed_ddp_free(fa_fed *f);
+void fa_fed_ddp_params_pb(const fa_fed *f, Fedagg__DdpParams *out);
+int fa_fed_ddp_replay(fa_fed *f, const Fedagg__AuditRecord *r, fa_error *err);
+int fa_fed_ddp_decode(fa_fed *f, double *count_out, fa_error *err);
+int fa_fed_ddp_round(fa_fed *f, Fedagg__DdpRound *out, Fedagg__DdpParams *params, fa_error *err);
+int fa_fed_ddp_recorded(fa_fed *f, const Fedagg__DdpRound *r, fa_error *err);
+
 int fa_fed_append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha[32],
                          uint64_t commit_ms, fa_error *err);
 int fa_fed_append_admin_record(fa_fed *f, const char *op, const char *action, const char *region,

@@ -126,6 +126,19 @@ static int check_values(const Fedagg__PrivacyStatement *s, const char *region, f
     return 0;
 }
 
+int fa_privacy_ledger_has(const fa_privacy_ledger *l, const char *region, const uint8_t *body,
+                          size_t len)
+{
+    uint8_t sha[32];
+    long m = member(l, region);
+    if (m < 0 || fa_sha256(sha, body, len) != 0)
+        return 0;
+    for (size_t i = 0; i < l->n_st; i++)
+        if (l->st[i].member == (size_t)m && !sodium_memcmp(l->st[i].body_sha, sha, 32))
+            return 1;
+    return 0;
+}
+
 int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uint8_t *body,
                              size_t len, fa_error *err)
 {
@@ -175,8 +188,8 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
     if (!s->region || strcmp(s->region, region) || !s->federation_id ||
         strcmp(s->federation_id, l->federation_id)) {
         rc = fa_errorf(err, FA_ERR_AUTH,
-                       "privacy statement sent by %s names region '%s' of federation '%s'",
-                       region, s->region ? s->region : "", s->federation_id ? s->federation_id : "");
+                       "privacy statement sent by %s names region '%s' of federation '%s'", region,
+                       s->region ? s->region : "", s->federation_id ? s->federation_id : "");
         goto out;
     }
     if (s->round != l->round || s->attempt != l->attempt) {
@@ -191,8 +204,7 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
     n.member = (size_t)m;
     n.len = sp->statement.len;
     memcpy(n.sig, sp->signature.data, 64);
-    if (!(n.bytes = malloc(n.len)) ||
-        !(grown = realloc(l->st, (l->n_st + 1) * sizeof(*grown)))) {
+    if (!(n.bytes = malloc(n.len)) || !(grown = realloc(l->st, (l->n_st + 1) * sizeof(*grown)))) {
         free(n.bytes);
         rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto out;
@@ -212,8 +224,7 @@ out:
     return rc;
 }
 
-int fa_privacy_ledger_restore(fa_privacy_ledger *l, const Fedagg__SignedPrivacy *sp,
-                              fa_error *err)
+int fa_privacy_ledger_restore(fa_privacy_ledger *l, const Fedagg__SignedPrivacy *sp, fa_error *err)
 {
     Fedagg__PrivacyStatement *s =
         fedagg__privacy_statement__unpack(NULL, sp->statement.len, sp->statement.data);

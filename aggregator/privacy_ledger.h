@@ -46,9 +46,13 @@ void fa_privacy_ledger_begin(fa_privacy_ledger *l, uint64_t round, uint32_t atte
 int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uint8_t *body,
                              size_t len, fa_error *err);
 
+/* 1 when `region` already sent exactly these bytes for the current
+ * attempt (a retry), else 0. */
+int fa_privacy_ledger_has(const fa_privacy_ledger *l, const char *region, const uint8_t *body,
+                          size_t len);
+
 /* A saved statement (round state): submitted again in its region's name. */
-int fa_privacy_ledger_restore(fa_privacy_ledger *l, const Fedagg__SignedPrivacy *sp,
-                              fa_error *err);
+int fa_privacy_ledger_restore(fa_privacy_ledger *l, const Fedagg__SignedPrivacy *sp, fa_error *err);
 
 /* Statements of the current attempt, in the order received; *region names
  * its sender.  Pointers into l, valid until it changes. */

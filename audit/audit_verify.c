@@ -157,7 +157,45 @@ struct vprev {
     char federation[256];
     int have_table;
     uint8_t table[FA_AUDIT_HLEN];
+    double ddp_total; /* distributed DP: the last record's epsilon_total */
+    uint64_t ddp_rounds;
 };
+
+/* A record's distributed-DP round (audit.proto DdpRound): its noisy
+ * contributions are its participants, and the aggregator's account only
+ * grows, by one round a record.  (The epsilons themselves are the
+ * accountant's, privacy/, which this module does not link.) */
+static void verify_ddp(struct vstate *v, int64_t at, const Fedagg__AuditRecord *r,
+                       struct vprev *prev)
+{
+    const Fedagg__DdpRound *d = r->ddp;
+    if (!d)
+        return;
+    if (!d->params) {
+        vreport(v, FA_AUDIT_PROBLEM, at, "distributed DP round without its parameters");
+        return;
+    }
+    if (d->noisy_contributions != r->n_participants)
+        vreport(v, FA_AUDIT_PROBLEM, at,
+                "distributed DP: %u noisy contributions recorded, %zu participants",
+                d->noisy_contributions, r->n_participants);
+    else if (d->noisy_contributions < d->params->min_regions)
+        vreport(v, FA_AUDIT_NOTE, at,
+                "distributed DP: round %" PRIu64 " has the noise of %u regions, fewer than the "
+                "%u its regions charged for (its epsilon %.6g is recorded with the true count)",
+                r->round, d->noisy_contributions, d->params->min_regions, d->epsilon_round);
+    if (!(d->epsilon_round >= 0) ||
+        !(d->epsilon_total + 1e-9 * d->epsilon_total >= d->epsilon_round) ||
+        !(d->epsilon_total + 1e-9 * d->epsilon_total >= prev->ddp_total) ||
+        d->rounds_accounted != prev->ddp_rounds + 1)
+        vreport(v, FA_AUDIT_PROBLEM, at,
+                "distributed DP: the account does not add up (epsilon_round %.6g, epsilon_total "
+                "%.6g after %.6g, rounds_accounted %" PRIu64 " after %" PRIu64 ")",
+                d->epsilon_round, d->epsilon_total, prev->ddp_total, d->rounds_accounted,
+                prev->ddp_rounds);
+    prev->ddp_total = d->epsilon_total;
+    prev->ddp_rounds = d->rounds_accounted;
+}
 
 /* The federated-evaluation statements of a record: each signed by the
  * region it names, about the model the round started from; and the means
@@ -248,6 +286,7 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
         memcpy(prev->table, r->tensor_table_digest.data, FA_AUDIT_HLEN);
     }
     verify_evaluations(v, at, r);
+    verify_ddp(v, at, r, prev);
     if (v->privacy)
         fa_privacy_audit_record(v->privacy, at, r);
     for (size_t k = 0; k < r->n_commitments; k++) {

@@ -452,6 +452,35 @@ static void check_quantization(struct ck *c, const Fedagg__Quantization *q)
                 "`quantization.range_initial_min` (%g) must be positive", q->range_initial_min);
 }
 
+/* The ranges of DistributedDp; what depends on the model (the bits enough
+ * for its dimension, the ring within 32 bits) is checked when the
+ * aggregator opens it (privacy/ddg.h). */
+static void check_distributed_dp(struct ck *c, const Fedagg__DistributedDp *d, size_t n_regions)
+{
+    if (!d || !d->enabled)
+        return;
+    if (!finite_pos(d->clip))
+        problem(c, d, "clip", 0, "`distributed_dp.clip` (%g) must be a finite L2 norm > 0",
+                d->clip);
+    if (!finite_pos(d->noise_multiplier))
+        problem(c, d, "noise_multiplier", 0,
+                "`distributed_dp.noise_multiplier` (%g) must be finite and > 0",
+                d->noise_multiplier);
+    if (d->min_regions > n_regions)
+        problem(c, d, "min_regions", 0,
+                "`distributed_dp.min_regions` (%u) must not exceed the %zu regions", d->min_regions,
+                n_regions);
+    if (d->bits < 4 || d->bits > 30)
+        problem(c, d, "bits", 0, "`distributed_dp.bits` (%u) must be from 4 to 30", d->bits);
+    if (!(d->beta >= 0 && d->beta < 1))
+        problem(c, d, "beta", 0, "`distributed_dp.beta` (%g) must be in [0, 1)", d->beta);
+    if (!(d->beta_wrap > 0 && d->beta_wrap <= 0.01))
+        problem(c, d, "beta_wrap", 0, "`distributed_dp.beta_wrap` (%g) must be in (0, 0.01]",
+                d->beta_wrap);
+    if (!(d->delta > 0 && d->delta <= 0.1))
+        problem(c, d, "delta", 0, "`distributed_dp.delta` (%g) must be in (0, 0.1]", d->delta);
+}
+
 /* The limits of model/delta.h (FA_DELTA_BITS, FA_DELTA_MIN_BLOCK,
  * FA_DELTA_MAX_BLOCK), repeated here: proto/ comes before model/. */
 static void check_model_delta(struct ck *c, const Fedagg__ModelDelta *d)
@@ -487,6 +516,7 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_optimizer(c, cfg->optimizer);
     check_quantization(c, cfg->quantization);
     check_model_delta(c, cfg->model_delta);
+    check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
     need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
                 "the directory of model versions and round state");
     maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");
@@ -575,7 +605,17 @@ static void check_worker_privacy(struct ck *c, const Fedagg__WorkerPrivacy *p)
     if (!(p->target_delta > 0 && p->target_delta <= 0.1))
         problem(c, p, "target_delta", 0, "`privacy.target_delta` (%g) must be in (0, 0.1]",
                 p->target_delta);
-    if (!p->unit || strcmp(p->unit, "example") != 0)
+    if (!p->mechanism || (strcmp(p->mechanism, "dp-sgd") != 0 && strcmp(p->mechanism, "ddg") != 0))
+        problem(c, p, "mechanism", 0,
+                "`privacy.mechanism` \"%s\": \"dp-sgd\" (DP-SGD in training) or \"ddg\" (the "
+                "federation's distributed discrete Gaussian)",
+                p->mechanism ? p->mechanism : "");
+    else if (!strcmp(p->mechanism, "ddg") && (!p->unit || strcmp(p->unit, "region") != 0))
+        problem(c, p, "unit", 0,
+                "`privacy.unit` \"%s\": with mechanism \"ddg\" the unit is \"region\" (the "
+                "distributed DP protects this region's whole update); write unit: \"region\"",
+                p->unit ? p->unit : "");
+    else if (!strcmp(p->mechanism, "dp-sgd") && (!p->unit || strcmp(p->unit, "example") != 0))
         problem(c, p, "unit", 0,
                 "`privacy.unit` \"%s\": only \"example\" (one training example) is supported",
                 p->unit ? p->unit : "");

@@ -134,6 +134,26 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
                                 hex_json(q->ranges_sha256.data, q->ranges_sha256.len));
         json_object_set_new(o, "quantization", qj);
     }
+    if (r->ddp && r->ddp->params) {
+        const Fedagg__DdpParams *p = r->ddp->params;
+        json_t *dj = json_object();
+        json_object_set_new(dj, "clip", json_real(p->clip));
+        json_object_set_new(dj, "noise_multiplier", json_real(p->noise_multiplier));
+        json_object_set_new(dj, "min_regions", json_integer(p->min_regions));
+        json_object_set_new(dj, "bits", json_integer(p->bits));
+        json_object_set_new(dj, "granularity", json_real(p->granularity));
+        json_object_set_new(dj, "sigma2", json_real(p->sigma2));
+        json_object_set_new(dj, "l2_bound", json_real(p->l2_bound));
+        json_object_set_new(dj, "padded_dim", json_integer((json_int_t)p->padded_dim));
+        json_object_set_new(dj, "ring_bits", json_integer(p->ring_bits));
+        json_object_set_new(dj, "noisy_contributions", json_integer(r->ddp->noisy_contributions));
+        json_object_set_new(dj, "epsilon_round", json_real(r->ddp->epsilon_round));
+        json_object_set_new(dj, "epsilon_total", json_real(r->ddp->epsilon_total));
+        json_object_set_new(dj, "delta", json_real(r->ddp->delta));
+        json_object_set_new(dj, "rounds_accounted",
+                            json_integer((json_int_t)r->ddp->rounds_accounted));
+        json_object_set_new(o, "distributed_dp", dj);
+    }
     if (r->tensor_table_digest.len) {
         json_object_set_new(o, "tensor_table_digest",
                             hex_json(r->tensor_table_digest.data, r->tensor_table_digest.len));

@@ -61,6 +61,7 @@
 #include "worker/local_checkpoint.h"
 #include "worker/local_round.h"
 #include "worker/local_tensors.h"
+#include "worker/ddp.h"
 #include "worker/privacy_budget.h"
 #include "worker/privacy_state.h"
 #include "worker/quantize.h"
@@ -218,6 +219,9 @@ struct worker {
 
     /* Differential privacy (privacy.target_epsilon > 0). */
     int dp;                   /* on (every rank) */
+    int ddg_budget;           /* privacy.mechanism "ddg": the budget accounts the federation's
+                               * distributed DP; no DP-SGD in training */
+    int have_ddg_spend;       /* w->spend holds the federation's DDG round */
     fa_train_dp dpo;          /* built-in: DP-SGD's parameters; rank 0 draws the key per round */
     fa_privacy_state *pstate; /* rank 0: the region's accountant on disk */
     int pstate_dirty;         /* charged in memory but not yet on disk: nothing leaves */
@@ -575,7 +579,7 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
         ck.on_boundary = sigterm_at_step;
         ck.on_boundary_user = w;
     }
-    if (w->dp) {
+    if (w->dp && !w->ddg_budget) {
         /* A fresh secret for every run, resumed ones included: the Poisson
          * samples and the noise are its streams (rank 0's reaches the
          * others inside the local round). */
@@ -613,7 +617,7 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
            " seconds=%.2f resumed_at_step=%s",
            w->world, res.steps, res.num_examples, res.mean_loss, res.wire_bytes, res.seconds,
            resumed);
-    if (w->dp)
+    if (w->dp && !w->ddg_budget)
         fa_log(FA_LOG_INFO, "DP-SGD round",
                "steps=%" PRIu64 " mean_batch=%.1f clipped_fraction=%.4f noise_multiplier=%g "
                "clip=%g sampling_rate=%g",
@@ -750,7 +754,10 @@ static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_err
     fa_quantize_params qp;
     fa_quantize_stats qs;
     char q[FA_ST_MAX_NAME + 8];
-    int rc = fa_quantize_params_from_proto(&qp, info->quant, err);
+    int rc;
+    if (info->ddp)
+        return 0; /* distributed DP clips, rotates and rounds it itself (worker/ddp.h) */
+    rc = fa_quantize_params_from_proto(&qp, info->quant, err);
     if (rc == 0)
         rc = fa_quantize_prepare(w->delta, w->d, w->table, &qp, &qs, err);
     if (rc != 0)
@@ -784,7 +791,11 @@ static int privacy_setup(struct worker *w, fa_error *err)
     int created = 0, rc;
 
     w->exhausted_round = UINT64_MAX;
-    if (!w->external) {
+    if (w->ddg_budget) {
+        /* the spend comes with the federation's parameters (privacy_gate) */
+        memset(&w->spend, 0, sizeof(w->spend));
+        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DDG);
+    } else if (!w->external) {
         double q = p->sampling_rate;
         if (q == 0.0)
             q = w->shard.ds.n ? (double)w->topts.batch_size / (double)w->shard.ds.n : 1.0;
@@ -813,6 +824,18 @@ static int privacy_setup(struct worker *w, fa_error *err)
     if ((rc = fa_privacy_state_open(&w->pstate, w->cfg, &created, err)) != 0)
         return rc;
     b = fa_privacy_state_budget(w->pstate);
+    {
+        /* one budget, one unit: example-level DP-SGD and region-level DDG
+         * do not add up to a bound of either */
+        const fa_privacy_release *l = fa_privacy_budget_last(b);
+        if (l && (strcmp(l->spend.mechanism, FA_PRIVACY_MECHANISM_DDG) == 0) != w->ddg_budget)
+            return fa_errorf(err, FA_ERR_INVAL,
+                             "privacy: the accountant %s accounts mechanism \"%s\", this config "
+                             "says privacy.mechanism \"%s\": a budget keeps one mechanism and "
+                             "unit; use another state directory",
+                             fa_privacy_state_path(w->pstate), l->spend.mechanism,
+                             w->ddg_budget ? FA_PRIVACY_MECHANISM_DDG : FA_PRIVACY_MECHANISM_DPSGD);
+    }
     /* the next round: the built-in trainer's, or what the external one's
      * last round cost */
     if (next_spend(w) && (rc = fa_privacy_budget_preview(b, next_spend(w), &er, &et, err)) != 0 &&
@@ -827,10 +850,14 @@ static int privacy_setup(struct worker *w, fa_error *err)
            fa_privacy_state_path(w->pstate), created ? "(new)" : "(restored)",
            fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b),
            fa_privacy_budget_delta(b), fa_privacy_budget_rounds(b),
-           w->external ? "reported-by-trainer" : FA_PRIVACY_MECHANISM_DPSGD,
-           w->external ? NAN : w->spend.noise_multiplier, w->external ? NAN : w->spend.clip,
-           w->external ? NAN : w->spend.sampling_rate, w->external ? 0 : w->spend.steps,
-           w->external ? NAN : er);
+           w->ddg_budget ? FA_PRIVACY_MECHANISM_DDG
+           : w->external ? "reported-by-trainer"
+                         : FA_PRIVACY_MECHANISM_DPSGD,
+           w->external || w->ddg_budget ? NAN : w->spend.noise_multiplier,
+           w->external || w->ddg_budget ? NAN : w->spend.clip,
+           w->external || w->ddg_budget ? NAN : w->spend.sampling_rate,
+           w->external || w->ddg_budget ? 0 : w->spend.steps,
+           w->external || w->ddg_budget ? NAN : er);
     return 0;
 }
 
@@ -839,6 +866,8 @@ static int privacy_setup(struct worker *w, fa_error *err)
 static const fa_privacy_spend *next_spend(const struct worker *w)
 {
     const fa_privacy_release *l;
+    if (w->ddg_budget)
+        return w->have_ddg_spend ? &w->spend : NULL;
     if (!w->external)
         return &w->spend;
     l = fa_privacy_budget_last(fa_privacy_state_budget(w->pstate));
@@ -876,20 +905,52 @@ static int privacy_exhausted(struct worker *w, uint64_t round, const char *what,
     return PRIV_SKIP;
 }
 
+/* privacy.mechanism "ddg": the round's spend from the federation's
+ * distributed DP (worker/ddp.h), which it must have. */
+static int ddg_spend(struct worker *w, const Fedagg__FederationInfo *info, fa_error *e)
+{
+    fa_ddg_params p;
+    int rc;
+    if (!info->ddp)
+        return fa_errorf(e, FA_ERR_PROTOCOL,
+                         "privacy.mechanism is \"ddg\" but the federation has no distributed_dp: "
+                         "the update would leave without the noise the budget accounts");
+    if ((rc = fa_ddp_params(&p, info, e)) != 0)
+        return rc;
+    fa_ddp_spend(&p, &w->spend);
+    w->have_ddg_spend = 1;
+    return 0;
+}
+
+/* The federation's distributed DP cannot be accounted: this round is sat
+ * out (said once per round). */
+static int ddg_refused(struct worker *w, uint64_t round, int rc, const fa_error *e)
+{
+    if (w->exhausted_round != round)
+        log_err("distributed DP cannot be accounted; this region does not train or upload this "
+                "round",
+                rc, e);
+    w->exhausted_round = round;
+    return PRIV_SKIP;
+}
+
 /* Before training round `info`: PRIV_GO, or the budget says no. */
 static int privacy_gate(struct worker *w, const Fedagg__FederationInfo *info)
 {
     fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
     const fa_privacy_release *l = fa_privacy_budget_last(b);
-    const fa_privacy_spend *sp = next_spend(w);
+    const fa_privacy_spend *sp;
     fa_error e;
     int rc;
 
+    fa_error_clear(&e);
+    if (w->ddg_budget && (rc = ddg_spend(w, info, &e)) != 0)
+        return ddg_refused(w, info->round, rc, &e);
+    sp = next_spend(w);
     /* The update of this round and model may already be paid for (a
      * restarted worker resuming its finished round): the charge decides. */
     if (l && l->round == info->round && l->version == info->model_version)
         return PRIV_GO;
-    fa_error_clear(&e);
     if (sp) {
         rc = fa_privacy_budget_preview(b, sp, NULL, NULL, &e);
     } else {
@@ -993,7 +1054,13 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
     char q[700];
 
     fa_error_clear(&e);
-    if (w->external) {
+    if (w->ddg_budget) {
+        if ((rc = ddg_spend(w, info, &e)) != 0) {
+            w->delta_version = UINT64_MAX;
+            return ddg_refused(w, info->round, rc, &e);
+        }
+        sp = w->spend;
+    } else if (w->external) {
         rc = external_spend(w, &sp, &e);
         if (rc == FA_ERR_RANGE) {
             w->delta_version = UINT64_MAX;
@@ -1421,6 +1488,8 @@ int main(int argc, char **argv)
         grace_s = (sig_atomic_t)cfg->preempt_grace_s;
     }
     w.dp = cfg->privacy && cfg->privacy->target_epsilon > 0;
+    w.ddg_budget = w.dp && cfg->privacy->mechanism &&
+                   !strcmp(cfg->privacy->mechanism, FA_PRIVACY_MECHANISM_DDG);
     if (rc == 0 && w.dp)
         rc = privacy_setup(&w, &err);
     if (rc == 0 && (cfg->preempt_grace_s < 1 || cfg->preempt_grace_s > 3600))

@@ -28,15 +28,17 @@ struct fa_privacy_budget {
  *   24-byte nonce | XChaCha20-Poly1305 of the body (16-byte tag)
  *   body: u32 format 1 | u64 rounds | u8 have_last | u64 round | u64 version |
  *         32-byte digest | u32 len | mechanism | f64 sigma | f64 clip |
- *         f64 q | u64 steps | f64 eps_round | f64 eps_total |
+ *         f64 q | u64 steps | [format 2: f64 ddg_l2_sens | f64 ddg_sigma2 |
+ *         u32 ddg_regions | u64 ddg_dim] | f64 eps_round | f64 eps_total |
  *         u32 len | the accountant (fa_rdp_accountant_save)
+ * Format 1 (before DDG) is still read.
  *
  * Integers little-endian, doubles as their IEEE 754 bits. */
 
 static const uint8_t magic[8] = {'F', 'A', 'P', 'R', 'I', 'V', 'A', '1'};
 #define KDF_CONTEXT "faprivac"
 #define KDF_SUBKEY 1
-#define FORMAT 1u
+#define FORMAT 2u
 
 typedef struct wbuf {
     uint8_t *p;
@@ -254,6 +256,10 @@ int fa_privacy_budget_seal(const fa_privacy_budget *b, const uint8_t identity_se
     w_f64(&body, l->spend.clip);
     w_f64(&body, l->spend.sampling_rate);
     w_u64(&body, l->spend.steps);
+    w_f64(&body, l->spend.ddg_l2_sens);
+    w_f64(&body, l->spend.ddg_sigma2);
+    w_u32(&body, l->spend.ddg_regions);
+    w_u64(&body, l->spend.ddg_dim);
     w_f64(&body, l->epsilon_round);
     w_f64(&body, l->epsilon_total);
     w_u32(&body, (uint32_t)acc_len);
@@ -292,6 +298,26 @@ out:
 static int check_spend(const fa_privacy_spend *sp, fa_error *err);
 static int epsilon_of(const fa_rdp_accountant *a, double delta, double *eps, fa_error *err);
 
+static int is_ddg(const fa_privacy_spend *sp)
+{
+    return strcmp(sp->mechanism, FA_PRIVACY_MECHANISM_DDG) == 0;
+}
+
+/* One round of sp into a. */
+static int compose(fa_rdp_accountant *a, const fa_privacy_spend *sp, fa_error *err)
+{
+    fa_rdp_ddg_params p;
+    if (!is_ddg(sp))
+        return fa_rdp_accountant_compose_sgm(a, sp->sampling_rate, sp->noise_multiplier, sp->steps,
+                                             err);
+    memset(&p, 0, sizeof(p));
+    p.l2_sens = sp->ddg_l2_sens;
+    p.sigma2 = sp->ddg_sigma2;
+    p.n_regions = sp->ddg_regions;
+    p.dim = sp->ddg_dim;
+    return fa_rdp_accountant_compose_ddg(a, &p, 1, err);
+}
+
 /* The last release's epsilons at the budget's delta (the config's, which
  * may differ from the one it was charged at): the same computation as the
  * charge, so the same bits when the delta is the same. */
@@ -305,8 +331,7 @@ static int restate(fa_privacy_budget *b, fa_error *err)
 
     if ((rc = check_spend(sp, err)) != 0 ||
         (rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
-        (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier, sp->steps,
-                                            err)) != 0 ||
+        (rc = compose(one, sp, err)) != 0 ||
         (rc = epsilon_of(one, b->delta, &b->last.epsilon_round, err)) != 0) {
         fa_rdp_accountant_del(one);
         return fa_error_prefix(err, rc, "privacy accountant: its last round");
@@ -327,7 +352,7 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
     fa_privacy_release *l;
     const uint8_t *p;
     size_t head_len;
-    uint32_t acc_len;
+    uint32_t acc_len, format;
     rbuf r = {sealed, len, 0, 0};
     int rc;
 
@@ -372,7 +397,8 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
     }
     r = (rbuf){body, (size_t)body_len, 0, 0};
     l = &b->last;
-    if (r_u32(&r) != FORMAT) {
+    format = r_u32(&r);
+    if (format != 1 && format != FORMAT) {
         rc = fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: unknown format");
         goto out;
     }
@@ -388,6 +414,12 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
     l->spend.clip = r_f64(&r);
     l->spend.sampling_rate = r_f64(&r);
     l->spend.steps = r_u64(&r);
+    if (format >= 2) {
+        l->spend.ddg_l2_sens = r_f64(&r);
+        l->spend.ddg_sigma2 = r_f64(&r);
+        l->spend.ddg_regions = r_u32(&r);
+        l->spend.ddg_dim = r_u64(&r);
+    }
     l->epsilon_round = r_f64(&r);
     l->epsilon_total = r_f64(&r);
     acc_len = r_u32(&r);
@@ -415,11 +447,20 @@ out:
 
 static int check_spend(const fa_privacy_spend *sp, fa_error *err)
 {
-    if (strcmp(sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD) != 0)
+    if (strcmp(sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD) != 0 && !is_ddg(sp))
         return fa_errorf(err, FA_ERR_INVAL,
                          "privacy: mechanism \"%.40s\" cannot be accounted (only \"%s\", the "
-                         "Poisson-sampled Gaussian)",
-                         sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD);
+                         "Poisson-sampled Gaussian, and \"%s\", the distributed discrete "
+                         "Gaussian)",
+                         sp->mechanism, FA_PRIVACY_MECHANISM_DPSGD, FA_PRIVACY_MECHANISM_DDG);
+    if (is_ddg(sp) &&
+        (!(sp->ddg_l2_sens > 0) || !isfinite(sp->ddg_l2_sens) || !(sp->ddg_sigma2 >= 1) ||
+         !isfinite(sp->ddg_sigma2) || sp->ddg_regions == 0 || sp->ddg_dim == 0))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "privacy: a distributed discrete Gaussian round with sensitivity %g, "
+                         "sigma2 %g, %u regions, dimension %llu (need > 0, >= 1, >= 1, >= 1)",
+                         sp->ddg_l2_sens, sp->ddg_sigma2, sp->ddg_regions,
+                         (unsigned long long)sp->ddg_dim);
     if (!(sp->noise_multiplier > 0.0) || !isfinite(sp->noise_multiplier))
         return fa_errorf(err, FA_ERR_INVAL, "privacy: noise multiplier %g (must be finite, > 0)",
                          sp->noise_multiplier);
@@ -450,20 +491,23 @@ int fa_privacy_budget_preview(const fa_privacy_budget *b, const fa_privacy_spend
     if ((rc = check_spend(sp, err)) != 0)
         return rc;
     if ((rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
-        (rc = fa_rdp_accountant_compose_sgm(one, sp->sampling_rate, sp->noise_multiplier, sp->steps,
-                                            err)) != 0 ||
-        (rc = epsilon_of(one, b->delta, &er, err)) != 0 ||
+        (rc = compose(one, sp, err)) != 0 || (rc = epsilon_of(one, b->delta, &er, err)) != 0 ||
         (rc = fa_rdp_accountant_new(&all, orders, n, err)) != 0 ||
         (rc = fa_rdp_accountant_compose_rdp(all, spent, n, 1, err)) != 0 ||
-        (rc = fa_rdp_accountant_compose_sgm(all, sp->sampling_rate, sp->noise_multiplier, sp->steps,
-                                            err)) != 0 ||
-        (rc = epsilon_of(all, b->delta, &et, err)) != 0)
+        (rc = compose(all, sp, err)) != 0 || (rc = epsilon_of(all, b->delta, &et, err)) != 0)
         goto out;
     if (eps_round)
         *eps_round = er;
     if (eps_total)
         *eps_total = et;
-    if (!(et <= b->epsilon))
+    if (!(et <= b->epsilon) && is_ddg(sp))
+        rc = fa_errorf(err, FA_ERR_RANGE,
+                       "privacy budget exhausted: this round (distributed discrete Gaussian, "
+                       "noise multiplier %g, clip %g, %u regions' noise) would cost epsilon %.4g "
+                       "and take the total from %.4g to %.4g, beyond the budget of %g at delta %g",
+                       sp->noise_multiplier, sp->clip, sp->ddg_regions, er,
+                       fa_privacy_budget_epsilon(b), et, b->epsilon, b->delta);
+    else if (!(et <= b->epsilon))
         rc = fa_errorf(err, FA_ERR_RANGE,
                        "privacy budget exhausted: this round (%llu steps, sigma %g, q %g) would "
                        "cost epsilon %.4g and take the total from %.4g to %.4g, beyond the "
@@ -496,8 +540,7 @@ int fa_privacy_budget_charge(fa_privacy_budget *b, const fa_privacy_spend *sp, u
         return 0;
     if ((rc = fa_privacy_budget_preview(b, sp, &er, &et, err)) != 0)
         return rc;
-    if ((rc = fa_rdp_accountant_compose_sgm(b->acc, sp->sampling_rate, sp->noise_multiplier,
-                                            sp->steps, err)) != 0)
+    if ((rc = compose(b->acc, sp, err)) != 0)
         return rc;
     b->rounds++;
     b->have_last = 1;
@@ -571,8 +614,9 @@ int fa_privacy_budget_statement(const fa_privacy_budget *b, uint64_t round, uint
     st->epsilon_total = l->epsilon_total;
     st->budget_epsilon = b->epsilon;
     st->budget_delta = b->delta;
-    st->accountant = (char *)FA_PRIVACY_ACCOUNTANT_NAME;
-    st->unit = (char *)"example";
+    st->accountant =
+        (char *)(is_ddg(&l->spend) ? FA_PRIVACY_ACCOUNTANT_NAME_DDG : FA_PRIVACY_ACCOUNTANT_NAME);
+    st->unit = (char *)(is_ddg(&l->spend) ? "region" : "example");
     st->rounds_accounted = b->rounds;
     return 0;
 }

@@ -48,10 +48,14 @@
 
 /* The state's file in the worker's state directory. */
 #define FA_PRIVACY_BUDGET_FILE "privacy-accountant"
-/* The one mechanism accounted: DP-SGD's Poisson-sampled Gaussian. */
+/* The mechanisms accounted: DP-SGD's Poisson-sampled Gaussian (example
+ * level), and the federation's distributed discrete Gaussian on the
+ * secure sum (worker/ddp.h: one round per update, region level). */
 #define FA_PRIVACY_MECHANISM_DPSGD "dp-sgd"
+#define FA_PRIVACY_MECHANISM_DDG "ddg"
 /* The accountant, as statements name it. */
 #define FA_PRIVACY_ACCOUNTANT_NAME "rdp-sgm/tight-conversion"
+#define FA_PRIVACY_ACCOUNTANT_NAME_DDG "rdp-ddg/tight-conversion"
 #define FA_PRIVACY_MECHANISM_MAX 32
 
 typedef struct fa_privacy_budget fa_privacy_budget;
@@ -60,11 +64,17 @@ typedef struct fa_privacy_budget fa_privacy_budget;
  * sampling rate q and noise multiplier sigma (noise sigma * clip on a sum of
  * gradients clipped to clip). */
 typedef struct fa_privacy_spend {
-    char mechanism[FA_PRIVACY_MECHANISM_MAX]; /* FA_PRIVACY_MECHANISM_DPSGD */
-    double noise_multiplier;                  /* sigma > 0 */
+    char mechanism[FA_PRIVACY_MECHANISM_MAX]; /* FA_PRIVACY_MECHANISM_DPSGD or _DDG */
+    double noise_multiplier;                  /* sigma > 0 (DDG: z, stated) */
     double clip;                              /* > 0 (stated; the accounting is in its units) */
-    double sampling_rate;                     /* q in (0, 1] */
-    uint64_t steps;                           /* >= 1 */
+    double sampling_rate;                     /* q in (0, 1] (DDG: 1) */
+    uint64_t steps;                           /* >= 1 (DDG: 1 round) */
+    /* DDG only (privacy/accountant.h fa_rdp_ddg_params, integer units):
+     * the L2 sensitivity B, each region's sigma2, the regions whose noise
+     * is charged, the rotated dimension. */
+    double ddg_l2_sens, ddg_sigma2;
+    uint32_t ddg_regions;
+    uint64_t ddg_dim;
 } fa_privacy_spend;
 
 /* The last round released: what the statements say. */

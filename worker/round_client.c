@@ -28,6 +28,7 @@
 #include "netconfig/quic_config.h"
 #include "secagg.pb-c.h"
 #include "transport/h3.h"
+#include "worker/ddp.h"
 #include "worker/eval_report.h"
 
 #define LONG_POLL_MS (45u * 60u * 1000u) /* longer than any phase deadline */
@@ -1667,7 +1668,7 @@ static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
                              const Fedagg__FederationInfo *info)
 {
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
-    size_t n = (size_t)info->num_params + 1;
+    size_t n = (size_t)fa_ddp_vector_len(info);
     uint32_t *q;
     char path[4096];
     fa_error err;
@@ -1786,6 +1787,24 @@ out:
     return r;
 }
 
+/* The update as the attempt's input: through the float codec, or with the
+ * federation's distributed DP as this region's noisy ring vector
+ * (worker/ddp.h: a function of the update and the identity key, so a
+ * resumed attempt sets the same input; every region weighs 1 there).
+ * *ring is the caller's to free once c is gone. */
+static int set_input(fa_round_client *rc, fa_secagg_client *c, const Fedagg__FederationInfo *info,
+                     const float *delta, size_t d, double weight, uint32_t **ring, fa_error *err)
+{
+    size_t n = 0;
+    int r;
+    if (!info->ddp)
+        return fa_secagg_client_set_input_f32(c, delta, d, weight, err);
+    free(*ring);
+    r = fa_ddp_encode_update(info, rc->seed, rc->federation_id, rc->region_id, delta, d, ring, &n,
+                             err);
+    return r != 0 ? r : fa_secagg_client_set_input_ring(c, *ring, n, err);
+}
+
 int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info, const float *delta,
                         size_t d, double weight, fa_round_outcome *out, fa_error *err)
 {
@@ -1793,6 +1812,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     fa_secagg_client *c = NULL;
     fa_h3_client_stats s0, s1;
     float *saved_delta = NULL;
+    uint32_t *ring = NULL; /* distributed DP: the noisy input, borrowed by c */
     uint8_t *msg = NULL, *ans = NULL;
     size_t msg_len = 0, ans_len = 0;
     uint64_t t0;
@@ -1815,7 +1835,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     cfg.attempt = info->attempt;
     cfg.threshold = info->threshold;
     cfg.neighbours = info->neighbours;
-    cfg.vector_len = info->num_params + 1;
+    cfg.vector_len = fa_ddp_vector_len(info);
     cfg.ring_bits = info->quant->ring_bits;
     cfg.quant.bits = info->quant->bits;
     cfg.quant.clip_mode = (int)info->quant->clip_mode;
@@ -1855,7 +1875,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         delta = saved_delta;
         d = sd;
         resumed = 1;
-        r = fa_secagg_client_set_input_f32(c, delta, d, weight, err);
+        r = set_input(rc, c, info, delta, d, weight, &ring, err);
         if (r == FA_ERR_STATE) {
             /* the saved update is not the one this attempt's masks were
              * bound to (overwritten since): never mask it; sit this one out */
@@ -1928,7 +1948,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
             goto out;
         PHASE_END(1);
 
-        r = fa_secagg_client_set_input_f32(c, delta, d, weight, err);
+        r = set_input(rc, c, info, delta, d, weight, &ring, err);
         if (r == 0)
             r = save_attempt(rc, c, info->round, info->attempt, delta, d, weight, err);
         if (r != 0)
@@ -2009,5 +2029,6 @@ out:
     free(ans);
     free(saved_delta);
     fa_secagg_client_del(c);
+    free(ring);
     return r;
 }

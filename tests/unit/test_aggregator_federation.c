@@ -4,7 +4,7 @@
  * clock.  Covers a complete round (the new model is the old one plus the
  * weighted mean delta), a dropout, a restart of the aggregator mid-round from
  * its saved state, idempotent retries, impersonation, stale upload streams,
- * and the audit log behind it. */
+ * the audit log behind it, and rounds under distributed DP. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -27,6 +27,8 @@
 #include "common/fa_safetensors.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
+#include "privacy/accountant.h"
+#include "privacy/ddg.h"
 #include "fedagg.pb-c.h"
 #include "model/delta.h"
 #include "model/mlp.h"
@@ -195,7 +197,7 @@ static void clients_new(struct sim *s)
         cfg.round = round;
         cfg.attempt = attempt;
         cfg.threshold = fi->threshold;
-        cfg.vector_len = fi->num_params + 1;
+        cfg.vector_len = fi->ddp ? fi->ddp->padded_dim + 1 : fi->num_params + 1;
         cfg.ring_bits = fi->quant->ring_bits;
         cfg.quant.bits = fi->quant->bits;
         cfg.quant.clip_mode = (int)fi->quant->clip_mode;
@@ -263,6 +265,33 @@ static void upload(struct sim *s, int i)
         if (n == 0)
             break;
         assert_int_equal(fa_fed_masked_chunk(s->f, ids[i], id, buf, n, s->now, &r), 0);
+    }
+    assert_int_equal(fa_fed_masked_end(s->f, ids[i], id, s->now, &r), 0);
+    fa_fed_reply_free(&r);
+}
+
+/* upload() of a ring input (distributed DP) */
+static void upload_ring(struct sim *s, int i, const uint32_t *q, size_t n)
+{
+    uint64_t round, id;
+    uint32_t attempt;
+    int discard;
+    fa_fed_reply r = {0};
+    uint8_t buf[4096];
+    size_t got;
+    fa_error err;
+
+    position(s, &round, &attempt, NULL, NULL);
+    must(fa_secagg_client_set_input_ring(s->c[i], q, n, &err), &err);
+    assert_int_equal(fa_fed_masked_begin(s->f, ids[i], round, attempt,
+                                         (int64_t)fa_secagg_client_masked_bytes(s->c[i]), s->now,
+                                         &id, &discard, &r),
+                     0);
+    for (;;) {
+        must(fa_secagg_client_masked_next(s->c[i], buf, sizeof(buf), &got, &err), &err);
+        if (got == 0)
+            break;
+        assert_int_equal(fa_fed_masked_chunk(s->f, ids[i], id, buf, got, s->now, &r), 0);
     }
     assert_int_equal(fa_fed_masked_end(s->f, ids[i], id, s->now, &r), 0);
     fa_fed_reply_free(&r);
@@ -857,7 +886,6 @@ static void test_below_threshold_aborts_attempt(void **state)
     sim_del(s);
 }
 
-
 /* ---------------------------------------------------------------------- */
 /* Any model                                                               */
 /* ---------------------------------------------------------------------- */
@@ -1153,8 +1181,8 @@ static void test_any_model_round(void **state)
 }
 
 /* A region's signed evaluation report of the current version. */
-static size_t eval_report(struct sim *s, int i, const char *as_region, uint64_t version,
-                          uint64_t n, double loss, double accuracy, int bad_sig, uint8_t **out)
+static size_t eval_report(struct sim *s, int i, const char *as_region, uint64_t version, uint64_t n,
+                          double loss, double accuracy, int bad_sig, uint8_t **out)
 {
     Fedagg__EvalStatement st = FEDAGG__EVAL_STATEMENT__INIT;
     Fedagg__SignedEval se = FEDAGG__SIGNED_EVAL__INIT;
@@ -1246,7 +1274,7 @@ static void test_federated_evaluation(void **state)
     must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
     assert_non_null(strstr(json, "\"federated_eval\""));
     assert_non_null(strstr(json, "\"accuracy\": 0.65") ? strstr(json, "\"accuracy\": 0.65")
-                                                        : strstr(json, "\"accuracy\":0.65"));
+                                                       : strstr(json, "\"accuracy\":0.65"));
     assert_non_null(strstr(json, "\"regions\":2"));
     free(json);
 
@@ -1691,6 +1719,143 @@ static void test_operators(void **state)
     sim_del(s);
 }
 
+/* Distributed DP (aggregator/fed_ddp.c) in process: the regions' noisy ring
+ * vectors (privacy/ddg.h, as worker/ddp.c makes them) are summed, and the
+ * aggregator decodes the mean of the clipped updates into the model within
+ * the noise; each record carries its DdpRound with the true number of noisy
+ * contributions (2 of 3 in round 2); reopened, the aggregator rebuilds its
+ * account from the log (round 3's total is the three rounds composed). */
+static void test_ddp_rounds(void **state)
+{
+    static const char model[] =
+        "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
+        "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"
+        "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 "
+        "range: RANGE_FIXED }\n"
+        "model_delta { enabled: false }\n"
+        "distributed_dp { enabled: true clip: 1.0 noise_multiplier: 0.02 min_regions: 3 bits: 8 "
+        "}\n";
+    const int all[] = {0, 1, 2}, two[] = {0, 1};
+    const double norms[NR] = {0.5, 0.8, 3.0}; /* the third is clipped to 1 */
+    struct sim *s = sim_new_model(1000, model, NULL);
+    fa_ddg_config dc;
+    fa_ddg_params p;
+    uint8_t rot[32];
+    float w0[53], w1[53];
+    uint32_t *q = NULL;
+    double noisy[3] = {3, 2, 3}, eps_total[3];
+    fa_error err;
+    (void)state;
+
+    assert_int_equal(s->d, 53);
+    memset(&dc, 0, sizeof(dc));
+    dc.clip = 1.0;
+    dc.noise_multiplier = 0.02;
+    dc.min_regions = 3;
+    dc.max_regions = NR;
+    dc.bits = 8;
+    dc.beta = exp(-0.5);
+    dc.beta_wrap = 1e-9;
+    dc.dim = s->d;
+    must(fa_ddg_derive(&p, &dc, &err), &err);
+    assert_int_equal(p.padded, 64);
+    /* a ring narrower than quantization.bits: the float codec's bits the
+     * federation announces must not exceed it */
+    assert_true(p.ring_bits < 16);
+    q = malloc((p.padded + 1) * sizeof(*q));
+    assert_non_null(q);
+    fa_ddg_rotation_seed("unit", rot);
+    for (int i = 0; i < NR; i++) {
+        double ss = 0;
+        for (size_t j = 0; j < s->d; j++)
+            ss += (double)s->delta[i][j] * s->delta[i][j];
+        for (size_t j = 0; j < s->d; j++)
+            s->delta[i][j] = (float)(s->delta[i][j] * norms[i] / sqrt(ss));
+    }
+    for (uint64_t round = 1; round <= 3; round++) {
+        const int *who = round == 2 ? two : all;
+        int nwho = round == 2 ? 2 : NR;
+        model_params(s, w0);
+        clients_new(s);
+        run_to_masked(s, who, nwho);
+        for (int k = 0; k < nwho; k++) {
+            must(fa_ddg_encode(&p, s->delta[who[k]], rot, round, NULL, q, NULL, &err), &err);
+            upload_ring(s, who[k], q, p.padded + 1);
+        }
+        s->now += 1;
+        assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+        run_to_end(s, who, nwho, round, 0);
+        model_params(s, w1);
+        /* the new model is the old one plus the mean of the clipped updates
+         * and the noise: z c / n a coordinate (n sigma2 gamma^2 / n^2) */
+        double err2 = 0, expect = nwho * p.sigma2 * p.gamma * p.gamma / (nwho * nwho) * s->d;
+        for (size_t j = 0; j < s->d; j++) {
+            double mean = 0;
+            for (int k = 0; k < nwho; k++)
+                mean +=
+                    s->delta[who[k]][j] * (norms[who[k]] > 1.0 ? 1.0 / norms[who[k]] : 1.0) / nwho;
+            err2 += (w1[j] - w0[j] - mean) * (w1[j] - w0[j] - mean);
+        }
+        printf("# round %llu, %d regions: ||model step - clipped mean||^2 %.4g, the noise's %.4g\n",
+               (unsigned long long)round, nwho, err2, expect);
+        /* 53 coordinates: chi-squared, far inside [0.3, 2.5] x its mean; the
+         * unclipped mean (round 1) would be 0.44 away */
+        assert_true(err2 > 0.3 * expect && err2 < 2.5 * expect);
+        if (round == 1) {
+            /* reopened after round 1: the account is rebuilt from the log */
+            fa_fed_close(s->f);
+            s->f = NULL;
+            sim_open(s);
+        }
+    }
+    fa_fed_close(s->f);
+    s->f = NULL;
+    {
+        fa_audit_log *log;
+        fa_rdp_accountant *a;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        must(fa_audit_log_open_readonly(&log, path, NULL, NULL, &err), &err);
+        assert_int_equal(fa_audit_log_size(log), 3);
+        assert_int_equal(fa_rdp_accountant_new(&a, NULL, 0, NULL), 0);
+        for (uint64_t i = 0; i < 3; i++) {
+            uint8_t *rec;
+            size_t rlen;
+            fa_rdp_ddg_params rp = {0};
+            Fedagg__AuditRecord *r;
+            must(fa_audit_log_read(log, i, &rec, &rlen, &err), &err);
+            r = fedagg__audit_record__unpack(NULL, rlen, rec);
+            free(rec);
+            assert_non_null(r);
+            assert_non_null(r->ddp);
+            assert_non_null(r->ddp->params);
+            assert_int_equal(r->ddp->noisy_contributions, (uint32_t)noisy[i]);
+            assert_int_equal(r->n_participants, (size_t)noisy[i]);
+            assert_int_equal(r->ddp->params->padded_dim, 64);
+            assert_int_equal(r->ddp->params->min_regions, 3);
+            assert_true(r->ddp->params->sigma2 == p.sigma2);
+            assert_int_equal(r->ddp->rounds_accounted, i + 1);
+            rp.l2_sens = p.bound;
+            rp.sigma2 = p.sigma2;
+            rp.n_regions = (uint32_t)noisy[i];
+            rp.dim = p.padded;
+            assert_int_equal(fa_rdp_accountant_compose_ddg(a, &rp, 1, NULL), 0);
+            assert_int_equal(fa_rdp_accountant_epsilon(a, 1e-5, FA_RDP_CONVERSION_TIGHT,
+                                                       &eps_total[i], NULL, NULL),
+                             0);
+            printf("# record %llu: noisy_contributions %u epsilon_round %.6g epsilon_total %.6g\n",
+                   (unsigned long long)i, r->ddp->noisy_contributions, r->ddp->epsilon_round,
+                   r->ddp->epsilon_total);
+            assert_true(fabs(r->ddp->epsilon_total - eps_total[i]) <= 1e-9 * eps_total[i]);
+            fedagg__audit_record__free_unpacked(r, NULL);
+        }
+        fa_rdp_accountant_del(a);
+        fa_audit_log_close(log);
+    }
+    free(q);
+    sim_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1708,6 +1873,7 @@ int main(void)
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),
         cmocka_unit_test(test_operators),
+        cmocka_unit_test(test_ddp_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

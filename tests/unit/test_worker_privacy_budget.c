@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,11 +262,104 @@ static void test_seal_open_and_statement(void **state)
     fa_privacy_budget_del(b);
 }
 
+/* The federation's distributed discrete Gaussian as the region's spend:
+ * region level, one round per release, the accountant's DDG RDP; refused
+ * beyond the budget; its parameters survive the seal. */
+static void test_ddg_budget(void **state)
+{
+    fa_privacy_budget *b, *c;
+    fa_privacy_spend sp;
+    fa_rdp_accountant *a;
+    fa_rdp_ddg_params p;
+    Fedagg__PrivacyStatement st;
+    uint8_t d[32], *sealed;
+    size_t len;
+    double one, two, three;
+    int charged;
+    fa_error err;
+    (void)state;
+
+    memset(&sp, 0, sizeof(sp));
+    strcpy(sp.mechanism, FA_PRIVACY_MECHANISM_DDG);
+    sp.noise_multiplier = 1.0;
+    sp.clip = 1.0;
+    sp.sampling_rate = 1.0;
+    sp.steps = 1;
+    sp.ddg_l2_sens = 1100.0;
+    sp.ddg_sigma2 = 1100.0 * 1100.0 / 3;
+    sp.ddg_regions = 3;
+    sp.ddg_dim = 1024;
+    memset(&p, 0, sizeof(p));
+    p.l2_sens = sp.ddg_l2_sens;
+    p.sigma2 = sp.ddg_sigma2;
+    p.n_regions = 3;
+    p.dim = 1024;
+    assert_int_equal(fa_rdp_accountant_new(&a, NULL, 0, NULL), 0);
+    assert_int_equal(fa_rdp_accountant_compose_ddg(a, &p, 1, NULL), 0);
+    assert_int_equal(fa_rdp_accountant_epsilon(a, 1e-5, FA_RDP_CONVERSION_TIGHT, &one, NULL, NULL),
+                     0);
+    assert_int_equal(fa_rdp_accountant_compose_ddg(a, &p, 1, NULL), 0);
+    assert_int_equal(fa_rdp_accountant_epsilon(a, 1e-5, FA_RDP_CONVERSION_TIGHT, &two, NULL, NULL),
+                     0);
+    assert_int_equal(fa_rdp_accountant_compose_ddg(a, &p, 1, NULL), 0);
+    assert_int_equal(
+        fa_rdp_accountant_epsilon(a, 1e-5, FA_RDP_CONVERSION_TIGHT, &three, NULL, NULL), 0);
+    fa_rdp_accountant_del(a);
+    printf("# DDG z = 1 at 3 regions: epsilon %.4f, %.4f, %.4f after 1, 2, 3 rounds (delta 1e-5)\n",
+           one, two, three);
+
+    /* a budget for two rounds, not three */
+    assert_int_equal(fa_privacy_budget_new(&b, "fed", "ap-south", (two + three) / 2, 1e-5, &err),
+                     0);
+    digest_of(d, 1);
+    assert_int_equal(fa_privacy_budget_charge(b, &sp, 1, 0, d, &charged, &err), 0);
+    assert_int_equal(charged, 1);
+    assert_true(fabs(fa_privacy_budget_epsilon(b) - one) < 1e-12);
+    assert_int_equal(fa_privacy_budget_charge(b, &sp, 1, 0, d, &charged, &err), 0);
+    assert_int_equal(charged, 0); /* the same update again (a new attempt) is free */
+    digest_of(d, 2);
+    assert_int_equal(fa_privacy_budget_charge(b, &sp, 2, 1, d, &charged, &err), 0);
+    assert_true(fabs(fa_privacy_budget_epsilon(b) - two) < 1e-12);
+    assert_int_equal(fa_privacy_budget_statement(b, 2, 0, &st, &err), 0);
+    assert_string_equal(st.mechanism, "ddg");
+    assert_string_equal(st.unit, "region");
+    assert_string_equal(st.accountant, FA_PRIVACY_ACCOUNTANT_NAME_DDG);
+    assert_true(fabs(st.epsilon_round - one) < 1e-9 && fabs(st.epsilon_total - two) < 1e-12);
+    digest_of(d, 3);
+    fa_error_clear(&err);
+    assert_int_equal(fa_privacy_budget_preview(b, &sp, NULL, NULL, &err), FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "distributed discrete Gaussian"));
+    assert_int_equal(fa_privacy_budget_charge(b, &sp, 3, 2, d, &charged, &err), FA_ERR_RANGE);
+    assert_int_equal(fa_privacy_budget_rounds(b), 2);
+
+    /* sealed and opened: the DDG round restated to the same epsilon */
+    assert_int_equal(fa_privacy_budget_seal(b, SEED, &sealed, &len, &err), 0);
+    assert_int_equal(fa_privacy_budget_open(&c, "fed", "ap-south", (two + three) / 2, 1e-5, sealed,
+                                            len, SEED, &err),
+                     0);
+    assert_true(fa_privacy_budget_epsilon(c) == fa_privacy_budget_epsilon(b));
+    assert_true(fa_privacy_budget_last(c)->epsilon_round ==
+                fa_privacy_budget_last(b)->epsilon_round);
+    assert_true(fa_privacy_budget_last(c)->spend.ddg_sigma2 == sp.ddg_sigma2);
+    assert_int_equal(fa_privacy_budget_last(c)->spend.ddg_regions, 3);
+    assert_int_equal(fa_privacy_budget_preview(c, &sp, NULL, NULL, NULL), FA_ERR_RANGE);
+    free(sealed);
+    fa_privacy_budget_del(c);
+
+    /* a DDG spend without its parameters is refused, naming them */
+    sp.ddg_regions = 0;
+    fa_error_clear(&err);
+    assert_int_equal(fa_privacy_budget_preview(b, &sp, NULL, NULL, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "distributed discrete Gaussian"));
+    fa_privacy_budget_del(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_charge_once_and_budget),
         cmocka_unit_test(test_seal_open_and_statement),
+        cmocka_unit_test(test_ddg_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
