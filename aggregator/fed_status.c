@@ -215,6 +215,24 @@ int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err)
             json_object_set_new(o, "storage", so);
         }
     }
+    if (f->ddp_on) {
+        /* distributed DP: the settings and the region-level account of the
+         * log's rounds (what every audit record's DdpRound says) */
+        json_t *dj = json_object();
+        if (dj) {
+            json_object_set_new(dj, "noise_multiplier", json_real(f->ddp.cfg.noise_multiplier));
+            json_object_set_new(dj, "clip", json_real(f->ddp.cfg.clip));
+            json_object_set_new(dj, "min_regions", json_integer(f->ddp.cfg.min_regions));
+            json_object_set_new(dj, "ring_bits", json_integer(f->ddp.ring_bits));
+            json_object_set_new(dj, "delta", json_real(f->ddp_delta));
+            json_object_set_new(dj, "rounds_accounted", json_integer((json_int_t)f->ddp_rounds));
+            if (f->ddp_rounds) {
+                json_object_set_new(dj, "epsilon_total", json_real(f->ddp_eps_total));
+                json_object_set_new(dj, "noisy_contributions_last", json_integer(f->ddp_noisy));
+            }
+            json_object_set_new(o, "distributed_dp", dj);
+        }
+    }
     {
         fa_eval_summary fe;
         fa_fed_eval_summary(f->feval, &fe);

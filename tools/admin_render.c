@@ -239,7 +239,7 @@ static void regions_table(FILE *out, const json_t *rs, uint64_t now)
 int fa_admin_render_status(FILE *out, const char *prog, const char *json, uint64_t now)
 {
     json_t *st = load(prog, json);
-    const json_t *storage, *fe, *ce, *audit, *rs;
+    const json_t *storage, *fe, *ce, *audit, *rs, *ddp;
     char t1[64], t2[64];
     double d, e;
 
@@ -297,6 +297,21 @@ int fa_admin_render_status(FILE *out, const char *prog, const char *json, uint64
             fa_dashboard_fmt_bytes(d, t2, sizeof(t2));
             fprintf(out, ", %s free", t2);
         }
+        fputc('\n', out);
+    }
+    ddp = json_object_get(st, "distributed_dp");
+    if (json_is_object(ddp)) {
+        fprintf(out, "  distributed DP: noise multiplier %g, clip %g, %.0f regions' noise charged",
+                num_or(ddp, "noise_multiplier", 0), num_or(ddp, "clip", 0),
+                num_or(ddp, "min_regions", 0));
+        if (num(ddp, "epsilon_total", &d))
+            fprintf(
+                out,
+                "; epsilon %.4g at delta %g after %.0f rounds (the last with %.0f regions' noise)",
+                d, num_or(ddp, "delta", 0), num_or(ddp, "rounds_accounted", 0),
+                num_or(ddp, "noisy_contributions_last", 0));
+        else
+            fprintf(out, "; no round accounted yet");
         fputc('\n', out);
     }
     audit = json_object_get(st, "audit");
@@ -586,6 +601,20 @@ void fa_admin_render_watch(FILE *out, const char *json, const char *error, const
         }
     }
     fr_nl(&f);
+    {
+        const json_t *ddp = json_object_get(st, "distributed_dp");
+        if (json_is_object(ddp)) {
+            fr_putf(&f, "Distributed DP  z %g  ", num_or(ddp, "noise_multiplier", 0));
+            if (num(ddp, "epsilon_total", &d))
+                fr_putf(&f,
+                        "epsilon %.4g (delta %g) after %.0f rounds, last %.0f/%.0f regions' noise",
+                        d, num_or(ddp, "delta", 0), num_or(ddp, "rounds_accounted", 0),
+                        num_or(ddp, "noisy_contributions_last", 0), num_or(ddp, "min_regions", 0));
+            else
+                fr_put(&f, "no round accounted yet");
+            fr_nl(&f);
+        }
+    }
     fr_put(&f, "Accuracy ");
     fe = json_object_get(st, "federated_eval");
     ce = json_object_get(st, "central_eval");

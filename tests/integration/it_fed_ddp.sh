@@ -69,6 +69,25 @@ grep 'msg="distributed DP accounted"\|fewer regions' "$AGG" | sed 's/^/  /'
 curl -sf "http://127.0.0.1:$MPORT/metrics" >"$D/metrics.txt" || fail "GET /metrics"
 grep -q '^fedagg_ddp_noisy_contributions 2$' "$D/metrics.txt" ||
     fail "metrics: $(grep ddp "$D/metrics.txt")"
+# The status document (a region's GET /v1/status as JSON) carries the same
+# account, and `fedagg status` renders it.
+"$FA_BIN/fedagg-h3" get --server "127.0.0.1:$PORT" --name localhost --ca "$D/pki/ca.crt" \
+    --cert "$D/pki/client-us-east.crt" --key "$D/pki/client-us-east.key" \
+    --header "accept: application/json" /v1/status --out "$D/status.json" >/dev/null 2>&1 ||
+    fail "GET /v1/status as JSON"
+python3 - "$D/status.json" "$D/metrics.txt" <<'PY' || fail "status distributed_dp: $(cat "$D/status.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))["distributed_dp"]
+assert d["min_regions"] == 3 and d["noise_multiplier"] == 0.001 and d["clip"] == 2.0, d
+assert d["rounds_accounted"] == 4 and d["noisy_contributions_last"] == 2, d
+m = [l.split() for l in open(sys.argv[2]) if l.startswith("fedagg_ddp_epsilon ")]
+assert m and abs(float(m[0][1]) - d["epsilon_total"]) <= 1e-9 * d["epsilon_total"], (m, d)
+print("status: distributed_dp", json.dumps(d))
+PY
+"$FA_BIN/fedagg" status --from "$D/status.json" >"$D/status.out" 2>&1 ||
+    fail "fedagg status --from: $(cat "$D/status.out")"
+grep -q "distributed DP: noise multiplier 0.001, clip 2, 3 regions' noise charged; epsilon .* after 4 rounds (the last with 2 regions' noise)" "$D/status.out" ||
+    fail "status text: $(cat "$D/status.out")"
 
 # The audit log: each record's DDG block.
 check_audit_and_versions
