@@ -9,6 +9,7 @@
 
 #include <sodium.h>
 
+#include "common/fa_endian.h"
 #include "common/fa_log.h"
 
 #define KDF_CONTEXT "faddgnse"
@@ -77,12 +78,6 @@ uint64_t fa_ddp_vector_len(const Fedagg__FederationInfo *info)
     return padded ? (uint64_t)padded + 1 : 0;
 }
 
-static void le64(uint8_t b[8], uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-}
-
 int fa_ddp_noise_key(const uint8_t identity_seed[32], const char *federation_id, const char *region,
                      uint64_t round, uint64_t model_version, const float *delta, size_t d,
                      uint8_t key[32], fa_error *err)
@@ -98,11 +93,11 @@ int fa_ddp_noise_key(const uint8_t identity_seed[32], const char *federation_id,
     crypto_generichash_update(&st, (const uint8_t *)NOISE_LABEL, sizeof(NOISE_LABEL));
     crypto_generichash_update(&st, (const uint8_t *)federation_id, strlen(federation_id) + 1);
     crypto_generichash_update(&st, (const uint8_t *)region, strlen(region) + 1);
-    le64(num, round);
+    fa_le_put_u64(num, round);
     crypto_generichash_update(&st, num, 8);
-    le64(num, model_version);
+    fa_le_put_u64(num, model_version);
     crypto_generichash_update(&st, num, 8);
-    le64(num, (uint64_t)d);
+    fa_le_put_u64(num, (uint64_t)d);
     crypto_generichash_update(&st, num, 8);
     crypto_generichash_update(&st, (const uint8_t *)delta, d * sizeof(float));
     crypto_generichash_final(&st, key, 32);
