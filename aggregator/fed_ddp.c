@@ -194,18 +194,16 @@ int fa_fed_ddp_decode(fa_fed *f, double *count_out, fa_error *err)
         goto out;
     }
     if ((rc = fa_secagg_server_result_ring(f->sa, sum, n, err)) != 0 ||
-        (rc = fa_ddg_decode(&f->ddp, sum, f->ddp_seed, f->round, f->ddp_mean, &count, err)) != 0)
+        (rc = fa_ddg_decode(&f->ddp, sum, f->ddp_seed, f->round, survivors, f->ddp_mean, &count,
+                            err)) != 0)
         goto out;
-    if (count != survivors) {
-        /* Every region counts itself once: a sum that says otherwise holds a
-         * region's malformed count.  The mean is over the participants. */
+    /* The mean is over the participants.  Every region counts itself once:
+     * a sum that says otherwise holds a region's malformed count. */
+    if (count != survivors)
         fa_log(FA_LOG_WARN,
                "distributed DP: the sum's count coordinate differs from the participants; "
-               "dividing by the participants",
+               "the mean is over the participants",
                "round=%" PRIu64 " count=%u participants=%u", f->round, count, survivors);
-        for (size_t i = 0; i < f->d; i++)
-            f->ddp_mean[i] = (float)((double)f->ddp_mean[i] * count / survivors);
-    }
     *count_out = survivors;
 out:
     if (rc != 0) {

@@ -173,8 +173,8 @@ out:
 }
 
 int fa_ddg_decode(const fa_ddg_params *p, const uint32_t *sum,
-                  const uint8_t seed[FA_ROTATION_SEED_BYTES], uint64_t stream, float *out,
-                  uint32_t *count, fa_error *err)
+                  const uint8_t seed[FA_ROTATION_SEED_BYTES], uint64_t stream, uint32_t regions,
+                  float *out, uint32_t *count, fa_error *err)
 {
     const size_t d = (size_t)p->cfg.dim, n = (size_t)p->padded;
     const uint32_t mask = p->ring_bits == 32 ? UINT32_MAX : (UINT32_C(1) << p->ring_bits) - 1;
@@ -183,7 +183,9 @@ int fa_ddg_decode(const fa_ddg_params *p, const uint32_t *sum,
     int rc;
 
     *count = k;
-    if (k == 0)
+    if (regions == 0)
+        regions = k;
+    if (regions == 0)
         return fa_errorf(err, FA_ERR_RANGE, "distributed DP: the sum counts no region");
     for (size_t off = 0; off < n; off += DECODE_CHUNK) {
         size_t m = n - off < DECODE_CHUNK ? n - off : DECODE_CHUNK;
@@ -194,7 +196,7 @@ int fa_ddg_decode(const fa_ddg_params *p, const uint32_t *sum,
     if ((rc = fa_rotation_inverse(out, n, seed, stream, err)) != 0)
         return rc;
     for (size_t i = 0; i < d; i++)
-        out[i] = (float)((double)out[i] / k);
+        out[i] = (float)((double)out[i] / regions);
     return 0;
 }
 

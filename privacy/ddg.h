@@ -104,12 +104,14 @@ int fa_ddg_encode(const fa_ddg_params *p, const float *x,
                   const fa_privacy_rng *rng, uint32_t *out, fa_ddg_encode_stats *st, fa_error *err);
 
 /* Decodes the ring sum sum[0 .. P + 1) into the mean out[0..d) (out has
- * room for P floats; the first d are the mean) and *count, the regions in
- * the sum (its last coordinate).  Returns 0, FA_ERR_RANGE (a count of 0),
+ * room for P floats; the first d are the mean) over `regions` regions (the
+ * aggregator: the participants it unmasked; 0: the sum's own count), and
+ * *count, the regions the sum counts (its last coordinate), for the caller
+ * to compare.  Returns 0, FA_ERR_RANGE (regions 0 and a count of 0),
  * FA_ERR_NOMEM or FA_ERR_CRYPTO. */
 int fa_ddg_decode(const fa_ddg_params *p, const uint32_t *sum,
-                  const uint8_t seed[FA_ROTATION_SEED_BYTES], uint64_t stream, float *out,
-                  uint32_t *count, fa_error *err);
+                  const uint8_t seed[FA_ROTATION_SEED_BYTES], uint64_t stream, uint32_t regions,
+                  float *out, uint32_t *count, fa_error *err);
 
 /* A deterministic random source for fa_ddg_encode: the XChaCha20 keystream
  * under a 32-byte secret key (all-zero nonce), read from byte 0 on.  The

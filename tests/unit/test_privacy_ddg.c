@@ -155,7 +155,7 @@ static void one_round(const fa_ddg_params *p, int R, float **x, uint64_t round, 
         for (size_t i = 0; i < d; i++)
             want[i] += (double)x[r][i] * st.l2_scale;
     }
-    assert_int_equal(fa_ddg_decode(p, sum, rot, round, dec, count, NULL), 0);
+    assert_int_equal(fa_ddg_decode(p, sum, rot, round, 0, dec, count, NULL), 0);
     *err2 = 0;
     *max_err_mean = 0;
     for (size_t i = 0; i < d; i++) {

@@ -122,7 +122,7 @@ static double round_error(struct fed *f, float x[R][D], const double norms[R])
     mean = malloc((n - 1) * sizeof(*mean));
     assert_non_null(mean);
     fa_ddg_rotation_seed("fed", rot);
-    assert_int_equal(fa_ddg_decode(&f->p, sum, rot, f->info.round, mean, &count, NULL), 0);
+    assert_int_equal(fa_ddg_decode(&f->p, sum, rot, f->info.round, 0, mean, &count, NULL), 0);
     assert_int_equal(count, R);
     for (int i = 0; i < D; i++) {
         double want = 0;
@@ -130,6 +130,19 @@ static double round_error(struct fed *f, float x[R][D], const double norms[R])
             want += x[r][i] * (norms[r] > f->p.cfg.clip ? f->p.cfg.clip / norms[r] : 1.0);
         double e = (double)mean[i] * R - want;
         err2 += e * e;
+    }
+    {
+        /* the aggregator's divisor (its participants) instead of the sum's
+         * count: the same decoding over twice the regions, exactly half */
+        float *half = malloc((n - 1) * sizeof(*half));
+        uint32_t count2 = 0;
+        assert_non_null(half);
+        assert_int_equal(fa_ddg_decode(&f->p, sum, rot, f->info.round, 2 * R, half, &count2, NULL),
+                         0);
+        assert_int_equal(count2, R);
+        for (int i = 0; i < D; i++)
+            assert_true(half[i] == mean[i] / 2);
+        free(half);
     }
     free(mean);
     free(sum);
