@@ -103,6 +103,20 @@ static fa_rdp_ddg_params round_params(double bound, double sigma2, uint32_t nois
     return rp;
 }
 
+/* One recorded round into the account: the accountant and the figures the
+ * metrics and the status show. */
+static int account_round(fa_fed *f, const fa_rdp_ddg_params *rp, const Fedagg__DdpRound *r,
+                         fa_error *err)
+{
+    int rc = fa_rdp_accountant_compose_ddg(f->ddp_acc, rp, 1, err);
+    if (rc != 0)
+        return rc;
+    f->ddp_rounds++;
+    f->ddp_eps_total = r->epsilon_total;
+    f->ddp_noisy = r->noisy_contributions;
+    return 0;
+}
+
 int fa_fed_ddp_replay(fa_fed *f, const Fedagg__AuditRecord *r, fa_error *err)
 {
     fa_rdp_ddg_params rp;
@@ -111,12 +125,7 @@ int fa_fed_ddp_replay(fa_fed *f, const Fedagg__AuditRecord *r, fa_error *err)
         return 0;
     rp = round_params(r->ddp->params->l2_bound, r->ddp->params->sigma2, r->ddp->noisy_contributions,
                       r->ddp->params->padded_dim);
-    rc = fa_rdp_accountant_compose_ddg(f->ddp_acc, &rp, 1, err);
-    if (rc == 0) {
-        f->ddp_rounds++;
-        f->ddp_eps_total = r->ddp->epsilon_total;
-        f->ddp_noisy = r->ddp->noisy_contributions;
-    }
+    rc = account_round(f, &rp, r->ddp, err);
     return rc != 0
                ? fa_error_prefix(err, rc, "audit log: round %" PRIu64 "'s distributed DP", r->round)
                : 0;
@@ -162,12 +171,9 @@ int fa_fed_ddp_recorded(fa_fed *f, const Fedagg__DdpRound *r, fa_error *err)
 {
     fa_rdp_ddg_params rp =
         round_params(f->ddp.bound, f->ddp.sigma2, r->noisy_contributions, f->ddp.padded);
-    int rc = fa_rdp_accountant_compose_ddg(f->ddp_acc, &rp, 1, err);
+    int rc = account_round(f, &rp, r, err);
     if (rc != 0)
         return rc;
-    f->ddp_rounds++;
-    f->ddp_eps_total = r->epsilon_total;
-    f->ddp_noisy = r->noisy_contributions;
     fa_log(r->noisy_contributions < f->ddp.cfg.min_regions ? FA_LOG_WARN : FA_LOG_INFO,
            r->noisy_contributions < f->ddp.cfg.min_regions
                ? "distributed DP: fewer regions' noise in the sum than the regions charged for; "
