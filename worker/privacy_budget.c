@@ -8,6 +8,7 @@
 
 #include <sodium.h>
 
+#include "common/fa_endian.h"
 #include "privacy/accountant.h"
 
 #define ID_MAX 128
@@ -67,16 +68,14 @@ static void w_raw(wbuf *w, const void *p, size_t n)
 static void w_u64(wbuf *w, uint64_t v)
 {
     uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    fa_le_put_u64(b, v);
     w_raw(w, b, 8);
 }
 
 static void w_u32(wbuf *w, uint32_t v)
 {
     uint8_t b[4];
-    for (int i = 0; i < 4; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    fa_le_put_u32(b, v);
     w_raw(w, b, 4);
 }
 
@@ -115,19 +114,13 @@ static const uint8_t *r_raw(rbuf *r, size_t n)
 static uint64_t r_u64(rbuf *r)
 {
     const uint8_t *p = r_raw(r, 8);
-    uint64_t v = 0;
-    for (int i = 7; p && i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
+    return p ? fa_le_get_u64(p) : 0;
 }
 
 static uint32_t r_u32(rbuf *r)
 {
     const uint8_t *p = r_raw(r, 4);
-    uint32_t v = 0;
-    for (int i = 3; p && i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
+    return p ? fa_le_get_u32(p) : 0;
 }
 
 static double r_f64(rbuf *r)
