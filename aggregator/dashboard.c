@@ -312,6 +312,28 @@ static void overview(fa_strbuf *b, const json_t *st, uint64_t now)
         card(b, "Storage", "storage", ok ? "ok" : "blocked", sub);
     }
 
+    /* Distributed DP on the secure sum: the account of the log's rounds. */
+    {
+        const json_t *ddp = json_object_get(st, "distributed_dp");
+        if (json_is_object(ddp)) {
+            if (num(ddp, "epsilon_total", &d)) {
+                snprintf(v, sizeof(v), "\u03b5 %.4g", d);
+                snprintf(sub, sizeof(sub),
+                         "at \u03b4 %g after %.0f rounds (the last with %.0f regions' noise); "
+                         "noise multiplier %g, clip %g",
+                         num_or(ddp, "delta", 0), num_or(ddp, "rounds_accounted", 0),
+                         num_or(ddp, "noisy_contributions_last", 0),
+                         num_or(ddp, "noise_multiplier", 0), num_or(ddp, "clip", 0));
+            } else {
+                snprintf(v, sizeof(v), "no round yet");
+                snprintf(sub, sizeof(sub), "noise multiplier %g, clip %g, %.0f regions' noise",
+                         num_or(ddp, "noise_multiplier", 0), num_or(ddp, "clip", 0),
+                         num_or(ddp, "min_regions", 0));
+            }
+            card(b, "Distributed DP", "distributed-dp", v, sub);
+        }
+    }
+
     {
         double tree = num_or(st, "audit_tree_size", 0), signed_size = tree;
         if (json_is_object(audit)) {

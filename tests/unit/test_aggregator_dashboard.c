@@ -200,6 +200,28 @@ static void test_accuracy_from_attempts(void **state)
     free(html);
 }
 
+/* Distributed DP: the federation's account, once rounds are accounted, and
+ * the settings before; no card without it. */
+static void test_distributed_dp(void **state)
+{
+    char *html = render("{\"distributed_dp\":{\"noise_multiplier\":1.1,\"clip\":0.5,"
+                        "\"min_regions\":3,\"ring_bits\":24,\"delta\":1e-05,"
+                        "\"rounds_accounted\":12,\"epsilon_total\":3.21456,"
+                        "\"noisy_contributions_last\":3}}");
+    assert_non_null(strstr(html, "id=\"distributed-dp\">\u03b5 3.215</div>"));
+    assert_non_null(strstr(html, "at \u03b4 1e-05 after 12 rounds (the last with 3 regions&#39; "
+                                 "noise); noise multiplier 1.1, clip 0.5"));
+    free(html);
+    html = render("{\"distributed_dp\":{\"noise_multiplier\":1.1,\"clip\":0.5,"
+                  "\"min_regions\":3,\"rounds_accounted\":0}}");
+    assert_non_null(strstr(html, "id=\"distributed-dp\">no round yet</div>"));
+    assert_non_null(strstr(html, "noise multiplier 1.1, clip 0.5, 3 regions&#39; noise"));
+    free(html);
+    html = render(STATUS);
+    assert_null(strstr(html, "distributed-dp"));
+    free(html);
+}
+
 /* A long federation: 200 attempts, the chart draws the last 60, the table 20. */
 static void test_long_history(void **state)
 {
@@ -342,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_strings_are_escaped),
         cmocka_unit_test(test_missing_parts_are_shown_as_such),
         cmocka_unit_test(test_accuracy_from_attempts),
+        cmocka_unit_test(test_distributed_dp),
         cmocka_unit_test(test_long_history),
         cmocka_unit_test(test_bad_documents_refused),
         cmocka_unit_test(test_served_on_the_metrics_port),
