@@ -196,23 +196,9 @@ static fa_h3_client *client_to(const char *addr, uint32_t udp_payload, const cha
 
 
 /* The server's statistics, read on its loop thread. */
-static fa_h3_server_stats srv_stats_out;
-static atomic_int srv_stats_ready;
-
-static void srv_stats_task(fa_h3_server *s, void *arg)
-{
-    fa_h3_server_get_stats(s, &srv_stats_out);
-    atomic_store(&srv_stats_ready, 1);
-}
-
 static fa_h3_server_stats server_stats(void)
 {
-    atomic_store(&srv_stats_ready, 0);
-    assert_int_equal(fa_h3_server_post(srv.srv, srv_stats_task, NULL), 0);
-    for (int i = 0; i < 500 && !atomic_load(&srv_stats_ready); i++)
-        usleep(2000);
-    assert_true(atomic_load(&srv_stats_ready));
-    return srv_stats_out;
+    return tp_server_stats(srv.srv);
 }
 
 /* Does the qlog file in dir record our max_udp_payload_size and a sent

@@ -461,6 +461,31 @@ static inline int tp_server_start(tp_server *t, const fa_h3_server_config *cfg)
     return 0;
 }
 
+/* The server's statistics while its loop runs, read on the loop thread
+ * (fa_h3_server_get_stats is the loop's: it walks the connections). */
+struct tp_stats_req {
+    fa_h3_server_stats st;
+    atomic_int ready;
+};
+
+static inline void tp_stats_task(fa_h3_server *s, void *arg)
+{
+    struct tp_stats_req *r = arg;
+    fa_h3_server_get_stats(s, &r->st);
+    atomic_store(&r->ready, 1);
+}
+
+static inline fa_h3_server_stats tp_server_stats(fa_h3_server *s)
+{
+    struct tp_stats_req r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(fa_h3_server_post(s, tp_stats_task, &r), 0);
+    for (int i = 0; i < 2500 && !atomic_load(&r.ready); i++)
+        usleep(2000);
+    assert_true(atomic_load(&r.ready));
+    return r.st;
+}
+
 static inline void tp_server_stop(tp_server *t)
 {
     if (!t->srv)
