@@ -1505,6 +1505,31 @@ static int save_update_in_place(fa_round_client *rc, const char *dl, const char 
  * newline when it is the update buffer's file), then d floats
  * (little-endian).  An update in the update buffer is not written again:
  * attempt.delta is a second name for its file. */
+/* attempt.delta: a second name for the update buffer's file when the update
+ * lies there and the filesystem links, else a copy of the update. */
+static int save_update(fa_round_client *rc, const char *dl, const char *hdr, size_t n,
+                       const float *delta, size_t d, fa_error *err)
+{
+    fa_atomic_file *f = NULL;
+    int r;
+
+    if (rc->ubuf_map && d == rc->ubuf_d &&
+        delta == (const float *)(void *)(rc->ubuf_map + UPDATE_HDR)) {
+        r = save_update_in_place(rc, dl, hdr, n, err);
+        if (r != 1)
+            return r;
+    }
+    r = fa_atomic_file_open(&f, dl, 0600, err);
+    if (r == 0)
+        r = fa_atomic_file_write(f, hdr, n, err);
+    if (r == 0)
+        r = fa_atomic_file_write(f, delta, d * sizeof(float), err);
+    if (r == 0)
+        return fa_atomic_file_commit_nosync(f, err);
+    fa_atomic_file_abort(f);
+    return r;
+}
+
 static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t round,
                         uint32_t attempt, const float *delta, size_t d, double weight,
                         fa_error *err)
@@ -1513,26 +1538,12 @@ static int save_attempt(fa_round_client *rc, const fa_secagg_client *c, uint64_t
     fa_atomic_file *f = NULL;
     uint8_t *blob = NULL;
     size_t blob_len = 0;
-    int n, r = 1;
+    int n, r;
 
     state_paths(rc, st, dl, sizeof(st));
     n = snprintf(hdr, sizeof(hdr), "%s %" PRIu64 " %u %zu %a\n", STATE_MAGIC, round, attempt, d,
                  weight);
-    if (rc->ubuf_map && d == rc->ubuf_d &&
-        delta == (const float *)(void *)(rc->ubuf_map + UPDATE_HDR))
-        r = save_update_in_place(rc, dl, hdr, (size_t)n, err);
-    if (r == 1)
-        r = fa_atomic_file_open(&f, dl, 0600, err);
-    if (r == 0 && f)
-        r = fa_atomic_file_write(f, hdr, (size_t)n, err);
-    if (r == 0 && f)
-        r = fa_atomic_file_write(f, delta, d * sizeof(float), err);
-    if (r == 0 && f) {
-        r = fa_atomic_file_commit_nosync(f, err);
-        f = NULL;
-    }
-    fa_atomic_file_abort(f);
-    f = NULL;
+    r = save_update(rc, dl, hdr, (size_t)n, delta, d, err);
     if (r == 0)
         r = fa_secagg_client_save(c, &blob, &blob_len, err);
     if (r == 0)
