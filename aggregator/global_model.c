@@ -22,6 +22,7 @@ struct fa_global_model {
     size_t n_user_meta;
     int need_master; /* a federated tensor is not F32, or the model is published as deltas */
     int delta_on;    /* config model_delta.enabled: versions are delta reconstructions */
+    unsigned delta_bits;
     uint32_t delta_block;
     int is_mlp;
     fa_mlp_config mlp;
@@ -465,16 +466,17 @@ int fa_global_model_open(fa_global_model **out, const Fedagg__AggregatorConfig *
     g->initial_min = q->range_initial_min;
     g->fixed = q->clip_value;
     if (cfg->model_delta && cfg->model_delta->enabled) {
-        if (cfg->model_delta->bits != FA_DELTA_BITS ||
+        if (!fa_delta_bits_ok(cfg->model_delta->bits) ||
             !fa_delta_block_ok(cfg->model_delta->block)) {
             rc = fa_errorf(err, FA_ERR_INVAL,
-                           "config: model_delta: bits %u block %u (bits 8 and a power-of-two "
-                           "block from %u to %u wanted)",
+                           "config: model_delta: bits %u block %u (bits 4 or 8 and a "
+                           "power-of-two block from %u to %u wanted)",
                            cfg->model_delta->bits, cfg->model_delta->block, FA_DELTA_MIN_BLOCK,
                            FA_DELTA_MAX_BLOCK);
             goto fail;
         }
         g->delta_on = 1;
+        g->delta_bits = cfg->model_delta->bits;
         g->delta_block = cfg->model_delta->block;
     }
     memset(&layout, 0, sizeof(layout));
@@ -555,6 +557,7 @@ struct stepper {
     const fa_st_tensor **pt; /* per table index: that tensor in pub (federated floating) */
     uint8_t *pbuf, *obuf;    /* STEP_CHUNK * 8 bytes each */
     int8_t *qbuf;            /* STEP_CHUNK */
+    uint8_t *kbuf;           /* STEP_CHUNK: the steps in the file's layout (fa_delta_pack) */
     float *scbuf;            /* STEP_CHUNK / FA_DELTA_MIN_BLOCK + 1 */
 };
 
@@ -626,14 +629,18 @@ static int step_chunk(struct stepper *sp, uint64_t c0, size_t n, int want, fa_er
     return rc;
 }
 
+/* What one view of the new version writes.  VIEW_PUB: a federated floating
+ * tensor of the model as its delta rebuilds it; VIEW_Q, VIEW_S: the delta
+ * file's steps and scales of one. */
+enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_STATE, VIEW_PUB, VIEW_Q, VIEW_S };
+
 /* The delta of elements [e, e + m) of federated floating tensor ti (e a
- * multiple of STEP_CHUNK, itself a multiple of any block; m <= STEP_CHUNK):
- * the new master weights (wbuf), the published bytes they are encoded
- * against (pbuf), the steps (qbuf), scales (scbuf) and, with rebuild, the
- * new published bytes (obuf) by the reconstruction regions run
- * (model/delta.h). */
-static int delta_chunk(struct stepper *sp, size_t ti, uint64_t e, size_t m, int rebuild,
-                       fa_error *err)
+ * multiple of STEP_CHUNK, itself a multiple of any block and even; m <=
+ * STEP_CHUNK): the new master weights (wbuf), the published bytes they are
+ * encoded against (pbuf), the steps (qbuf), scales (scbuf) and, for VIEW_PUB,
+ * the new published bytes (obuf) by the reconstruction regions run
+ * (model/delta.h), for VIEW_Q the steps as the file lays them out (kbuf). */
+static int delta_chunk(struct stepper *sp, size_t ti, uint64_t e, size_t m, int kind, fa_error *err)
 {
     const fa_tensor *x = fa_tensors_at(sp->t, ti);
     const size_t es = fa_st_dtype_size(x->dtype);
@@ -644,42 +651,39 @@ static int delta_chunk(struct stepper *sp, size_t ti, uint64_t e, size_t m, int 
         rc = fa_st_read_range(sp->pub, sp->pt[ti], e * es, sp->pbuf, m * es, err);
     if (rc != 0)
         return rc;
-    fa_delta_encode(x->dtype, sp->pbuf, sp->wbuf, m, block, sp->qbuf, sp->scbuf);
-    if (rebuild)
+    fa_delta_encode(x->dtype, sp->pbuf, sp->wbuf, m, block, sp->g->delta_bits, sp->qbuf, sp->scbuf);
+    if (kind == VIEW_PUB)
         fa_delta_apply(x->dtype, sp->pbuf, sp->qbuf, sp->scbuf, m, block, sp->obuf);
+    else if (kind == VIEW_Q)
+        fa_delta_pack(sp->g->delta_bits, sp->qbuf, m, sp->kbuf);
     return 0;
 }
 
-/* What one view of the new version writes.  VIEW_PUB: a federated floating
- * tensor of the model as its delta rebuilds it; VIEW_Q, VIEW_S: the delta
- * file's steps and scales of one. */
-enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_STATE, VIEW_PUB, VIEW_Q, VIEW_S };
-
 /* Bytes [off, off + len) of a VIEW_PUB, VIEW_Q or VIEW_S view of tensor ti,
- * element size es (of the view), chunk by chunk of the delta. */
+ * unit size es (of the view: an element of the model, a byte of steps, a
+ * scale), chunk by chunk of the delta. */
 static int delta_fill(struct stepper *sp, int kind, size_t ti, size_t es, uint64_t off,
                       uint8_t *out, size_t len, fa_error *err)
 {
     const fa_tensor *x = fa_tensors_at(sp->t, ti);
-    const uint32_t block = sp->g->delta_block;
+    /* elements per unit: 1, steps a byte (8 / bits), a block */
+    const uint32_t per = kind == VIEW_S   ? sp->g->delta_block
+                         : kind == VIEW_Q ? 8 / sp->g->delta_bits
+                                          : 1;
     uint64_t cur = off / es, end = (off + len) / es;
     int rc = 0;
 
     while (rc == 0 && cur < end) {
-        /* the chunk holding element (or scale) cur */
-        uint64_t elem = kind == VIEW_S ? cur * block : cur;
-        uint64_t e = elem / STEP_CHUNK * STEP_CHUNK;
+        /* the chunk holding unit cur (STEP_CHUNK is a multiple of per) */
+        uint64_t e = cur * per / STEP_CHUNK * STEP_CHUNK;
         size_t m = (size_t)(x->numel - e < STEP_CHUNK ? x->numel - e : STEP_CHUNK);
-        uint64_t first = kind == VIEW_S ? e / block : e;
-        uint64_t count = kind == VIEW_S ? fa_delta_blocks(m, block) : m;
+        uint64_t first = e / per, count = fa_delta_blocks(m, per);
         uint64_t stop = first + count < end ? first + count : end;
         const uint8_t *src;
-        rc = delta_chunk(sp, ti, e, m, kind == VIEW_PUB, err);
+        rc = delta_chunk(sp, ti, e, m, kind, err);
         if (rc != 0)
             break;
-        src = kind == VIEW_PUB ? sp->obuf
-              : kind == VIEW_Q ? (const uint8_t *)sp->qbuf
-                               : (const uint8_t *)sp->scbuf;
+        src = kind == VIEW_PUB ? sp->obuf : kind == VIEW_Q ? sp->kbuf : (const uint8_t *)sp->scbuf;
         memcpy(out + (cur * es - off), src + (cur - first) * es, (size_t)((stop - cur) * es));
         cur = stop;
     }
@@ -747,6 +751,7 @@ static void stepper_free(struct stepper *sp)
     free(sp->pbuf);
     free(sp->obuf);
     free(sp->qbuf);
+    free(sp->kbuf);
     free(sp->scbuf);
     fa_st_del(sp->wst);
     if (sp->base != sp->wst)
@@ -895,8 +900,9 @@ static int stepper_open(struct stepper *sp, const fa_global_model *g, const fa_m
         sp->pbuf = malloc(STEP_CHUNK * 8);
         sp->obuf = malloc(STEP_CHUNK * 8);
         sp->qbuf = malloc(STEP_CHUNK);
+        sp->kbuf = malloc(STEP_CHUNK);
         sp->scbuf = malloc((STEP_CHUNK / FA_DELTA_MIN_BLOCK + 1) * sizeof(float));
-        if (rc == 0 && (!sp->pt || !sp->pbuf || !sp->obuf || !sp->qbuf || !sp->scbuf))
+        if (rc == 0 && (!sp->pt || !sp->pbuf || !sp->obuf || !sp->qbuf || !sp->kbuf || !sp->scbuf))
             rc = fa_errorf(err, FA_ERR_NOMEM, "model step: out of memory");
         for (size_t i = 0; rc == 0 && i < nt; i++) {
             const fa_tensor *x = fa_tensors_at(t, i);
@@ -959,7 +965,7 @@ struct delta_out {
     char **names;
     uint64_t *shapes; /* one per view */
     size_t n;
-    char from[32], to[32], base[65], block[16], size[32];
+    char from[32], to[32], base[65], bits[8], block[16], size[32];
     const char *meta[14];
 };
 
@@ -979,6 +985,7 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
                           uint64_t version, fa_error *err)
 {
     const size_t nt = fa_tensors_count(next);
+    const fa_st_dtype qdtype = sp->g->delta_bits == 4 ? FA_ST_U8 : FA_ST_I8; /* model/delta.h */
     fa_st_writer *w = NULL;
     const uint8_t *h;
     size_t h_len, k = 0;
@@ -1033,9 +1040,11 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
                                                        : VIEW_S,
                                            i,
                                            !fl         ? x->dtype
-                                           : part == 0 ? FA_ST_I8
+                                           : part == 0 ? qdtype
                                                        : FA_ST_F32};
-            d->shapes[k] = pfx == 's' ? fa_delta_blocks(x->numel, sp->g->delta_block) : x->numel;
+            d->shapes[k] = pfx == 's'   ? fa_delta_blocks(x->numel, sp->g->delta_block)
+                           : pfx == 'q' ? fa_delta_q_bytes(x->numel, sp->g->delta_bits)
+                                        : x->numel;
             d->views[k] = (fa_st_view){.name = d->names[k],
                                        .dtype = d->ctx[k].dtype,
                                        .ndim = fl ? 1 : x->ndim,
@@ -1049,11 +1058,12 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
     snprintf(d->from, sizeof(d->from), "%" PRIu64, cur->version);
     snprintf(d->to, sizeof(d->to), "%" PRIu64, version);
     fa_hex_encode(d->base, sizeof(d->base), cur->model_sha256, 32);
+    snprintf(d->bits, sizeof(d->bits), "%u", sp->g->delta_bits);
     snprintf(d->block, sizeof(d->block), "%u", sp->g->delta_block);
     snprintf(d->size, sizeof(d->size), "%" PRIu64, total);
     const char *m[] = {FA_DELTA_META_FORMAT, "1",    FA_DELTA_META_FROM,  d->from,
                        FA_DELTA_META_TO,     d->to,  FA_DELTA_META_BASE,  d->base,
-                       FA_DELTA_META_BITS,   "8",    FA_DELTA_META_BLOCK, d->block,
+                       FA_DELTA_META_BITS,   d->bits, FA_DELTA_META_BLOCK, d->block,
                        FA_DELTA_META_SIZE,   d->size};
     memcpy(d->meta, m, sizeof(m));
     return 0;

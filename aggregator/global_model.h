@@ -18,7 +18,7 @@
  *
  * As deltas (config model_delta.enabled).  The federated floating tensors
  * of model-<v> are then what the delta against v-1 rebuilds
- * (model/delta.h: int8 steps of new master - published v-1, one scale per
+ * (model/delta.h: 8- or 4-bit steps of new master - published v-1, one scale per
  * block), written beside it as delta-<v>.safetensors in the same commit;
  * the master weights are always kept (master-<v>), and the published
  * model, not the master, is what fa_global_model_read_mlp evaluates.

@@ -30,9 +30,75 @@ uint64_t fa_delta_blocks(uint64_t numel, uint32_t block)
     return numel / block + (numel % block != 0);
 }
 
-void fa_delta_encode(fa_st_dtype dtype, const void *base, const float *target, size_t n,
-                     uint32_t block, int8_t *q, float *scale)
+int fa_delta_bits_ok(uint64_t bits)
 {
+    return bits == 4 || bits == 8;
+}
+
+int fa_delta_qmax(unsigned bits)
+{
+    return (1 << (bits - 1)) - 1;
+}
+
+uint64_t fa_delta_q_bytes(uint64_t n, unsigned bits)
+{
+    return bits == 4 ? n / 2 + (n & 1) : n;
+}
+
+void fa_delta_pack(unsigned bits, const int8_t *q, size_t n, uint8_t *out)
+{
+    if (bits != 4) {
+        memcpy(out, q, n);
+        return;
+    }
+    for (size_t j = 0; j < n / 2; j++)
+        out[j] = (uint8_t)(((uint8_t)q[2 * j] & 0x0f) | ((uint8_t)q[2 * j + 1] & 0x0f) << 4);
+    if (n & 1)
+        out[n / 2] = (uint8_t)q[n - 1] & 0x0f; /* the padding nibble 0 */
+}
+
+/* A nibble as a step: two's complement in 4 bits (8 is -8, refused before). */
+static int8_t nibble_step(unsigned v)
+{
+    return (int8_t)(v < 8 ? (int)v : (int)v - 16);
+}
+
+int fa_delta_unpack(unsigned bits, const uint8_t *in, size_t n, int8_t *q, size_t *bad)
+{
+    unsigned seen = 0; /* nonzero once a refused value went by: located after */
+    if (bits != 4) {
+        for (size_t i = 0; i < n; i++)
+            seen |= in[i] == 0x80;
+        memcpy(q, in, n);
+    } else {
+        for (size_t j = 0; j < n / 2; j++) {
+            const unsigned lo = in[j] & 0x0f, hi = in[j] >> 4;
+            seen |= (lo == 8) | (hi == 8);
+            q[2 * j] = nibble_step(lo);
+            q[2 * j + 1] = nibble_step(hi);
+        }
+        if (n & 1) {
+            const unsigned lo = in[n / 2] & 0x0f, hi = in[n / 2] >> 4;
+            seen |= (lo == 8) | (hi != 0);
+            q[n - 1] = nibble_step(lo);
+        }
+    }
+    if (!seen)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((bits != 4 && in[i] == 0x80) ||
+            (bits == 4 && ((in[i / 2] >> (4 * (i & 1))) & 0x0f) == 8)) {
+            *bad = i;
+            return FA_ERR_PARSE;
+        }
+    *bad = n; /* the padding nibble */
+    return FA_ERR_PARSE;
+}
+
+void fa_delta_encode(fa_st_dtype dtype, const void *base, const float *target, size_t n,
+                     uint32_t block, unsigned bits, int8_t *q, float *scale)
+{
+    const float qmax = (float)fa_delta_qmax(bits);
     const size_t es = fa_st_dtype_size(dtype);
     const uint8_t *b = base;
     float w[PIECE];
@@ -49,7 +115,7 @@ void fa_delta_encode(fa_st_dtype dtype, const void *base, const float *target, s
                     m = dv;
             }
         }
-        s = m / (float)FA_DELTA_QMAX;
+        s = m / qmax;
         if (!(s > 0.0f) || !isfinite(s)) {
             scale[k] = 0.0f;
             memset(q + b0, 0, bn);
@@ -68,7 +134,7 @@ void fa_delta_encode(fa_st_dtype dtype, const void *base, const float *target, s
                     continue;
                 }
                 r = nearbyintf(dv); /* the default mode: to nearest, ties to even */
-                r = r > FA_DELTA_QMAX ? FA_DELTA_QMAX : r < -FA_DELTA_QMAX ? -FA_DELTA_QMAX : r;
+                r = r > qmax ? qmax : r < -qmax ? -qmax : r;
                 q[b0 + p + j] = (int8_t)r;
             }
         }
@@ -166,10 +232,11 @@ static const fa_st_tensor *find_prefixed(const fa_safetensors *st, char p, const
 }
 
 static int make_plan(const fa_safetensors *h, const fa_safetensors *d, const fa_safetensors *b,
-                     const char *dpath, const char *bpath, uint32_t block, struct plan *pl,
-                     uint64_t *quantised, fa_error *err)
+                     const char *dpath, const char *bpath, unsigned bits, uint32_t block,
+                     struct plan *pl, uint64_t *quantised, fa_error *err)
 {
-    size_t used = 1; /* the header tensor */
+    const fa_st_dtype qdtype = bits == 4 ? FA_ST_U8 : FA_ST_I8; /* the steps' layout */
+    size_t used = 1;                                            /* the header tensor */
     *quantised = 0;
     for (size_t i = 0; i < fa_st_count(h); i++) {
         const fa_st_tensor *t = fa_st_at(h, i);
@@ -188,11 +255,12 @@ static int make_plan(const fa_safetensors *h, const fa_safetensors *d, const fa_
                 return fa_errorf(err, FA_ERR_PARSE,
                                  "%s: tensor '%s' is %s: only floating tensors are quantised",
                                  dpath, t->name, fa_st_dtype_name(t->dtype));
-            if (p->q->dtype != FA_ST_I8 || p->q->numel != t->numel)
+            if (p->q->dtype != qdtype || p->q->numel != fa_delta_q_bytes(t->numel, bits))
                 return fa_errorf(err, FA_ERR_PARSE,
-                                 "%s: q.%s is %s of %" PRIu64 " elements; the tensor has %" PRIu64
-                                 " (I8 wanted)",
+                                 "%s: q.%s is %s of %" PRIu64 " elements; %" PRIu64
+                                 " %s wanted (%u-bit steps of the tensor's %" PRIu64 ")",
                                  dpath, t->name, fa_st_dtype_name(p->q->dtype), p->q->numel,
+                                 fa_delta_q_bytes(t->numel, bits), fa_st_dtype_name(qdtype), bits,
                                  t->numel);
             if (p->s->dtype != FA_ST_F32 || p->s->numel != fa_delta_blocks(t->numel, block))
                 return fa_errorf(err, FA_ERR_PARSE,
@@ -271,26 +339,45 @@ static int copy_tensor(struct out *o, const fa_safetensors *src, const fa_st_ten
     return rc;
 }
 
+/* The scratch of one chunk of a rebuild. */
+struct bufs {
+    uint8_t *base, *packed, *out; /* chunk * 8, chunk, chunk * 8 bytes */
+    int8_t *q;                    /* chunk */
+    float *scale;                 /* chunk / FA_DELTA_MIN_BLOCK + 1 */
+};
+
 static int rebuild_tensor(struct out *o, const fa_safetensors *d, const fa_safetensors *b,
-                          const struct plan *p, uint32_t block, const char *dpath, uint8_t *bbuf,
-                          int8_t *qbuf, float *sbuf, uint8_t *obuf, fa_error *err)
+                          const struct plan *p, unsigned bits, uint32_t block, const char *dpath,
+                          const struct bufs *u, fa_error *err)
 {
     const size_t es = fa_st_dtype_size(p->t->dtype);
-    const size_t chunk = block > CHUNK ? block : CHUNK;
+    const size_t chunk = block > CHUNK ? block : CHUNK; /* even: whole bytes of steps */
+    float *sbuf = u->scale;
     int rc = 0;
 
     for (uint64_t e = 0; rc == 0 && e < p->t->numel; e += chunk) {
         size_t m = p->t->numel - e < chunk ? (size_t)(p->t->numel - e) : chunk;
-        size_t nb = (size_t)fa_delta_blocks(m, block);
-        rc = fa_st_read_range(b, p->bt, e * es, bbuf, m * es, err);
+        size_t nb = (size_t)fa_delta_blocks(m, block), bad;
+        rc = fa_st_read_range(b, p->bt, e * es, u->base, m * es, err);
         if (rc == 0)
-            rc = fa_st_read_range(d, p->q, e, qbuf, m, err);
+            rc = fa_st_read_range(d, p->q, fa_delta_q_bytes(e, bits), u->packed,
+                                  (size_t)fa_delta_q_bytes(m, bits), err);
+        if (rc == 0 && fa_delta_unpack(bits, u->packed, m, u->q, &bad) != 0)
+            rc = bad == m /* only the last chunk can be odd */
+                     ? fa_errorf(err, FA_ERR_PARSE,
+                                 "%s: q.%s: the padding nibble after the last of %" PRIu64
+                                 " steps is not 0",
+                                 dpath, p->t->name, p->t->numel)
+                     : fa_errorf(err, FA_ERR_PARSE,
+                                 "%s: q.%s: step %" PRIu64 " is %d (%u-bit steps are in [-%d, %d])",
+                                 dpath, p->t->name, e + bad, bits == 4 ? -8 : -128, bits,
+                                 fa_delta_qmax(bits), fa_delta_qmax(bits));
         if (rc == 0)
             rc = fa_st_read_range(d, p->s, e / block * 4, sbuf, nb * 4, err);
         for (size_t k = 0; rc == 0 && k < nb; k++) {
-            uint32_t u = fa_le_get_u32((uint8_t *)sbuf + 4 * k);
+            uint32_t le = fa_le_get_u32((uint8_t *)sbuf + 4 * k);
             float s;
-            memcpy(&s, &u, 4);
+            memcpy(&s, &le, 4);
             if (!isfinite(s) || s < 0.0f)
                 rc = fa_errorf(err, FA_ERR_PARSE,
                                "%s: s.%s: scale %" PRIu64 " is %g (finite and >= 0 wanted)", dpath,
@@ -298,8 +385,8 @@ static int rebuild_tensor(struct out *o, const fa_safetensors *d, const fa_safet
             sbuf[k] = s;
         }
         if (rc == 0) {
-            fa_delta_apply(p->t->dtype, bbuf, qbuf, sbuf, m, block, obuf);
-            rc = out_write(o, obuf, m * es, err);
+            fa_delta_apply(p->t->dtype, u->base, u->q, sbuf, m, block, u->out);
+            rc = out_write(o, u->out, m * es, err);
         }
     }
     return rc;
@@ -311,9 +398,8 @@ int fa_delta_reconstruct(const char *base_path, const char *delta_path, const ch
     fa_safetensors *d = NULL, *b = NULL, *h = NULL;
     struct plan *pl = NULL;
     struct out o;
-    uint8_t *hdr = NULL, *bbuf = NULL, *obuf = NULL, have[32];
-    int8_t *qbuf = NULL;
-    float *sbuf = NULL;
+    uint8_t *hdr = NULL, have[32];
+    struct bufs u = {0};
     const fa_st_tensor *ht;
     const char *s;
     uint64_t block = 0, n_hdr, bits = 0;
@@ -339,11 +425,12 @@ int fa_delta_reconstruct(const char *base_path, const char *delta_path, const ch
         (rc = meta_u64(d, delta_path, FA_DELTA_META_TO, &inf.to, err)) != 0 ||
         (rc = meta_u64(d, delta_path, FA_DELTA_META_SIZE, &inf.size, err)) != 0)
         goto out;
-    if (bits != FA_DELTA_BITS) {
-        rc = fa_errorf(err, FA_ERR_UNSUPPORTED, "%s: a delta of %" PRIu64 " bits (only %d is read)",
-                       delta_path, bits, FA_DELTA_BITS);
+    if (!fa_delta_bits_ok(bits)) {
+        rc = fa_errorf(err, FA_ERR_UNSUPPORTED,
+                       "%s: a delta of %" PRIu64 " bits (4 and 8 are read)", delta_path, bits);
         goto out;
     }
+    inf.bits = (uint32_t)bits;
     if (!fa_delta_block_ok(block)) {
         rc = fa_errorf(err, FA_ERR_PARSE,
                        "%s: block %" PRIu64 " (a power of two in [%u, %u] wanted)", delta_path,
@@ -401,15 +488,16 @@ int fa_delta_reconstruct(const char *base_path, const char *delta_path, const ch
         goto out;
     chunk = block > CHUNK ? (size_t)block : CHUNK;
     pl = calloc(fa_st_count(h) ? fa_st_count(h) : 1, sizeof(*pl));
-    bbuf = malloc(chunk * 8);
-    obuf = malloc(chunk * 8);
-    qbuf = malloc(chunk);
-    sbuf = malloc((chunk / FA_DELTA_MIN_BLOCK + 1) * sizeof(float));
-    if (!pl || !bbuf || !obuf || !qbuf || !sbuf) {
+    u.base = malloc(chunk * 8);
+    u.out = malloc(chunk * 8);
+    u.packed = malloc(chunk);
+    u.q = malloc(chunk);
+    u.scale = malloc((chunk / FA_DELTA_MIN_BLOCK + 1) * sizeof(float));
+    if (!pl || !u.base || !u.out || !u.packed || !u.q || !u.scale) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", delta_path);
         goto out;
     }
-    rc = make_plan(h, d, b, delta_path, base_path, inf.block, pl, &inf.quantised, err);
+    rc = make_plan(h, d, b, delta_path, base_path, inf.bits, inf.block, pl, &inf.quantised, err);
     if (rc != 0)
         goto out;
     /* Everything checks out as far as headers go: write. */
@@ -423,11 +511,11 @@ int fa_delta_reconstruct(const char *base_path, const char *delta_path, const ch
     for (size_t i = 0; rc == 0 && i < fa_st_count(h); i++) {
         const struct plan *p = &pl[i];
         if (p->kind == FROM_BASE)
-            rc = copy_tensor(&o, b, p->bt, obuf, chunk * 8, err);
+            rc = copy_tensor(&o, b, p->bt, u.out, chunk * 8, err);
         else if (p->kind == FROM_RAW)
-            rc = copy_tensor(&o, d, p->r, obuf, chunk * 8, err);
+            rc = copy_tensor(&o, d, p->r, u.out, chunk * 8, err);
         else
-            rc = rebuild_tensor(&o, d, b, p, inf.block, delta_path, bbuf, qbuf, sbuf, obuf, err);
+            rc = rebuild_tensor(&o, d, b, p, inf.bits, inf.block, delta_path, &u, err);
     }
     if (rc == 0 && o.written != inf.size)
         rc = fa_errorf(err, FA_ERR_PARSE, "%s: rebuilt %" PRIu64 " bytes, the delta says %" PRIu64,
@@ -448,9 +536,10 @@ out:
     fa_st_del(d);
     free(pl);
     free(hdr);
-    free(bbuf);
-    free(obuf);
-    free(qbuf);
-    free(sbuf);
+    free(u.base);
+    free(u.out);
+    free(u.packed);
+    free(u.q);
+    free(u.scale);
     return rc;
 }

@@ -481,15 +481,14 @@ static void check_distributed_dp(struct ck *c, const Fedagg__DistributedDp *d, s
         problem(c, d, "delta", 0, "`distributed_dp.delta` (%g) must be in (0, 0.1]", d->delta);
 }
 
-/* The limits of model/delta.h (FA_DELTA_BITS, FA_DELTA_MIN_BLOCK,
+/* The limits of model/delta.h (fa_delta_bits_ok, FA_DELTA_MIN_BLOCK,
  * FA_DELTA_MAX_BLOCK), repeated here: proto/ comes before model/. */
 static void check_model_delta(struct ck *c, const Fedagg__ModelDelta *d)
 {
     if (!d)
         return;
-    if (d->bits != 8)
-        problem(c, d, "bits", 0, "`model_delta.bits` (%u) must be 8 (int8 steps are the one width)",
-                d->bits);
+    if (d->bits != 4 && d->bits != 8)
+        problem(c, d, "bits", 0, "`model_delta.bits` (%u) must be 4 or 8", d->bits);
     if (d->block < 16 || d->block > 65536 || (d->block & (d->block - 1)) != 0)
         problem(c, d, "block", 0,
                 "`model_delta.block` (%u) must be a power of two from 16 to 65536", d->block);

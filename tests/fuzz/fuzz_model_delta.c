@@ -4,8 +4,10 @@
  *
  * The input is the delta file.  Every occurrence of BASE_MARK (64 bytes) in
  * it is replaced by the hex SHA-256 of the fixed base model this target
- * writes once (w: F32 [300], b: BF16 [4, 5], n: I64 [1]), so that seeds can
- * name the base and reach past the digest check.  Accepted: the output is
+ * writes once (w: F32 [300], b: BF16 [4, 5], n: I64 [1], o: F16 [7]), so
+ * that seeds can name the base and reach past the digest check.  Seeds
+ * cover both widths: 8-bit steps (I8) and 4-bit ones (U8, two a byte; o's
+ * odd count ends on a padding nibble).  Accepted: the output is
  * a safetensors file whose SHA-256 is the one returned and whose size the
  * delta announced.  Refused: no output file.  Anything else is a defect:
  * abort(). */
@@ -34,9 +36,9 @@ static void cleanup(void)
 
 static void init_once(void)
 {
-    static const uint64_t sw[1] = {300}, sb[2] = {4, 5}, sn[1] = {1};
+    static const uint64_t sw[1] = {300}, sb[2] = {4, 5}, sn[1] = {1}, so[1] = {7};
     float w[300];
-    uint16_t b[20];
+    uint16_t b[20], o[7];
     int64_t n = 7;
     uint8_t sha[32];
 
@@ -53,12 +55,15 @@ static void init_once(void)
         w[i] = (float)i / 300.0f - 0.5f;
     for (int i = 0; i < 20; i++)
         b[i] = (uint16_t)(0x3f80 + i);
-    fa_st_view v[3] = {
+    for (int i = 0; i < 7; i++)
+        o[i] = (uint16_t)(0x3c00 + 0x100 * i); /* F16 1 to 3 */
+    fa_st_view v[4] = {
         {.name = "w", .dtype = FA_ST_F32, .ndim = 1, .shape = sw, .data = w},
         {.name = "b", .dtype = FA_ST_BF16, .ndim = 2, .shape = sb, .data = b},
         {.name = "n", .dtype = FA_ST_I64, .ndim = 1, .shape = sn, .data = &n},
+        {.name = "o", .dtype = FA_ST_F16, .ndim = 1, .shape = so, .data = o},
     };
-    if (fa_st_save(base, 0600, v, 3, NULL, 0, NULL) != 0 ||
+    if (fa_st_save(base, 0600, v, 4, NULL, 0, NULL) != 0 ||
         fa_delta_file_sha256(base, sha, NULL, NULL) != 0)
         abort();
     fa_hex_encode(base_hex, sizeof(base_hex), sha, 32);

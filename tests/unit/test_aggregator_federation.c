@@ -400,10 +400,27 @@ static void model_params(struct sim *s, float *out)
     must(fa_mlp_load(path, &l, out, NULL), NULL);
 }
 
+/* The master weights of version v (the store keeps them with deltas on). */
+static void master_params(struct sim *s, uint64_t v, float *out)
+{
+    fa_mlp_config mc;
+    fa_mlp_layout l;
+    const uint32_t hidden[] = {5};
+    char path[600];
+    must(fa_mlp_config_make(&mc, 6, hidden, 1, 3, NULL), NULL);
+    must(fa_mlp_layout_init(&l, &mc, NULL), NULL);
+    snprintf(path, sizeof(path), "%s/store/master-%08llu.safetensors", s->dir,
+             (unsigned long long)v);
+    must(fa_mlp_load(path, &l, out, NULL), NULL);
+}
+
 static void test_complete_round(void **state)
 {
+    const Fedagg__ModelDelta defaults = FEDAGG__MODEL_DELTA__INIT;
     struct sim *s = sim_new(1000);
-    float *before = malloc(s->d * sizeof(float)), *after = malloc(s->d * sizeof(float));
+    float *before = malloc(s->d * sizeof(float)), *after = malloc(s->d * sizeof(float)),
+          *published = malloc(s->d * sizeof(float));
+    double step = 0;
     uint8_t *a;
     size_t alen;
     Fedagg__RoundResult *res;
@@ -418,10 +435,13 @@ static void test_complete_round(void **state)
     assert_non_null(strstr(res->checkpoint, "unit.test/log\n1\n"));
     fedagg__round_result__free_unpacked(res, NULL);
     free(a);
-    /* FedAvgM with lr 1 from m = 0: the new weights are the old plus the
-     * mean delta, within the 16-bit quantiser's step (0.5 / 32767), and so
-     * is the momentum saved with version 1 (the state after the step) */
-    model_params(s, after);
+    /* FedAvgM with lr 1 from m = 0: the new master weights are the old plus
+     * the mean delta, within the 16-bit quantiser's step (0.5 / 32767), and
+     * so is the momentum saved with version 1 (the state after the step);
+     * the published model (deltas on by default) is within half a delta
+     * step of them (every tensor of the MLP is within one block) */
+    master_params(s, 1, after);
+    model_params(s, published);
     {
         char path[4096];
         fa_safetensors *st;
@@ -435,12 +455,16 @@ static void test_complete_round(void **state)
             double mean = (s->delta[0][j] + s->delta[1][j] + s->delta[2][j]) / 3.0;
             assert_true(fabs((double)after[j] - before[j] - mean) < 2e-4);
             assert_true(fabs((double)m[j] - mean) < 2e-4);
+            step = fmax(step, fabs((double)after[j] - before[j]) / fa_delta_qmax(defaults.bits));
         }
+        for (size_t j = 0; j < s->d; j++)
+            assert_true(fabs((double)published[j] - after[j]) <= step / 2 + 1e-6);
         fa_st_del(st);
         free(m);
     }
     free(before);
     free(after);
+    free(published);
     sim_del(s);
 }
 
@@ -982,10 +1006,24 @@ static void same_unfederated(const fa_safetensors *v0, const fa_safetensors *v1)
     }
 }
 
+/* A width of the delta (bits 0: the config's default) and its config. */
+struct delta_case {
+    const char *config;
+    unsigned bits;
+};
+static const struct delta_case delta_default = {MIXED_MODEL_DELTA, 0},
+                               delta_8 = {MIXED_MODEL_DELTA "model_delta { bits: 8 }\n", 8},
+                               delta_4 = {MIXED_MODEL_DELTA "model_delta { bits: 4 }\n", 4};
+
+static const unsigned delta_bits8 = 8, delta_bits4 = 4;
+
 static void test_any_model_round_delta(void **state)
 {
-    struct sim *s = sim_new_model(1000, MIXED_MODEL_DELTA, make_mixed_model);
-    fa_safetensors *v0, *v1, *m1;
+    const struct delta_case *dc = *state;
+    const Fedagg__ModelDelta defaults = FEDAGG__MODEL_DELTA__INIT;
+    const unsigned bits = dc->bits ? dc->bits : defaults.bits;
+    struct sim *s = sim_new_model(1000, dc->config, make_mixed_model);
+    fa_safetensors *v0, *v1, *m1, *d1;
     uint8_t sha[32], want[32], dsha[32], rebuilt[32];
     uint64_t version;
     char path[4096], p0[600], pd[600], out[600];
@@ -1012,7 +1050,7 @@ static void test_any_model_round_delta(void **state)
         float sc[1];
         must(fa_st_read(v0, fa_st_find(v0, "emb.weight"), base, sizeof(base), &err), &err);
         must(fa_st_read(v1, fa_st_find(v1, "emb.weight"), got, sizeof(got), &err), &err);
-        fa_delta_encode(FA_ST_BF16, base, master, 6, 256, q, sc);
+        fa_delta_encode(FA_ST_BF16, base, master, 6, 256, bits, q, sc);
         fa_delta_apply(FA_ST_BF16, base, q, sc, 6, 256, wantb);
         assert_memory_equal(got, wantb, sizeof(got));
         must(fa_st_read_f32(v1, fa_st_find(v1, "emb.weight"), pub, 6, &err), &err);
@@ -1023,6 +1061,19 @@ static void test_any_model_round_delta(void **state)
     fa_st_del(v0);
     fa_st_del(v1);
     fa_st_del(m1);
+    /* The delta file's steps in the layout of its width. */
+    d1 = open_store_file(s, "delta-00000001.safetensors");
+    {
+        const fa_st_tensor *q = fa_st_find(d1, "q.emb.weight");
+        assert_non_null(q);
+        assert_int_equal(q->dtype, bits == 4 ? FA_ST_U8 : FA_ST_I8);
+        assert_int_equal(q->numel, bits == 4 ? 3 : 6);
+        q = fa_st_find(d1, "q.head.bias"); /* 3 elements: an odd tail */
+        assert_non_null(q);
+        assert_int_equal(q->numel, bits == 4 ? 2 : 3);
+        assert_int_equal(strtoul(fa_st_metadata_get(d1, FA_DELTA_META_BITS), NULL, 10), bits);
+    }
+    fa_st_del(d1);
     /* The region's rebuild from version 0 and the delta is model-1, byte for byte. */
     snprintf(p0, sizeof(p0), "%s/store/model-00000000.safetensors", s->dir);
     snprintf(pd, sizeof(pd), "%s/store/delta-00000001.safetensors", s->dir);
@@ -1030,6 +1081,7 @@ static void test_any_model_round_delta(void **state)
     must(fa_delta_reconstruct(p0, pd, out, rebuilt, &info, &err), &err);
     assert_int_equal(info.from, 0);
     assert_int_equal(info.to, 1);
+    assert_int_equal(info.bits, bits);
     assert_int_equal(info.quantised, 9);
     must(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &version, want), NULL);
     assert_memory_equal(rebuilt, want, 32);
@@ -1050,6 +1102,81 @@ static void test_any_model_round_delta(void **state)
     sim_open(s);
     position(s, NULL, NULL, NULL, &version);
     assert_int_equal(version, 1);
+    sim_del(s);
+}
+
+/* A model whose one federated tensor spans several chunks of the
+ * aggregator's streaming step (2^18 elements) and ends on an odd count: a
+ * BF16 tensor of 2 * 2^18 + 4097 elements and an F32 bias of 5. */
+#define BIG_N (2 * (1u << 18) + 4097)
+static void make_big_model(const char *dir)
+{
+    uint16_t *w = malloc(BIG_N * sizeof(*w));
+    const float b[5] = {0.5f, -0.5f, 0.25f, 0.0f, 1.0f};
+    uint64_t sw[1] = {BIG_N}, sb[1] = {5};
+    char path[512];
+    fa_error err;
+
+    assert_non_null(w);
+    for (uint32_t i = 0; i < BIG_N; i++)
+        w[i] = fa_st_f32_to_bf16(sinf((float)i * 0.001f));
+    fa_st_view v[] = {
+        {.name = "w", .dtype = FA_ST_BF16, .ndim = 1, .shape = sw, .data = w},
+        {.name = "b", .dtype = FA_ST_F32, .ndim = 1, .shape = sb, .data = b},
+    };
+    snprintf(path, sizeof(path), "%s/init.safetensors", dir);
+    must(fa_st_save(path, 0644, v, 2, NULL, 0, &err), &err);
+    free(w);
+}
+
+#define BIG_MODEL                                                                                  \
+    "model { init_file: \"init.safetensors\" }\n"                                                  \
+    "optimizer { kind: FEDAVG learning_rate: 1.0 }\n"                                              \
+    "quantization { bits: 16 max_examples: 100 }\n"
+
+/* At both widths (*state: 8 or 4): the delta of a tensor across chunks
+ * rebuilds the published file byte for byte, its steps laid out for the
+ * whole tensor (ceil(n / 2) bytes at 4 bits, the odd tail padded). */
+static void test_delta_across_chunks(void **state)
+{
+    const unsigned bits = *(const unsigned *)*state;
+    char cfg[512], p0[600], pd[600], out[600], path[4096];
+    struct sim *s;
+    fa_safetensors *d1;
+    const fa_st_tensor *q;
+    uint8_t rebuilt[32], want[32];
+    uint64_t version;
+    fa_delta_info info;
+    fa_error err;
+
+    snprintf(cfg, sizeof(cfg), "%smodel_delta { bits: %u }\n", BIG_MODEL, bits);
+    s = sim_new_model(1000, cfg, make_big_model);
+    assert_int_equal(s->d, BIG_N + 5);
+    for (int i = 0; i < NR; i++) /* a delta that changes along the tensor */
+        for (size_t j = 0; j < s->d; j++)
+            s->delta[i][j] =
+                0.001f * (float)(i + 1) * cosf((float)j * 0.0007f) * (float)(1 + (j >> 17));
+    finish_round_1_all(s);
+    d1 = open_store_file(s, "delta-00000001.safetensors");
+    q = fa_st_find(d1, "q.w");
+    assert_non_null(q);
+    assert_int_equal(q->dtype, bits == 4 ? FA_ST_U8 : FA_ST_I8);
+    assert_int_equal(q->numel, bits == 4 ? BIG_N / 2 + 1 : BIG_N);
+    if (bits == 4) { /* the padding nibble after the last step */
+        uint8_t last;
+        must(fa_st_read_range(d1, q, q->numel - 1, &last, 1, &err), &err);
+        assert_int_equal(last >> 4, 0);
+    }
+    fa_st_del(d1);
+    snprintf(p0, sizeof(p0), "%s/store/model-00000000.safetensors", s->dir);
+    snprintf(pd, sizeof(pd), "%s/store/delta-00000001.safetensors", s->dir);
+    snprintf(out, sizeof(out), "%s/rebuilt.safetensors", s->dir);
+    must(fa_delta_reconstruct(p0, pd, out, rebuilt, &info, &err), &err);
+    assert_int_equal(info.bits, bits);
+    assert_int_equal(info.quantised, BIG_N + 5);
+    must(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &version, want), NULL);
+    assert_int_equal(version, 1);
+    assert_memory_equal(rebuilt, want, 32);
     sim_del(s);
 }
 
@@ -1867,7 +1994,11 @@ int main(void)
         cmocka_unit_test(test_round_sum_file),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
         cmocka_unit_test(test_any_model_round),
-        cmocka_unit_test(test_any_model_round_delta),
+        cmocka_unit_test_prestate(test_any_model_round_delta, (void *)&delta_default),
+        cmocka_unit_test_prestate(test_any_model_round_delta, (void *)&delta_8),
+        cmocka_unit_test_prestate(test_any_model_round_delta, (void *)&delta_4),
+        cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits8),
+        cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits4),
         cmocka_unit_test(test_federated_evaluation),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),

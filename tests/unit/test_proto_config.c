@@ -157,7 +157,7 @@ static void test_meaning_errors_with_positions(void **state)
                                "regions { id: \"a\" identity_public_key: \"" KEY_A "\" }\n"
                                "round { threshold: 3 max_uploads_in_flight: 2000 }\n"
                                "quantization { bits: 1 }\n"
-                               "model_delta { bits: 4 block: 300 }\n";
+                               "model_delta { bits: 6 block: 300 }\n";
     ProtobufCMessage *m = (ProtobufCMessage *)1;
     fa_diags *d = NULL;
     (void)state;
@@ -173,8 +173,7 @@ static void test_meaning_errors_with_positions(void **state)
                             "regions (2)"));
     assert_true(has_diag(d, "c.textproto:3:22: `round.max_uploads_in_flight` (2000) is over 1024"));
     assert_true(has_diag(d, "c.textproto:4:16: `quantization.bits` (1) must be from 2 to 24"));
-    assert_true(has_diag(d, "c.textproto:5:15: `model_delta.bits` (4) must be 8 (int8 steps are "
-                            "the one width)"));
+    assert_true(has_diag(d, "c.textproto:5:15: `model_delta.bits` (6) must be 4 or 8"));
     assert_true(has_diag(d, "c.textproto:5:23: `model_delta.block` (300) must be a power of two "
                             "from 16 to 65536"));
     /* required fields in absent messages point at the top of the file */
