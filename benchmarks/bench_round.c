@@ -104,12 +104,15 @@
  *                 one round to the next), with the server settings that
  *                 were tried before choosing the default (ACC_TUNED_OVER).
  *
- * round_delta_download  The accuracy part's federation run twice for each
+ * round_delta_download  The accuracy part's federation run for each
  *                 --acc-bits upload width (default 16; e.g. 8,12,16), one after
  *                 the other in the same run: the anchor downloads every model
- *                 whole (model_delta off), ours as an int8 delta against the
- *                 version it holds (model_delta { enabled: true bits: 8
- *                 block: 256 }, model/delta.h).  Each side's final accuracy
+ *                 whole (model_delta off), ours as a delta against the
+ *                 version it holds, once for each --acc-delta-bits step width
+ *                 (default: the config's default width; e.g. 4,8) (model_delta
+ *                 { enabled: true bits: W block: 256 }, model/delta.h), one
+ *                 JSON line per upload width and step width, each next to
+ *                 the same anchor.  Each side's final accuracy
  *                 and mean of the last 5 (the aggregator evaluates the
  *                 published model, what regions hold), and its bytes up and
  *                 down per parameter per round per region: the masked
@@ -118,7 +121,8 @@
  *                 downloads after each region's first, version 0, which
  *                 is whole on both sides); the ratio of
  *                 the totals and the accuracy lost, against the issue's
- *                 target (<= 3.0 bytes per parameter, <= 0.3 points lost).
+ *                 target (<= 3.0 bytes per parameter, <= 0.3 points lost
+ *                 both in the final accuracy and in the mean of the last 5).
  *                 --acc-delta off,on picks the sides.  round_accuracy is of
  *                 the first run (the anchor at the first width).
  *
@@ -184,7 +188,9 @@ struct opts {
     int acc_bits[8];     /* --acc-bits: upload widths, each run with and without deltas */
     size_t n_acc_bits;
     int acc_delta_off,
-        acc_delta_on; /* --acc-delta off,on: the model downloaded whole / as deltas */
+        acc_delta_on;      /* --acc-delta off,on: the model downloaded whole / as deltas */
+    int acc_delta_bits[2]; /* --acc-delta-bits: the step widths of the deltas (4, 8) */
+    size_t n_acc_delta_bits;
     int keep;
     const char *dir;
 };
@@ -780,6 +786,7 @@ out:
 /* What one federation of the accuracy part gave. */
 struct fed_run {
     int bits, delta;           /* upload bits; the download as deltas (model_delta) */
+    int delta_bits;            /* with delta: model_delta.bits */
     double acc, seconds, tail; /* final accuracy, wall time, mean of the last 5 */
     double *curve;             /* acc_rounds accuracies */
     /* Payload bytes per region per round (the masked upload's body; the
@@ -811,7 +818,8 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
 {
     static char names[3][32] = {"eu-west", "us-east", "ap-south"};
     char dir[PATH_MAX + 16], cfg[PATH_MAX + 64], log[PATH_MAX + 64], wcfg[3][PATH_MAX + 64],
-        wlog[3][PATH_MAX + 64], optimizer[256], quant[256], trainer[256], policy[512];
+        wlog[3][PATH_MAX + 64], optimizer[256], quant[256], trainer[256], policy[512],
+        model_delta[128];
     int port = fa_rbench_free_port(1), mport = fa_rbench_free_port(0), rc = -1;
     const char *kind = opt_kind(o->acc_opt);
     pid_t agg = -1, w[3] = {-1, -1, -1};
@@ -823,7 +831,10 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
         fa_rbench_json_error("accuracy", "unknown server optimizer '%s'", o->acc_opt);
         goto out;
     }
-    snprintf(dir, sizeof(dir), "%s/acc-b%d-%s", P->dir, fr->bits, fr->delta ? "delta" : "full");
+    if (fr->delta)
+        snprintf(dir, sizeof(dir), "%s/acc-b%d-delta%d", P->dir, fr->bits, fr->delta_bits);
+    else
+        snprintf(dir, sizeof(dir), "%s/acc-b%d-full", P->dir, fr->bits);
     fprintf(stderr, "fedagg-bench round: accuracy: PKI, keys and the non-IID split in %s\n", dir);
     if (fa_rbench_setup_dir(P, dir, names, 3, 0.5, 7) != 0) {
         fa_rbench_json_error("accuracy", "setting up %s failed: see %s/setup.log", dir, dir);
@@ -840,6 +851,11 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
              "bits: %d clip: CLIP_L2 clip_l2_norm: %g clip_value: 1.0 max_examples: 60000",
              fr->bits, o->acc_clip);
     snprintf(policy, sizeof(policy), "min_regions: 3 threshold: 2 %s", E2E_ROUND);
+    if (fr->delta)
+        snprintf(model_delta, sizeof(model_delta),
+                 "model_delta { enabled: true bits: %d block: 256 }", fr->delta_bits);
+    else
+        snprintf(model_delta, sizeof(model_delta), "model_delta { enabled: false }");
     struct fa_rbench_agg a = {cfg,
                               port,
                               mport,
@@ -854,8 +870,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
                               "state",
                               1,
                               0,
-                              fr->delta ? "model_delta { enabled: true bits: 8 block: 256 }"
-                                        : "model_delta { enabled: false }"};
+                              model_delta};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("accuracy", "cannot write %s", cfg);
         goto out;
@@ -878,7 +893,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
     fprintf(stderr,
             "fedagg-bench round: accuracy: federation of 3 regions, %d rounds (%s), %d "
             "upload bits, model download %s\n",
-            o->acc_rounds, optimizer, fr->bits, fr->delta ? "as deltas" : "whole");
+            o->acc_rounds, optimizer, fr->bits, model_delta);
     {
         char agg_bin[PATH_MAX + 32], w_bin[PATH_MAX + 32];
         snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
@@ -983,11 +998,48 @@ static void print_run(FILE *f, const struct fed_run *r)
             r->n_down, r->n_delta, r->seconds);
 }
 
+/* The round_delta_download line of one upload width and step width. */
+static void print_delta_line(const struct opts *o, int bits, int delta_bits,
+                             const struct fed_run *an, const struct fed_run *us)
+{
+    char b[4][32];
+    printf("{\"bench\":\"round_delta_download\",\"model\":\"mlp-784-256-128-10\","
+           "\"d\":%.0f,\"regions\":3,\"rounds\":%d,\"upload_bits\":%d,"
+           "\"delta\":{\"bits\":%d,\"block\":256},"
+           "\"bytes\":\"payload per region per round: the masked upload's body and the "
+           "model download's body, means over all of them (QUIC and the protocol's other "
+           "messages excluded)\",\"anchor\":",
+           ACC_D, o->acc_rounds, bits, delta_bits);
+    if (an)
+        print_run(stdout, an);
+    else
+        printf("null");
+    printf(",\"ours\":");
+    if (us)
+        print_run(stdout, us);
+    else
+        printf("null");
+    if (an && us) {
+        double ratio = (us->up + us->down) / (an->up + an->down);
+        double lost = (an->acc - us->acc) * 100.0, lost5 = (an->tail - us->tail) * 100.0;
+        printf(",\"ratio_total_bytes\":%s,\"accuracy_lost_points\":%s,"
+               "\"accuracy_lost_points_last5_mean\":%s,\"target_bytes_per_param\":3.0,"
+               "\"target_points\":0.3,\"met\":%s",
+               fa_bench_json_num(b[0], sizeof(b[0]), ratio, 3),
+               fa_bench_json_num(b[1], sizeof(b[1]), lost, 2),
+               fa_bench_json_num(b[2], sizeof(b[2]), lost5, 2),
+               (us->up + us->down) / ACC_D <= 3.0 && lost <= 0.3 && lost5 <= 0.3 ? "true"
+                                                                                 : "false");
+    }
+    printf("}\n");
+    fflush(stdout);
+}
+
 static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
 {
     double cen_acc = NAN, cen_s = NAN;
     struct curve *cen_curve = calloc(1, sizeof(*cen_curve));
-    struct fed_run runs[2 * 8];
+    struct fed_run runs[3 * 8]; /* per upload width: the anchor and up to 2 step widths */
     size_t nr = 0;
     double fed_acc = NAN, fed_s = NAN, *fed_curve = NULL;
     int rc = -1;
@@ -1000,14 +1052,19 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
         goto out;
     }
     /* For every upload width: the anchor (the model downloaded whole) and
-     * ours (as deltas), one after the other in the same run. */
+     * ours (as deltas, at every step width), one after the other in the
+     * same run. */
     for (size_t bi = 0; bi < o->n_acc_bits; bi++) {
-        for (int delta = 0; delta < 2; delta++) {
+        const struct fed_run *an = NULL;
+        size_t first = nr;
+        for (size_t k = 0; k <= o->n_acc_delta_bits; k++) {
             struct fed_run *r = &runs[nr];
+            const int delta = k > 0;
             if ((delta && !o->acc_delta_on) || (!delta && !o->acc_delta_off))
                 continue;
             r->bits = o->acc_bits[bi];
             r->delta = delta;
+            r->delta_bits = delta ? o->acc_delta_bits[k - 1] : 0;
             if (!(r->curve = calloc((size_t)o->acc_rounds, sizeof(double)))) {
                 fa_rbench_json_error("accuracy", "out of memory");
                 goto out;
@@ -1015,43 +1072,16 @@ static int part_accuracy(const struct opts *o, const struct fa_rbench_paths *P)
             nr++;
             if (run_federation(o, P, r) != 0)
                 goto out;
+            if (!delta)
+                an = r;
         }
-        /* side by side: the anchor, ours, and their ratio */
-        {
-            const struct fed_run *an = NULL, *us = NULL;
-            char b[4][32];
-            for (size_t i = 0; i < nr; i++)
-                if (runs[i].bits == o->acc_bits[bi])
-                    *(runs[i].delta ? &us : &an) = &runs[i];
-            printf("{\"bench\":\"round_delta_download\",\"model\":\"mlp-784-256-128-10\","
-                   "\"d\":%.0f,\"regions\":3,\"rounds\":%d,\"upload_bits\":%d,"
-                   "\"delta\":{\"bits\":8,\"block\":256},"
-                   "\"bytes\":\"payload per region per round: the masked upload's body and the "
-                   "model download's body, means over all of them (QUIC and the protocol's other "
-                   "messages excluded)\",\"anchor\":",
-                   ACC_D, o->acc_rounds, o->acc_bits[bi]);
-            if (an)
-                print_run(stdout, an);
-            else
-                printf("null");
-            printf(",\"ours\":");
-            if (us)
-                print_run(stdout, us);
-            else
-                printf("null");
-            if (an && us) {
-                double ratio = (us->up + us->down) / (an->up + an->down);
-                double lost = (an->acc - us->acc) * 100.0, lost5 = (an->tail - us->tail) * 100.0;
-                printf(",\"ratio_total_bytes\":%s,\"accuracy_lost_points\":%s,"
-                       "\"accuracy_lost_points_last5_mean\":%s,\"target_bytes_per_param\":3.0,"
-                       "\"target_points\":0.3,\"met\":%s",
-                       fa_bench_json_num(b[0], sizeof(b[0]), ratio, 3),
-                       fa_bench_json_num(b[1], sizeof(b[1]), lost, 2),
-                       fa_bench_json_num(b[2], sizeof(b[2]), lost5, 2),
-                       (us->up + us->down) / ACC_D <= 3.0 && lost <= 0.3 ? "true" : "false");
-            }
-            printf("}\n");
-            fflush(stdout);
+        /* side by side, one line per step width: the anchor, ours, their ratio */
+        for (size_t k = 0; k < (o->acc_delta_on ? o->n_acc_delta_bits : 1); k++) {
+            const struct fed_run *us = NULL;
+            for (size_t i = first; i < nr; i++)
+                if (runs[i].delta && runs[i].delta_bits == o->acc_delta_bits[k])
+                    us = &runs[i];
+            print_delta_line(o, o->acc_bits[bi], o->acc_delta_bits[k], an, us);
         }
     }
     /* The round_accuracy line (federated next to centralised) is of the
@@ -1138,6 +1168,13 @@ out:
 /* Main                                                                      */
 /* ------------------------------------------------------------------------ */
 
+/* The step width of a model delta when the config names none. */
+static unsigned default_delta_bits(void)
+{
+    const Fedagg__ModelDelta d = FEDAGG__MODEL_DELTA__INIT;
+    return d.bits;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -1149,11 +1186,13 @@ static void usage(FILE *f)
             "         [--acc-momentum 0.9] [--acc-opt fedavgm] [--acc-server-lr 1.0]\n"
             "         [--acc-server-momentum 0.5] [--acc-beta1 0.9] [--acc-beta2 0.99]\n"
             "         [--acc-tau 0.001] [--acc-clip 100] [--acc-no-centralised]\n"
-            "         [--acc-bits 16[,12,8...]] [--acc-delta off,on]\n"
+            "         [--acc-bits 16[,12,8...]] [--acc-delta off,on] [--acc-delta-bits %u[,4|8]]\n"
             "JSON lines: round_e2e, round_bytes, round_rss, round_delta_download (one per\n"
-            "--acc-bits width: the model downloaded whole, the anchor, next to as deltas),\n"
+            "--acc-bits width and --acc-delta-bits step width: the model downloaded whole,\n"
+            "the anchor, next to as deltas),\n"
             "round_accuracy (see the source's header comment for what each measures).\n"
-            "--quick: 1 rep, 1 rss round, 5 accuracy rounds.\n");
+            "--quick: 1 rep, 1 rss round, 5 accuracy rounds.\n",
+            default_delta_bits());
 }
 
 static int parse_hidden(const char *s, struct opts *o)
@@ -1201,6 +1240,7 @@ int fa_bench_round(int argc, char **argv)
         {"acc-no-centralised", no_argument, NULL, 13},
         {"acc-bits", required_argument, NULL, 14},
         {"acc-delta", required_argument, NULL, 15},
+        {"acc-delta-bits", required_argument, NULL, 16},
         {"serve-plain", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1237,6 +1277,8 @@ int fa_bench_round(int argc, char **argv)
     o.acc_bits[0] = 16;
     o.n_acc_bits = 1;
     o.acc_delta_off = o.acc_delta_on = 1;
+    o.acc_delta_bits[0] = (int)default_delta_bits();
+    o.n_acc_delta_bits = 1;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
         switch (c) {
@@ -1305,6 +1347,18 @@ int fa_bench_round(int argc, char **argv)
                 return 2;
             }
             break;
+        case 16: {
+            int a = 0, b = 0, n = sscanf(optarg, "%d,%d", &a, &b);
+            o.n_acc_delta_bits = n == 1 || n == 2 ? (size_t)n : 0;
+            o.acc_delta_bits[0] = a;
+            o.acc_delta_bits[1] = b;
+            if (o.n_acc_delta_bits == 0 || (a != 4 && a != 8) || (n == 2 && b != 4 && b != 8) ||
+                (n == 2 && a == b)) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        }
         case 'P': return fa_rbench_plain_serve(optarg);
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
