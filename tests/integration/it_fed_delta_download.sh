@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The quantised-delta download (issue 12): regions and aggregator hold
 # bit-identical weights after 20 rounds.  With `model_delta { enabled: true }`
-# the aggregator publishes every version v also as an int8 delta against
-# v-1, and defines model-<v> as what that delta rebuilds (model/delta.h).
+# the aggregator publishes every version v also as a delta of 4- or 8-bit
+# steps against v-1, and defines model-<v> as what that delta rebuilds
+# (model/delta.h).  The config names no width, so this runs the default
+# (DELTA_BITS, when set, names one: it_fed_delta_download_8bit.sh).
 # Three regions download version 0 whole and every later one as a delta
 # (GET /v1/models/latest?delta_from=v-1), rebuild it and check its SHA-256
 # against the full model's and the signed audit log.  Checked here:
 #   - every region rebuilt its versions from deltas (log lines with
-#     encoding=delta), each about a quarter of the full file's bytes;
+#     encoding=delta), each about a quarter (8 bits) or an eighth (4 bits)
+#     of the full file's bytes, and every delta file in the store says that
+#     width (fedagg.delta.bits);
 #   - every version a region rebuilt or downloaded, round by round, has the
 #     SHA-256 of the aggregator's published model-<v> (the region's log
 #     names the digest of the bytes it wrote), and at the end the file each
@@ -20,9 +24,13 @@
 source "$FA_SRC/tests/integration/fedtest.sh"
 
 ROUNDS=20
+# the width the delta files must say: the config's default unless named
+DEFAULT_BITS=4
+WANT_BITS=${DELTA_BITS:-$DEFAULT_BITS}
 # rounds 0: the aggregator runs on until stopped, once every region holds
 # version $ROUNDS (the model of round $ROUNDS's result)
-FED_AGG_EXTRA='model_delta { enabled: true bits: 8 block: 256 }' fed_test_config 0
+FED_AGG_EXTRA="model_delta { enabled: true ${DELTA_BITS:+bits: $DELTA_BITS }block: 256 }" \
+    fed_test_config 0
 # keep every version, to compare each region's model with the store's
 sed -i 's/keep_versions: 5/keep_versions: 30/' "$D/aggregator.textproto"
 for r in "${REGIONS[@]}"; do
@@ -48,16 +56,27 @@ done
 fed_stop_all
 
 # Round by round: what each region wrote against the store's files.
-python3 - "$D" "$victim" "${REGIONS[@]}" <<'PY' || fail "regions and aggregator differ"
+python3 - "$D" "$victim" "$WANT_BITS" "${REGIONS[@]}" <<'PY' || fail "regions and aggregator differ"
 import hashlib, json, os, re, struct, sys
-d, victim, regions = sys.argv[1], sys.argv[2], sys.argv[3:]
+d, victim, bits, regions = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 def sha(p):
     return hashlib.sha256(open(p, "rb").read()).hexdigest()
-store = {}
+def header(p):
+    b = open(p, "rb").read(1 << 20)
+    return json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+store, n_delta_files = {}, 0
 for f in os.listdir(os.path.join(d, "state")):
     m = re.fullmatch(r"model-(\d{8})\.safetensors", f)
     if m:
         store[int(m.group(1))] = sha(os.path.join(d, "state", f))
+    if re.fullmatch(r"delta-(\d{8})\.safetensors", f):
+        h = header(os.path.join(d, "state", f))
+        assert h["__metadata__"]["fedagg.delta.bits"] == str(bits), f"{f}: {h['__metadata__']}"
+        for k, t in h.items():
+            if k.startswith("q."):
+                assert t["dtype"] == ("U8" if bits == 4 else "I8"), f"{f}: {k} is {t}"
+        n_delta_files += 1
+assert n_delta_files >= 20, f"{n_delta_files} delta files in the store"
 full = os.path.getsize(os.path.join(d, "state", "model-00000010.safetensors"))
 pairs = 0
 for r in regions:
@@ -72,7 +91,8 @@ for r in regions:
         pairs += 1
     for x in deltas:
         b = int(x["bytes"])
-        assert b < full * 0.30, f"{r}: a delta of {b} bytes for a model of {full}"
+        # steps (1 or 1/2 byte) and scales (4/256) per 4-byte parameter, and the header
+        assert b < full * (0.30 if bits == 8 else 0.16), f"{r}: a delta of {b} bytes for a model of {full}"
     want = 19 if r == victim else 20
     assert len(deltas) >= want, f"{r}: {len(deltas)} versions rebuilt from deltas, fewer than {want}"
     # the held file now, against the store's of its version
@@ -83,7 +103,7 @@ for r in regions:
     assert v >= 20, f"{r} holds version {v}, not 20 or later"
     assert hashlib.sha256(b).hexdigest() == store[v], f"{r}: held version {v} differs from the store's"
     print(f"{r}: {len(kv)} downloads ({len(deltas)} deltas, {sum(int(x['bytes']) for x in deltas) // max(1, len(deltas))} bytes each vs {full} whole); holds version {v}, identical to the store's")
-print(f"ok: {pairs} downloads, each the aggregator's published file byte for byte")
+print(f"ok: {pairs} downloads, each the aggregator's published file byte for byte; {n_delta_files} delta files of {bits} bits")
 PY
 
 # The victim: its delta did not apply to the damaged model; it said so and

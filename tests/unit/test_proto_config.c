@@ -71,8 +71,31 @@ static void test_defaults_and_paths(void **state)
     assert_non_null(c->evaluation);
     assert_int_equal(c->optimizer->kind, FEDAGG__SERVER_OPTIMIZER_KIND__FEDAVG);
     assert_int_equal(c->quantization->bits, 16);
+    assert_true(c->model_delta->enabled);
+    assert_int_equal(c->model_delta->bits, 4);
+    assert_int_equal(c->model_delta->block, 256);
     protobuf_c_message_free_unpacked(&c->base, NULL);
     fa_diags_del(d);
+}
+
+/* Both step widths of a model delta load. */
+static void test_model_delta_widths(void **state)
+{
+    static const char *const widths[] = {"model_delta { bits: 4 }\n", "model_delta { bits: 8 }\n"};
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        Fedagg__AggregatorConfig *c = NULL;
+        fa_diags *d = NULL;
+        char text[1024];
+        snprintf(text, sizeof(text), "%s%s", agg_text, widths[k]);
+        assert_int_equal(
+            load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d),
+            0);
+        assert_int_equal(fa_diags_count(d), 0);
+        assert_int_equal(c->model_delta->bits, k == 0 ? 4 : 8);
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+        fa_diags_del(d);
+    }
 }
 
 static void test_worker_defaults(void **state)
@@ -362,6 +385,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_paths),
+        cmocka_unit_test(test_model_delta_widths),
         cmocka_unit_test(test_worker_defaults),
         cmocka_unit_test(test_worker_privacy),
         cmocka_unit_test(test_meaning_errors_with_positions),
