@@ -3,7 +3,9 @@
  *
  * For each d of --points (10^7, 10^8, 5 x 10^8 by default; 10^9 when asked
  * and it fits), with R regions (--regions, 3): the built-in MLP
- * 784-H-10 with H chosen so that it has d parameters (795 H + 10, FedAdam,
+ * 784-H-10 with H chosen so that it has d parameters (795 H + 10; above
+ * 2^20 hidden units, the widest layer a config takes, 784-2^20-B-10: see
+ * mlp_for), FedAdam,
  * 16-bit quantisation, the uploads of every region taken at once), run as
  * `fedagg-bench round` runs its e2e part (benchmarks/round_fed.c): the
  * fedagg-aggregator binary with R region clients as threads of this process
@@ -136,11 +138,34 @@ static void point_need(uint64_t d, int regions, uint64_t margin, uint64_t *mem, 
     *disk = 2 * 12 * d + 4 * d + journals + (uint64_t)regions * 4 * d + 2 * 1024 * mib;
 }
 
-/* The MLP 784-H-10 nearest d parameters: 795 H + 10. */
-static uint32_t hidden_for(uint64_t d)
+/* The MLP nearest d parameters: 784-H-10 (795 H + 10 parameters), or, when
+ * H would exceed the widest layer a config accepts (2^20), 784-2^20-B-10
+ * (785 * 2^20 + B (2^20 + 11) + 10): 10^9 parameters are 784-1048576-169-10.
+ * Returns the number of hidden layers (1 or 2) and its parameters in *d. */
+#define SCALE_MAX_WIDTH (1u << 20)
+static size_t mlp_for(uint64_t want, uint32_t hidden[2], uint64_t *d)
 {
-    uint64_t h = d > 10 ? (d - 10 + 397) / 795 : 1;
-    return h ? (uint32_t)h : 1;
+    uint64_t h = want > 10 ? (want - 10 + 397) / 795 : 1;
+    if (h <= SCALE_MAX_WIDTH) {
+        hidden[0] = h ? (uint32_t)h : 1;
+        *d = 795 * (uint64_t)hidden[0] + 10;
+        return 1;
+    }
+    const uint64_t a = SCALE_MAX_WIDTH, base = 785 * a + 10;
+    uint64_t b = want > base ? (want - base + (a + 11) / 2) / (a + 11) : 1;
+    hidden[0] = (uint32_t)a;
+    hidden[1] = b ? (uint32_t)b : 1;
+    *d = base + (uint64_t)hidden[1] * (a + 11);
+    return 2;
+}
+
+/* "784-H-10" or "784-A-B-10". */
+static void mlp_name(const uint32_t *hidden, size_t nh, char *out, size_t n)
+{
+    if (nh == 1)
+        snprintf(out, n, "784-%u-10", hidden[0]);
+    else
+        snprintf(out, n, "784-%u-%u-10", hidden[0], hidden[1]);
 }
 
 static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P, char names[][32],
@@ -149,7 +174,8 @@ static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P
     char agg_cfg[PATH_MAX + 64], plain_cfg[PATH_MAX + 64], agg_log[PATH_MAX + 64],
         plain_log[PATH_MAX + 64], wpath[PATH_MAX + 64], prefix[64], storage[64], pstorage[64],
         addr_p[64], policy[512], msg[600], part[32], path[PATH_MAX + 64];
-    const uint32_t hidden[1] = {hidden_for(pt->d)};
+    uint32_t hidden[2];
+    char arch[64];
     int port_s = fa_rbench_free_port(1), port_p = fa_rbench_free_port(1);
     int mport_s = fa_rbench_free_port(0), mport_p = fa_rbench_free_port(0);
     struct fa_rbench_fed *f = calloc(1, sizeof(*f));
@@ -163,7 +189,8 @@ static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P
         fa_rbench_json_error(part, "out of memory");
         return -1;
     }
-    pt->d = 795 * (uint64_t)hidden[0] + 10;
+    const size_t nh = mlp_for(pt->d, hidden, &pt->d);
+    mlp_name(hidden, nh, arch, sizeof(arch));
     snprintf(prefix, sizeof(prefix), "scale%" PRIu64, pt->d);
     snprintf(storage, sizeof(storage), "%s-state", prefix);
     snprintf(pstorage, sizeof(pstorage), "%s-plain-state", prefix);
@@ -180,7 +207,7 @@ static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P
                               o->regions,
                               o->rounds + 1, /* never finished (and drained) while measured */
                               hidden,
-                              1,
+                              nh,
                               FA_RBENCH_OPT,
                               FA_RBENCH_QUANT,
                               policy,
@@ -210,8 +237,8 @@ static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P
             goto out;
         }
     }
-    fprintf(stderr, "fedagg-bench scale: d = %" PRIu64 " (mlp 784-%u-10), %d regions: secure\n",
-            pt->d, hidden[0], o->regions);
+    fprintf(stderr, "fedagg-bench scale: d = %" PRIu64 " (mlp %s), %d regions: secure\n", pt->d,
+            arch, o->regions);
 
     /* Secure: the aggregator, the clients, the rounds. */
     {
@@ -329,7 +356,9 @@ out:
 
 static void print_point(const struct scale_opts *o, const struct point *pt)
 {
-    char b[12][32], list_s[256] = "", list_p[256] = "";
+    char b[12][32], list_s[256] = "", list_p[256] = "", arch[64];
+    uint32_t hidden[2];
+    uint64_t d;
     double bpp = pt->agg_kib * 1024.0 / (double)pt->d;
     double plain = pt->measured ? pt->plain_s : NAN, ratio = pt->secure_s / plain;
 
@@ -340,14 +369,15 @@ static void print_point(const struct scale_opts *o, const struct point *pt)
             snprintf(list_p + strlen(list_p), sizeof(list_p) - strlen(list_p), "%s%.3f",
                      list_p[0] ? "," : "", pt->plain_all[i]);
     }
-    printf("{\"bench\":\"round_scale\",\"d\":%" PRIu64 ",\"model\":\"mlp-784-%u-10\","
+    mlp_name(hidden, mlp_for(pt->d, hidden, &d), arch, sizeof(arch));
+    printf("{\"bench\":\"round_scale\",\"d\":%" PRIu64 ",\"model\":\"mlp-%s\","
            "\"regions\":%d,\"server_optimizer\":\"fedadam\",\"bits\":16,\"rounds\":%d,"
            "\"secure_s\":%.3f,\"plain_s\":%s,\"ratio\":%s,\"ratio_target\":1.5,"
            "\"ratio_met\":%s,\"secure_rounds_s\":[%s],\"plain_rounds_s\":[%s],"
            "\"aggregator_vmhwm_mib\":%.1f,\"bytes_per_param\":%.2f,"
            "\"bytes_per_param_target\":6,\"bytes_per_param_met\":%s,"
            "\"plain_server_vmhwm_mib\":%.1f,\"bench_clients_vmhwm_mib\":%.1f,",
-           pt->d, hidden_for(pt->d), o->regions, o->rounds, pt->secure_s,
+           pt->d, arch, o->regions, o->rounds, pt->secure_s,
            fa_bench_json_num(b[6], sizeof(b[6]), plain, 3),
            fa_bench_json_num(b[7], sizeof(b[7]), ratio, 3), ratio <= 1.5 ? "true" : "false",
            list_s, list_p, pt->agg_kib / 1024.0, bpp, bpp <= 6.0 ? "true" : "false",
@@ -480,7 +510,9 @@ int fa_bench_scale(int argc, char **argv)
         goto out;
     }
     for (int i = 0; i < o.n_points; i++) {
-        uint64_t d = 795 * (uint64_t)hidden_for(o.points[i]) + 10, mem, disk;
+        uint32_t hidden[2];
+        uint64_t d, mem, disk;
+        (void)mlp_for(o.points[i], hidden, &d);
         uint64_t avail = mem_available(), free_disk = disk_available(P.dir);
         point_need(d, o.regions, o.margin, &mem, &disk);
         pts[i].d = d;
