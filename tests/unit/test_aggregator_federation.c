@@ -25,6 +25,7 @@
 #include "aggregator/model_store.h"
 #include "common/fa_file.h"
 #include "common/fa_safetensors.h"
+#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
 #include "privacy/accountant.h"
@@ -808,6 +809,27 @@ static void flip_byte(const char *path, long at)
  * back, and a damaged or missing one is refused with the file's name,
  * nothing changed.  (After unmasking the state still names the masked
  * sum, and a restart there unmasks it again: it_fed_aggregator_crash.) */
+/* Rewrites a sum file as version 1 ("FASUM" 0 0 1, a SHA-256 of all
+ * before it instead of the CRC-32C) with the same header and words. */
+static void sum_file_to_v1(const char *path)
+{
+    uint8_t *data = NULL, md[32];
+    size_t len = 0;
+    fa_error err;
+    FILE *out;
+    fa_error_clear(&err);
+    must(fa_file_read_all(path, &data, &len, (size_t)1 << 30, &err), &err);
+    assert_true(len > 40 && data[7] == 2);
+    data[7] = 1;
+    len -= 4;
+    assert_int_equal(fa_sha256(md, data, len), 0);
+    assert_non_null(out = fopen(path, "wb"));
+    assert_int_equal(fwrite(data, 1, len, out), len);
+    assert_int_equal(fwrite(md, 1, 32, out), 32);
+    assert_int_equal(fclose(out), 0);
+    free(data);
+}
+
 static void test_round_sum_file(void **state)
 {
     struct sim *s = sim_new(1000);
@@ -834,7 +856,7 @@ static void test_round_sum_file(void **state)
     fa_error_clear(&err);
     assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), FA_ERR_CORRUPT);
     assert_null(s->f);
-    assert_non_null(strstr(err.msg, "fails its SHA-256"));
+    assert_non_null(strstr(err.msg, "fails its CRC-32C"));
     assert_non_null(strstr(err.msg, path));
     flip_byte(path, 100);
     /* gone */
@@ -845,7 +867,13 @@ static void test_round_sum_file(void **state)
     assert_null(s->f);
     assert_non_null(strstr(err.msg, "the round state's sum"));
     assert_int_equal(rename(again, path), 0);
-    /* intact: the round goes on from the consistency phase */
+    /* intact, it opens; and as an older aggregator wrote it (version 1: a
+     * SHA-256 in place of the CRC-32C), the round goes on from it */
+    fa_error_clear(&err);
+    must(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), &err);
+    fa_fed_close(s->f);
+    s->f = NULL;
+    sum_file_to_v1(path);
     sim_open(s);
     position(s, NULL, NULL, &phase, NULL);
     assert_int_equal(phase, FEDAGG__PHASE__PHASE_CONSISTENCY);
