@@ -12,10 +12,12 @@
 # files), the audit record -- not about learning.
 #
 # Checked: both rounds complete with the region; version 2's files hold
-# every tensor, larger than 2^31 bytes; sampled coordinates of version 2
-# (below and beyond the 2^31-byte offset) equal FedAdam applied twice to
-# the negation deltas, within the 16-bit quantiser's error; the audit log
-# verifies; the aggregator's peak RSS stays within 6 bytes per parameter.
+# every tensor, larger than 2^31 bytes; sampled coordinates of version 2's
+# float32 master weights (below and beyond the 2^31-byte offset) equal
+# FedAdam applied twice to the negation deltas, within the 16-bit
+# quantiser's error, and the published version 2 (the regions' delta
+# reconstruction, model/delta.h) is within a delta step of them; the audit
+# log verifies; the aggregator's peak RSS stays within 6 bytes per parameter.
 #
 # Label `large` (make check-large): about 10 minutes on 2 cores (337 s for
 # the two rounds here, after ~1 min writing version 0), 10 GB
@@ -80,16 +82,21 @@ echo "it_fed_large: aggregator peak RSS $((hwm >> 20)) MiB, $(awk -v h="$hwm" -v
 
 M0="$D/state/model-00000000.safetensors"
 M2="$D/state/model-00000002.safetensors"
+M1="$D/state/model-00000001.safetensors"
+W2="$D/state/master-00000002.safetensors" # the master weights (model_delta is on by default)
 [ -f "$M2" ] || fail "no version 2"
+[ -f "$W2" ] || fail "no master weights of version 2"
+[ -f "$M1" ] || fail "no version 1"
 [ "$(stat -c %s "$M2")" -gt 2147483648 ] || fail "version 2 is not larger than 2^31 bytes"
 "$FA_BIN/fedagg" model diff "$M0" "$M2" >"$D/diff.txt" || fail "version 2's table differs from version 0's"
 "$FA_BIN/fedagg" audit verify "$D/state/audit.log" --pubkey "$D/keys/aggregator.pub" \
     >/dev/null || fail "audit verify"
 
 # FedAdam twice (fresh state: m = 0, v = tau^2) on the deltas the trainer
-# makes (-2 w), in float64, against version 2 at sampled coordinates of
-# every tensor, fc1.weight's beyond byte 2^31 among them.
-"$PY" - "$M0" "$M2" <<'PY' || fail "version 2 is not FedAdam of the negation updates"
+# makes (-2 w of the model it downloaded: version 0, then the published
+# version 1), in float64, against version 2's master weights at sampled
+# coordinates of every tensor, fc1.weight's beyond byte 2^31 among them.
+"$PY" - "$M0" "$W2" "$M2" "$M1" <<'PY' || fail "version 2 is not FedAdam of the negation updates"
 import json, math, struct, sys
 
 def table(path):
@@ -105,16 +112,18 @@ def value(t, name, i):
     return struct.unpack("<f", f.read(4))[0]
 
 lr, b1, b2, tau = 0.01, 0.9, 0.99, 1e-3
-t0, t2 = table(sys.argv[1]), table(sys.argv[2])
-worst, checked, beyond = 0.0, 0, 0
+t0, t2, tp, t1 = table(sys.argv[1]), table(sys.argv[2]), table(sys.argv[3]), table(sys.argv[4])
+worst, worst_pub, checked, beyond = 0.0, 0.0, 0, 0
 for name, meta in t0[2].items():
     numel = math.prod(meta["shape"]) if meta["shape"] else 1
     for k in range(200):
         i = (k * 2654435761) % numel
         w = value(t0, name, i)
         m, v = 0.0, tau * tau
-        for _ in range(2):
-            g = -2.0 * w
+        for r in range(2):
+            # the region negates the model it downloaded: version 0, then
+            # the published version 1 (not the master weights)
+            g = -2.0 * (w if r == 0 else value(t1, name, i))
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * g * g
             w = w + lr * m / (math.sqrt(v) + tau)
@@ -125,9 +134,15 @@ for name, meta in t0[2].items():
         checked += 1
         beyond += t0[2][name]["data_offsets"][0] + 4 * i >= 2 ** 31
         if err > 1e-4 + 1e-3 * abs(w):
-            sys.exit(f"{name}[{i}]: {got} in version 2, FedAdam gives {w}")
+            sys.exit(f"{name}[{i}]: {got} in version 2's master weights, FedAdam gives {w}")
+        # the published model: the master weights up to half a 4-bit delta
+        # step (a block's largest change, about two FedAdam steps of lr, / 7)
+        pub = value(tp, name, i)
+        worst_pub = max(worst_pub, abs(pub - got))
+        if abs(pub - got) > 2 * lr / 7:
+            sys.exit(f"{name}[{i}]: {pub} published in version 2, {got} in its master weights")
 assert beyond > 0, "no coordinate beyond byte 2^31 sampled"
-print(f"it_fed_large: {checked} coordinates ({beyond} beyond byte 2^31) within {worst:.2e}",
-      file=sys.stderr)
+print(f"it_fed_large: {checked} coordinates ({beyond} beyond byte 2^31) within {worst:.2e}, "
+      f"published within {worst_pub:.2e} of them", file=sys.stderr)
 PY
 echo "PASS it_fed_large"
