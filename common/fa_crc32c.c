@@ -1,6 +1,7 @@
 /* fa_crc32c.c - CRC-32C (fa_crc32c.h). */
 #include "common/fa_crc32c.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #define POLY 0x82F63B78u /* reflected Castagnoli */
@@ -19,13 +20,10 @@ static void table_init(void)
 
 uint32_t fa_crc32c_portable(uint32_t crc, const void *data, size_t len)
 {
-    static int ready; /* a race writes the same table twice: harmless */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     const uint8_t *p = data;
     uint32_t c = ~crc;
-    if (!ready) {
-        table_init();
-        ready = 1;
-    }
+    pthread_once(&once, table_init);
     while (len--)
         c = table[(c ^ *p++) & 0xff] ^ (c >> 8);
     return ~c;
@@ -55,10 +53,9 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
 
 uint32_t fa_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    static int have = -1;
-    if (have < 0)
-        have = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    return have ? crc32c_sse42(crc, data, len) : fa_crc32c_portable(crc, data, len);
+    /* a load of what libgcc's constructor found: no cache of ours to race on */
+    return __builtin_cpu_supports("sse4.2") ? crc32c_sse42(crc, data, len)
+                                            : fa_crc32c_portable(crc, data, len);
 }
 #else
 uint32_t fa_crc32c(uint32_t crc, const void *data, size_t len)
