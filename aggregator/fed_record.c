@@ -55,15 +55,18 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     }
     for (size_t i = 0; i < ns; i++) {
         const char *id;
-        int signed_ = 0;
+        int signed_ = 0, alg = 0;
         fedagg__region_commitment__init(&cm[i]);
-        rc = fa_secagg_server_commitment(f->sa, i, &id, shas[i], sigs[i], &signed_);
+        rc = fa_secagg_server_commitment(f->sa, i, &id, &alg, shas[i], sigs[i], &signed_);
         if (rc != 0)
             goto out;
         parts[i] = (char *)fa_secagg_server_survivor(f->sa, i);
         cm[i].region = (char *)id;
-        cm[i].upload_sha256.data = shas[i];
-        cm[i].upload_sha256.len = 32;
+        cm[i].upload_digest.data = shas[i];
+        cm[i].upload_digest.len = 32;
+        cm[i].upload_digest_alg = alg == FA_SECAGG_UPLOAD_BLAKE3
+                                      ? FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3
+                                      : FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_SHA256;
         cm[i].signature.data = sigs[i];
         cm[i].signature.len = signed_ ? 64 : 0; /* unsigned: dropped before round 3 */
         cm[i].upload_bytes = fa_secagg_masked_bytes(f->sa_cfg.vector_len, f->sa_cfg.ring_bits);

@@ -207,9 +207,17 @@ enum { FA_AUDIT_NOTE = 0, FA_AUDIT_PROBLEM = 1 };
 const uint8_t *fa_audit_region_key_find(const fa_audit_region_key *keys, size_t n,
                                         const char *region);
 
+/* The hash of commitment c's upload_digest: crypto/secagg.h's
+ * FA_SECAGG_UPLOAD_BLAKE3 or FA_SECAGG_UPLOAD_SHA256 (records made before
+ * secagg.proto version 4), or -1 for a value this fedagg does not know; and
+ * its name for people ("blake3", "sha256", "unknown"). */
+int fa_audit_upload_alg(const Fedagg__RegionCommitment *c);
+const char *fa_audit_upload_alg_name(const Fedagg__RegionCommitment *c);
+
 /* The signature of a region's upload commitment c of record r, checked with
  * the region's identity key pk (crypto/secagg.h fa_secagg_commitment_verify
- * over federation, round, attempt, region and upload hash): the one check
+ * over federation, round, attempt, region and upload digest, labelled by
+ * its hash): the one check
  * behind fedagg audit verify and audit check-proof.  Returns 0 (it
  * verifies), FA_ERR_NOTFOUND (unsigned: the region dropped out after
  * uploading, before the consistency check) or FA_ERR_VERIFY (it does not

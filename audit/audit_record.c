@@ -98,8 +98,12 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         if (!c->region || strcmp(c->region, r->participants[i]) != 0)
             BAD("commitment %zu is for region %s, not participant %s", i,
                 c->region ? c->region : "(none)", r->participants[i]);
-        if (c->upload_sha256.len != 32)
-            BAD("region %s: upload_sha256 has %zu bytes, not 32", c->region, c->upload_sha256.len);
+        if (c->upload_digest.len != 32)
+            BAD("region %s: upload_digest has %zu bytes, not 32", c->region, c->upload_digest.len);
+        if (c->upload_digest_alg != FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_SHA256 &&
+            c->upload_digest_alg != FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3)
+            BAD("region %s: upload_digest_alg %d is not a hash this fedagg knows", c->region,
+                (int)c->upload_digest_alg);
         /* No signature: the region uploaded, then dropped out before the
          * consistency check (Bonawitz et al. round 3), so it never signed;
          * its update is in the sum all the same. */
@@ -165,16 +169,41 @@ const uint8_t *fa_audit_region_key_find(const fa_audit_region_key *keys, size_t 
     return NULL;
 }
 
+int fa_audit_upload_alg(const Fedagg__RegionCommitment *c)
+{
+    switch (c->upload_digest_alg) {
+    case FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3:
+        return FA_SECAGG_UPLOAD_BLAKE3;
+    case FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_SHA256:
+        return FA_SECAGG_UPLOAD_SHA256;
+    default:
+        return -1;
+    }
+}
+
+const char *fa_audit_upload_alg_name(const Fedagg__RegionCommitment *c)
+{
+    switch (fa_audit_upload_alg(c)) {
+    case FA_SECAGG_UPLOAD_BLAKE3:
+        return "blake3";
+    case FA_SECAGG_UPLOAD_SHA256:
+        return "sha256";
+    default:
+        return "unknown";
+    }
+}
+
 int fa_audit_commitment_check(const Fedagg__AuditRecord *r, const Fedagg__RegionCommitment *c,
                               const uint8_t pk[FA_ED25519_PK_LEN])
 {
     if (c->signature.len == 0)
         return FA_ERR_NOTFOUND;
     if (c->signature.len != FA_SECAGG_SIGNATURE_BYTES ||
-        c->upload_sha256.len != FA_SECAGG_SHA256_BYTES || !c->region)
+        c->upload_digest.len != FA_SECAGG_DIGEST_BYTES || !c->region)
         return FA_ERR_VERIFY;
     return fa_secagg_commitment_verify(r->federation_id, r->round, r->attempt, c->region,
-                                       c->upload_sha256.data, c->signature.data, pk) == 0
+                                       fa_audit_upload_alg(c), c->upload_digest.data,
+                                       c->signature.data, pk) == 0
                ? 0
                : FA_ERR_VERIFY;
 }

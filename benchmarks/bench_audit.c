@@ -35,6 +35,7 @@
 #include <sodium.h>
 
 #include "audit/audit_log.h"
+#include "crypto/secagg.h"
 #include "benchmarks/measure.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
@@ -91,11 +92,13 @@ static size_t gen_record(struct gen *g, int sign, uint8_t **out)
         memcpy(up[i], next, 32);
         up[i][0] ^= (uint8_t)(i + 1);
         if (sign)
-            fa_commitment_sign(g->rseed[i], r.federation_id, r.round, 0, regions[i], up[i], sig[i]);
+            fa_commitment_sign(g->rseed[i], r.federation_id, r.round, 0, regions[i],
+                               FA_SECAGG_UPLOAD_BLAKE3, up[i], sig[i]);
         else
             memset(sig[i], 0xa5, 64);
-        c[i].upload_sha256.data = up[i];
-        c[i].upload_sha256.len = 32;
+        c[i].upload_digest.data = up[i];
+        c[i].upload_digest.len = 32;
+        c[i].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;
         c[i].signature.data = sig[i];
         c[i].signature.len = 64;
         c[i].upload_bytes = 470584;

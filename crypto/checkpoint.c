@@ -2,9 +2,9 @@
  * commitments, proof bundles (see checkpoint.h). */
 #include "crypto/checkpoint.h"
 
-#include "common/fa_endian.h"
 #include "common/fa_hex.h"
 #include "crypto/identity.h"
+#include "crypto/secagg_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -655,39 +655,26 @@ int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, 
  * Region upload commitments
  * ------------------------------------------------------------------------- */
 
-/* The message of fa_secagg_commitment_verify (crypto/secagg_common.c
- * fa_sa_msg_upload): "fedagg/secagg/upload/v1" || u32le len || federation ||
- * u64le round || u32le attempt || u32le len || region || upload_sha256.
- * test_crypto_checkpoint checks that the two agree. */
+/* The message is fa_secagg_commitment_verify's (crypto/secagg_common.c
+ * fa_sa_msg_upload). */
 int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
-                       uint64_t round, uint32_t attempt, const char *region,
-                       const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN])
+                       uint64_t round, uint32_t attempt, const char *region, int alg,
+                       const uint8_t digest[32], uint8_t sig[FA_ED25519_SIG_LEN])
 {
-    static const char label[] = "fedagg/secagg/upload/v1";
-    uint8_t msg[sizeof(label) + 4 + 256 + 8 + 4 + 4 + 256 + 32], *p = msg;
-    uint8_t pk[FA_ED25519_PK_LEN], sk[FA_ED25519_SK_LEN];
-    size_t fl = federation ? strlen(federation) : 0, rl = region ? strlen(region) : 0;
+    uint8_t pk[FA_ED25519_PK_LEN], sk[FA_ED25519_SK_LEN], *msg = NULL;
+    size_t fl = federation ? strlen(federation) : 0, rl = region ? strlen(region) : 0, len = 0;
     int rc;
 
     if (fl == 0 || fl > 255 || rl == 0 || rl > 255)
         return FA_ERR_INVAL;
-    memcpy(p, label, sizeof(label) - 1);
-    p += sizeof(label) - 1;
-    fa_le_put_u32(p, (uint32_t)fl);
-    memcpy(p + 4, federation, fl);
-    p += 4 + fl;
-    fa_le_put_u64(p, round);
-    fa_le_put_u32(p + 8, attempt);
-    fa_le_put_u32(p + 12, (uint32_t)rl);
-    memcpy(p + 16, region, rl);
-    p += 16 + rl;
-    memcpy(p, upload_sha256, 32);
-    p += 32;
+    if ((rc = fa_sa_msg_upload(federation, round, attempt, region, alg, digest, &msg, &len)) != 0)
+        return rc;
     rc = crypto_sign_seed_keypair(pk, sk, seed) == 0 &&
-                 crypto_sign_detached(sig, NULL, msg, (size_t)(p - msg), sk) == 0
+                 crypto_sign_detached(sig, NULL, msg, len, sk) == 0
              ? 0
              : FA_ERR_CRYPTO;
     sodium_memzero(sk, sizeof(sk));
+    free(msg);
     return rc;
 }
 

@@ -148,13 +148,14 @@ int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, 
  * tests that have no secagg client at hand.
  * ------------------------------------------------------------------------- */
 
-/* Signs (federation, round, attempt, region, upload_sha256) with the region's
+/* Signs (federation, round, attempt, region, digest) under the label of
+ * `alg` (crypto/secagg.h enum fa_secagg_upload_digest) with the region's
  * Ed25519 identity seed (crypto/identity.h) so that
  * fa_secagg_commitment_verify accepts it.  Returns 0, FA_ERR_INVAL (empty or
- * over-long ids), FA_ERR_NOMEM or FA_ERR_CRYPTO. */
+ * over-long ids, an unknown alg), FA_ERR_NOMEM or FA_ERR_CRYPTO. */
 int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
-                       uint64_t round, uint32_t attempt, const char *region,
-                       const uint8_t upload_sha256[32], uint8_t sig[FA_ED25519_SIG_LEN]);
+                       uint64_t round, uint32_t attempt, const char *region, int alg,
+                       const uint8_t digest[32], uint8_t sig[FA_ED25519_SIG_LEN]);
 
 /* ---------------------------------------------------------------------------
  * Proof bundles

@@ -49,7 +49,16 @@
 #define FA_SECAGG_IDENTITY_PK_BYTES 32 /* Ed25519 public key */
 #define FA_SECAGG_IDENTITY_SK_BYTES 32 /* Ed25519 seed (see crypto/identity.h) */
 #define FA_SECAGG_SHA256_BYTES 32
+#define FA_SECAGG_DIGEST_BYTES 32 /* a masked upload's commitment digest */
 #define FA_SECAGG_SIGNATURE_BYTES 64
+
+/* The hash of a masked upload's commitment (audit.proto UploadDigest); the
+ * label of the signed message says which, so a signature over one is never
+ * taken for the other. */
+enum fa_secagg_upload_digest {
+    FA_SECAGG_UPLOAD_SHA256 = 0, /* secagg.proto version 3, and the records it made */
+    FA_SECAGG_UPLOAD_BLAKE3 = 1, /* BLAKE3-256 (common/fa_blake3.h): what version 4 makes */
+};
 
 /* config.proto ClipMode */
 enum fa_secagg_clip {
@@ -146,11 +155,12 @@ int fa_secagg_advertise_model(const uint8_t *msg, size_t len,
 
 /* The signed upload commitment of the audit log (audit.proto
  * RegionCommitment): verifies `signature` by `identity_pk` over
- * (federation, round, attempt, client_id, upload_sha256).  Returns 0 or
- * FA_ERR_VERIFY. */
+ * (federation, round, attempt, client_id, digest) under the label of `alg`
+ * (enum fa_secagg_upload_digest).  Returns 0, FA_ERR_VERIFY, or
+ * FA_ERR_INVAL (an alg it does not know). */
 int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint32_t attempt,
-                                const char *client_id,
-                                const uint8_t upload_sha256[FA_SECAGG_SHA256_BYTES],
+                                const char *client_id, int alg,
+                                const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
                                 const uint8_t signature[FA_SECAGG_SIGNATURE_BYTES],
                                 const uint8_t identity_pk[FA_SECAGG_IDENTITY_PK_BYTES]);
 
@@ -253,10 +263,11 @@ int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err);
 /* Total bytes of the masked stream. */
 uint64_t fa_secagg_client_masked_bytes(const fa_secagg_client *c);
 
-/* SHA-256 of the complete masked stream (what the commitment signs).
- * Returns 0 or FA_ERR_STATE until the stream's last byte was produced. */
-int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
-                                   uint8_t sha256[FA_SECAGG_SHA256_BYTES]);
+/* BLAKE3-256 of the complete masked stream (what the commitment signs,
+ * FA_SECAGG_UPLOAD_BLAKE3).  Returns 0 or FA_ERR_STATE until the stream's
+ * last byte was produced. */
+int fa_secagg_client_upload_digest(const fa_secagg_client *c,
+                                   uint8_t digest[FA_SECAGG_DIGEST_BYTES]);
 
 /* Round 2 result -> round 3: consumes the SurvivorList U3 and returns
  * SignedSurvivors: the signature over U3 and the signed commitment to the
@@ -481,11 +492,13 @@ size_t fa_secagg_server_dropout_count(const fa_secagg_server *s);
 const char *fa_secagg_server_dropout(const fa_secagg_server *s, size_t i);
 
 /* Upload commitment of survivor i (same order as fa_secagg_server_survivor):
- * the SHA-256 of the bytes the server received, and the client's signature
+ * the digest of the bytes the server received and its hash (*alg:
+ * FA_SECAGG_UPLOAD_BLAKE3, or FA_SECAGG_UPLOAD_SHA256 for an upload in a
+ * state an older version saved), and the client's signature
  * over it if the client sent its SignedSurvivors (*signed_ = 1), else
  * *signed_ = 0 and the signature is zeros. */
 int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char **client_id,
-                                uint8_t sha256[FA_SECAGG_SHA256_BYTES],
+                                int *alg, uint8_t digest[FA_SECAGG_DIGEST_BYTES],
                                 uint8_t signature[FA_SECAGG_SIGNATURE_BYTES], int *signed_);
 
 /* Crash recovery of the aggregator: the whole server as bytes (the running

@@ -794,8 +794,8 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     }
     free(sm);
     sm = NULL;
-    if ((rc = fa_sa_msg_upload(c->cfg.fed, c->cfg.c.round, c->cfg.c.attempt, c->id, c->upload_sha,
-                               &sm, &sm_len)) != 0 ||
+    if ((rc = fa_sa_msg_upload(c->cfg.fed, c->cfg.c.round, c->cfg.c.attempt, c->id,
+                               FA_SECAGG_UPLOAD_BLAKE3, c->upload_digest, &sm, &sm_len)) != 0 ||
         (rc = fa_identity_sign(c->sec->identity, sm, sm_len, usig)) != 0) {
         memcpy(c->in_u3, saved, sizeof(saved));
         fa_errorf(err, rc, "SurvivorList: signing failed");
@@ -806,8 +806,8 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     ss.client_id = c->id;
     ss.signature.data = sig;
     ss.signature.len = 64;
-    ss.upload_sha256.data = c->upload_sha;
-    ss.upload_sha256.len = 32;
+    ss.upload_digest.data = c->upload_digest;
+    ss.upload_digest.len = 32;
     ss.upload_signature.data = usig;
     ss.upload_signature.len = 64;
     if ((rc = fa_sa_pack(&ss.base, out, out_len)) != 0) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/fa_err.h"
+#include "common/fa_blake3.h"
 #include "common/fa_sha256.h"
 #include "crypto/mask_prg.h"
 #include "crypto/ring.h"
@@ -50,7 +51,7 @@ struct stream {
     uint32_t *acc, *scratch, *rnd;
     uint8_t *pending;
     size_t pend_off, pend_len;
-    fa_sha256_ctx sha;
+    fa_blake3_ctx hash; /* of the masked stream so far */
     int finished;
 };
 
@@ -86,7 +87,7 @@ struct fa_secagg_client {
     uint8_t input_sha[32];
     int have_input_sha;
     /* output */
-    uint8_t upload_sha[32];
+    uint8_t upload_digest[32]; /* BLAKE3 of the whole masked stream */
     int upload_done;
     struct stream st;
 };

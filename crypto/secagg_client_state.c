@@ -16,8 +16,9 @@
 /* ---- save / restore -------------------------------------------------------------- */
 
 /* The last byte is the format version: 2 added the model digest (of the
- * config and of every peer); version 1 states are refused. */
-static const uint8_t cli_magic[8] = {'F', 'A', 'S', 'A', 'C', 'L', 'I', 2};
+ * config and of every peer), 3 made the upload digest a BLAKE3
+ * (secagg.proto version 4); older states are refused. */
+static const uint8_t cli_magic[8] = {'F', 'A', 'S', 'A', 'C', 'L', 'I', 3};
 
 /* Header (clear, authenticated as associated data): magic, federation,
  * round, attempt, id.  Then nonce and the sealed body. */
@@ -84,7 +85,7 @@ static void put_body(fa_wbuf *body, const fa_secagg_client *c)
     fa_wbuf_u32(body, (uint32_t)c->input_kind);
     fa_wbuf_raw(body, c->input_sha, 32);
     fa_wbuf_u8(body, (uint8_t)c->upload_done);
-    fa_wbuf_raw(body, c->upload_sha, 32);
+    fa_wbuf_raw(body, c->upload_digest, 32);
 }
 
 int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
@@ -168,7 +169,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     if (blob[sizeof(cli_magic) - 1] != cli_magic[sizeof(cli_magic) - 1])
         return fa_errorf(err, FA_ERR_UNSUPPORTED,
                          "secagg client restore: a state of format %u (this fedagg reads %u: "
-                         "the model digest was added); the attempt cannot be resumed",
+                         "an older version's); the attempt cannot be resumed",
                          blob[sizeof(cli_magic) - 1], cli_magic[sizeof(cli_magic) - 1]);
     r.off = sizeof(cli_magic);
     fa_rbuf_str(&r, fed, sizeof(fed));
@@ -296,7 +297,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     c->input_kind = (int)fa_rbuf_u32(&r);
     fa_rbuf_copy(&r, c->input_sha, 32);
     c->upload_done = fa_rbuf_u8(&r);
-    fa_rbuf_copy(&r, c->upload_sha, 32);
+    fa_rbuf_copy(&r, c->upload_digest, 32);
     if (c->have_input_sha > 1 || c->input_kind > INPUT_RING || c->upload_done > 1 ||
         (c->phase >= CP_SHARED && !c->sharekeys))
         r.failed = 1;

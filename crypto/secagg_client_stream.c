@@ -10,7 +10,7 @@
 
 #include <sodium.h>
 
-#include "common/fa_sha256.h"
+#include "common/fa_blake3.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
 #include "crypto/ring.h"
@@ -31,7 +31,7 @@ void fa_sa_cli_stream_free(struct stream *st)
         sodium_free(st->scratch);
     free(st->rnd);
     free(st->pending);
-    fa_sha256_free(&st->sha);
+    fa_blake3_free(&st->hash);
     memset(st, 0, sizeof(*st));
 }
 
@@ -119,7 +119,7 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
     }
     if (c->input_kind == INPUT_F32 && (rc = rounding_prg_init(c, &st->round_prg)) != 0)
         goto crypto;
-    if ((rc = fa_sha256_init(&st->sha)) != 0)
+    if ((rc = fa_blake3_init(&st->hash)) != 0)
         goto crypto;
     st->ready = 1;
     goto out;
@@ -157,7 +157,7 @@ static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *
     if ((rc = fa_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
         return rc;
     fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
-    if ((rc = fa_sha256_update(&st->sha, dst, bytes)) != 0)
+    if ((rc = fa_blake3_update(&st->hash, dst, bytes)) != 0)
         return rc;
     if (dst == out) {
         *direct = bytes;
@@ -171,17 +171,17 @@ static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *
 
 static int stream_finish(fa_secagg_client *c, fa_error *err)
 {
-    uint8_t sha[32];
+    uint8_t digest[32];
     c->st.finished = 1;
-    int rc = fa_sha256_final(&c->st.sha, sha);
+    int rc = fa_blake3_final(&c->st.hash, digest);
     if (rc != 0)
-        return fa_errorf(err, rc, "secagg masked stream: SHA-256 failed");
-    if (c->upload_done && memcmp(sha, c->upload_sha, 32) != 0)
+        return fa_errorf(err, rc, "secagg masked stream: BLAKE3 failed");
+    if (c->upload_done && memcmp(digest, c->upload_digest, 32) != 0)
         return fa_errorf(err, FA_ERR_STATE,
                          "secagg masked stream of '%s': differs from the stream produced before "
                          "(the input changed while it was being masked)",
                          c->id);
-    memcpy(c->upload_sha, sha, 32);
+    memcpy(c->upload_digest, digest, 32);
     c->upload_done = 1;
     return 0;
 }
@@ -247,12 +247,12 @@ uint64_t fa_secagg_client_masked_bytes(const fa_secagg_client *c)
     return fa_secagg_masked_bytes(c->cfg.c.vector_len, c->cfg.c.ring_bits);
 }
 
-int fa_secagg_client_upload_sha256(const fa_secagg_client *c,
-                                   uint8_t sha256[FA_SECAGG_SHA256_BYTES])
+int fa_secagg_client_upload_digest(const fa_secagg_client *c,
+                                   uint8_t digest[FA_SECAGG_DIGEST_BYTES])
 {
     if (!c->upload_done)
         return FA_ERR_STATE;
-    memcpy(sha256, c->upload_sha, 32);
+    memcpy(digest, c->upload_digest, 32);
     return 0;
 }
 

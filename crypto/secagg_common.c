@@ -298,15 +298,21 @@ int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, const uint8_t 
     return wbuf_finish(&w, out, len);
 }
 
-/* "fedagg/secagg/upload/v1" || lp(fed) || round || attempt || lp(id) || sha256 */
-int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id,
-                     const uint8_t sha[32], uint8_t **out, size_t *len)
+/* "fedagg/secagg/upload/v2" || lp(fed) || round || attempt || lp(id) || digest
+ * for a BLAKE3-256 digest; "fedagg/secagg/upload/v1" for the SHA-256 of
+ * secagg.proto version 3, which only the audit log's old records carry. */
+int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id, int alg,
+                     const uint8_t digest[32], uint8_t **out, size_t *len)
 {
     fa_wbuf w;
+    if (alg != FA_SECAGG_UPLOAD_SHA256 && alg != FA_SECAGG_UPLOAD_BLAKE3)
+        return FA_ERR_INVAL;
     fa_wbuf_init(&w, 0);
-    put_head(&w, "fedagg/secagg/upload/v1", fed, round, attempt);
+    put_head(&w, alg == FA_SECAGG_UPLOAD_BLAKE3 ? "fedagg/secagg/upload/v2"
+                                                : "fedagg/secagg/upload/v1",
+             fed, round, attempt);
     fa_wbuf_str(&w, id);
-    fa_wbuf_raw(&w, sha, 32);
+    fa_wbuf_raw(&w, digest, 32);
     return wbuf_finish(&w, out, len);
 }
 
@@ -387,8 +393,8 @@ int fa_secagg_advertise_model(const uint8_t *msg, size_t len,
 }
 
 int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint32_t attempt,
-                                const char *client_id,
-                                const uint8_t upload_sha256[FA_SECAGG_SHA256_BYTES],
+                                const char *client_id, int alg,
+                                const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
                                 const uint8_t signature[FA_SECAGG_SIGNATURE_BYTES],
                                 const uint8_t identity_pk[FA_SECAGG_IDENTITY_PK_BYTES])
 {
@@ -397,7 +403,7 @@ int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint3
     int rc;
     if (sodium_init() < 0)
         return FA_ERR_CRYPTO;
-    rc = fa_sa_msg_upload(federation_id, round, attempt, client_id, upload_sha256, &m, &mlen);
+    rc = fa_sa_msg_upload(federation_id, round, attempt, client_id, alg, digest, &m, &mlen);
     if (rc != 0)
         return rc;
     rc = fa_identity_verify(identity_pk, m, mlen, signature);

@@ -81,8 +81,8 @@ size_t fa_sa_graph_closed(const fa_sa_graph *g, size_t u, size_t *out);
 int fa_sa_msg_advertise(const fa_sa_cfg *cfg, const fa_sa_peer *p, uint8_t **out, size_t *len);
 int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, const uint8_t model_sha[32],
                         char *const *ids, size_t n, uint8_t **out, size_t *len);
-int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id,
-                     const uint8_t sha[32], uint8_t **out, size_t *len);
+int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id, int alg,
+                     const uint8_t digest[32], uint8_t **out, size_t *len);
 int fa_sa_share_ad(const fa_sa_cfg *cfg, const char *from, const char *to, uint8_t **out,
                    size_t *len);
 /* SHA-256 commitment to a self-mask seed.  Returns 0 or FA_ERR_NOMEM. */

@@ -10,7 +10,6 @@
 #include <sodium.h>
 
 #include "common/fa_endian.h"
-#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
@@ -68,7 +67,7 @@ void fa_secagg_server_del(fa_secagg_server *s)
         return;
     if (s->slots) {
         for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
-            fa_sha256_free(&s->slots[i].sha);
+            fa_blake3_free(&s->slots[i].hash);
             free(s->slots[i].journal);
         }
         free(s->slots);
@@ -519,8 +518,8 @@ int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint
         return fa_errorf(err, FA_ERR_NOMEM,
                          "masked upload: out of memory for the journal (%llu bytes)",
                          (unsigned long long)s->masked_bytes);
-    if ((rc = fa_sha256_init(&sl->sha)) != 0)
-        return fa_errorf(err, rc, "masked upload: SHA-256 init failed");
+    if ((rc = fa_blake3_init(&sl->hash)) != 0)
+        return fa_errorf(err, rc, "masked upload: out of memory for its hash");
     sl->client = r;
     sl->bytes = sl->coords = 0;
     sl->carry_len = 0;
@@ -556,8 +555,8 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
         if (rc != 0)
             return fa_error_prefix(err, rc, "masked chunk from '%s': journal", auth_id);
     }
-    if ((rc = fa_sha256_update(&sl->sha, data, len)) != 0)
-        return fa_errorf(err, rc, "masked chunk: SHA-256 failed");
+    if ((rc = fa_blake3_update(&sl->hash, data, len)) != 0)
+        return fa_errorf(err, rc, "masked chunk: BLAKE3 failed");
     if (!s->ext_journal)
         memcpy(sl->journal + sl->bytes, data, len);
     sl->bytes += len;
@@ -628,11 +627,12 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
     if (n % 8)
         fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, 1);
     s->sum_gen++;
-    if ((rc = fa_sha256_final(&sl->sha, s->cl[r].upload_sha)) != 0) {
+    if ((rc = fa_blake3_final(&sl->hash, s->cl[r].upload_digest)) != 0) {
         if (n % 8) /* undo the tail: the upload stays in flight */
             fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, -1);
-        return fa_errorf(err, rc, "masked upload end: SHA-256 failed");
+        return fa_errorf(err, rc, "masked upload end: BLAKE3 failed");
     }
+    s->cl[r].upload_alg = FA_SECAGG_UPLOAD_BLAKE3;
     s->cl[r].flags |= CF_UPLOADED;
     slot_release(s, sl);
     return 0;
@@ -768,18 +768,19 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
         rc = fa_errorf(err, FA_ERR_EXISTS, "SignedSurvivors from '%s': already received", auth_id);
         goto out;
     }
-    if (m->signature.len != 64 || m->upload_sha256.len != 32 || m->upload_signature.len != 64) {
+    if (m->signature.len != 64 || m->upload_digest.len != 32 || m->upload_signature.len != 64) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
-                       "SignedSurvivors from '%s': signature 64, upload_sha256 32 and "
+                       "SignedSurvivors from '%s': signature 64, upload_digest 32 and "
                        "upload_signature 64 bytes expected (got %zu, %zu, %zu)",
-                       auth_id, m->signature.len, m->upload_sha256.len, m->upload_signature.len);
+                       auth_id, m->signature.len, m->upload_digest.len, m->upload_signature.len);
         goto out;
     }
-    if (memcmp(m->upload_sha256.data, s->cl[r].upload_sha, 32) != 0) {
+    if (memcmp(m->upload_digest.data, s->cl[r].upload_digest, 32) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
-                       "SignedSurvivors from '%s': its upload SHA-256 differs from that of the "
-                       "bytes the aggregator received",
-                       auth_id);
+                       "SignedSurvivors from '%s': its upload digest differs from the %s of the "
+                       "bytes the aggregator received (a region older than secagg.proto "
+                       "version 4 sends a SHA-256)",
+                       auth_id, s->cl[r].upload_alg == FA_SECAGG_UPLOAD_BLAKE3 ? "BLAKE3" : "SHA-256");
         goto out;
     }
     if ((rc = survivors_signed_msg(s, r, &sm, &sm_len)) != 0) {
@@ -794,7 +795,8 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
         goto out;
     }
     if (fa_secagg_commitment_verify(s->cfg.fed, s->cfg.c.round, s->cfg.c.attempt, auth_id,
-                                    s->cl[r].upload_sha, m->upload_signature.data,
+                                    s->cl[r].upload_alg, s->cl[r].upload_digest,
+                                    m->upload_signature.data,
                                     s->roster.m[r].pk) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "SignedSurvivors from '%s': the upload commitment signature does not "
@@ -840,8 +842,8 @@ int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **ou
         sg[n].client_id = (char *)c->adv.id;
         sg[n].signature.data = (uint8_t *)c->surv_sig;
         sg[n].signature.len = 64;
-        sg[n].upload_sha256.data = (uint8_t *)c->upload_sha;
-        sg[n].upload_sha256.len = 32;
+        sg[n].upload_digest.data = (uint8_t *)c->upload_digest;
+        sg[n].upload_digest.len = 32;
         sg[n].upload_signature.data = (uint8_t *)c->upload_sig;
         sg[n].upload_signature.len = 64;
         ptrs[n] = &sg[n];
@@ -1092,7 +1094,7 @@ const char *fa_secagg_server_dropout(const fa_secagg_server *s, size_t i)
 }
 
 int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char **client_id,
-                                uint8_t sha256[FA_SECAGG_SHA256_BYTES],
+                                int *alg, uint8_t digest[FA_SECAGG_DIGEST_BYTES],
                                 uint8_t signature[FA_SECAGG_SIGNATURE_BYTES], int *signed_)
 {
     const struct srv_client *c;
@@ -1101,7 +1103,8 @@ int fa_secagg_server_commitment(const fa_secagg_server *s, size_t i, const char 
     c = &s->cl[s->surv[i]];
     if (client_id)
         *client_id = s->roster.m[s->surv[i]].id;
-    memcpy(sha256, c->upload_sha, 32);
+    *alg = c->upload_alg;
+    memcpy(digest, c->upload_digest, 32);
     if (c->flags & CF_SIGNED) {
         memcpy(signature, c->upload_sig, 64);
         *signed_ = 1;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/fa_err.h"
+#include "common/fa_blake3.h"
 #include "common/fa_sha256.h"
 #include "crypto/secagg.h"
 #include "crypto/secagg_internal.h"
@@ -31,7 +32,8 @@ struct srv_client {
     int slot; /* upload in flight, or -1 */
     int u1;   /* index in U1, or -1 */
     fa_sa_peer adv;
-    uint8_t upload_sha[32];
+    uint8_t upload_digest[32]; /* of upload_alg (enum fa_secagg_upload_digest) */
+    int upload_alg;            /* BLAKE3, or SHA-256 in a state an older version saved */
     uint8_t upload_sig[64];
     uint8_t surv_sig[64];
 };
@@ -45,7 +47,7 @@ struct upload_slot {
     uint8_t carry[32]; /* bytes of a group not complete yet */
     size_t carry_len;
     uint8_t last;      /* the last byte received (its padding bits are checked at the end) */
-    fa_sha256_ctx sha; /* of the upload so far */
+    fa_blake3_ctx hash; /* of the upload so far */
     uint8_t *journal;  /* in-memory journal: masked_bytes, allocated on first use, reused */
 };
 

@@ -13,24 +13,36 @@
 /* ---- save / restore ---------------------------------------------------------- */
 
 /* Version 2: the sum is preceded by a byte saying whether it is all zeros. */
-/* Saved states: version 4 holds the sum; version 5 (save_meta) holds its
- * generation instead, the caller keeping the words.  Versions 2 and 3 are
- * the same without the advertisements' model digests: they are read with
- * zero digests (a round in flight across the upgrade then fails the
- * clients' checks and is retried; a finished one completes). */
-#define SRV_V_SUM 4
-#define SRV_V_META 5
+/* Saved states: version 6 holds the sum; version 7 (save_meta) holds its
+ * generation instead, the caller keeping the words.  Each client's upload
+ * digest is followed by the hash it is of.  Versions 4 and 5 are the same
+ * without that byte, every digest a SHA-256 (secagg.proto version 3): read
+ * as such, so a round in flight across the upgrade records each commitment
+ * with the hash it was made with (its regions, upgraded, then fail the
+ * digest check and it is retried; a finished one completes).
+ * Versions 2 and 3 are 4 and 5 without the advertisements' model digests:
+ * they are read with zero digests (the clients' checks then fail in the
+ * same way). */
+#define SRV_V_SUM 6
+#define SRV_V_META 7
+#define SRV_V_SUM_SHA256 4
+#define SRV_V_META_SHA256 5
 #define SRV_V_SUM_NOMODEL 2
 #define SRV_V_META_NOMODEL 3
 
 static int state_has_sum(uint8_t version)
 {
-    return version == SRV_V_SUM || version == SRV_V_SUM_NOMODEL;
+    return version == SRV_V_SUM || version == SRV_V_SUM_SHA256 || version == SRV_V_SUM_NOMODEL;
 }
 
 static int state_has_model(uint8_t version)
 {
-    return version == SRV_V_SUM || version == SRV_V_META;
+    return version >= SRV_V_SUM_SHA256;
+}
+
+static int state_has_upload_alg(uint8_t version)
+{
+    return version >= SRV_V_SUM;
 }
 static const uint8_t srv_magic[7] = {'F', 'A', 'S', 'A', 'S', 'R', 'V'};
 
@@ -77,7 +89,8 @@ static void put_state(fa_wbuf *w, const fa_secagg_server *s, uint8_t version)
         if (state_has_model(version))
             fa_wbuf_raw(w, c->adv.model_sha, 32);
         fa_wbuf_raw(w, c->adv.sig, 64);
-        fa_wbuf_raw(w, c->upload_sha, 32);
+        fa_wbuf_raw(w, c->upload_digest, 32);
+        fa_wbuf_u8(w, (uint8_t)c->upload_alg);
         fa_wbuf_raw(w, c->upload_sig, 64);
         fa_wbuf_raw(w, c->surv_sig, 64);
     }
@@ -190,6 +203,8 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
     *out = NULL;
     if (len < sizeof(srv_magic) + 1 + 32 || memcmp(blob, srv_magic, sizeof(srv_magic)) != 0 ||
         (blob[sizeof(srv_magic)] != SRV_V_SUM && blob[sizeof(srv_magic)] != SRV_V_META &&
+         blob[sizeof(srv_magic)] != SRV_V_SUM_SHA256 &&
+         blob[sizeof(srv_magic)] != SRV_V_META_SHA256 &&
          blob[sizeof(srv_magic)] != SRV_V_SUM_NOMODEL &&
          blob[sizeof(srv_magic)] != SRV_V_META_NOMODEL))
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: not a saved secagg server state");
@@ -233,7 +248,10 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
         if (state_has_model(version))
             fa_rbuf_copy(&r, c->adv.model_sha, 32);
         fa_rbuf_copy(&r, c->adv.sig, 64);
-        fa_rbuf_copy(&r, c->upload_sha, 32);
+        fa_rbuf_copy(&r, c->upload_digest, 32);
+        c->upload_alg = state_has_upload_alg(version) ? fa_rbuf_u8(&r) : FA_SECAGG_UPLOAD_SHA256;
+        if (c->upload_alg != FA_SECAGG_UPLOAD_SHA256 && c->upload_alg != FA_SECAGG_UPLOAD_BLAKE3)
+            r.failed = 1;
         fa_rbuf_copy(&r, c->upload_sig, 64);
         fa_rbuf_copy(&r, c->surv_sig, 64);
         /* Each set is inside the one before (U5 in U4 in ... in U1). */

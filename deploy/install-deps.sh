@@ -10,6 +10,7 @@ libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
 libgnutls28-dev gnutls-bin
 libssl-dev openssl
 libsodium-dev
+librust-blake3-dev
 libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 libopenblas-dev libopenmpi-dev openmpi-bin
 libmicrohttpd-dev

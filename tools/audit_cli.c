@@ -95,8 +95,9 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         if (!cj)
             break;
         json_object_set_new(cj, "region", json_string(c->region ? c->region : ""));
-        json_object_set_new(cj, "upload_sha256",
-                            hex_json(c->upload_sha256.data, c->upload_sha256.len));
+        json_object_set_new(cj, "upload_digest",
+                            hex_json(c->upload_digest.data, c->upload_digest.len));
+        json_object_set_new(cj, "upload_digest_alg", json_string(fa_audit_upload_alg_name(c)));
         json_object_set_new(cj, "upload_bytes", json_integer((json_int_t)c->upload_bytes));
         json_object_set_new(cj, "signature", b64_json(c->signature.data, c->signature.len));
         json_array_append_new(cs, cj);

@@ -29,7 +29,7 @@ static const char usage_text[] =
     "                    [--region-key REGION=KEY]... [--json] [--max-problems N]\n"
     "       fedagg audit show LOG [--json] [--from INDEX] [--count N] [--pubkey KEY]\n"
     "       fedagg audit prove LOG --round R --region ID [--pubkey KEY] [-o FILE]\n"
-    "       fedagg audit check-proof FILE --pubkey KEY [--region ID] [--upload-sha256 HEX]\n"
+    "       fedagg audit check-proof FILE --pubkey KEY [--region ID] [--upload-digest HEX]\n"
     "                    [--config AGGREGATOR.textproto] [--region-key REGION=KEY]... [--json]\n"
     "       fedagg audit consistency OLD_CHECKPOINT LOG [--pubkey KEY]\n"
     "       fedagg audit checkpoint LOG [--pubkey KEY]\n"
@@ -95,7 +95,7 @@ static int parse_u64(const char *s, uint64_t *out)
 struct opts {
     const char *pos[2];
     int npos;
-    const char *pubkey, *config, *out, *region, *upload_sha, *origin;
+    const char *pubkey, *config, *out, *region, *upload_digest, *origin;
     int json, have_round;
     uint64_t round, from, count, max_problems;
     fa_audit_region_key *keys;
@@ -121,8 +121,8 @@ static int parse_opts(int argc, char **argv, struct opts *o, fa_error *err)
             o->out = v;
         } else if (!strcmp(a, "--region") && v) {
             o->region = v;
-        } else if (!strcmp(a, "--upload-sha256") && v) {
-            o->upload_sha = v;
+        } else if ((!strcmp(a, "--upload-digest") || !strcmp(a, "--upload-sha256")) && v) {
+            o->upload_digest = v; /* --upload-sha256: its name before BLAKE3 */
         } else if (!strcmp(a, "--origin") && v) {
             o->origin = v;
         } else if (!strcmp(a, "--round") && v) {
@@ -454,11 +454,12 @@ static int cmd_check_proof(struct opts *o)
         return 2;
     if (!o->pubkey)
         return usage_error("%s needs --pubkey KEY (the aggregator's public key)", "check-proof");
-    if (o->upload_sha) {
-        if (fa_hex_decode(want_sha, sizeof(want_sha), o->upload_sha, strlen(o->upload_sha)) != 0)
-            return usage_error("--upload-sha256 %s: expected 64 hex digits", o->upload_sha);
+    if (o->upload_digest) {
+        if (fa_hex_decode(want_sha, sizeof(want_sha), o->upload_digest,
+                          strlen(o->upload_digest)) != 0)
+            return usage_error("--upload-digest %s: expected 64 hex digits", o->upload_digest);
         if (!o->region)
-            return usage_error("%s: --upload-sha256 needs --region", "check-proof");
+            return usage_error("%s: --upload-digest needs --region", "check-proof");
     }
     fa_error_clear(&err);
     if ((rc = fa_audit_cli_pubkey(o->pubkey, &key, &err)) != 0)
@@ -495,19 +496,19 @@ static int cmd_check_proof(struct opts *o)
                 c = r->commitments[i];
         if (c) {
             char hex[65] = "";
-            fa_hex_encode(hex, sizeof(hex), c->upload_sha256.data,
-                          c->upload_sha256.len == 32 ? 32 : 0);
-            printf("region %s took part with the upload of SHA-256 %s (%" PRIu64 " bytes)\n",
-                   o->region, hex, c->upload_bytes);
-            if (o->upload_sha && (c->upload_sha256.len != 32 ||
-                                  sodium_memcmp(c->upload_sha256.data, want_sha, 32) != 0)) {
+            fa_hex_encode(hex, sizeof(hex), c->upload_digest.data,
+                          c->upload_digest.len == 32 ? 32 : 0);
+            printf("region %s took part with the upload of %s %s (%" PRIu64 " bytes)\n",
+                   o->region, fa_audit_upload_alg_name(c), hex, c->upload_bytes);
+            if (o->upload_digest && (c->upload_digest.len != 32 ||
+                                     sodium_memcmp(c->upload_digest.data, want_sha, 32) != 0)) {
                 printf("MISMATCH: region %s's recorded upload is not %s\n", o->region,
-                       o->upload_sha);
+                       o->upload_digest);
                 bad = 1;
             }
         } else if (in_list(r->dropped, r->n_dropped, o->region)) {
             printf("region %s is recorded as dropped out of this round\n", o->region);
-            if (o->upload_sha) {
+            if (o->upload_digest) {
                 printf("MISMATCH: no upload of region %s is recorded\n", o->region);
                 bad = 1;
             }

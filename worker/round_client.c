@@ -1747,13 +1747,14 @@ static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
         r = fa_errorf(err, FA_ERR_PROTOCOL, "audit proof: the record does not decode");
         goto out;
     }
-    r = fa_secagg_client_upload_sha256(c, up);
+    r = fa_secagg_client_upload_digest(c, up);
     if (r != 0)
         goto out;
     for (size_t i = 0; i < rec->n_commitments; i++)
         if (!strcmp(rec->commitments[i]->region, rc->region_id) &&
-            rec->commitments[i]->upload_sha256.len == 32 &&
-            sodium_memcmp(rec->commitments[i]->upload_sha256.data, up, 32) == 0)
+            rec->commitments[i]->upload_digest_alg == FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3 &&
+            rec->commitments[i]->upload_digest.len == 32 &&
+            sodium_memcmp(rec->commitments[i]->upload_digest.data, up, 32) == 0)
             found = 1;
     if (rec->round != info->round || rec->attempt != info->attempt || !found ||
         rec->new_model_sha256.len != 32 ||

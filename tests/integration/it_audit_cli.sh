@@ -115,7 +115,8 @@ assert [r["round"] for r in recs] == [1, 2, 3, 4, 5, 6], recs
 r = recs[1]
 assert r["participants"] == ["ap-south", "eu-west"] and r["dropped"] == ["us-east"], r
 assert r["optimizer"]["kind"] == "fedadam" and r["quantization"]["ring_bits"] == 18, r
-assert len(r["commitments"][0]["upload_sha256"]) == 64 and r["signed"] is True, r
+c = r["commitments"][0]
+assert len(c["upload_digest"]) == 64 and c["upload_digest_alg"] == "blake3" and r["signed"] is True, r
 assert recs[3]["attempt"] == 1 and recs[3]["commit_time"].endswith("Z"), recs[3]
 ' "$work/out" || fail "show --json content"
 expect_rc 0 "$F" audit show "$L" --json --from 4 --count 1
@@ -125,16 +126,16 @@ echo "== prove / check-proof"
 up4=$("$MK" --print-upload eu-west 4)
 expect_rc 0 "$F" audit prove "$L" --round 4 --region eu-west -o "$work/p4"
 head -1 "$work/p4" | grep -q '^fedagg-audit-proof v1$' || fail "proof file header"
-expect_rc 0 "$F" audit check-proof "$work/p4" --pubkey "$K" --region eu-west --upload-sha256 "$up4" "${RK[@]}"
+expect_rc 0 "$F" audit check-proof "$work/p4" --pubkey "$K" --region eu-west --upload-digest "$up4" "${RK[@]}"
 expect_out "^ok: record 3 (round 4 attempt 1"
-expect_out "region eu-west took part with the upload of SHA-256 $up4"
+expect_out "region eu-west took part with the upload of blake3 $up4"
 expect_out "region eu-west: upload commitment signature verified"
 # the proof travels alone: check it with no log around
 mv "$work/p4" "$work/p4.moved"
 expect_rc 0 "$F" audit check-proof "$work/p4.moved" --pubkey "$K"
 # another upload, another region, another key, a changed proof: refused
 expect_rc 1 "$F" audit check-proof "$work/p4.moved" --pubkey "$K" --region eu-west \
-    --upload-sha256 "$("$MK" --print-upload eu-west 3)"
+    --upload-digest "$("$MK" --print-upload eu-west 3)"
 expect_out "MISMATCH: region eu-west's recorded upload"
 expect_rc 1 "$F" audit check-proof "$work/p4.moved" --pubkey "$K" --region mars-1
 expect_out "MISMATCH: region mars-1 does not appear"

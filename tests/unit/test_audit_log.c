@@ -23,6 +23,7 @@
 
 #include "audit/audit_log.h"
 #include "common/fa_log.h"
+#include "crypto/secagg.h"
 
 #define NREG 3
 static const char *const region_ids[NREG] = {"ap-south", "eu-west", "us-east"};
@@ -87,10 +88,12 @@ static void rec_fill(struct fix *f, struct rec_buf *b, uint32_t attempt, int npa
         b->parts[i] = (char *)region_ids[i];
         b->c[i].region = (char *)region_ids[i];
         memset(b->up[i], (int)(f->round * 7 + (uint64_t)i), 32);
-        b->c[i].upload_sha256.data = b->up[i];
-        b->c[i].upload_sha256.len = 32;
+        b->c[i].upload_digest.data = b->up[i];
+        b->c[i].upload_digest.len = 32;
+        b->c[i].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;
         assert_int_equal(fa_commitment_sign(f->rseed[i], "fed-a", b->r.round, attempt,
-                                            region_ids[i], b->up[i], b->sig[i]),
+                                            region_ids[i], FA_SECAGG_UPLOAD_BLAKE3, b->up[i],
+                                            b->sig[i]),
                          0);
         b->c[i].signature.data = b->sig[i];
         b->c[i].signature.len = 64;
@@ -578,7 +581,9 @@ static void test_region_signatures(void **state)
         memset(other, 0x99, 32);
         crypto_sign_seed_keypair(pk, sk, other);
         assert_int_equal(
-            fa_commitment_sign(other, "fed-a", b.r.round, 0, region_ids[1], b.up[1], b.sig[1]), 0);
+            fa_commitment_sign(other, "fed-a", b.r.round, 0, region_ids[1],
+                               FA_SECAGG_UPLOAD_BLAKE3, b.up[1], b.sig[1]),
+            0);
     }
     assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), 0);
     chain_advance(f, &b);
@@ -603,7 +608,9 @@ static void test_region_signatures(void **state)
 
 /* The one commitment check (fedagg audit verify and audit check-proof):
  * a good signature, an unsigned commitment, another region's key, a flipped
- * hash, wrong lengths, and the key lookup. */
+ * hash, wrong lengths, the key lookup; a record made before BLAKE3 (its
+ * commitment a SHA-256, upload_digest_alg unset) verifies, and neither
+ * passes for the other. */
 static void test_commitment_check(void **state)
 {
     struct fix *f = *state;
@@ -620,9 +627,22 @@ static void test_commitment_check(void **state)
     b.r.attempt = 0;
     b.up[1][5] ^= 1;
     assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[1], f->rpk[1]), FA_ERR_VERIFY);
-    b.c[2].upload_sha256.len = 31;
+    b.c[2].upload_digest.len = 31;
     assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
-    b.c[2].upload_sha256.len = 32;
+    b.c[2].upload_digest.len = 32;
+    b.c[2].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_SHA256;
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
+    assert_string_equal(fa_audit_upload_alg_name(&b.c[2]), "sha256");
+    assert_int_equal(fa_commitment_sign(f->rseed[2], "fed-a", b.r.round, 0, region_ids[2],
+                                        FA_SECAGG_UPLOAD_SHA256, b.up[2], b.sig[2]),
+                     0);
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), 0);
+    b.c[2].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;
+    assert_string_equal(fa_audit_upload_alg_name(&b.c[2]), "blake3");
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
+    b.c[2].upload_digest_alg = (Fedagg__UploadDigest)9;
+    assert_int_equal(fa_audit_upload_alg(&b.c[2]), -1);
+    assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
     b.c[2].signature.len = 63;
     assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
     b.c[2].signature.len = 0;

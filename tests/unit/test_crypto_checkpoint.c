@@ -332,29 +332,43 @@ static void test_checkpoint_roundtrip(void **state)
     fa_note_signer_del(s);
 }
 
-/* Our signer and the secure-aggregation verifier agree on the message. */
+/* Our signer and the secure-aggregation verifier agree on the message, for
+ * either hash; a signature under one hash's label is not one under the
+ * other's. */
 static void test_commitments(void **state)
 {
-    uint8_t pk[32], sk[64], seed[32], h[32], sig[64];
+    const int B3 = FA_SECAGG_UPLOAD_BLAKE3, S2 = FA_SECAGG_UPLOAD_SHA256;
+    uint8_t pk[32], sk[64], seed[32], h[32], sig[64], sig1[64];
 
     randombytes_buf(seed, sizeof(seed));
     crypto_sign_seed_keypair(pk, sk, seed);
     memset(h, 0xab, sizeof(h));
-    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", h, sig), 0);
-    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", h, sig, pk), 0);
-    assert_int_equal(fa_secagg_commitment_verify("fed2", 12, 1, "eu-west", h, sig, pk),
+    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", B3, h, sig), 0);
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig, pk), 0);
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", S2, h, sig, pk),
                      FA_ERR_VERIFY);
-    assert_int_equal(fa_secagg_commitment_verify("fed", 13, 1, "eu-west", h, sig, pk),
+    assert_int_equal(fa_secagg_commitment_verify("fed2", 12, 1, "eu-west", B3, h, sig, pk),
                      FA_ERR_VERIFY);
-    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 2, "eu-west", h, sig, pk),
+    assert_int_equal(fa_secagg_commitment_verify("fed", 13, 1, "eu-west", B3, h, sig, pk),
                      FA_ERR_VERIFY);
-    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-east", h, sig, pk),
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 2, "eu-west", B3, h, sig, pk),
                      FA_ERR_VERIFY);
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-east", B3, h, sig, pk),
+                     FA_ERR_VERIFY);
+    /* the SHA-256 commitments of secagg.proto version 3, as old records hold them */
+    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", S2, h, sig1), 0);
+    assert_memory_not_equal(sig, sig1, 64);
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", S2, h, sig1, pk), 0);
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig1, pk),
+                     FA_ERR_VERIFY);
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", 7, h, sig, pk),
+                     FA_ERR_INVAL);
     h[31] ^= 1;
-    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", h, sig, pk),
+    assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig, pk),
                      FA_ERR_VERIFY);
-    assert_int_equal(fa_commitment_sign(seed, "", 1, 1, "r", h, sig), FA_ERR_INVAL);
-    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, NULL, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_commitment_sign(seed, "", 1, 1, "r", B3, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, NULL, B3, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, "r", 7, h, sig), FA_ERR_INVAL);
 }
 
 static void test_proof_bundle(void **state)

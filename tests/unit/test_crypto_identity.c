@@ -106,17 +106,18 @@ static void test_commitment(void **state)
     const uint32_t *ring[2] = {in0, in1};
     const char *id;
     uint8_t sha[32], sig[64];
-    int signed_;
+    int signed_, alg;
 
     th_fed_init(&f, 2, 1);
     memset(&run, 0, sizeof(run));
     run.ring = ring;
     run.seed = 3;
     assert_int_equal(th_round(&f, &cfg, &run), 0);
-    assert_int_equal(fa_secagg_server_commitment(run.server, 0, &id, sha, sig, &signed_), 0);
+    assert_int_equal(fa_secagg_server_commitment(run.server, 0, &id, &alg, sha, sig, &signed_), 0);
     assert_string_equal(id, "region-000");
     assert_int_equal(signed_, 1);
-    assert_int_equal(fa_secagg_commitment_verify("test-federation", 7, 1, id, sha, sig,
+    assert_int_equal(alg, FA_SECAGG_UPLOAD_BLAKE3);
+    assert_int_equal(fa_secagg_commitment_verify("test-federation", 7, 1, id, alg, sha, sig,
                                                  f.members[0].identity_pk),
                      0);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -125,11 +126,11 @@ static void test_commitment(void **state)
         s2[0] ^= (uint8_t)bad[i].flip;
         assert_int_equal(fa_secagg_commitment_verify(bad[i].fed ? bad[i].fed : "test-federation",
                                                      bad[i].round, bad[i].attempt,
-                                                     bad[i].id ? bad[i].id : id, s2, sig,
+                                                     bad[i].id ? bad[i].id : id, alg, s2, sig,
                                                      f.members[0].identity_pk),
                          FA_ERR_VERIFY);
     }
-    assert_int_equal(fa_secagg_server_commitment(run.server, 2, &id, sha, sig, &signed_),
+    assert_int_equal(fa_secagg_server_commitment(run.server, 2, &id, &alg, sha, sig, &signed_),
                      FA_ERR_NOTFOUND);
     th_run_free(&run);
 }

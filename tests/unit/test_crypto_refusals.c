@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fa_blake3.h"
 #include "common/fa_sha256.h"
 #include "crypto/secagg_internal.h"
 #include "secagg.pb-c.h"
@@ -594,9 +595,9 @@ static void test_server_consistency_refusals(void **state)
               "over the survivor set does not verify");
     bfree(&m);
     MUTATE(Fedagg__SignedSurvivors, fedagg__signed_survivors, x->ss[0], a,
-           a->upload_sha256.data[0] ^= 1, m);
+           a->upload_digest.data[0] ^= 1, m);
     S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[0], m.p, m.n, 1, &e_), FA_ERR_VERIFY,
-              "differs from that of the bytes the aggregator received");
+              "differs from the BLAKE3 of the bytes the aggregator received");
     bfree(&m);
     MUTATE(Fedagg__SignedSurvivors, fedagg__signed_survivors, x->ss[0], a,
            a->upload_signature.data[0] ^= 1, m);
@@ -635,6 +636,46 @@ static void test_server_consistency_refusals(void **state)
                          0);
     x->phase = 4;
     fx_check_sum(x);
+    fx_del(x);
+}
+
+/* The commitment is the BLAKE3-256 of the bytes sent, on both sides: the
+ * client's signed digest (SignedSurvivors) and the server's record of it;
+ * and what the client signed verifies under BLAKE3's label only. */
+static void test_commitment_is_blake3_of_the_upload(void **state)
+{
+    struct fx *x = fx_new();
+    fx_to(x, 4);
+    for (int i = 0; i < 3; i++) {
+        Fedagg__SignedSurvivors *ss =
+            fedagg__signed_survivors__unpack(NULL, x->ss[i].n, x->ss[i].p);
+        uint8_t want[32], digest[32], sig[64];
+        const char *id = NULL;
+        int alg = -1, signed_ = 0;
+        assert_non_null(ss);
+        assert_int_equal(fa_blake3(want, x->up[i].p, x->up[i].n), 0);
+        assert_int_equal(ss->upload_digest.len, 32);
+        assert_memory_equal(ss->upload_digest.data, want, 32);
+        assert_int_equal(fa_secagg_client_upload_digest(x->c[i], digest), 0);
+        assert_memory_equal(digest, want, 32);
+        assert_int_equal(fa_secagg_server_commitment(x->s, (size_t)i, &id, &alg, digest, sig,
+                                                     &signed_),
+                         0);
+        assert_string_equal(id, x->f.ids[i]);
+        assert_int_equal(alg, FA_SECAGG_UPLOAD_BLAKE3);
+        assert_int_equal(signed_, 1);
+        assert_memory_equal(digest, want, 32);
+        assert_memory_equal(sig, ss->upload_signature.data, 64);
+        assert_int_equal(fa_secagg_commitment_verify(x->cfg.federation_id, x->cfg.round,
+                                                     x->cfg.attempt, id, FA_SECAGG_UPLOAD_BLAKE3,
+                                                     digest, sig, x->f.members[i].identity_pk),
+                         0);
+        assert_int_equal(fa_secagg_commitment_verify(x->cfg.federation_id, x->cfg.round,
+                                                     x->cfg.attempt, id, FA_SECAGG_UPLOAD_SHA256,
+                                                     digest, sig, x->f.members[i].identity_pk),
+                         FA_ERR_VERIFY);
+        fedagg__signed_survivors__free_unpacked(ss, NULL);
+    }
     fx_del(x);
 }
 
@@ -1239,6 +1280,7 @@ int main(void)
         cmocka_unit_test(test_client_peer_list_other_model),
         cmocka_unit_test(test_model_digest_signed),
         cmocka_unit_test(test_client_shares_refusals),
+        cmocka_unit_test(test_commitment_is_blake3_of_the_upload),
         cmocka_unit_test(test_client_survivor_refusals),
         cmocka_unit_test(test_client_reveals_one_share_per_peer),
     };

@@ -119,13 +119,14 @@ static void check_round_j(const th_fed *f, const fa_secagg_config *cfg, const st
         for (size_t i = 0; i < ns; i++) {
             const char *id;
             uint8_t sha[32], sig[64];
-            int signed_;
-            assert_int_equal(fa_secagg_server_commitment(run.server, i, &id, sha, sig, &signed_),
-                             0);
+            int signed_, alg;
+            assert_int_equal(
+                fa_secagg_server_commitment(run.server, i, &id, &alg, sha, sig, &signed_), 0);
+            assert_int_equal(alg, FA_SECAGG_UPLOAD_BLAKE3);
             if (signed_) {
                 size_t k = (size_t)atoi(id + strlen("region-"));
                 assert_int_equal(fa_secagg_commitment_verify(cfg->federation_id, cfg->round,
-                                                             cfg->attempt, id, sha, sig,
+                                                             cfg->attempt, id, alg, sha, sig,
                                                              f->members[k].identity_pk),
                                  0);
             }

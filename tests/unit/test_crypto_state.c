@@ -317,14 +317,20 @@ static void test_client_restore_refusals(void **state)
     }
     assert_int_not_equal(
         fa_secagg_client_restore(&r, blob, len - 1, f.seeds[1], f.members, 3, NULL, NULL), 0);
-    /* a state of the format before the model digest (magic FASACLI 1) */
-    blob[7] = 1;
-    fa_error_clear(&e);
-    assert_int_equal(fa_secagg_client_restore(&r, blob, len, f.seeds[1], f.members, 3, NULL, &e),
-                     FA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "a state of format 1"));
-    assert_null(r);
-    blob[7] = 2;
+    /* states of the formats before the model digest (magic FASACLI 1) and
+     * before the BLAKE3 upload digest (2) */
+    for (uint8_t v = 1; v <= 2; v++) {
+        char want[32];
+        blob[7] = v;
+        fa_error_clear(&e);
+        assert_int_equal(
+            fa_secagg_client_restore(&r, blob, len, f.seeds[1], f.members, 3, NULL, &e),
+            FA_ERR_UNSUPPORTED);
+        snprintf(want, sizeof(want), "a state of format %u", v);
+        assert_non_null(strstr(e.msg, want));
+        assert_null(r);
+    }
+    blob[7] = 3;
     /* another federation */
     memcpy(other, f.members, sizeof(other));
     other[2].identity_pk[0] ^= 1;

@@ -20,10 +20,12 @@
 #include <sodium.h>
 
 #include "audit/audit_log.h"
+#include "common/fa_blake3.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "crypto/checkpoint.h"
 #include "crypto/identity.h"
+#include "crypto/secagg.h"
 
 #define NREG 3
 static const char *const regions[NREG] = {"ap-south", "eu-west", "us-east"};
@@ -35,11 +37,12 @@ static void derive(uint64_t key_seed, const char *what, uint8_t out[32])
     crypto_hash_sha256(out, (const uint8_t *)buf, (unsigned long long)n);
 }
 
-static void upload_sha(const char *region, uint64_t round, uint8_t out[32])
+/* A stand-in for a masked upload's BLAKE3 digest. */
+static void upload_digest(const char *region, uint64_t round, uint8_t out[32])
 {
     char buf[128];
     int n = snprintf(buf, sizeof(buf), "upload%s%" PRIu64, region, round);
-    crypto_hash_sha256(out, (const uint8_t *)buf, (unsigned long long)n);
+    fa_blake3(out, buf, (size_t)n);
 }
 
 static int write_text(const char *dir, const char *name, const char *text, unsigned mode)
@@ -93,7 +96,7 @@ int main(int argc, char **argv)
     if (print_region) {
         uint8_t h[32];
         char hex[65];
-        upload_sha(print_region, print_round, h);
+        upload_digest(print_region, print_round, h);
         sodium_bin2hex(hex, sizeof(hex), h, 32);
         printf("%s\n", hex);
         return 0;
@@ -185,13 +188,14 @@ int main(int argc, char **argv)
                 continue; /* us-east drops out */
             c[np] = ci;
             c[np].region = (char *)regions[i];
-            upload_sha(regions[i], round, up[np]);
+            upload_digest(regions[i], round, up[np]);
             derive(key_seed, regions[i], rs);
-            fa_commitment_sign(rs, r.federation_id, r.round, r.attempt, regions[i], up[np],
-                               sig[np]);
+            fa_commitment_sign(rs, r.federation_id, r.round, r.attempt, regions[i],
+                               FA_SECAGG_UPLOAD_BLAKE3, up[np], sig[np]);
             sodium_memzero(rs, sizeof(rs));
-            c[np].upload_sha256.data = up[np];
-            c[np].upload_sha256.len = 32;
+            c[np].upload_digest.data = up[np];
+            c[np].upload_digest.len = 32;
+            c[np].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;
             c[np].signature.data = sig[np];
             c[np].signature.len = 64;
             c[np].upload_bytes = 4096;
