@@ -165,11 +165,10 @@ static int new_secagg_server(fa_fed *f, fa_error *err)
 {
     int rc;
 
-    fa_secagg_server_del(f->sa);
-    f->sa = NULL;
     f->sa_cfg.round = f->round;
     f->sa_cfg.attempt = f->attempt;
-    rc = fa_secagg_server_new(&f->sa, &f->sa_cfg, f->members, f->n_regions, err);
+    /* the last attempt's sum memory, cleared, rather than fresh memory */
+    rc = fa_secagg_server_renew(&f->sa, &f->sa_cfg, f->members, f->n_regions, err);
     if (rc == 0)
         rc = fa_fed_use_journal_files(f, err);
     return rc;

@@ -18,7 +18,7 @@
 #define FA_KDF_SELF_MASK "self-mask"         /* b_u -> AES-128 key of the self mask */
 #define FA_KDF_ROUNDING "rounding"           /* rounding seed -> AES-128 key */
 #define FA_KDF_CLIENT_STATE "client-state"   /* identity seed -> saved-state key */
-#define FA_KDF_INPUT_BINDING "input-binding" /* rounding seed -> GMAC key of the input */
+#define FA_KDF_INPUT_BINDING "input-binding" /* rounding seed -> Poly1305 key of the input */
 
 /* RFC 5869: HKDF-Extract(salt, ikm) then HKDF-Expand(prk, info, out_len).
  * out_len <= 255 * 32.  Returns 0 or -1 (out_len too large). */

@@ -341,6 +341,16 @@ int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
                          const fa_secagg_member *members, size_t n_members, fa_error *err);
 void fa_secagg_server_del(fa_secagg_server *s);
 
+/* The next attempt's server in place of *s (NULL or a server of any
+ * attempt): fa_secagg_server_del then fa_secagg_server_new, except that
+ * the running sum's memory is kept when the vector length is the same, and
+ * cleared.  Clearing 4 bytes a coordinate of memory already in use costs a
+ * tenth of faulting fresh memory in (10^7 coordinates: 3 ms against 30-40
+ * ms on the machines we measure on).  On failure *s is NULL; returns what
+ * fa_secagg_server_new does. */
+int fa_secagg_server_renew(fa_secagg_server **s, const fa_secagg_config *cfg,
+                           const fa_secagg_member *members, size_t n_members, fa_error *err);
+
 typedef struct fa_secagg_server_status {
     int phase;                /* enum fa_secagg_phase */
     uint32_t expected;        /* clients that may still answer in this phase */

@@ -590,42 +590,38 @@ out:
 /* ---- input -------------------------------------------------------------------- */
 
 /* The input's fingerprint, so that a restored client masks nothing but the
- * input it was bound to: GMAC (AES-128-GCM over associated data only) under
- * a key derived from this attempt's secret rounding seed.  A keyed
- * universal hash is enough here (nobody chooses inputs against a key they
- * never see; the tag itself only lives in the sealed state) and runs at
- * several GB/s where SHA-256 does about one.  The 16-byte tag fills the
- * first half of the 32-byte field. */
+ * input it was bound to: Poly1305 under a one-time key derived from this
+ * attempt's secret rounding seed.  A keyed universal hash is enough here
+ * (nobody chooses inputs against a key they never see; the tag itself only
+ * lives in the sealed state, and an attempt only ever compares tags of its
+ * own key), and OpenSSL's Poly1305 runs at 4-12 GB/s (the AVX-512 code where
+ * the CPU has it), twice GMAC's speed there: on a float input of 4 bytes a
+ * coordinate it is a pass over the whole update before the first masked
+ * byte.  The 16-byte tag fills the first half of the 32-byte field. */
 static int input_hash(fa_secagg_client *c, int kind, const void *data, size_t n, double weight,
                       uint8_t out[32])
 {
-    static const uint8_t iv[12];
-    const char label[] = "fedagg/secagg/input/v1";
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    uint8_t head[20], *key = sodium_malloc(16);
-    const uint8_t *p = data;
-    size_t len = n * 4;
-    int ok, outl;
+    const char label[] = "fedagg/secagg/input/v2";
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "POLY1305", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    uint8_t head[20], *key = sodium_malloc(32);
+    size_t outl = 0;
+    int ok;
 
     fa_le_put_u32(head, (uint32_t)kind);
     fa_le_put_u64(head + 4, n);
     memcpy(head + 12, &weight, 8);
-    ok = ctx && key &&
-         fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_INPUT_BINDING, c->cfg.fed,
-                       c->cfg.c.round, c->cfg.c.attempt, c->id, NULL) == 0 &&
-         EVP_EncryptInit_ex(ctx, EVP_aes_128_gcm(), NULL, key, iv) == 1 &&
-         EVP_EncryptUpdate(ctx, NULL, &outl, (const uint8_t *)label, sizeof(label) - 1) == 1 &&
-         EVP_EncryptUpdate(ctx, NULL, &outl, head, sizeof(head)) == 1;
-    while (ok && len > 0) { /* EVP takes int lengths */
-        int k = len > (1u << 30) ? (1 << 30) : (int)len;
-        ok = EVP_EncryptUpdate(ctx, NULL, &outl, p, k) == 1;
-        p += k;
-        len -= (size_t)k;
-    }
     memset(out, 0, 32);
-    ok = ok && EVP_EncryptFinal_ex(ctx, out, &outl) == 1 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, out) == 1;
-    EVP_CIPHER_CTX_free(ctx);
+    ok = ctx && key &&
+         fa_kdf_derive(key, 32, c->sec->round_seed, 32, FA_KDF_INPUT_BINDING, c->cfg.fed,
+                       c->cfg.c.round, c->cfg.c.attempt, c->id, NULL) == 0 &&
+         EVP_MAC_init(ctx, key, 32, NULL) == 1 &&
+         EVP_MAC_update(ctx, (const uint8_t *)label, sizeof(label) - 1) == 1 &&
+         EVP_MAC_update(ctx, head, sizeof(head)) == 1 &&
+         EVP_MAC_update(ctx, data, n * 4) == 1 && EVP_MAC_final(ctx, out, &outl, 16) == 1 &&
+         outl == 16;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
     if (key)
         sodium_free(key);
     return ok ? 0 : FA_ERR_NOMEM;

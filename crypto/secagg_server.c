@@ -79,18 +79,26 @@ void fa_secagg_server_del(fa_secagg_server *s)
     free(s);
 }
 
-int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
-                    const fa_secagg_member *members, size_t n_members, fa_error *err)
+/* sum: the running sum's memory to use (owned from here on, failure or
+ * not; cleared here), or NULL to allocate it. */
+static int srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                     const fa_secagg_member *members, size_t n_members, uint32_t *sum,
+                     fa_error *err)
 {
     fa_secagg_server *s;
     int rc;
 
     *out = NULL;
-    if (sodium_init() < 0)
+    if (sodium_init() < 0) {
+        free(sum);
         return fa_errorf(err, FA_ERR_CRYPTO, "secagg server: libsodium failed to initialise");
+    }
     s = calloc(1, sizeof(*s));
-    if (!s)
+    if (!s) {
+        free(sum);
         return fa_errorf(err, FA_ERR_NOMEM, "secagg server: out of memory");
+    }
+    s->sum = sum;
     rc = fa_sa_cfg_init(&s->cfg, cfg, err);
     if (rc == 0)
         rc = fa_sa_roster_init(&s->roster, members, n_members, err);
@@ -100,7 +108,10 @@ int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
     }
     s->masked_bytes = fa_secagg_masked_bytes(s->cfg.c.vector_len, s->cfg.c.ring_bits);
     s->cl = calloc(s->roster.n, sizeof(*s->cl));
-    s->sum = calloc((size_t)s->cfg.c.vector_len, sizeof(uint32_t));
+    if (s->sum)
+        memset(s->sum, 0, (size_t)s->cfg.c.vector_len * sizeof(uint32_t));
+    else
+        s->sum = calloc((size_t)s->cfg.c.vector_len, sizeof(uint32_t));
     s->slots = calloc(s->cfg.c.max_uploads_in_flight, sizeof(*s->slots));
     if (!s->cl || !s->sum || !s->slots) {
         fa_secagg_server_del(s);
@@ -118,12 +129,35 @@ int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
     return 0;
 }
 
+int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                    const fa_secagg_member *members, size_t n_members, fa_error *err)
+{
+    return srv_alloc(out, cfg, members, n_members, NULL, err);
+}
+
 int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
                          const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
     int rc = fa_sa_srv_alloc(out, cfg, members, n_members, err);
     if (rc == 0)
         (*out)->phase = FA_SECAGG_ADVERTISE;
+    return rc;
+}
+
+int fa_secagg_server_renew(fa_secagg_server **s, const fa_secagg_config *cfg,
+                           const fa_secagg_member *members, size_t n_members, fa_error *err)
+{
+    uint32_t *sum = NULL;
+    int rc;
+    if (*s && cfg && (*s)->cfg.c.vector_len == cfg->vector_len) {
+        sum = (*s)->sum;
+        (*s)->sum = NULL;
+    }
+    fa_secagg_server_del(*s);
+    *s = NULL;
+    rc = srv_alloc(s, cfg, members, n_members, sum, err);
+    if (rc == 0)
+        (*s)->phase = FA_SECAGG_ADVERTISE;
     return rc;
 }
 

@@ -202,7 +202,9 @@ static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_con
     th_rng_init(&pick, run->seed ^ 0x9e3779b97f4a7c15ull);
     buf = malloc(max_chunk);
     TH_CHECK(buf ? 0 : FA_ERR_NOMEM);
-    TH_CHECK(fa_secagg_server_new(&run->server, cfg, f->members, n, &run->err));
+    /* a server left from an earlier round of this run is renewed, as the
+     * aggregator renews its server for every attempt */
+    TH_CHECK(fa_secagg_server_renew(&run->server, cfg, f->members, n, &run->err));
     if (run->journal)
         TH_CHECK(fa_secagg_server_set_journal(run->server, run->journal, &run->err));
     for (size_t i = 0; i < n; i++)

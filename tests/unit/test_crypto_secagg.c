@@ -207,6 +207,42 @@ static void dropouts_for(size_t n, size_t per_count, uint32_t k)
     inputs_free(&in, n);
 }
 
+/* fa_secagg_server_renew: the next attempt's server, which keeps the last
+ * one's sum memory, starts from a zero sum (two rounds through one th_run,
+ * the second's server renewed from the first's, finished one), and one of
+ * another length gets a sum of its own. */
+static void test_server_renew(void **state)
+{
+    th_fed f;
+    struct inputs in;
+    fa_secagg_config cfg = th_cfg(2, 23, VLEN, 0), other = th_cfg(2, 23, VLEN + 9, 0);
+    uint32_t *got = calloc(VLEN, sizeof(uint32_t)), mask = (1u << cfg.ring_bits) - 1;
+    th_run run;
+
+    assert_non_null(got);
+    th_fed_init(&f, 3, 3);
+    inputs_make(&in, 3, VLEN, 55);
+    memset(&run, 0, sizeof(run));
+    run.ring = in.ptr;
+    for (uint32_t attempt = 0; attempt < 2; attempt++) {
+        cfg.attempt = attempt;
+        run.seed = 7 + attempt;
+        assert_int_equal(th_round(&f, &cfg, &run), 0);
+        assert_int_equal(fa_secagg_server_result_ring(run.server, got, VLEN, NULL), 0);
+        for (uint64_t j = 0; j < VLEN; j++)
+            assert_int_equal(got[j], (in.data[0][j] + in.data[1][j] + in.data[2][j]) & mask);
+    }
+    assert_int_equal(fa_secagg_server_renew(&run.server, &other, f.members, 3, NULL), 0);
+    {
+        fa_secagg_server_status st;
+        fa_secagg_server_status_get(run.server, &st);
+        assert_int_equal(st.phase, FA_SECAGG_ADVERTISE);
+    }
+    th_run_free(&run);
+    inputs_free(&in, 3);
+    free(got);
+}
+
 static void test_dropouts_n2(void **state)
 {
     dropouts_for(2, 1000, 17);
@@ -722,6 +758,7 @@ static void test_lengths_and_ring_sizes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_server_renew),
         cmocka_unit_test(test_dropouts_n2),
         cmocka_unit_test(test_dropouts_n3),
         cmocka_unit_test(test_dropouts_n5),
