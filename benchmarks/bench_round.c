@@ -296,7 +296,9 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
         const char *lvl = getenv("FEDAGG_BENCH_LOG_LEVEL");
         char *argv_a[] = {agg_bin,     "--config", agg_cfg, lvl ? "--log-level" : NULL,
                           (char *)lvl, NULL};
-        char *argv_p[] = {(char *)P->self, "round", "--serve-plain", plain_cfg, NULL};
+        char plain_bin[PATH_MAX + 32];
+        char *argv_p[] = {(char *)fa_rbench_plain_bin(P, plain_bin, sizeof(plain_bin)), "round",
+                          "--serve-plain", plain_cfg, NULL};
         if (fa_rbench_spawn(&agg, argv_a, agg_log, &err) != 0 ||
             fa_rbench_spawn(&plain, argv_p, plain_log, &err) != 0) {
             fa_rbench_json_error("e2e", "%s", err.msg);

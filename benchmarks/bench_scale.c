@@ -296,7 +296,9 @@ static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P
     /* Plain: the anchor server, the same clients and deltas. */
     fprintf(stderr, "fedagg-bench scale: d = %" PRIu64 ": plain\n", pt->d);
     {
-        char *argv_p[] = {(char *)P->self, "round", "--serve-plain", plain_cfg, NULL};
+        char plain_bin[PATH_MAX + 32];
+        char *argv_p[] = {(char *)fa_rbench_plain_bin(P, plain_bin, sizeof(plain_bin)), "round",
+                          "--serve-plain", plain_cfg, NULL};
         if (fa_rbench_spawn(&plain, argv_p, plain_log, &err) != 0) {
             fa_rbench_json_error(part, "%s", err.msg);
             goto out;

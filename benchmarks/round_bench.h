@@ -211,6 +211,11 @@ int fa_rbench_find_src(struct fa_rbench_paths *P);
 int fa_rbench_locate(struct fa_rbench_paths *P, const char *part, const char *name,
                      const char *dir);
 int fa_rbench_rm_rf(const char *dir);
+/* The binary that serves the plaintext anchor (`round --serve-plain`):
+ * fedagg-bench-cpu beside this one when it is there (a CUDA build: the
+ * benchmarks without the GPU backend, as the aggregator is built), else
+ * this binary. */
+const char *fa_rbench_plain_bin(const struct fa_rbench_paths *P, char *buf, size_t n);
 
 /* ---- processes (round_proc.c) ---------------------------------------------- */
 

@@ -639,6 +639,12 @@ int fa_rbench_locate(struct fa_rbench_paths *P, const char *part, const char *na
     return 0;
 }
 
+const char *fa_rbench_plain_bin(const struct fa_rbench_paths *P, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/fedagg-bench-cpu", P->bin);
+    return access(buf, X_OK) == 0 ? buf : P->self;
+}
+
 int fa_rbench_rm_rf(const char *dir)
 {
     char *argv[] = {"/bin/rm", "-rf", (char *)dir, NULL};

@@ -78,6 +78,9 @@ struct fa_backend_ops {
 
 extern const struct fa_backend_ops fa_backend_cpu;
 #ifdef FA_HAVE_CUDA
+/* The GPU backend (backend_cuda.cu, the object library fa_model_cuda) in
+ * the programs that link it; in the others mlp.c's weak definitions stand
+ * in: no GPU, and a count of 0 that says why. */
 extern const struct fa_backend_ops fa_backend_gpu;
 /* cudaGetDeviceCount, 0 on any error; why (when 0) into why[0..n). */
 int fa_backend_gpu_count(char *why, size_t n);

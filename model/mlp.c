@@ -283,6 +283,18 @@ void fa_mlp_opts_default(fa_mlp_opts *o)
     o->cpu_threads = 0;
 }
 
+#ifdef FA_HAVE_CUDA
+/* Stand-ins for the GPU backend in a program that does not link it
+ * (model/CMakeLists.txt): backend_cuda.cu's definitions replace these. */
+__attribute__((weak)) const struct fa_backend_ops fa_backend_gpu;
+__attribute__((weak)) int fa_backend_gpu_count(char *why, size_t n)
+{
+    snprintf(why, n, "this program is built without the GPU backend (the worker, the benchmarks "
+                     "and the tests carry it)");
+    return 0;
+}
+#endif
+
 int fa_mlp_gpu_count(void)
 {
 #ifdef FA_HAVE_CUDA

@@ -88,10 +88,15 @@ PY
     fail "fedagg status --from: $(cat "$D/status.out")"
 grep -q "distributed DP: noise multiplier 0.001, clip 2, 3 regions' noise charged; epsilon .* after 4 rounds (the last with 2 regions' noise)" "$D/status.out" ||
     fail "status text: $(cat "$D/status.out")"
-# and the web dashboard shows it as a card
-curl -sf "http://127.0.0.1:$MPORT/dashboard" >"$D/dashboard.html" || fail "GET /dashboard"
-grep -q 'id="distributed-dp">ε [0-9.e+]*</div><div class="sub">at δ 1e-05 after 4 rounds (the last with 2 regions&#39; noise)' "$D/dashboard.html" ||
-    fail "dashboard: $(grep -o '.\{0,80\}distributed-dp.\{0,200\}' "$D/dashboard.html")"
+# and the web dashboard shows it as a card (its page is a snapshot of the
+# federation's state, refreshed every second: wait for the fourth round)
+start=$SECONDS
+until curl -sf "http://127.0.0.1:$MPORT/dashboard" >"$D/dashboard.html" &&
+    grep -q 'id="distributed-dp">ε [0-9.e+]*</div><div class="sub">at δ 1e-05 after 4 rounds (the last with 2 regions&#39; noise)' "$D/dashboard.html"; do
+    [ $((SECONDS - start)) -lt 15 ] ||
+        fail "dashboard: $(grep -o '.\{0,80\}distributed-dp.\{0,200\}' "$D/dashboard.html")"
+    sleep 0.5
+done
 
 # The audit log: each record's DDG block.
 check_audit_and_versions
