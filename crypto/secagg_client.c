@@ -11,7 +11,6 @@
 
 #include "common/fa_endian.h"
 #include "common/fa_hex.h"
-#include "common/fa_sha256.h"
 #include "crypto/identity.h"
 #include "crypto/kdf.h"
 #include "crypto/mask_prg.h"
