@@ -138,10 +138,8 @@ int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
 int fa_secagg_server_new(fa_secagg_server **out, const fa_secagg_config *cfg,
                          const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
-    int rc = fa_sa_srv_alloc(out, cfg, members, n_members, err);
-    if (rc == 0)
-        (*out)->phase = FA_SECAGG_ADVERTISE;
-    return rc;
+    *out = NULL;
+    return fa_secagg_server_renew(out, cfg, members, n_members, err);
 }
 
 int fa_secagg_server_renew(fa_secagg_server **s, const fa_secagg_config *cfg,

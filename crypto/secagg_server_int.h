@@ -10,7 +10,6 @@
 
 #include "common/fa_err.h"
 #include "common/fa_blake3.h"
-#include "common/fa_sha256.h"
 #include "crypto/secagg.h"
 #include "crypto/secagg_internal.h"
 

@@ -443,7 +443,7 @@ static int cmd_check_proof(struct opts *o)
     fa_proof_bundle b;
     fa_checkpoint cp;
     Fedagg__AuditRecord *r = NULL;
-    uint8_t *data = NULL, want_sha[32];
+    uint8_t *data = NULL, want_digest[32];
     size_t len = 0;
     char desc[600];
     fa_error err;
@@ -455,7 +455,7 @@ static int cmd_check_proof(struct opts *o)
     if (!o->pubkey)
         return usage_error("%s needs --pubkey KEY (the aggregator's public key)", "check-proof");
     if (o->upload_digest) {
-        if (fa_hex_decode(want_sha, sizeof(want_sha), o->upload_digest,
+        if (fa_hex_decode(want_digest, sizeof(want_digest), o->upload_digest,
                           strlen(o->upload_digest)) != 0)
             return usage_error("--upload-digest %s: expected 64 hex digits", o->upload_digest);
         if (!o->region)
@@ -501,7 +501,7 @@ static int cmd_check_proof(struct opts *o)
             printf("region %s took part with the upload of %s %s (%" PRIu64 " bytes)\n",
                    o->region, fa_audit_upload_alg_name(c), hex, c->upload_bytes);
             if (o->upload_digest && (c->upload_digest.len != 32 ||
-                                     sodium_memcmp(c->upload_digest.data, want_sha, 32) != 0)) {
+                                     sodium_memcmp(c->upload_digest.data, want_digest, 32) != 0)) {
                 printf("MISMATCH: region %s's recorded upload is not %s\n", o->region,
                        o->upload_digest);
                 bad = 1;
