@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include "aggregator/metrics.h"
@@ -222,13 +223,23 @@ static uint64_t storage_need(const fa_fed *f)
 static int storage_check(fa_fed *f, fa_error *err)
 {
     struct statvfs vfs;
-    uint64_t need = storage_need(f);
+    struct stat st;
+    uint64_t need = storage_need(f), spare = 0;
+    char path[4200];
 
     if (statvfs(f->storage_dir, &vfs) != 0)
         return fa_errorf(err, FA_ERR_IO, "storage %s: statvfs: %s", f->storage_dir,
                          strerror(errno));
     f->storage_free = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
-    if (f->storage_free < need)
+    /* The sum is written over the spare sum file (round_state.c): its
+     * blocks count as free for it. */
+    fa_fed_spare_sum_path(f, path, sizeof(path));
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        spare = (uint64_t)st.st_blocks * 512u;
+        if (spare > (uint64_t)4 * f->sa_cfg.vector_len)
+            spare = (uint64_t)4 * f->sa_cfg.vector_len;
+    }
+    if (f->storage_free + spare < need)
         return fa_errorf(err, FA_ERR_NOSPACE,
                          "storage %s has %.1f MiB free; a round needs about %.1f MiB (model, "
                          "master weights, optimizer state, sum): free space or enlarge the volume",

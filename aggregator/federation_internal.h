@@ -173,6 +173,8 @@ int fa_fed_region_connected(const struct fa_fed_region *r, uint64_t now_ms);
 
 /* round_state.c */
 void fa_fed_sum_on_disk(fa_fed *f, uint64_t gen);
+/* The spare sum file the next sum is written over (round_state.c). */
+void fa_fed_spare_sum_path(const fa_fed *f, char *out, size_t n);
 /* The secure-aggregation server of round.state st into f->sa, its sum read
  * from the file the state names (or from inside the state, as older versions
  * saved it). */

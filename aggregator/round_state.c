@@ -52,7 +52,12 @@ static void state_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *dat
  * than a SHA-256 (1 s less at 10^9 parameters while the masked phase
  * closes).  Version 1 ("FASUM" 0 0 1, a SHA-256 in place of the CRC), as
  * aggregators before wrote it, is still read.  A new generation goes to a
- * new file before round.state names it; the others are removed after. */
+ * new file before round.state names it; the others are removed after, but
+ * for one, renamed round.sum-spare: the next sum is written over it
+ * (fa_atomic_file_open_reusing), into pages still in the page cache, at
+ * about a third of a new file's cost where we measured (at 8 x 10^7: 40 MB
+ * while the masked phase closes).  The spare keeps 4 bytes per parameter
+ * of disk between rounds that the sum file used to free; it is never read. */
 static const uint8_t sum_magic[8] = {'F', 'A', 'S', 'U', 'M', 0, 0, 2};
 #define SUM_MAGIC_V1 1 /* the last magic byte of version 1 */
 #define SUM_HEADER 36
@@ -61,6 +66,11 @@ static void sum_path(const fa_fed *f, uint64_t round, uint32_t attempt, uint64_t
                      size_t n)
 {
     snprintf(out, n, "%s/round.sum.%" PRIu64 ".%u.%" PRIu64, f->storage_dir, round, attempt, gen);
+}
+
+void fa_fed_spare_sum_path(const fa_fed *f, char *out, size_t n)
+{
+    snprintf(out, n, "%s/round.sum-spare", f->storage_dir);
 }
 
 static void sum_header(uint8_t h[SUM_HEADER], uint64_t round, uint32_t attempt, uint64_t gen,
@@ -89,12 +99,13 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     uint8_t h[SUM_HEADER], tail[4], buf[1 << 16];
     fa_atomic_file *af = NULL;
     uint32_t crc;
-    char path[4200];
+    char path[4200], spare[4200];
     int rc;
 
     sum_path(f, f->round, f->attempt, gen, path, sizeof(path));
+    fa_fed_spare_sum_path(f, spare, sizeof(spare));
     sum_header(h, f->round, f->attempt, gen, n);
-    rc = fa_atomic_file_open(&af, path, 0600, err);
+    rc = fa_atomic_file_open_reusing(&af, path, spare, 0600, err);
     if (rc == 0)
         rc = fa_atomic_file_write(af, h, sizeof(h), err);
     crc = fa_crc32c(0, h, sizeof(h));
@@ -222,20 +233,27 @@ int fa_fed_restore_secagg(fa_fed *f, const Fedagg__RoundState *st, fa_error *err
 }
 
 /* Removes every sum file but the one round.state names (keep = 0: all),
- * and leftovers of interrupted writes. */
+ * and leftovers of interrupted writes; one of the sums removed becomes the
+ * spare the next one is written over. */
 static void remove_stale_sums(fa_fed *f, uint64_t keep)
 {
-    char name[200], path[4200];
+    char name[200], path[4200], spare[4200];
     struct dirent *e;
     DIR *d = opendir(f->storage_dir);
+    int spared = 0;
 
     if (!d)
         return;
+    fa_fed_spare_sum_path(f, spare, sizeof(spare));
     snprintf(name, sizeof(name), "round.sum.%" PRIu64 ".%u.%" PRIu64, f->round, f->attempt, keep);
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, "round.sum.", 10) != 0 || (keep && !strcmp(e->d_name, name)))
             continue;
         snprintf(path, sizeof(path), "%s/%s", f->storage_dir, e->d_name);
+        if (!spared && !strstr(e->d_name, ".tmp.") && rename(path, spare) == 0) {
+            spared = 1;
+            continue;
+        }
         if (unlink(path) != 0)
             fa_log(FA_LOG_WARN, "cannot remove an old round sum", "file=%s", path);
     }

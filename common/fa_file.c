@@ -13,6 +13,7 @@ struct fa_atomic_file {
     int fd;
     char *path;
     char *tmp;
+    int reused; /* tmp is a spare written over: cut to what was written at commit */
 };
 
 static char *dir_of(const char *path)
@@ -75,6 +76,59 @@ int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, f
     return 0;
 }
 
+int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const char *spare,
+                                unsigned mode, fa_error *err)
+{
+    fa_atomic_file *f;
+    struct stat st;
+    int fd;
+
+    *out = NULL;
+    fd = open(spare, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT)
+        return fa_atomic_file_open(out, path, mode, err);
+    if (fd < 0)
+        return fa_errorf(err, FA_ERR_IO, "%s: cannot open the spare file %s: %s", path, spare,
+                         strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        close(fd);
+        return fa_errorf(err, FA_ERR_IO, "%s: the spare file %s is not a regular file of one name",
+                         path, spare);
+    }
+    f = calloc(1, sizeof(*f));
+    if (!f) {
+        close(fd);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
+    f->fd = fd;
+    f->reused = 1;
+    f->path = strdup(path);
+    f->tmp = strdup(spare);
+    if (!f->path || !f->tmp) {
+        fa_atomic_file_abort(f);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
+    if (fchmod(fd, mode) != 0) {
+        int e = errno;
+        fa_atomic_file_abort(f);
+        return fa_errorf(err, FA_ERR_IO, "%s: chmod: %s", spare, strerror(e));
+    }
+    *out = f;
+    return 0;
+}
+
+/* A spare written over may be longer than what was written into it now. */
+static int cut_to_written(fa_atomic_file *f, fa_error *err)
+{
+    off_t end;
+    if (!f->reused)
+        return 0;
+    end = lseek(f->fd, 0, SEEK_CUR);
+    if (end < 0 || ftruncate(f->fd, end) != 0)
+        return fa_errorf(err, FA_ERR_IO, "%s: truncate: %s", f->path, strerror(errno));
+    return 0;
+}
+
 int fa_atomic_file_fd(const fa_atomic_file *f)
 {
     return f->fd;
@@ -98,8 +152,10 @@ int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_err
 
 int fa_atomic_file_commit(fa_atomic_file *f, fa_error *err)
 {
-    int rc = 0;
+    int rc = cut_to_written(f, err);
 
+    if (rc != 0)
+        goto fail;
     if (fsync(f->fd) != 0) {
         rc = fa_errorf(err, FA_ERR_IO, "%s: fsync: %s", f->path, strerror(errno));
         goto fail;
@@ -126,9 +182,9 @@ fail:
 
 int fa_atomic_file_commit_nosync(fa_atomic_file *f, fa_error *err)
 {
-    int rc = 0;
+    int rc = cut_to_written(f, err);
 
-    if (close(f->fd) != 0)
+    if (close(f->fd) != 0 && rc == 0)
         rc = fa_errorf(err, FA_ERR_IO, "%s: close: %s", f->path, strerror(errno));
     f->fd = -1;
     if (rc == 0 && rename(f->tmp, f->path) != 0)

@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "aggregator/api.h"
@@ -834,7 +835,8 @@ static void test_round_sum_file(void **state)
 {
     struct sim *s = sim_new(1000);
     const int all[] = {0, 1, 2};
-    char path[800], again[800];
+    char path[800], again[800], spare[800];
+    struct stat st, st2;
     uint64_t version;
     int phase;
     fa_error err;
@@ -904,9 +906,28 @@ static void test_round_sum_file(void **state)
     assert_int_equal(fa_fed_tick(s->f, s->now), 1);
     position(s, NULL, NULL, NULL, &version);
     assert_int_equal(version, 1);
-    /* the next round's state needs no sum: the file is gone */
+    /* the next round's state needs no sum: the file is gone, kept as the
+     * spare the next sum is written over (the same inode), never read */
     sum_file(s, again, sizeof(again));
     assert_string_equal(again, "");
+    snprintf(spare, sizeof(spare), "%s/store/round.sum-spare", s->dir);
+    assert_int_equal(stat(spare, &st), 0);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    sum_file(s, path, sizeof(path));
+    assert_non_null(strstr(path, "/round.sum.2.0."));
+    assert_int_equal(stat(path, &st2), 0);
+    assert_int_equal(st2.st_ino, st.st_ino);
+    assert_int_equal(access(spare, F_OK), -1);
+    fa_fed_close(s->f);
+    s->f = NULL;
+    sim_open(s);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_CONSISTENCY);
     sim_del(s);
 }
 

@@ -132,6 +132,87 @@ static void test_atomic_write_replace_and_abort(void **state)
     fa_atomic_file_abort(NULL);
 }
 
+/* Written over a spare: the spare's inode becomes the file, cut to what was
+ * written (or grown to it), in the mode asked for; without a spare, a new
+ * file; an abort removes the spare and leaves the file; a spare that is not
+ * a regular file of one name is refused, naming it, and nothing changes. */
+static void test_atomic_write_over_spare(void **state)
+{
+    char dir[300], path[400], spare[400], other[400];
+    uint8_t *data;
+    size_t len;
+    fa_atomic_file *f;
+    struct stat st, sp;
+    fa_error err;
+
+    snprintf(dir, sizeof(dir), "%s/spare", tmpdir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof(path), "%s/sum", dir);
+    snprintf(spare, sizeof(spare), "%s/sum-spare", dir);
+    /* no spare: a temporary file, as fa_atomic_file_open */
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, NULL), 0);
+    assert_int_equal(fa_atomic_file_write(f, "new file", 8, NULL), 0);
+    assert_int_equal(fa_atomic_file_commit_nosync(f, NULL), 0);
+    assert_int_equal(count_entries(dir), 1);
+    /* a longer spare: cut to the 5 bytes written, its inode now the file */
+    assert_int_equal(fa_file_write_atomic(spare, "0123456789abcdef", 16, 0644, NULL), 0);
+    assert_int_equal(stat(spare, &sp), 0);
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, NULL), 0);
+    assert_int_equal(fa_atomic_file_write(f, "short", 5, NULL), 0);
+    assert_int_equal(fa_atomic_file_commit_nosync(f, NULL), 0);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_int_equal(len, 5);
+    assert_memory_equal(data, "short", 5);
+    free(data);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_ino, sp.st_ino);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(access(spare, F_OK), -1);
+    /* a shorter spare grows, through the fsync'ing commit too */
+    assert_int_equal(rename(path, spare), 0);
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0644, NULL), 0);
+    assert_int_equal(fa_atomic_file_write(f, "longer than five", 16, NULL), 0);
+    assert_int_equal(fa_atomic_file_commit(f, NULL), 0);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_int_equal(len, 16);
+    assert_memory_equal(data, "longer than five", 16);
+    free(data);
+    assert_int_equal(count_entries(dir), 1);
+    /* an abort removes the spare, the file stays */
+    assert_int_equal(fa_file_write_atomic(spare, "spare", 5, 0644, NULL), 0);
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, NULL), 0);
+    assert_int_equal(fa_atomic_file_write(f, "half", 4, NULL), 0);
+    fa_atomic_file_abort(f);
+    assert_int_equal(access(spare, F_OK), -1);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_memory_equal(data, "longer than five", 16);
+    free(data);
+    /* refused: a spare with a second name, a directory, a symbolic link */
+    snprintf(other, sizeof(other), "%s/other", dir);
+    assert_int_equal(fa_file_write_atomic(spare, "spare", 5, 0644, NULL), 0);
+    assert_int_equal(link(spare, other), 0);
+    fa_error_clear(&err);
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, &err), FA_ERR_IO);
+    assert_null(f);
+    assert_non_null(strstr(err.msg, spare));
+    assert_int_equal(unlink(other), 0);
+    assert_int_equal(unlink(spare), 0);
+    assert_int_equal(mkdir(spare, 0700), 0);
+    fa_error_clear(&err);
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, &err), FA_ERR_IO);
+    assert_non_null(strstr(err.msg, spare));
+    assert_int_equal(rmdir(spare), 0);
+    assert_int_equal(symlink(path, spare), 0);
+    fa_error_clear(&err);
+    assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, &err), FA_ERR_IO);
+    assert_non_null(strstr(err.msg, spare));
+    assert_int_equal(unlink(spare), 0);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_memory_equal(data, "longer than five", 16);
+    free(data);
+    assert_int_equal(count_entries(dir), 1);
+}
+
 static void test_read_all_errors(void **state)
 {
     char path[300];
@@ -173,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_log_quote),
         cmocka_unit_test(test_log_line_format),
         cmocka_unit_test(test_atomic_write_replace_and_abort),
+        cmocka_unit_test(test_atomic_write_over_spare),
         cmocka_unit_test(test_read_all_errors),
         cmocka_unit_test(test_private_and_mkdirs),
     };
