@@ -17,6 +17,7 @@
 
 #include "common/fa_blake3.h"
 #include "common/fa_sha256.h"
+#include "crypto/checkpoint.h"
 #include "crypto/secagg_internal.h"
 #include "secagg.pb-c.h"
 #include "test_crypto_harness.h"
@@ -376,8 +377,8 @@ static void test_server_readvertise(void **state)
 
     S_REFUSED(x, fa_secagg_server_readvertise(x->s, x->f.ids[0], x->adv[0].p, x->adv[0].n, 1, &e_),
               FA_ERR_STATE, "nothing to replace");
-    assert_int_equal(fa_secagg_client_new(&lost, &x->cfg, x->f.seeds[0], x->f.ids[0],
-                                          x->f.members, N, &x->rng, NULL),
+    assert_int_equal(fa_secagg_client_new(&lost, &x->cfg, x->f.seeds[0], x->f.ids[0], x->f.members,
+                                          N, &x->rng, NULL),
                      0);
     assert_int_equal(fa_secagg_client_advertise(lost, &old.p, &old.n, NULL), 0);
     fa_secagg_client_del(lost);
@@ -658,9 +659,8 @@ static void test_commitment_is_blake3_of_the_upload(void **state)
         assert_memory_equal(ss->upload_digest.data, want, 32);
         assert_int_equal(fa_secagg_client_upload_digest(x->c[i], digest), 0);
         assert_memory_equal(digest, want, 32);
-        assert_int_equal(fa_secagg_server_commitment(x->s, (size_t)i, &id, &alg, digest, sig,
-                                                     &signed_),
-                         0);
+        assert_int_equal(
+            fa_secagg_server_commitment(x->s, (size_t)i, &id, &alg, digest, sig, &signed_), 0);
         assert_string_equal(id, x->f.ids[i]);
         assert_int_equal(alg, FA_SECAGG_UPLOAD_BLAKE3);
         assert_int_equal(signed_, 1);
@@ -677,6 +677,156 @@ static void test_commitment_is_blake3_of_the_upload(void **state)
         fedagg__signed_survivors__free_unpacked(ss, NULL);
     }
     fx_del(x);
+}
+
+/* A state an aggregator of secagg.proto version 3 saved, versions 4 and 5,
+ * is this version's without the byte after each member's upload digest
+ * that says its hash, and every digest in it a SHA-256.  Built here from a
+ * state this version saved: the byte removed (the member records are 357
+ * bytes apart, checked), the digests of the three uploads replaced by
+ * their SHA-256, the version byte set and the checksum made again. */
+enum { SRV_REC = 4 + 4 * 32 + 64 + 32 + 1 + 64 + 64 };
+
+static size_t find32(const uint8_t *hay, size_t n, const uint8_t needle[32])
+{
+    size_t at = SIZE_MAX;
+    for (size_t i = 0; i + 32 <= n; i++)
+        if (!memcmp(hay + i, needle, 32)) {
+            assert_true(at == SIZE_MAX); /* once */
+            at = i;
+        }
+    assert_true(at != SIZE_MAX);
+    return at;
+}
+
+static void to_sha256_state(const struct fx *x, const uint8_t *blob, size_t len, uint8_t version,
+                            struct buf *out, uint8_t sha[3][32])
+{
+    size_t at[N], o = 0;
+    uint8_t d[32];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fa_blake3(d, x->up[i].p, x->up[i].n), 0);
+        assert_int_equal(fa_sha256(sha[i], x->up[i].p, x->up[i].n), 0);
+        at[i] = find32(blob, len, d);
+        assert_int_equal(blob[at[i] + 32], FA_SECAGG_UPLOAD_BLAKE3);
+        if (i > 0)
+            assert_int_equal(at[i] - at[i - 1], SRV_REC);
+    }
+    for (int i = 3; i < N; i++) /* the others uploaded nothing: zeros */
+        at[i] = at[i - 1] + SRV_REC;
+    out->p = malloc(len);
+    for (size_t i = 0, c = 0; i < len - 32; i++) {
+        if (c < N && i == at[c] + 32) {
+            c++;
+            continue;
+        }
+        out->p[o++] = blob[i];
+    }
+    for (int i = 0; i < 3; i++)
+        memcpy(out->p + at[i] - (size_t)i, sha[i], 32);
+    out->p[7] = version;
+    assert_int_equal(fa_sha256(out->p + o, out->p, o), 0);
+    out->n = o + 32;
+}
+
+/* Read as such, each commitment is a SHA-256: an upgraded region's BLAKE3
+ * is refused naming the SHA-256, nothing changed, and a region that made
+ * its commitment with a SHA-256 (as version 3 did) completes the round,
+ * its commitment recorded with the hash it was made with.  A state of
+ * version 4 laid out as version 6 is refused. */
+static void sha256_state_round(int meta)
+{
+    struct fx *x = fx_new();
+    uint8_t *blob, sha[3][32], digest[32], sig[64];
+    uint32_t kept[LEN];
+    uint64_t gen = 0;
+    size_t len;
+    struct buf old = {0}, m = {0};
+    fa_secagg_server *r = NULL;
+    const char *id;
+    int alg, signed_, rc;
+    fa_error err;
+
+    fx_to(x, 3);
+    if (meta) {
+        assert_int_equal(fa_secagg_server_save_meta(x->s, &blob, &len, &gen, NULL), 0);
+        assert_int_equal(blob[7], 7);
+        memcpy(kept, fa_secagg_server_sum_words(x->s), sizeof(kept));
+    } else {
+        assert_int_equal(fa_secagg_server_save(x->s, &blob, &len, NULL), 0);
+        assert_int_equal(blob[7], 6);
+    }
+    /* the byte left in: the layout is not version 4's */
+    old.p = malloc(len);
+    memcpy(old.p, blob, len);
+    old.p[7] = meta ? 5 : 4;
+    assert_int_equal(fa_sha256(old.p + len - 32, old.p, len - 32), 0);
+    assert_int_equal(meta
+                         ? fa_secagg_server_restore_meta(&r, old.p, len, kept, LEN, &x->cfg,
+                                                         x->f.members, N, NULL)
+                         : fa_secagg_server_restore(&r, old.p, len, &x->cfg, x->f.members, N, NULL),
+                     FA_ERR_CORRUPT);
+    assert_null(r);
+    bfree(&old);
+    to_sha256_state(x, blob, len, meta ? 5 : 4, &old, sha);
+    fa_error_clear(&err);
+    rc = meta ? fa_secagg_server_restore_meta(&r, old.p, old.n, kept, LEN, &x->cfg, x->f.members, N,
+                                              &err)
+              : fa_secagg_server_restore(&r, old.p, old.n, &x->cfg, x->f.members, N, &err);
+    if (rc != 0)
+        fail_msg("restoring the state of version %d: %s", meta ? 5 : 4, err.msg);
+    fa_secagg_server_del(x->s);
+    x->s = r;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(
+            fa_secagg_server_commitment(x->s, (size_t)i, &id, &alg, digest, sig, &signed_), 0);
+        assert_int_equal(alg, FA_SECAGG_UPLOAD_SHA256);
+        assert_memory_equal(digest, sha[i], 32);
+        assert_int_equal(signed_, 0);
+    }
+    S_REFUSED(x, fa_secagg_server_consistency(x->s, x->f.ids[0], x->ss[0].p, x->ss[0].n, 19, &e_),
+              FA_ERR_VERIFY, "differs from the SHA-256 of the bytes the aggregator received");
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fa_commitment_sign(x->f.seeds[i], x->cfg.federation_id, x->cfg.round,
+                                            x->cfg.attempt, x->f.ids[i], FA_SECAGG_UPLOAD_SHA256,
+                                            sha[i], sig),
+                         0);
+        MUTATE(
+            Fedagg__SignedSurvivors, fedagg__signed_survivors, x->ss[i], a,
+            (memcpy(a->upload_digest.data, sha[i], 32), memcpy(a->upload_signature.data, sig, 64)),
+            m);
+        assert_int_equal(fa_secagg_server_consistency(x->s, x->f.ids[i], m.p, m.n, 19, NULL), 0);
+        bfree(&m);
+        assert_int_equal(
+            fa_secagg_server_commitment(x->s, (size_t)i, &id, &alg, digest, sig, &signed_), 0);
+        assert_int_equal(alg, FA_SECAGG_UPLOAD_SHA256);
+        assert_int_equal(signed_, 1);
+        assert_int_equal(fa_secagg_commitment_verify(x->cfg.federation_id, x->cfg.round,
+                                                     x->cfg.attempt, id, FA_SECAGG_UPLOAD_SHA256,
+                                                     digest, sig, x->f.members[i].identity_pk),
+                         0);
+    }
+    assert_int_equal(fa_secagg_server_close(x->s, 20, NULL), 0);
+    assert_int_equal(fa_secagg_server_survivor_signatures(x->s, &x->sigs.p, &x->sigs.n, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21, &x->um[i].p,
+                                                     &x->um[i].n, NULL),
+                         0);
+    x->phase = 4;
+    fx_check_sum(x);
+    bfree(&old);
+    free(blob);
+    fx_del(x);
+}
+
+static void test_server_state_of_sha256_digests(void **state)
+{
+    sha256_state_round(0);
+}
+
+static void test_server_meta_state_of_sha256_digests(void **state)
+{
+    sha256_state_round(1);
 }
 
 static void test_server_unmask_refusals(void **state)
@@ -1281,6 +1431,8 @@ int main(void)
         cmocka_unit_test(test_model_digest_signed),
         cmocka_unit_test(test_client_shares_refusals),
         cmocka_unit_test(test_commitment_is_blake3_of_the_upload),
+        cmocka_unit_test(test_server_state_of_sha256_digests),
+        cmocka_unit_test(test_server_meta_state_of_sha256_digests),
         cmocka_unit_test(test_client_survivor_refusals),
         cmocka_unit_test(test_client_reveals_one_share_per_peer),
     };
