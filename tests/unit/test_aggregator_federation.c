@@ -337,6 +337,15 @@ static void run_to_masked(struct sim *s, const int *who, int nwho)
 }
 
 /* Rounds 3 and 4 for the clients in `who` (who uploaded). */
+/* Every region uploads; the masked phase closes at the next tick. */
+static void upload_all_and_close(struct sim *s)
+{
+    for (int i = 0; i < NR; i++)
+        upload(s, i);
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+}
+
 static void run_to_end(struct sim *s, const int *who, int nwho, uint64_t round, uint32_t attempt)
 {
     uint8_t *m, *a;
@@ -369,10 +378,7 @@ static void finish_round_1(struct sim *s, uint32_t attempt)
 {
     const int all[] = {0, 1, 2};
     uint64_t version;
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    upload_all_and_close(s);
     run_to_end(s, all, NR, 1, attempt);
     position(s, NULL, NULL, NULL, &version);
     assert_int_equal(version, 1);
@@ -845,10 +851,7 @@ static void test_round_sum_file(void **state)
     run_to_masked(s, all, NR);
     sum_file(s, path, sizeof(path));
     assert_string_equal(path, ""); /* all zeros so far: no file */
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    upload_all_and_close(s);
     sum_file(s, path, sizeof(path));
     assert_non_null(strstr(path, "/round.sum.1.0."));
     fa_fed_close(s->f);
@@ -914,10 +917,7 @@ static void test_round_sum_file(void **state)
     assert_int_equal(stat(spare, &st), 0);
     clients_new(s);
     run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    upload_all_and_close(s);
     sum_file(s, path, sizeof(path));
     assert_non_null(strstr(path, "/round.sum.2.0."));
     assert_int_equal(stat(path, &st2), 0);
@@ -1457,10 +1457,7 @@ static void test_federated_evaluation(void **state)
     /* The round trained from version 0 carries both statements. */
     clients_new(s);
     run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    upload_all_and_close(s);
     run_to_end(s, all, NR, 1, 0);
     {
         fa_audit_log *log;
@@ -1687,10 +1684,7 @@ static void privacy_round(struct sim *s, uint64_t round, const double *eps_total
         free(b);
     }
     run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    upload_all_and_close(s);
     run_to_end(s, all, NR, round, 0);
 }
 
@@ -1831,10 +1825,7 @@ static void test_operators(void **state)
     assert_int_equal(fa_fed_admin_drain(s->f, "bob", "us-east", 0, s->now, &err), FA_ERR_STATE);
     clients_new(s);
     run_to_masked(s, all, NR);
-    for (int i = 0; i < NR; i++)
-        upload(s, i);
-    s->now += 1;
-    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    upload_all_and_close(s);
     run_to_end(s, all, NR, 2, 1);
     position(s, NULL, NULL, NULL, &version);
     assert_int_equal(version, 2);

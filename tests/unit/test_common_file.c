@@ -132,6 +132,17 @@ static void test_atomic_write_replace_and_abort(void **state)
     fa_atomic_file_abort(NULL);
 }
 
+/* The file at path holds exactly the string want. */
+static void assert_file_is(const char *path, const char *want)
+{
+    uint8_t *data;
+    size_t len;
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(data, want, len);
+    free(data);
+}
+
 /* Written over a spare: the spare's inode becomes the file, cut to what was
  * written (or grown to it), in the mode asked for; without a spare, a new
  * file; an abort removes the spare and leaves the file; a spare that is not
@@ -139,8 +150,6 @@ static void test_atomic_write_replace_and_abort(void **state)
 static void test_atomic_write_over_spare(void **state)
 {
     char dir[300], path[400], spare[400], other[400];
-    uint8_t *data;
-    size_t len;
     fa_atomic_file *f;
     struct stat st, sp;
     fa_error err;
@@ -160,10 +169,7 @@ static void test_atomic_write_over_spare(void **state)
     assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, NULL), 0);
     assert_int_equal(fa_atomic_file_write(f, "short", 5, NULL), 0);
     assert_int_equal(fa_atomic_file_commit_nosync(f, NULL), 0);
-    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-    assert_int_equal(len, 5);
-    assert_memory_equal(data, "short", 5);
-    free(data);
+    assert_file_is(path, "short");
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_ino, sp.st_ino);
     assert_int_equal(st.st_mode & 0777, 0600);
@@ -173,10 +179,7 @@ static void test_atomic_write_over_spare(void **state)
     assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0644, NULL), 0);
     assert_int_equal(fa_atomic_file_write(f, "longer than five", 16, NULL), 0);
     assert_int_equal(fa_atomic_file_commit(f, NULL), 0);
-    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-    assert_int_equal(len, 16);
-    assert_memory_equal(data, "longer than five", 16);
-    free(data);
+    assert_file_is(path, "longer than five");
     assert_int_equal(count_entries(dir), 1);
     /* an abort removes the spare, the file stays */
     assert_int_equal(fa_file_write_atomic(spare, "spare", 5, 0644, NULL), 0);
@@ -184,9 +187,7 @@ static void test_atomic_write_over_spare(void **state)
     assert_int_equal(fa_atomic_file_write(f, "half", 4, NULL), 0);
     fa_atomic_file_abort(f);
     assert_int_equal(access(spare, F_OK), -1);
-    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-    assert_memory_equal(data, "longer than five", 16);
-    free(data);
+    assert_file_is(path, "longer than five");
     /* refused: a spare with a second name, a directory, a symbolic link */
     snprintf(other, sizeof(other), "%s/other", dir);
     assert_int_equal(fa_file_write_atomic(spare, "spare", 5, 0644, NULL), 0);
@@ -207,9 +208,7 @@ static void test_atomic_write_over_spare(void **state)
     assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, &err), FA_ERR_IO);
     assert_non_null(strstr(err.msg, spare));
     assert_int_equal(unlink(spare), 0);
-    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
-    assert_memory_equal(data, "longer than five", 16);
-    free(data);
+    assert_file_is(path, "longer than five");
     assert_int_equal(count_entries(dir), 1);
 }
 

@@ -131,6 +131,19 @@ static void fx_del(struct fx *x)
     free(x);
 }
 
+/* Step 4 after the SignedSurvivors: close, SurvivorSignatures, the
+ * UnmaskShares of 0-2 produced. */
+static void fx_close_consistency(struct fx *x)
+{
+    assert_int_equal(fa_secagg_server_close(x->s, 20, NULL), 0);
+    assert_int_equal(fa_secagg_server_survivor_signatures(x->s, &x->sigs.p, &x->sigs.n, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21, &x->um[i].p,
+                                                     &x->um[i].n, NULL),
+                         0);
+    x->phase = 4;
+}
+
 /* Runs the fixture up to and including step `to`:
  * 1 advertise 0-3, close, PeerList to 0-3, ShareKeys of 0-3 produced
  * 2 ShareKeys of 0-2 sent, close, SharesForYou to 0-2, streams produced
@@ -197,13 +210,7 @@ static void fx_to(struct fx *x, int to)
                 assert_int_equal(fa_secagg_server_consistency(x->s, x->f.ids[i], x->ss[i].p,
                                                               x->ss[i].n, 19, NULL),
                                  0);
-            assert_int_equal(fa_secagg_server_close(x->s, 20, NULL), 0);
-            assert_int_equal(
-                fa_secagg_server_survivor_signatures(x->s, &x->sigs.p, &x->sigs.n, NULL), 0);
-            for (int i = 0; i < 3; i++)
-                assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21,
-                                                             &x->um[i].p, &x->um[i].n, NULL),
-                                 0);
+            fx_close_consistency(x);
             break;
         case 5:
             for (int i = 0; i < 3; i++)
@@ -629,13 +636,7 @@ static void test_server_consistency_refusals(void **state)
     for (int i = 1; i < 3; i++)
         assert_int_equal(
             fa_secagg_server_consistency(x->s, x->f.ids[i], x->ss[i].p, x->ss[i].n, 19, NULL), 0);
-    assert_int_equal(fa_secagg_server_close(x->s, 20, NULL), 0);
-    assert_int_equal(fa_secagg_server_survivor_signatures(x->s, &x->sigs.p, &x->sigs.n, NULL), 0);
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21, &x->um[i].p,
-                                                     &x->um[i].n, NULL),
-                         0);
-    x->phase = 4;
+    fx_close_consistency(x);
     fx_check_sum(x);
     fx_del(x);
 }
@@ -806,13 +807,7 @@ static void sha256_state_round(int meta)
                                                      digest, sig, x->f.members[i].identity_pk),
                          0);
     }
-    assert_int_equal(fa_secagg_server_close(x->s, 20, NULL), 0);
-    assert_int_equal(fa_secagg_server_survivor_signatures(x->s, &x->sigs.p, &x->sigs.n, NULL), 0);
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(fa_secagg_client_signatures(x->c[i], x->sigs.p, x->sigs.n, 21, &x->um[i].p,
-                                                     &x->um[i].n, NULL),
-                         0);
-    x->phase = 4;
+    fx_close_consistency(x);
     fx_check_sum(x);
     bfree(&old);
     free(blob);
