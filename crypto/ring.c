@@ -66,8 +66,9 @@ FA_INLINE void unpack_add_k(uint32_t *restrict acc, const uint8_t *restrict in, 
 
 #define FA_K_CASES(X)                                                                              \
     X(1)                                                                                           \
-    X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) X(17) X(18)  \
-        X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31) X(32)
+    X(2)                                                                                           \
+    X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) \
+        X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31) X(32)
 
 #define FA_PACK_FN(k)                                                                              \
     static void pack_##k(uint8_t *restrict o, const uint32_t *restrict i, size_t g)                \
@@ -193,16 +194,27 @@ void fa_codec_encode(const fa_codec *c, const float *restrict x, size_t n,
 }
 
 FA_CLONES
-double fa_codec_l2_norm(const float *x, size_t n)
+void fa_codec_l2_add(fa_codec_l2 *a, const float *x, size_t n)
 {
-    double lane[16] = {0}, s = 0;
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (size_t j = 0; j < 16; j++)
-            lane[j] += (double)x[i + j] * x[i + j];
+            a->lane[j] += (double)x[i + j] * x[i + j];
     for (; i < n; i++)
-        s += (double)x[i] * x[i];
+        a->tail += (double)x[i] * x[i];
+}
+
+double fa_codec_l2_done(const fa_codec_l2 *a)
+{
+    double s = a->tail;
     for (size_t j = 0; j < 16; j++)
-        s += lane[j];
+        s += a->lane[j];
     return sqrt(s);
+}
+
+double fa_codec_l2_norm(const float *x, size_t n)
+{
+    fa_codec_l2 a = {{0}, 0};
+    fa_codec_l2_add(&a, x, n);
+    return fa_codec_l2_done(&a);
 }

@@ -84,4 +84,16 @@ int32_t fa_codec_round(double scaled, uint32_t rnd, int32_t qmax);
 /* sqrt(sum x[i]^2) in double. */
 double fa_codec_l2_norm(const float *x, size_t n);
 
+/* The same in pieces, for a caller that makes another pass over each
+ * piece while it is in cache: fa_codec_l2 a = {{0}, 0}, then
+ * fa_codec_l2_add for consecutive pieces, every one but the last a
+ * multiple of 16 long; fa_codec_l2_done(&a) is then fa_codec_l2_norm of
+ * the whole, bit for bit (the same lanes, the same order of additions). */
+typedef struct fa_codec_l2 {
+    double lane[16];
+    double tail;
+} fa_codec_l2;
+void fa_codec_l2_add(fa_codec_l2 *a, const float *x, size_t n);
+double fa_codec_l2_done(const fa_codec_l2 *a);
+
 #endif

@@ -596,9 +596,14 @@ out:
  * own key), and OpenSSL's Poly1305 runs at 4-12 GB/s (the AVX-512 code where
  * the CPU has it), twice GMAC's speed there: on a float input of 4 bytes a
  * coordinate it is a pass over the whole update before the first masked
- * byte.  The 16-byte tag fills the first half of the 32-byte field. */
+ * byte.  The 16-byte tag fills the first half of the 32-byte field.  On a
+ * float input (norm not NULL) the same pass gives its L2 norm, piece by
+ * piece (fa_codec_l2): each piece is read from memory once for both, the
+ * MAC then finding it in L1 (about 2 ms less at 10^7 than two passes). */
+#define BIND_PIECE 4096 /* floats, 16 KiB: a multiple of fa_codec_l2's 16 */
+
 static int input_hash(fa_secagg_client *c, int kind, const void *data, size_t n, double weight,
-                      uint8_t out[32])
+                      uint8_t out[32], double *norm)
 {
     const char label[] = "fedagg/secagg/input/v2";
     EVP_MAC *mac = EVP_MAC_fetch(NULL, "POLY1305", NULL);
@@ -616,9 +621,20 @@ static int input_hash(fa_secagg_client *c, int kind, const void *data, size_t n,
                        c->cfg.c.round, c->cfg.c.attempt, c->id, NULL) == 0 &&
          EVP_MAC_init(ctx, key, 32, NULL) == 1 &&
          EVP_MAC_update(ctx, (const uint8_t *)label, sizeof(label) - 1) == 1 &&
-         EVP_MAC_update(ctx, head, sizeof(head)) == 1 &&
-         EVP_MAC_update(ctx, data, n * 4) == 1 && EVP_MAC_final(ctx, out, &outl, 16) == 1 &&
-         outl == 16;
+         EVP_MAC_update(ctx, head, sizeof(head)) == 1;
+    if (norm) {
+        const float *x = data;
+        fa_codec_l2 a = {{0}, 0};
+        for (size_t i = 0; ok && i < n; i += BIND_PIECE) {
+            size_t m = n - i < BIND_PIECE ? n - i : BIND_PIECE;
+            fa_codec_l2_add(&a, x + i, m);
+            ok = EVP_MAC_update(ctx, (const uint8_t *)(x + i), m * 4) == 1;
+        }
+        *norm = fa_codec_l2_done(&a);
+    } else {
+        ok = ok && EVP_MAC_update(ctx, data, n * 4) == 1;
+    }
+    ok = ok && EVP_MAC_final(ctx, out, &outl, 16) == 1 && outl == 16;
     EVP_MAC_CTX_free(ctx);
     EVP_MAC_free(mac);
     if (key)
@@ -661,9 +677,11 @@ int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d
     if (!(weight >= 0.0 && weight <= 1.0))
         return fa_errorf(err, FA_ERR_INVAL, "secagg input for '%s': weight %g is not in [0, 1]",
                          c->id, weight);
-    /* the sum of squares cannot overflow a double for finite floats, so it
-     * is finite exactly when every value is */
-    norm = fa_codec_l2_norm(x, d);
+    /* the binding's pass gives the norm; the sum of squares cannot overflow
+     * a double for finite floats, so it is finite exactly when every value
+     * is (a refused input is not bound) */
+    if ((rc = input_hash(c, INPUT_F32, x, d, weight, sha, &norm)) != 0)
+        return fa_errorf(err, rc, "secagg input: out of memory");
     if (!isfinite(norm))
         for (size_t i = 0; i < d; i++)
             if (!isfinite(x[i]))
@@ -675,8 +693,6 @@ int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d
     codec.qmax = (int32_t)((1u << (q->bits - 1)) - 1);
     codec.limit = q->clip_value;
     codec.mul = weight * (double)codec.qmax / q->clip_value;
-    if ((rc = input_hash(c, INPUT_F32, x, d, weight, sha)) != 0)
-        return fa_errorf(err, rc, "secagg input: out of memory");
     if ((rc = bind_input(c, INPUT_F32, sha, err)) != 0)
         return rc;
     c->xf = x;
@@ -695,7 +711,7 @@ int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size
         return fa_errorf(err, FA_ERR_INVAL,
                          "secagg input for '%s': %zu ring elements, expected %llu", c->id, n,
                          (unsigned long long)c->cfg.c.vector_len);
-    if ((rc = input_hash(c, INPUT_RING, q, n, 0.0, sha)) != 0)
+    if ((rc = input_hash(c, INPUT_RING, q, n, 0.0, sha, NULL)) != 0)
         return fa_errorf(err, rc, "secagg input: out of memory");
     if ((rc = bind_input(c, INPUT_RING, sha, err)) != 0)
         return rc;

@@ -135,7 +135,7 @@ out:
 
 /* y_u = x_u + p_u + sum_v p_uv for the next block of coordinates, packed
  * straight into out when it has room (*direct gets the bytes written),
- * else into the pending buffer. */
+ * else into the pending buffer.  Hashed by the caller, as handed out. */
 static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *direct)
 {
     struct stream *st = &c->st;
@@ -157,8 +157,6 @@ static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *
     if ((rc = fa_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
         return rc;
     fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
-    if ((rc = fa_blake3_update(&st->hash, dst, bytes)) != 0)
-        return rc;
     if (dst == out) {
         *direct = bytes;
     } else {
@@ -202,11 +200,9 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
         return fa_errorf(err, FA_ERR_INVAL, "masked stream: zero-sized buffer");
     if (!st->ready && (rc = stream_setup(c, err)) != 0)
         return rc;
-    for (;;) {
+    while (done < cap) {
         if (st->pend_off < st->pend_len) {
             size_t k = st->pend_len - st->pend_off;
-            if (done == cap)
-                break;
             if (k > cap - done)
                 k = cap - done;
             memcpy(out + done, st->pending + st->pend_off, k);
@@ -214,13 +210,7 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
             done += k;
             continue;
         }
-        if (st->pos == c->cfg.c.vector_len) {
-            /* the last byte is out: the upload's SHA-256 is known */
-            if (!st->finished && (rc = stream_finish(c, err)) != 0)
-                return rc;
-            break;
-        }
-        if (done == cap)
+        if (st->pos == c->cfg.c.vector_len)
             break;
         if ((rc = stream_block(c, out + done, cap - done, &direct)) != 0) {
             st->ready = 0; /* start again from byte 0 on the next call */
@@ -228,6 +218,16 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
         }
         done += direct;
     }
+    /* The bytes handed out, in order, are the upload: hashed here in one
+     * run (in place when it is long: no copy into the hash's run buffer). */
+    if (done > 0 && (rc = fa_blake3_update(&st->hash, out, done)) != 0) {
+        st->ready = 0;
+        return fa_errorf(err, rc, "secagg masked stream: BLAKE3 failed");
+    }
+    /* the last byte is out: the upload's digest is known */
+    if (st->pos == c->cfg.c.vector_len && st->pend_off == st->pend_len && !st->finished &&
+        (rc = stream_finish(c, err)) != 0)
+        return rc;
     *n = done;
     return 0;
 }

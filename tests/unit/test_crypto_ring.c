@@ -194,12 +194,47 @@ static void test_codec_l2_and_weight(void **state)
     assert_int_equal(fa_codec_round(-5e9, 0, 32767), -32767);
 }
 
+/* The norm in pieces (fa_codec_l2), as the input binding's pass takes it:
+ * bit for bit the norm of the whole, for pieces of several lengths (all
+ * but the last a multiple of 16) and odd tails; the sum of squares of
+ * 3 and 4 in pieces is 5. */
+static void test_codec_l2_in_pieces(void **state)
+{
+    const size_t lens[] = {0, 1, 15, 16, 17, 4095, 4096, 4097, 100003};
+    const size_t pieces[] = {16, 48, 4096};
+    float *x = malloc(100003 * sizeof(float));
+    uint32_t r = 12345;
+    assert_non_null(x);
+    for (size_t i = 0; i < 100003; i++) {
+        r = r * 1103515245u + 12345u;
+        x[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * (float)(1 + i % 7);
+    }
+    for (size_t a = 0; a < sizeof(lens) / sizeof(lens[0]); a++)
+        for (size_t b = 0; b < sizeof(pieces) / sizeof(pieces[0]); b++) {
+            fa_codec_l2 acc = {{0}, 0};
+            double whole = fa_codec_l2_norm(x, lens[a]), got;
+            for (size_t i = 0; i < lens[a]; i += pieces[b])
+                fa_codec_l2_add(&acc, x + i, lens[a] - i < pieces[b] ? lens[a] - i : pieces[b]);
+            got = fa_codec_l2_done(&acc);
+            assert_memory_equal(&got, &whole, sizeof(double));
+        }
+    {
+        float y[2] = {3.0f, 4.0f};
+        fa_codec_l2 acc = {{0}, 0};
+        fa_codec_l2_add(&acc, y, 1);
+        fa_codec_l2_add(&acc, y + 1, 1);
+        assert_true(fabs(fa_codec_l2_done(&acc) - 5.0) < 1e-12);
+    }
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_every_k),         cmocka_unit_test(test_pack_blocks),
         cmocka_unit_test(test_signed_and_ring_bits), cmocka_unit_test(test_codec_one_step),
         cmocka_unit_test(test_codec_unbiased),       cmocka_unit_test(test_codec_l2_and_weight),
+        cmocka_unit_test(test_codec_l2_in_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
