@@ -41,6 +41,12 @@ char *fa_model_store_state_path(const fa_model_store *s, uint64_t version, char 
     return buf;
 }
 
+char *fa_model_store_spare_state_path(const fa_model_store *s, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/state.spare", s->dir);
+    return buf;
+}
+
 char *fa_model_store_master_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
 {
     snprintf(buf, n, "%s/master-%08" PRIu64 ".safetensors", s->dir, version);
@@ -380,8 +386,9 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
 #define FILL_CHUNK ((size_t)1 << 20)
 
 /* Writes one safetensors file atomically, hashing exactly the bytes written. */
-static int write_tensors(const char *path, const fa_st_view *t, size_t n, const char *const *meta,
-                         size_t n_meta, uint8_t sha[32], uint64_t *size, fa_error *err)
+static int write_tensors(const char *path, const char *spare, const fa_st_view *t, size_t n,
+                         const char *const *meta, size_t n_meta, uint8_t sha[32], uint64_t *size,
+                         fa_error *err)
 {
     fa_sha256_ctx st = {0};
     fa_st_writer *w = NULL;
@@ -405,7 +412,7 @@ static int write_tensors(const char *path, const fa_st_view *t, size_t n, const 
     if (rc == 0) {
         (void)fa_sha256_update(&st, hdr, hdr_len);
         *size = fa_st_writer_total_size(w);
-        rc = fa_st_writer_open(w, path, 0644, err);
+        rc = fa_st_writer_open_spare(w, path, spare, 0644, err);
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         uint64_t bytes = fa_st_dtype_size(t[i].dtype);
@@ -444,8 +451,9 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
                           const fa_model_files *files, fa_error *err)
 {
     struct entry e = {0}, *all;
-    char mpath[4096], spath[4096], xpath[4096], dpath[4096];
+    char mpath[4096], spath[4096], xpath[4096], dpath[4096], sparepath[4096];
     uint64_t state_size;
+    int spared = 0;
     size_t first;
     int rc;
 
@@ -459,20 +467,21 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
     fa_model_store_state_path(s, version, spath, sizeof(spath));
     fa_model_store_master_path(s, version, xpath, sizeof(xpath));
     fa_model_store_delta_path(s, version, dpath, sizeof(dpath));
-    rc = write_tensors(mpath, files->model, files->n_model, files->meta, files->n_meta,
+    fa_model_store_spare_state_path(s, sparepath, sizeof(sparepath));
+    rc = write_tensors(mpath, NULL, files->model, files->n_model, files->meta, files->n_meta,
                        e.v.model_sha256, &e.v.model_size, err);
     if (rc == 0 && files->n_master) {
-        rc = write_tensors(xpath, files->master, files->n_master, files->master_meta,
+        rc = write_tensors(xpath, NULL, files->master, files->n_master, files->master_meta,
                            files->n_master_meta, e.v.master_sha256, &e.v.master_size, err);
         e.v.has_master = 1;
     }
     if (rc == 0 && files->n_delta) {
-        rc = write_tensors(dpath, files->delta, files->n_delta, files->delta_meta,
+        rc = write_tensors(dpath, NULL, files->delta, files->n_delta, files->delta_meta,
                            files->n_delta_meta, e.v.delta_sha256, &e.v.delta_size, err);
         e.v.has_delta = 1;
     }
     if (rc == 0)
-        rc = write_tensors(spath, files->state, files->n_state, files->state_meta,
+        rc = write_tensors(spath, sparepath, files->state, files->n_state, files->state_meta,
                            files->n_state_meta, e.v.state_sha256, &state_size, err);
     if (rc != 0)
         goto fail;
@@ -496,7 +505,11 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
     for (size_t i = 0; i < first; i++) {
         char p[4096];
         unlink(fa_model_store_model_path(s, all[i].v.version, p, sizeof(p)));
-        unlink(fa_model_store_state_path(s, all[i].v.version, p, sizeof(p)));
+        fa_model_store_state_path(s, all[i].v.version, p, sizeof(p));
+        if (!spared && rename(p, sparepath) == 0)
+            spared = 1; /* the next commit writes its state over it */
+        else
+            unlink(p);
         if (all[i].v.has_master)
             unlink(fa_model_store_master_path(s, all[i].v.version, p, sizeof(p)));
         if (all[i].v.has_delta)

@@ -54,9 +54,10 @@ static void state_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *dat
  * aggregators before wrote it, is still read.  A new generation goes to a
  * new file before round.state names it; the others are removed after, but
  * for one, renamed round.sum-spare: the next sum is written over it
- * (fa_atomic_file_open_reusing), into pages still in the page cache, at
+ * (fa_atomic_file_open_spare), into pages still in the page cache, at
  * about a third of a new file's cost where we measured (at 8 x 10^7: 40 MB
- * while the masked phase closes).  The spare keeps 4 bytes per parameter
+ * while the masked phase closes); a spare that cannot be used is left, with
+ * a warning, and a new file written.  The spare keeps 4 bytes per parameter
  * of disk between rounds that the sum file used to free; it is never read. */
 static const uint8_t sum_magic[8] = {'F', 'A', 'S', 'U', 'M', 0, 0, 2};
 #define SUM_MAGIC_V1 1 /* the last magic byte of version 1 */
@@ -105,7 +106,7 @@ static int write_sum(fa_fed *f, uint64_t gen, fa_error *err)
     sum_path(f, f->round, f->attempt, gen, path, sizeof(path));
     fa_fed_spare_sum_path(f, spare, sizeof(spare));
     sum_header(h, f->round, f->attempt, gen, n);
-    rc = fa_atomic_file_open_reusing(&af, path, spare, 0600, err);
+    rc = fa_atomic_file_open_spare(&af, path, spare, 0600, err);
     if (rc == 0)
         rc = fa_atomic_file_write(af, h, sizeof(h), err);
     crc = fa_crc32c(0, h, sizeof(h));

@@ -124,10 +124,13 @@ static uint64_t disk_available(const char *dir)
 /* What a point needs.  Memory: the clients' deltas (4 d each) and their
  * round clients, then the larger of the two servers (the sum, 4 d, and the
  * aggregator's upload journals in memory up to 256 MiB), and the margin.
- * Disk: two model versions of a store (model 4 d, FedAdam state 8 d each,
- * the old one read while the new one is written), the round's sum file,
- * the journals of the uploads in flight (k/8 bytes per coordinate each)
- * and each region's saved attempt (4 d). */
+ * Disk, one store at a time (the secure one is removed before the plain
+ * part): three model versions at a commit, the two retained (keep_versions
+ * 2) and the new one, each a model, master weights, a delta (4, 4 and 1/2
+ * d) and a FedAdam state (8 d: the new one written over the spare of the
+ * last version retired), the round's sum file, the journals of the uploads
+ * in flight (k/8 bytes per coordinate each) and each region's saved
+ * attempt (4 d). */
 static void point_need(uint64_t d, int regions, uint64_t margin, uint64_t *mem, uint64_t *disk)
 {
     const uint64_t mib = (uint64_t)1 << 20;
@@ -135,7 +138,7 @@ static void point_need(uint64_t d, int regions, uint64_t margin, uint64_t *mem, 
     uint64_t journals = (uint64_t)regions * masked;
     *mem = (uint64_t)regions * (4 * d + 64 * mib) + 4 * d +
            (journals < 256 * mib ? journals : 256 * mib) + 256 * mib + margin;
-    *disk = 2 * 12 * d + 4 * d + journals + (uint64_t)regions * 4 * d + 2 * 1024 * mib;
+    *disk = 3 * (33 * d / 2) + 4 * d + journals + (uint64_t)regions * 4 * d + 2 * 1024 * mib;
 }
 
 /* The MLP nearest d parameters: 784-H-10 (795 H + 10 parameters), or, when
@@ -292,6 +295,10 @@ static int run_point(const struct scale_opts *o, const struct fa_rbench_paths *P
     fa_rbench_stop(agg, 60000);
     agg = -1;
     f->srv_secure = -1;
+    if (!o->keep) { /* its store: tens of GB at 5e8, and the plain one's to come */
+        snprintf(path, sizeof(path), "%s/%s", P->dir, storage);
+        fa_rbench_rm_rf(path);
+    }
 
     /* Plain: the anchor server, the same clients and deltas. */
     fprintf(stderr, "fedagg-bench scale: d = %" PRIu64 ": plain\n", pt->d);

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_log.h"
+
 struct fa_atomic_file {
     int fd;
     char *path;
@@ -115,6 +117,24 @@ int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const ch
     }
     *out = f;
     return 0;
+}
+
+int fa_atomic_file_open_spare(fa_atomic_file **out, const char *path, const char *spare,
+                              unsigned mode, fa_error *err)
+{
+    fa_error why;
+    int rc;
+
+    fa_error_clear(&why);
+    rc = fa_atomic_file_open_reusing(out, path, spare, mode, &why);
+    if (rc != FA_ERR_IO) {
+        if (rc != 0 && err)
+            *err = why;
+        return rc;
+    }
+    fa_log(FA_LOG_WARN, "spare file not used; writing a new file instead", "spare=%s reason=\"%s\"",
+           spare, why.msg);
+    return fa_atomic_file_open(out, path, mode, err);
 }
 
 /* A spare written over may be longer than what was written into it now. */

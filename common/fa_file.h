@@ -33,6 +33,14 @@ int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, f
 int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const char *spare,
                                 unsigned mode, fa_error *err);
 
+/* fa_atomic_file_open_reusing for a spare that only saves work: one that
+ * cannot be used (refused as above, or not opened) is left as it is, a
+ * warning naming it and why is logged, and a new temporary file is written
+ * instead, so that a stray link or directory there never stops a write.
+ * Returns 0, FA_ERR_IO or FA_ERR_NOMEM. */
+int fa_atomic_file_open_spare(fa_atomic_file **out, const char *path, const char *spare,
+                              unsigned mode, fa_error *err);
+
 /* Appends len bytes.  Returns 0 or FA_ERR_IO. */
 int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err);
 

@@ -799,13 +799,21 @@ uint64_t fa_st_writer_total_size(fa_st_writer *w)
 
 int fa_st_writer_open(fa_st_writer *w, const char *path, unsigned mode, fa_error *err)
 {
+    return fa_st_writer_open_spare(w, path, NULL, mode, err);
+}
+
+int fa_st_writer_open_spare(fa_st_writer *w, const char *path, const char *spare, unsigned mode,
+                            fa_error *err)
+{
     int rc;
 
     if (w->state == W_ADDING && (rc = build_header(w, err)) != 0)
         return rc;
     if (w->state != W_HEADER)
         return fa_errorf(err, FA_ERR_STATE, "safetensors writer: %s: already opened", path);
-    if ((rc = fa_atomic_file_open(&w->file, path, mode, err)) != 0)
+    rc = spare ? fa_atomic_file_open_spare(&w->file, path, spare, mode, err)
+               : fa_atomic_file_open(&w->file, path, mode, err);
+    if (rc != 0)
         return rc;
     if ((rc = fa_atomic_file_write(w->file, w->header, w->header_len, err)) != 0) {
         fa_atomic_file_abort(w->file);

@@ -198,6 +198,12 @@ uint64_t fa_st_writer_total_size(fa_st_writer *w);
  * and writes the header.  Returns 0, FA_ERR_IO, FA_ERR_STATE, FA_ERR_NOMEM. */
 int fa_st_writer_open(fa_st_writer *w, const char *path, unsigned mode, fa_error *err);
 
+/* fa_st_writer_open writing over the file spare, when it exists, instead
+ * of a new temporary file (fa_atomic_file_open_spare: an unusable spare is
+ * left as it is, with a warning; NULL: none). */
+int fa_st_writer_open_spare(fa_st_writer *w, const char *path, const char *spare, unsigned mode,
+                            fa_error *err);
+
 /* Appends len bytes of tensor data.  Returns 0, FA_ERR_IO, FA_ERR_STATE (not
  * open) or FA_ERR_RANGE (more bytes than the declared tensors hold). */
 int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *err);

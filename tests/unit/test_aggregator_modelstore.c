@@ -393,6 +393,87 @@ static void test_old_manifest(void **state)
     fa_model_store_del(s);
 }
 
+/* The inode of the file at path. */
+static ino_t inode_of(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_ino;
+}
+
+/* Every value of the state file of version v of store s is -v. */
+static void assert_state_is(fa_model_store *s, uint64_t v)
+{
+    fa_safetensors *st;
+    char path[512];
+    float m[9];
+
+    fa_model_store_state_path(s, v, path, sizeof(path));
+    assert_int_equal(fa_st_open(&st, path, NULL), 0);
+    assert_int_equal(fa_st_read_f32(st, fa_st_find(st, "m"), m, 9, NULL), 0);
+    for (int i = 0; i < 9; i++)
+        assert_true(m[i] == -(float)v);
+    fa_st_del(st);
+}
+
+/* The optimizer state is written over the state file of the version that
+ * retired last (state.spare): its inode, holding the new state; the spare
+ * is not a version (reopened, the store neither lists, reads nor removes
+ * it, so one torn by a crash while written over changes nothing); one that
+ * cannot be used (a directory) is left, and the state goes to a new file. */
+static void test_state_written_over_spare(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version cur;
+    char sub[300], spare[512], path[512];
+    ino_t retired;
+    struct stat st;
+    (void)state;
+
+    snprintf(sub, sizeof(sub), "%s/spare", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    fa_model_store_spare_state_path(s, spare, sizeof(spare));
+    assert_int_equal(commit(s, 0, NULL), 0);
+    assert_int_equal(commit(s, 1, NULL), 0);
+    assert_int_equal(access(spare, F_OK), -1); /* nothing retired yet */
+    /* committing 2 retires 0: its state file becomes the spare */
+    retired = inode_of(fa_model_store_state_path(s, 0, path, sizeof(path)));
+    assert_int_equal(commit(s, 2, NULL), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(inode_of(spare), retired);
+    /* and 3's state is written into it; 1's becomes the spare */
+    ino_t next = inode_of(fa_model_store_state_path(s, 1, path, sizeof(path)));
+    assert_int_equal(commit(s, 3, NULL), 0);
+    assert_int_equal(inode_of(fa_model_store_state_path(s, 3, path, sizeof(path))), retired);
+    assert_int_equal(inode_of(spare), next);
+    assert_state_is(s, 3);
+    assert_state_is(s, 2);
+    fa_model_store_del(s);
+
+    /* a spare torn by a crash while written over: reopened, the store is
+     * version 3 and keeps the spare, which the next commit writes over */
+    assert_int_equal(fa_file_write_atomic(spare, "torn", 4, 0644, NULL), 0);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 3);
+    assert_true(fa_model_store_has(s, 2) && !fa_model_store_has(s, 1));
+    retired = inode_of(spare);
+    assert_int_equal(commit(s, 4, NULL), 0);
+    assert_int_equal(inode_of(fa_model_store_state_path(s, 4, path, sizeof(path))), retired);
+    assert_state_is(s, 4);
+
+    /* a directory where the spare goes: left there, the state a new file */
+    assert_int_equal(unlink(spare), 0);
+    assert_int_equal(mkdir(spare, 0700), 0);
+    assert_int_equal(commit(s, 5, NULL), 0);
+    assert_state_is(s, 5);
+    assert_int_equal(lstat(spare, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(access(fa_model_store_state_path(s, 3, path, sizeof(path)), F_OK), -1);
+    assert_int_equal(rmdir(spare), 0);
+    fa_model_store_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_master_and_fill),
         cmocka_unit_test(test_old_manifest),
         cmocka_unit_test(test_delta_files),
+        cmocka_unit_test(test_state_written_over_spare),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -212,6 +212,87 @@ static void test_atomic_write_over_spare(void **state)
     assert_int_equal(count_entries(dir), 1);
 }
 
+/* Opens path over spare with fa_atomic_file_open_spare, writes what and
+ * commits; returns what it logged (stderr), for the caller to free. */
+static char *write_over_spare(const char *path, const char *spare, const char *what)
+{
+    fa_atomic_file *f = NULL;
+    char *out = calloc(1, 2048);
+    int fds[2], saved;
+
+    assert_int_equal(pipe(fds), 0);
+    saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    assert_int_equal(fa_atomic_file_open_spare(&f, path, spare, 0600, NULL), 0);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fds[1]);
+    assert_true(read(fds[0], out, 2047) >= 0);
+    close(fds[0]);
+    assert_int_equal(fa_atomic_file_write(f, what, strlen(what), NULL), 0);
+    assert_int_equal(fa_atomic_file_commit_nosync(f, NULL), 0);
+    return out;
+}
+
+/* A spare that only saves work never stops a write: a usable one is
+ * written over silently; one with a second name, a directory or a
+ * symbolic link is left as it is, with a warning naming it and why, and a
+ * new file is written. */
+static void test_atomic_write_spare_fallback(void **state)
+{
+    char dir[300], path[400], spare[400], other[400];
+    struct stat st, sp;
+    char *log;
+
+    snprintf(dir, sizeof(dir), "%s/fallback", tmpdir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof(path), "%s/state", dir);
+    snprintf(spare, sizeof(spare), "%s/state.spare", dir);
+    snprintf(other, sizeof(other), "%s/backup", dir);
+    /* none, then a usable one: no warning */
+    log = write_over_spare(path, spare, "first");
+    assert_string_equal(log, "");
+    free(log);
+    assert_int_equal(rename(path, spare), 0);
+    assert_int_equal(stat(spare, &sp), 0);
+    log = write_over_spare(path, spare, "second");
+    assert_string_equal(log, "");
+    free(log);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_ino, sp.st_ino);
+    assert_file_is(path, "second");
+    /* a second name (a backup by hard link): both names keep its bytes */
+    assert_int_equal(fa_file_write_atomic(spare, "linked", 6, 0644, NULL), 0);
+    assert_int_equal(link(spare, other), 0);
+    log = write_over_spare(path, spare, "third");
+    assert_non_null(
+        strstr(log, "level=warn msg=\"spare file not used; writing a new file instead\""));
+    assert_non_null(strstr(log, spare));
+    assert_non_null(strstr(log, "not a regular file of one name"));
+    free(log);
+    assert_file_is(path, "third");
+    assert_file_is(spare, "linked");
+    assert_file_is(other, "linked");
+    assert_int_equal(unlink(other), 0);
+    assert_int_equal(unlink(spare), 0);
+    /* a directory, a symbolic link to the file itself */
+    assert_int_equal(mkdir(spare, 0700), 0);
+    log = write_over_spare(path, spare, "fourth");
+    assert_non_null(strstr(log, spare));
+    free(log);
+    assert_file_is(path, "fourth");
+    assert_int_equal(rmdir(spare), 0);
+    assert_int_equal(symlink(path, spare), 0);
+    log = write_over_spare(path, spare, "fifth");
+    assert_non_null(strstr(log, spare));
+    free(log);
+    assert_file_is(path, "fifth");
+    assert_int_equal(lstat(spare, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(unlink(spare), 0);
+    assert_int_equal(count_entries(dir), 1);
+}
+
 static void test_read_all_errors(void **state)
 {
     char path[300];
@@ -254,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_log_line_format),
         cmocka_unit_test(test_atomic_write_replace_and_abort),
         cmocka_unit_test(test_atomic_write_over_spare),
+        cmocka_unit_test(test_atomic_write_spare_fallback),
         cmocka_unit_test(test_read_all_errors),
         cmocka_unit_test(test_private_and_mkdirs),
     };
