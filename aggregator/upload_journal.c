@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_mem.h"
+
 struct slot {
     uint8_t *mem;   /* a memory slot's journal (slot_bytes, allocated at its first write) */
     int fd;         /* a file slot's file; -1 before the first write */
@@ -164,7 +166,7 @@ static int jwrite(void *ctx, uint32_t slot, uint64_t off, const uint8_t *data, s
                              len, (unsigned long long)off, (unsigned long long)j->slot_bytes);
         if (!s->mem && !(s->mem = malloc((size_t)j->slot_bytes)))
             return fa_errorf(err, FA_ERR_NOMEM, "upload journal: out of memory");
-        memcpy(s->mem + off, data, len);
+        fa_copy_cold(s->mem + off, data, len); /* read back only if the upload breaks off */
         s->bytes += len;
         return 0;
     }
