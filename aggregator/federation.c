@@ -232,17 +232,32 @@ static uint64_t spare_bytes(const char *path, uint64_t cap)
     return n < cap ? n : cap;
 }
 
+/* Test switch fed-storage-short=BYTES: the check finds BYTES less free
+ * than a round needs, before the spares are counted (FEDAGG_FAILPOINTS,
+ * common/fa_failpoint.h), so that a test can put the free space exactly
+ * where the spares decide.  Never set in production. */
+static int storage_short(uint64_t *bytes)
+{
+    char v[32];
+    if (!fa_failpoint_value("fed-storage-short", v, sizeof(v)))
+        return 0;
+    *bytes = strtoull(v, NULL, 10);
+    return 1;
+}
+
 /* Whether the storage can take a round now (free space for one). */
 static int storage_check(fa_fed *f, fa_error *err)
 {
     struct statvfs vfs;
-    uint64_t need = storage_need(f), spare;
+    uint64_t need = storage_need(f), spare, short_by;
     char path[4200];
 
     if (statvfs(f->storage_dir, &vfs) != 0)
         return fa_errorf(err, FA_ERR_IO, "storage %s: statvfs: %s", f->storage_dir,
                          strerror(errno));
     f->storage_free = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+    if (storage_short(&short_by))
+        f->storage_free = need > short_by ? need - short_by : 0;
     /* The sum and the optimizer state are written over spare files
      * (round_state.c, model_store.h): their blocks count as free for them. */
     fa_fed_spare_sum_path(f, path, sizeof(path));

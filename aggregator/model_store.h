@@ -30,10 +30,10 @@
  * page cache still holds, a copy, where a new file's pages must be found
  * first (on a virtual machine that hands free memory back to its host,
  * every first touch of a page is a fault in the host: 80 MB in 100-220 ms
- * against 10 ms over the spare, measured here).  Until its rename the spare
- * is not the state file, so a crash leaves the store as before.  Model and
- * master files are not reused: a download still reading a retired one
- * holds it open.
+ * against 10 ms over a spare, a small program on such a machine).  Until
+ * its rename the spare is not the state file, so a crash leaves the store
+ * as before.  Model and master files are not reused: a download, or the
+ * central evaluator, may still be reading a retired one.
  */
 #ifndef FA_MODEL_STORE_H
 #define FA_MODEL_STORE_H

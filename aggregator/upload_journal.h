@@ -21,10 +21,10 @@
  * about four times a memcpy; so the first slots, as many as a memory
  * budget holds whole journals (slot_bytes each), keep theirs in memory, in
  * buffers kept from round to round, written around the caches
- * (fa_copy_cold: they are read back only when an upload breaks off).  With a budget of B bytes the journals
- * hold at most B bytes of memory plus a buffer per file slot, whatever the
- * number of uploads in flight; a model whose journal is larger than B puts
- * every journal in a file.
+ * (fa_copy_cold: they are read back only when an upload breaks off).  With
+ * a budget of B bytes the journals hold at most B bytes of memory plus a
+ * buffer per file slot, whatever the number of uploads in flight; a model
+ * whose journal is larger than B puts every journal in a file.
  */
 #ifndef FA_AGGREGATOR_UPLOAD_JOURNAL_H
 #define FA_AGGREGATOR_UPLOAD_JOURNAL_H

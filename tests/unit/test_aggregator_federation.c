@@ -931,6 +931,99 @@ static void test_round_sum_file(void **state)
     sim_del(s);
 }
 
+/* The bytes of the spare file at path the storage gate counts: its blocks,
+ * at most cap (0 when absent). */
+static uint64_t spare_counted(const char *path, uint64_t cap)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return 0;
+    return (uint64_t)st.st_blocks * 512u < cap ? (uint64_t)st.st_blocks * 512u : cap;
+}
+
+/* The operator aborts the attempt in flight; the next one opens, or the
+ * storage gate holds it (phase idle). */
+static int abort_and_reopen(struct sim *s)
+{
+    fa_error err;
+    int phase;
+    must(fa_fed_admin_abort(s->f, "ops", s->now, &err), &err);
+    position(s, NULL, NULL, &phase, NULL);
+    return phase;
+}
+
+/* After a test that sets test switches, failed or not: none for the next. */
+static int unset_failpoints(void **state)
+{
+    (void)state;
+    return unsetenv("FEDAGG_FAILPOINTS");
+}
+
+/* The round's sum and the optimizer state are written over spare files,
+ * so the storage gate counts their blocks as free: with the free space put
+ * exactly where they decide (test switch fed-storage-short), an attempt
+ * opens with both, not without either, nor with a spare it could not use
+ * (a second name), nor with a byte less; then it opens again by itself. */
+static void test_storage_gate_counts_spares(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    char sum_spare[800], state_spare[800], away[800], sv[64];
+    uint64_t counted;
+    int phase;
+    (void)state;
+
+    for (uint64_t r = 1; r <= 3; r++) { /* keep_versions 3: the third retires version 0 */
+        clients_new(s);
+        run_to_masked(s, all, NR);
+        upload_all_and_close(s);
+        run_to_end(s, all, NR, r, 0);
+    }
+    snprintf(sum_spare, sizeof(sum_spare), "%s/store/round.sum-spare", s->dir);
+    snprintf(state_spare, sizeof(state_spare), "%s/store/state.spare", s->dir);
+    /* the sum's words (the weight coordinate too), FedAvgM's one vector */
+    counted = spare_counted(sum_spare, 4 * ((uint64_t)s->d + 1)) +
+              spare_counted(state_spare, 4 * (uint64_t)s->d);
+    assert_true(spare_counted(sum_spare, 1) == 1 && spare_counted(state_spare, 1) == 1);
+    snprintf(sv, sizeof(sv), "fed-storage-short=%llu", (unsigned long long)counted);
+    setenv("FEDAGG_FAILPOINTS", sv, 1);
+    assert_int_equal(abort_and_reopen(s), FEDAGG__PHASE__PHASE_ADVERTISE);
+    /* without the state's spare, or without the sum's */
+    snprintf(away, sizeof(away), "%s.away", state_spare);
+    assert_int_equal(rename(state_spare, away), 0);
+    assert_int_equal(abort_and_reopen(s), FEDAGG__PHASE__PHASE_IDLE);
+    assert_int_equal(rename(away, state_spare), 0);
+    s->now += 61000; /* past any back-off: the gate checks again, and opens */
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    snprintf(away, sizeof(away), "%s.away", sum_spare);
+    assert_int_equal(rename(sum_spare, away), 0);
+    assert_int_equal(abort_and_reopen(s), FEDAGG__PHASE__PHASE_IDLE);
+    assert_int_equal(rename(away, sum_spare), 0);
+    /* a second name: the sum is not written over it, so it counts for nothing */
+    assert_int_equal(link(sum_spare, away), 0);
+    s->now += 61000;
+    fa_fed_tick(s->f, s->now);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    assert_int_equal(unlink(away), 0);
+    s->now += 61000;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    /* one byte more than the spares hold */
+    snprintf(sv, sizeof(sv), "fed-storage-short=%llu", (unsigned long long)counted + 1);
+    setenv("FEDAGG_FAILPOINTS", sv, 1);
+    assert_int_equal(abort_and_reopen(s), FEDAGG__PHASE__PHASE_IDLE);
+    unsetenv("FEDAGG_FAILPOINTS");
+    s->now += 61000;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s);
+}
+
 static void test_below_threshold_aborts_attempt(void **state)
 {
     struct sim *s = sim_new(1000);
@@ -2032,6 +2125,7 @@ int main(void)
         cmocka_unit_test(test_advertised_model),
         cmocka_unit_test(test_restart_mid_round),
         cmocka_unit_test(test_round_sum_file),
+        cmocka_unit_test_teardown(test_storage_gate_counts_spares, unset_failpoints),
         cmocka_unit_test(test_below_threshold_aborts_attempt),
         cmocka_unit_test(test_any_model_round),
         cmocka_unit_test_prestate(test_any_model_round_delta, (void *)&delta_default),
