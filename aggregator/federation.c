@@ -219,19 +219,6 @@ static uint64_t storage_need(const fa_fed *f)
     return n + n / 10 + (64u << 20);
 }
 
-/* The bytes of the spare file at path that a file of at most cap bytes
- * written over it reuses (0 for none, or for one it cannot use). */
-static uint64_t spare_bytes(const char *path, uint64_t cap)
-{
-    struct stat st;
-    uint64_t n;
-
-    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
-        return 0;
-    n = (uint64_t)st.st_blocks * 512u;
-    return n < cap ? n : cap;
-}
-
 /* Test switch fed-storage-short=BYTES: the check finds BYTES less free
  * than a round needs, before the spares are counted (FEDAGG_FAILPOINTS,
  * common/fa_failpoint.h), so that a test can put the free space exactly
@@ -261,9 +248,10 @@ static int storage_check(fa_fed *f, fa_error *err)
     /* The sum and the optimizer state are written over spare files
      * (round_state.c, model_store.h): their blocks count as free for them. */
     fa_fed_spare_sum_path(f, path, sizeof(path));
-    spare = spare_bytes(path, (uint64_t)4 * f->sa_cfg.vector_len);
+    spare = fa_atomic_file_spare_bytes(path, (uint64_t)4 * f->sa_cfg.vector_len);
     fa_model_store_spare_state_path(f->store, path, sizeof(path));
-    spare += spare_bytes(path, (uint64_t)4 * f->d * fa_server_opt_state_count(f->opt));
+    spare +=
+        fa_atomic_file_spare_bytes(path, (uint64_t)4 * f->d * fa_server_opt_state_count(f->opt));
     if (f->storage_free + spare < need)
         return fa_errorf(err, FA_ERR_NOSPACE,
                          "storage %s has %.1f MiB free; a round needs about %.1f MiB (model, "

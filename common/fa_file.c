@@ -78,6 +78,24 @@ int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, f
     return 0;
 }
 
+/* A spare is written over only when it is a regular file of one name:
+ * writing into a second name's file would change that file too. */
+static int spare_usable(const struct stat *st)
+{
+    return S_ISREG(st->st_mode) && st->st_nlink == 1;
+}
+
+uint64_t fa_atomic_file_spare_bytes(const char *spare, uint64_t cap)
+{
+    struct stat st;
+    uint64_t n;
+
+    if (lstat(spare, &st) != 0 || !spare_usable(&st))
+        return 0;
+    n = (uint64_t)st.st_blocks * 512u;
+    return n < cap ? n : cap;
+}
+
 int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const char *spare,
                                 unsigned mode, fa_error *err)
 {
@@ -92,7 +110,7 @@ int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const ch
     if (fd < 0)
         return fa_errorf(err, FA_ERR_IO, "%s: cannot open the spare file %s: %s", path, spare,
                          strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    if (fstat(fd, &st) != 0 || !spare_usable(&st)) {
         close(fd);
         return fa_errorf(err, FA_ERR_IO, "%s: the spare file %s is not a regular file of one name",
                          path, spare);

@@ -41,6 +41,11 @@ int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const ch
 int fa_atomic_file_open_spare(fa_atomic_file **out, const char *path, const char *spare,
                               unsigned mode, fa_error *err);
 
+/* The bytes of disk a file of at most cap bytes written over spare reuses:
+ * the spare's blocks, at most cap; 0 when there is none, or one that
+ * fa_atomic_file_open_reusing would refuse (for free-space checks). */
+uint64_t fa_atomic_file_spare_bytes(const char *spare, uint64_t cap);
+
 /* Appends len bytes.  Returns 0 or FA_ERR_IO. */
 int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err);
 

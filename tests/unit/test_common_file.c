@@ -237,7 +237,8 @@ static char *write_over_spare(const char *path, const char *spare, const char *w
 /* A spare that only saves work never stops a write: a usable one is
  * written over silently; one with a second name, a directory or a
  * symbolic link is left as it is, with a warning naming it and why, and a
- * new file is written. */
+ * new file is written.  fa_atomic_file_spare_bytes counts exactly the
+ * spares that are written over. */
 static void test_atomic_write_spare_fallback(void **state)
 {
     char dir[300], path[400], spare[400], other[400];
@@ -249,12 +250,16 @@ static void test_atomic_write_spare_fallback(void **state)
     snprintf(path, sizeof(path), "%s/state", dir);
     snprintf(spare, sizeof(spare), "%s/state.spare", dir);
     snprintf(other, sizeof(other), "%s/backup", dir);
-    /* none, then a usable one: no warning */
+    /* none, then a usable one: no warning; a free-space check counts its
+     * blocks (at most the cap) */
+    assert_int_equal(fa_atomic_file_spare_bytes(spare, 1 << 20), 0);
     log = write_over_spare(path, spare, "first");
     assert_string_equal(log, "");
     free(log);
     assert_int_equal(rename(path, spare), 0);
     assert_int_equal(stat(spare, &sp), 0);
+    assert_int_equal(fa_atomic_file_spare_bytes(spare, 1 << 20), (uint64_t)sp.st_blocks * 512u);
+    assert_int_equal(fa_atomic_file_spare_bytes(spare, 3), sp.st_blocks ? 3 : 0);
     log = write_over_spare(path, spare, "second");
     assert_string_equal(log, "");
     free(log);
@@ -264,6 +269,7 @@ static void test_atomic_write_spare_fallback(void **state)
     /* a second name (a backup by hard link): both names keep its bytes */
     assert_int_equal(fa_file_write_atomic(spare, "linked", 6, 0644, NULL), 0);
     assert_int_equal(link(spare, other), 0);
+    assert_int_equal(fa_atomic_file_spare_bytes(spare, 1 << 20), 0);
     log = write_over_spare(path, spare, "third");
     assert_non_null(
         strstr(log, "level=warn msg=\"spare file not used; writing a new file instead\""));
@@ -277,12 +283,14 @@ static void test_atomic_write_spare_fallback(void **state)
     assert_int_equal(unlink(spare), 0);
     /* a directory, a symbolic link to the file itself */
     assert_int_equal(mkdir(spare, 0700), 0);
+    assert_int_equal(fa_atomic_file_spare_bytes(spare, 1 << 20), 0);
     log = write_over_spare(path, spare, "fourth");
     assert_non_null(strstr(log, spare));
     free(log);
     assert_file_is(path, "fourth");
     assert_int_equal(rmdir(spare), 0);
     assert_int_equal(symlink(path, spare), 0);
+    assert_int_equal(fa_atomic_file_spare_bytes(spare, 1 << 20), 0);
     log = write_over_spare(path, spare, "fifth");
     assert_non_null(strstr(log, spare));
     free(log);
