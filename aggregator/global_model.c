@@ -559,6 +559,7 @@ struct stepper {
     int8_t *qbuf;            /* STEP_CHUNK */
     uint8_t *kbuf;           /* STEP_CHUNK: the steps in the file's layout (fa_delta_pack) */
     float *scbuf;            /* STEP_CHUNK / FA_DELTA_MIN_BLOCK + 1 */
+    uint8_t *cbuf;           /* STEP_CHUNK * 8: a chunk converted to the dtype written */
 };
 
 /* The federated tensor (index into fed) holding coordinate c; calls come in
@@ -629,116 +630,82 @@ static int step_chunk(struct stepper *sp, uint64_t c0, size_t n, int want, fa_er
     return rc;
 }
 
-/* What one view of the new version writes.  VIEW_PUB: a federated floating
- * tensor of the model as its delta rebuilds it; VIEW_Q, VIEW_S: the delta
- * file's steps and scales of one. */
-enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_STATE, VIEW_PUB, VIEW_Q, VIEW_S };
+/* What a view of the new version holds.  VIEW_FED: a federated tensor's
+ * new weights, in the view's dtype; VIEW_PUB: a federated floating tensor
+ * of the model as its delta rebuilds it; VIEW_RAW: a tensor of the current
+ * model, byte for byte; VIEW_WIDEN: one of its floating tensors in F32. */
+enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_PUB };
 
-/* The delta of elements [e, e + m) of federated floating tensor ti (e a
- * multiple of STEP_CHUNK, itself a multiple of any block and even; m <=
- * STEP_CHUNK): the new master weights (wbuf), the published bytes they are
- * encoded against (pbuf), the steps (qbuf), scales (scbuf) and, for VIEW_PUB,
- * the new published bytes (obuf) by the reconstruction regions run
- * (model/delta.h), for VIEW_Q the steps as the file lays them out (kbuf). */
-static int delta_chunk(struct stepper *sp, size_t ti, uint64_t e, size_t m, int kind, fa_error *err)
-{
-    const fa_tensor *x = fa_tensors_at(sp->t, ti);
-    const size_t es = fa_st_dtype_size(x->dtype);
-    const uint32_t block = sp->g->delta_block;
-    int rc = step_chunk(sp, x->fed_offset + e, m, WANT_W, err);
-
-    if (rc == 0)
-        rc = fa_st_read_range(sp->pub, sp->pt[ti], e * es, sp->pbuf, m * es, err);
-    if (rc != 0)
-        return rc;
-    fa_delta_encode(x->dtype, sp->pbuf, sp->wbuf, m, block, sp->g->delta_bits, sp->qbuf, sp->scbuf);
-    if (kind == VIEW_PUB)
-        fa_delta_apply(x->dtype, sp->pbuf, sp->qbuf, sp->scbuf, m, block, sp->obuf);
-    else if (kind == VIEW_Q)
-        fa_delta_pack(sp->g->delta_bits, sp->qbuf, m, sp->kbuf);
-    return 0;
-}
-
-/* Bytes [off, off + len) of a VIEW_PUB, VIEW_Q or VIEW_S view of tensor ti,
- * unit size es (of the view: an element of the model, a byte of steps, a
- * scale), chunk by chunk of the delta. */
-static int delta_fill(struct stepper *sp, int kind, size_t ti, size_t es, uint64_t off,
-                      uint8_t *out, size_t len, fa_error *err)
-{
-    const fa_tensor *x = fa_tensors_at(sp->t, ti);
-    /* elements per unit: 1, steps a byte (8 / bits), a block */
-    const uint32_t per = kind == VIEW_S   ? sp->g->delta_block
-                         : kind == VIEW_Q ? 8 / sp->g->delta_bits
-                                          : 1;
-    uint64_t cur = off / es, end = (off + len) / es;
-    int rc = 0;
-
-    while (rc == 0 && cur < end) {
-        /* the chunk holding unit cur (STEP_CHUNK is a multiple of per) */
-        uint64_t e = cur * per / STEP_CHUNK * STEP_CHUNK;
-        size_t m = (size_t)(x->numel - e < STEP_CHUNK ? x->numel - e : STEP_CHUNK);
-        uint64_t first = e / per, count = fa_delta_blocks(m, per);
-        uint64_t stop = first + count < end ? first + count : end;
-        const uint8_t *src;
-        rc = delta_chunk(sp, ti, e, m, kind, err);
-        if (rc != 0)
-            break;
-        src = kind == VIEW_PUB ? sp->obuf : kind == VIEW_Q ? sp->kbuf : (const uint8_t *)sp->scbuf;
-        memcpy(out + (cur * es - off), src + (cur - first) * es, (size_t)((stop - cur) * es));
-        cur = stop;
-    }
-    return rc;
-}
-
-struct step_view {
-    struct stepper *sp;
+struct view_kind {
     int kind;
-    size_t index;      /* VIEW_FED, VIEW_RAW, VIEW_WIDEN: the table index; VIEW_STATE: the vector */
     fa_st_dtype dtype; /* the dtype written */
 };
 
-static int step_fill(void *ctx, const fa_st_view *v, uint64_t off, void *buf, size_t len,
-                     fa_error *err)
+/* Elements [e, e + m) of federated tensor x (table index ti; e a multiple
+ * of STEP_CHUNK, itself a multiple of any block and even; m <= STEP_CHUNK),
+ * stepped once, to every file that holds them: the model (as kind says),
+ * the master weights, the delta's steps and scales (views dq and dq + 1;
+ * its new bytes in view dq for an integer tensor; dq 0: no delta file) and
+ * the optimizer state. */
+static int write_fed_chunk(struct stepper *sp, fa_model_commit *c, const fa_tensor *x, size_t ti,
+                           int kind, size_t dq, uint64_t e, size_t m, fa_error *err)
 {
-    struct step_view *sv = ctx;
-    struct stepper *sp = sv->sp;
-    const size_t es = fa_st_dtype_size(sv->dtype);
-    uint8_t *out = buf;
-    uint64_t e0 = off / es;
-    size_t n = len / es;
+    const size_t es = fa_st_dtype_size(x->dtype);
+    const uint32_t block = sp->g->delta_block;
+    const unsigned bits = sp->g->delta_bits;
+    int want = WANT_W, rc;
+
+    for (size_t i = 0; i < sp->ns; i++)
+        want |= WANT_S0 << i;
+    rc = step_chunk(sp, x->fed_offset + e, m, want, err);
+    if (rc == 0 && kind == VIEW_PUB) {
+        /* against the published bytes regions hold (model/delta.h) */
+        rc = fa_st_read_range(sp->pub, sp->pt[ti], e * es, sp->pbuf, m * es, err);
+        if (rc == 0) {
+            fa_delta_encode(x->dtype, sp->pbuf, sp->wbuf, m, block, bits, sp->qbuf, sp->scbuf);
+            fa_delta_apply(x->dtype, sp->pbuf, sp->qbuf, sp->scbuf, m, block, sp->obuf);
+            fa_delta_pack(bits, sp->qbuf, m, sp->kbuf);
+            rc = fa_model_commit_put(c, FA_MODEL_FILE_MODEL, ti, e * es, sp->obuf, m * es, err);
+        }
+        if (rc == 0)
+            rc = fa_model_commit_put(c, FA_MODEL_FILE_DELTA, dq, e / (8 / bits), sp->kbuf,
+                                     (size_t)fa_delta_q_bytes(m, bits), err);
+        if (rc == 0)
+            rc = fa_model_commit_put(c, FA_MODEL_FILE_DELTA, dq + 1, e / block * 4, sp->scbuf,
+                                     (size_t)fa_delta_blocks(m, block) * 4, err);
+    } else if (rc == 0) {
+        fa_tensors_from_f32(x->dtype, sp->wbuf, sp->cbuf, m);
+        rc = fa_model_commit_put(c, FA_MODEL_FILE_MODEL, ti, e * es, sp->cbuf, m * es, err);
+        if (rc == 0 && dq)
+            rc = fa_model_commit_put(c, FA_MODEL_FILE_DELTA, dq, e * es, sp->cbuf, m * es, err);
+    }
+    if (rc == 0 && sp->g->need_master)
+        rc = fa_model_commit_put(c, FA_MODEL_FILE_MASTER, ti, e * 4, sp->wbuf, m * 4, err);
+    for (size_t i = 0; rc == 0 && i < sp->ns; i++)
+        rc = fa_model_commit_put(c, FA_MODEL_FILE_STATE, i, (x->fed_offset + e) * 4, sp->nbuf[i],
+                                 m * 4, err);
+    return rc;
+}
+
+/* A tensor that is not federated, from the current model to file f: byte
+ * for byte, or widened to F32 (VIEW_WIDEN, the master weights). */
+static int write_other(struct stepper *sp, fa_model_commit *c, int f, size_t ti, int kind,
+                       fa_error *err)
+{
+    const fa_st_tensor *b = sp->bt[ti];
+    const size_t bs = fa_st_dtype_size(b->dtype), per = STEP_CHUNK * 4 / bs;
     int rc = 0;
 
-    if (off % es || len % es)
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "model write: tensor '%s': bytes [%" PRIu64
-                         ", +%zu) are not whole elements",
-                         v->name, off, len);
-    if (sv->kind == VIEW_RAW)
-        return fa_st_read_range(sp->base, sp->bt[sv->index], off, buf, len, err);
-    if (sv->kind == VIEW_PUB || sv->kind == VIEW_Q || sv->kind == VIEW_S)
-        return delta_fill(sp, sv->kind, sv->index, es, off, out, len, err);
-    for (size_t done = 0; rc == 0 && done < n;) {
-        size_t m = n - done < STEP_CHUNK ? n - done : STEP_CHUNK;
-        uint64_t e = e0 + done;
-        if (sv->kind == VIEW_FED) {
-            const fa_tensor *x = fa_tensors_at(sp->t, sv->index);
-            rc = step_chunk(sp, x->fed_offset + e, m, WANT_W, err);
-            if (rc == 0)
-                fa_tensors_from_f32(sv->dtype, sp->wbuf, out + done * es, m);
-        } else if (sv->kind == VIEW_STATE) {
-            rc = step_chunk(sp, e, m, WANT_S0 << sv->index, err);
-            if (rc == 0)
-                memcpy(out + done * 4, sp->nbuf[sv->index], m * 4);
-        } else { /* VIEW_WIDEN: a floating tensor of the base, to F32 */
-            const fa_st_tensor *b = sp->bt[sv->index];
-            const size_t bs = fa_st_dtype_size(b->dtype);
-            if (m > STEP_CHUNK * 4 / bs)
-                m = STEP_CHUNK * 4 / bs;
-            rc = fa_st_read_range(sp->base, b, (e0 + done) * bs, sp->raw, m * bs, err);
-            if (rc == 0)
-                fa_tensors_to_f32(b->dtype, sp->raw, (float *)(void *)(out + done * 4), m);
+    for (uint64_t e = 0; rc == 0 && e < b->numel;) {
+        size_t m = b->numel - e < per ? (size_t)(b->numel - e) : per;
+        rc = fa_st_read_range(sp->base, b, e * bs, sp->raw, m * bs, err);
+        if (rc == 0 && kind == VIEW_WIDEN) {
+            fa_tensors_to_f32(b->dtype, sp->raw, (float *)(void *)sp->cbuf, m);
+            rc = fa_model_commit_put(c, f, ti, e * 4, sp->cbuf, m * 4, err);
+        } else if (rc == 0) {
+            rc = fa_model_commit_put(c, f, ti, e * bs, sp->raw, m * bs, err);
         }
-        done += m;
+        e += m;
     }
     return rc;
 }
@@ -767,6 +734,7 @@ static void stepper_free(struct stepper *sp)
         free(sp->nbuf[i]);
     }
     free(sp->raw);
+    free(sp->cbuf);
 }
 
 /* The current version's optimizer state file and the tensors of opt's
@@ -853,11 +821,12 @@ static int stepper_open(struct stepper *sp, const fa_global_model *g, const fa_m
     sp->dbuf = calloc(STEP_CHUNK, sizeof(float));
     sp->wbuf = calloc(STEP_CHUNK, sizeof(float));
     sp->raw = malloc(STEP_CHUNK * 4);
+    sp->cbuf = malloc(STEP_CHUNK * 8);
     for (size_t i = 0; i < sp->ns; i++) {
         sp->sbuf[i] = calloc(STEP_CHUNK, sizeof(float));
         sp->nbuf[i] = calloc(STEP_CHUNK, sizeof(float));
     }
-    if (!sp->wt || !sp->bt || !sp->fed || !sp->dbuf || !sp->wbuf || !sp->raw ||
+    if (!sp->wt || !sp->bt || !sp->fed || !sp->dbuf || !sp->wbuf || !sp->raw || !sp->cbuf ||
         (sp->ns > 0 && (!sp->sbuf[0] || !sp->nbuf[0])) ||
         (sp->ns > 1 && (!sp->sbuf[1] || !sp->nbuf[1])))
         return fa_errorf(err, FA_ERR_NOMEM, "model step: out of memory");
@@ -922,35 +891,29 @@ static int stepper_open(struct stepper *sp, const fa_global_model *g, const fa_m
     return rc;
 }
 
-/* The views of one file of the new version: the model (as_f32 0) or its
- * master weights (1), tensor by tensor in table order. */
+/* The views of one file of the new version, the model (as_f32 0) or its
+ * master weights (1), tensor by tensor in table order, and what each holds. */
 static void model_views(struct stepper *sp, const fa_tensors *next, int as_f32, fa_st_view *views,
-                        struct step_view *ctx)
+                        struct view_kind *kinds)
 {
     for (size_t i = 0; i < fa_tensors_count(next); i++) {
         const fa_tensor *x = fa_tensors_at(next, i);
-        struct step_view *c = &ctx[i];
-        c->sp = sp;
-        c->index = i;
+        struct view_kind *k = &kinds[i];
         if (x->federated && !as_f32 && sp->g->delta_on && fa_tensors_dtype_is_float(x->dtype)) {
-            c->kind = VIEW_PUB;
-            c->dtype = x->dtype;
+            k->kind = VIEW_PUB;
+            k->dtype = x->dtype;
         } else if (x->federated) {
-            c->kind = VIEW_FED;
-            c->dtype = as_f32 ? FA_ST_F32 : x->dtype;
+            k->kind = VIEW_FED;
+            k->dtype = as_f32 ? FA_ST_F32 : x->dtype;
         } else if (as_f32 && fa_tensors_dtype_is_float(x->dtype) && x->dtype != FA_ST_F32) {
-            c->kind = VIEW_WIDEN;
-            c->dtype = FA_ST_F32;
+            k->kind = VIEW_WIDEN;
+            k->dtype = FA_ST_F32;
         } else {
-            c->kind = VIEW_RAW;
-            c->dtype = x->dtype;
+            k->kind = VIEW_RAW;
+            k->dtype = x->dtype;
         }
-        views[i] = (fa_st_view){.name = x->name,
-                                .dtype = c->dtype,
-                                .ndim = x->ndim,
-                                .shape = x->shape,
-                                .fill = step_fill,
-                                .ctx = c};
+        views[i] = (fa_st_view){
+            .name = x->name, .dtype = k->dtype, .ndim = x->ndim, .shape = x->shape};
     }
 }
 
@@ -961,7 +924,6 @@ struct delta_out {
     uint8_t *hdr;
     uint64_t hdr_shape[1];
     fa_st_view *views;
-    struct step_view *ctx;
     char **names;
     uint64_t *shapes; /* one per view */
     size_t n;
@@ -975,7 +937,6 @@ static void delta_out_free(struct delta_out *d)
         free(d->names[i]);
     free(d->names);
     free(d->views);
-    free(d->ctx);
     free(d->shapes);
     free(d->hdr);
 }
@@ -1012,10 +973,9 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
     if (rc != 0)
         return rc;
     d->views = calloc(1 + 2 * nt, sizeof(*d->views));
-    d->ctx = calloc(1 + 2 * nt, sizeof(*d->ctx));
     d->names = calloc(1 + 2 * nt, sizeof(*d->names));
     d->shapes = calloc(1 + 2 * nt, sizeof(*d->shapes));
-    if (!d->views || !d->ctx || !d->names || !d->shapes)
+    if (!d->views || !d->names || !d->shapes)
         return fa_errorf(err, FA_ERR_NOMEM, "model delta: out of memory");
     d->hdr_shape[0] = h_len;
     d->views[k++] = (fa_st_view){.name = FA_DELTA_HEADER_TENSOR,
@@ -1034,23 +994,15 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
             if (!(d->names[k] = malloc(len)))
                 return fa_errorf(err, FA_ERR_NOMEM, "model delta: out of memory");
             snprintf(d->names[k], len, "%c.%s", pfx, x->name);
-            d->ctx[k] = (struct step_view){sp,
-                                           !fl         ? VIEW_FED
-                                           : part == 0 ? VIEW_Q
-                                                       : VIEW_S,
-                                           i,
-                                           !fl         ? x->dtype
-                                           : part == 0 ? qdtype
-                                                       : FA_ST_F32};
             d->shapes[k] = pfx == 's'   ? fa_delta_blocks(x->numel, sp->g->delta_block)
                            : pfx == 'q' ? fa_delta_q_bytes(x->numel, sp->g->delta_bits)
                                         : x->numel;
             d->views[k] = (fa_st_view){.name = d->names[k],
-                                       .dtype = d->ctx[k].dtype,
+                                       .dtype = !fl         ? x->dtype
+                                                : part == 0 ? qdtype
+                                                            : FA_ST_F32,
                                        .ndim = fl ? 1 : x->ndim,
-                                       .shape = fl ? &d->shapes[k] : x->shape,
-                                       .fill = step_fill,
-                                       .ctx = &d->ctx[k]};
+                                       .shape = fl ? &d->shapes[k] : x->shape};
             k++;
         }
     }
@@ -1069,6 +1021,43 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
     return 0;
 }
 
+/* The new version's files in one pass over the table: each chunk of a
+ * federated tensor is stepped once and written to every file that holds
+ * it.  The state file's later vectors and a delta's scales are written
+ * ahead of their file's order; the store reads them back once to hash
+ * them (fa_model_commit_put). */
+static int write_version(struct stepper *sp, fa_model_commit *c, const fa_tensors *next,
+                         const struct view_kind *kinds, const struct delta_out *dout,
+                         fa_error *err)
+{
+    const size_t nt = fa_tensors_count(next);
+    size_t dv = 1; /* the delta file's next view (0: the model file's header) */
+    int rc = 0;
+
+    if (dout)
+        rc = fa_model_commit_put(c, FA_MODEL_FILE_DELTA, 0, 0, dout->hdr, dout->hdr_shape[0], err);
+    for (size_t ti = 0; rc == 0 && ti < nt; ti++) {
+        const fa_tensor *x = fa_tensors_at(next, ti);
+        size_t dq = 0;
+        if (!x->federated) {
+            rc = write_other(sp, c, FA_MODEL_FILE_MODEL, ti, kinds[ti].kind, err);
+            if (rc == 0 && sp->g->need_master)
+                rc = write_other(sp, c, FA_MODEL_FILE_MASTER, ti, kinds[nt + ti].kind, err);
+            continue;
+        }
+        if (dout) { /* steps and scales, or the new bytes of an integer tensor */
+            dq = dv;
+            dv += fa_tensors_dtype_is_float(x->dtype) ? 2 : 1;
+        }
+        for (uint64_t e = 0; rc == 0 && e < x->numel;) {
+            size_t m = x->numel - e < STEP_CHUNK ? (size_t)(x->numel - e) : STEP_CHUNK;
+            rc = write_fed_chunk(sp, c, x, ti, kinds[ti].kind, dq, e, m, err);
+            e += m;
+        }
+    }
+    return rc;
+}
+
 int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t version,
                          uint64_t round, const fa_server_opt *opt, fa_global_model_delta_fn delta,
                          void *ctx, const char *const *meta, size_t n_meta,
@@ -1078,7 +1067,8 @@ int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t ver
     fa_tensors *next = NULL;
     const size_t nt = fa_tensors_count(g->table);
     fa_st_view *views = NULL, sviews[FA_SERVER_OPT_MAX_STATE];
-    struct step_view *vctx = NULL, sctx[FA_SERVER_OPT_MAX_STATE];
+    struct view_kind *kinds = NULL;
+    fa_model_commit *commit = NULL;
     uint64_t sshape[1] = {g->d};
     const char **all = NULL;
     size_t n_all = 0;
@@ -1121,30 +1111,26 @@ int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t ver
     if (rc == 0)
         rc = make_meta(g, next, meta, n_meta, &all, &n_all, &json, arch, sizeof(arch), err);
     if (rc == 0 &&
-        (!(views = calloc(2 * nt, sizeof(*views))) || !(vctx = calloc(2 * nt, sizeof(*vctx)))))
+        (!(views = calloc(2 * nt, sizeof(*views))) || !(kinds = calloc(2 * nt, sizeof(*kinds)))))
         rc = fa_errorf(err, FA_ERR_NOMEM, "model step: out of memory");
     if (rc == 0) {
-        model_views(&sp, next, 0, views, vctx);
+        model_views(&sp, next, 0, views, kinds);
         files.model = views;
         files.n_model = nt;
         files.meta = all;
         files.n_meta = n_all;
         if (g->need_master) {
-            model_views(&sp, next, 1, views + nt, vctx + nt);
+            model_views(&sp, next, 1, views + nt, kinds + nt);
             files.master = views + nt;
             files.n_master = nt;
             files.master_meta = all;
             files.n_master_meta = n_all;
         }
-        for (size_t i = 0; i < sp.ns; i++) {
-            sctx[i] = (struct step_view){&sp, VIEW_STATE, i, FA_ST_F32};
+        for (size_t i = 0; i < sp.ns; i++)
             sviews[i] = (fa_st_view){.name = fa_server_opt_state_name(opt, i),
                                      .dtype = FA_ST_F32,
                                      .ndim = 1,
-                                     .shape = sshape,
-                                     .fill = step_fill,
-                                     .ctx = &sctx[i]};
-        }
+                                     .shape = sshape};
         files.state = sviews;
         files.n_state = sp.ns;
         files.state_meta = state_meta;
@@ -1159,12 +1145,19 @@ int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t ver
             files.n_delta_meta = sizeof(dout.meta) / sizeof(dout.meta[0]) / 2;
         }
         if (rc == 0)
-            rc = fa_model_store_commit(store, version, round, &files, err);
+            rc = fa_model_store_begin(store, version, round, &files, &commit, err);
+        if (rc == 0)
+            rc = write_version(&sp, commit, next, kinds, g->delta_on ? &dout : NULL, err);
+        if (rc == 0) {
+            rc = fa_model_store_finish(commit, err); /* frees it */
+            commit = NULL;
+        }
+        fa_model_commit_abort(commit);
     }
     delta_out_free(&dout);
     stepper_free(&sp);
     free(views);
-    free(vctx);
+    free(kinds);
     free(all);
     free(json);
     if (rc != 0) {

@@ -37,15 +37,18 @@
  *
  * Memory.  The object holds the table alone: the master weights stay in the
  * current version's file and the optimizer state in its state file.  A round
- * is applied in one streaming commit (fa_global_model_step): every chunk of
- * the new version's files is computed when the model store writes it, from
- * the decoded mean (the caller's, chunk by chunk), the previous version's
- * weights and state read back with fa_st_read_range, and the server
- * optimizer's element-wise step, so that a round needs a few MiB of scratch
- * beyond the caller's running sum, whatever d.  (A first pass computes the
- * new weights once more for the next round's ranges, which the model file's
- * header carries before any tensor.)  Creating version 0 holds the initial
- * weights once (4 d bytes), before any round's memory is allocated.
+ * is applied in one streaming commit (fa_global_model_step): the new
+ * version's files are written together (fa_model_store_begin), chunk by
+ * chunk of the federated vector, each chunk stepped once from the decoded
+ * mean (the caller's, chunk by chunk), the previous version's weights and
+ * state read back with fa_st_read_range, and the server optimizer's
+ * element-wise step, then written to the model, master, delta and state
+ * files at once, so that a round needs a few MiB of scratch beyond the
+ * caller's running sum, whatever d.  (With adaptive ranges a first pass
+ * computes the new weights once more for the next round's ranges, which
+ * the model file's header carries before any tensor.)  Creating version 0
+ * holds the initial weights once (4 d bytes), before any round's memory is
+ * allocated.
  */
 #ifndef FA_AGGREGATOR_GLOBAL_MODEL_H
 #define FA_AGGREGATOR_GLOBAL_MODEL_H

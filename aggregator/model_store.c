@@ -385,104 +385,131 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
 /* Chunks of a view's bytes produced through fill. */
 #define FILL_CHUNK ((size_t)1 << 20)
 
-/* Writes one safetensors file atomically, hashing exactly the bytes written. */
-static int write_tensors(const char *path, const char *spare, const fa_st_view *t, size_t n,
-                         const char *const *meta, size_t n_meta, uint8_t sha[32], uint64_t *size,
-                         fa_error *err)
-{
-    fa_sha256_ctx st = {0};
-    fa_st_writer *w = NULL;
-    const uint8_t *hdr;
-    size_t hdr_len;
-    uint8_t *buf = NULL;
-    int rc;
+/* A commit in progress: the new version's files open, each hashed as it is
+ * written (fa_st_writer_hash_sha256). */
+struct fa_model_commit {
+    fa_model_store *s;
+    struct entry e;
+    fa_st_writer *w[FA_MODEL_FILES];
+    char path[FA_MODEL_FILES][4096];
+};
 
-    if (fa_sha256_init(&st) != 0) {
-        fa_sha256_free(&st);
-        return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
-    }
-    /* a failure is sticky: fa_sha256_final reports it */
-    rc = fa_st_writer_new(&w, err);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = fa_st_writer_add(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape, err);
-    for (size_t i = 0; rc == 0 && i < n_meta; i++)
-        rc = fa_st_writer_metadata(w, meta[2 * i], meta[2 * i + 1], err);
-    if (rc == 0)
-        rc = fa_st_writer_header(w, &hdr, &hdr_len, err);
-    if (rc == 0) {
-        (void)fa_sha256_update(&st, hdr, hdr_len);
-        *size = fa_st_writer_total_size(w);
-        rc = fa_st_writer_open_spare(w, path, spare, 0644, err);
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        uint64_t bytes = fa_st_dtype_size(t[i].dtype);
-        for (unsigned k = 0; k < t[i].ndim; k++)
-            bytes *= t[i].shape[k];
-        if (!t[i].fill) {
-            (void)fa_sha256_update(&st, t[i].data, (size_t)bytes);
-            rc = fa_st_writer_write(w, t[i].data, (size_t)bytes, err);
-            continue;
-        }
-        if (!buf && !(buf = malloc(FILL_CHUNK))) {
-            rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", path);
-            break;
-        }
-        for (uint64_t off = 0; rc == 0 && off < bytes;) {
-            size_t m = bytes - off < FILL_CHUNK ? (size_t)(bytes - off) : FILL_CHUNK;
-            rc = t[i].fill(t[i].ctx, &t[i], off, buf, m, err);
-            if (rc == 0) {
-                (void)fa_sha256_update(&st, buf, m);
-                rc = fa_st_writer_write(w, buf, m, err);
-            }
-            off += m;
-        }
-    }
-    if (rc == 0)
-        rc = fa_st_writer_commit(w, err);
-    fa_st_writer_del(w);
-    free(buf);
-    if (fa_sha256_final(&st, sha) != 0 && rc == 0)
-        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
-    fa_sha256_free(&st);
-    return rc;
+void fa_model_commit_abort(fa_model_commit *c)
+{
+    if (!c)
+        return;
+    for (int f = 0; f < FA_MODEL_FILES; f++)
+        fa_st_writer_del(c->w[f]); /* an uncommitted file is removed */
+    free(c);
 }
 
-int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
-                          const fa_model_files *files, fa_error *err)
+/* The views of file f in files (n 0: the file is not written). */
+static const fa_st_view *file_views(const fa_model_files *files, int f, size_t *n,
+                                    const char *const **meta, size_t *n_meta)
 {
-    struct entry e = {0}, *all;
-    char mpath[4096], spath[4096], xpath[4096], dpath[4096], sparepath[4096];
-    uint64_t state_size;
-    int spared = 0;
-    size_t first;
-    int rc;
+    switch (f) {
+    case FA_MODEL_FILE_MODEL:
+        *n = files->n_model, *meta = files->meta, *n_meta = files->n_meta;
+        return files->model;
+    case FA_MODEL_FILE_MASTER:
+        *n = files->n_master, *meta = files->master_meta, *n_meta = files->n_master_meta;
+        return files->master;
+    case FA_MODEL_FILE_DELTA:
+        *n = files->n_delta, *meta = files->delta_meta, *n_meta = files->n_delta_meta;
+        return files->delta;
+    default:
+        *n = files->n_state, *meta = files->state_meta, *n_meta = files->n_state_meta;
+        return files->state;
+    }
+}
 
+int fa_model_store_begin(fa_model_store *s, uint64_t version, uint64_t round,
+                         const fa_model_files *files, fa_model_commit **out, fa_error *err)
+{
+    fa_model_commit *c;
+    char sparepath[4096];
+    int rc = 0;
+
+    *out = NULL;
     if (s->n > 0 && version <= s->entries[s->n - 1].v.version)
         return fa_errorf(err, FA_ERR_INVAL,
                          "model store: version %" PRIu64 " is not after the current %" PRIu64,
                          version, s->entries[s->n - 1].v.version);
-    e.v.version = version;
-    e.v.round = round;
-    fa_model_store_model_path(s, version, mpath, sizeof(mpath));
-    fa_model_store_state_path(s, version, spath, sizeof(spath));
-    fa_model_store_master_path(s, version, xpath, sizeof(xpath));
-    fa_model_store_delta_path(s, version, dpath, sizeof(dpath));
+    if (!(c = calloc(1, sizeof(*c))))
+        return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    c->s = s;
+    c->e.v.version = version;
+    c->e.v.round = round;
+    fa_model_store_model_path(s, version, c->path[FA_MODEL_FILE_MODEL], sizeof(c->path[0]));
+    fa_model_store_master_path(s, version, c->path[FA_MODEL_FILE_MASTER], sizeof(c->path[0]));
+    fa_model_store_delta_path(s, version, c->path[FA_MODEL_FILE_DELTA], sizeof(c->path[0]));
+    fa_model_store_state_path(s, version, c->path[FA_MODEL_FILE_STATE], sizeof(c->path[0]));
     fa_model_store_spare_state_path(s, sparepath, sizeof(sparepath));
-    rc = write_tensors(mpath, NULL, files->model, files->n_model, files->meta, files->n_meta,
-                       e.v.model_sha256, &e.v.model_size, err);
-    if (rc == 0 && files->n_master) {
-        rc = write_tensors(xpath, NULL, files->master, files->n_master, files->master_meta,
-                           files->n_master_meta, e.v.master_sha256, &e.v.master_size, err);
-        e.v.has_master = 1;
+    for (int f = 0; rc == 0 && f < FA_MODEL_FILES; f++) {
+        const char *const *meta;
+        size_t n, n_meta;
+        const fa_st_view *t = file_views(files, f, &n, &meta, &n_meta);
+        if (n == 0 && f != FA_MODEL_FILE_MODEL && f != FA_MODEL_FILE_STATE)
+            continue; /* no master, no delta */
+        rc = fa_st_writer_new(&c->w[f], err);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = fa_st_writer_add(c->w[f], t[i].name, t[i].dtype, t[i].ndim, t[i].shape, err);
+        for (size_t i = 0; rc == 0 && i < n_meta; i++)
+            rc = fa_st_writer_metadata(c->w[f], meta[2 * i], meta[2 * i + 1], err);
+        if (rc == 0)
+            rc = fa_st_writer_hash_sha256(c->w[f], err);
+        if (rc == 0)
+            rc = fa_st_writer_open_spare(c->w[f], c->path[f],
+                                         f == FA_MODEL_FILE_STATE ? sparepath : NULL, 0644, err);
     }
-    if (rc == 0 && files->n_delta) {
-        rc = write_tensors(dpath, NULL, files->delta, files->n_delta, files->delta_meta,
-                           files->n_delta_meta, e.v.delta_sha256, &e.v.delta_size, err);
-        e.v.has_delta = 1;
+    if (rc != 0) {
+        fa_model_commit_abort(c);
+        return rc;
     }
-    if (rc == 0)
-        rc = write_tensors(spath, sparepath, files->state, files->n_state, files->state_meta,
-                           files->n_state_meta, e.v.state_sha256, &state_size, err);
+    *out = c;
+    return 0;
+}
+
+int fa_model_commit_put(fa_model_commit *c, int file, size_t view, uint64_t off, const void *data,
+                        size_t len, fa_error *err)
+{
+    if (file < 0 || file >= FA_MODEL_FILES || !c->w[file])
+        return fa_errorf(err, FA_ERR_INVAL, "model store: commit of version %" PRIu64
+                         " writes no file %d", c->e.v.version, file);
+    return fa_st_writer_put(c->w[file], view, off, data, len, err);
+}
+
+int fa_model_store_finish(fa_model_commit *c, fa_error *err)
+{
+    fa_model_store *s = c->s;
+    struct entry *all, e = c->e;
+    char sparepath[4096];
+    uint64_t state_size;
+    int spared = 0, rc = 0;
+    size_t first;
+    struct {
+        uint8_t *sha;
+        uint64_t *size;
+        int *has;
+    } out[FA_MODEL_FILES] = {
+        {e.v.model_sha256, &e.v.model_size, NULL},
+        {e.v.master_sha256, &e.v.master_size, &e.v.has_master},
+        {e.v.delta_sha256, &e.v.delta_size, &e.v.has_delta},
+        {e.v.state_sha256, &state_size, NULL},
+    };
+
+    /* Each file fsync'ed and renamed into place, in the order model, master,
+     * delta, state; the MANIFEST, written last, is the commit point. */
+    for (int f = 0; rc == 0 && f < FA_MODEL_FILES; f++) {
+        if (!c->w[f])
+            continue;
+        *out[f].size = fa_st_writer_total_size(c->w[f]);
+        rc = fa_st_writer_commit(c->w[f], err);
+        if (rc == 0 && fa_st_writer_sha256(c->w[f], out[f].sha) != 0)
+            rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 missing", c->path[f]);
+        if (out[f].has)
+            *out[f].has = 1;
+    }
     if (rc != 0)
         goto fail;
 
@@ -502,6 +529,7 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
         goto fail;
     }
     /* Committed.  Retire versions that fell out of the window. */
+    fa_model_store_spare_state_path(s, sparepath, sizeof(sparepath));
     for (size_t i = 0; i < first; i++) {
         char p[4096];
         unlink(fa_model_store_model_path(s, all[i].v.version, p, sizeof(p)));
@@ -519,11 +547,52 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
     free(s->entries);
     s->entries = all;
     s->n = s->n + 1 - first;
+    fa_model_commit_abort(c); /* every file is committed: frees what is left */
     return 0;
 fail:
-    unlink(mpath);
-    unlink(spath);
-    unlink(xpath);
-    unlink(dpath);
+    for (int f = 0; f < FA_MODEL_FILES; f++)
+        if (c->w[f])
+            unlink(c->path[f]); /* those renamed into place already */
+    fa_model_commit_abort(c);
+    return rc;
+}
+
+int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
+                          const fa_model_files *files, fa_error *err)
+{
+    fa_model_commit *c;
+    uint8_t *buf = NULL;
+    int rc = fa_model_store_begin(s, version, round, files, &c, err);
+
+    /* Every file in turn, each view in order: data, or fill chunk by chunk. */
+    for (int f = 0; rc == 0 && f < FA_MODEL_FILES; f++) {
+        const char *const *meta;
+        size_t n, n_meta;
+        const fa_st_view *t = file_views(files, f, &n, &meta, &n_meta);
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            uint64_t bytes = fa_st_dtype_size(t[i].dtype);
+            for (unsigned k = 0; k < t[i].ndim; k++)
+                bytes *= t[i].shape[k];
+            if (!t[i].fill) {
+                rc = fa_model_commit_put(c, f, i, 0, t[i].data, (size_t)bytes, err);
+                continue;
+            }
+            if (!buf && !(buf = malloc(FILL_CHUNK))) {
+                rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", c->path[f]);
+                break;
+            }
+            for (uint64_t off = 0; rc == 0 && off < bytes;) {
+                size_t m = bytes - off < FILL_CHUNK ? (size_t)(bytes - off) : FILL_CHUNK;
+                rc = t[i].fill(t[i].ctx, &t[i], off, buf, m, err);
+                if (rc == 0)
+                    rc = fa_model_commit_put(c, f, i, off, buf, m, err);
+                off += m;
+            }
+        }
+    }
+    free(buf);
+    if (rc == 0)
+        return fa_model_store_finish(c, err);
+    fa_model_commit_abort(c);
     return rc;
 }

@@ -101,6 +101,37 @@ typedef struct fa_model_files {
 int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
                           const fa_model_files *files, fa_error *err);
 
+/* A commit written a chunk at a time, for a producer that makes several
+ * files of the new version together (fa_global_model_step: one pass of the
+ * optimizer writes the model, master, delta and state files):
+ *
+ *   fa_model_store_begin(s, version, round, &files, &c, err);  // files open
+ *   fa_model_commit_put(c, FA_MODEL_FILE_STATE, 1, off, v, len, err);  // any
+ *   ...                                  // file, any view, each in order
+ *   fa_model_store_finish(c, err);       // as fa_model_store_commit
+ *
+ * begin takes the files' views for their names, dtypes, shapes and
+ * metadata (their data and fill are not used: every byte of every view
+ * comes from fa_model_commit_put), opens the files the commit writes (the
+ * model and state always, master and delta when they have views) and
+ * writes their headers; each file is hashed as it is written (bytes
+ * written ahead of a file's order are read back once: fa_st_writer_put).
+ * finish checks that every view is whole, then commits as
+ * fa_model_store_commit does, and frees c; fa_model_commit_abort (NULL: a
+ * no-op) removes what was written and frees c.  On any failure the current
+ * version is unchanged and no file of the new version is left behind.
+ * Returns as fa_model_store_commit; put also FA_ERR_INVAL for a view out of
+ * order (the message names it) or a file the commit does not write. */
+enum { FA_MODEL_FILE_MODEL, FA_MODEL_FILE_MASTER, FA_MODEL_FILE_DELTA, FA_MODEL_FILE_STATE,
+       FA_MODEL_FILES };
+typedef struct fa_model_commit fa_model_commit;
+int fa_model_store_begin(fa_model_store *s, uint64_t version, uint64_t round,
+                         const fa_model_files *files, fa_model_commit **c, fa_error *err);
+int fa_model_commit_put(fa_model_commit *c, int file, size_t view, uint64_t off, const void *data,
+                        size_t len, fa_error *err);
+int fa_model_store_finish(fa_model_commit *c, fa_error *err);
+void fa_model_commit_abort(fa_model_commit *c);
+
 /* Path of a version's model or state file (it may have been retired).
  * Writes into buf (n bytes); returns buf. */
 char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ struct fa_atomic_file {
     int fd;
     char *path;
     char *tmp;
-    int reused; /* tmp is a spare written over: cut to what was written at commit */
+    int reused;   /* tmp is a spare written over: cut to what was written at commit */
+    uint64_t end; /* the end of what fa_atomic_file_pwrite wrote */
 };
 
 static char *dir_of(const char *path)
@@ -104,7 +106,7 @@ int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const ch
     int fd;
 
     *out = NULL;
-    fd = open(spare, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = open(spare, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 && errno == ENOENT)
         return fa_atomic_file_open(out, path, mode, err);
     if (fd < 0)
@@ -162,6 +164,8 @@ static int cut_to_written(fa_atomic_file *f, fa_error *err)
     if (!f->reused)
         return 0;
     end = lseek(f->fd, 0, SEEK_CUR);
+    if (end >= 0 && (uint64_t)end < f->end)
+        end = (off_t)f->end;
     if (end < 0 || ftruncate(f->fd, end) != 0)
         return fa_errorf(err, FA_ERR_IO, "%s: truncate: %s", f->path, strerror(errno));
     return 0;
@@ -184,6 +188,46 @@ int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_err
         }
         p += w;
         len -= (size_t)w;
+    }
+    return 0;
+}
+
+int fa_atomic_file_pwrite(fa_atomic_file *f, const void *data, size_t len, uint64_t off,
+                          fa_error *err)
+{
+    const uint8_t *p = data;
+    if (off > (uint64_t)INT64_MAX - len)
+        return fa_errorf(err, FA_ERR_INVAL, "%s: write at %" PRIu64 " is past any file", f->path,
+                         off);
+    if (len > 0 && off + len > f->end)
+        f->end = off + len;
+    while (len > 0) {
+        ssize_t w = pwrite(f->fd, p, len, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return fa_errorf(err, FA_ERR_IO, "%s: write: %s", f->path, strerror(errno));
+        }
+        p += w;
+        off += (uint64_t)w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int fa_atomic_file_pread(fa_atomic_file *f, void *buf, size_t len, uint64_t off, fa_error *err)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t r = pread(f->fd, p, len, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return fa_errorf(err, FA_ERR_IO, "%s: reading back what was written at %" PRIu64 ": %s",
+                             f->path, off, r < 0 ? strerror(errno) : "the file is shorter");
+        p += r;
+        off += (uint64_t)r;
+        len -= (size_t)r;
     }
     return 0;
 }

@@ -27,8 +27,10 @@ int fa_atomic_file_open(fa_atomic_file **out, const char *path, unsigned mode, f
  * not `path`, so a crash leaves `path` as it was.  Over the spare's pages,
  * still in the page cache, a write costs a copy; a new file's pages must be
  * allocated and mapped first, 2-3 times that on the machines we measured.
- * The file descriptor's offset is the write position (use
- * fa_atomic_file_write, not pwrite, or leave the offset at the end).
+ * The commit cuts the spare after the furthest byte written through
+ * fa_atomic_file_write or fa_atomic_file_pwrite (a write straight to the
+ * descriptor of fa_atomic_file_fd counts only when it leaves the file
+ * offset at its end).
  * Returns 0, FA_ERR_IO or FA_ERR_NOMEM. */
 int fa_atomic_file_open_reusing(fa_atomic_file **out, const char *path, const char *spare,
                                 unsigned mode, fa_error *err);
@@ -49,6 +51,15 @@ uint64_t fa_atomic_file_spare_bytes(const char *spare, uint64_t cap);
 /* Appends len bytes.  Returns 0 or FA_ERR_IO. */
 int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err);
 
+/* Writes len bytes at offset off of the new file, whatever was written
+ * before (fa_atomic_file_write's position does not move); a spare is cut at
+ * commit to the end of the furthest write of either kind.  Returns 0,
+ * FA_ERR_IO or FA_ERR_INVAL (an offset past any file). */
+int fa_atomic_file_pwrite(fa_atomic_file *f, const void *data, size_t len, uint64_t off,
+                          fa_error *err);
+/* Reads len bytes at offset off of the new file back (what was written
+ * there).  Returns 0 or FA_ERR_IO (also for bytes past its end). */
+int fa_atomic_file_pread(fa_atomic_file *f, void *buf, size_t len, uint64_t off, fa_error *err);
 /* The file descriptor of the temporary file (for writers that need one). */
 int fa_atomic_file_fd(const fa_atomic_file *f);
 

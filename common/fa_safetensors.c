@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "common/fa_endian.h"
 #include "common/fa_file.h"
+#include "common/fa_sha256.h"
 
 /* Chunk size of fa_st_view fill callbacks. */
 #define ST_FILL_CHUNK ((size_t)1 << 20)
@@ -610,6 +612,8 @@ struct wtensor {
     unsigned ndim;
     uint64_t shape[FA_ST_MAX_DIMS];
     uint64_t bytes;
+    uint64_t start; /* where its bytes begin in the data section */
+    uint64_t put;   /* bytes written so far, from its start */
 };
 
 enum { W_ADDING, W_HEADER, W_OPEN, W_DONE };
@@ -621,8 +625,18 @@ struct fa_st_writer {
     uint8_t *header; /* prefix + JSON + padding */
     size_t header_len;
     uint64_t data_len, written;
+    size_t next; /* the first tensor fa_st_writer_write has not filled */
     fa_atomic_file *file;
     int state;
+    /* fa_st_writer_hash_sha256: the file's SHA-256, in file order.  Bytes
+     * are hashed as written while they continue what was hashed; bytes
+     * written ahead (a later tensor, by fa_st_writer_put) are read back
+     * from the file when the hash reaches their tensor. */
+    int hashing, hashed_all;
+    fa_sha256_ctx sha;
+    size_t frontier; /* the tensor being hashed: every earlier one is */
+    uint8_t *rbuf;   /* ST_FILL_CHUNK, for reading back */
+    uint8_t digest[32];
 };
 
 int fa_st_writer_new(fa_st_writer **out, fa_error *err)
@@ -642,6 +656,9 @@ void fa_st_writer_del(fa_st_writer *w)
     if (!w)
         return;
     fa_atomic_file_abort(w->file);
+    if (w->hashing)
+        fa_sha256_free(&w->sha);
+    free(w->rbuf);
     for (size_t i = 0; i < w->n; i++)
         free(w->t[i].name);
     free(w->t);
@@ -698,6 +715,7 @@ int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsig
     if (ndim)
         memcpy(t->shape, shape, ndim * sizeof(uint64_t));
     t->bytes = numel * esize;
+    t->start = w->data_len;
     w->data_len += t->bytes;
     w->n++;
     return 0;
@@ -821,7 +839,93 @@ int fa_st_writer_open_spare(fa_st_writer *w, const char *path, const char *spare
         return rc;
     }
     w->state = W_OPEN;
+    if (w->hashing) {
+        (void)fa_sha256_update(&w->sha, w->header, w->header_len); /* sticky: final reports */
+        w->frontier = 0;
+        /* past leading empty tensors, so that the first bytes hash as written */
+        while (w->frontier < w->n && w->t[w->frontier].bytes == 0)
+            w->frontier++;
+    }
     return 0;
+}
+
+int fa_st_writer_hash_sha256(fa_st_writer *w, fa_error *err)
+{
+    if (w->state != W_ADDING && w->state != W_HEADER)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: hashing asked after open");
+    if (w->hashing)
+        return 0;
+    if (fa_sha256_init(&w->sha) != 0) {
+        fa_sha256_free(&w->sha);
+        return fa_errorf(err, FA_ERR_CRYPTO, "safetensors writer: SHA-256 unavailable");
+    }
+    w->hashing = 1;
+    return 0;
+}
+
+int fa_st_writer_sha256(const fa_st_writer *w, uint8_t out[32])
+{
+    if (!w->hashed_all)
+        return FA_ERR_STATE;
+    memcpy(out, w->digest, 32);
+    return 0;
+}
+
+/* Moves the hash past every tensor written whole, reading back the bytes
+ * of the next one that were written ahead of it. */
+static int hash_advance(fa_st_writer *w, fa_error *err)
+{
+    while (w->frontier < w->n && w->t[w->frontier].put == w->t[w->frontier].bytes) {
+        const struct wtensor *t;
+        w->frontier++;
+        if (w->frontier == w->n || (t = &w->t[w->frontier])->put == 0)
+            continue;
+        if (!w->rbuf && !(w->rbuf = malloc(ST_FILL_CHUNK)))
+            return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
+        for (uint64_t off = 0; off < t->put;) {
+            size_t m = t->put - off < ST_FILL_CHUNK ? (size_t)(t->put - off) : ST_FILL_CHUNK;
+            int rc = fa_atomic_file_pread(w->file, w->rbuf, m, w->header_len + t->start + off, err);
+            if (rc != 0)
+                return rc;
+            (void)fa_sha256_update(&w->sha, w->rbuf, m);
+            off += m;
+        }
+    }
+    return 0;
+}
+
+int fa_st_writer_put(fa_st_writer *w, size_t i, uint64_t off, const void *data, size_t len,
+                     fa_error *err)
+{
+    struct wtensor *t;
+    int rc;
+
+    if (w->state != W_OPEN)
+        return fa_errorf(err, FA_ERR_STATE,
+                         "safetensors writer: write before open or after commit");
+    if (i >= w->n)
+        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: no tensor %zu (the file has %zu)",
+                         i, w->n);
+    t = &w->t[i];
+    if (off != t->put)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: tensor '%s': bytes at %" PRIu64
+                         " written when %" PRIu64 " are (each tensor is written in order)",
+                         t->name, off, t->put);
+    if (len > t->bytes - t->put)
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "safetensors writer: tensor '%s': %" PRIu64 " more bytes than it holds",
+                         t->name, (uint64_t)len - (t->bytes - t->put));
+    if (len == 0)
+        return 0;
+    rc = fa_atomic_file_pwrite(w->file, data, len, w->header_len + t->start + off, err);
+    if (rc != 0)
+        return rc;
+    if (w->hashing && i == w->frontier)
+        (void)fa_sha256_update(&w->sha, data, len); /* it continues what was hashed */
+    t->put += len;
+    w->written += len;
+    return w->hashing && t->put == t->bytes ? hash_advance(w, err) : 0;
 }
 
 int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *err)
@@ -832,33 +936,60 @@ int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *
         return fa_errorf(err, FA_ERR_RANGE,
                          "safetensors writer: %zu more bytes than the declared tensors hold", len -
                          (size_t)(w->data_len - w->written));
-    if (len == 0)
-        return 0;
-    w->written += len;
-    return fa_atomic_file_write(w->file, data, len, err);
+    for (const uint8_t *p = data; len > 0;) {
+        const struct wtensor *t;
+        size_t m;
+        int rc;
+        while (w->next < w->n && w->t[w->next].put == w->t[w->next].bytes)
+            w->next++;
+        if (w->next == w->n) /* the rest was written by fa_st_writer_put */
+            return fa_errorf(err, FA_ERR_RANGE,
+                             "safetensors writer: %zu more bytes than the declared tensors hold",
+                             len);
+        t = &w->t[w->next];
+        m = t->bytes - t->put < len ? (size_t)(t->bytes - t->put) : len;
+        if ((rc = fa_st_writer_put(w, w->next, t->put, p, m, err)) != 0)
+            return rc;
+        p += m;
+        len -= m;
+    }
+    return 0;
 }
 
 int fa_st_writer_commit(fa_st_writer *w, fa_error *err)
 {
-    int rc;
+    int rc, hashed = 0;
 
     if (w->state != W_OPEN)
         return fa_errorf(err, FA_ERR_STATE, "safetensors writer: commit before open");
     if (w->written != w->data_len) {
         /* name the first tensor not fully written */
-        uint64_t pos = 0;
         size_t i = 0;
-        while (i < w->n && pos + w->t[i].bytes <= w->written)
-            pos += w->t[i++].bytes;
+        while (i < w->n && w->t[i].put == w->t[i].bytes)
+            i++;
         return fa_errorf(err, FA_ERR_RANGE,
                          "safetensors writer: %llu of %llu data bytes written (tensor '%s' "
                          "incomplete)",
                          (unsigned long long)w->written, (unsigned long long)w->data_len,
                          i < w->n ? w->t[i].name : "?");
     }
+    if (w->hashing) {
+        /* every tensor is whole, so the hash went through them all */
+        hashed = 1;
+        rc = fa_sha256_final(&w->sha, w->digest);
+        fa_sha256_free(&w->sha);
+        w->hashing = 0;
+        if (rc != 0 || w->frontier != w->n) {
+            fa_atomic_file_abort(w->file);
+            w->file = NULL;
+            w->state = W_DONE;
+            return fa_errorf(err, FA_ERR_CRYPTO, "safetensors writer: SHA-256 failed");
+        }
+    }
     rc = fa_atomic_file_commit(w->file, err);
     w->file = NULL; /* freed by commit, on success and failure */
     w->state = W_DONE;
+    w->hashed_all = rc == 0 && hashed;
     return rc;
 }
 

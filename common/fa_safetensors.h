@@ -204,9 +204,32 @@ int fa_st_writer_open(fa_st_writer *w, const char *path, unsigned mode, fa_error
 int fa_st_writer_open_spare(fa_st_writer *w, const char *path, const char *spare, unsigned mode,
                             fa_error *err);
 
-/* Appends len bytes of tensor data.  Returns 0, FA_ERR_IO, FA_ERR_STATE (not
- * open) or FA_ERR_RANGE (more bytes than the declared tensors hold). */
+/* Appends len bytes of tensor data (to the first tensor not yet whole).
+ * Returns 0, FA_ERR_IO, FA_ERR_STATE (not open) or FA_ERR_RANGE (more
+ * bytes than the declared tensors hold). */
 int fa_st_writer_write(fa_st_writer *w, const void *data, size_t len, fa_error *err);
+
+/* Writes bytes [off, off + len) of the data of tensor i (declaration
+ * order) at their place in the file.  Each tensor's bytes are written in
+ * order (off is what was written of it so far), but tensors may be written
+ * in any order and interleaved: a writer that produces several tensors a
+ * chunk at a time (the model store's commit) writes each as it goes.
+ * Returns 0, FA_ERR_IO, FA_ERR_STATE (not open), FA_ERR_INVAL (no such
+ * tensor, or off is not where the tensor continues: the message names it)
+ * or FA_ERR_RANGE (past the tensor's end). */
+int fa_st_writer_put(fa_st_writer *w, size_t i, uint64_t off, const void *data, size_t len,
+                     fa_error *err);
+
+/* Before open: the writer computes the SHA-256 of the whole file as it is
+ * written, header first then the tensors in declaration order, whatever
+ * the order of the writes (bytes written ahead of the hash are read back
+ * from the file when it reaches them: with tensors written in order,
+ * nothing is).  fa_st_writer_sha256 gives it after a successful commit.
+ * Returns 0, FA_ERR_STATE (already open) or FA_ERR_CRYPTO. */
+int fa_st_writer_hash_sha256(fa_st_writer *w, fa_error *err);
+/* The SHA-256 of the committed file; FA_ERR_STATE when the writer did not
+ * hash it or was not committed. */
+int fa_st_writer_sha256(const fa_st_writer *w, uint8_t out[32]);
 
 /* Checks that exactly the declared bytes were written, fsyncs and renames
  * over the destination.  On any failure the destination is untouched.

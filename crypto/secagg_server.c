@@ -1046,7 +1046,7 @@ static double decode_factor(const fa_secagg_server *s, double w)
 int fa_secagg_server_result_f32_range(const fa_secagg_server *s, uint64_t off, float *out, size_t n,
                                       fa_error *err)
 {
-    double w;
+    double w = 0; /* set when rc is 0; gcc -O3 cannot see it through fa_errorf */
     int rc;
 
     if ((rc = fa_secagg_server_result_weight(s, &w, err)) != 0)

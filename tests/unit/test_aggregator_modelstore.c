@@ -474,6 +474,100 @@ static void test_state_written_over_spare(void **state)
     fa_model_store_del(s);
 }
 
+/* A commit written a chunk at a time (fa_model_store_begin / put / finish):
+ * the files' views interleaved, a state vector written ahead of the other;
+ * the MANIFEST's digests are the files' (reopen verifies them) and the
+ * files hold what was put.  A put out of order and a view left short are
+ * refused, naming it, and leave the store as it was, with no file of the
+ * new version. */
+static void test_staged_commit(void **state)
+{
+    enum { N = 300000 };
+    static float w[N], m[N], v[N];
+    uint64_t shape[1] = {N}, one[1] = {1};
+    float bias = 2.5f;
+    char sub[300], path[512];
+    const char *meta[] = {"fedagg.version", "1"};
+    fa_model_store *s;
+    fa_model_commit *c;
+    struct fa_model_version cur;
+    fa_safetensors *st;
+    fa_error err;
+    (void)state;
+
+    for (int i = 0; i < N; i++) {
+        w[i] = (float)i * 0.25f;
+        m[i] = -(float)i;
+        v[i] = (float)i + 0.5f;
+    }
+    snprintf(sub, sizeof(sub), "%s/staged", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, NULL), 0);
+    fa_st_view model[2] = {{"w", FA_ST_F32, 1, shape, NULL, NULL, NULL},
+                           {"b", FA_ST_F32, 1, one, NULL, NULL, NULL}};
+    fa_st_view sv[2] = {{"m", FA_ST_F32, 1, shape, NULL, NULL, NULL},
+                        {"v", FA_ST_F32, 1, shape, NULL, NULL, NULL}};
+    fa_model_files files = {.model = model, .n_model = 2, .meta = meta, .n_meta = 1,
+                            .state = sv, .n_state = 2};
+    for (uint64_t ver = 1; ver <= 2; ver++) {
+        assert_int_equal(fa_model_store_begin(s, ver, ver, &files, &c, &err), 0);
+        for (size_t e = 0; e < N; e += 65536) {
+            size_t k = N - e < 65536 ? N - e : 65536;
+            assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_STATE, 1, e * 4, v + e, k * 4,
+                                                 &err), 0);
+            assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_MODEL, 0, e * 4, w + e, k * 4,
+                                                 &err), 0);
+            assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_STATE, 0, e * 4, m + e, k * 4,
+                                                 &err), 0);
+        }
+        assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_MODEL, 1, 0, &bias, 4, &err), 0);
+        assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_DELTA, 0, 0, &bias, 4, &err),
+                         FA_ERR_INVAL); /* no delta file in this commit */
+        assert_int_equal(fa_model_store_finish(c, &err), 0);
+    }
+    fa_model_store_del(s);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, &err), 0); /* verifies the digests */
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 2);
+    fa_model_store_state_path(s, 2, path, sizeof(path));
+    assert_int_equal(fa_st_open(&st, path, NULL), 0);
+    {
+        float *got = malloc(N * 4);
+        assert_non_null(got);
+        assert_int_equal(fa_st_read_f32(st, fa_st_find(st, "v"), got, N, NULL), 0);
+        assert_memory_equal(got, v, N * 4);
+        assert_int_equal(fa_st_read_f32(st, fa_st_find(st, "m"), got, N, NULL), 0);
+        assert_memory_equal(got, m, N * 4);
+        free(got);
+    }
+    fa_st_del(st);
+
+    /* Out of order, then short: refused, nothing of version 3 left. */
+    assert_int_equal(fa_model_store_begin(s, 3, 3, &files, &c, &err), 0);
+    assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_MODEL, 0, 0, w, 4000, &err), 0);
+    assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_MODEL, 0, 8000, w, 4000, &err),
+                     FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "'w': bytes at 8000 written when 4000 are"));
+    fa_model_commit_abort(c);
+    assert_int_equal(fa_model_store_begin(s, 3, 3, &files, &c, &err), 0);
+    assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_MODEL, 0, 0, w, N * 4, &err), 0);
+    assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_MODEL, 1, 0, &bias, 4, &err), 0);
+    assert_int_equal(fa_model_commit_put(c, FA_MODEL_FILE_STATE, 1, 0, v, N * 4, &err), 0);
+    assert_int_equal(fa_model_store_finish(c, &err), FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "tensor 'm' incomplete"));
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 2);
+    assert_false(exists("staged/model-00000003.safetensors"));
+    assert_false(exists("staged/state-00000003.safetensors"));
+    {
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "ls %s | grep -q tmp", sub);
+        assert_int_not_equal(system(cmd), 0); /* no temporary file either (grep finds none) */
+    }
+    assert_int_equal(fa_model_store_begin(s, 2, 2, &files, &c, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "version 2 is not after the current 2"));
+    fa_model_store_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_old_manifest),
         cmocka_unit_test(test_delta_files),
         cmocka_unit_test(test_state_written_over_spare),
+        cmocka_unit_test(test_staged_commit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

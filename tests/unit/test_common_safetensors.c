@@ -17,6 +17,7 @@
 #include "common/fa_err.h"
 #include "common/fa_file.h"
 #include "common/fa_safetensors.h"
+#include "common/fa_sha256.h"
 
 static char tmpdir[256];
 
@@ -262,6 +263,150 @@ static void test_writer_errors(void **state)
     fa_st_del(NULL);
 }
 
+/* The four tensors of the put tests: a, an empty one, c (the largest) and
+ * d, with bytes that differ everywhere. */
+static const uint64_t put_shape[4] = {1000, 0, 3000, 10};
+static uint8_t put_data[4][3000];
+
+static fa_st_writer *put_writer(int hash)
+{
+    const char *names[4] = {"a", "e", "c", "d"};
+    fa_st_writer *w;
+    fa_error err;
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < 3000; i++)
+            put_data[t][i] = (uint8_t)(i * 7 + t * 31 + (i >> 8));
+    assert_int_equal(fa_st_writer_new(&w, &err), 0);
+    for (int t = 0; t < 4; t++)
+        assert_int_equal(fa_st_writer_add(w, names[t], FA_ST_U8, 1, &put_shape[t], &err), 0);
+    assert_int_equal(fa_st_writer_metadata(w, "k", "v", &err), 0);
+    if (hash)
+        assert_int_equal(fa_st_writer_hash_sha256(w, &err), 0);
+    return w;
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    uint8_t *b;
+    fa_error err;
+    assert_int_equal(fa_file_read_all(path, &b, len, 1 << 20, &err), 0);
+    return b;
+}
+
+/* fa_st_writer_put: tensors written in any order and interleaved, each in
+ * order, give the file fa_st_writer_write gives, and the writer's SHA-256
+ * is that file's whatever the order (bytes written ahead are read back);
+ * over a longer spare the file is cut after the furthest byte. */
+static void test_writer_put_any_order(void **state)
+{
+    char ref[300], path[300], spare[300];
+    uint8_t sha[32], want[32], *rb, *b;
+    size_t rlen, len;
+    fa_st_writer *w;
+    fa_error err;
+    (void)state;
+
+    snprintf(ref, sizeof(ref), "%s/ref.safetensors", tmpdir);
+    w = put_writer(1);
+    assert_int_equal(fa_st_writer_open(w, ref, 0644, &err), 0);
+    for (int t = 0; t < 4; t++)
+        assert_int_equal(fa_st_writer_write(w, put_data[t], put_shape[t], &err), 0);
+    assert_int_equal(fa_st_writer_commit(w, &err), 0);
+    assert_int_equal(fa_st_writer_sha256(w, sha), 0);
+    fa_st_writer_del(w);
+    rb = slurp(ref, &rlen);
+    assert_int_equal(fa_sha256(want, rb, rlen), 0);
+    assert_memory_equal(sha, want, 32);
+
+    /* Orders: c first whole, then a and d interleaved in pieces; d then a
+     * then c (each ahead of the hash); a piece of each in turn.  Two of
+     * them over a spare three times as long as the file. */
+    for (int order = 0; order < 3; order++) {
+        static const int seq[3][4] = {{2, 0, 3, -1}, {3, 0, 2, -1}, {0, 2, 3, -1}};
+        snprintf(path, sizeof(path), "%s/put%d.safetensors", tmpdir, order);
+        snprintf(spare, sizeof(spare), "%s/spare%d", tmpdir, order);
+        if (order > 0) {
+            uint8_t junk[3 * 4200];
+            memset(junk, 0xee, sizeof(junk));
+            assert_int_equal(fa_file_write_atomic(spare, junk, sizeof(junk), 0644, &err), 0);
+        }
+        w = put_writer(1);
+        assert_int_equal(fa_st_writer_open_spare(w, path, order > 0 ? spare : NULL, 0644, &err),
+                         0);
+        if (order == 0) {
+            assert_int_equal(fa_st_writer_put(w, 2, 0, put_data[2], 3000, &err), 0);
+            for (uint64_t off = 0; off < 1000; off += 100) {
+                assert_int_equal(fa_st_writer_put(w, 0, off, put_data[0] + off, 100, &err), 0);
+                if (off < 10)
+                    assert_int_equal(fa_st_writer_put(w, 3, off, put_data[3] + off, 5, &err), 0);
+                if (off == 0)
+                    assert_int_equal(fa_st_writer_put(w, 3, 5, put_data[3] + 5, 5, &err), 0);
+            }
+        } else if (order == 1) {
+            for (int k = 0; seq[order][k] >= 0; k++) {
+                int t = seq[order][k];
+                assert_int_equal(fa_st_writer_put(w, (size_t)t, 0, put_data[t], put_shape[t], &err),
+                                 0);
+            }
+        } else {
+            for (uint64_t off = 0; off < 3000; off += 250)
+                for (int t = 0; t < 4; t++)
+                    if (off < put_shape[t]) {
+                        size_t m = put_shape[t] - off < 250 ? (size_t)(put_shape[t] - off) : 250;
+                        assert_int_equal(fa_st_writer_put(w, (size_t)t, off, put_data[t] + off, m,
+                                                          &err),
+                                         0);
+                    }
+        }
+        assert_int_equal(fa_st_writer_sha256(w, sha), FA_ERR_STATE); /* not committed yet */
+        assert_int_equal(fa_st_writer_commit(w, &err), 0);
+        assert_int_equal(fa_st_writer_sha256(w, sha), 0);
+        fa_st_writer_del(w);
+        assert_memory_equal(sha, want, 32);
+        b = slurp(path, &len);
+        assert_int_equal(len, rlen);
+        assert_memory_equal(b, rb, rlen);
+        free(b);
+        assert_int_equal(access(spare, F_OK), -1); /* renamed into place */
+    }
+    free(rb);
+}
+
+/* What fa_st_writer_put refuses, each named. */
+static void test_writer_put_errors(void **state)
+{
+    char path[300];
+    uint8_t sha[32];
+    fa_st_writer *w;
+    fa_error err;
+    (void)state;
+
+    snprintf(path, sizeof(path), "%s/bad.safetensors", tmpdir);
+    w = put_writer(0);
+    assert_int_equal(fa_st_writer_put(w, 0, 0, put_data[0], 1, &err), FA_ERR_STATE); /* not open */
+    assert_int_equal(fa_st_writer_open(w, path, 0644, &err), 0);
+    assert_int_equal(fa_st_writer_hash_sha256(w, &err), FA_ERR_STATE); /* too late */
+    assert_int_equal(fa_st_writer_put(w, 4, 0, put_data[0], 1, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "no tensor 4"));
+    assert_int_equal(fa_st_writer_put(w, 2, 0, put_data[2], 100, &err), 0);
+    assert_int_equal(fa_st_writer_put(w, 2, 50, put_data[2], 10, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "'c': bytes at 50 written when 100 are"));
+    assert_int_equal(fa_st_writer_put(w, 3, 0, put_data[3], 11, &err), FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "'d': 1 more bytes than it holds"));
+    /* c and d whole, a not: the commit names a, the first one short */
+    assert_int_equal(fa_st_writer_put(w, 2, 100, put_data[2] + 100, 2900, &err), 0);
+    assert_int_equal(fa_st_writer_put(w, 3, 0, put_data[3], 10, &err), 0);
+    assert_int_equal(fa_st_writer_put(w, 0, 0, put_data[0], 999, &err), 0);
+    /* fa_st_writer_write continues the first tensor not whole, a */
+    assert_int_equal(fa_st_writer_write(w, put_data[0], 2, &err), FA_ERR_RANGE);
+    assert_int_equal(fa_st_writer_commit(w, &err), FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "tensor 'a' incomplete"));
+    assert_int_equal(fa_st_writer_write(w, put_data[0] + 999, 1, &err), 0);
+    assert_int_equal(fa_st_writer_commit(w, &err), 0);
+    assert_int_equal(fa_st_writer_sha256(w, sha), FA_ERR_STATE); /* it did not hash */
+    fa_st_writer_del(w);
+}
+
 static void test_header_only(void **state)
 {
     const char *h = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
@@ -488,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_writer_errors),         cmocka_unit_test(test_header_only),
         cmocka_unit_test(test_validation_errors),     cmocka_unit_test(test_prefix_errors),
         cmocka_unit_test(test_half_conversions),      cmocka_unit_test(test_read_range),
+        cmocka_unit_test(test_writer_put_any_order),  cmocka_unit_test(test_writer_put_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

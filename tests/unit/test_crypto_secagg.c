@@ -147,7 +147,7 @@ static void check_round(const th_fed *f, const fa_secagg_config *cfg, const stru
 static size_t patterns(const th_fed *f, const fa_secagg_config *cfg, const struct inputs *in,
                        int ph, size_t k, uint32_t keep, th_rng *r, size_t budget)
 {
-    size_t n = f->n, idx[64], runs = 0;
+    size_t n = f->n, idx[64] = {0}, runs = 0;
     int drop[FA_SECAGG_MAX_CLIENTS], style[FA_SECAGG_MAX_CLIENTS];
     for (size_t i = 0; i < k; i++)
         idx[i] = i;
