@@ -5,11 +5,15 @@
 #include "model/delta.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "common/fa_endian.h"
 #include "common/fa_file.h"
@@ -95,25 +99,60 @@ int fa_delta_unpack(unsigned bits, const uint8_t *in, size_t n, int8_t *q, size_
     return FA_ERR_PARSE;
 }
 
+/* |x| when finite, else 0: NaN and infinities take no part in a scale. */
+static inline float finite_abs(float x)
+{
+    const float a = fabsf(x);
+    return a <= FLT_MAX ? a : 0.0f;
+}
+
+/* The largest of a[0..n), every one >= 0 and finite (the order does not
+ * matter, so it takes four lanes at a time where SSE2 is there). */
+static float max_of(const float *a, size_t n)
+{
+    float m = 0.0f;
+    size_t j = 0;
+#ifdef __SSE2__
+    __m128 v = _mm_setzero_ps();
+    for (; j + 4 <= n; j += 4)
+        v = _mm_max_ps(v, _mm_loadu_ps(a + j));
+    v = _mm_max_ps(v, _mm_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm_max_ps(v, _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    m = _mm_cvtss_f32(v);
+#endif
+    for (; j < n; j++)
+        m = a[j] > m ? a[j] : m;
+    return m;
+}
+
+/* Rounds x, |x| <= 2^22, to the nearest integer, ties to even (in the
+ * default rounding mode, as nearbyintf): adding 1.5 x 2^23 leaves no bit
+ * below the units, and the sum's parity is x's. */
+static inline float round_even(float x)
+{
+    const float k = 12582912.0f;
+    return (x + k) - k;
+}
+
 void fa_delta_encode(fa_st_dtype dtype, const void *base, const float *target, size_t n,
                      uint32_t block, unsigned bits, int8_t *q, float *scale)
 {
     const float qmax = (float)fa_delta_qmax(bits);
     const size_t es = fa_st_dtype_size(dtype);
     const uint8_t *b = base;
-    float w[PIECE];
+    float w[PIECE], a[PIECE];
 
     for (size_t b0 = 0, k = 0; b0 < n; b0 += block, k++) {
         const size_t bn = n - b0 < block ? n - b0 : block;
         float m = 0.0f, s, inv;
         for (size_t p = 0; p < bn; p += PIECE) { /* the block's largest finite |difference| */
             const size_t pn = bn - p < PIECE ? bn - p : PIECE;
+            float pm;
             fa_tensors_to_f32(dtype, b + (b0 + p) * es, w, pn);
-            for (size_t j = 0; j < pn; j++) {
-                float dv = fabsf(target[b0 + p + j] - w[j]);
-                if (isfinite(dv) && dv > m)
-                    m = dv;
-            }
+            for (size_t j = 0; j < pn; j++)
+                a[j] = finite_abs(target[b0 + p + j] - w[j]);
+            pm = max_of(a, pn);
+            m = pm > m ? pm : m;
         }
         s = m / qmax;
         if (!(s > 0.0f) || !isfinite(s)) {
@@ -125,17 +164,17 @@ void fa_delta_encode(fa_st_dtype dtype, const void *base, const float *target, s
         inv = 1.0f / s;
         for (size_t p = 0; p < bn; p += PIECE) {
             const size_t pn = bn - p < PIECE ? bn - p : PIECE;
+            int8_t *restrict qp = q + b0 + p;
+            const float *restrict tp = target + b0 + p;
             fa_tensors_to_f32(dtype, b + (b0 + p) * es, w, pn);
             for (size_t j = 0; j < pn; j++) {
-                float dv = (target[b0 + p + j] - w[j]) * inv;
-                float r;
-                if (!isfinite(dv)) {
-                    q[b0 + p + j] = 0;
-                    continue;
-                }
-                r = nearbyintf(dv); /* the default mode: to nearest, ties to even */
-                r = r > qmax ? qmax : r < -qmax ? -qmax : r;
-                q[b0 + p + j] = (int8_t)r;
+                /* round(clamp(dv)) is clamp(round(dv)): qmax is an integer;
+                 * a difference that is not finite gives 0 */
+                const float dv = (tp[j] - w[j]) * inv;
+                float c = dv > qmax ? qmax : dv;
+                c = c < -qmax ? -qmax : c;
+                c = fabsf(dv) <= FLT_MAX ? round_even(c) : 0.0f;
+                qp[j] = (int8_t)(int)c;
             }
         }
     }

@@ -80,8 +80,12 @@ static void test_codec_rounding_and_blocks(void **state)
     target[2] = -0.26f; /* -2.6 steps: -3 */
     target[3] = 0.14f;  /* 1.4: 1 */
     target[4] = NAN;    /* not finite: step 0, no effect on the scale */
+    target[5] = INFINITY;  /* not finite either way */
+    target[6] = -INFINITY;
     fa_delta_encode(FA_ST_F32, base, target, 32, 16, 8, q, scale);
     assert_true(fabsf(scale[0] - 0.1f) < 1e-7f);
+    assert_int_equal(q[5], 0);
+    assert_int_equal(q[6], 0);
     assert_true(scale[1] == 0.0f);
     assert_int_equal(q[0], 127);
     assert_true(q[1] == 0 || q[1] == 1);
