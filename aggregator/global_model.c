@@ -636,11 +636,6 @@ static int step_chunk(struct stepper *sp, uint64_t c0, size_t n, int want, fa_er
  * model, byte for byte; VIEW_WIDEN: one of its floating tensors in F32. */
 enum { VIEW_FED, VIEW_RAW, VIEW_WIDEN, VIEW_PUB };
 
-struct view_kind {
-    int kind;
-    fa_st_dtype dtype; /* the dtype written */
-};
-
 /* Elements [e, e + m) of federated tensor x (table index ti; e a multiple
  * of STEP_CHUNK, itself a multiple of any block and even; m <= STEP_CHUNK),
  * stepped once, to every file that holds them: the model (as kind says),
@@ -894,26 +889,24 @@ static int stepper_open(struct stepper *sp, const fa_global_model *g, const fa_m
 /* The views of one file of the new version, the model (as_f32 0) or its
  * master weights (1), tensor by tensor in table order, and what each holds. */
 static void model_views(struct stepper *sp, const fa_tensors *next, int as_f32, fa_st_view *views,
-                        struct view_kind *kinds)
+                        int *kinds)
 {
     for (size_t i = 0; i < fa_tensors_count(next); i++) {
         const fa_tensor *x = fa_tensors_at(next, i);
-        struct view_kind *k = &kinds[i];
+        fa_st_dtype dtype = x->dtype; /* the dtype written */
         if (x->federated && !as_f32 && sp->g->delta_on && fa_tensors_dtype_is_float(x->dtype)) {
-            k->kind = VIEW_PUB;
-            k->dtype = x->dtype;
+            kinds[i] = VIEW_PUB;
         } else if (x->federated) {
-            k->kind = VIEW_FED;
-            k->dtype = as_f32 ? FA_ST_F32 : x->dtype;
+            kinds[i] = VIEW_FED;
+            dtype = as_f32 ? FA_ST_F32 : x->dtype;
         } else if (as_f32 && fa_tensors_dtype_is_float(x->dtype) && x->dtype != FA_ST_F32) {
-            k->kind = VIEW_WIDEN;
-            k->dtype = FA_ST_F32;
+            kinds[i] = VIEW_WIDEN;
+            dtype = FA_ST_F32;
         } else {
-            k->kind = VIEW_RAW;
-            k->dtype = x->dtype;
+            kinds[i] = VIEW_RAW;
         }
-        views[i] = (fa_st_view){
-            .name = x->name, .dtype = k->dtype, .ndim = x->ndim, .shape = x->shape};
+        views[i] =
+            (fa_st_view){.name = x->name, .dtype = dtype, .ndim = x->ndim, .shape = x->shape};
     }
 }
 
@@ -1027,7 +1020,7 @@ static int delta_out_make(struct delta_out *d, struct stepper *sp, const fa_tens
  * ahead of their file's order; the store reads them back once to hash
  * them (fa_model_commit_put). */
 static int write_version(struct stepper *sp, fa_model_commit *c, const fa_tensors *next,
-                         const struct view_kind *kinds, const struct delta_out *dout,
+                         const int *kinds, const struct delta_out *dout,
                          fa_error *err)
 {
     const size_t nt = fa_tensors_count(next);
@@ -1040,9 +1033,9 @@ static int write_version(struct stepper *sp, fa_model_commit *c, const fa_tensor
         const fa_tensor *x = fa_tensors_at(next, ti);
         size_t dq = 0;
         if (!x->federated) {
-            rc = write_other(sp, c, FA_MODEL_FILE_MODEL, ti, kinds[ti].kind, err);
+            rc = write_other(sp, c, FA_MODEL_FILE_MODEL, ti, kinds[ti], err);
             if (rc == 0 && sp->g->need_master)
-                rc = write_other(sp, c, FA_MODEL_FILE_MASTER, ti, kinds[nt + ti].kind, err);
+                rc = write_other(sp, c, FA_MODEL_FILE_MASTER, ti, kinds[nt + ti], err);
             continue;
         }
         if (dout) { /* steps and scales, or the new bytes of an integer tensor */
@@ -1051,7 +1044,7 @@ static int write_version(struct stepper *sp, fa_model_commit *c, const fa_tensor
         }
         for (uint64_t e = 0; rc == 0 && e < x->numel;) {
             size_t m = x->numel - e < STEP_CHUNK ? (size_t)(x->numel - e) : STEP_CHUNK;
-            rc = write_fed_chunk(sp, c, x, ti, kinds[ti].kind, dq, e, m, err);
+            rc = write_fed_chunk(sp, c, x, ti, kinds[ti], dq, e, m, err);
             e += m;
         }
     }
@@ -1067,7 +1060,7 @@ int fa_global_model_step(fa_global_model *g, fa_model_store *store, uint64_t ver
     fa_tensors *next = NULL;
     const size_t nt = fa_tensors_count(g->table);
     fa_st_view *views = NULL, sviews[FA_SERVER_OPT_MAX_STATE];
-    struct view_kind *kinds = NULL;
+    int *kinds = NULL; /* per view of the model and master files: what it holds */
     fa_model_commit *commit = NULL;
     uint64_t sshape[1] = {g->d};
     const char **all = NULL;

@@ -382,9 +382,6 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
     return fa_errorf(err, FA_ERR_NOTFOUND, "model version %" PRIu64 " is not retained", version);
 }
 
-/* Chunks of a view's bytes produced through fill. */
-#define FILL_CHUNK ((size_t)1 << 20)
-
 /* A commit in progress: the new version's files open, each hashed as it is
  * written (fa_st_writer_hash_sha256). */
 struct fa_model_commit {
@@ -561,36 +558,17 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
                           const fa_model_files *files, fa_error *err)
 {
     fa_model_commit *c;
-    uint8_t *buf = NULL;
     int rc = fa_model_store_begin(s, version, round, files, &c, err);
 
-    /* Every file in turn, each view in order: data, or fill chunk by chunk. */
+    /* Every file in turn, each view in order (its data, or fill chunk by
+     * chunk), as the file declares them. */
     for (int f = 0; rc == 0 && f < FA_MODEL_FILES; f++) {
         const char *const *meta;
         size_t n, n_meta;
         const fa_st_view *t = file_views(files, f, &n, &meta, &n_meta);
-        for (size_t i = 0; rc == 0 && i < n; i++) {
-            uint64_t bytes = fa_st_dtype_size(t[i].dtype);
-            for (unsigned k = 0; k < t[i].ndim; k++)
-                bytes *= t[i].shape[k];
-            if (!t[i].fill) {
-                rc = fa_model_commit_put(c, f, i, 0, t[i].data, (size_t)bytes, err);
-                continue;
-            }
-            if (!buf && !(buf = malloc(FILL_CHUNK))) {
-                rc = fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", c->path[f]);
-                break;
-            }
-            for (uint64_t off = 0; rc == 0 && off < bytes;) {
-                size_t m = bytes - off < FILL_CHUNK ? (size_t)(bytes - off) : FILL_CHUNK;
-                rc = t[i].fill(t[i].ctx, &t[i], off, buf, m, err);
-                if (rc == 0)
-                    rc = fa_model_commit_put(c, f, i, off, buf, m, err);
-                off += m;
-            }
-        }
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = fa_st_writer_write_view(c->w[f], &t[i], err);
     }
-    free(buf);
     if (rc == 0)
         return fa_model_store_finish(c, err);
     fa_model_commit_abort(c);
