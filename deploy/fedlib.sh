@@ -195,9 +195,12 @@ fed_worker_pid() {
     echo "${!v}"
 }
 
-# Completed rounds according to the aggregator's log.
+# Completed rounds according to the aggregator's log (0 before the log
+# exists: an empty answer made fed_wait_rounds' test fail, ending the wait).
 fed_rounds_completed() {
-    grep -c 'msg="round completed"' "$1/logs/aggregator.log" 2>/dev/null || true
+    local n
+    n=$(grep -c 'msg="round completed"' "$1/logs/aggregator.log" 2>/dev/null) || true
+    echo "${n:-0}"
 }
 
 # fed_wait_rounds D N TIMEOUT_S : waits until N rounds completed.
