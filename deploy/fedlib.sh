@@ -195,12 +195,18 @@ fed_worker_pid() {
     echo "${!v}"
 }
 
-# Completed rounds according to the aggregator's log (0 before the log
-# exists: an empty answer made fed_wait_rounds' test fail, ending the wait).
-fed_rounds_completed() {
+# fed_count_lines FILE PATTERN : lines of FILE matching PATTERN, 0 while
+# FILE does not exist yet (grep -c then answers nothing, and a numeric test
+# of an empty answer fails instead of waiting).
+fed_count_lines() {
     local n
-    n=$(grep -c 'msg="round completed"' "$1/logs/aggregator.log" 2>/dev/null) || true
+    n=$(grep -c -- "$2" "$1" 2>/dev/null) || true
     echo "${n:-0}"
+}
+
+# Completed rounds according to the aggregator's log.
+fed_rounds_completed() {
+    fed_count_lines "$1/logs/aggregator.log" 'msg="round completed"'
 }
 
 # fed_wait_rounds D N TIMEOUT_S : waits until N rounds completed.

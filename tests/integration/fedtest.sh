@@ -96,7 +96,7 @@ PY
 # wait_count FILE PATTERN N TIMEOUT_S : waits until PATTERN matches N lines.
 wait_count() {
     local f=$1 pat=$2 n=$3 t=$4 start=$SECONDS
-    until [ "$(grep -c -- "$pat" "$f" 2>/dev/null || true)" -ge "$n" ]; do
+    until [ "$(fed_count_lines "$f" "$pat")" -ge "$n" ]; do
         [ $((SECONDS - start)) -lt "$t" ] || fail "fewer than $n '$pat' in $f after ${t}s"
         sleep 0.2
     done
