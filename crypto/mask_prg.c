@@ -1,11 +1,16 @@
 #include "crypto/mask_prg.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
 
 #include "common/fa_err.h"
+#include "crypto/mask_prg_vaes.h"
 #include "crypto/ring.h"
+
+/* Words per sub-block of the VAES path's masking loop (16 KiB). */
+#define FA_PRG_VAES_SUB_WORDS 4096
 
 /* Plaintext of the keystream: CTR mode XORs it in, so zeros give the stream. */
 static const uint8_t prg_zeros[FA_PRG_BLOCK_WORDS * 4];
@@ -18,10 +23,71 @@ static void counter_iv(uint8_t iv[16], uint64_t word)
         iv[15 - i] = (uint8_t)(block >> (8 * i)); /* big-endian 128-bit counter */
 }
 
+/* ---- which implementation ------------------------------------------------ */
+
+/* FA_VAES_NONE (OpenSSL), FA_VAES_256 or FA_VAES_512; -1 until chosen. */
+static int prg_width = -1;
+
+static int prg_auto_width(void)
+{
+#if FA_PRG_HAVE_VAES
+    return fa_prg_vaes_width();
+#else
+    return FA_VAES_NONE;
+#endif
+}
+
+static int prg_current_width(void)
+{
+    int w = __atomic_load_n(&prg_width, __ATOMIC_ACQUIRE);
+    if (w < 0) { /* every thread that races here picks the same */
+        w = prg_auto_width();
+        __atomic_store_n(&prg_width, w, __ATOMIC_RELEASE);
+    }
+    return w;
+}
+
+int fa_prg_use(const char *name)
+{
+    int want, have = prg_auto_width();
+    if (!name)
+        return FA_ERR_INVAL;
+    if (strcmp(name, "auto") == 0)
+        want = have;
+    else if (strcmp(name, "openssl") == 0)
+        want = FA_VAES_NONE;
+    else if (strcmp(name, "vaes256") == 0)
+        want = FA_VAES_256;
+    else if (strcmp(name, "vaes512") == 0)
+        want = FA_VAES_512;
+    else
+        return FA_ERR_INVAL;
+    /* a CPU with the 512-bit path runs the 256-bit one too */
+    if (want > have)
+        return FA_ERR_UNSUPPORTED;
+    __atomic_store_n(&prg_width, want, __ATOMIC_RELEASE);
+    return 0;
+}
+
+const char *fa_prg_impl(void)
+{
+    switch (prg_current_width()) {
+    case FA_VAES_512:
+        return "vaes512";
+    case FA_VAES_256:
+        return "vaes256";
+    default:
+        return "openssl";
+    }
+}
+
+/* ---- keying, seeking, words ---------------------------------------------- */
+
 int fa_prg_init(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], uint64_t word)
 {
     uint8_t iv[16];
     g->ctx = NULL;
+    g->vaes = NULL;
     if (word % 4)
         return FA_ERR_INVAL;
     counter_iv(iv, word);
@@ -31,8 +97,22 @@ int fa_prg_init(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], uint64_t word)
 int fa_prg_init_iv(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], const uint8_t iv[16])
 {
     EVP_CIPHER_CTX *ctx;
+    int width = prg_current_width();
 
     g->ctx = NULL;
+    g->vaes = NULL;
+#if FA_PRG_HAVE_VAES
+    if (width != FA_VAES_NONE) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, sizeof(struct fa_prg_vaes)) != 0)
+            return FA_ERR_NOMEM;
+        g->vaes = p;
+        fa_prg_vaes_key(g->vaes, width, key, iv);
+        return 0;
+    }
+#else
+    (void)width;
+#endif
     ctx = EVP_CIPHER_CTX_new();
     if (!ctx)
         return FA_ERR_NOMEM;
@@ -47,8 +127,14 @@ int fa_prg_init_iv(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], const uint8_t
 int fa_prg_seek(fa_prg *g, uint64_t word)
 {
     uint8_t iv[16];
-    if (word % 4 || !g->ctx)
+    if (word % 4 || (!g->ctx && !g->vaes))
         return FA_ERR_INVAL;
+#if FA_PRG_HAVE_VAES
+    if (g->vaes) {
+        fa_prg_vaes_seek(g->vaes, 0, word / 4);
+        return 0;
+    }
+#endif
     counter_iv(iv, word);
     /* NULL cipher and key keep the key schedule; only the counter changes. */
     return EVP_EncryptInit_ex(g->ctx, NULL, NULL, NULL, iv) == 1 ? 0 : FA_ERR_CRYPTO;
@@ -56,10 +142,19 @@ int fa_prg_seek(fa_prg *g, uint64_t word)
 
 void fa_prg_free(fa_prg *g)
 {
-    if (g && g->ctx) {
+    if (!g)
+        return;
+    if (g->ctx) {
         EVP_CIPHER_CTX_free(g->ctx); /* cleanses the key schedule */
         g->ctx = NULL;
     }
+#if FA_PRG_HAVE_VAES
+    if (g->vaes) {
+        fa_prg_vaes_wipe(g->vaes);
+        free(g->vaes);
+        g->vaes = NULL;
+    }
+#endif
 }
 
 int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
@@ -69,6 +164,12 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
         return FA_ERR_INVAL;
     if (n == 0)
         return 0;
+#if FA_PRG_HAVE_VAES
+    if (g->vaes) {
+        fa_prg_vaes_run(g->vaes, FA_VAES_STORE, NULL, out, n);
+        return 0;
+    }
+#endif
     if (EVP_EncryptUpdate(g->ctx, (uint8_t *)out, &outl, prg_zeros, (int)(n * 4)) != 1 ||
         outl != (int)(n * 4))
         return FA_ERR_CRYPTO;
@@ -185,6 +286,30 @@ static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1][FA_PRG_GROUP + 1] =
     },
 };
 
+#if FA_PRG_HAVE_VAES
+/* fa_prg_mask on the VAES path: each generator's keystream goes into acc
+ * from registers, one sub-block at a time, so acc's sub-block stays in L1
+ * through every mask, and no scratch block is written or read. */
+static void mask_vaes(fa_prg *g, const int *sign, size_t count, const uint32_t *base,
+                      uint32_t *acc, size_t n)
+{
+    const size_t lines = FA_PRG_VAES_SUB_WORDS * sizeof(uint32_t) / 64;
+    const size_t slice = (lines + count - 1) / count;
+
+    for (size_t off = 0; off < n; off += FA_PRG_VAES_SUB_WORDS) {
+        const size_t m = n - off < FA_PRG_VAES_SUB_WORDS ? n - off : FA_PRG_VAES_SUB_WORDS;
+        const char *next =
+            (const char *)((uintptr_t)(base + off) + FA_PRG_VAES_SUB_WORDS * sizeof(uint32_t));
+        for (size_t i = 0; i < count; i++) {
+            for (size_t l = i * slice; l < (i + 1) * slice && l < lines; l++)
+                __builtin_prefetch(next + 64 * l, 0, 3);
+            fa_prg_vaes_run(g[i].vaes, sign[i] < 0 ? FA_VAES_SUB : FA_VAES_ADD,
+                            i == 0 ? base + off : acc + off, acc + off, m);
+        }
+    }
+}
+#endif
+
 int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, uint32_t *acc,
                 size_t n, uint32_t *scratch)
 {
@@ -199,6 +324,19 @@ int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, 
             memcpy(acc, base, n * sizeof(uint32_t));
         return 0;
     }
+#if FA_PRG_HAVE_VAES
+    {
+        size_t keyed = 0;
+        while (keyed < count && g[keyed].vaes)
+            keyed++;
+        if (keyed == count) {
+            mask_vaes(g, sign, count, base, acc, n);
+            return 0;
+        }
+        /* generators keyed under different implementations (a test that
+         * switched): word by word through fa_prg_words below */
+    }
+#endif
     for (size_t off = 0; off < n; off += FA_PRG_SUB_WORDS) {
         const size_t m = n - off < FA_PRG_SUB_WORDS ? n - off : FA_PRG_SUB_WORDS;
         /* The input's next sub-block.  Past the end of this call it is what

@@ -1,11 +1,17 @@
-/* mask_prg.h - the mask generator: AES-128-CTR keystream (OpenSSL EVP, so
- * AES-NI/VAES where the CPU has them) read as little-endian 32-bit words and
- * added into or subtracted from a ring vector (internal to crypto/).
+/* mask_prg.h - the mask generator: AES-128-CTR keystream read as
+ * little-endian 32-bit words and added into or subtracted from a ring vector
+ * (internal to crypto/).
  *
  * Word i of the mask of key K is bytes [4i, 4i+4) of AES-128-CTR(K, IV = 0)
  * encrypting zeros.  Callers expand masks block by block straight into the
  * running vector with fa_prg_mask, which adds every mask of a block in
  * L1-sized sub-blocks: a whole mask vector is never materialised.
+ *
+ * Two implementations give the same words: OpenSSL's EVP (AES-NI one block
+ * an instruction where the CPU has it) and our VAES kernels
+ * (crypto/mask_prg_vaes.h: two or four blocks an instruction, the keystream
+ * added while in registers), chosen once per process by the CPU
+ * (fa_prg_use).
  */
 #ifndef FA_CRYPTO_MASK_PRG_H
 #define FA_CRYPTO_MASK_PRG_H
@@ -22,9 +28,22 @@
 #define FA_PRG_GROUP 4
 #define FA_PRG_SUB_WORDS (FA_PRG_BLOCK_WORDS / FA_PRG_GROUP)
 
+struct fa_prg_vaes;
+
+/* One of the two is set: the implementation in use when it was keyed. */
 typedef struct fa_prg {
-    void *ctx; /* EVP_CIPHER_CTX; holds the key schedule, cleansed when freed */
+    void *ctx;                /* EVP_CIPHER_CTX; holds the key schedule, cleansed when freed */
+    struct fa_prg_vaes *vaes; /* the VAES path's key schedule and counter, likewise */
 } fa_prg;
+
+/* The implementation generators keyed from now on use: "openssl" (EVP),
+ * "vaes256", "vaes512", or "auto" (the widest VAES path this CPU runs, else
+ * OpenSSL; the default).  Returns 0, FA_ERR_UNSUPPORTED where this CPU or
+ * build cannot run the one named, FA_ERR_INVAL for another name.  For tests
+ * and benchmarks; not safe while other threads key generators. */
+int fa_prg_use(const char *name);
+/* The name of the implementation in use: "openssl", "vaes256" or "vaes512". */
+const char *fa_prg_impl(void);
 
 /* Keys g and positions it at word `word` (a multiple of 4: one AES block is
  * four words).  Returns 0, FA_ERR_NOMEM or FA_ERR_CRYPTO. */

@@ -1,6 +1,10 @@
-/* fa_prg_mask (the masking hot loop) against a plain scalar reference built
- * from fa_prg_words: random mask counts and signs, odd lengths, in place or
- * from a separate input, and a block split over several calls. */
+/* The mask generator against OpenSSL's AES-128-CTR, called here directly,
+ * on every implementation this CPU runs (OpenSSL's EVP and the VAES kernels,
+ * crypto/mask_prg_vaes.h; one the CPU lacks is skipped): keystream words in
+ * pieces of any length, seeks, IVs whose low 64 bits wrap; and fa_prg_mask
+ * (the masking hot loop) against a word-by-word reference: random mask
+ * counts and signs, odd lengths, in place or from a separate input, and a
+ * block split over several calls. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,7 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
+#include "common/fa_err.h"
 #include "crypto/mask_prg.h"
+
+static const char *const impls[] = {"openssl", "vaes256", "vaes512"};
+
+/* n keystream words of key at counter block iv, by OpenSSL directly. */
+static void evp_words(const uint8_t key[16], const uint8_t iv[16], uint32_t *out, size_t n)
+{
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    uint8_t *zeros = calloc(n ? n : 1, 4);
+    int outl = 0;
+    assert_non_null(ctx);
+    assert_non_null(zeros);
+    assert_int_equal(EVP_EncryptInit_ex(ctx, EVP_aes_128_ctr(), NULL, key, iv), 1);
+    assert_int_equal(EVP_EncryptUpdate(ctx, (uint8_t *)out, &outl, zeros, (int)(n * 4)), 1);
+    assert_int_equal(outl, (int)(n * 4));
+    EVP_CIPHER_CTX_free(ctx);
+    free(zeros);
+}
 
 static uint64_t rs = 0x243f6a8885a308d3ull;
 static uint32_t rnd(void)
@@ -23,11 +47,12 @@ static uint32_t rnd(void)
 
 static void check_case(size_t count, size_t n, int in_place, size_t split)
 {
-    fa_prg *g = calloc(count ? count : 1, sizeof(*g)), *r = calloc(count ? count : 1, sizeof(*r));
+    fa_prg *g = calloc(count ? count : 1, sizeof(*g));
     int *sign = calloc(count ? count : 1, sizeof(int));
     uint32_t *base = malloc((n + 1) * 4), *acc = malloc((n + 1) * 4), *want = malloc((n + 1) * 4);
-    uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * 4), *ks = malloc(FA_PRG_BLOCK_WORDS * 4);
+    uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * 4), *ks = malloc((n + 1) * 4);
     uint8_t key[FA_PRG_KEY_BYTES];
+    const uint8_t iv0[16] = {0};
 
     for (size_t j = 0; j < n; j++)
         base[j] = want[j] = rnd();
@@ -35,17 +60,11 @@ static void check_case(size_t count, size_t n, int in_place, size_t split)
         for (size_t b = 0; b < sizeof(key); b++)
             key[b] = (uint8_t)rnd();
         assert_int_equal(fa_prg_init(&g[i], key, 0), 0);
-        assert_int_equal(fa_prg_init(&r[i], key, 0), 0);
         sign[i] = (rnd() & 1) ? 1 : -1;
-    }
-    /* the reference: word by word */
-    for (size_t off = 0; off < n; off += FA_PRG_BLOCK_WORDS) {
-        size_t m = n - off < FA_PRG_BLOCK_WORDS ? n - off : FA_PRG_BLOCK_WORDS;
-        for (size_t i = 0; i < count; i++) {
-            assert_int_equal(fa_prg_words(&r[i], ks, m), 0);
-            for (size_t j = 0; j < m; j++)
-                want[off + j] += sign[i] < 0 ? (uint32_t)-ks[j] : ks[j];
-        }
+        /* the reference: word by word, from OpenSSL */
+        evp_words(key, iv0, ks, n);
+        for (size_t j = 0; j < n; j++)
+            want[j] += sign[i] < 0 ? (uint32_t)-ks[j] : ks[j];
     }
     /* fa_prg_mask in pieces of at most `split` words (each <= one block) */
     if (in_place)
@@ -58,12 +77,9 @@ static void check_case(size_t count, size_t n, int in_place, size_t split)
         off += m;
     }
     assert_memory_equal(acc, want, n * 4);
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < count; i++)
         fa_prg_free(&g[i]);
-        fa_prg_free(&r[i]);
-    }
     free(g);
-    free(r);
     free(sign);
     free(base);
     free(acc);
@@ -72,10 +88,76 @@ static void check_case(size_t count, size_t n, int in_place, size_t split)
     free(ks);
 }
 
+/* Selects impls[*state] for the test, or skips it where this CPU lacks it. */
+static int use_impl(void **state)
+{
+    const char *name = impls[(size_t)(uintptr_t)*state];
+    int rc = fa_prg_use(name);
+    if (rc == FA_ERR_UNSUPPORTED)
+        return 1;
+    assert_int_equal(rc, 0);
+    assert_string_equal(fa_prg_impl(), name);
+    return 0;
+}
+
+static void test_keystream(void **state)
+{
+    static const size_t pieces[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 1000, 4096};
+    enum { N = 3 * FA_PRG_BLOCK_WORDS + 123 };
+    uint32_t *want = malloc((N + 256) * 4), *got = malloc((N + 256) * 4); /* a seek reads past N */
+    uint8_t key[FA_PRG_KEY_BYTES], iv[16];
+
+    if (use_impl(state)) {
+        free(want);
+        free(got);
+        skip();
+    }
+    for (int t = 0; t < 60; t++) {
+        fa_prg g;
+        for (size_t b = 0; b < sizeof(key); b++)
+            key[b] = (uint8_t)rnd();
+        for (size_t b = 0; b < sizeof(iv); b++)
+            iv[b] = (uint8_t)rnd();
+        if (t % 3 == 1) /* the low 64 bits wrap inside the run: the carry reaches hi */
+            memset(iv + 8, 0xff, 7), iv[15] = (uint8_t)(0xff - (rnd() % 40));
+        if (t % 3 == 2) /* all 128 bits wrap */
+            memset(iv, 0xff, 15), iv[15] = (uint8_t)(0xff - (rnd() % 40));
+        evp_words(key, iv, want, N);
+        assert_int_equal(fa_prg_init_iv(&g, key, iv), 0);
+        for (size_t off = 0; off < N;) {
+            size_t m = pieces[rnd() % (sizeof(pieces) / sizeof(pieces[0]))];
+            m = m < N - off ? m : N - off;
+            assert_int_equal(fa_prg_words(&g, got + off, m), 0);
+            off += m;
+        }
+        assert_memory_equal(got, want, N * 4);
+        /* a seek to any block restarts there (counter = word / 4, IV ignored) */
+        for (int s = 0; s < 4; s++) {
+            uint64_t w = 4 * (uint64_t)(rnd() % (N / 4));
+            uint8_t z[16] = {0};
+            size_t m = 1 + rnd() % 200;
+            assert_int_equal(fa_prg_seek(&g, w), 0);
+            assert_int_equal(fa_prg_words(&g, got, m), 0);
+            evp_words(key, z, want, (size_t)w + m);
+            assert_memory_equal(got, want + w, m * 4);
+            assert_int_equal(fa_prg_words(&g, got, 5), 0); /* and goes on from there */
+            evp_words(key, z, want, (size_t)w + m + 5);
+            assert_memory_equal(got, want + w + m, 5 * 4);
+        }
+        assert_int_equal(fa_prg_seek(&g, 6), FA_ERR_INVAL);
+        fa_prg_free(&g);
+        fa_prg_free(&g); /* a freed generator frees as a no-op */
+    }
+    free(want);
+    free(got);
+}
+
 static void test_against_reference(void **state)
 {
     static const size_t lens[] = {1, 3, 4, 17, 1023, 1024, 1025, 4096, 4097, 10007};
     static const size_t counts[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 17};
+    if (use_impl(state))
+        skip();
     for (size_t a = 0; a < sizeof(lens) / sizeof(lens[0]); a++)
         for (size_t b = 0; b < sizeof(counts) / sizeof(counts[0]); b++)
             for (int in_place = 0; in_place < 2; in_place++)
@@ -84,17 +166,74 @@ static void test_against_reference(void **state)
 
 static void test_split_calls(void **state)
 {
+    if (use_impl(state))
+        skip();
     /* a block handed over in uneven pieces gives the same words */
     check_case(5, 9000, 1, 333);
     check_case(4, 9000, 0, 1);
     check_case(6, 4096 * 3, 1, 4095);
+    check_case(8, 20000, 0, 4093);
 }
+
+/* Generators keyed under different implementations in one fa_prg_mask call
+ * (never in the product, where the choice is made once) still add up. */
+static void test_mixed_impls(void **state)
+{
+    enum { N = 5000 };
+    fa_prg g[3];
+    int sign[3] = {1, -1, 1};
+    uint32_t *acc = calloc(N, 4), *want = calloc(N, 4), *ks = malloc(N * 4),
+             *scratch = malloc(FA_PRG_BLOCK_WORDS * 4);
+    uint8_t key[3][FA_PRG_KEY_BYTES];
+    const uint8_t iv0[16] = {0};
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        for (size_t b = 0; b < FA_PRG_KEY_BYTES; b++)
+            key[i][b] = (uint8_t)rnd();
+        assert_int_equal(fa_prg_use(i == 1 ? "openssl" : "auto"), 0);
+        assert_int_equal(fa_prg_init(&g[i], key[i], 0), 0);
+        evp_words(key[i], iv0, ks, N);
+        for (size_t j = 0; j < N; j++)
+            want[j] += sign[i] < 0 ? (uint32_t)-ks[j] : ks[j];
+    }
+    for (size_t off = 0; off < N; off += FA_PRG_BLOCK_WORDS)
+        assert_int_equal(fa_prg_mask(g, sign, 3, acc + off, acc + off,
+                                     N - off < FA_PRG_BLOCK_WORDS ? N - off : FA_PRG_BLOCK_WORDS,
+                                     scratch),
+                         0);
+    assert_memory_equal(acc, want, N * 4);
+    for (int i = 0; i < 3; i++)
+        fa_prg_free(&g[i]);
+    free(acc);
+    free(want);
+    free(ks);
+    free(scratch);
+}
+
+static void test_use_names(void **state)
+{
+    (void)state;
+    assert_int_equal(fa_prg_use("aes-ni"), FA_ERR_INVAL);
+    assert_int_equal(fa_prg_use(NULL), FA_ERR_INVAL);
+    assert_int_equal(fa_prg_use("openssl"), 0);
+    assert_string_equal(fa_prg_impl(), "openssl");
+    assert_int_equal(fa_prg_use("auto"), 0);
+    print_message("mask generator on this CPU: %s\n", fa_prg_impl());
+}
+
+#define FA_PER_IMPL(fn)                                                                            \
+    cmocka_unit_test_prestate(fn, (void *)(uintptr_t)0),                                           \
+        cmocka_unit_test_prestate(fn, (void *)(uintptr_t)1),                                       \
+        cmocka_unit_test_prestate(fn, (void *)(uintptr_t)2)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_against_reference),
-        cmocka_unit_test(test_split_calls),
+        FA_PER_IMPL(test_keystream),
+        FA_PER_IMPL(test_against_reference),
+        FA_PER_IMPL(test_split_calls),
+        cmocka_unit_test(test_mixed_impls),
+        cmocka_unit_test(test_use_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
