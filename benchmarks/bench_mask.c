@@ -8,7 +8,10 @@
  *   what=mask_expand    the masking step alone, as the client runs it for a
  *                       ring input: fa_prg_mask over each FA_PRG_BLOCK_WORDS
  *                       block, from the input into the accumulator, with
- *                       the client's buffers (sodium_malloc) and signs
+ *                       the client's buffers (sodium_malloc) and signs; on
+ *                       the generator this CPU gets (mask_prg: vaes512,
+ *                       vaes256 or openssl, crypto/mask_prg.h) and, when
+ *                       that is a VAES one, a second line on OpenSSL's EVP
  *   what=masked_stream  fa_secagg_client_masked_next end to end from a
  *                       pre-quantised input: masks, k-bit packing, BLAKE3
  *   what=masked_stream_f32  the same from floats: clip, stochastic rounding
@@ -184,19 +187,19 @@ static void pair_add(struct pairs *p, double ref, double ours)
  * pairs of (anchor time / our time), the two runs of a pair being
  * back to back: it drifts less with the load of a shared machine than a
  * ratio of two minima taken at different moments. */
-static void line(const char *what, const char *input, uint64_t d, size_t n, uint32_t k,
-                 double mask_bytes, struct pairs *p)
+static void line(const char *what, const char *input, const char *impl, uint64_t d, size_t n,
+                 uint32_t k, double mask_bytes, struct pairs *p)
 {
     double gbs = mask_bytes / p->ours / 1e9, ref = mask_bytes / p->ref / 1e9, med = 0;
     if (p->n > 0) {
         qsort(p->ratio, (size_t)p->n, sizeof(double), fa_bench_cmp_double);
         med = p->n % 2 ? p->ratio[p->n / 2] : 0.5 * (p->ratio[p->n / 2 - 1] + p->ratio[p->n / 2]);
     }
-    printf("{\"bench\":\"mask\",\"what\":\"%s\",\"input\":\"%s\",\"d\":%llu,\"n\":%zu,"
-           "\"ring_bits\":%u,\"mask_bytes\":%.0f,\"cpu_seconds\":%.4f,\"gbytes_per_s\":%.3f,"
+    printf("{\"bench\":\"mask\",\"what\":\"%s\",\"input\":\"%s\",\"mask_prg\":\"%s\","
+           "\"d\":%llu,\"n\":%zu,\"ring_bits\":%u,\"mask_bytes\":%.0f,\"cpu_seconds\":%.4f,\"gbytes_per_s\":%.3f,"
            "\"ref\":\"openssl_aes128ctr\",\"ref_gbytes_per_s\":%.3f,\"ratio\":%.3f,"
            "\"pairs\":%d,\"ratio_pair_median\":%.3f}\n",
-           what, input, (unsigned long long)d, n, k, mask_bytes, p->ours, gbs, ref, gbs / ref, p->n,
+           what, input, impl, (unsigned long long)d, n, k, mask_bytes, p->ours, gbs, ref, gbs / ref, p->n,
            med);
     fflush(stdout);
 }
@@ -292,12 +295,16 @@ int fa_bench_mask(int argc, char **argv)
         size_t cap = 1 << 20;
         uint8_t *buf = malloc(cap);
         double mask_bytes = 4.0 * (double)d * (double)n;
-        struct pairs *pe = calloc(3, sizeof(*pe)), *pr = pe + 1, *pf = pe + 2;
+        struct pairs *pe = calloc(4, sizeof(*pe)), *pr = pe + 1, *pf = pe + 2, *po = pe + 3;
+        /* the generator this CPU gets, and OpenSSL's EVP path beside it when
+         * that is another (crypto/mask_prg.h) */
+        const char *impl = fa_prg_impl();
+        const int other = strcmp(impl, "openssl") != 0;
         uint32_t k;
 
         if (n < 2 || n > FA_SECAGG_MAX_CLIENTS || !in || !xf || !buf || !pe)
             return 2;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             pe[i].ours = pe[i].ref = -1;
         th_fed_init(&f, n, n);
         th_rng_init(&rr, n);
@@ -322,6 +329,12 @@ int fa_bench_mask(int argc, char **argv)
             for (int e = 0; e < 3; e++) {
                 a = aes_seconds((uint64_t)mask_bytes);
                 pair_add(pe, a, expand_seconds(in, d, n));
+                if (other) {
+                    a = aes_seconds((uint64_t)mask_bytes);
+                    fa_prg_use("openssl");
+                    pair_add(po, a, expand_seconds(in, d, n));
+                    fa_prg_use(impl);
+                }
             }
             a = aes_seconds((uint64_t)mask_bytes);
             pair_add(pr, a, stream_seconds(cl, buf, cap));
@@ -330,9 +343,11 @@ int fa_bench_mask(int argc, char **argv)
         }
         fa_secagg_client_del(cl);
         fa_secagg_client_del(cl2);
-        line("mask_expand", "ring", d, n, k, mask_bytes, pe);
-        line("masked_stream", "ring", d, n, k, mask_bytes, pr);
-        line("masked_stream_f32", "f32", d, n, k, mask_bytes, pf);
+        line("mask_expand", "ring", impl, d, n, k, mask_bytes, pe);
+        if (other)
+            line("mask_expand", "ring", "openssl", d, n, k, mask_bytes, po);
+        line("masked_stream", "ring", impl, d, n, k, mask_bytes, pr);
+        line("masked_stream_f32", "f32", impl, d, n, k, mask_bytes, pf);
         free(pe);
         free(in);
         free(xf);
