@@ -31,6 +31,7 @@
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "crypto/secagg.h"
 #include "model/mlp.h"
 #include "netconfig/quic_config.h"
 #include "proto/config_check.h"
@@ -363,12 +364,13 @@ int main(int argc, char **argv)
         set_ready(&app, ok, why);
     }
     fa_log(FA_LOG_INFO, "aggregator serving",
-           "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s", cfg->listen,
+           "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s mask_prg=%s",
+           cfg->listen,
            fa_h3_server_port(app.srv), cfg->metrics_listen,
            !app.dashboard                                                              ? "off"
            : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0] ? "password"
                                                                                        : "open",
-           cfg->n_regions, cfg->federation_id);
+           cfg->n_regions, cfg->federation_id, fa_secagg_mask_prg());
     rc = fa_h3_server_run(app.srv, &err);
     set_ready(&app, 0, "stopping");
     if (rc != 0)

@@ -22,18 +22,33 @@
 
 #if FA_PRG_HAVE_VAES
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define FA_VAES_LANES 8 /* vectors in flight */
 
-int fa_prg_vaes_width(void)
+/* CPUID and XGETBV directly: compilers differ in which feature names
+ * __builtin_cpu_supports knows (Clang 14 has no "vaes").  A feature counts
+ * only when the kernel saves its registers (XCR0). */
+__attribute__((target("xsave"))) int fa_prg_vaes_width(void)
 {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("aes") || !__builtin_cpu_supports("vaes"))
+    unsigned a, b, c, d, b7, c7;
+    unsigned long long xcr0;
+
+    if (!__get_cpuid(1, &a, &b, &c, &d))
         return FA_VAES_NONE;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    if (!(c & bit_AES) || !(c & bit_OSXSAVE) || !(c & bit_AVX))
+        return FA_VAES_NONE;
+    xcr0 = _xgetbv(0);
+    if ((xcr0 & 0x6) != 0x6) /* SSE and AVX state */
+        return FA_VAES_NONE;
+    if (!__get_cpuid_count(7, 0, &a, &b7, &c7, &d))
+        return FA_VAES_NONE;
+    if (!(c7 & bit_VAES))
+        return FA_VAES_NONE;
+    if ((b7 & bit_AVX512F) && (b7 & bit_AVX512BW) && (xcr0 & 0xe0) == 0xe0) /* opmask, ZMM */
         return FA_VAES_512;
-    if (__builtin_cpu_supports("avx2"))
+    if (b7 & bit_AVX2)
         return FA_VAES_256;
     return FA_VAES_NONE;
 }

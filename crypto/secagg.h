@@ -138,6 +138,11 @@ typedef struct fa_secagg_rng {
  * when that exceeds 32 or an argument is 0. */
 uint32_t fa_secagg_ring_bits_for(uint32_t quant_bits, uint32_t n_clients);
 
+/* The mask generator this process uses: "vaes512" or "vaes256" (our AES
+ * kernels on the CPU's vector AES) or "openssl" (EVP), chosen by the CPU;
+ * every one gives the same masks.  For logs. */
+const char *fa_secagg_mask_prg(void);
+
 /* Bytes of one bit-packed masked upload: ceil(vector_len * ring_bits / 8). */
 uint64_t fa_secagg_masked_bytes(uint64_t vector_len, uint32_t ring_bits);
 

@@ -15,6 +15,11 @@
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
+const char *fa_secagg_mask_prg(void)
+{
+    return fa_prg_impl();
+}
+
 uint32_t fa_secagg_ring_bits_for(uint32_t quant_bits, uint32_t n_clients)
 {
     uint32_t extra = 0;

@@ -49,6 +49,7 @@
 #include "common/fa_file.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "crypto/secagg.h"
 #include "model/mlp.h"
 #include "model/tensors.h"
 #include "model/train.h"
@@ -1518,9 +1519,10 @@ int main(int argc, char **argv)
         goto out;
     }
     fa_log(FA_LOG_INFO, "worker started",
-           "ranks=%d backend=%s examples=%u aggregator=%s trainer=%s", w.world,
+           "ranks=%d backend=%s examples=%u aggregator=%s trainer=%s mask_prg=%s", w.world,
            fa_comm_backend_name(w.comm), w.shard.ds.n, cfg->aggregator,
-           w.external ? (w.xopts.long_lived ? "external-long-lived" : "external") : "builtin");
+           w.external ? (w.xopts.long_lived ? "external-long-lived" : "external") : "builtin",
+           fa_secagg_mask_prg());
 
     if (w.rank == 0) {
         rc = fa_round_client_new(&w.rc, cfg, &err);
