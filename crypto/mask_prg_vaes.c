@@ -157,38 +157,35 @@ kernel512(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint3
     const long long hi = (long long)v->hi;
     __m512i c = _mm512_setr_epi64((long long)lo, hi, (long long)(lo + 1), hi, (long long)(lo + 2),
                                   hi, (long long)(lo + 3), hi);
-    __m512i k[11];
     size_t j = 0; /* words done */
-
-#pragma GCC unroll 11
-    for (int r = 0; r < 11; r++)
-        k[r] = _mm512_load_si512((const void *)v->rk[r]);
+#define FA_K(r) _mm512_load_si512((const void *)v->rk[r])
     for (; nb >= 4 * FA_VAES_LANES; nb -= 4 * FA_VAES_LANES, j += 16 * FA_VAES_LANES) {
         __m512i s[FA_VAES_LANES];
 #pragma GCC unroll 8
         for (int i = 0; i < FA_VAES_LANES; i++) {
-            s[i] = _mm512_xor_si512(_mm512_shuffle_epi8(c, rev), k[0]);
+            s[i] = _mm512_xor_si512(_mm512_shuffle_epi8(c, rev), FA_K(0));
             c = _mm512_add_epi64(c, four);
         }
 #pragma GCC unroll 9
         for (int r = 1; r < 10; r++)
 #pragma GCC unroll 8
             for (int i = 0; i < FA_VAES_LANES; i++)
-                s[i] = _mm512_aesenc_epi128(s[i], k[r]);
+                s[i] = _mm512_aesenc_epi128(s[i], FA_K(r));
 #pragma GCC unroll 8
         for (int i = 0; i < FA_VAES_LANES; i++) {
-            s[i] = _mm512_aesenclast_epi128(s[i], k[10]);
+            s[i] = _mm512_aesenclast_epi128(s[i], FA_K(10));
             FA_APPLY(512, op, base + j + 16 * i, out + j + 16 * i, s[i]);
         }
     }
     for (; nb >= 4; nb -= 4, j += 16) {
-        __m512i s = _mm512_xor_si512(_mm512_shuffle_epi8(c, rev), k[0]);
+        __m512i s = _mm512_xor_si512(_mm512_shuffle_epi8(c, rev), FA_K(0));
         c = _mm512_add_epi64(c, four);
         for (int r = 1; r < 10; r++)
-            s = _mm512_aesenc_epi128(s, k[r]);
-        s = _mm512_aesenclast_epi128(s, k[10]);
+            s = _mm512_aesenc_epi128(s, FA_K(r));
+        s = _mm512_aesenclast_epi128(s, FA_K(10));
         FA_APPLY(512, op, base + j, out + j, s);
     }
+#undef FA_K
 }
 
 /* Two blocks a vector.  Sixteen registers do not hold the eleven keys and
