@@ -280,6 +280,8 @@ int main(int argc, char **argv)
         goto out;
     }
     fa_log_set_level(lvl);
+    if ((rc = fa_secagg_mask_prg_from_env(&err)) != 0)
+        goto fail;
 
     /* Block the drain signals before any thread starts (metrics thread). */
     {

@@ -69,9 +69,9 @@ int fa_prg_use(const char *name)
     return 0;
 }
 
-const char *fa_prg_impl(void)
+static const char *width_name(int width)
 {
-    switch (prg_current_width()) {
+    switch (width) {
     case FA_VAES_512:
         return "vaes512";
     case FA_VAES_256:
@@ -79,6 +79,16 @@ const char *fa_prg_impl(void)
     default:
         return "openssl";
     }
+}
+
+const char *fa_prg_impl(void)
+{
+    return width_name(prg_current_width());
+}
+
+const char *fa_prg_best(void)
+{
+    return width_name(prg_auto_width());
 }
 
 /* ---- keying, seeking, words ---------------------------------------------- */

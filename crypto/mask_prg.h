@@ -44,6 +44,8 @@ typedef struct fa_prg {
 int fa_prg_use(const char *name);
 /* The name of the implementation in use: "openssl", "vaes256" or "vaes512". */
 const char *fa_prg_impl(void);
+/* The name of the one "auto" picks on this CPU. */
+const char *fa_prg_best(void);
 
 /* Keys g and positions it at word `word` (a multiple of 4: one AES block is
  * four words).  Returns 0, FA_ERR_NOMEM or FA_ERR_CRYPTO. */

@@ -142,6 +142,13 @@ uint32_t fa_secagg_ring_bits_for(uint32_t quant_bits, uint32_t n_clients);
  * kernels on the CPU's vector AES) or "openssl" (EVP), chosen by the CPU;
  * every one gives the same masks.  For logs. */
 const char *fa_secagg_mask_prg(void);
+/* FEDAGG_MASK_PRG from the environment, when set and not empty: "auto"
+ * (the default), "openssl" (OpenSSL's EVP only: for a deployment that
+ * admits no AES but its validated library's), "vaes256" or "vaes512".
+ * Returns 0, or FA_ERR_INVAL (a name not among those) or
+ * FA_ERR_UNSUPPORTED (this CPU cannot run it) with a message naming the
+ * variable.  The daemons call it once at start-up. */
+int fa_secagg_mask_prg_from_env(fa_error *err);
 
 /* Bytes of one bit-packed masked upload: ceil(vector_len * ring_bits / 8). */
 uint64_t fa_secagg_masked_bytes(uint64_t vector_len, uint32_t ring_bits);

@@ -20,6 +20,26 @@ const char *fa_secagg_mask_prg(void)
     return fa_prg_impl();
 }
 
+int fa_secagg_mask_prg_from_env(fa_error *err)
+{
+    const char *e = getenv("FEDAGG_MASK_PRG");
+    int rc;
+    if (!e || !*e)
+        return 0;
+    rc = fa_prg_use(e);
+    if (rc == FA_ERR_INVAL)
+        return fa_errorf(err, rc,
+                         "FEDAGG_MASK_PRG=%.64s: not a mask generator (auto, openssl, vaes256, "
+                         "vaes512)",
+                         e);
+    if (rc == FA_ERR_UNSUPPORTED)
+        return fa_errorf(err, rc,
+                         "FEDAGG_MASK_PRG=%s: this CPU cannot run it (its best is %s; auto "
+                         "picks that)",
+                         e, fa_prg_best());
+    return rc;
+}
+
 uint32_t fa_secagg_ring_bits_for(uint32_t quant_bits, uint32_t n_clients)
 {
     uint32_t extra = 0;

@@ -1427,6 +1427,10 @@ int main(int argc, char **argv)
     w.cfg = cfg;
     lvl = fa_log_level_parse(level ? level : cfg->log_level);
     fa_log_set_level(lvl >= 0 ? lvl : FA_LOG_INFO);
+    if ((rc = fa_secagg_mask_prg_from_env(&err)) != 0) {
+        fprintf(stderr, "fedagg-worker: %s\n", fa_error_msg(&err, rc));
+        goto out;
+    }
 
     /* The communicator comes first: the NCCL backend picks each rank's GPU. */
     rc = fa_comm_new(&w.comm, (int)cfg->device, &err);

@@ -18,6 +18,7 @@
 
 #include "common/fa_err.h"
 #include "crypto/mask_prg.h"
+#include "crypto/secagg.h"
 
 static const char *const impls[] = {"openssl", "vaes256", "vaes512"};
 
@@ -218,7 +219,39 @@ static void test_use_names(void **state)
     assert_int_equal(fa_prg_use("openssl"), 0);
     assert_string_equal(fa_prg_impl(), "openssl");
     assert_int_equal(fa_prg_use("auto"), 0);
+    assert_string_equal(fa_prg_impl(), fa_prg_best());
     print_message("mask generator on this CPU: %s\n", fa_prg_impl());
+}
+
+/* The daemons' FEDAGG_MASK_PRG: unset or empty leaves auto; a name sets
+ * it; anything else, or a path this CPU lacks, is refused by name. */
+static void test_env(void **state)
+{
+    fa_error err;
+    (void)state;
+    unsetenv("FEDAGG_MASK_PRG");
+    assert_int_equal(fa_secagg_mask_prg_from_env(&err), 0);
+    assert_string_equal(fa_secagg_mask_prg(), fa_prg_best());
+    setenv("FEDAGG_MASK_PRG", "", 1);
+    assert_int_equal(fa_secagg_mask_prg_from_env(&err), 0);
+    setenv("FEDAGG_MASK_PRG", "openssl", 1);
+    assert_int_equal(fa_secagg_mask_prg_from_env(&err), 0);
+    assert_string_equal(fa_secagg_mask_prg(), "openssl");
+    setenv("FEDAGG_MASK_PRG", "aes-ni", 1);
+    fa_error_clear(&err);
+    assert_int_equal(fa_secagg_mask_prg_from_env(&err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "FEDAGG_MASK_PRG=aes-ni"));
+    assert_string_equal(fa_secagg_mask_prg(), "openssl"); /* unchanged */
+    setenv("FEDAGG_MASK_PRG", "vaes512", 1);
+    fa_error_clear(&err);
+    if (strcmp(fa_prg_best(), "vaes512") != 0) {
+        assert_int_equal(fa_secagg_mask_prg_from_env(&err), FA_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err.msg, "this CPU cannot run it"));
+    } else {
+        assert_int_equal(fa_secagg_mask_prg_from_env(&err), 0);
+    }
+    unsetenv("FEDAGG_MASK_PRG");
+    assert_int_equal(fa_prg_use("auto"), 0);
 }
 
 #define FA_PER_IMPL(fn)                                                                            \
@@ -234,6 +267,7 @@ int main(void)
         FA_PER_IMPL(test_split_calls),
         cmocka_unit_test(test_mixed_impls),
         cmocka_unit_test(test_use_names),
+        cmocka_unit_test(test_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
