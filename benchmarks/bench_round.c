@@ -1274,6 +1274,16 @@ int fa_bench_round(int argc, char **argv)
 
     memset(&o, 0, sizeof(o));
     memset(&P, 0, sizeof(P));
+    {
+        /* FEDAGG_MASK_PRG as the daemons take it: the region clients here,
+         * the aggregator it spawns inheriting it (to run both on one path) */
+        fa_error perr;
+        fa_error_clear(&perr);
+        if (fa_secagg_mask_prg_from_env(&perr) != 0) {
+            fprintf(stderr, "fedagg-bench round: %s\n", perr.msg);
+            return 2;
+        }
+    }
     o.e2e = o.bytes = o.rss = o.accuracy = 1;
     o.reps = 5;
     o.regions = 8;
