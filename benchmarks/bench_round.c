@@ -52,6 +52,8 @@
  *   OpenSSL EVP): region_cpu_ratio, target 1.5.  Beside it, the masks as
  *   this build expands them (mask_prg: vaes512 or vaes256 where the CPU
  *   has VAES, two to four blocks an instruction, else openssl;
+ *   FEDAGG_MASK_PRG chooses it for the clients and the aggregator, as it
+ *   does for the daemons;
  *   mask_prg_bytes_per_s measured after the rounds, region_masks_own_s),
  *   and the rest of the region's extra CPU (region_not_masks_s: hashing,
  *   copies, state writes) against those masks
