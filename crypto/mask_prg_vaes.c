@@ -16,8 +16,6 @@
  * blocks are encrypted before any is applied. */
 #include "crypto/mask_prg_vaes.h"
 
-#include <string.h>
-
 #include <openssl/crypto.h>
 
 #if FA_PRG_HAVE_VAES
@@ -253,32 +251,33 @@ static uint32_t apply_word(enum fa_vaes_op op, uint32_t base, uint32_t ks)
     return op == FA_VAES_STORE ? ks : op == FA_VAES_ADD ? base + ks : base - ks;
 }
 
+/* Runs of four blocks and more go to the kernel; anything less (the start
+ * or end of a call off a block boundary, the last blocks before lo wraps)
+ * goes one block at a time through held, which keeps what a call leaves of
+ * its last block for the next. */
 void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
                      uint32_t *out, size_t n)
 {
     static const kernel_fn k512[3] = {kernel512_store, kernel512_add, kernel512_sub},
                            k256[3] = {kernel256_store, kernel256_add, kernel256_sub};
     const kernel_fn kernel = (v->width == FA_VAES_512 ? k512 : k256)[op];
-    size_t j = 0, nb;
+    size_t j = 0;
 
     if (op == FA_VAES_STORE)
         base = out; /* read by nothing; keeps the pointer arithmetic below defined */
-    /* the rest of a block begun by the last call */
-    for (; v->nheld > 0 && j < n; j++, v->nheld--)
-        out[j] = apply_word(op, base[j], v->held[4 - v->nheld]);
-    nb = (n - j) / 4;
-    while (nb > 0) {
-        /* blocks up to lo's wrap: 2^64 - lo (all of them when lo is 0) */
-        uint64_t room = v->lo == 0 ? UINT64_MAX : 0 - v->lo;
-        size_t take = (size_t)(nb < room ? nb : room) & ~(size_t)3;
-        if (take == 0) { /* fewer than four blocks left, or at the wrap: one at a time */
-            uint32_t ks[4];
-            one_block(v, ks);
-            for (int w = 0; w < 4; w++)
-                out[j + (size_t)w] = apply_word(op, base[j + (size_t)w], ks[w]);
-            OPENSSL_cleanse(ks, sizeof(ks));
-            j += 4;
-            nb--;
+    for (;;) {
+        uint64_t room, nb;
+        size_t take;
+        for (; v->nheld > 0 && j < n; j++, v->nheld--)
+            out[j] = apply_word(op, base[j], v->held[4 - v->nheld]);
+        if (j == n)
+            return;
+        nb = (n - j) / 4;
+        room = v->lo == 0 ? UINT64_MAX : 0 - v->lo; /* blocks up to lo's wrap: 2^64 - lo */
+        take = (size_t)(nb < room ? nb : room) & ~(size_t)3;
+        if (take == 0) {
+            one_block(v, v->held);
+            v->nheld = 4;
             continue;
         }
         kernel(v, base + j, out + j, take);
@@ -286,17 +285,6 @@ void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *
         if (v->lo == 0)
             v->hi++;
         j += 4 * take;
-        nb -= take;
-    }
-    if (j < n) { /* a block begun: what is not used now waits in held */
-        uint32_t ks[4];
-        size_t w = 0;
-        one_block(v, ks);
-        for (; j < n; j++, w++)
-            out[j] = apply_word(op, base[j], ks[w]);
-        v->nheld = (unsigned)(4 - w);
-        memcpy(v->held + w, ks + w, (4 - w) * sizeof(uint32_t));
-        OPENSSL_cleanse(ks, sizeof(ks));
     }
 }
 

@@ -37,7 +37,7 @@ struct fa_prg_vaes {
     /* The eleven AES-128 round keys, each repeated to fill a 512-bit row. */
     _Alignas(64) uint8_t rk[11][64];
     uint64_t hi, lo;  /* the counter of the next block: hi:lo, big-endian on the wire */
-    uint32_t held[4]; /* the block begun and not used up: its last `nheld` words */
+    uint32_t held[4]; /* the last block made: its last `nheld` words are not used yet */
     unsigned nheld;
     int width; /* FA_VAES_256 or FA_VAES_512 */
 };
