@@ -70,48 +70,6 @@ static double aes_seconds(uint64_t bytes)
     return t0;
 }
 
-/* The client's masking step (stream_block in crypto/secagg_client.c, ring
- * input): the library's fa_prg_mask from the input into the accumulator,
- * block by block, every mask of the block in one call.  The self mask is
- * added and the pairwise masks alternate in sign, as they do for a client
- * in the middle of the sorted ids. */
-static double expand_seconds(const uint32_t *in, uint64_t d, size_t n)
-{
-    fa_prg *g = calloc(n, sizeof(*g));
-    int *sign = calloc(n, sizeof(*sign));
-    uint32_t *acc = sodium_malloc(FA_PRG_BLOCK_WORDS * 4);
-    uint32_t *scratch = sodium_malloc(FA_PRG_BLOCK_WORDS * 4);
-    uint8_t key[16];
-    double t0 = -1;
-    if (!g || !sign || !acc || !scratch)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        memset(key, (int)i + 1, sizeof(key));
-        if (fa_prg_init(&g[i], key, 0) != 0)
-            goto out;
-        sign[i] = (i & 1) ? -1 : 1;
-    }
-    t0 = fa_bench_thread_cpu_s();
-    for (uint64_t off = 0; off < d; off += FA_PRG_BLOCK_WORDS) {
-        size_t m = d - off < FA_PRG_BLOCK_WORDS ? (size_t)(d - off) : FA_PRG_BLOCK_WORDS;
-        if (fa_prg_mask(g, sign, n, in + off, acc, m, scratch) != 0) {
-            t0 = -1;
-            goto out;
-        }
-    }
-    t0 = fa_bench_thread_cpu_s() - t0;
-out:
-    for (size_t i = 0; g && i < n; i++)
-        fa_prg_free(&g[i]);
-    free(g);
-    free(sign);
-    if (acc)
-        sodium_free(acc);
-    if (scratch)
-        sodium_free(scratch);
-    return t0;
-}
-
 /* A client of an n-client federation brought to the masked phase. */
 static fa_secagg_client *client_ready(size_t n, const fa_secagg_config *cfg, th_fed *f, th_rng *rr)
 {
@@ -196,11 +154,11 @@ static void line(const char *what, const char *input, const char *impl, uint64_t
         med = p->n % 2 ? p->ratio[p->n / 2] : 0.5 * (p->ratio[p->n / 2 - 1] + p->ratio[p->n / 2]);
     }
     printf("{\"bench\":\"mask\",\"what\":\"%s\",\"input\":\"%s\",\"mask_prg\":\"%s\","
-           "\"d\":%llu,\"n\":%zu,\"ring_bits\":%u,\"mask_bytes\":%.0f,\"cpu_seconds\":%.4f,\"gbytes_per_s\":%.3f,"
-           "\"ref\":\"openssl_aes128ctr\",\"ref_gbytes_per_s\":%.3f,\"ratio\":%.3f,"
-           "\"pairs\":%d,\"ratio_pair_median\":%.3f}\n",
-           what, input, impl, (unsigned long long)d, n, k, mask_bytes, p->ours, gbs, ref, gbs / ref, p->n,
-           med);
+           "\"d\":%llu,\"n\":%zu,\"ring_bits\":%u,\"mask_bytes\":%.0f,\"cpu_seconds\":%.4f,"
+           "\"gbytes_per_s\":%.3f,\"ref\":\"openssl_aes128ctr\",\"ref_gbytes_per_s\":%.3f,"
+           "\"ratio\":%.3f,\"pairs\":%d,\"ratio_pair_median\":%.3f}\n",
+           what, input, impl, (unsigned long long)d, n, k, mask_bytes, p->ours, gbs, ref, gbs / ref,
+           p->n, med);
     fflush(stdout);
 }
 
@@ -328,11 +286,11 @@ int fa_bench_mask(int argc, char **argv)
             double a;
             for (int e = 0; e < 3; e++) {
                 a = aes_seconds((uint64_t)mask_bytes);
-                pair_add(pe, a, expand_seconds(in, d, n));
+                pair_add(pe, a, fa_bench_mask_seconds(in, d, n));
                 if (other) {
                     a = aes_seconds((uint64_t)mask_bytes);
                     fa_prg_use("openssl");
-                    pair_add(po, a, expand_seconds(in, d, n));
+                    pair_add(po, a, fa_bench_mask_seconds(in, d, n));
                     fa_prg_use(impl);
                 }
             }

@@ -1,4 +1,5 @@
-/* measure.h - clocks and statistics shared by the fedagg-bench subcommands.
+/* measure.h - clocks, statistics and timed steps shared by the fedagg-bench
+ * subcommands.
  *
  * (Not bench_*.c: every benchmarks/bench_<name>.c is a subcommand.) */
 #ifndef FA_BENCH_MEASURE_H
@@ -6,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The monotonic clock, in seconds (fa_time_mono_s). */
 double fa_bench_now_s(void);
@@ -31,5 +33,12 @@ const char *fa_bench_json_num(char *buf, size_t n, double v, int prec);
  * "fedagg-bench <cmd>: <part>: <the message>" on stderr. */
 void fa_bench_verror(const char *cmd, const char *part, const char *head, const char *fmt,
                      va_list ap) __attribute__((format(printf, 4, 0)));
+
+/* Thread-CPU seconds of a region's masking step over d coordinates with n
+ * masks on this process's generator (crypto/mask_prg.h): fa_prg_mask block
+ * by block from in into an accumulator, with the client's buffers
+ * (sodium_malloc); the first mask added, the others alternating in sign.
+ * -1 when a generator cannot be keyed or a mask fails. */
+double fa_bench_mask_seconds(const uint32_t *in, uint64_t d, size_t n);
 
 #endif

@@ -19,7 +19,6 @@
 #include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
-#include "crypto/mask_prg.h"
 #include "fedagg.pb-c.h"
 #include "model/data.h"
 #include "proto/config_check.h"
@@ -596,44 +595,20 @@ double fa_rbench_aes_ctr_speed(void)
 }
 
 /* The speed of the mask generator this process uses (fa_prg_impl: VAES
- * where the CPU has it, else OpenSSL's EVP), as a region runs it: n
- * generators, the first added and the rest alternating in sign, through
- * fa_prg_mask block by block over a vector of `words`, in mask bytes
- * (4 * words * n) per thread-CPU second, best of three. */
+ * where the CPU has it, else OpenSSL's EVP), as a region runs it
+ * (fa_bench_mask_seconds), in mask bytes (4 * words * n) per thread-CPU
+ * second, best of three. */
 double fa_rbench_mask_speed(size_t n, size_t words)
 {
-    uint32_t *in = calloc(words ? words : 1, 4), *acc = malloc(FA_PRG_BLOCK_WORDS * 4),
-             *scratch = malloc(FA_PRG_BLOCK_WORDS * 4);
-    fa_prg *g = calloc(n ? n : 1, sizeof(*g));
-    int *sign = calloc(n ? n : 1, sizeof(int));
+    uint32_t *in = calloc(words ? words : 1, 4);
     double best = NAN;
 
-    for (int rep = 0; rep < 3 && in && acc && scratch && g && sign && n > 0; rep++) {
-        struct timespec a, b;
-        int rc = 0;
-        for (size_t i = 0; i < n && rc == 0; i++) {
-            uint8_t key[16];
-            memset(key, (int)(i + 1), sizeof(key));
-            rc = fa_prg_init(&g[i], key, 0);
-            sign[i] = i == 0 || i % 2 ? 1 : -1;
-        }
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-        for (size_t off = 0; off < words && rc == 0; off += FA_PRG_BLOCK_WORDS)
-            rc = fa_prg_mask(g, sign, n, in + off, acc,
-                             words - off < FA_PRG_BLOCK_WORDS ? words - off : FA_PRG_BLOCK_WORDS,
-                             scratch);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        for (size_t i = 0; i < n; i++)
-            fa_prg_free(&g[i]);
-        double t = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-        if (rc == 0 && t > 0 && (isnan(best) || 4.0 * (double)words * (double)n / t > best))
+    for (int rep = 0; rep < 3 && in; rep++) {
+        double t = fa_bench_mask_seconds(in, words, n);
+        if (t > 0 && (isnan(best) || 4.0 * (double)words * (double)n / t > best))
             best = 4.0 * (double)words * (double)n / t;
     }
     free(in);
-    free(acc);
-    free(scratch);
-    free(g);
-    free(sign);
     return best;
 }
 

@@ -103,7 +103,8 @@ static int use_impl(void **state)
 
 static void test_keystream(void **state)
 {
-    static const size_t pieces[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 1000, 4096};
+    static const size_t pieces[] = {1,  2,  3,  4,  5,   7,   8,   15,   16,  17,
+                                    31, 33, 63, 64, 65, 127, 129, 1000, 4096};
     enum { N = 3 * FA_PRG_BLOCK_WORDS + 123 };
     uint32_t *want = malloc((N + 256) * 4), *got = malloc((N + 256) * 4); /* a seek reads past N */
     uint8_t key[FA_PRG_KEY_BYTES], iv[16];
