@@ -4,13 +4,14 @@
  * pieces of any length, seeks, IVs whose low 64 bits wrap; and fa_prg_mask
  * (the masking hot loop) against a word-by-word reference: random mask
  * counts and signs, odd lengths, in place or from a separate input, and a
- * block split over several calls. */
+ * block split over several calls.  main says how to run one path's tests. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,9 +73,9 @@ static void check_case(size_t count, size_t n, int in_place, size_t split)
         memcpy(acc, base, n * 4);
     for (size_t off = 0; off < n;) {
         size_t m = n - off < split ? n - off : split;
-        assert_int_equal(fa_prg_mask(g, sign, count, in_place ? acc + off : base + off, acc + off,
-                                     m, scratch),
-                         0);
+        assert_int_equal(
+            fa_prg_mask(g, sign, count, in_place ? acc + off : base + off, acc + off, m, scratch),
+            0);
         off += m;
     }
     assert_memory_equal(acc, want, n * 4);
@@ -103,7 +104,7 @@ static int use_impl(void **state)
 
 static void test_keystream(void **state)
 {
-    static const size_t pieces[] = {1,  2,  3,  4,  5,   7,   8,   15,   16,  17,
+    static const size_t pieces[] = {1,  2,  3,  4,  5,  7,   8,   15,   16,  17,
                                     31, 33, 63, 64, 65, 127, 129, 1000, 4096};
     enum { N = 3 * FA_PRG_BLOCK_WORDS + 123 };
     uint32_t *want = malloc((N + 256) * 4), *got = malloc((N + 256) * 4); /* a seek reads past N */
@@ -255,20 +256,52 @@ static void test_env(void **state)
     assert_int_equal(fa_prg_use("auto"), 0);
 }
 
-#define FA_PER_IMPL(fn)                                                                            \
-    cmocka_unit_test_prestate(fn, (void *)(uintptr_t)0),                                           \
-        cmocka_unit_test_prestate(fn, (void *)(uintptr_t)1),                                       \
-        cmocka_unit_test_prestate(fn, (void *)(uintptr_t)2)
-
-int main(void)
+/* Which tests run: with no argument all of them; with arguments, the
+ * per-path tests of each path named and, for "shared", the tests across
+ * paths.  ctest runs it once per VAES path and once for OpenSSL's and the
+ * shared tests (tests/CMakeLists.txt), so that a path this CPU lacks shows
+ * as one skipped entry while the others show as passed. */
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
-        FA_PER_IMPL(test_keystream),
-        FA_PER_IMPL(test_against_reference),
-        FA_PER_IMPL(test_split_calls),
+    static void (*const per_impl[])(void **) = {test_keystream, test_against_reference,
+                                                test_split_calls};
+    static const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_mixed_impls),
         cmocka_unit_test(test_use_names),
         cmocka_unit_test(test_env),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    static const char *const names[] = {"test_keystream", "test_against_reference",
+                                        "test_split_calls"};
+    enum {
+        NIMPL = sizeof(impls) / sizeof(impls[0]),
+        NPER = sizeof(per_impl) / sizeof(per_impl[0]),
+    };
+    struct CMUnitTest tests[NIMPL * NPER + sizeof(shared) / sizeof(shared[0])];
+    size_t n = 0;
+    int want_shared = argc < 2;
+
+    for (int a = 1; a < argc; a++) {
+        int known = !strcmp(argv[a], "shared");
+        want_shared |= known;
+        for (size_t i = 0; i < NIMPL; i++)
+            known |= !strcmp(argv[a], impls[i]);
+        if (!known) {
+            fprintf(stderr,
+                    "test_crypto_prgmask: unknown argument '%s' (openssl, vaes256, "
+                    "vaes512 or shared)\n",
+                    argv[a]);
+            return 2;
+        }
+    }
+    for (size_t i = 0; i < NIMPL; i++) {
+        int want = argc < 2;
+        for (int a = 1; a < argc; a++)
+            want |= !strcmp(argv[a], impls[i]);
+        for (size_t t = 0; want && t < NPER; t++)
+            tests[n++] =
+                (struct CMUnitTest){names[t], per_impl[t], NULL, NULL, (void *)(uintptr_t)i};
+    }
+    for (size_t t = 0; want_shared && t < sizeof(shared) / sizeof(shared[0]); t++)
+        tests[n++] = shared[t];
+    return _cmocka_run_group_tests("test_crypto_prgmask", tests, n, NULL, NULL);
 }
