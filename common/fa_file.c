@@ -18,6 +18,7 @@ struct fa_atomic_file {
     char *tmp;
     int reused;   /* tmp is a spare written over: cut to what was written at commit */
     uint64_t end; /* the end of what fa_atomic_file_pwrite wrote */
+    uint64_t wb_step, wb_pending; /* fa_atomic_file_write_back_every; bytes since the last */
 };
 
 static char *dir_of(const char *path)
@@ -176,8 +177,26 @@ int fa_atomic_file_fd(const fa_atomic_file *f)
     return f->fd;
 }
 
+void fa_atomic_file_write_back_every(fa_atomic_file *f, uint64_t step)
+{
+    f->wb_step = step;
+    f->wb_pending = 0;
+}
+
+/* After len more bytes: every wb_step of them, the file's dirty pages go to
+ * the disk's queue (over the whole file: pages already on their way are
+ * not dirty, so each call walks only what was written since the last). */
+static void write_back(fa_atomic_file *f, size_t len)
+{
+    if (f->wb_step == 0 || (f->wb_pending += len) < f->wb_step)
+        return;
+    f->wb_pending = 0;
+    (void)sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* a hint: fsync reports */
+}
+
 int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err)
 {
+    size_t all = len;
     const uint8_t *p = data;
     while (len > 0) {
         ssize_t w = write(f->fd, p, len);
@@ -189,6 +208,7 @@ int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_err
         p += w;
         len -= (size_t)w;
     }
+    write_back(f, all);
     return 0;
 }
 
@@ -196,6 +216,7 @@ int fa_atomic_file_pwrite(fa_atomic_file *f, const void *data, size_t len, uint6
                           fa_error *err)
 {
     const uint8_t *p = data;
+    const size_t all = len;
     if (off > (uint64_t)INT64_MAX - len)
         return fa_errorf(err, FA_ERR_INVAL, "%s: write at %" PRIu64 " is past any file", f->path,
                          off);
@@ -212,6 +233,7 @@ int fa_atomic_file_pwrite(fa_atomic_file *f, const void *data, size_t len, uint6
         off += (uint64_t)w;
         len -= (size_t)w;
     }
+    write_back(f, all);
     return 0;
 }
 

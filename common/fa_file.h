@@ -63,6 +63,16 @@ int fa_atomic_file_pread(fa_atomic_file *f, void *buf, size_t len, uint64_t off,
 /* The file descriptor of the temporary file (for writers that need one). */
 int fa_atomic_file_fd(const fa_atomic_file *f);
 
+/* Starts the kernel writing the new file to disk every `step` bytes
+ * written (sync_file_range, SYNC_FILE_RANGE_WRITE: it does not wait), so
+ * that the fsync of fa_atomic_file_commit finds most of it on disk already
+ * instead of writing it all then: the disk works while the writer goes on
+ * computing the rest, and while the files after it are written.  For a
+ * file that will be committed with its fsync; 0 turns it off (the
+ * default).  A failed write-back shows at that fsync. */
+void fa_atomic_file_write_back_every(fa_atomic_file *f, uint64_t step);
+#define FA_WRITE_BACK_STEP (8u << 20) /* bytes; a few ms of a disk's writing */
+
 /* fsync, rename over the destination, fsync the directory, free f.
  * On failure the destination is untouched and f is freed.  Returns 0 or FA_ERR_IO. */
 int fa_atomic_file_commit(fa_atomic_file *f, fa_error *err);

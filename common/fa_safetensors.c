@@ -833,6 +833,7 @@ int fa_st_writer_open_spare(fa_st_writer *w, const char *path, const char *spare
                : fa_atomic_file_open(&w->file, path, mode, err);
     if (rc != 0)
         return rc;
+    fa_atomic_file_write_back_every(w->file, FA_WRITE_BACK_STEP); /* commit fsyncs it */
     if ((rc = fa_atomic_file_write(w->file, w->header, w->header_len, err)) != 0) {
         fa_atomic_file_abort(w->file);
         w->file = NULL;

@@ -545,8 +545,10 @@ int fa_delta_reconstruct(const char *base_path, const char *delta_path, const ch
         goto out;
     }
     rc = fa_atomic_file_open(&o.f, out_path, 0600, err);
-    if (rc == 0)
+    if (rc == 0) {
+        fa_atomic_file_write_back_every(o.f, FA_WRITE_BACK_STEP); /* committed with its fsync */
         rc = out_write(&o, hdr, (size_t)ht->numel, err);
+    }
     for (size_t i = 0; rc == 0 && i < fa_st_count(h); i++) {
         const struct plan *p = &pl[i];
         if (p->kind == FROM_BASE)

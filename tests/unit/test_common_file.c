@@ -212,6 +212,65 @@ static void test_atomic_write_over_spare(void **state)
     assert_int_equal(count_entries(dir), 1);
 }
 
+/* Early write-back (fa_atomic_file_write_back_every) changes when the
+ * kernel writes, never what the file holds: appends and writes at offsets
+ * ahead and behind, in pieces around a small step, over a longer spare
+ * (cut at commit) and into a new file, read back byte for byte. */
+static void test_atomic_write_back(void **state)
+{
+    enum { N = 1 << 20 };
+    uint8_t *want = malloc(N), *got = malloc(N + 1);
+    char path[400], spare[400];
+    uint32_t x = 12345;
+    (void)state;
+
+    for (size_t i = 0; i < N; i++)
+        want[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
+    snprintf(path, sizeof(path), "%s/wb", tmpdir);
+    snprintf(spare, sizeof(spare), "%s/wb-spare", tmpdir);
+    for (int reuse = 0; reuse < 2; reuse++) {
+        fa_atomic_file *f = NULL;
+        size_t len = 0;
+        int fd;
+        if (reuse) {
+            uint8_t *big = calloc(1, 2 * N);
+            assert_int_equal(fa_file_write_atomic(spare, big, 2 * N, 0600, NULL), 0);
+            free(big);
+        }
+        assert_int_equal(fa_atomic_file_open_reusing(&f, path, spare, 0600, NULL), 0);
+        fa_atomic_file_write_back_every(f, 4096);
+        /* the second half first, at its offsets, in pieces of 1..9000 bytes */
+        for (size_t off = N / 2; off < N;) {
+            size_t m = 1 + (x = x * 1103515245u + 12345u) % 9000;
+            m = m < N - off ? m : N - off;
+            assert_int_equal(fa_atomic_file_pwrite(f, want + off, m, off, NULL), 0);
+            off += m;
+        }
+        /* then the first half appended, the step turned off and on again */
+        for (size_t off = 0; off < N / 2;) {
+            size_t m = 1 + (x = x * 1103515245u + 12345u) % 9000;
+            m = m < N / 2 - off ? m : N / 2 - off;
+            if (off > N / 8 && off < N / 4)
+                fa_atomic_file_write_back_every(f, 0);
+            else if (off >= N / 4)
+                fa_atomic_file_write_back_every(f, 65536);
+            assert_int_equal(fa_atomic_file_write(f, want + off, m, NULL), 0);
+            off += m;
+        }
+        assert_int_equal(fa_atomic_file_commit(f, NULL), 0);
+        fd = open(path, O_RDONLY);
+        assert_true(fd >= 0);
+        for (ssize_t r; (r = read(fd, got + len, N + 1 - len)) > 0;)
+            len += (size_t)r;
+        close(fd);
+        assert_int_equal(len, N);
+        assert_memory_equal(got, want, N);
+        assert_int_equal(access(spare, F_OK), -1);
+    }
+    free(want);
+    free(got);
+}
+
 /* Opens path over spare with fa_atomic_file_open_spare, writes what and
  * commits; returns what it logged (stderr), for the caller to free. */
 static char *write_over_spare(const char *path, const char *spare, const char *what)
@@ -343,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_log_line_format),
         cmocka_unit_test(test_atomic_write_replace_and_abort),
         cmocka_unit_test(test_atomic_write_over_spare),
+        cmocka_unit_test(test_atomic_write_back),
         cmocka_unit_test(test_atomic_write_spare_fallback),
         cmocka_unit_test(test_read_all_errors),
         cmocka_unit_test(test_private_and_mkdirs),
