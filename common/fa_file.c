@@ -196,7 +196,7 @@ static void write_back(fa_atomic_file *f, size_t len)
 
 int fa_atomic_file_write(fa_atomic_file *f, const void *data, size_t len, fa_error *err)
 {
-    size_t all = len;
+    const size_t all = len;
     const uint8_t *p = data;
     while (len > 0) {
         ssize_t w = write(f->fd, p, len);

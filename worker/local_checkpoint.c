@@ -133,6 +133,7 @@ int fa_local_ckpt_save(const char *path, const fa_local_ckpt_key *key, const fa_
                          np);
     if ((w.rc = fa_atomic_file_open(&w.f, path, 0600, err)) != 0)
         goto out;
+    fa_atomic_file_write_back_every(w.f, FA_WRITE_BACK_STEP); /* committed with its fsync */
     put(&w, magic, sizeof(magic));
     PUT(&w, format);
     PUT(&w, bom);

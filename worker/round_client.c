@@ -928,6 +928,7 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
     r = fa_atomic_file_open(&s.f, dl, 0600, err);
     if (r != 0)
         return r;
+    fa_atomic_file_write_back_every(s.f, FA_WRITE_BACK_STEP); /* committed with its fsync */
     crypto_hash_sha256_init(&s.sha);
     s.err = err;
     if (base)
