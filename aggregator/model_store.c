@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_crc32c.h"
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
@@ -105,9 +106,34 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
     return 0;
 }
 
+/* The CRC-32C of the file at path.  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
+static int crc_file(const char *path, uint32_t *out, fa_error *err)
+{
+    uint8_t buf[1 << 16];
+    FILE *f = fopen(path, "rb");
+    uint32_t crc = 0;
+    size_t r;
+
+    if (!f)
+        return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
+                         strerror(errno));
+    while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
+        crc = fa_crc32c(crc, buf, r);
+    if (ferror(f)) {
+        fclose(f);
+        return fa_errorf(err, FA_ERR_IO, "%s: read error", path);
+    }
+    fclose(f);
+    *out = crc;
+    return 0;
+}
+
 /* MANIFEST: the magic line, then one line per retained version, ascending:
- *   v <version> <round> <model-size> <model-sha256-hex> <state-sha256-hex> <master>[ <delta>]
- * where <master> is "-" (no master file) or <master-size>:<master-sha256-hex>
+ *   v <version> <round> <model-size> <model-sha256-hex> <state> <master>[ <delta>]
+ * where <state> is c<state-crc32c-hex> (8 digits), or for versions older
+ * aggregators committed <state-sha256-hex> (the state's digest only guards
+ * this store against damage, which a CRC does at a sixth of the cost),
+ * <master> is "-" (no master file) or <master-size>:<master-sha256-hex>
  * and <delta>, present only when the version has a delta file,
  * d<delta-size>:<delta-sha256-hex>; lines of stores written before master
  * files existed end after the state. */
@@ -124,7 +150,10 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
     for (size_t i = 0; i < n; i++) {
         char mh[65], sh[65], xh[65], master[96], delta[96] = "";
         fa_hex_encode(mh, sizeof(mh), e[i].v.model_sha256, 32);
-        fa_hex_encode(sh, sizeof(sh), e[i].v.state_sha256, 32);
+        if (e[i].v.state_crc)
+            snprintf(sh, sizeof(sh), "c%08" PRIx32, e[i].v.state_crc32c);
+        else
+            fa_hex_encode(sh, sizeof(sh), e[i].v.state_sha256, 32);
         if (e[i].v.has_master) {
             fa_hex_encode(xh, sizeof(xh), e[i].v.master_sha256, 32);
             snprintf(master, sizeof(master), "%" PRIu64 ":%s", e[i].v.master_size, xh);
@@ -143,6 +172,19 @@ static int write_manifest(fa_model_store *s, const struct entry *e, size_t n, fa
     rc = fa_file_write_atomic(path, text, len, 0644, err);
     free(text);
     return rc;
+}
+
+/* <state> of a MANIFEST line: c and 8 hex digits, or 64 hex digits. */
+static int parse_state_digest(struct fa_model_version *v, const char *sh)
+{
+    uint8_t b[4];
+    if (sh[0] != 'c')
+        return fa_hex_decode(v->state_sha256, 32, sh, strlen(sh));
+    if (strlen(sh) != 9 || fa_hex_decode(b, 4, sh + 1, 8) != 0)
+        return -1;
+    v->state_crc = 1;
+    v->state_crc32c = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+    return 0;
 }
 
 static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_error *err)
@@ -164,7 +206,7 @@ static int parse_manifest(fa_model_store *s, const char *path, char *text, fa_er
                    &e.v.round, &e.v.model_size, mh, sh, &used) != 5 ||
             (line[used] != '\0' && line[used] != ' ') ||
             fa_hex_decode(e.v.model_sha256, 32, mh, strlen(mh)) != 0 ||
-            fa_hex_decode(e.v.state_sha256, 32, sh, strlen(sh)) != 0)
+            parse_state_digest(&e.v, sh) != 0)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s:%d: malformed line", path, lineno);
         if (line[used] == ' ' && !strncmp(line + used, " -", 2) &&
             (line[used + 2] == '\0' || line[used + 2] == ' ')) {
@@ -243,6 +285,7 @@ static int verify_current(fa_model_store *s, fa_error *err)
     const struct fa_model_version *v = &s->entries[s->n - 1].v;
     char path[4096];
     uint8_t sha[32];
+    uint32_t crc = 0;
     uint64_t size;
     int rc;
 
@@ -255,14 +298,17 @@ static int verify_current(fa_model_store *s, fa_error *err)
         return fa_errorf(err, FA_ERR_CORRUPT,
                          "%s: SHA-256 does not match MANIFEST: the model file is damaged", path);
     fa_model_store_state_path(s, v->version, path, sizeof(path));
-    rc = hash_file(path, sha, NULL, err);
+    if (v->state_crc)
+        rc = crc_file(path, &crc, err);
+    else
+        rc = hash_file(path, sha, NULL, err);
     if (rc != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "%s: optimizer state file unreadable: %s", path,
                          fa_error_msg(err, rc));
-    if (sodium_memcmp(sha, v->state_sha256, 32) != 0)
+    if (v->state_crc ? crc != v->state_crc32c : sodium_memcmp(sha, v->state_sha256, 32) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT,
-                         "%s: SHA-256 does not match MANIFEST: the optimizer state is damaged",
-                         path);
+                         "%s: %s does not match MANIFEST: the optimizer state is damaged", path,
+                         v->state_crc ? "CRC-32C" : "SHA-256");
     if (v->has_delta) {
         fa_model_store_delta_path(s, v->version, path, sizeof(path));
         rc = hash_file(path, sha, &size, err);
@@ -454,7 +500,8 @@ int fa_model_store_begin(fa_model_store *s, uint64_t version, uint64_t round,
         for (size_t i = 0; rc == 0 && i < n_meta; i++)
             rc = fa_st_writer_metadata(c->w[f], meta[2 * i], meta[2 * i + 1], err);
         if (rc == 0)
-            rc = fa_st_writer_hash_sha256(c->w[f], err);
+            rc = f == FA_MODEL_FILE_STATE ? fa_st_writer_hash_crc32c(c->w[f], err)
+                                          : fa_st_writer_hash_sha256(c->w[f], err);
         if (rc == 0)
             rc = fa_st_writer_open_spare(c->w[f], c->path[f],
                                          f == FA_MODEL_FILE_STATE ? sparepath : NULL, 0644, err);
@@ -492,7 +539,7 @@ int fa_model_store_finish(fa_model_commit *c, fa_error *err)
         {e.v.model_sha256, &e.v.model_size, NULL},
         {e.v.master_sha256, &e.v.master_size, &e.v.has_master},
         {e.v.delta_sha256, &e.v.delta_size, &e.v.has_delta},
-        {e.v.state_sha256, &state_size, NULL},
+        {NULL, &state_size, &e.v.state_crc}, /* its CRC-32C */
     };
 
     /* Each file fsync'ed and renamed into place, in the order model, master,
@@ -502,8 +549,9 @@ int fa_model_store_finish(fa_model_commit *c, fa_error *err)
             continue;
         *out[f].size = fa_st_writer_total_size(c->w[f]);
         rc = fa_st_writer_commit(c->w[f], err);
-        if (rc == 0 && fa_st_writer_sha256(c->w[f], out[f].sha) != 0)
-            rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 missing", c->path[f]);
+        if (rc == 0 && (out[f].sha ? fa_st_writer_sha256(c->w[f], out[f].sha)
+                                   : fa_st_writer_crc32c(c->w[f], &e.v.state_crc32c)) != 0)
+            rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: digest missing", c->path[f]);
         if (out[f].has)
             *out[f].has = 1;
     }

@@ -51,6 +51,11 @@ struct fa_model_version {
     uint64_t version; /* 0 is the initial model */
     uint64_t round;   /* the round that produced it (0 for the initial model) */
     uint8_t model_sha256[32];
+    /* The optimizer state's digest, only ever checked here (against a
+     * damaged file): its CRC-32C (state_crc set), or for versions that
+     * older aggregators committed, its SHA-256. */
+    int state_crc;
+    uint32_t state_crc32c;
     uint8_t state_sha256[32];
     uint64_t model_size; /* bytes */
     int has_master;      /* a master-<version> file exists */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_crc32c.h"
 #include "common/fa_endian.h"
 #include "common/fa_file.h"
 #include "common/fa_sha256.h"
@@ -628,16 +629,27 @@ struct fa_st_writer {
     size_t next; /* the first tensor fa_st_writer_write has not filled */
     fa_atomic_file *file;
     int state;
-    /* fa_st_writer_hash_sha256: the file's SHA-256, in file order.  Bytes
-     * are hashed as written while they continue what was hashed; bytes
-     * written ahead (a later tensor, by fa_st_writer_put) are read back
-     * from the file when the hash reaches their tensor. */
-    int hashing, hashed_all;
+    /* fa_st_writer_hash_sha256 or _crc32c: the file's digest, in file
+     * order.  Bytes are hashed as written while they continue what was
+     * hashed; bytes written ahead (a later tensor, by fa_st_writer_put) are
+     * read back from the file when the hash reaches their tensor. */
+    int hashing, hashed_all; /* 0 or HASH_SHA256 / HASH_CRC32C: hashing, then what hashed all */
     fa_sha256_ctx sha;
+    uint32_t crc;
     size_t frontier; /* the tensor being hashed: every earlier one is */
     uint8_t *rbuf;   /* ST_FILL_CHUNK, for reading back */
     uint8_t digest[32];
 };
+
+enum { HASH_SHA256 = 1, HASH_CRC32C = 2 };
+
+static void hash_update(fa_st_writer *w, const void *data, size_t len)
+{
+    if (w->hashing == HASH_CRC32C)
+        w->crc = fa_crc32c(w->crc, data, len);
+    else
+        (void)fa_sha256_update(&w->sha, data, len); /* sticky: final reports */
+}
 
 int fa_st_writer_new(fa_st_writer **out, fa_error *err)
 {
@@ -656,7 +668,7 @@ void fa_st_writer_del(fa_st_writer *w)
     if (!w)
         return;
     fa_atomic_file_abort(w->file);
-    if (w->hashing)
+    if (w->hashing == HASH_SHA256)
         fa_sha256_free(&w->sha);
     free(w->rbuf);
     for (size_t i = 0; i < w->n; i++)
@@ -841,7 +853,7 @@ int fa_st_writer_open_spare(fa_st_writer *w, const char *path, const char *spare
     }
     w->state = W_OPEN;
     if (w->hashing) {
-        (void)fa_sha256_update(&w->sha, w->header, w->header_len); /* sticky: final reports */
+        hash_update(w, w->header, w->header_len);
         w->frontier = 0;
         /* past leading empty tensors, so that the first bytes hash as written */
         while (w->frontier < w->n && w->t[w->frontier].bytes == 0)
@@ -854,21 +866,42 @@ int fa_st_writer_hash_sha256(fa_st_writer *w, fa_error *err)
 {
     if (w->state != W_ADDING && w->state != W_HEADER)
         return fa_errorf(err, FA_ERR_STATE, "safetensors writer: hashing asked after open");
-    if (w->hashing)
+    if (w->hashing == HASH_SHA256)
         return 0;
+    if (w->hashing)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: already hashing with CRC-32C");
     if (fa_sha256_init(&w->sha) != 0) {
         fa_sha256_free(&w->sha);
         return fa_errorf(err, FA_ERR_CRYPTO, "safetensors writer: SHA-256 unavailable");
     }
-    w->hashing = 1;
+    w->hashing = HASH_SHA256;
+    return 0;
+}
+
+int fa_st_writer_hash_crc32c(fa_st_writer *w, fa_error *err)
+{
+    if (w->state != W_ADDING && w->state != W_HEADER)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: hashing asked after open");
+    if (w->hashing && w->hashing != HASH_CRC32C)
+        return fa_errorf(err, FA_ERR_STATE, "safetensors writer: already hashing with SHA-256");
+    w->hashing = HASH_CRC32C;
+    w->crc = 0;
     return 0;
 }
 
 int fa_st_writer_sha256(const fa_st_writer *w, uint8_t out[32])
 {
-    if (!w->hashed_all)
+    if (w->hashed_all != HASH_SHA256)
         return FA_ERR_STATE;
     memcpy(out, w->digest, 32);
+    return 0;
+}
+
+int fa_st_writer_crc32c(const fa_st_writer *w, uint32_t *out)
+{
+    if (w->hashed_all != HASH_CRC32C)
+        return FA_ERR_STATE;
+    *out = w->crc;
     return 0;
 }
 
@@ -888,7 +921,7 @@ static int hash_advance(fa_st_writer *w, fa_error *err)
             int rc = fa_atomic_file_pread(w->file, w->rbuf, m, w->header_len + t->start + off, err);
             if (rc != 0)
                 return rc;
-            (void)fa_sha256_update(&w->sha, w->rbuf, m);
+            hash_update(w, w->rbuf, m);
             off += m;
         }
     }
@@ -923,7 +956,7 @@ int fa_st_writer_put(fa_st_writer *w, size_t i, uint64_t off, const void *data, 
     if (rc != 0)
         return rc;
     if (w->hashing && i == w->frontier)
-        (void)fa_sha256_update(&w->sha, data, len); /* it continues what was hashed */
+        hash_update(w, data, len); /* it continues what was hashed */
     t->put += len;
     w->written += len;
     return w->hashing && t->put == t->bytes ? hash_advance(w, err) : 0;
@@ -976,21 +1009,25 @@ int fa_st_writer_commit(fa_st_writer *w, fa_error *err)
     }
     if (w->hashing) {
         /* every tensor is whole, so the hash went through them all */
-        hashed = 1;
-        rc = fa_sha256_final(&w->sha, w->digest);
-        fa_sha256_free(&w->sha);
+        hashed = w->hashing;
+        rc = 0;
+        if (w->hashing == HASH_SHA256) {
+            rc = fa_sha256_final(&w->sha, w->digest);
+            fa_sha256_free(&w->sha);
+        }
         w->hashing = 0;
         if (rc != 0 || w->frontier != w->n) {
             fa_atomic_file_abort(w->file);
             w->file = NULL;
             w->state = W_DONE;
-            return fa_errorf(err, FA_ERR_CRYPTO, "safetensors writer: SHA-256 failed");
+            return fa_errorf(err, FA_ERR_CRYPTO, "safetensors writer: %s failed",
+                             hashed == HASH_CRC32C ? "CRC-32C" : "SHA-256");
         }
     }
     rc = fa_atomic_file_commit(w->file, err);
     w->file = NULL; /* freed by commit, on success and failure */
     w->state = W_DONE;
-    w->hashed_all = rc == 0 && hashed;
+    w->hashed_all = rc == 0 ? hashed : 0;
     return rc;
 }
 

@@ -227,9 +227,14 @@ int fa_st_writer_put(fa_st_writer *w, size_t i, uint64_t off, const void *data, 
  * nothing is).  fa_st_writer_sha256 gives it after a successful commit.
  * Returns 0, FA_ERR_STATE (already open) or FA_ERR_CRYPTO. */
 int fa_st_writer_hash_sha256(fa_st_writer *w, fa_error *err);
-/* The SHA-256 of the committed file; FA_ERR_STATE when the writer did not
- * hash it or was not committed. */
+/* The same with CRC-32C (common/fa_crc32c.h), for a file whose digest
+ * only guards against damage: about six times cheaper than SHA-256.  A
+ * writer hashes with one or the other (FA_ERR_STATE for both). */
+int fa_st_writer_hash_crc32c(fa_st_writer *w, fa_error *err);
+/* The SHA-256 (the CRC-32C) of the committed file; FA_ERR_STATE when the
+ * writer did not hash it so or was not committed. */
 int fa_st_writer_sha256(const fa_st_writer *w, uint8_t out[32]);
+int fa_st_writer_crc32c(const fa_st_writer *w, uint32_t *out);
 
 /* Checks that exactly the declared bytes were written, fsyncs and renames
  * over the destination.  On any failure the destination is untouched.

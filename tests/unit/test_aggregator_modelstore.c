@@ -13,7 +13,10 @@
 #include <unistd.h>
 
 #include "aggregator/model_store.h"
+#include "common/fa_crc32c.h"
 #include "common/fa_file.h"
+#include "common/fa_hex.h"
+#include "common/fa_sha256.h"
 
 static char dir[256];
 
@@ -393,6 +396,101 @@ static void test_old_manifest(void **state)
     fa_model_store_del(s);
 }
 
+/* The <state> field (the sixth) of MANIFEST line `line` (1-based: 2 is the
+ * first version) of the store in sub, into out. */
+static void state_field(const char *sub, int line, char *out, size_t n)
+{
+    char path[512], *save = NULL, *l, *f;
+    uint8_t *data;
+    size_t len;
+    snprintf(path, sizeof(path), "%s/MANIFEST", sub);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    l = strtok_r((char *)data, "\n", &save);
+    for (int i = 1; i < line; i++)
+        l = strtok_r(NULL, "\n", &save);
+    assert_non_null(l);
+    f = l;
+    for (int i = 0; i < 5; i++)
+        f = strchr(f, ' ') + 1;
+    snprintf(out, n, "%.*s", (int)strcspn(f, " "), f);
+    free(data);
+}
+
+/* The optimizer state's digest is its CRC-32C (c and 8 hex digits in the
+ * MANIFEST), checked at open; a MANIFEST whose lines give the SHA-256, as
+ * aggregators before wrote it, still opens and is checked, and the next
+ * commit adds a CRC line after them. */
+static void test_state_digest(void **state)
+{
+    fa_model_store *s;
+    char sub[300], path[512], field[80], want[80], mpath[512];
+    uint8_t *data, sha[32];
+    size_t len;
+    fa_error err;
+    (void)state;
+
+    snprintf(sub, sizeof(sub), "%s/digest", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
+    assert_int_equal(commit(s, 0, NULL), 0);
+    assert_int_equal(commit(s, 1, NULL), 0);
+    fa_model_store_del(s);
+    /* version 1's field is the CRC-32C of its state file */
+    snprintf(path, sizeof(path), "%s/state-00000001.safetensors", sub);
+    assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
+    snprintf(want, sizeof(want), "c%08x", (unsigned)fa_crc32c(0, data, len));
+    assert_int_equal(fa_sha256(sha, data, len), 0);
+    free(data);
+    state_field(sub, 3, field, sizeof(field));
+    assert_string_equal(field, want);
+    /* a damaged state is refused by name */
+    flip_last_bit(path);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "state-00000001.safetensors"));
+    assert_non_null(strstr(err.msg, "CRC-32C does not match MANIFEST"));
+    flip_last_bit(path);
+    /* the MANIFEST as an older aggregator wrote it: the state's SHA-256 */
+    snprintf(mpath, sizeof(mpath), "%s/MANIFEST", sub);
+    assert_int_equal(fa_file_read_all(mpath, &data, &len, 1 << 20, NULL), 0);
+    {
+        char *text = calloc(1, len + 200), *at = strstr((char *)data, want), hex[65];
+        size_t head = (size_t)(at - (char *)data);
+        assert_non_null(at);
+        fa_hex_encode(hex, sizeof(hex), sha, 32);
+        snprintf(text, len + 200, "%.*s%s%s", (int)head, (char *)data, hex,
+                 (char *)data + head + strlen(want));
+        assert_int_equal(fa_file_write_atomic(mpath, text, strlen(text), 0644, NULL), 0);
+        free(text);
+    }
+    free(data);
+    state_field(sub, 3, field, sizeof(field));
+    assert_int_equal(strlen(field), 64);
+    flip_last_bit(path);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "SHA-256 does not match MANIFEST"));
+    flip_last_bit(path);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
+    assert_int_equal(commit(s, 2, NULL), 0);
+    fa_model_store_del(s);
+    state_field(sub, 3, field, sizeof(field));
+    assert_int_equal(strlen(field), 64); /* version 1's line as it was */
+    state_field(sub, 4, field, sizeof(field));
+    assert_int_equal(field[0], 'c');
+    assert_int_equal(strlen(field), 9);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
+    fa_model_store_del(s);
+    /* a CRC field of the wrong length is a malformed line */
+    assert_int_equal(fa_file_read_all(mpath, &data, &len, 1 << 20, NULL), 0);
+    {
+        char *at = strstr((char *)data, field);
+        assert_non_null(at);
+        memmove(at + 8, at + 9, len - (size_t)(at + 9 - (char *)data));
+        assert_int_equal(fa_file_write_atomic(mpath, data, len - 1, 0644, NULL), 0);
+    }
+    free(data);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "MANIFEST:4: malformed line"));
+}
+
 /* The inode of the file at path. */
 static ino_t inode_of(const char *path)
 {
@@ -574,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_commit_retain_reopen),
         cmocka_unit_test(test_interrupted_commit_is_cleaned),
         cmocka_unit_test(test_damaged_model_is_refused),
+        cmocka_unit_test(test_state_digest),
         cmocka_unit_test(test_master_and_fill),
         cmocka_unit_test(test_old_manifest),
         cmocka_unit_test(test_delta_files),
