@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fa_crc32c.h"
 #include "common/fa_err.h"
 #include "common/fa_file.h"
 #include "common/fa_safetensors.h"
@@ -280,8 +281,10 @@ static fa_st_writer *put_writer(int hash)
     for (int t = 0; t < 4; t++)
         assert_int_equal(fa_st_writer_add(w, names[t], FA_ST_U8, 1, &put_shape[t], &err), 0);
     assert_int_equal(fa_st_writer_metadata(w, "k", "v", &err), 0);
-    if (hash)
+    if (hash == 1)
         assert_int_equal(fa_st_writer_hash_sha256(w, &err), 0);
+    if (hash == 2)
+        assert_int_equal(fa_st_writer_hash_crc32c(w, &err), 0);
     return w;
 }
 
@@ -320,20 +323,24 @@ static void test_writer_put_any_order(void **state)
 
     /* Orders: c first whole, then a and d interleaved in pieces; d then a
      * then c (each ahead of the hash); a piece of each in turn.  Two of
-     * them over a spare three times as long as the file. */
-    for (int order = 0; order < 3; order++) {
-        static const int seq[3][4] = {{2, 0, 3, -1}, {3, 0, 2, -1}, {0, 2, 3, -1}};
+     * them over a spare three times as long as the file.  Each hashed with
+     * SHA-256, then with CRC-32C. */
+    for (int order = 0; order < 6; order++) {
+        const int kind = order < 3 ? 1 : 2;
+        uint32_t crc = 0;
+        static const int seq[6][4] = {{2, 0, 3, -1}, {3, 0, 2, -1}, {0, 2, 3, -1},
+                                      {2, 0, 3, -1}, {3, 0, 2, -1}, {0, 2, 3, -1}};
         snprintf(path, sizeof(path), "%s/put%d.safetensors", tmpdir, order);
         snprintf(spare, sizeof(spare), "%s/spare%d", tmpdir, order);
-        if (order > 0) {
+        if (order % 3 > 0) {
             uint8_t junk[3 * 4200];
             memset(junk, 0xee, sizeof(junk));
             assert_int_equal(fa_file_write_atomic(spare, junk, sizeof(junk), 0644, &err), 0);
         }
-        w = put_writer(1);
-        assert_int_equal(fa_st_writer_open_spare(w, path, order > 0 ? spare : NULL, 0644, &err),
-                         0);
-        if (order == 0) {
+        w = put_writer(kind);
+        assert_int_equal(
+            fa_st_writer_open_spare(w, path, order % 3 > 0 ? spare : NULL, 0644, &err), 0);
+        if (order % 3 == 0) {
             assert_int_equal(fa_st_writer_put(w, 2, 0, put_data[2], 3000, &err), 0);
             for (uint64_t off = 0; off < 1000; off += 100) {
                 assert_int_equal(fa_st_writer_put(w, 0, off, put_data[0] + off, 100, &err), 0);
@@ -342,7 +349,7 @@ static void test_writer_put_any_order(void **state)
                 if (off == 0)
                     assert_int_equal(fa_st_writer_put(w, 3, 5, put_data[3] + 5, 5, &err), 0);
             }
-        } else if (order == 1) {
+        } else if (order % 3 == 1) {
             for (int k = 0; seq[order][k] >= 0; k++) {
                 int t = seq[order][k];
                 assert_int_equal(fa_st_writer_put(w, (size_t)t, 0, put_data[t], put_shape[t], &err),
@@ -359,10 +366,18 @@ static void test_writer_put_any_order(void **state)
                     }
         }
         assert_int_equal(fa_st_writer_sha256(w, sha), FA_ERR_STATE); /* not committed yet */
+        assert_int_equal(fa_st_writer_crc32c(w, &crc), FA_ERR_STATE);
         assert_int_equal(fa_st_writer_commit(w, &err), 0);
-        assert_int_equal(fa_st_writer_sha256(w, sha), 0);
+        if (kind == 1) {
+            assert_int_equal(fa_st_writer_sha256(w, sha), 0);
+            assert_memory_equal(sha, want, 32);
+            assert_int_equal(fa_st_writer_crc32c(w, &crc), FA_ERR_STATE);
+        } else {
+            assert_int_equal(fa_st_writer_crc32c(w, &crc), 0);
+            assert_int_equal(crc, fa_crc32c(0, rb, rlen));
+            assert_int_equal(fa_st_writer_sha256(w, sha), FA_ERR_STATE);
+        }
         fa_st_writer_del(w);
-        assert_memory_equal(sha, want, 32);
         b = slurp(path, &len);
         assert_int_equal(len, rlen);
         assert_memory_equal(b, rb, rlen);
@@ -370,6 +385,15 @@ static void test_writer_put_any_order(void **state)
         assert_int_equal(access(spare, F_OK), -1); /* renamed into place */
     }
     free(rb);
+    /* one digest a writer */
+    w = put_writer(1);
+    assert_int_equal(fa_st_writer_hash_crc32c(w, &err), FA_ERR_STATE);
+    assert_non_null(strstr(err.msg, "already hashing with SHA-256"));
+    fa_st_writer_del(w);
+    w = put_writer(2);
+    assert_int_equal(fa_st_writer_hash_sha256(w, &err), FA_ERR_STATE);
+    assert_non_null(strstr(err.msg, "already hashing with CRC-32C"));
+    fa_st_writer_del(w);
 }
 
 /* What fa_st_writer_put refuses, each named. */
