@@ -338,8 +338,8 @@ static void test_writer_put_any_order(void **state)
             assert_int_equal(fa_file_write_atomic(spare, junk, sizeof(junk), 0644, &err), 0);
         }
         w = put_writer(kind);
-        assert_int_equal(
-            fa_st_writer_open_spare(w, path, order % 3 > 0 ? spare : NULL, 0644, &err), 0);
+        assert_int_equal(fa_st_writer_open_spare(w, path, order % 3 > 0 ? spare : NULL, 0644, &err),
+                         0);
         if (order % 3 == 0) {
             assert_int_equal(fa_st_writer_put(w, 2, 0, put_data[2], 3000, &err), 0);
             for (uint64_t off = 0; off < 1000; off += 100) {
