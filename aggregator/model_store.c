@@ -69,25 +69,33 @@ char *fa_model_store_weights_path(const fa_model_store *s, uint64_t version, cha
     return NULL;
 }
 
-static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error *err)
+/* The SHA-256 of the file at path into sha, or with crc not NULL its
+ * CRC-32C into *crc (sha unused); its size into *size when not NULL.
+ * Returns 0, FA_ERR_NOTFOUND, FA_ERR_IO or FA_ERR_CRYPTO. */
+static int hash_file(const char *path, uint8_t sha[32], uint32_t *crc, uint64_t *size,
+                     fa_error *err)
 {
     fa_sha256_ctx st = {0};
     uint8_t buf[1 << 16];
     FILE *f = fopen(path, "rb");
     uint64_t total = 0;
+    uint32_t c = 0;
     size_t r;
 
     if (!f)
         return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
                          strerror(errno));
-    if (fa_sha256_init(&st) != 0) {
+    if (!crc && fa_sha256_init(&st) != 0) {
         fa_sha256_free(&st);
         fclose(f);
         return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
     }
     /* a failure is sticky: fa_sha256_final reports it */
     while ((r = fread(buf, 1, sizeof(buf), f)) > 0) {
-        (void)fa_sha256_update(&st, buf, r);
+        if (crc)
+            c = fa_crc32c(c, buf, r);
+        else
+            (void)fa_sha256_update(&st, buf, r);
         total += r;
     }
     if (ferror(f)) {
@@ -96,35 +104,15 @@ static int hash_file(const char *path, uint8_t out[32], uint64_t *size, fa_error
         return fa_errorf(err, FA_ERR_IO, "%s: read error", path);
     }
     fclose(f);
-    if (fa_sha256_final(&st, out) != 0) {
+    if (!crc && fa_sha256_final(&st, sha) != 0) {
         fa_sha256_free(&st);
         return fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", path);
     }
     fa_sha256_free(&st);
+    if (crc)
+        *crc = c;
     if (size)
         *size = total;
-    return 0;
-}
-
-/* The CRC-32C of the file at path.  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
-static int crc_file(const char *path, uint32_t *out, fa_error *err)
-{
-    uint8_t buf[1 << 16];
-    FILE *f = fopen(path, "rb");
-    uint32_t crc = 0;
-    size_t r;
-
-    if (!f)
-        return fa_errorf(err, errno == ENOENT ? FA_ERR_NOTFOUND : FA_ERR_IO, "%s: %s", path,
-                         strerror(errno));
-    while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
-        crc = fa_crc32c(crc, buf, r);
-    if (ferror(f)) {
-        fclose(f);
-        return fa_errorf(err, FA_ERR_IO, "%s: read error", path);
-    }
-    fclose(f);
-    *out = crc;
     return 0;
 }
 
@@ -290,7 +278,7 @@ static int verify_current(fa_model_store *s, fa_error *err)
     int rc;
 
     fa_model_store_model_path(s, v->version, path, sizeof(path));
-    rc = hash_file(path, sha, &size, err);
+    rc = hash_file(path, sha, NULL, &size, err);
     if (rc != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "%s: current model file unreadable: %s", path,
                          fa_error_msg(err, rc));
@@ -298,10 +286,7 @@ static int verify_current(fa_model_store *s, fa_error *err)
         return fa_errorf(err, FA_ERR_CORRUPT,
                          "%s: SHA-256 does not match MANIFEST: the model file is damaged", path);
     fa_model_store_state_path(s, v->version, path, sizeof(path));
-    if (v->state_crc)
-        rc = crc_file(path, &crc, err);
-    else
-        rc = hash_file(path, sha, NULL, err);
+    rc = hash_file(path, sha, v->state_crc ? &crc : NULL, NULL, err);
     if (rc != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "%s: optimizer state file unreadable: %s", path,
                          fa_error_msg(err, rc));
@@ -311,7 +296,7 @@ static int verify_current(fa_model_store *s, fa_error *err)
                          v->state_crc ? "CRC-32C" : "SHA-256");
     if (v->has_delta) {
         fa_model_store_delta_path(s, v->version, path, sizeof(path));
-        rc = hash_file(path, sha, &size, err);
+        rc = hash_file(path, sha, NULL, &size, err);
         if (rc != 0)
             return fa_errorf(err, FA_ERR_CORRUPT, "%s: model delta file unreadable: %s", path,
                              fa_error_msg(err, rc));
@@ -323,7 +308,7 @@ static int verify_current(fa_model_store *s, fa_error *err)
     if (!v->has_master)
         return 0;
     fa_model_store_master_path(s, v->version, path, sizeof(path));
-    rc = hash_file(path, sha, &size, err);
+    rc = hash_file(path, sha, NULL, &size, err);
     if (rc != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "%s: master weights file unreadable: %s", path,
                          fa_error_msg(err, rc));

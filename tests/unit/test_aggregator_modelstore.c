@@ -356,6 +356,18 @@ static void test_delta_files(void **state)
     assert_non_null(strstr(err.msg, "malformed"));
 }
 
+/* A store of versions 0 and 1 (keeping 3) in the directory name under
+ * dir, whose path goes to sub. */
+static void two_versions(char *sub, size_t n, const char *name)
+{
+    fa_model_store *s;
+    snprintf(sub, n, "%s/%s", dir, name);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
+    assert_int_equal(commit(s, 0, NULL), 0);
+    assert_int_equal(commit(s, 1, NULL), 0);
+    fa_model_store_del(s);
+}
+
 /* A MANIFEST written before master files existed (5 fields a line) opens. */
 static void test_old_manifest(void **state)
 {
@@ -366,11 +378,7 @@ static void test_old_manifest(void **state)
     size_t len;
     (void)state;
 
-    snprintf(sub, sizeof(sub), "%s/old", dir);
-    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
-    assert_int_equal(commit(s, 0, NULL), 0);
-    assert_int_equal(commit(s, 1, NULL), 0);
-    fa_model_store_del(s);
+    two_versions(sub, sizeof(sub), "old");
     snprintf(path, sizeof(path), "%s/MANIFEST", sub);
     assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
     /* strip the " -" master field of every line */
@@ -429,11 +437,7 @@ static void test_state_digest(void **state)
     fa_error err;
     (void)state;
 
-    snprintf(sub, sizeof(sub), "%s/digest", dir);
-    assert_int_equal(fa_model_store_open(&s, sub, 3, NULL), 0);
-    assert_int_equal(commit(s, 0, NULL), 0);
-    assert_int_equal(commit(s, 1, NULL), 0);
-    fa_model_store_del(s);
+    two_versions(sub, sizeof(sub), "digest");
     /* version 1's field is the CRC-32C of its state file */
     snprintf(path, sizeof(path), "%s/state-00000001.safetensors", sub);
     assert_int_equal(fa_file_read_all(path, &data, &len, 1 << 20, NULL), 0);
