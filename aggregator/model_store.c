@@ -169,7 +169,7 @@ static int parse_state_digest(struct fa_model_version *v, const char *sh)
     if (sh[0] != 'c')
         return fa_hex_decode(v->state_sha256, 32, sh, strlen(sh));
     if (strlen(sh) != 9 || fa_hex_decode(b, 4, sh + 1, 8) != 0)
-        return -1;
+        return FA_ERR_PARSE;
     v->state_crc = 1;
     v->state_crc32c = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
     return 0;

@@ -256,6 +256,15 @@ static void test_env(void **state)
     assert_int_equal(fa_prg_use("auto"), 0);
 }
 
+/* Whether the arguments name `what` (with no argument, everything runs). */
+static int named(int argc, char **argv, const char *what)
+{
+    for (int a = 1; a < argc; a++)
+        if (!strcmp(argv[a], what))
+            return 1;
+    return argc < 2;
+}
+
 /* Which tests run: with no argument all of them; with arguments, the
  * per-path tests of each path named and, for "shared", the tests across
  * paths.  ctest runs it once per VAES path and once for OpenSSL's and the
@@ -263,26 +272,26 @@ static void test_env(void **state)
  * as one skipped entry while the others show as passed. */
 int main(int argc, char **argv)
 {
-    static void (*const per_impl[])(void **) = {test_keystream, test_against_reference,
-                                                test_split_calls};
+    static const struct CMUnitTest per_impl[] = {
+        cmocka_unit_test(test_keystream),
+        cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_split_calls),
+    };
     static const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_mixed_impls),
         cmocka_unit_test(test_use_names),
         cmocka_unit_test(test_env),
     };
-    static const char *const names[] = {"test_keystream", "test_against_reference",
-                                        "test_split_calls"};
     enum {
         NIMPL = sizeof(impls) / sizeof(impls[0]),
         NPER = sizeof(per_impl) / sizeof(per_impl[0]),
+        NSHARED = sizeof(shared) / sizeof(shared[0]),
     };
-    struct CMUnitTest tests[NIMPL * NPER + sizeof(shared) / sizeof(shared[0])];
+    struct CMUnitTest tests[NIMPL * NPER + NSHARED];
     size_t n = 0;
-    int want_shared = argc < 2;
 
     for (int a = 1; a < argc; a++) {
         int known = !strcmp(argv[a], "shared");
-        want_shared |= known;
         for (size_t i = 0; i < NIMPL; i++)
             known |= !strcmp(argv[a], impls[i]);
         if (!known) {
@@ -293,15 +302,12 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    for (size_t i = 0; i < NIMPL; i++) {
-        int want = argc < 2;
-        for (int a = 1; a < argc; a++)
-            want |= !strcmp(argv[a], impls[i]);
-        for (size_t t = 0; want && t < NPER; t++)
-            tests[n++] =
-                (struct CMUnitTest){names[t], per_impl[t], NULL, NULL, (void *)(uintptr_t)i};
-    }
-    for (size_t t = 0; want_shared && t < sizeof(shared) / sizeof(shared[0]); t++)
+    for (size_t i = 0; i < NIMPL; i++)
+        for (size_t t = 0; named(argc, argv, impls[i]) && t < NPER; t++) {
+            tests[n] = per_impl[t];
+            tests[n++].initial_state = (void *)(uintptr_t)i; /* use_impl's index */
+        }
+    for (size_t t = 0; named(argc, argv, "shared") && t < NSHARED; t++)
         tests[n++] = shared[t];
     return _cmocka_run_group_tests("test_crypto_prgmask", tests, n, NULL, NULL);
 }
