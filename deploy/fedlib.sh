@@ -22,15 +22,33 @@ fed_die() {
     exit 1
 }
 
-# A free port on 127.0.0.1: fed_free_port udp|tcp
+# A free port on 127.0.0.1: fed_free_port udp|tcp.  Drawn below the
+# kernel's ephemeral range (ip_local_port_range), where no other process's
+# connect or bind to port 0 can take it between this check and the daemon's
+# bind (a port bind(0) handed out here can go to the next such socket
+# anywhere on the machine: it once cost a test its metrics port); checked
+# free by binding it.
 fed_free_port() {
     python3 - "$1" <<'EOF'
-import socket, sys
+import random, socket, sys
 kind = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
-s = socket.socket(socket.AF_INET, kind)
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+first = 10000 if low > 12000 else 1024
+for _ in range(200):
+    s = socket.socket(socket.AF_INET, kind)
+    try:
+        s.bind(("127.0.0.1", random.randrange(first, low) if low > first else 0))
+        print(s.getsockname()[1])
+        sys.exit(0)
+    except OSError:
+        pass
+    finally:
+        s.close()
+sys.exit("fed_free_port: no free %s port on 127.0.0.1 below %d" % (sys.argv[1], low))
 EOF
 }
 
