@@ -13,13 +13,24 @@
 
 #define ID_MAX 128
 
+/* The last release of one federation. */
+typedef struct release_slot {
+    char federation[ID_MAX];
+    int have;
+    fa_privacy_release r;
+} release_slot;
+
 struct fa_privacy_budget {
-    char federation[ID_MAX], region[ID_MAX];
-    double epsilon, delta; /* the budget (the config's) */
+    char federation[ID_MAX], region[ID_MAX]; /* the owner: a federation, or "dataset:<name>" */
+    double epsilon, delta;                   /* the budget (the config's) */
     fa_rdp_accountant *acc;
     uint64_t rounds;
     int have_last;
-    fa_privacy_release last;
+    fa_privacy_release last; /* the owner's */
+    /* A shared accountant: the last release of each other federation that
+     * spent from it, in the order they first did. */
+    release_slot *others;
+    size_t n_others;
 };
 
 /* ---- the sealed format -------------------------------------------------- *
@@ -31,8 +42,13 @@ struct fa_privacy_budget {
  *         32-byte digest | u32 len | mechanism | f64 sigma | f64 clip |
  *         f64 q | u64 steps | [format 2: f64 ddg_l2_sens | f64 ddg_sigma2 |
  *         u32 ddg_regions | u64 ddg_dim] | f64 eps_round | f64 eps_total |
- *         u32 len | the accountant (fa_rdp_accountant_save)
- * Format 1 (before DDG) is still read.
+ *         u32 len | the accountant (fa_rdp_accountant_save) |
+ *         [format 3: u32 n | n x (u32 len | federation | u64 round |
+ *         u64 version | 32-byte digest | the spend as above | f64 eps_round |
+ *         f64 eps_total)]
+ * Format 3 (other federations' releases) is written only when there are
+ * some, so an accountant of one federation keeps format 2; formats 1 (before
+ * DDG) and 2 are still read.
  *
  * Integers little-endian, doubles as their IEEE 754 bits. */
 
@@ -40,6 +56,7 @@ static const uint8_t magic[8] = {'F', 'A', 'P', 'R', 'I', 'V', 'A', '1'};
 #define KDF_CONTEXT "faprivac"
 #define KDF_SUBKEY 1
 #define FORMAT 2u
+#define FORMAT_SHARED 3u
 
 typedef struct wbuf {
     uint8_t *p;
@@ -204,6 +221,7 @@ void fa_privacy_budget_del(fa_privacy_budget *b)
     if (!b)
         return;
     fa_rdp_accountant_del(b->acc);
+    free(b->others);
     free(b);
 }
 
@@ -225,6 +243,19 @@ static int seal_key(uint8_t key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES],
                : FA_ERR_CRYPTO;
 }
 
+static void w_spend(wbuf *w, const fa_privacy_spend *sp)
+{
+    w_str(w, sp->mechanism);
+    w_f64(w, sp->noise_multiplier);
+    w_f64(w, sp->clip);
+    w_f64(w, sp->sampling_rate);
+    w_u64(w, sp->steps);
+    w_f64(w, sp->ddg_l2_sens);
+    w_f64(w, sp->ddg_sigma2);
+    w_u32(w, sp->ddg_regions);
+    w_u64(w, sp->ddg_dim);
+}
+
 int fa_privacy_budget_seal(const fa_privacy_budget *b, const uint8_t identity_seed[32],
                            uint8_t **out, size_t *out_len, fa_error *err)
 {
@@ -238,25 +269,30 @@ int fa_privacy_budget_seal(const fa_privacy_budget *b, const uint8_t identity_se
     *out_len = 0;
     if ((rc = fa_rdp_accountant_save(b->acc, &acc, &acc_len, err)) != 0)
         return rc;
-    w_u32(&body, FORMAT);
+    w_u32(&body, b->n_others ? FORMAT_SHARED : FORMAT);
     w_u64(&body, b->rounds);
     w_raw(&body, (const uint8_t[]){(uint8_t)b->have_last}, 1);
     w_u64(&body, l->round);
     w_u64(&body, l->version);
     w_raw(&body, l->digest, 32);
-    w_str(&body, l->spend.mechanism);
-    w_f64(&body, l->spend.noise_multiplier);
-    w_f64(&body, l->spend.clip);
-    w_f64(&body, l->spend.sampling_rate);
-    w_u64(&body, l->spend.steps);
-    w_f64(&body, l->spend.ddg_l2_sens);
-    w_f64(&body, l->spend.ddg_sigma2);
-    w_u32(&body, l->spend.ddg_regions);
-    w_u64(&body, l->spend.ddg_dim);
+    w_spend(&body, &l->spend);
     w_f64(&body, l->epsilon_round);
     w_f64(&body, l->epsilon_total);
     w_u32(&body, (uint32_t)acc_len);
     w_raw(&body, acc, acc_len);
+    if (b->n_others) {
+        w_u32(&body, (uint32_t)b->n_others);
+        for (size_t i = 0; i < b->n_others; i++) {
+            const fa_privacy_release *o = &b->others[i].r;
+            w_str(&body, b->others[i].federation);
+            w_u64(&body, o->round);
+            w_u64(&body, o->version);
+            w_raw(&body, o->digest, 32);
+            w_spend(&body, &o->spend);
+            w_f64(&body, o->epsilon_round);
+            w_f64(&body, o->epsilon_total);
+        }
+    }
     put_header(&w, b->federation, b->region);
     head_len = w.len;
     w_raw(&w, (const uint8_t[crypto_aead_xchacha20poly1305_ietf_NPUBBYTES]){0},
@@ -311,26 +347,83 @@ static int compose(fa_rdp_accountant *a, const fa_privacy_spend *sp, fa_error *e
     return fa_rdp_accountant_compose_ddg(a, &p, 1, err);
 }
 
-/* The last release's epsilons at the budget's delta (the config's, which
+/* A release's epsilon_round at the budget's delta (the config's, which
  * may differ from the one it was charged at): the same computation as the
  * charge, so the same bits when the delta is the same. */
-static int restate(fa_privacy_budget *b, fa_error *err)
+static int restate_round(const fa_privacy_budget *b, fa_privacy_release *l, fa_error *err)
 {
     const double *orders, *spent;
     size_t n = fa_rdp_accountant_orders(b->acc, &orders, &spent);
-    const fa_privacy_spend *sp = &b->last.spend;
     fa_rdp_accountant *one = NULL;
     int rc;
 
-    if ((rc = check_spend(sp, err)) != 0 ||
+    if ((rc = check_spend(&l->spend, err)) != 0 ||
         (rc = fa_rdp_accountant_new(&one, orders, n, err)) != 0 ||
-        (rc = compose(one, sp, err)) != 0 ||
-        (rc = epsilon_of(one, b->delta, &b->last.epsilon_round, err)) != 0) {
+        (rc = compose(one, &l->spend, err)) != 0 ||
+        (rc = epsilon_of(one, b->delta, &l->epsilon_round, err)) != 0) {
         fa_rdp_accountant_del(one);
-        return fa_error_prefix(err, rc, "privacy accountant: its last round");
+        return fa_error_prefix(err, rc, "privacy accountant: a release of round %llu",
+                               (unsigned long long)l->round);
     }
     fa_rdp_accountant_del(one);
-    b->last.epsilon_total = fa_privacy_budget_epsilon(b);
+    return 0;
+}
+
+/* The owner's last release restated, its total the accountant's now.  The
+ * other federations' totals stay what they were when charged (the total of
+ * that moment, as their statements said). */
+static int restate(fa_privacy_budget *b, fa_error *err)
+{
+    int rc;
+    if (b->have_last) {
+        if ((rc = restate_round(b, &b->last, err)) != 0)
+            return rc;
+        b->last.epsilon_total = fa_privacy_budget_epsilon(b);
+    }
+    for (size_t i = 0; i < b->n_others; i++)
+        if ((rc = restate_round(b, &b->others[i].r, err)) != 0)
+            return rc;
+    return 0;
+}
+
+static void r_spend(rbuf *r, fa_privacy_spend *sp, uint32_t format)
+{
+    r_str(r, sp->mechanism, sizeof(sp->mechanism));
+    sp->noise_multiplier = r_f64(r);
+    sp->clip = r_f64(r);
+    sp->sampling_rate = r_f64(r);
+    sp->steps = r_u64(r);
+    if (format >= 2) {
+        sp->ddg_l2_sens = r_f64(r);
+        sp->ddg_sigma2 = r_f64(r);
+        sp->ddg_regions = r_u32(r);
+        sp->ddg_dim = r_u64(r);
+    }
+}
+
+/* The other federations' releases of a format-3 body. */
+static int r_others(rbuf *r, fa_privacy_budget *b, fa_error *err)
+{
+    uint32_t n = r_u32(r);
+    if (r->failed || n > (r->len - r->off) / 64)
+        return fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: malformed state");
+    b->others = calloc(n ? n : 1, sizeof(*b->others));
+    if (!b->others)
+        return fa_errorf(err, FA_ERR_NOMEM, "privacy budget: out of memory");
+    for (uint32_t i = 0; i < n && !r->failed; i++) {
+        release_slot *o = &b->others[i];
+        const uint8_t *p;
+        r_str(r, o->federation, sizeof(o->federation));
+        o->have = 1;
+        o->r.round = r_u64(r);
+        o->r.version = r_u64(r);
+        if ((p = r_raw(r, 32)) != NULL)
+            memcpy(o->r.digest, p, 32);
+        r_spend(r, &o->r.spend, FORMAT_SHARED);
+        o->r.epsilon_round = r_f64(r);
+        o->r.epsilon_total = r_f64(r);
+        b->n_others = i + 1;
+    }
     return 0;
 }
 
@@ -391,7 +484,7 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
     r = (rbuf){body, (size_t)body_len, 0, 0};
     l = &b->last;
     format = r_u32(&r);
-    if (format != 1 && format != FORMAT) {
+    if (format != 1 && format != FORMAT && format != FORMAT_SHARED) {
         rc = fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: unknown format");
         goto out;
     }
@@ -402,21 +495,13 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
     l->version = r_u64(&r);
     if ((p = r_raw(&r, 32)) != NULL)
         memcpy(l->digest, p, 32);
-    r_str(&r, l->spend.mechanism, sizeof(l->spend.mechanism));
-    l->spend.noise_multiplier = r_f64(&r);
-    l->spend.clip = r_f64(&r);
-    l->spend.sampling_rate = r_f64(&r);
-    l->spend.steps = r_u64(&r);
-    if (format >= 2) {
-        l->spend.ddg_l2_sens = r_f64(&r);
-        l->spend.ddg_sigma2 = r_f64(&r);
-        l->spend.ddg_regions = r_u32(&r);
-        l->spend.ddg_dim = r_u64(&r);
-    }
+    r_spend(&r, &l->spend, format);
     l->epsilon_round = r_f64(&r);
     l->epsilon_total = r_f64(&r);
     acc_len = r_u32(&r);
     p = r_raw(&r, acc_len);
+    if (!r.failed && p && format == FORMAT_SHARED && (rc = r_others(&r, b, err)) != 0)
+        goto out;
     if (r.failed || r.off != r.len || !p) {
         rc = fa_errorf(err, FA_ERR_CORRUPT, "privacy accountant: malformed state");
         goto out;
@@ -425,7 +510,7 @@ int fa_privacy_budget_open(fa_privacy_budget **out, const char *federation, cons
         fa_error_prefix(err, rc, "privacy accountant");
         goto out;
     }
-    if (b->have_last && (rc = restate(b, err)) != 0)
+    if ((rc = restate(b, err)) != 0)
         goto out;
     *out = b;
     b = NULL;
@@ -513,44 +598,95 @@ out:
     return rc;
 }
 
+/* The last release of federation (NULL: the owner), or NULL when it has
+ * none. */
+static const fa_privacy_release *last_of(const fa_privacy_budget *b, const char *federation)
+{
+    if (!federation || !strcmp(federation, b->federation))
+        return b->have_last ? &b->last : NULL;
+    for (size_t i = 0; i < b->n_others; i++)
+        if (!strcmp(b->others[i].federation, federation))
+            return &b->others[i].r;
+    return NULL;
+}
+
+static int is_last_of(const fa_privacy_budget *b, const char *federation, uint64_t round,
+                      uint64_t version, const uint8_t digest[32])
+{
+    const fa_privacy_release *l = last_of(b, federation);
+    return l && l->round == round && l->version == version &&
+           sodium_memcmp(l->digest, digest, 32) == 0;
+}
+
 int fa_privacy_budget_is_last(const fa_privacy_budget *b, uint64_t round, uint64_t version,
                               const uint8_t digest[32])
 {
-    return b->have_last && b->last.round == round && b->last.version == version &&
-           sodium_memcmp(b->last.digest, digest, 32) == 0;
+    return is_last_of(b, NULL, round, version, digest);
+}
+
+int fa_privacy_budget_charge_for(fa_privacy_budget *b, const char *federation,
+                                 const fa_privacy_spend *sp, uint64_t round, uint64_t version,
+                                 const uint8_t digest[32], int *charged, fa_error *err)
+{
+    fa_privacy_release *l;
+    double er, et;
+    int rc;
+
+    if (charged)
+        *charged = 0;
+    if (federation && (!*federation || strlen(federation) >= ID_MAX))
+        return fa_errorf(err, FA_ERR_INVAL, "privacy budget: a federation id of 1 to %d bytes",
+                         ID_MAX - 1);
+    if (is_last_of(b, federation, round, version, digest))
+        return 0;
+    if ((rc = fa_privacy_budget_preview(b, sp, &er, &et, err)) != 0)
+        return rc;
+    l = (fa_privacy_release *)last_of(b, federation);
+    if (!l && federation && strcmp(federation, b->federation) != 0) {
+        release_slot *o = realloc(b->others, (b->n_others + 1) * sizeof(*o));
+        if (!o)
+            return fa_errorf(err, FA_ERR_NOMEM, "privacy budget: out of memory");
+        b->others = o;
+        o = &b->others[b->n_others++];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->federation, sizeof(o->federation), "%s", federation);
+        o->have = 1;
+        l = &o->r;
+    } else if (!l) {
+        l = &b->last;
+    }
+    if ((rc = compose(b->acc, sp, err)) != 0)
+        return rc;
+    b->rounds++;
+    if (l == &b->last)
+        b->have_last = 1;
+    l->round = round;
+    l->version = version;
+    memcpy(l->digest, digest, 32);
+    l->spend = *sp;
+    l->epsilon_round = er;
+    l->epsilon_total = fa_privacy_budget_epsilon(b);
+    if (charged)
+        *charged = 1;
+    return 0;
 }
 
 int fa_privacy_budget_charge(fa_privacy_budget *b, const fa_privacy_spend *sp, uint64_t round,
                              uint64_t version, const uint8_t digest[32], int *charged,
                              fa_error *err)
 {
-    double er, et;
-    int rc;
-
-    if (charged)
-        *charged = 0;
-    if (fa_privacy_budget_is_last(b, round, version, digest))
-        return 0;
-    if ((rc = fa_privacy_budget_preview(b, sp, &er, &et, err)) != 0)
-        return rc;
-    if ((rc = compose(b->acc, sp, err)) != 0)
-        return rc;
-    b->rounds++;
-    b->have_last = 1;
-    b->last.round = round;
-    b->last.version = version;
-    memcpy(b->last.digest, digest, 32);
-    b->last.spend = *sp;
-    b->last.epsilon_round = er;
-    b->last.epsilon_total = fa_privacy_budget_epsilon(b);
-    if (charged)
-        *charged = 1;
-    return 0;
+    return fa_privacy_budget_charge_for(b, NULL, sp, round, version, digest, charged, err);
 }
 
 const fa_privacy_release *fa_privacy_budget_last(const fa_privacy_budget *b)
 {
-    return b->have_last ? &b->last : NULL;
+    return last_of(b, NULL);
+}
+
+const fa_privacy_release *fa_privacy_budget_last_for(const fa_privacy_budget *b,
+                                                     const char *federation)
+{
+    return last_of(b, federation);
 }
 
 double fa_privacy_budget_epsilon(const fa_privacy_budget *b)
@@ -581,19 +717,19 @@ uint64_t fa_privacy_budget_steps(const fa_privacy_budget *b)
     return fa_rdp_accountant_steps(b->acc);
 }
 
-int fa_privacy_budget_statement(const fa_privacy_budget *b, uint64_t round, uint32_t attempt,
-                                Fedagg__PrivacyStatement *st, fa_error *err)
+int fa_privacy_budget_statement_for(const fa_privacy_budget *b, const char *federation,
+                                    uint64_t round, uint32_t attempt,
+                                    Fedagg__PrivacyStatement *st, fa_error *err)
 {
-    const fa_privacy_release *l = &b->last;
+    const fa_privacy_release *l = last_of(b, federation);
 
     fedagg__privacy_statement__init(st);
-    if (!b->have_last || l->round != round)
+    if (!l || l->round != round)
         return fa_errorf(err, FA_ERR_STATE,
                          "privacy: no update of round %llu was accounted (the last was of round "
                          "%llu)",
-                         (unsigned long long)round,
-                         (unsigned long long)(b->have_last ? l->round : 0));
-    st->federation_id = (char *)b->federation;
+                         (unsigned long long)round, (unsigned long long)(l ? l->round : 0));
+    st->federation_id = (char *)(federation ? federation : b->federation);
     st->region = (char *)b->region;
     st->round = round;
     st->attempt = attempt;
@@ -612,6 +748,12 @@ int fa_privacy_budget_statement(const fa_privacy_budget *b, uint64_t round, uint
     st->unit = (char *)(is_ddg(&l->spend) ? "region" : "example");
     st->rounds_accounted = b->rounds;
     return 0;
+}
+
+int fa_privacy_budget_statement(const fa_privacy_budget *b, uint64_t round, uint32_t attempt,
+                                Fedagg__PrivacyStatement *st, fa_error *err)
+{
+    return fa_privacy_budget_statement_for(b, NULL, round, attempt, st, err);
 }
 
 void fa_privacy_budget_digest(const void *update, size_t len, uint8_t digest[32])

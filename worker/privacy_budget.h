@@ -34,6 +34,15 @@
  * and the totals the region signed are in the audit log, where
  * `fedagg audit verify` flags an epsilon that falls.
  *
+ * A shared accountant: the region agent keeps one per dataset of its
+ * policy (worker/agent_core.h), owned by "dataset:<name>" rather than by a
+ * federation, and every federation that trains on the dataset spends from
+ * it (the _for functions): the composition is over every release of every
+ * federation, in the order charged, so the round that would take the
+ * dataset beyond its budget is refused in whichever federation asks; each
+ * federation's last release is kept for its own deduplication and
+ * statements.
+ *
  * Sans-I/O, no clocks; randomness only for the seal's nonce (libsodium).
  * Not thread-safe.
  */
@@ -128,12 +137,25 @@ int fa_privacy_budget_charge(fa_privacy_budget *b, const fa_privacy_spend *sp, u
                              uint64_t version, const uint8_t digest[32], int *charged,
                              fa_error *err);
 
+/* The same for a release of `federation` on a shared accountant: its last
+ * release is the one compared and replaced (NULL or the owner's id: as
+ * fa_privacy_budget_charge).  Returns 0, FA_ERR_INVAL (sp; an id longer
+ * than 127 bytes), FA_ERR_RANGE or FA_ERR_NOMEM. */
+int fa_privacy_budget_charge_for(fa_privacy_budget *b, const char *federation,
+                                 const fa_privacy_spend *sp, uint64_t round, uint64_t version,
+                                 const uint8_t digest[32], int *charged, fa_error *err);
+
 /* Whether (round, version, digest) is the last release. */
 int fa_privacy_budget_is_last(const fa_privacy_budget *b, uint64_t round, uint64_t version,
                               const uint8_t digest[32]);
 
 /* The last release, or NULL when none. */
 const fa_privacy_release *fa_privacy_budget_last(const fa_privacy_budget *b);
+
+/* The last release of `federation` (NULL: the owner's), or NULL when none.
+ * Its epsilon_total is the accountant's total when it was charged. */
+const fa_privacy_release *fa_privacy_budget_last_for(const fa_privacy_budget *b,
+                                                     const char *federation);
 
 /* Spent so far, at the budget's delta (0 when nothing was released). */
 double fa_privacy_budget_epsilon(const fa_privacy_budget *b);
@@ -150,6 +172,12 @@ uint64_t fa_privacy_budget_steps(const fa_privacy_budget *b);
  * when the last release is not of round (or there is none). */
 int fa_privacy_budget_statement(const fa_privacy_budget *b, uint64_t round, uint32_t attempt,
                                 Fedagg__PrivacyStatement *st, fa_error *err);
+
+/* The statement of the last release of `federation` (NULL: the owner's),
+ * whose id it carries (the string is federation itself). */
+int fa_privacy_budget_statement_for(const fa_privacy_budget *b, const char *federation,
+                                    uint64_t round, uint32_t attempt,
+                                    Fedagg__PrivacyStatement *st, fa_error *err);
 
 /* BLAKE2b-256 of an update's bytes, the digest the charge is bound to. */
 void fa_privacy_budget_digest(const void *update, size_t len, uint8_t digest[32]);

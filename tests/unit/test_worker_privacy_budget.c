@@ -5,7 +5,9 @@
  * for bit (the same statement bytes after a restart) and is refused when
  * altered anywhere, truncated, sealed under another identity key or for
  * another region; a changed delta restates the epsilons; the statement's
- * fields. */
+ * fields; a dataset's accountant shared by two federations (one
+ * composition, each federation's own last release, sealed and reopened
+ * exactly). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -354,12 +356,96 @@ static void test_ddg_budget(void **state)
     fa_privacy_budget_del(b);
 }
 
+/* One dataset, two federations: every release is composed into the one
+ * accountant (the total is that of all rounds of both), each federation
+ * deduplicates against its own last release, the round that would exceed
+ * the budget is refused whichever federation asks, and the sealed state
+ * reopens with the same totals and statements. */
+static void test_shared_accountant(void **state)
+{
+    fa_privacy_budget *b, *c;
+    fa_privacy_spend sp = spend(1.1, 0.01, 500);
+    Fedagg__PrivacyStatement st;
+    uint8_t da[32], db[32], *sealed = NULL, *sealed2 = NULL;
+    size_t len = 0, len2 = 0;
+    double one = reference(0.01, 1.1, 500, 1e-5), two = reference(0.01, 1.1, 1000, 1e-5);
+    int charged, rc;
+    fa_error err;
+
+    (void)state;
+    /* a budget that fits two rounds but not three */
+    assert_true(two < 1.8 && reference(0.01, 1.1, 1500, 1e-5) > 1.8);
+    assert_int_equal(fa_privacy_budget_new(&b, "dataset:clinics", "eu-west", 1.8, 1e-5, &err), 0);
+    digest_of(da, 1);
+    digest_of(db, 2);
+    assert_int_equal(fa_privacy_budget_charge_for(b, "fed-a", &sp, 1, 0, da, &charged, &err), 0);
+    assert_int_equal(charged, 1);
+    assert_true(fa_privacy_budget_epsilon(b) == one);
+    /* the same update of fed-a again: free; the same bytes from fed-b: a release of its own */
+    assert_int_equal(fa_privacy_budget_charge_for(b, "fed-a", &sp, 1, 0, da, &charged, &err), 0);
+    assert_int_equal(charged, 0);
+    assert_int_equal(fa_privacy_budget_charge_for(b, "fed-b", &sp, 1, 0, da, &charged, &err), 0);
+    assert_int_equal(charged, 1);
+    assert_true(fa_privacy_budget_epsilon(b) == two);
+    assert_int_equal(fa_privacy_budget_rounds(b), 2);
+    assert_null(fa_privacy_budget_last(b)); /* the owner (the dataset) released nothing */
+    assert_true(fa_privacy_budget_last_for(b, "fed-a")->epsilon_total == one);
+    assert_true(fa_privacy_budget_last_for(b, "fed-b")->epsilon_total == two);
+    /* the third round is refused whichever federation asks; nothing changes */
+    rc = fa_privacy_budget_charge_for(b, "fed-a", &sp, 2, 1, db, &charged, &err);
+    assert_int_equal(rc, FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "exhausted"));
+    assert_int_equal(fa_privacy_budget_charge_for(b, "fed-b", &sp, 2, 1, db, &charged, &err),
+                     FA_ERR_RANGE);
+    assert_int_equal(fa_privacy_budget_rounds(b), 2);
+    assert_int_equal(fa_privacy_budget_last_for(b, "fed-a")->round, 1);
+    /* statements carry the asking federation and its own release */
+    assert_int_equal(fa_privacy_budget_statement_for(b, "fed-a", 1, 3, &st, &err), 0);
+    assert_string_equal(st.federation_id, "fed-a");
+    assert_int_equal(st.attempt, 3);
+    assert_true(st.epsilon_total == one && st.rounds_accounted == 2);
+    assert_int_equal(fa_privacy_budget_statement_for(b, "fed-c", 1, 0, &st, &err), FA_ERR_STATE);
+    assert_int_equal(fa_privacy_budget_charge_for(b, "", &sp, 1, 0, da, NULL, &err),
+                     FA_ERR_INVAL);
+
+    /* sealed and reopened: the same totals, releases and bytes when sealed again */
+    assert_int_equal(fa_privacy_budget_seal(b, SEED, &sealed, &len, &err), 0);
+    assert_int_equal(fa_privacy_budget_open(&c, "dataset:clinics", "eu-west", 1.8, 1e-5, sealed,
+                                            len, SEED, &err),
+                     0);
+    assert_true(fa_privacy_budget_epsilon(c) == two);
+    assert_int_equal(fa_privacy_budget_rounds(c), 2);
+    assert_true(fa_privacy_budget_last_for(c, "fed-a")->epsilon_total == one);
+    assert_true(fa_privacy_budget_last_for(c, "fed-a")->epsilon_round == one);
+    assert_true(fa_privacy_budget_last_for(c, "fed-b")->epsilon_total == two);
+    assert_int_equal(fa_privacy_budget_charge_for(c, "fed-b", &sp, 1, 0, da, &charged, &err), 0);
+    assert_int_equal(charged, 0);
+    assert_int_equal(fa_privacy_budget_charge_for(c, "fed-b", &sp, 2, 1, db, &charged, &err),
+                     FA_ERR_RANGE);
+    assert_int_equal(fa_privacy_budget_seal(c, SEED, &sealed2, &len2, &err), 0);
+    assert_int_equal(len2, len); /* the nonce differs, the layout does not */
+    fa_privacy_budget_del(c);
+    /* the dataset's accountant is not a federation's */
+    assert_int_equal(
+        fa_privacy_budget_open(&c, "fed-a", "eu-west", 1.8, 1e-5, sealed, len, SEED, &err),
+        FA_ERR_INVAL);
+    /* a bit flipped in the table of federations: refused */
+    sealed[len - 20] ^= 1;
+    assert_int_equal(fa_privacy_budget_open(&c, "dataset:clinics", "eu-west", 1.8, 1e-5, sealed,
+                                            len, SEED, &err),
+                     FA_ERR_VERIFY);
+    free(sealed);
+    free(sealed2);
+    fa_privacy_budget_del(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_charge_once_and_budget),
         cmocka_unit_test(test_seal_open_and_statement),
         cmocka_unit_test(test_ddg_budget),
+        cmocka_unit_test(test_shared_accountant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
