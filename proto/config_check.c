@@ -591,56 +591,253 @@ static void check_external(struct ck *c, const Fedagg__ExternalTrainer *x)
                 x->workdir);
 }
 
-/* The region's differential-privacy budget (WorkerConfig.privacy). */
-static void check_worker_privacy(struct ck *c, const Fedagg__WorkerPrivacy *p)
+/* A differential-privacy budget: WorkerConfig.privacy, or a policy
+ * dataset's (`what` names it in messages). */
+static void check_worker_privacy(struct ck *c, const Fedagg__WorkerPrivacy *p, const char *what)
 {
     if (!p || p->target_epsilon == 0.0)
         return;
     if (!(isfinite(p->target_epsilon) && p->target_epsilon > 0))
         problem(c, p, "target_epsilon", 0,
-                "`privacy.target_epsilon` (%g) must be a finite epsilon > 0 (0 turns differential "
+                "`%s.target_epsilon` (%g) must be a finite epsilon > 0 (0 turns differential "
                 "privacy off)",
-                p->target_epsilon);
+                what, p->target_epsilon);
     if (!(p->target_delta > 0 && p->target_delta <= 0.1))
-        problem(c, p, "target_delta", 0, "`privacy.target_delta` (%g) must be in (0, 0.1]",
+        problem(c, p, "target_delta", 0, "`%s.target_delta` (%g) must be in (0, 0.1]", what,
                 p->target_delta);
     if (!p->mechanism || (strcmp(p->mechanism, "dp-sgd") != 0 && strcmp(p->mechanism, "ddg") != 0))
         problem(c, p, "mechanism", 0,
-                "`privacy.mechanism` \"%s\": \"dp-sgd\" (DP-SGD in training) or \"ddg\" (the "
+                "`%s.mechanism` \"%s\": \"dp-sgd\" (DP-SGD in training) or \"ddg\" (the "
                 "federation's distributed discrete Gaussian)",
-                p->mechanism ? p->mechanism : "");
+                what, p->mechanism ? p->mechanism : "");
     else if (!strcmp(p->mechanism, "ddg") && (!p->unit || strcmp(p->unit, "region") != 0))
         problem(c, p, "unit", 0,
-                "`privacy.unit` \"%s\": with mechanism \"ddg\" the unit is \"region\" (the "
+                "`%s.unit` \"%s\": with mechanism \"ddg\" the unit is \"region\" (the "
                 "distributed DP protects this region's whole update); write unit: \"region\"",
-                p->unit ? p->unit : "");
+                what, p->unit ? p->unit : "");
     else if (!strcmp(p->mechanism, "dp-sgd") && (!p->unit || strcmp(p->unit, "example") != 0))
         problem(c, p, "unit", 0,
-                "`privacy.unit` \"%s\": only \"example\" (one training example) is supported",
+                "`%s.unit` \"%s\": only \"example\" (one training example) is supported", what,
                 p->unit ? p->unit : "");
     if (!(isfinite(p->noise_multiplier) && p->noise_multiplier > 0))
-        problem(c, p, "noise_multiplier", 0,
-                "`privacy.noise_multiplier` (%g) must be a finite sigma > 0", p->noise_multiplier);
+        problem(c, p, "noise_multiplier", 0, "`%s.noise_multiplier` (%g) must be a finite sigma > 0",
+                what, p->noise_multiplier);
     if (!(isfinite(p->clip) && p->clip > 0))
-        problem(c, p, "clip", 0, "`privacy.clip` (%g) must be a finite L2 norm > 0", p->clip);
+        problem(c, p, "clip", 0, "`%s.clip` (%g) must be a finite L2 norm > 0", what, p->clip);
     if (!(p->sampling_rate >= 0 && p->sampling_rate <= 1))
         problem(c, p, "sampling_rate", 0,
-                "`privacy.sampling_rate` (%g) must be in [0, 1] (0: batch_size over the "
+                "`%s.sampling_rate` (%g) must be in [0, 1] (0: batch_size over the "
                 "shard's examples)",
-                p->sampling_rate);
+                what, p->sampling_rate);
+}
+
+/* A region's IDX files (`what`: "data" or a policy dataset's). */
+static void check_data(struct ck *c, const Fedagg__DataConfig *d, const char *what, int need_train)
+{
+    char f[2][160];
+
+    snprintf(f[0], sizeof(f[0]), "%s.train_images", what);
+    snprintf(f[1], sizeof(f[1]), "%s.train_labels", what);
+    if (need_train) {
+        need_string(c, d, "train_images", d->train_images, f[0],
+                    "the region's IDX training images (the built-in trainer reads them)");
+        need_string(c, d, "train_labels", d->train_labels, f[1],
+                    "the region's IDX training labels");
+    }
+    need_file(c, d, "train_images", 0, d->train_images, f[0]);
+    need_file(c, d, "train_labels", 0, d->train_labels, f[1]);
+    check_pair(c, d, what, "train_images", d->train_images, "train_labels", d->train_labels);
+    check_pair(c, d, what, "test_images", d->test_images, "test_labels", d->test_labels);
+    snprintf(f[0], sizeof(f[0]), "%s.test_images", what);
+    snprintf(f[1], sizeof(f[1]), "%s.test_labels", what);
+    need_file(c, d, "test_images", 0, d->test_images, f[0]);
+    need_file(c, d, "test_labels", 0, d->test_labels, f[1]);
+}
+
+/* A name of the policy (dataset, trainer, device): [a-z0-9._-]{1,63}. */
+static int policy_name_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+
+    if (n == 0 || n > 63 || id[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-' ||
+              id[i] == '_' || id[i] == '.'))
+            return 0;
+    return 1;
+}
+
+/* The name at `field` of element i of a list whose elements' names are
+ * names[0..i-1] before it: well-formed and not listed twice. */
+static void check_policy_name(struct ck *c, const void *msg, const char *field, const char *what,
+                              const char *name, const char *const *before, size_t i)
+{
+    if (empty(name)) {
+        problem(c, msg, NULL, 0, "`%s` is required", what);
+        return;
+    }
+    if (!policy_name_ok(name)) {
+        problem(c, msg, field, 0,
+                "`%s` \"%s\": 1 to 63 characters of a-z, 0-9, '.', '_' and '-' (not starting "
+                "with '.')",
+                what, name);
+        return;
+    }
+    for (size_t j = 0; j < i; j++)
+        if (before[j] && !strcmp(before[j], name)) {
+            problem(c, msg, field, 0, "`%s`: \"%s\" is listed twice", what, name);
+            return;
+        }
+}
+
+static void check_services(struct ck *c, const Fedagg__WorkerConfig *cfg)
+{
+    const char **names = calloc(cfg->n_services + 1, sizeof(*names));
+
+    for (size_t i = 0; i < cfg->n_services; i++) {
+        const Fedagg__AggregationService *sv = cfg->services[i];
+        char what[64];
+        uint8_t key[32];
+        snprintf(what, sizeof(what), "services[%zu].name", i);
+        if (empty(sv->name))
+            problem(c, sv, NULL, 0, "`%s` is required (e.g. \"central\")", what);
+        else if (!region_id_ok(sv->name))
+            problem(c, sv, "name", 0, "`%s` \"%s\": 1 to 63 characters of a-z, 0-9 and -", what,
+                    sv->name);
+        for (size_t j = 0; j < i && names && !empty(sv->name); j++)
+            if (names[j] && !strcmp(names[j], sv->name)) {
+                problem(c, sv, "name", 0, "`%s`: service \"%s\" is listed twice", what, sv->name);
+                break;
+            }
+        if (names)
+            names[i] = sv->name;
+        snprintf(what, sizeof(what), "services[%zu].address", i);
+        need_string(c, sv, "address", sv->address, what, "the service's UDP address, host:port");
+        check_hostport(c, sv, "address", sv->address, what);
+        snprintf(what, sizeof(what), "services[%zu]", i);
+        check_public_key(c, sv, what, "public_key", sv->public_key, "public_key_file",
+                         sv->public_key_file, 1, key);
+        sodium_memzero(key, sizeof(key));
+        if (sv->poll_s < 1 || sv->poll_s > 3600)
+            problem(c, sv, "poll_s", 0, "`services[%zu].poll_s` (%u) must be 1..3600 seconds", i,
+                    sv->poll_s);
+    }
+    free(names);
+}
+
+static void check_policy(struct ck *c, const Fedagg__RegionPolicy *p)
+{
+    size_t n = p->n_datasets + p->n_trainers + p->n_devices + 1;
+    const char **names = calloc(n, sizeof(*names));
+    char what[96];
+
+    if (!names) {
+        problem(c, p, NULL, 0, "out of memory checking `policy`");
+        return;
+    }
+    for (size_t i = 0; i < p->n_datasets; i++) {
+        const Fedagg__PolicyDataset *ds = p->datasets[i];
+        snprintf(what, sizeof(what), "policy.datasets[%zu].name", i);
+        check_policy_name(c, ds, "name", what, ds->name, names, i);
+        names[i] = ds->name;
+        snprintf(what, sizeof(what), "policy.datasets[%zu].data", i);
+        check_data(c, ds->data, what, 0);
+        if (empty(ds->data->train_images) && empty(ds->path))
+            problem(c, ds, NULL, 0,
+                    "`policy.datasets[%zu]`: give its files, data { train_images: ... "
+                    "train_labels: ... } or path: \"...\"",
+                    i);
+        if (!empty(ds->path) && check_files(c) && access(ds->path, R_OK) != 0)
+            problem(c, ds, "path", 0, "`policy.datasets[%zu].path`: %s: %s", i, ds->path,
+                    strerror(errno));
+        snprintf(what, sizeof(what), "policy.datasets[%zu].privacy", i);
+        check_worker_privacy(c, ds->privacy, what);
+    }
+    for (size_t i = 0; i < p->n_devices; i++) {
+        snprintf(what, sizeof(what), "policy.devices[%zu]", i);
+        check_policy_name(c, p, "devices", what, p->devices[i], (const char *const *)p->devices,
+                          i);
+    }
+    for (size_t i = 0; i < p->n_trainers; i++) {
+        const Fedagg__PolicyTrainer *t = p->trainers[i];
+        snprintf(what, sizeof(what), "policy.trainers[%zu].name", i);
+        check_policy_name(c, t, "name", what, t->name, names + p->n_datasets, i);
+        names[p->n_datasets + i] = t->name;
+        if (t->kind_case == FEDAGG__POLICY_TRAINER__KIND_BUILTIN)
+            check_builtin(c, t->builtin);
+        else if (t->kind_case == FEDAGG__POLICY_TRAINER__KIND_EXTERNAL)
+            check_external(c, t->external);
+        else
+            problem(c, t, NULL, 0,
+                    "`policy.trainers[%zu]`: set one of `builtin { ... }` or `external { "
+                    "command: [...] }`",
+                    i);
+        if (t->kind_case == FEDAGG__POLICY_TRAINER__KIND_EXTERNAL && t->n_launch)
+            problem(c, t, "launch", 0,
+                    "`policy.trainers[%zu].launch`: an external trainer runs in one worker "
+                    "process; to train on several ranks make its command torchrun",
+                    i);
+        for (size_t k = 0; k < t->n_launch; k++)
+            if (empty(t->launch[k]))
+                problem(c, t, "launch", k, "`policy.trainers[%zu].launch[%zu]` is empty", i, k);
+        if (!empty(t->device)) {
+            size_t k;
+            for (k = 0; k < p->n_devices; k++)
+                if (p->devices[k] && !strcmp(p->devices[k], t->device))
+                    break;
+            if (k == p->n_devices && !(p->n_devices == 0 && !strcmp(t->device, "local")))
+                problem(c, t, "device", 0,
+                        "`policy.trainers[%zu].device` \"%s\" is not in policy.devices", i,
+                        t->device);
+        }
+    }
+    for (size_t i = 0; i < p->n_accept_teams; i++)
+        if (empty(p->accept_teams[i]))
+            problem(c, p, "accept_teams", i, "`policy.accept_teams[%zu]` is empty", i);
+    for (size_t i = 0; i < p->n_accept_federations; i++)
+        if (empty(p->accept_federations[i]))
+            problem(c, p, "accept_federations", i, "`policy.accept_federations[%zu]` is empty", i);
+    if (p->max_federations < 1 || p->max_federations > 1000)
+        problem(c, p, "max_federations", 0, "`policy.max_federations` (%u) must be 1..1000",
+                p->max_federations);
+    free(names);
+}
+
+/* A region agent (services set): the policy names datasets and trainers,
+ * so the fields of a single federation would be ignored; say so. */
+static void check_agent(struct ck *c, const Fedagg__WorkerConfig *cfg)
+{
+    static const char hint[] =
+        "in a region agent's config (`services` set) federations name a dataset and a trainer "
+        "of `policy`; remove it";
+
+    check_services(c, cfg);
+    check_policy(c, cfg->policy);
+    if (!empty(cfg->aggregator))
+        problem(c, cfg, "aggregator", 0, "`aggregator`: %s (each service has its address)", hint);
+    if (!empty(cfg->aggregator_public_key) || !empty(cfg->aggregator_public_key_file))
+        problem(c, cfg, empty(cfg->aggregator_public_key) ? "aggregator_public_key_file"
+                                                          : "aggregator_public_key",
+                0, "`aggregator_public_key`: %s (each service has its public_key)", hint);
+    if (cfg->trainer && cfg->trainer->kind_case != FEDAGG__TRAINER__KIND__NOT_SET)
+        problem(c, cfg, "trainer", 0, "`trainer`: %s (policy.trainers)", hint);
+    if (!empty(cfg->data->train_images) || !empty(cfg->data->test_images))
+        problem(c, cfg, "data", 0, "`data`: %s (policy.datasets)", hint);
+    if (cfg->privacy->target_epsilon != 0.0)
+        problem(c, cfg, "privacy", 0, "`privacy`: %s (each dataset has its budget)", hint);
+    if (cfg->rounds)
+        problem(c, cfg, "rounds", 0, "`rounds`: %s (a federation runs until it finishes)", hint);
+    if (cfg->service_routes)
+        problem(c, cfg, "service_routes", 0, "`service_routes`: %s", hint);
 }
 
 static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
 {
-    const Fedagg__DataConfig *d = cfg->data;
-    uint8_t key[32];
+    const Fedagg__RegionPolicy *p = cfg->policy;
     int builtin = 0;
 
     check_region_id(c, cfg, "region_id", 0, "region_id", cfg->region_id);
-    check_federation_id(c, cfg, cfg->federation_id);
-    need_string(c, cfg, "aggregator", cfg->aggregator, "aggregator",
-                "the aggregator's UDP address, host:port");
-    check_hostport(c, cfg, "aggregator", cfg->aggregator, "aggregator");
     check_tls(c, cfg->tls, "this region's PEM client certificate");
     check_quic(c, cfg->quic, 0);
     need_string(c, cfg, "identity_key_file", cfg->identity_key_file, "identity_key_file",
@@ -658,32 +855,6 @@ static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
                     "identity public key too",
                     cfg->region_id);
     }
-    check_public_key(c, cfg, "aggregator_public_key", "aggregator_public_key",
-                     cfg->aggregator_public_key, "aggregator_public_key_file",
-                     cfg->aggregator_public_key_file, 0, key);
-    sodium_memzero(key, sizeof(key));
-    if (!cfg->trainer || cfg->trainer->kind_case == FEDAGG__TRAINER__KIND__NOT_SET) {
-        problem(c, cfg->trainer ? (const void *)cfg->trainer : (const void *)cfg, NULL, 0,
-                "`trainer`: set one of `builtin { ... }` (the MLP of the aggregator's model) or "
-                "`external { command: [...] }`");
-    } else if (cfg->trainer->kind_case == FEDAGG__TRAINER__KIND_BUILTIN) {
-        builtin = 1;
-        check_builtin(c, cfg->trainer->builtin);
-    } else {
-        check_external(c, cfg->trainer->external);
-    }
-    if (builtin) {
-        need_string(c, d, "train_images", d->train_images, "data.train_images",
-                    "the region's IDX training images (the built-in trainer reads them)");
-        need_string(c, d, "train_labels", d->train_labels, "data.train_labels",
-                    "the region's IDX training labels");
-    }
-    need_file(c, d, "train_images", 0, d->train_images, "data.train_images");
-    need_file(c, d, "train_labels", 0, d->train_labels, "data.train_labels");
-    check_pair(c, d, "data", "train_images", d->train_images, "train_labels", d->train_labels);
-    check_pair(c, d, "data", "test_images", d->test_images, "test_labels", d->test_labels);
-    need_file(c, d, "test_images", 0, d->test_images, "data.test_images");
-    need_file(c, d, "test_labels", 0, d->test_labels, "data.test_labels");
     if (cfg->compression->powersgd_rank == 0)
         problem(c, cfg->compression, "powersgd_rank", 0,
                 "`compression.powersgd_rank` must be at least 1");
@@ -696,7 +867,39 @@ static void check_worker(struct ck *c, const Fedagg__WorkerConfig *cfg)
                 "the directory of the worker's round state");
     maybe_dir(c, cfg, "state_dir", cfg->state_dir, "state_dir");
     check_log_level(c, cfg, cfg->log_level);
-    check_worker_privacy(c, cfg->privacy);
+    if (cfg->n_services) {
+        check_agent(c, cfg);
+        return;
+    }
+    if (p->n_datasets || p->n_trainers || p->n_accept_teams || p->n_accept_federations ||
+        p->n_devices)
+        problem(c, cfg, "policy", 0,
+                "`policy` is the region agent's: it is used only with `services` (the "
+                "aggregation services the agent joins federations on)");
+
+    check_federation_id(c, cfg, cfg->federation_id);
+    need_string(c, cfg, "aggregator", cfg->aggregator, "aggregator",
+                "the aggregator's UDP address, host:port");
+    check_hostport(c, cfg, "aggregator", cfg->aggregator, "aggregator");
+    {
+        uint8_t key[32];
+        check_public_key(c, cfg, "aggregator_public_key", "aggregator_public_key",
+                         cfg->aggregator_public_key, "aggregator_public_key_file",
+                         cfg->aggregator_public_key_file, 0, key);
+        sodium_memzero(key, sizeof(key));
+    }
+    if (!cfg->trainer || cfg->trainer->kind_case == FEDAGG__TRAINER__KIND__NOT_SET) {
+        problem(c, cfg->trainer ? (const void *)cfg->trainer : (const void *)cfg, NULL, 0,
+                "`trainer`: set one of `builtin { ... }` (the MLP of the aggregator's model) or "
+                "`external { command: [...] }`");
+    } else if (cfg->trainer->kind_case == FEDAGG__TRAINER__KIND_BUILTIN) {
+        builtin = 1;
+        check_builtin(c, cfg->trainer->builtin);
+    } else {
+        check_external(c, cfg->trainer->external);
+    }
+    check_data(c, cfg->data, "data", builtin);
+    check_worker_privacy(c, cfg->privacy, "privacy");
 }
 
 unsigned fa_config_check_meaning(fa_config_kind kind, const ProtobufCMessage *cfg,

@@ -16,7 +16,8 @@
  *
  * Defaults applied on load (the one place they live; config.proto documents
  * them in its comments):
- *   - every optional sub-message is present (so daemons need no NULL checks);
+ *   - every optional sub-message is present, in the elements of repeated
+ *     messages too (so daemons need no NULL checks);
  *   - ModelSpec.hidden empty            -> [256, 128]
  *   - RoundPolicy.threshold 0           -> majority of the regions, n/2 + 1
  *   - AuditConfig.log_file empty        -> <storage.dir>/audit.log

@@ -234,6 +234,9 @@ static const char *const path_fields[] = {
     "fedagg.WorkerConfig.aggregator_public_key_file",
     "fedagg.WorkerConfig.metrics_file",
     "fedagg.DashboardConfig.password_file",
+    "fedagg.AggregationService.public_key_file",
+    "fedagg.PolicyDataset.path",
+    "fedagg.AgentLink.socket",
     NULL,
 };
 
@@ -316,19 +319,29 @@ static int resolve_paths(ProtobufCMessage *m, const char *basedir, int depth)
 
 /* ---- Defaults ---- */
 
-/* Allocates every absent optional (non-oneof) sub-message, recursively, with
- * the descriptor's defaults. */
+/* Allocates every absent optional (non-oneof) sub-message, recursively
+ * (into the elements of repeated messages too), with the descriptor's
+ * defaults. */
 static int ensure_submessages(ProtobufCMessage *m, int depth)
 {
-    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const ProtobufCMessageDescriptor *d;
 
-    if (depth > 16)
+    if (!m || depth > 16)
         return 0;
+    d = m->descriptor;
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         ProtobufCMessage **slot = MEMBER(m, f->offset);
-        if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->label == PROTOBUF_C_LABEL_REPEATED ||
-            (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE && f->label == PROTOBUF_C_LABEL_REPEATED) {
+            /* each element written gets its sub-messages too (no new elements) */
+            ProtobufCMessage **elems = *(ProtobufCMessage ***)slot;
+            size_t n = *(size_t *)MEMBER(m, f->quantifier_offset);
+            for (size_t k = 0; elems && k < n; k++)
+                if (ensure_submessages(elems[k], depth + 1) != 0)
+                    return FA_ERR_NOMEM;
+            continue;
+        }
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE || (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
             continue;
         if (!*slot) {
             const ProtobufCMessageDescriptor *sd = f->descriptor;

@@ -1,7 +1,8 @@
 /* Unit tests of config loading and checking (proto/config_check.h): kind
  * guessing, defaults applied in one place, path resolution, the meaning
- * checks and their positions, key and address parsing, and the annotated
- * example (complete, and valid). */
+ * checks and their positions, key and address parsing, the region agent's
+ * config (services and policy), and the annotated example (complete, and
+ * valid). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -171,6 +172,87 @@ static void test_worker_privacy(void **state)
     assert_true(has_diag(d, "c.textproto:5:81: `privacy.clip` (-2) must be a finite L2 norm > 0"));
     assert_true(has_diag(d, "c.textproto:5:90: `privacy.sampling_rate` (1.5) must be in [0, 1] "
                             "(0: batch_size over the shard's examples)"));
+    fa_diags_del(d);
+}
+
+/* The region agent: services and a policy instead of one federation's
+ * fields; every element of the policy's lists gets its defaults. */
+static void test_agent_config(void **state)
+{
+    static const char base[] =
+        "region_id: \"eu-west\" state_dir: \"st\"\n"
+        "tls { cert_file: \"c\" key_file: \"k\" ca_file: \"ca\" } identity_key_file: \"id\"\n"
+        "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n"
+        "services { name: \"central\" address: \"agg.example.org:4433\" public_key_file: "
+        "\"svc.pub\" }\n";
+    static const char policy[] =
+        "policy { datasets { name: \"clinics\" data { train_images: \"a\" train_labels: \"b\" } "
+        "privacy { target_epsilon: 2 } }\n"
+        "  datasets { name: \"notes\" path: \"notes\" }\n"
+        "  trainers { name: \"mlp\" builtin { local_steps: 3 } launch: [\"mpirun\", \"-np\", "
+        "\"2\"] }\n"
+        "  accept_teams: \"vision\" }\n";
+    char text[4096];
+    Fedagg__WorkerConfig *w = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    snprintf(text, sizeof(text), "%s%s", base, policy);
+    assert_int_equal(
+        load_text(FA_CONFIG_UNKNOWN, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d), 0);
+    assert_int_equal(w->n_services, 1);
+    assert_string_equal(w->services[0]->public_key_file, "/etc/fedagg/svc.pub");
+    assert_int_equal(w->services[0]->poll_s, 30);
+    assert_string_equal(w->policy->datasets[0]->data->train_images, "/etc/fedagg/a");
+    assert_string_equal(w->policy->datasets[1]->path, "/etc/fedagg/notes");
+    /* an element's sub-messages are there, with their defaults */
+    assert_non_null(w->policy->datasets[1]->privacy);
+    assert_true(w->policy->datasets[1]->privacy->target_epsilon == 0.0);
+    assert_true(w->policy->datasets[0]->privacy->target_delta == 1e-5);
+    assert_int_equal(w->policy->max_federations, 4);
+    protobuf_c_message_free_unpacked(&w->base, NULL);
+    fa_diags_del(d);
+
+    /* one federation's fields in an agent config, and mistakes in the policy */
+    snprintf(text, sizeof(text),
+             "%saggregator: \"agg:1\"\ntrainer { builtin { } }\n"
+             "policy { datasets { name: \"x\" } datasets { name: \"x\" path: \"p\" }\n"
+             "  trainers { name: \"T\" external { command: \"t\" } launch: \"mpirun\" device: "
+             "\"gpu9\" }\n"
+             "  trainers { name: \"u\" }\n"
+             "  max_federations: 0 }\n"
+             "services { name: \"central\" address: \"h:1\" poll_s: 0 }\n",
+             base);
+    w = NULL;
+    assert_int_equal(
+        load_text(FA_CONFIG_WORKER, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d),
+        FA_ERR_INVAL);
+    assert_true(has_diag(d, "c.textproto:5:1: `aggregator`: in a region agent's config"));
+    assert_true(has_diag(d, "`trainer`: in a region agent's config"));
+    assert_true(has_diag(d, "`policy.datasets[0]`: give its files"));
+    assert_true(has_diag(d, "`policy.datasets[1].name`: \"x\" is listed twice"));
+    assert_true(has_diag(d, "`policy.trainers[0].name` \"T\": 1 to 63 characters"));
+    assert_true(has_diag(d, "`policy.trainers[0].launch`: an external trainer runs in one"));
+    assert_true(has_diag(d, "`policy.trainers[0].device` \"gpu9\" is not in policy.devices"));
+    assert_true(has_diag(d, "`policy.trainers[1]`: set one of `builtin"));
+    assert_true(has_diag(d, "`policy.max_federations` (0) must be 1..1000"));
+    assert_true(has_diag(d, "`services[1].name`: service \"central\" is listed twice"));
+    assert_true(has_diag(d, "`services[1]`: set public_key (base64) or public_key_file"));
+    assert_true(has_diag(d, "`services[1].poll_s` (0) must be 1..3600 seconds"));
+    fa_diags_del(d);
+
+    /* a policy without services */
+    snprintf(text, sizeof(text),
+             "region_id: \"eu-west\" aggregator: \"agg:1\" state_dir: \"st\"\n"
+             "tls { cert_file: \"c\" key_file: \"k\" ca_file: \"ca\" } identity_key_file: \"id\"\n"
+             "trainer { external { command: \"./train\" } }\n"
+             "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n%s",
+             policy);
+    w = NULL;
+    assert_int_equal(
+        load_text(FA_CONFIG_WORKER, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&w, &d),
+        FA_ERR_INVAL);
+    assert_true(has_diag(d, "`policy` is the region agent's: it is used only with `services`"));
     fa_diags_del(d);
 }
 
@@ -388,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_model_delta_widths),
         cmocka_unit_test(test_worker_defaults),
         cmocka_unit_test(test_worker_privacy),
+        cmocka_unit_test(test_agent_config),
         cmocka_unit_test(test_meaning_errors_with_positions),
         cmocka_unit_test(test_syntax_errors_stop_before_meaning),
         cmocka_unit_test(test_guess_kind),
