@@ -811,8 +811,8 @@ uint64_t fa_agent_core_next_timer(const fa_agent_core *c)
             uint64_t when;
             if (!f->deadline)
                 continue;
-            when = f->deadline > f->train_ms ? f->deadline - f->train_ms + (f->train_ms ? 1 : 0)
-                                             : 0;
+            when =
+                f->deadline > f->train_ms ? f->deadline - f->train_ms + (f->train_ms ? 1 : 0) : 0;
             if (when < t)
                 t = when;
         }
@@ -882,8 +882,7 @@ int fa_agent_core_privacy(fa_agent_core *c, int fi, const fa_agent_privacy_req *
             if (res->charged)
                 c->dirty[f->dataset] = 1;
             res->save = c->dirty[f->dataset];
-            rc = fa_privacy_budget_statement_for(b, f->id, req->round, req->attempt, &res->st,
-                                                 &e);
+            rc = fa_privacy_budget_statement_for(b, f->id, req->round, req->attempt, &res->st, &e);
         }
     } else {
         rc = fa_privacy_budget_statement_for(b, f->id, req->round, req->attempt, &res->st, &e);

@@ -187,13 +187,13 @@ typedef struct fa_agent_privacy_res {
      * (the federation trains on no dataset with a budget) */
     int rc;
     char msg[512];
-    int charged;          /* CHARGE: composed now (not a repeat) */
-    int save;             /* the accountant of dataset `ds` must be on disk before answering */
-    int ds;               /* the dataset (policy index) */
+    int charged; /* CHARGE: composed now (not a repeat) */
+    int save;    /* the accountant of dataset `ds` must be on disk before answering */
+    int ds;      /* the dataset (policy index) */
     double eps_round, eps_total; /* PREVIEW, CHARGE: the round alone, the total with it */
     double spent, budget, delta; /* the dataset's accountant after the call */
     uint64_t rounds;
-    int have_last;             /* this federation's last release */
+    int have_last; /* this federation's last release */
     fa_privacy_release last;
     Fedagg__PrivacyStatement st; /* STATEMENT, CHARGE (rc 0): strings valid until the next call */
 } fa_agent_privacy_res;

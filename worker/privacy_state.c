@@ -54,16 +54,14 @@ static int load_seed(fa_privacy_state *s, const char *key_file, fa_error *err)
     return rc;
 }
 
-int fa_privacy_state_open(fa_privacy_state **out, const Fedagg__WorkerConfig *cfg, int *created,
-                          fa_error *err)
+int fa_privacy_state_open_dir(fa_privacy_state **out, const char *dir, const char *owner,
+                              const char *region, const char *identity_key_file,
+                              const Fedagg__WorkerPrivacy *p, const char *used, int *created,
+                              fa_error *err)
 {
-    const Fedagg__WorkerPrivacy *p = cfg->privacy;
-    const char *fed = cfg->federation_id ? cfg->federation_id : "fedagg";
     fa_privacy_state *s;
     uint8_t *data = NULL;
     size_t len = 0;
-    char mark[4200];
-    const char *used;
     int rc;
 
     *out = NULL;
@@ -81,15 +79,14 @@ int fa_privacy_state_open(fa_privacy_state **out, const Fedagg__WorkerConfig *cf
         rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    snprintf(s->path, sizeof(s->path), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
-             FA_PRIVACY_BUDGET_FILE);
-    if ((rc = load_seed(s, cfg->identity_key_file, err)) != 0)
+    snprintf(s->path, sizeof(s->path), "%s/%s", dir ? dir : ".", FA_PRIVACY_BUDGET_FILE);
+    if ((rc = load_seed(s, identity_key_file, err)) != 0)
         goto fail;
 
     rc = fa_file_read_all(s->path, &data, &len, 1 << 24, err);
     if (rc == 0) {
-        rc = fa_privacy_budget_open(&s->budget, fed, cfg->region_id, p->target_epsilon,
-                                    p->target_delta, data, len, s->seed, err);
+        rc = fa_privacy_budget_open(&s->budget, owner, region, p->target_epsilon, p->target_delta,
+                                    data, len, s->seed, err);
         free(data);
         if (rc != 0) {
             fa_error_prefix(err, rc,
@@ -106,18 +103,17 @@ int fa_privacy_state_open(fa_privacy_state **out, const Fedagg__WorkerConfig *cf
         fa_error_prefix(err, rc, "the privacy accountant");
         goto fail;
     }
-    used = used_before(cfg->state_dir ? cfg->state_dir : ".", mark, sizeof(mark));
     if (used && !p->new_accountant) {
         rc = fa_errorf(err, FA_ERR_STATE,
-                       "%s is missing, but this state directory has been used (%s is there): "
-                       "refusing to start, since a deleted accountant would reset the privacy "
-                       "budget; restore the file, or, if this region never trained here under "
-                       "differential privacy, set privacy.new_accountant: true once",
+                       "%s is missing, but %s: refusing to start, since a deleted accountant "
+                       "would reset the privacy budget; restore the file, or, if this region "
+                       "never trained here under differential privacy, set "
+                       "privacy.new_accountant: true once",
                        s->path, used);
         goto fail;
     }
-    if ((rc = fa_privacy_budget_new(&s->budget, fed, cfg->region_id, p->target_epsilon,
-                                    p->target_delta, err)) != 0 ||
+    if ((rc = fa_privacy_budget_new(&s->budget, owner, region, p->target_epsilon, p->target_delta,
+                                    err)) != 0 ||
         (rc = fa_privacy_state_save(s, err)) != 0)
         goto fail;
     if (created)
@@ -127,6 +123,20 @@ int fa_privacy_state_open(fa_privacy_state **out, const Fedagg__WorkerConfig *cf
 fail:
     fa_privacy_state_del(s);
     return rc;
+}
+
+int fa_privacy_state_open(fa_privacy_state **out, const Fedagg__WorkerConfig *cfg, int *created,
+                          fa_error *err)
+{
+    const char *dir = cfg->state_dir ? cfg->state_dir : ".";
+    char mark[4200], why[4300];
+    const char *used = used_before(dir, mark, sizeof(mark));
+
+    if (used)
+        snprintf(why, sizeof(why), "this state directory has been used (%s is there)", used);
+    return fa_privacy_state_open_dir(out, dir, cfg->federation_id ? cfg->federation_id : "fedagg",
+                                     cfg->region_id, cfg->identity_key_file, cfg->privacy,
+                                     used ? why : NULL, created, err);
 }
 
 void fa_privacy_state_del(fa_privacy_state *s)

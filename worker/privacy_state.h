@@ -38,6 +38,16 @@ typedef struct fa_privacy_state fa_privacy_state;
 int fa_privacy_state_open(fa_privacy_state **out, const Fedagg__WorkerConfig *cfg, int *created,
                           fa_error *err);
 
+/* The same for the accountant of `owner` (a federation id, or a region
+ * agent's "dataset:<name>", worker/agent_core.h) in dir, with the budget
+ * p, sealed under the key of identity_key_file.  When the file is missing,
+ * `used` (NULL: the directory is fresh) says why the directory must have
+ * held one, and the open is refused with it unless p->new_accountant. */
+int fa_privacy_state_open_dir(fa_privacy_state **out, const char *dir, const char *owner,
+                              const char *region, const char *identity_key_file,
+                              const Fedagg__WorkerPrivacy *p, const char *used, int *created,
+                              fa_error *err);
+
 /* Wipes the key and frees.  NULL is a no-op. */
 void fa_privacy_state_del(fa_privacy_state *s);
 

@@ -84,8 +84,7 @@ static void sleep_ms(uint64_t ms)
 
 /* One request on the federation's routes: "/v1/..." as written here, or
  * "/v1/federations/{id}/..." for a federation on an aggregation service. */
-static int request(fa_round_client *rc, fa_h3_client_req *req, fa_h3_response *resp,
-                   fa_error *err)
+static int request(fa_round_client *rc, fa_h3_client_req *req, fa_h3_response *resp, fa_error *err)
 {
     const char *path = req->path;
     char routed[2048];

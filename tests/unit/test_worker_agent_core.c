@@ -513,11 +513,10 @@ static void test_device_fifo(void **state)
         list(&e, T0 + 31 * SEC, 1, xs, 1);
         fm = fa_agent_core_find(e.c, 1, "m");
         assert_int_equal(fa_agent_core_fed_device(e.c, fm), 0);
-        assert_int_equal(fa_agent_core_device_acquire(e.c, T0 + 31 * SEC, f[0], 0, why,
-                                                      sizeof(why)),
-                         FA_AGENT_DEVICE_GRANTED);
-        assert_int_equal(fa_agent_core_device_acquire(e.c, T0 + 31 * SEC, fm, 0, why,
-                                                      sizeof(why)),
+        assert_int_equal(
+            fa_agent_core_device_acquire(e.c, T0 + 31 * SEC, f[0], 0, why, sizeof(why)),
+            FA_AGENT_DEVICE_GRANTED);
+        assert_int_equal(fa_agent_core_device_acquire(e.c, T0 + 31 * SEC, fm, 0, why, sizeof(why)),
                          FA_AGENT_DEVICE_GRANTED);
     }
     teardown_env(&e);
@@ -578,9 +577,9 @@ static void test_deadline_skip(void **state)
     drain(&e);
     assert_non_null(find_act(&e, FA_AGENT_SKIP, fb));
     /* b asks again with 53 s left; a is done 3 s later: b granted */
-    assert_int_equal(fa_agent_core_device_acquire(e.c, t + 37 * SEC, fb, t + 90 * SEC, why,
-                                                  sizeof(why)),
-                     FA_AGENT_DEVICE_QUEUED);
+    assert_int_equal(
+        fa_agent_core_device_acquire(e.c, t + 37 * SEC, fb, t + 90 * SEC, why, sizeof(why)),
+        FA_AGENT_DEVICE_QUEUED);
     fa_agent_core_device_release(e.c, t + 40 * SEC, fa);
     drain(&e);
     assert_non_null(find_act(&e, FA_AGENT_GRANT, fb));
@@ -667,8 +666,7 @@ static void test_budget_across_federations(void **state)
     list(&e, T0, 0, all, 2);
     fa = fa_agent_core_find(e.c, 0, "a");
     fb = fa_agent_core_find(e.c, 0, "b");
-    assert_int_equal(fa_privacy_budget_new(&bud, "dataset:clinics", "eu-west", 1.8, 1e-5, &err),
-                     0);
+    assert_int_equal(fa_privacy_budget_new(&bud, "dataset:clinics", "eu-west", 1.8, 1e-5, &err), 0);
     fa_agent_core_set_accountant(e.c, 0, bud);
 
     memset(&q, 0, sizeof(q));

@@ -405,8 +405,7 @@ static void test_shared_accountant(void **state)
     assert_int_equal(st.attempt, 3);
     assert_true(st.epsilon_total == one && st.rounds_accounted == 2);
     assert_int_equal(fa_privacy_budget_statement_for(b, "fed-c", 1, 0, &st, &err), FA_ERR_STATE);
-    assert_int_equal(fa_privacy_budget_charge_for(b, "", &sp, 1, 0, da, NULL, &err),
-                     FA_ERR_INVAL);
+    assert_int_equal(fa_privacy_budget_charge_for(b, "", &sp, 1, 0, da, NULL, &err), FA_ERR_INVAL);
 
     /* sealed and reopened: the same totals, releases and bytes when sealed again */
     assert_int_equal(fa_privacy_budget_seal(b, SEED, &sealed, &len, &err), 0);
