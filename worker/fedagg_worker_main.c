@@ -63,10 +63,12 @@
 #include "worker/local_round.h"
 #include "worker/local_tensors.h"
 #include "worker/ddp.h"
-#include "worker/privacy_budget.h"
-#include "worker/privacy_state.h"
+#include "worker/agent.h"
+#include "worker/agent_link.h"
+#include "worker/leader_core.h"
 #include "worker/quantize.h"
 #include "worker/round_client.h"
+#include "worker/round_privacy.h"
 #include "worker/worker_metrics.h"
 
 enum { CMD_STOP = 0, CMD_TRAIN = 1 };
@@ -222,17 +224,14 @@ struct worker {
     int dp;                   /* on (every rank) */
     int ddg_budget;           /* privacy.mechanism "ddg": the budget accounts the federation's
                                * distributed DP; no DP-SGD in training */
-    int have_ddg_spend;       /* w->spend holds the federation's DDG round */
     fa_train_dp dpo;          /* built-in: DP-SGD's parameters; rank 0 draws the key per round */
-    fa_privacy_state *pstate; /* rank 0: the region's accountant on disk */
-    int pstate_dirty;         /* charged in memory but not yet on disk: nothing leaves */
-    fa_privacy_spend spend;   /* built-in: what one round costs */
+    fa_round_privacy *priv;   /* rank 0: the region's budget */
     fa_trainer_privacy xpriv; /* external: what its last round reported */
-    uint64_t exhausted_round; /* the round last refused for the budget (said once); UINT64_MAX */
-};
 
-/* What the privacy checks tell the leader loop to do. */
-enum { PRIV_GO = 0, PRIV_SKIP = 1, PRIV_STOP = 2 };
+    /* Started by a region agent (cfg->agent->socket): rank 0's link to it. */
+    fa_agent_link *link;
+    int holding_device;
+};
 
 static int log_err(const char *msg, int rc, const fa_error *err)
 {
@@ -256,11 +255,6 @@ static void write_metrics(struct worker *w)
         return;
     fa_error_clear(&e);
     w->metrics.model_version = w->have_version == UINT64_MAX ? NAN : (double)w->have_version;
-    if (w->pstate) {
-        fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
-        w->metrics.privacy_epsilon = fa_privacy_budget_epsilon(b);
-        w->metrics.privacy_budget = fa_privacy_budget_target_epsilon(b);
-    }
     rc = fa_worker_metrics_write(w->cfg->metrics_file, &w->metrics, w->cfg->region_id, &e);
     if (rc != 0 && !w->metrics_warned) {
         log_warn("cannot write the metrics file (warned once)", rc, &e);
@@ -777,26 +771,42 @@ static int quantise(struct worker *w, const Fedagg__FederationInfo *info, fa_err
 }
 
 /* ---------------------------------------------------------------------- */
-/* Differential privacy: the region's budget (rank 0)                        */
+/* A federation worker of a region agent (worker/agent.h)                   */
 /* ---------------------------------------------------------------------- */
 
-static const fa_privacy_spend *next_spend(const struct worker *w);
+/* Rank 0 of a federation worker its region agent started: the link, and
+ * the worker's tie to the agent (worker/agent_link.h). */
+static int agent_link_setup(struct worker *w, fa_error *err)
+{
+    const Fedagg__AgentLink *l = w->cfg->agent;
+    int rc;
 
-/* Every rank: DP-SGD's parameters from the config and the shard; rank 0
- * also opens the accountant.  Returns 0 or the error that stops the worker. */
+    if ((rc = fa_agent_link_open(&w->link, l->socket, l->service, w->cfg->federation_id, err)) !=
+            0 ||
+        (rc = fa_agent_link_guard(w->link, w->cfg->state_dir, &trainer_pgid, err)) != 0)
+        return rc;
+    fa_log(FA_LOG_INFO, "joined through the region agent",
+           "service=%s dataset=%s device=%s socket=%s", l->service, l->dataset, l->device,
+           l->socket);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Differential privacy                                                     */
+/* ---------------------------------------------------------------------- */
+
+/* Every rank: DP-SGD's parameters from the config and the shard (the
+ * built-in trainer); rank 0 also opens the region's budget (its own, or
+ * its agent's: worker/round_privacy.h).  Returns 0 or the error that stops
+ * the worker. */
 static int privacy_setup(struct worker *w, fa_error *err)
 {
     const Fedagg__WorkerPrivacy *p = w->cfg->privacy;
-    fa_privacy_budget *b;
-    double er = 0, et = 0;
-    int created = 0, rc;
+    fa_round_privacy_opts o;
+    fa_privacy_spend spend;
 
-    w->exhausted_round = UINT64_MAX;
-    if (w->ddg_budget) {
-        /* the spend comes with the federation's parameters (privacy_gate) */
-        memset(&w->spend, 0, sizeof(w->spend));
-        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DDG);
-    } else if (!w->external) {
+    memset(&spend, 0, sizeof(spend));
+    if (!w->external && !w->ddg_budget) {
         double q = p->sampling_rate;
         if (q == 0.0)
             q = w->shard.ds.n ? (double)w->topts.batch_size / (double)w->shard.ds.n : 1.0;
@@ -806,13 +816,12 @@ static int privacy_setup(struct worker *w, fa_error *err)
         w->dpo.sampling_rate = q;
         w->dpo.clip = p->clip;
         w->dpo.noise_multiplier = p->noise_multiplier;
-        memset(&w->spend, 0, sizeof(w->spend));
-        snprintf(w->spend.mechanism, sizeof(w->spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DPSGD);
-        w->spend.noise_multiplier = p->noise_multiplier;
-        w->spend.clip = p->clip;
-        w->spend.sampling_rate = q;
-        w->spend.steps = w->topts.steps ? w->topts.steps
-                                        : (uint64_t)w->topts.epochs * fa_train_dp_steps_per_pass(q);
+        snprintf(spend.mechanism, sizeof(spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DPSGD);
+        spend.noise_multiplier = p->noise_multiplier;
+        spend.clip = p->clip;
+        spend.sampling_rate = q;
+        spend.steps = w->topts.steps ? w->topts.steps
+                                     : (uint64_t)w->topts.epochs * fa_train_dp_steps_per_pass(q);
         if (w->world > 1 && w->cfg->compression->kind != FEDAGG__COMPRESSION_KIND__NONE)
             return fa_errorf(err, FA_ERR_INVAL,
                              "privacy: DP-SGD over %d ranks needs compression { kind: "
@@ -822,582 +831,360 @@ static int privacy_setup(struct worker *w, fa_error *err)
     }
     if (w->rank != 0)
         return 0;
-    if ((rc = fa_privacy_state_open(&w->pstate, w->cfg, &created, err)) != 0)
-        return rc;
-    b = fa_privacy_state_budget(w->pstate);
-    {
-        /* one budget, one unit: example-level DP-SGD and region-level DDG
-         * do not add up to a bound of either */
-        const fa_privacy_release *l = fa_privacy_budget_last(b);
-        if (l && (strcmp(l->spend.mechanism, FA_PRIVACY_MECHANISM_DDG) == 0) != w->ddg_budget)
-            return fa_errorf(err, FA_ERR_INVAL,
-                             "privacy: the accountant %s accounts mechanism \"%s\", this config "
-                             "says privacy.mechanism \"%s\": a budget keeps one mechanism and "
-                             "unit; use another state directory",
-                             fa_privacy_state_path(w->pstate), l->spend.mechanism,
-                             w->ddg_budget ? FA_PRIVACY_MECHANISM_DDG : FA_PRIVACY_MECHANISM_DPSGD);
-    }
-    /* the next round: the built-in trainer's, or what the external one's
-     * last round cost */
-    if (next_spend(w) && (rc = fa_privacy_budget_preview(b, next_spend(w), &er, &et, err)) != 0 &&
-        rc != FA_ERR_RANGE)
-        return rc;
-    w->metrics.privacy_exhausted = rc == FA_ERR_RANGE;
-    fa_error_clear(err);
-    fa_log(FA_LOG_INFO, "differential privacy on",
-           "accountant=%s %s epsilon_spent=%.4f budget=%g delta=%g rounds_accounted=%" PRIu64
-           " mechanism=%s noise_multiplier=%g clip=%g sampling_rate=%g steps_per_round=%" PRIu64
-           " epsilon_per_round=%.4f",
-           fa_privacy_state_path(w->pstate), created ? "(new)" : "(restored)",
-           fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b),
-           fa_privacy_budget_delta(b), fa_privacy_budget_rounds(b),
-           w->ddg_budget ? FA_PRIVACY_MECHANISM_DDG
-           : w->external ? "reported-by-trainer"
-                         : FA_PRIVACY_MECHANISM_DPSGD,
-           w->external || w->ddg_budget ? NAN : w->spend.noise_multiplier,
-           w->external || w->ddg_budget ? NAN : w->spend.clip,
-           w->external || w->ddg_budget ? NAN : w->spend.sampling_rate,
-           w->external || w->ddg_budget ? 0 : w->spend.steps,
-           w->external || w->ddg_budget ? NAN : er);
-    return 0;
+    memset(&o, 0, sizeof(o));
+    o.cfg = w->cfg;
+    o.external = w->external;
+    o.builtin = !w->external && !w->ddg_budget ? &spend : NULL;
+    o.link = w->link;
+    o.metrics = &w->metrics;
+    return fa_round_privacy_new(&w->priv, &o, err);
 }
 
-/* The spend the next round is expected to have: the built-in trainer's, or
- * what the external trainer's last round reported (NULL: none yet). */
-static const fa_privacy_spend *next_spend(const struct worker *w)
-{
-    const fa_privacy_release *l;
-    if (w->ddg_budget)
-        return w->have_ddg_spend ? &w->spend : NULL;
-    if (!w->external)
-        return &w->spend;
-    l = fa_privacy_budget_last(fa_privacy_state_budget(w->pstate));
-    return l ? &l->spend : NULL;
-}
+/* ---------------------------------------------------------------------- */
+/* The leader's steps (rank 0): worker/leader_core.h decides their order    */
+/* ---------------------------------------------------------------------- */
 
-/* The budget would be exceeded: said once per round, in the log and the
- * metrics; what happens next is the config's. */
-static int privacy_exhausted(struct worker *w, uint64_t round, const char *what, int rc,
-                             const fa_error *e)
+/* Sends an attempt's privacy statement: OK, SKIP (not taken: this attempt
+ * goes without us) or REPLAY (the federation moved on). */
+static fa_leader_outcome post_statement(struct worker *w, Fedagg__PrivacyStatement *st)
 {
-    const int stop = w->cfg->privacy->on_exhausted == FEDAGG__PRIVACY_EXHAUSTED__PRIVACY_STOP;
-    fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
-    char q[700];
-
-    w->metrics.privacy_exhausted = 1;
-    write_metrics(w);
-    if (w->exhausted_round != round || stop) {
-        fa_log(FA_LOG_WARN, what,
-               "round=%" PRIu64 " epsilon_spent=%.4f budget=%g delta=%g rounds_accounted=%" PRIu64
-               " on_exhausted=%s detail=%s",
-               round, fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b),
-               fa_privacy_budget_delta(b), fa_privacy_budget_rounds(b),
-               stop ? "PRIVACY_STOP" : "PRIVACY_SKIP",
-               fa_log_quote(q, sizeof(q), fa_error_msg(e, rc)));
-        w->exhausted_round = round;
-    }
-    if (stop) {
-        fa_log(FA_LOG_INFO,
-               "privacy budget exhausted: the worker stops (privacy.on_exhausted "
-               "PRIVACY_STOP)",
-               "round=%" PRIu64, round);
-        return PRIV_STOP;
-    }
-    return PRIV_SKIP;
-}
-
-/* privacy.mechanism "ddg": the round's spend from the federation's
- * distributed DP (worker/ddp.h), which it must have. */
-static int ddg_spend(struct worker *w, const Fedagg__FederationInfo *info, fa_error *e)
-{
-    fa_ddg_params p;
-    int rc;
-    if (!info->ddp)
-        return fa_errorf(e, FA_ERR_PROTOCOL,
-                         "privacy.mechanism is \"ddg\" but the federation has no distributed_dp: "
-                         "the update would leave without the noise the budget accounts");
-    if ((rc = fa_ddp_params(&p, info, e)) != 0)
-        return rc;
-    fa_ddp_spend(&p, &w->spend);
-    w->have_ddg_spend = 1;
-    return 0;
-}
-
-/* The federation's distributed DP cannot be accounted: this round is sat
- * out (said once per round). */
-static int ddg_refused(struct worker *w, uint64_t round, int rc, const fa_error *e)
-{
-    if (w->exhausted_round != round)
-        log_err("distributed DP cannot be accounted; this region does not train or upload this "
-                "round",
-                rc, e);
-    w->exhausted_round = round;
-    return PRIV_SKIP;
-}
-
-/* Before training round `info`: PRIV_GO, or the budget says no. */
-static int privacy_gate(struct worker *w, const Fedagg__FederationInfo *info)
-{
-    fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
-    const fa_privacy_release *l = fa_privacy_budget_last(b);
-    const fa_privacy_spend *sp;
     fa_error e;
     int rc;
 
     fa_error_clear(&e);
-    if (w->ddg_budget && (rc = ddg_spend(w, info, &e)) != 0)
-        return ddg_refused(w, info->round, rc, &e);
-    sp = next_spend(w);
-    /* The update of this round and model may already be paid for (a
-     * restarted worker resuming its finished round): the charge decides. */
-    if (l && l->round == info->round && l->version == info->model_version)
-        return PRIV_GO;
-    if (sp) {
-        rc = fa_privacy_budget_preview(b, sp, NULL, NULL, &e);
-    } else {
-        rc = fa_privacy_budget_epsilon(b) < fa_privacy_budget_target_epsilon(b) ? 0 : FA_ERR_RANGE;
-        if (rc != 0)
-            fa_errorf(&e, rc, "privacy budget exhausted: epsilon %.4g spent of %g",
-                      fa_privacy_budget_epsilon(b), fa_privacy_budget_target_epsilon(b));
-    }
-    if (rc == 0) {
-        w->metrics.privacy_exhausted = 0;
-        return PRIV_GO;
-    }
-    return privacy_exhausted(w, info->round,
-                             "privacy budget exhausted: this region does not train or upload "
-                             "this round",
-                             rc, &e);
-}
-
-/* The external trainer's report as a spend, or why it cannot be accounted. */
-static int external_spend(const struct worker *w, fa_privacy_spend *sp, fa_error *err)
-{
-    const fa_trainer_privacy *x = &w->xpriv;
-    const double target = w->cfg->privacy->target_epsilon, delta = w->cfg->privacy->target_delta;
-
-    memset(sp, 0, sizeof(*sp));
-    if (!x->present)
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "the external trainer reported no \"privacy\" object; with privacy "
-                         "configured only updates whose cost is known leave the region "
-                         "(docs/trainer-contract.md, Privacy)");
-    if (strcmp(x->mechanism, FA_PRIVACY_MECHANISM_DPSGD) != 0)
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "the external trainer's mechanism \"%s\" cannot be accounted (only "
-                         "\"%s\": DP-SGD with Poisson sampling)",
-                         x->mechanism, FA_PRIVACY_MECHANISM_DPSGD);
-    if (isnan(x->noise_multiplier) || isnan(x->sampling_rate) || x->steps == 0 || isnan(x->clip))
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "the external trainer's privacy report lacks noise_multiplier, "
-                         "sampling_rate, steps or clip (all four are needed to account a "
-                         "DP-SGD round)");
-    if (!isnan(x->delta) && x->delta > delta)
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "the external trainer accounts at delta %g, above the region's %g",
-                         x->delta, delta);
-    if (!isnan(x->epsilon) && x->epsilon > target)
-        return fa_errorf(err, FA_ERR_RANGE,
-                         "privacy budget exhausted: the external trainer's own accounting "
-                         "(%s) says epsilon %.4g, beyond the budget of %g",
-                         x->accountant[0] ? x->accountant : "unnamed", x->epsilon, target);
-    snprintf(sp->mechanism, sizeof(sp->mechanism), "%s", x->mechanism);
-    sp->noise_multiplier = x->noise_multiplier;
-    sp->clip = x->clip;
-    sp->sampling_rate = x->sampling_rate;
-    sp->steps = x->steps;
-    return 0;
-}
-
-/* Posts the statement of attempt (round, attempt).  Returns PRIV_GO,
- * PRIV_SKIP (not taken: this attempt goes without us) or FA_ERR_REPLAY (the
- * federation moved on: resynchronise). */
-static int privacy_post(struct worker *w, uint64_t round, uint32_t attempt)
-{
-    Fedagg__PrivacyStatement st;
-    fa_error e;
-    int rc;
-
-    fa_error_clear(&e);
-    if (fa_privacy_budget_statement(fa_privacy_state_budget(w->pstate), round, attempt, &st, &e) !=
-        0) {
-        log_err("no privacy statement for this attempt; the region does not upload in it",
-                FA_ERR_STATE, &e);
-        return PRIV_SKIP;
-    }
-    NETWORK_WAIT(fa_round_client_post_privacy(w->rc, &st, &e));
+    NETWORK_WAIT(fa_round_client_post_privacy(w->rc, st, &e));
     if (rc == FA_ERR_REPLAY)
-        return FA_ERR_REPLAY;
+        return FA_LEADER_REPLAY;
     if (rc != 0) {
         log_err("privacy statement not accepted; the region does not upload in this attempt", rc,
                 &e);
-        return PRIV_SKIP;
+        return FA_LEADER_SKIP;
     }
     fa_log(FA_LOG_INFO, "privacy statement sent",
            "round=%" PRIu64 " attempt=%u epsilon_round=%.4f epsilon_total=%.4f budget=%g "
            "delta=%g rounds_accounted=%" PRIu64,
-           round, attempt, st.epsilon_round, st.epsilon_total, st.budget_epsilon, st.delta,
-           st.rounds_accounted);
-    return PRIV_GO;
+           st->round, st->attempt, st->epsilon_round, st->epsilon_total, st->budget_epsilon,
+           st->delta, st->rounds_accounted);
+    return FA_LEADER_OK;
 }
 
-/* Before the masked upload of w->delta in attempt `info`: the update is
- * charged (once: the same update again is free), on disk before anything
- * leaves, and the attempt's statement sent.  Returns PRIV_GO, PRIV_SKIP,
- * PRIV_STOP or FA_ERR_REPLAY. */
-static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo *info)
+static fa_leader_outcome from_verdict(fa_round_privacy_verdict v)
 {
-    fa_privacy_budget *b = fa_privacy_state_budget(w->pstate);
-    fa_privacy_spend sp;
-    uint8_t digest[32];
-    int charged = 0, rc;
-    fa_error e;
-    char q[700];
-
-    fa_error_clear(&e);
-    if (w->ddg_budget) {
-        if ((rc = ddg_spend(w, info, &e)) != 0) {
-            w->delta_version = UINT64_MAX;
-            return ddg_refused(w, info->round, rc, &e);
-        }
-        sp = w->spend;
-    } else if (w->external) {
-        rc = external_spend(w, &sp, &e);
-        if (rc == FA_ERR_RANGE) {
-            w->delta_version = UINT64_MAX;
-            return privacy_exhausted(w, info->round,
-                                     "privacy budget exhausted: the trained update is not "
-                                     "uploaded",
-                                     rc, &e);
-        }
-        if (rc != 0) {
-            log_err("the external trainer's round cannot be accounted; it is not uploaded", rc, &e);
-            w->delta_version = UINT64_MAX;
-            w->metrics.round_failures_total++;
-            write_metrics(w);
-            return PRIV_SKIP;
-        }
-    } else {
-        sp = w->spend;
-    }
-    fa_privacy_budget_digest(w->delta, w->d * sizeof(float), digest);
-    rc = fa_privacy_budget_charge(b, &sp, info->round, w->delta_version, digest, &charged, &e);
-    if (rc == FA_ERR_RANGE) {
-        w->delta_version = UINT64_MAX; /* never sent, never charged: dropped */
-        return privacy_exhausted(
-            w, info->round, "privacy budget exhausted: the trained update is not uploaded", rc, &e);
-    }
-    if (rc != 0) {
-        log_err("the round cannot be accounted; it is not uploaded", rc, &e);
-        w->delta_version = UINT64_MAX;
-        return PRIV_SKIP;
-    }
-    if (charged || w->pstate_dirty) {
-        /* the charge is on disk before the update can leave */
-        w->pstate_dirty = 1;
-        if ((rc = fa_privacy_state_save(w->pstate, &e)) != 0) {
-            log_err("cannot save the privacy accountant; nothing is uploaded until it is saved", rc,
-                    &e);
-            w->metrics.round_failures_total++;
-            write_metrics(w);
-            return PRIV_SKIP;
-        }
-        w->pstate_dirty = 0;
-    }
-    if (charged) {
-        const fa_privacy_release *l = fa_privacy_budget_last(b);
-        fa_log(FA_LOG_INFO, "privacy spent",
-               "round=%" PRIu64 " version=%" PRIu64 " mechanism=%s steps=%" PRIu64
-               " noise_multiplier=%g clip=%g sampling_rate=%g epsilon_round=%.4f "
-               "epsilon_total=%.4f budget=%g delta=%g rounds_accounted=%" PRIu64
-               " trainer_epsilon=%s",
-               info->round, w->delta_version, sp.mechanism, sp.steps, sp.noise_multiplier, sp.clip,
-               sp.sampling_rate, l->epsilon_round, l->epsilon_total,
-               fa_privacy_budget_target_epsilon(b), fa_privacy_budget_delta(b),
-               fa_privacy_budget_rounds(b),
-               w->external && !isnan(w->xpriv.epsilon)
-                   ? (snprintf(q, sizeof(q), "%.4f", w->xpriv.epsilon), q)
-                   : "-");
-    }
-    {
-        const fa_privacy_spend *nx = next_spend(w);
-        w->metrics.privacy_exhausted =
-            nx && fa_privacy_budget_preview(b, nx, NULL, NULL, NULL) == FA_ERR_RANGE;
-    }
-    write_metrics(w);
-    return privacy_post(w, info->round, info->attempt);
+    return v == FA_PRIV_GO ? FA_LEADER_OK : v == FA_PRIV_STOP ? FA_LEADER_STOPPED : FA_LEADER_SKIP;
 }
 
-/* Rank 0: follows the federation until it finishes. */
+/* A saved attempt (a restarted worker): its update was charged before it
+ * was saved; the statement again. */
+static fa_leader_outcome step_statement(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    Fedagg__PrivacyStatement st;
+    fa_round_privacy_verdict v =
+        fa_round_privacy_statement(w->priv, info->round, info->attempt, &st);
+    return v == FA_PRIV_GO ? post_statement(w, &st) : from_verdict(v);
+}
+
+/* A round that the budget cannot pay for is neither downloaded nor trained. */
+static fa_leader_outcome step_gate(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    fa_round_privacy_verdict v = fa_round_privacy_gate(w->priv, info);
+    write_metrics(w);
+    return from_verdict(v);
+}
+
+/* Charged (once per update) and stated before the masked upload. */
+static fa_leader_outcome step_charge(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    Fedagg__PrivacyStatement st;
+    fa_round_privacy_verdict v =
+        fa_round_privacy_charge(w->priv, info, w->delta, w->d, &w->delta_version, &w->xpriv, &st);
+    write_metrics(w);
+    return v == FA_PRIV_GO ? post_statement(w, &st) : from_verdict(v);
+}
+
 /* Room in the state directory for an attempt's saved state (the update, 4
  * bytes a coordinate unless it is in the update buffer, and the sealed
- * client) before joining one: a worker
- * that cannot save it before its first masked byte must not start the
- * attempt.  When there is none it joins no attempt, logs once per back-off
- * (1 s doubling to 60 s) and exports it, and goes on by itself when room
- * returns.  Returns 1 when there is room. */
-static int state_dir_has_room(struct worker *w, uint64_t d)
+ * client) before joining one: a worker that cannot save it before its
+ * first masked byte must not start the attempt.  Without room it joins no
+ * attempt (the core backs the check off, 1 s doubling to 60 s), says so
+ * and exports it, and goes on by itself when room returns. */
+static fa_leader_outcome step_room(struct worker *w, const Fedagg__FederationInfo *info)
 {
-    static uint64_t backoff_ms, next_ms;
-    uint64_t now = fa_time_mono_ns() / 1000000u;
     /* the model (about 4 bytes a coordinate), the update (unless it lies in
      * the update buffer, whose blocks are reserved) and room to spare */
-    uint64_t need = (w->delta_mapped ? 4 : 8) * d + (16u << 20);
+    uint64_t need = (w->delta_mapped ? 4 : 8) * info->num_params + (16u << 20);
     struct statvfs vfs;
     uint64_t free_b;
 
-    if (backoff_ms && now < next_ms)
-        return 0;
     if (statvfs(w->cfg->state_dir, &vfs) != 0)
-        return 1; /* cannot tell: the save itself will say */
+        return FA_LEADER_OK; /* cannot tell: the save itself will say */
     free_b = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
     w->metrics.storage_free_bytes = (double)free_b;
     if (free_b >= need) {
-        if (backoff_ms)
+        if (w->metrics.storage_blocked)
             fa_log(FA_LOG_INFO, "state directory has room again; joining attempts",
                    "dir=%s free_mib=%.1f", w->cfg->state_dir, (double)free_b / 1048576.0);
-        backoff_ms = 0;
         w->metrics.storage_blocked = 0;
-        return 1;
+        return FA_LEADER_OK;
     }
-    if (backoff_ms < 60000) {
-        backoff_ms = backoff_ms ? (backoff_ms * 2 > 60000 ? 60000 : backoff_ms * 2) : 1000;
-        fa_log(FA_LOG_WARN, "state directory full: this region joins no attempt until it has room",
-               "dir=%s free_mib=%.1f need_mib=%.1f next_check_s=%.0f", w->cfg->state_dir,
-               (double)free_b / 1048576.0, (double)need / 1048576.0, (double)backoff_ms / 1000.0);
-    }
-    next_ms = now + backoff_ms;
+    fa_log(FA_LOG_WARN, "state directory full: this region joins no attempt until it has room",
+           "dir=%s free_mib=%.1f need_mib=%.1f", w->cfg->state_dir, (double)free_b / 1048576.0,
+           (double)need / 1048576.0);
     w->metrics.storage_blocked = 1;
     write_metrics(w);
-    return 0;
+    return FA_LEADER_SKIP;
 }
 
-static int leader_loop(struct worker *w, fa_error *err)
+static fa_leader_outcome step_fetch(struct worker *w, const Fedagg__FederationInfo *info,
+                                    fa_error *err)
 {
-    uint64_t rounds_done = 0, last_round = UINT64_MAX;
-    uint32_t last_attempt = UINT32_MAX;
-    unsigned failures = 0;
+    int rc = get_global(w, info, FETCH_MS, err);
+    if (rc != 0 && w->load_fatal)
+        /* the built-in trainer cannot train this model, or the federation
+         * keeps serving a model it did not announce: never trained on */
+        return FA_LEADER_FATAL;
+    if (rc != 0) {
+        log_err("cannot get the global model; retrying", rc, err);
+        return FA_LEADER_AGAIN;
+    }
+    w->metrics.model_version = (double)w->have_version;
+    return FA_LEADER_OK;
+}
+
+/* Under a region agent: one training at a time on the device; a round the
+ * queue would make late is skipped. */
+static fa_leader_outcome step_device(struct worker *w, const Fedagg__FederationInfo *info,
+                                     fa_error *err)
+{
+    char why[FA_AGENT_REASON_MAX], q[FA_AGENT_REASON_MAX + 64];
+    double t0 = fa_time_mono_s();
+    int rc = fa_agent_link_acquire(w->link, info->phase_deadline_unix_ms, &stop_requested, why,
+                                   sizeof(why), err);
+    if (rc == 0) {
+        w->holding_device = 1;
+        fa_log(FA_LOG_INFO, "device granted by the region agent", "round=%" PRIu64 " waited_s=%.2f",
+               info->round, fa_time_mono_s() - t0);
+        return FA_LEADER_OK;
+    }
+    if (rc == FA_ERR_RANGE) {
+        fa_log(FA_LOG_INFO, "this region skips the round: the device would make it late",
+               "round=%" PRIu64 " attempt=%u reason=%s", info->round, info->attempt,
+               fa_log_quote(q, sizeof(q), why));
+        return FA_LEADER_SKIP;
+    }
+    return rc == FA_ERR_CANCELLED ? FA_LEADER_STOPPED : FA_LEADER_FATAL;
+}
+
+/* Every rank trains (the first time they also build the network from the
+ * downloaded model's architecture); rank 0 quantises the update. */
+static fa_leader_outcome step_train(struct worker *w, const Fedagg__FederationInfo *info,
+                                    fa_error *err)
+{
     int rc;
 
+    w->topts.seed = w->base_seed + w->have_version; /* a new shuffle every round */
+    rc = command(w, CMD_TRAIN, err);
+    if (rc == 0 && !w->external && !w->net)
+        rc = build_network(w, err);
+    if (rc != 0)
+        return FA_LEADER_FATAL;
+    if (!w->external && w->evaluated_version != w->have_version)
+        evaluate_builtin(w, w->have_version);
+    rc = train(w, info->round, info->attempt, err);
+    if (w->holding_device) {
+        fa_error e2;
+        w->holding_device = 0;
+        fa_agent_link_release(w->link, rc == 0, &e2);
+    }
+    if (rc == FA_ERR_CANCELLED) {
+        /* a signal: the local round is saved (or says why not) */
+        char q[600];
+        fa_log(FA_LOG_INFO, "local round stopped by signal",
+               "round=%" PRIu64 " version=%" PRIu64 " detail=%s", info->round, w->have_version,
+               fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
+        return FA_LEADER_STOPPED;
+    }
+    /* the evaluation of the global model (made before training) is
+     * reported now, while its version is current: not during the
+     * collective, where the other ranks wait */
+    post_pending(w);
+    if (rc == 0) {
+        w->metrics.local_loss = w->local_loss;
+        w->delta_version = w->have_version;
+        if ((rc = quantise(w, info, err)) != 0)
+            w->delta_version = UINT64_MAX;
+    }
+    if (rc == FA_ERR_MPI || rc == FA_ERR_NCCL)
+        return FA_LEADER_FATAL;
+    if (rc == FA_ERR_CANCELLED)
+        return FA_LEADER_STOPPED;
+    if (rc != 0) {
+        /* a failed round (external trainer error, diverged delta) */
+        log_err("local round failed; this region skips the round", rc, err);
+        w->metrics.round_failures_total++;
+        write_metrics(w);
+        return FA_LEADER_SKIP;
+    }
+    return FA_LEADER_OK;
+}
+
+/* The attempt's outcome (the update's, or a saved attempt's). */
+static fa_leader_outcome ran(struct worker *w, int rc, const fa_round_outcome *out,
+                             const Fedagg__FederationInfo *info, fa_error *err)
+{
+    w->metrics.bytes_up_total += out->bytes_up;
+    w->metrics.bytes_down_total += out->bytes_down;
+    if (rc == 0) {
+        w->metrics.rounds_total++;
+        write_metrics(w);
+        fa_log(FA_LOG_INFO, "round done",
+               "round=%" PRIu64 " attempt=%u new_version=%" PRIu64 " survivors=%u "
+               "proof=%s bytes_up=%" PRIu64 " bytes_down=%" PRIu64
+               " advertise_s=%.2f shares_s=%.2f masked_s=%.2f consistency_s=%.2f "
+               "unmask_s=%.2f",
+               out->round, out->attempt, out->new_version, out->survivors,
+               out->proof_verified ? "verified" : "unverified", out->bytes_up, out->bytes_down,
+               out->phase_seconds[0], out->phase_seconds[1], out->phase_seconds[2],
+               out->phase_seconds[3], out->phase_seconds[4]);
+        return FA_LEADER_OK;
+    }
+    if (rc == FA_ERR_REPLAY) {
+        char q[600];
+        write_metrics(w);
+        fa_log(FA_LOG_INFO, "the federation moved on; resynchronising",
+               "round=%" PRIu64 " attempt=%u reason=%s", info->round, info->attempt,
+               fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
+        if (out->model_stale) /* trained from another model: get it again */
+            w->have_version = w->delta_version = UINT64_MAX;
+        return FA_LEADER_REPLAY;
+    }
+    if (rc == FA_ERR_TLS || rc == FA_ERR_AUTH || stop_on_alarm(w, err) != 0)
+        return FA_LEADER_FATAL;
+    w->metrics.round_failures_total++;
     write_metrics(w);
-    if (w->pstate && w->metrics.privacy_exhausted == 1 &&
-        w->cfg->privacy->on_exhausted == FEDAGG__PRIVACY_EXHAUSTED__PRIVACY_STOP) {
-        fa_error e;
-        fa_errorf(&e, FA_ERR_RANGE, "privacy budget exhausted: the next round would exceed it");
-        privacy_exhausted(w, 0, "privacy budget exhausted at start", FA_ERR_RANGE, &e);
+    log_err("round attempt failed; retrying", rc, err);
+    return FA_LEADER_FAILED;
+}
+
+static fa_leader_outcome step_upload(struct worker *w, const Fedagg__FederationInfo *info,
+                                     int saved, fa_error *err)
+{
+    uint64_t cap = info->quant->max_examples ? info->quant->max_examples : 1;
+    double weight = (double)(w->n_examples < cap ? w->n_examples : cap) / (double)cap;
+    fa_round_outcome out;
+    int rc;
+
+    memset(&out, 0, sizeof(out));
+    if (saved)
+        NETWORK_WAIT(fa_round_client_run(w->rc, info, NULL, 0, 0.0, &out, err));
+    else
+        NETWORK_WAIT(fa_round_client_run(w->rc, info, w->delta, w->d, weight, &out, err));
+    return ran(w, rc, &out, info, err);
+}
+
+/* Where the federation is, checked to be the one this worker joins. */
+static int get_info(struct worker *w, Fedagg__FederationInfo **info, fa_error *err)
+{
+    int rc;
+
+    NETWORK_WAIT(fa_round_client_info(w->rc, 10u * 60u * 1000u, info, err));
+    if (rc == 0 && w->cfg->federation_id && strcmp((*info)->federation_id, w->cfg->federation_id))
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "the aggregator serves federation '%s', this worker is configured for "
+                       "'%s'",
+                       (*info)->federation_id, w->cfg->federation_id);
+    return rc;
+}
+
+static fa_leader_view leader_view(const struct worker *w, const Fedagg__FederationInfo *info)
+{
+    fa_leader_view v;
+
+    memset(&v, 0, sizeof(v));
+    v.round = info->round;
+    v.attempt = info->attempt;
+    v.model_version = info->model_version;
+    v.advertising = info->phase == FEDAGG__PHASE__PHASE_ADVERTISE;
+    v.finished = info->finished;
+    v.has_saved = fa_round_client_has_saved(w->rc, info->round, info->attempt);
+    v.dp = w->priv != NULL;
+    v.device = w->link != NULL;
+    v.have_version = w->have_version;
+    v.delta_version = w->delta_version;
+    return v;
+}
+
+/* Rank 0: follows the federation until it finishes (or the configured
+ * number of rounds is done, or the budget stops it), one step at a time
+ * as worker/leader_core.h orders them. */
+static int leader_loop(struct worker *w, fa_error *err)
+{
+    Fedagg__FederationInfo *info = NULL;
+    fa_leader_core lc;
+    int rc = 0, end = 0;
+
+    write_metrics(w);
+    if (w->priv && fa_round_privacy_stop_at_start(w->priv)) {
+        write_metrics(w);
         return 0;
     }
-    while (!stop_requested) {
-        Fedagg__FederationInfo *info = NULL;
-        fa_round_outcome out;
-        double weight;
+    fa_leader_core_init(&lc, w->cfg->rounds);
+    while (!stop_requested && !end) {
+        uint32_t wait_ms;
+        fa_leader_step step = fa_leader_core_next(&lc, &wait_ms);
+        fa_leader_outcome o = FA_LEADER_OK;
+        fa_leader_view v;
 
-        NETWORK_WAIT(fa_round_client_info(w->rc, 10u * 60u * 1000u, &info, err));
-        if (rc != 0)
-            return rc;
-        if (info->finished) {
+        switch (step) {
+        case FA_LEADER_REFRESH:
+            sleep_ms(wait_ms);
+            if (info)
+                fedagg__federation_info__free_unpacked(info, NULL);
+            info = NULL;
+            if ((rc = get_info(w, &info, err)) != 0) {
+                end = 1;
+                break;
+            }
+            v = leader_view(w, info);
+            fa_leader_core_info(&lc, fa_time_mono_ns() / 1000000u, &v);
+            continue;
+        case FA_LEADER_FINISH:
             fa_log(FA_LOG_INFO, "the federation has finished", "version=%" PRIu64,
                    info->model_version);
             final_evaluation(w, info);
             write_metrics(w);
-            fedagg__federation_info__free_unpacked(info, NULL);
-            return stop_on_alarm(w, err);
-        }
-        if (w->cfg->federation_id && strcmp(info->federation_id, w->cfg->federation_id) != 0) {
-            rc = fa_errorf(err, FA_ERR_INVAL,
-                           "the aggregator serves federation '%s', this worker is configured "
-                           "for '%s'",
-                           info->federation_id, w->cfg->federation_id);
-            fedagg__federation_info__free_unpacked(info, NULL);
-            return rc;
-        }
-        /* A resumable attempt (this worker restarted mid-round). */
-        if (fa_round_client_has_saved(w->rc, info->round, info->attempt)) {
-            /* its update was charged before it was saved: the statement again */
-            int pr = w->pstate ? privacy_post(w, info->round, info->attempt) : PRIV_GO;
-            if (pr != PRIV_GO) {
-                if (pr == PRIV_SKIP) {
-                    last_round = info->round;
-                    last_attempt = info->attempt;
-                } else {
-                    sleep_ms(250);
-                }
-                fedagg__federation_info__free_unpacked(info, NULL);
-                continue;
-            }
-            NETWORK_WAIT(fa_round_client_run(w->rc, info, NULL, 0, 0.0, &out, err));
-            goto ran;
-        }
-        if (info->phase != FEDAGG__PHASE__PHASE_ADVERTISE ||
-            (info->round == last_round && info->attempt == last_attempt)) {
-            /* Mid-round, or this attempt is done for us: wait for the next. */
-            fedagg__federation_info__free_unpacked(info, NULL);
-            sleep_ms(500);
-            continue;
-        }
-        if (w->pstate) {
-            /* a round the budget cannot pay for is neither downloaded nor trained */
-            int g = privacy_gate(w, info);
-            if (g != PRIV_GO) {
-                last_round = info->round;
-                last_attempt = info->attempt;
-                fedagg__federation_info__free_unpacked(info, NULL);
-                if (g == PRIV_STOP)
-                    return 0;
-                continue;
-            }
-        }
-        if (!state_dir_has_room(w, info->num_params)) {
-            /* no room to download, train or save an attempt: sit this one out */
-            fedagg__federation_info__free_unpacked(info, NULL);
-            sleep_ms(1000);
-            continue;
-        }
-        rc = get_global(w, info, FETCH_MS, err);
-        if (rc != 0 && w->load_fatal) {
-            /* the built-in trainer cannot train this model, or the
-             * federation keeps serving a model it did not announce: the
-             * region never trains on it */
-            fedagg__federation_info__free_unpacked(info, NULL);
-            return rc;
-        }
-        if (rc != 0) {
-            fedagg__federation_info__free_unpacked(info, NULL);
-            log_err("cannot get the global model; retrying", rc, err);
-            sleep_ms(2000);
-            continue;
-        }
-        w->metrics.model_version = (double)w->have_version;
-        if (w->delta_version != w->have_version) {
-            /* Every rank trains: the first time they also build the network
-             * from the architecture of the downloaded model. */
-            /* A new shuffle every round, the same on every rank. */
-            w->topts.seed = w->base_seed + w->have_version;
-            rc = command(w, CMD_TRAIN, err);
-            if (rc == 0 && !w->external && !w->net)
-                rc = build_network(w, err);
-            if (rc != 0) {
-                fedagg__federation_info__free_unpacked(info, NULL);
-                return rc;
-            }
-            if (!w->external && w->evaluated_version != w->have_version)
-                evaluate_builtin(w, w->have_version);
-            rc = train(w, info->round, info->attempt, err);
-            if (rc == FA_ERR_CANCELLED) {
-                /* a signal: the local round is saved (or says why not) */
-                char q[600];
-                fa_log(FA_LOG_INFO, "local round stopped by signal",
-                       "round=%" PRIu64 " version=%" PRIu64 " detail=%s", info->round,
-                       w->have_version, fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
-                fedagg__federation_info__free_unpacked(info, NULL);
-                return 0;
-            }
-            /* the evaluation of the global model (made before training) is
-             * reported now, while its version is current: not during the
-             * collective, where the other ranks wait */
-            post_pending(w);
-            if (rc == 0)
-                w->metrics.local_loss = w->local_loss;
-            if (rc == 0) {
-                w->delta_version = w->have_version;
-                rc = quantise(w, info, err);
-                if (rc != 0)
-                    w->delta_version = UINT64_MAX;
-            }
-            if (rc != 0) {
-                fedagg__federation_info__free_unpacked(info, NULL);
-                if (rc == FA_ERR_MPI || rc == FA_ERR_NCCL)
-                    return rc;
-                if (rc == FA_ERR_CANCELLED)
-                    return 0; /* a signal: main says so */
-                /* A failed round (external trainer error, diverged delta):
-                 * skip it for this region rather than send garbage. */
-                log_err("local round failed; this region skips the round", rc, err);
-                w->metrics.round_failures_total++;
-                write_metrics(w);
-                last_round = info->round;
-                last_attempt = info->attempt;
-                continue;
-            }
-        }
-        if (info->model_version != w->delta_version) {
-            fedagg__federation_info__free_unpacked(info, NULL);
-            continue; /* the model moved while we trained */
-        }
-        if (w->pstate) {
-            /* charged (once per update) and stated before the masked upload */
-            int pr = privacy_before_upload(w, info);
-            if (pr != PRIV_GO) {
-                if (pr == FA_ERR_REPLAY) {
-                    last_attempt = UINT32_MAX; /* as a refused upload: resynchronise */
-                    sleep_ms(250);
-                } else {
-                    last_round = info->round;
-                    last_attempt = info->attempt;
-                }
-                fedagg__federation_info__free_unpacked(info, NULL);
-                if (pr == PRIV_STOP)
-                    return 0;
-                continue;
-            }
-        }
-        weight = (double)(w->n_examples < info->quant->max_examples ? w->n_examples
-                                                                    : info->quant->max_examples) /
-                 (double)(info->quant->max_examples ? info->quant->max_examples : 1);
-        NETWORK_WAIT(fa_round_client_run(w->rc, info, w->delta, w->d, weight, &out, err));
-    ran:
-        last_round = info->round;
-        last_attempt = info->attempt;
-        w->metrics.bytes_up_total += out.bytes_up;
-        w->metrics.bytes_down_total += out.bytes_down;
-        if (rc == 0) {
-            rounds_done++;
-            failures = 0;
-            w->metrics.rounds_total++;
-            write_metrics(w);
-            fa_log(FA_LOG_INFO, "round done",
-                   "round=%" PRIu64 " attempt=%u new_version=%" PRIu64 " survivors=%u "
-                   "proof=%s bytes_up=%" PRIu64 " bytes_down=%" PRIu64
-                   " advertise_s=%.2f shares_s=%.2f masked_s=%.2f consistency_s=%.2f "
-                   "unmask_s=%.2f",
-                   out.round, out.attempt, out.new_version, out.survivors,
-                   out.proof_verified ? "verified" : "unverified", out.bytes_up, out.bytes_down,
-                   out.phase_seconds[0], out.phase_seconds[1], out.phase_seconds[2],
-                   out.phase_seconds[3], out.phase_seconds[4]);
-            if (w->cfg->rounds && rounds_done >= w->cfg->rounds) {
-                fedagg__federation_info__free_unpacked(info, NULL);
+            rc = stop_on_alarm(w, err);
+            end = 1;
+            break;
+        case FA_LEADER_STOP:
+            if (w->cfg->rounds && fa_leader_core_rounds(&lc) >= w->cfg->rounds)
                 fa_log(FA_LOG_INFO, "configured number of rounds done", "rounds=%" PRIu64,
-                       rounds_done);
-                return stop_on_alarm(w, err);
-            }
-        } else if (rc == FA_ERR_REPLAY) {
-            char q[600];
-            write_metrics(w);
-            fa_log(FA_LOG_INFO, "the federation moved on; resynchronising",
-                   "round=%" PRIu64 " attempt=%u reason=%s", info->round, info->attempt,
-                   fa_log_quote(q, sizeof(q), fa_error_msg(err, rc)));
-            /* A new attempt of the same round may take this region again.
-             * Not at once: whatever refused us may still hold (never spin). */
-            last_attempt = UINT32_MAX;
-            if (out.model_stale) /* trained from another model: get it again */
-                w->have_version = w->delta_version = UINT64_MAX;
-            sleep_ms(250);
-        } else if (rc == FA_ERR_TLS || rc == FA_ERR_AUTH) {
-            fedagg__federation_info__free_unpacked(info, NULL);
-            return rc;
-        } else if (stop_on_alarm(w, err) != 0) {
-            fedagg__federation_info__free_unpacked(info, NULL);
-            return FA_ERR_VERIFY;
-        } else {
-            w->metrics.round_failures_total++;
-            write_metrics(w);
-            log_err("round attempt failed; retrying", rc, err);
-            sleep_ms(1000u << (failures < 4 ? failures : 4));
-            failures++;
+                       fa_leader_core_rounds(&lc));
+            rc = stop_on_alarm(w, err);
+            end = 1;
+            break;
+        case FA_LEADER_FAIL:
+            end = 1; /* rc is the failed step's */
+            break;
+        case FA_LEADER_STATEMENT: o = step_statement(w, info); break;
+        case FA_LEADER_RESUME:
+        case FA_LEADER_UPLOAD: o = step_upload(w, info, step == FA_LEADER_RESUME, err); break;
+        case FA_LEADER_GATE: o = step_gate(w, info); break;
+        case FA_LEADER_ROOM: o = step_room(w, info); break;
+        case FA_LEADER_FETCH: o = step_fetch(w, info, err); break;
+        case FA_LEADER_DEVICE: o = step_device(w, info, err); break;
+        case FA_LEADER_TRAIN: o = step_train(w, info, err); break;
+        case FA_LEADER_CHARGE: o = step_charge(w, info); break;
         }
-        fedagg__federation_info__free_unpacked(info, NULL);
+        if (end)
+            break;
+        if (o == FA_LEADER_FATAL)
+            rc = err->code ? err->code : FA_ERR_STATE;
+        v = leader_view(w, info);
+        fa_leader_core_done(&lc, fa_time_mono_ns() / 1000000u, o, &v);
     }
-    return 0;
+    if (info)
+        fedagg__federation_info__free_unpacked(info, NULL);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -1427,6 +1214,15 @@ int main(int argc, char **argv)
     w.cfg = cfg;
     lvl = fa_log_level_parse(level ? level : cfg->log_level);
     fa_log_set_level(lvl >= 0 ? lvl : FA_LOG_INFO);
+    if (cfg->n_services) {
+        /* the region agent: it runs each federation in a worker of its own */
+        snprintf(ctx, sizeof(ctx), "proc=agent region=%s", cfg->region_id);
+        fa_log_set_context(ctx);
+        if ((rc = fa_agent_run(cfg, &stop_requested, &err)) != 0)
+            log_err("region agent stopped", rc, &err);
+        protobuf_c_message_free_unpacked(&cfg->base, NULL);
+        return rc == 0 ? 0 : 1;
+    }
     if ((rc = fa_secagg_mask_prg_from_env(&err)) != 0) {
         fprintf(stderr, "fedagg-worker: %s\n", fa_error_msg(&err, rc));
         goto out;
@@ -1440,10 +1236,16 @@ int main(int argc, char **argv)
     }
     w.rank = fa_comm_rank(w.comm);
     w.world = fa_comm_size(w.comm);
-    snprintf(ctx, sizeof(ctx), "proc=worker region=%s rank=%d", cfg->region_id, w.rank);
+    if (cfg->agent->socket && *cfg->agent->socket)
+        snprintf(ctx, sizeof(ctx), "proc=worker region=%s federation=%.128s rank=%d",
+                 cfg->region_id, cfg->federation_id, w.rank);
+    else
+        snprintf(ctx, sizeof(ctx), "proc=worker region=%s rank=%d", cfg->region_id, w.rank);
     fa_log_set_context(ctx);
     if (rc == 0)
         rc = fa_file_mkdirs(cfg->state_dir, 0700, &err);
+    if (rc == 0 && w.rank == 0 && cfg->agent->socket && *cfg->agent->socket)
+        rc = agent_link_setup(&w, &err);
     w.external = cfg->trainer && cfg->trainer->kind_case == FEDAGG__TRAINER__KIND_EXTERNAL;
     w.local_keep = cfg->local_tensors == FEDAGG__LOCAL_TENSORS__LOCAL_KEEP;
     snprintf(w.model_path, sizeof(w.model_path), "%s/global.safetensors", cfg->state_dir);
@@ -1549,7 +1351,8 @@ out:
     trainer_pgid = 0;
     fa_external_trainer_del(w.xt); /* a long-lived trainer is shut down */
     fa_round_client_del(w.rc);
-    fa_privacy_state_del(w.pstate);
+    fa_round_privacy_del(w.priv);
+    fa_agent_link_del(w.link);
     fa_local_round_del(w.lr);
     fa_mlp_del(w.net);
     fa_data_free(&w.shard);
