@@ -45,9 +45,6 @@ struct fa_round_client {
     char *region_id;
     char *federation_id;
     char *state_dir;
-    /* "/v1/federations/{id}" on an aggregation service (service_routes),
-     * NULL on the unprefixed routes of an aggregator's default federation */
-    char *route_base;
     uint8_t *seed; /* sodium_malloc'ed Ed25519 identity seed */
     fa_secagg_member *members;
     char **member_ids;
@@ -80,25 +77,6 @@ static void sleep_ms(uint64_t ms)
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-/* One request on the federation's routes: "/v1/..." as written here, or
- * "/v1/federations/{id}/..." for a federation on an aggregation service. */
-static int request(fa_round_client *rc, fa_h3_client_req *req, fa_h3_response *resp, fa_error *err)
-{
-    const char *path = req->path;
-    char routed[2048];
-    int r;
-
-    if (rc->route_base && !strncmp(path, "/v1/", 4)) {
-        if ((size_t)snprintf(routed, sizeof(routed), "%s%s", rc->route_base, path + 3) >=
-            sizeof(routed))
-            return fa_errorf(err, FA_ERR_INVAL, "request path too long: %.64s...", path);
-        req->path = routed;
-    }
-    r = fa_h3_client_request(rc->h3, req, resp, err);
-    req->path = path;
-    return r;
 }
 
 /* Exponential back-off with +-50 % jitter, attempt counted from 0. */
@@ -147,23 +125,6 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
     if (!rc->region_id || !rc->federation_id || !rc->state_dir || !rc->seed) {
         r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto fail;
-    }
-    if (cfg->service_routes) {
-        size_t n = strlen(rc->federation_id) + sizeof("/v1/federations/");
-        if (strspn(rc->federation_id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                      "0123456789._-") != strlen(rc->federation_id) ||
-            rc->federation_id[0] == '.') {
-            r = fa_errorf(err, FA_ERR_INVAL,
-                          "config: federation_id '%s' cannot name a route of the service "
-                          "(service_routes): letters, digits, '.', '_' and '-' only",
-                          rc->federation_id);
-            goto fail;
-        }
-        if (!(rc->route_base = malloc(n))) {
-            r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        snprintf(rc->route_base, n, "/v1/federations/%s", rc->federation_id);
     }
 
     /* The identity key. */
@@ -290,7 +251,6 @@ void fa_round_client_del(fa_round_client *rc)
     sodium_free(rc->seed);
     free(rc->region_id);
     free(rc->federation_id);
-    free(rc->route_base);
     free(rc->state_dir);
     free(rc);
 }
@@ -330,7 +290,7 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
         req.timeout_ms = left < SHORT_MS ? left : SHORT_MS;
         req.idempotent = 1;
         memset(&resp, 0, sizeof(resp));
-        r = request(rc, &req, &resp, err);
+        r = fa_h3_client_request(rc->h3, &req, &resp, err);
         if (r == FA_ERR_TLS)
             return r;
         if (r == 0 && resp.status == 200) {
@@ -737,7 +697,7 @@ static int get_text(fa_round_client *rc, const char *path, char **body, size_t *
     req.path = path;
     req.timeout_ms = SHORT_MS * 4;
     req.idempotent = 1;
-    r = request(rc, &req, &resp, err);
+    r = fa_h3_client_request(rc->h3, &req, &resp, err);
     if (r != 0)
         return fa_error_prefix(err, r, "GET %s", path);
     *status = resp.status;
@@ -980,7 +940,7 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
     req.on_body = sink_write;
     req.on_body_arg = &s;
     req.timeout_ms = timeout_ms;
-    r = request(rc, &req, &resp, err);
+    r = fa_h3_client_request(rc->h3, &req, &resp, err);
     if (r != 0)
         goto fail;
     if (resp.status != 200) {
@@ -1240,7 +1200,7 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
             req.body_len = len;
             req.idempotent = 1;
         }
-        r = request(rc, &req, &resp, err);
+        r = fa_h3_client_request(rc->h3, &req, &resp, err);
         if (r == FA_ERR_TLS)
             return r;
         if (r == 0 && resp.status == 200) {
@@ -1319,7 +1279,7 @@ static int post_statement(fa_round_client *rc, const char *path, const uint8_t *
         req.body_len = len;
         req.timeout_ms = left < SHORT_MS / 2 ? (left > 1000 ? left : 1000) : SHORT_MS / 2;
         req.idempotent = 1;
-        r = request(rc, &req, &resp, err);
+        r = fa_h3_client_request(rc->h3, &req, &resp, err);
         if (r == FA_ERR_TLS)
             break;
         if (r == 0) {
@@ -1769,7 +1729,7 @@ static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
     req.path = path;
     req.timeout_ms = SHORT_MS * 4;
     req.idempotent = 1;
-    r = request(rc, &req, &resp, err);
+    r = fa_h3_client_request(rc->h3, &req, &resp, err);
     if (r != 0)
         goto out;
     if (resp.status != 200) {

@@ -14,11 +14,6 @@
  *   GET  /v1/audit/consistency?from&to    the log only grew since it was last seen
  *   POST /v1/evaluations                  a signed federated-evaluation report
  *
- * A federation on an aggregation service (WorkerConfig.service_routes) has
- * every route above under /v1/federations/{federation_id}/ instead of /v1/
- * (GET /v1/federations/{id}/federation, POST /v1/federations/{id}/rounds/
- * ...); the unprefixed routes are the aggregator's default federation.
- *
  * Every request is a retry-safe resubmission: after a broken connection or an
  * aggregator restart the same bytes are sent again (the masked stream is
  * regenerated identically).  A 409 means the federation moved on (another

@@ -2,8 +2,7 @@
  * downloaded model's tensor table against what the federation announces
  * (FederationInfo.tensor_table_digest, num_params, num_tensors), and the
  * checks of a downloaded model against the signed audit log (the latest
- * record's model, reached from the last verified checkpoint); a federation
- * id that cannot name a service's route is refused. */
+ * record's model, reached from the last verified checkpoint). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -383,38 +382,12 @@ static void test_audit_model_alarms(void **state)
     tl_free(&other);
 }
 
-/* On a service (service_routes) the id names the route
- * /v1/federations/{id}/...: an id that cannot is refused at once. */
-static void test_route_id(void **state)
-{
-    static const char *const bad[] = {"a/b", "a b", "..", ".hidden", "a?x=1", "f%2f"};
-    Fedagg__WorkerConfig cfg = FEDAGG__WORKER_CONFIG__INIT;
-    fa_round_client *rc = NULL;
-    fa_error err;
-
-    (void)state;
-    cfg.region_id = "eu-west";
-    cfg.state_dir = "/nonexistent";
-    cfg.service_routes = 1;
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        cfg.federation_id = (char *)bad[i];
-        assert_int_equal(fa_round_client_new(&rc, &cfg, &err), FA_ERR_INVAL);
-        assert_null(rc);
-        assert_non_null(strstr(err.msg, "cannot name a route of the service"));
-    }
-    /* a good id goes on to the next check (here: no identity key) */
-    cfg.federation_id = "cnn-2024.v1_a";
-    assert_int_equal(fa_round_client_new(&rc, &cfg, &err), FA_ERR_INVAL);
-    assert_non_null(strstr(err.msg, "identity_key_file is required"));
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_check),
         cmocka_unit_test(test_audit_model_accepts),
         cmocka_unit_test(test_audit_model_alarms),
-        cmocka_unit_test(test_route_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
