@@ -130,9 +130,10 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
                          n - 1);
     *version = r->new_version;
     f->last_round = r->round;
-    /* An operator's action names the round in flight: the last completed
-     * round is that of the last aggregation before it. */
-    while (r->admin && n > 1) {
+    /* An operator's action (or a region's decision) names the round in
+     * flight: the last completed round is that of the last aggregation
+     * before it. */
+    while (fa_audit_record_is_action(r) && n > 1) {
         fedagg__audit_record__free_unpacked(r, NULL);
         n--;
         rc = fa_audit_log_read(f->audit, n - 1, &rec, &len, err);
@@ -143,9 +144,9 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
         if (!r)
             return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
                              n - 1);
-        f->last_round = r->admin ? 0 : r->round;
+        f->last_round = fa_audit_record_is_action(r) ? 0 : r->round;
     }
-    if (r->admin)
+    if (fa_audit_record_is_action(r))
         f->last_round = 0;
     fedagg__audit_record__free_unpacked(r, NULL);
     return 0;
@@ -729,7 +730,7 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             fedagg__audit_record__free_unpacked(r, NULL);
             return rc;
         }
-        if (!r->admin && n - i <= FA_FED_HISTORY) {
+        if (!fa_audit_record_is_action(r) && n - i <= FA_FED_HISTORY) {
             fa_fed_attempt a;
             char *parts = NULL, *drops = NULL;
             size_t pn = 0, dn = 0;
