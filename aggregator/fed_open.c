@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "aggregator/memory_budget.h"
+#include "aggregator/metrics.h"
 #include "audit.pb-c.h"
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
@@ -388,6 +389,20 @@ static int load_eval(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *e
 int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_metrics *metrics,
                 uint64_t now_ms, fa_error *err)
 {
+    fa_fed_open_opts o = {0};
+    o.metrics = metrics;
+    return fa_fed_open_ex(out, cfg, &o, now_ms, err);
+}
+
+uint64_t fa_fed_memory_need(const fa_fed *f)
+{
+    return f->memory_need;
+}
+
+int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_fed_open_opts *o,
+                   uint64_t now_ms, fa_error *err)
+{
+    static const fa_fed_open_opts no_opts = {0};
     Fedagg__RoundPolicy rp_default = FEDAGG__ROUND_POLICY__INIT;
     Fedagg__Quantization q_default = FEDAGG__QUANTIZATION__INIT;
     Fedagg__ServerOptimizer o_default = FEDAGG__SERVER_OPTIMIZER__INIT;
@@ -412,12 +427,16 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     f = calloc(1, sizeof(*f));
     if (!f)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-    f->metrics = metrics;
+    if (!o)
+        o = &no_opts;
+    f->metrics = o->metrics;
     if (fa_fed_history_init(&f->hist, FA_FED_HISTORY) != 0) {
         free(f);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
     f->federation_id = strdup(cfg->federation_id ? cfg->federation_id : "fedagg");
+    if (o->metrics_label && f->federation_id)
+        fa_metrics_label(f->mlabels, sizeof(f->mlabels), "federation", f->federation_id);
     f->storage_dir = strdup(cfg->storage->dir);
     snprintf(path, sizeof(path), "%s/round.state", cfg->storage->dir);
     f->state_path = strdup(path);
@@ -533,7 +552,9 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         }
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
-            rc = fa_memory_check(&need, limit, source, err);
+            rc =
+                fa_memory_check_beside(&need, o->memory_used, o->memory_others, limit, source, err);
+        f->memory_need = need.total;
         if (rc == 0)
             rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight,
                                        fa_secagg_masked_bytes(vector_len, ring_bits),
@@ -546,14 +567,22 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
 
     /* The config digest that every record names: the configuration's
      * binary encoding followed by the tensor table's digest, so that the
-     * model's tensors (not only the file naming them) are bound too. */
-    enc_len = fedagg__aggregator_config__get_packed_size(cfg);
-    enc = malloc(enc_len + 32);
-    if (!enc) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        goto fail;
+     * model's tensors (not only the file naming them) are bound too.  The
+     * service's parts (its block, its operators) are the process's, not
+     * the federation's: a config without them digests as it always did. */
+    {
+        Fedagg__AggregatorConfig own = *cfg;
+        own.service = NULL;
+        own.n_operators = 0;
+        own.operators = NULL;
+        enc_len = fedagg__aggregator_config__get_packed_size(&own);
+        enc = malloc(enc_len + 32);
+        if (!enc) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        fedagg__aggregator_config__pack(&own, enc);
     }
-    fedagg__aggregator_config__pack(cfg, enc);
     memcpy(enc + enc_len, fa_global_model_digest(f->model), 32);
     rc = fa_sha256(f->config_digest, enc, enc_len + 32);
     free(enc);
@@ -712,7 +741,9 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
         if (!r)
             return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
                              i);
-        if (r->admin) {
+        if (r->decision) {
+            fa_fed_decision_replay(f, r);
+        } else if (r->admin) {
             const Fedagg__AdminAction *a = r->admin;
             struct fa_fed_region *rg = fa_fed_find_region(f, a->region);
             if (!strcmp(a->action, "pause")) {
