@@ -73,12 +73,19 @@ static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const cha
                        fa_error *err)
 {
     const char *path = cfg->audit ? cfg->audit->signing_key_file : NULL;
+
+    if (!path || !path[0])
+        return fa_errorf(err, FA_ERR_INVAL, "config: audit.signing_key_file is required");
+    return fa_fed_signer_load(path, origin, &f->signer, err);
+}
+
+int fa_fed_signer_load(const char *path, const char *origin, fa_note_signer **out, fa_error *err)
+{
     uint8_t *data = NULL, seed[32];
     size_t len = 0;
     int rc;
 
-    if (!path || !path[0])
-        return fa_errorf(err, FA_ERR_INVAL, "config: audit.signing_key_file is required");
+    *out = NULL;
     rc = fa_file_check_private(path, err);
     if (rc != 0)
         return rc;
@@ -87,10 +94,10 @@ static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const cha
         return rc;
     /* `fedagg keygen` files first, then the raw and Go note key forms. */
     if (fa_identity_parse_secret(data, len, seed, NULL) == 0) {
-        rc = fa_note_signer_new(&f->signer, origin, seed, sizeof(seed), err);
+        rc = fa_note_signer_new(out, origin, seed, sizeof(seed), err);
         sodium_memzero(seed, sizeof(seed));
     } else {
-        rc = fa_note_signer_parse(&f->signer, origin, data, len, err);
+        rc = fa_note_signer_parse(out, origin, data, len, err);
     }
     sodium_memzero(data, len);
     free(data);

@@ -114,6 +114,17 @@ void fa_fed_close(fa_fed *f);
  * checked when it opened. */
 uint64_t fa_fed_memory_need(const fa_fed *f);
 
+/* The aggregator's checkpoint-signing key from a private file (`fedagg
+ * keygen` output, or a raw or Go note key) as a signer under origin.
+ * Returns 0, FA_ERR_AUTH (the file is group- or world-readable), FA_ERR_IO,
+ * FA_ERR_PARSE, FA_ERR_NOMEM. */
+struct fa_note_signer;
+int fa_fed_signer_load(const char *path, const char *origin, struct fa_note_signer **out,
+                       fa_error *err);
+
+/* 1 while an operator has paused f (fa_fed_admin_pause). */
+int fa_fed_paused(const fa_fed *f);
+
 /* Closes phases that are due; completes a round when the unmask phase
  * closes.  Returns 1 when anything changed (long-polls may be answerable),
  * else 0. */
