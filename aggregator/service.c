@@ -435,6 +435,12 @@ void fa_service_close(fa_service *s)
     free(s);
 }
 
+void fa_service_set_close_hook(fa_service *s, void (*fn)(fa_fed *fed, void *arg), void *arg)
+{
+    s->close_hook = fn;
+    s->close_arg = arg;
+}
+
 int fa_service_hosts_many(const fa_service *s)
 {
     return s->many;

@@ -182,6 +182,11 @@ int fa_service_list_json(fa_service *s, const char *op, uint64_t now_ms, char **
 int fa_service_show_json(fa_service *s, const char *id, uint64_t now_ms, char **out, fa_error *err);
 int fa_service_status_json(fa_service *s, uint64_t now_ms, char **out, fa_error *err);
 
+/* Called with a federation's fa_fed just before the service closes it
+ * while the process runs (a stopped federation reopened by resume), so that
+ * the HTTP layer lets go of it.  fn NULL: none. */
+void fa_service_set_close_hook(fa_service *s, void (*fn)(fa_fed *fed, void *arg), void *arg);
+
 /* The state of federation id and why (n bytes), or -1 when there is none. */
 int fa_service_state(const fa_service *s, const char *id, uint64_t now_ms, char *why, size_t n);
 

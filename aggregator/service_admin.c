@@ -270,6 +270,8 @@ static int act_resume(fa_service *s, struct svc_fed *e, const char *op, uint64_t
          * missed is recorded from the saved round state). */
         char was[512];
         snprintf(was, sizeof(was), "%s", e->fault);
+        if (e->fed && s->close_hook)
+            s->close_hook(e->fed, s->close_arg);
         fa_fed_close(e->fed);
         e->fed = NULL;
         rc = fa_svc_open_fed(s, e, now_ms, err);

@@ -51,6 +51,8 @@ struct fa_service {
     fa_audit_log *log; /* the service log; NULL without service.dir */
     struct svc_fed **feds;
     size_t n, cap;
+    void (*close_hook)(fa_fed *fed, void *arg);
+    void *close_arg;
 };
 
 /* service.c */
