@@ -1,6 +1,7 @@
 /* api.c - HTTP/3 handlers of the aggregator.  See api.h. */
 #include "aggregator/api.h"
 #include "aggregator/api_admin.h"
+#include "aggregator/service_api.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
@@ -22,6 +25,15 @@
 struct req_ctx {
     fa_api *api;
     fa_h3_request *req;
+    /* The federation the request is for: named by its path
+     * (/v1/federations/{id}/..., fed_id) or the default one (fed_id "");
+     * fed is set by admit() and cleared if that federation is closed while
+     * the request lives (fa_api_fed_closing). */
+    char fed_id[64];
+    fa_fed *fed;
+    const char *path;       /* the path as the unprefixed route has it: /v1/... */
+    char path_buf[256];     /* its storage for a prefixed request */
+    const fa_h3_handler *h; /* a prefixed request: the route's handlers */
     int kind; /* enum fa_fed_kind; -1 for other requests */
     char region[64];
     uint64_t round;
@@ -35,13 +47,15 @@ struct req_ctx {
     int responded;
     int pending; /* in the long-poll list */
     struct req_ctx *next;
+    struct req_ctx *all_prev, *all_next; /* every live request */
 };
 
 struct fa_api {
     fa_h3_server *srv;
-    fa_fed *fed;
+    fa_service *svc;
     struct req_ctx *pending;
     size_t n_pending;
+    struct req_ctx *all;
 };
 
 static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
@@ -68,8 +82,8 @@ static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (c && c->api)
-        fa_fed_position(c->api->fed, &round, &attempt, NULL, NULL);
+    if (c && c->fed)
+        fa_fed_position(c->fed, &round, &attempt, NULL, NULL);
     e.code = (uint32_t)status;
     e.message = msg;
     e.round = round;
@@ -149,7 +163,7 @@ static void flush(fa_api *a)
     for (; c; c = next) {
         fa_fed_reply r = {0};
         next = c->next;
-        if (fa_fed_poll(a->fed, c->kind, c->region, c->round, c->attempt, &r)) {
+        if (fa_fed_poll(c->fed, c->kind, c->region, c->round, c->attempt, &r)) {
             pending_remove(a, c);
             respond_reply(c, &r);
         }
@@ -161,7 +175,7 @@ static void hold(struct req_ctx *c)
 {
     fa_api *a = c->api;
     fa_fed_reply r = {0};
-    if (fa_fed_poll(a->fed, c->kind, c->region, c->round, c->attempt, &r)) {
+    if (fa_fed_poll(c->fed, c->kind, c->region, c->round, c->attempt, &r)) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         return;
@@ -174,11 +188,36 @@ static void hold(struct req_ctx *c)
 
 void fa_api_tick(fa_api *a)
 {
-    fa_fed_tick(a->fed, now_ms());
+    fa_service_tick(a->svc, now_ms());
     flush(a);
-    if (fa_fed_fatal(a->fed)) {
+    if (fa_service_fatal(a->svc)) {
         fa_log(FA_LOG_ERROR, "stopping: a committed round could not be recorded", NULL);
         fa_h3_server_stop(a->srv);
+    }
+}
+
+/* A federation is about to be closed (service.h, a stopped one reopened):
+ * every request that holds it is answered 503 now and lets go of it. */
+static void fed_closing(fa_fed *fed, void *arg)
+{
+    fa_api *a = arg;
+    for (struct req_ctx *c = a->all; c; c = c->all_next) {
+        if (c->fed != fed)
+            continue;
+        if (c->uploading) {
+            fa_fed_masked_abort(fed, c->region, c->upload, now_ms());
+            c->uploading = 0;
+        }
+        if (c->uncounted) {
+            fa_fed_count_bytes(fed, c->region, c->uncounted);
+            c->uncounted = 0;
+        }
+        pending_remove(a, c);
+        if (!c->responded)
+            respond_error(c, c->req, 503, "federation %s is being reopened: retry",
+                          c->fed_id[0] ? c->fed_id : "(default)");
+        c->fed = NULL;
+        c->discard = 1;
     }
 }
 
@@ -197,16 +236,52 @@ static struct req_ctx *ctx_new(fa_api *a, fa_h3_request *req)
     c->api = a;
     c->req = req;
     c->kind = -1;
+    c->path = fa_h3_request_path(req);
     snprintf(c->region, sizeof(c->region), "%s",
              fa_h3_request_peer(req) ? fa_h3_request_peer(req) : "");
     fa_h3_request_set_data(req, c);
+    c->all_next = a->all;
+    if (a->all)
+        a->all->all_prev = c;
+    a->all = c;
     return c;
 }
 
-/* Every request: the certificate's region must be a member. */
-static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
+static void ctx_free(fa_api *a, struct req_ctx *c)
 {
-    struct req_ctx *c = ctx_new(a, req);
+    pending_remove(a, c);
+    if (c->all_prev)
+        c->all_prev->all_next = c->all_next;
+    else
+        a->all = c->all_next;
+    if (c->all_next)
+        c->all_next->all_prev = c->all_prev;
+    free(c->buf);
+    free(c);
+}
+
+/* The HTTP status of a refusal of fa_service_fed_for_region. */
+static int fed_status(int rc)
+{
+    switch (rc) {
+    case FA_ERR_AUTH: return 403;
+    case FA_ERR_AGAIN: return 503;
+    case FA_ERR_NOMEM: return 500;
+    default: return 404;
+    }
+}
+
+/* Every request: the certificate's region must be invited to the
+ * federation the path names (the default one for an unprefixed path).
+ * write: the request changes something (a stopped federation answers 503). */
+static struct req_ctx *admit(fa_api *a, fa_h3_request *req, int write)
+{
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    fa_error err;
+    int rc;
+
+    if (!c)
+        c = ctx_new(a, req);
     if (!c) {
         fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
         return NULL;
@@ -221,17 +296,19 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
                       fa_h3_request_peer_name(req));
         return NULL;
     }
-    if (!fa_fed_is_member(a->fed, c->region)) {
-        fa_log(FA_LOG_WARN, "request from a region not in the federation refused",
-               "peer=%s addr=%s path=%s", c->region[0] ? c->region : "(none)",
-               fa_h3_request_peer_addr(req), fa_h3_request_path(req));
-        respond_error(c, req, 403,
-                      "the certificate names region '%s', which is not a member of "
-                      "this federation",
-                      c->region);
+    fa_error_clear(&err);
+    rc = fa_service_fed_for_region(a->svc, c->fed_id[0] ? c->fed_id : NULL, c->region, write,
+                                   &c->fed, &err);
+    if (rc != 0) {
+        fa_log(rc == FA_ERR_AGAIN ? FA_LOG_INFO : FA_LOG_WARN,
+               rc == FA_ERR_AUTH ? "request from a region not in the federation refused"
+                                 : "request refused",
+               "peer=%s addr=%s path=%s reason=\"%s\"", c->region[0] ? c->region : "(none)",
+               fa_h3_request_peer_addr(req), fa_h3_request_path(req), err.msg);
+        respond_error(c, req, fed_status(rc), "%s", err.msg);
         return NULL;
     }
-    fa_fed_region_seen(a->fed, c->region, now_ms());
+    fa_fed_region_seen(c->fed, c->region, now_ms());
     return c;
 }
 
@@ -241,18 +318,16 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     struct req_ctx *c = fa_h3_request_get_data(req);
     if (!c)
         return;
-    if (c->uncounted)
-        fa_fed_count_bytes(a->fed, c->region, c->uncounted);
-    if (c->uploading) {
-        fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
+    if (c->uncounted && c->fed)
+        fa_fed_count_bytes(c->fed, c->region, c->uncounted);
+    if (c->uploading && c->fed) {
+        fa_fed_masked_abort(c->fed, c->region, c->upload, now_ms());
         c->uploading = 0;
     }
     if (c->pending && err != 0)
         fa_log(FA_LOG_INFO, "long-poll abandoned by the region", "region=%s phase=%s error=%s",
                c->region, c->kind >= 0 ? kind_paths[c->kind] : "-", fa_strerror(err));
-    pending_remove(a, c);
-    free(c->buf);
-    free(c);
+    ctx_free(a, c);
     fa_h3_request_set_data(req, NULL);
 }
 
@@ -261,7 +336,7 @@ static void on_close(fa_h3_request *req, int err, void *arg)
 static int on_federation(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    struct req_ctx *c = admit(a, req);
+    struct req_ctx *c = admit(a, req, 0);
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
     uint8_t *out;
     size_t len;
@@ -270,7 +345,11 @@ static int on_federation(fa_h3_request *req, void *arg)
     if (!c)
         return 0;
     fa_api_tick(a);
-    if (fa_fed_info(a->fed, now_ms(), &out, &len, &err) != 0) {
+    if (!c->fed) {
+        respond_error(c, req, 503, "the federation is being reopened: retry");
+        return 0;
+    }
+    if (fa_fed_info(c->fed, now_ms(), &out, &len, &err) != 0) {
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
     }
@@ -280,37 +359,122 @@ static int on_federation(fa_h3_request *req, void *arg)
     return 0;
 }
 
+/* The ids of the service's federations that invite c's region (for
+ * /v1/status), as a JSON array. */
+static json_t *invited_json(const struct req_ctx *c)
+{
+    char *text = NULL;
+    json_t *a = NULL;
+    fa_error err;
+    if (fa_service_offer_ids_json(c->api->svc, c->region, &text, &err) == 0)
+        a = json_loads(text, 0, NULL);
+    free(text);
+    return a ? a : json_array();
+}
+
+/* The status as JSON: the federation's (none when bare) and "federations". */
+static void status_json(struct req_ctx *c, int bare)
+{
+    fa_h3_header h[] = {{"content-type", "application/json"}};
+    char *text = NULL;
+    json_t *st = NULL;
+    fa_error err;
+
+    if (bare) {
+        st = json_object();
+    } else if (fa_fed_status_json(c->fed, now_ms(), &text, &err) != 0) {
+        respond_error(c, c->req, 500, "%s", err.msg);
+        return;
+    } else {
+        st = json_loads(text, 0, NULL);
+        free(text);
+    }
+    if (st)
+        json_object_set_new(st, "federations", invited_json(c));
+    text = st ? json_dumps(st, JSON_COMPACT) : NULL;
+    json_decref(st);
+    if (!text) {
+        respond_error(c, c->req, 500, "out of memory");
+        return;
+    }
+    c->responded = 1;
+    fa_h3_respond(c->req, 200, h, 1, text, strlen(text));
+    free(text);
+}
+
+/* The same as a fedagg.Status. */
+static void status_pb(struct req_ctx *c, int bare)
+{
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    Fedagg__Status empty = FEDAGG__STATUS__INIT, *s = &empty;
+    json_t *ids = invited_json(c);
+    size_t n = json_array_size(ids), len = 0;
+    char **names = calloc(n + 1, sizeof(char *));
+    uint8_t *out = NULL;
+    fa_error err;
+
+    if (!names) {
+        json_decref(ids);
+        respond_error(c, c->req, 500, "out of memory");
+        return;
+    }
+    if (!bare) {
+        if (fa_fed_status(c->fed, now_ms(), &out, &len, &err) != 0 ||
+            !(s = fedagg__status__unpack(NULL, len, out))) {
+            free(out);
+            free(names);
+            json_decref(ids);
+            respond_error(c, c->req, 500, "the status could not be made");
+            return;
+        }
+        free(out);
+    }
+    for (size_t i = 0; i < n; i++)
+        names[i] = (char *)json_string_value(json_array_get(ids, i));
+    /* the decoded status has no list of its own: ours, only to pack it */
+    s->federations = names;
+    s->n_federations = n;
+    len = fedagg__status__get_packed_size(s);
+    out = malloc(len ? len : 1);
+    if (out)
+        fedagg__status__pack(s, out);
+    s->federations = NULL;
+    s->n_federations = 0;
+    if (s != &empty)
+        fedagg__status__free_unpacked(s, NULL);
+    free(names);
+    json_decref(ids);
+    if (!out) {
+        respond_error(c, c->req, 500, "out of memory");
+        return;
+    }
+    c->responded = 1;
+    fa_h3_respond(c->req, 200, h, 1, out, len);
+    free(out);
+}
+
+/* GET /v1/status: the federation's status and the ids of the service's
+ * federations that invite the region; a service without a default
+ * federation answers the ids alone on the unprefixed path. */
 static int on_status(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    struct req_ctx *c = admit(a, req);
+    struct req_ctx *c = fa_h3_request_get_data(req);
     const char *accept = fa_h3_request_header(req, "accept");
-    fa_error err;
+    int bare;
 
-    if (!c)
+    if (!c && !(c = ctx_new(a, req))) {
+        fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
         return 0;
-    if (accept && strstr(accept, "application/json")) {
-        fa_h3_header h[] = {{"content-type", "application/json"}};
-        char *json;
-        if (fa_fed_status_json(a->fed, now_ms(), &json, &err) != 0) {
-            respond_error(c, req, 500, "%s", err.msg);
-            return 0;
-        }
-        c->responded = 1;
-        fa_h3_respond(req, 200, h, 1, json, strlen(json));
-        free(json);
-    } else {
-        fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
-        uint8_t *out;
-        size_t len;
-        if (fa_fed_status(a->fed, now_ms(), &out, &len, &err) != 0) {
-            respond_error(c, req, 500, "%s", err.msg);
-            return 0;
-        }
-        c->responded = 1;
-        fa_h3_respond(req, 200, h, 1, out, len);
-        free(out);
     }
+    bare = !c->fed_id[0] && fa_service_hosts_many(a->svc) && !fa_service_default(a->svc) &&
+           fa_h3_request_peer_role(req) != FA_H3_ROLE_OPERATOR;
+    if (!bare && !admit(a, req, 0))
+        return 0;
+    if (accept && strstr(accept, "application/json"))
+        status_json(c, bare);
+    else
+        status_pb(c, bare);
     return 0;
 }
 
@@ -342,8 +506,8 @@ static void file_done(void *arg, int err)
 static int on_model(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    struct req_ctx *c = admit(a, req);
-    const char *which = fa_h3_request_path(req) + strlen("/v1/models/");
+    struct req_ctx *c = admit(a, req, 0);
+    const char *which;
     uint64_t version = UINT64_MAX, got, delta_from = 0;
     uint8_t sha[32], dsha[32] = {0};
     char path[4096], hex[65], dhex[65], vs[32], fs[32], *end;
@@ -353,6 +517,7 @@ static int on_model(fa_h3_request *req, void *arg)
 
     if (!c)
         return 0;
+    which = c->path + strlen("/v1/models/");
     if (strcmp(which, "latest") != 0) {
         errno = 0;
         version = strtoull(which, &end, 10);
@@ -400,10 +565,11 @@ static int on_model(fa_h3_request *req, void *arg)
             return 0;
         }
     }
-    if (want_delta && fa_fed_model_delta_for(a->fed, c->region, version, delta_from, path,
+    (void)a;
+    if (want_delta && fa_fed_model_delta_for(c->fed, c->region, version, delta_from, path,
                                              sizeof(path), &got, sha, dsha) == 0) {
         is_delta = 1;
-    } else if (fa_fed_model_for(a->fed, c->region, version, f32, path, sizeof(path), &got, sha) !=
+    } else if (fa_fed_model_for(c->fed, c->region, version, f32, path, sizeof(path), &got, sha) !=
                0) {
         respond_error(c, req, 404, "model version %s is not retained", which);
         return 0;
@@ -465,8 +631,8 @@ static int query_param(const char *q, const char *key, char *out, size_t n)
 static int on_audit(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    struct req_ctx *c = admit(a, req);
-    const char *path = fa_h3_request_path(req);
+    struct req_ctx *c = admit(a, req, 0);
+    const char *path;
     const char *q = fa_h3_request_query(req);
     fa_h3_header h[] = {{"content-type", "text/plain; charset=utf-8"}};
     char *out = NULL, round_s[32], region[64], *end;
@@ -476,9 +642,11 @@ static int on_audit(fa_h3_request *req, void *arg)
 
     if (!c)
         return 0;
+    (void)a;
+    path = c->path;
     fa_error_clear(&err);
     if (!strcmp(path, "/v1/audit/checkpoint")) {
-        rc = fa_fed_audit_checkpoint(a->fed, &out, &len, &err);
+        rc = fa_fed_audit_checkpoint(c->fed, &out, &len, &err);
     } else if (!strcmp(path, "/v1/audit/proof")) {
         uint64_t round;
         if (!query_param(fa_h3_request_query(req), "round", round_s, sizeof(round_s)) ||
@@ -491,7 +659,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "round '%s' is not a number", round_s);
             return 0;
         }
-        rc = fa_fed_audit_proof(a->fed, round, region, &out, &len, &err);
+        rc = fa_fed_audit_proof(c->fed, round, region, &out, &len, &err);
     } else if (!strcmp(path, "/v1/audit/record")) {
         /* the record a downloaded model is proven against */
         char vs[32];
@@ -505,7 +673,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "version '%s' is not a number", vs);
             return 0;
         }
-        rc = fa_fed_audit_record(a->fed, version, &out, &len, &err);
+        rc = fa_fed_audit_record(c->fed, version, &out, &len, &err);
     } else if (!strcmp(path, "/v1/audit/consistency")) {
         char fs[32], ts[32] = "";
         uint64_t from, to = UINT64_MAX;
@@ -525,7 +693,7 @@ static int on_audit(fa_h3_request *req, void *arg)
                 return 0;
             }
         }
-        rc = fa_fed_audit_consistency(a->fed, from, to, &out, &len, &err);
+        rc = fa_fed_audit_consistency(c->fed, from, to, &out, &len, &err);
         if (rc == FA_ERR_RANGE) {
             respond_error(c, req, 400, "%s", fa_error_msg(&err, rc));
             return 0;
@@ -578,12 +746,12 @@ static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt
 static int on_round_request(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    struct req_ctx *c = admit(a, req);
+    struct req_ctx *c = admit(a, req, 1);
     fa_fed_reply r = {0};
 
     if (!c)
         return 0;
-    if (parse_round_path(fa_h3_request_path(req), &c->round, &c->attempt, &c->kind) != 0) {
+    if (parse_round_path(c->path, &c->round, &c->attempt, &c->kind) != 0) {
         respond_error(c, req, 404,
                       "no such round resource: %s (expected "
                       "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
@@ -596,7 +764,13 @@ static int on_round_request(fa_h3_request *req, void *arg)
         return 0;
     }
     fa_api_tick(a);
-    if (fa_fed_masked_begin(a->fed, c->region, c->round, c->attempt,
+    if (!c->fed) {
+        respond_error(c, req, 503, "the federation is being reopened: retry");
+        c->discard = 1;
+        fa_h3_request_set_max_body(req, 0);
+        return 0;
+    }
+    if (fa_fed_masked_begin(c->fed, c->region, c->round, c->attempt,
                             fa_h3_request_content_length(req), now_ms(), &c->upload, &c->discard,
                             &r) != 0) {
         respond_reply(c, &r);
@@ -625,17 +799,18 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         return 0;
     /* Counted per MiB and at the end, not per QUIC packet: a masked upload
      * arrives in some 20 000 chunks, each a metrics update otherwise. */
+    (void)a;
     c->uncounted += len;
-    if (c->uncounted >= (1u << 20)) {
-        fa_fed_count_bytes(a->fed, c->region, c->uncounted);
+    if (c->uncounted >= (1u << 20) && c->fed) {
+        fa_fed_count_bytes(c->fed, c->region, c->uncounted);
         c->uncounted = 0;
     }
-    if (c->responded || c->discard)
+    if (c->responded || c->discard || !c->fed)
         return 0;
     if (c->kind == FA_FED_MASKED) {
         fa_fed_reply r = {0};
-        if (fa_fed_masked_chunk(a->fed, c->region, c->upload, data, len, now_ms(), &r) != 0) {
-            fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
+        if (fa_fed_masked_chunk(c->fed, c->region, c->upload, data, len, now_ms(), &r) != 0) {
+            fa_fed_masked_abort(c->fed, c->region, c->upload, now_ms());
             c->uploading = 0;
             respond_reply(c, &r);
             fa_fed_reply_free(&r);
@@ -674,10 +849,14 @@ static void on_round_end(fa_h3_request *req, void *arg)
 
     if (!c || c->responded)
         return;
+    if (!c->fed) {
+        respond_error(c, req, 503, "the federation is being reopened: retry");
+        return;
+    }
     if (c->kind == FA_FED_MASKED) {
         if (c->uploading) {
             c->uploading = 0;
-            if (fa_fed_masked_end(a->fed, c->region, c->upload, now_ms(), &r) != 0) {
+            if (fa_fed_masked_end(c->fed, c->region, c->upload, now_ms(), &r) != 0) {
                 respond_reply(c, &r);
                 fa_fed_reply_free(&r);
                 return;
@@ -687,7 +866,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
         fa_api_tick(a);
         return;
     }
-    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
+    rc = fa_fed_submit(c->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
                        &r);
     free(c->buf);
     c->buf = NULL;
@@ -705,17 +884,20 @@ static void on_round_end(fa_h3_request *req, void *arg)
 
 #define MAX_EVAL_REPORT (64u << 10)
 
-/* POST /v1/evaluations and POST /v1/privacy: a signed statement of a region
- * in a small body, answered 200 (empty) when accepted. */
-enum { KIND_EVAL = -2, KIND_PRIVACY = -3 };
+/* POST /v1/evaluations, POST /v1/privacy and POST
+ * /v1/federations/{id}/decision: a signed statement of a region in a small
+ * body, answered 200 (empty) when accepted. */
+enum { KIND_EVAL = -2, KIND_PRIVACY = -3, KIND_DECISION = -4 };
 
 static int on_eval_request(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    struct req_ctx *c = admit(a, req);
+    struct req_ctx *c = admit(a, req, 1);
     if (!c)
         return 0;
-    c->kind = strcmp(fa_h3_request_path(req), "/v1/privacy") == 0 ? KIND_PRIVACY : KIND_EVAL;
+    c->kind = !strcmp(c->path, "/v1/privacy")    ? KIND_PRIVACY
+              : !strcmp(c->path, "/v1/decision") ? KIND_DECISION
+                                                 : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }
@@ -746,15 +928,22 @@ static int on_eval_body(fa_h3_request *req, const uint8_t *data, size_t len, voi
 
 static void on_eval_end(fa_h3_request *req, void *arg)
 {
-    fa_api *a = arg;
     struct req_ctx *c = fa_h3_request_get_data(req);
     fa_fed_reply r = {0};
+    int changed = 0, rc;
 
+    (void)arg;
     if (!c || c->responded)
         return;
-    if ((c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(a->fed, c->region, c->buf, c->len, &r)
-                                 : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) !=
-        0) {
+    if (!c->fed) {
+        respond_error(c, req, 503, "the federation is being reopened: retry");
+        return;
+    }
+    rc = c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(c->fed, c->region, c->buf, c->len, &r)
+         : c->kind == KIND_EVAL
+             ? fa_fed_submit_eval(c->fed, c->region, c->buf, c->len, &r)
+             : fa_fed_submit_decision(c->fed, c->region, c->buf, c->len, &changed, &r);
+    if (rc != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         return;
@@ -765,38 +954,164 @@ static void on_eval_end(fa_h3_request *req, void *arg)
 
 /* ------------------------------------------------------------------------ */
 
-int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
+/* --- GET /v1/federations, /v1/federations/{id}/... --------------------------- */
+
+static const fa_h3_handler federation_h = {on_federation, NULL, NULL, on_close};
+static const fa_h3_handler status_h = {on_status, NULL, NULL, on_close};
+static const fa_h3_handler model_h = {on_model, NULL, NULL, on_close};
+static const fa_h3_handler audit_h = {on_audit, NULL, NULL, on_close};
+static const fa_h3_handler rounds_h = {on_round_request, on_round_body, on_round_end, on_close};
+static const fa_h3_handler evals_h = {on_eval_request, on_eval_body, on_eval_end, on_close};
+
+/* The region routes: unprefixed they are the default federation's; under
+ * /v1/federations/{id}/ (the rest of the path after /v1/) the named one's,
+ * where the decision is too.  prefix: a path that starts with `path`. */
+static const struct route {
+    const char *method, *path;
+    int prefix, unprefixed;
+    const fa_h3_handler *h;
+} routes[] = {
+    {"GET", "/v1/federation", 0, 1, &federation_h}, {"GET", "/v1/status", 0, 1, &status_h},
+    {"GET", "/v1/models/", 1, 1, &model_h},         {"GET", "/v1/audit/", 1, 1, &audit_h},
+    {"POST", "/v1/rounds/", 1, 1, &rounds_h},       {"POST", "/v1/evaluations", 0, 1, &evals_h},
+    {"POST", "/v1/privacy", 0, 1, &evals_h},        {"POST", "/v1/decision", 0, 0, &evals_h},
+};
+
+#define FEDERATIONS "/v1/federations"
+
+/* GET /v1/federations: the offers of the federations inviting the region. */
+static int on_federations(fa_h3_request *req, void *arg)
 {
-    static const fa_h3_handler federation = {on_federation, NULL, NULL, on_close};
-    static const fa_h3_handler status = {on_status, NULL, NULL, on_close};
-    static const fa_h3_handler model = {on_model, NULL, NULL, on_close};
-    static const fa_h3_handler audit = {on_audit, NULL, NULL, on_close};
-    static const fa_h3_handler rounds = {on_round_request, on_round_body, on_round_end, on_close};
-    static const fa_h3_handler evals = {on_eval_request, on_eval_body, on_eval_end, on_close};
+    fa_api *a = arg;
+    fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
+    struct req_ctx *c = ctx_new(a, req);
+    uint8_t *out;
+    size_t len;
+    fa_error err;
+
+    if (!c) {
+        fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
+        return 0;
+    }
+    if (strcmp(fa_h3_request_path(req), FEDERATIONS) != 0) {
+        respond_error(c, req, 404, "no such resource: %s", fa_h3_request_path(req));
+        return 0;
+    }
+    if (fa_h3_request_peer_role(req) == FA_H3_ROLE_OPERATOR) {
+        respond_error(c, req, 403,
+                      "the certificate is operator %s's: operators list federations with "
+                      "GET /v1/admin/federations (fedagg federation list)",
+                      fa_h3_request_peer_name(req));
+        return 0;
+    }
+    fa_error_clear(&err);
+    if (fa_service_offers(a->svc, c->region, now_ms(), &out, &len, &err) != 0) {
+        respond_error(c, req, 500, "%s", err.msg);
+        return 0;
+    }
+    c->responded = 1;
+    fa_h3_respond(req, 200, h, 1, out, len);
+    free(out);
+    return 0;
+}
+
+/* /v1/federations/{id}/<rest>: the route of /v1/<rest>, for federation id. */
+static int on_prefixed_request(fa_h3_request *req, void *arg)
+{
+    fa_api *a = arg;
+    const char *path = fa_h3_request_path(req) + strlen(FEDERATIONS "/");
+    const char *method = fa_h3_request_method(req);
+    const char *slash = strchr(path, '/');
+    const struct route *r = NULL;
+    struct req_ctx *c;
+    char sub[sizeof(((struct req_ctx *)0)->path_buf)];
+    int other_method = 0;
+
+    if (!slash || slash == path || (size_t)(slash - path) >= sizeof(c->fed_id) ||
+        (size_t)snprintf(sub, sizeof(sub), "/v1/%s", slash + 1) >= sizeof(sub)) {
+        respond_error(NULL, req, 404,
+                      "no such resource: %s (expected /v1/federations/{id}/{federation|status|"
+                      "models/...|audit/...|rounds/...|evaluations|privacy|decision})",
+                      fa_h3_request_path(req));
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const struct route *x = &routes[i];
+        int match = x->prefix ? !strncmp(sub, x->path, strlen(x->path)) : !strcmp(sub, x->path);
+        if (!match)
+            continue;
+        if (strcmp(x->method, method) != 0) {
+            other_method = 1;
+            continue;
+        }
+        r = x;
+        break;
+    }
+    if (!r) {
+        respond_error(NULL, req, other_method ? 405 : 404, "%s %s: %s", method,
+                      fa_h3_request_path(req),
+                      other_method ? "not with this method" : "no such resource");
+        return 0;
+    }
+    if (!(c = ctx_new(a, req))) {
+        fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
+        return 0;
+    }
+    memcpy(c->fed_id, path, (size_t)(slash - path));
+    c->fed_id[slash - path] = '\0';
+    snprintf(c->path_buf, sizeof(c->path_buf), "%s", sub);
+    c->path = c->path_buf;
+    c->h = r->h;
+    return c->h->on_request(req, arg);
+}
+
+static int on_prefixed_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
+{
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    return c && c->h && c->h->on_body ? c->h->on_body(req, data, len, arg) : 0;
+}
+
+static void on_prefixed_end(fa_h3_request *req, void *arg)
+{
+    struct req_ctx *c = fa_h3_request_get_data(req);
+    if (c && c->h && c->h->on_body_end)
+        c->h->on_body_end(req, arg);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int fa_api_new(fa_api **out, fa_h3_server *srv, fa_service *svc, fa_error *err)
+{
+    static const fa_h3_handler federations = {on_federations, NULL, NULL, on_close};
+    static const fa_h3_handler prefixed = {on_prefixed_request, on_prefixed_body, on_prefixed_end,
+                                           on_close};
     fa_api *a = calloc(1, sizeof(*a));
-    int rc;
+    int rc = 0;
 
     *out = NULL;
     if (!a)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     a->srv = srv;
-    a->fed = fed;
-    if ((rc = fa_h3_server_route(srv, "GET", "/v1/federation", &federation, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "GET", "/v1/status", &status, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "GET", "/v1/models/", &model, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "GET", "/v1/audit/", &audit, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", "/v1/evaluations", &evals, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", "/v1/privacy", &evals, a)) != 0 ||
-        (rc = fa_api_admin_routes(srv, fed)) != 0) { /* aggregator/api_admin.h */
+    a->svc = svc;
+    for (size_t i = 0; rc == 0 && i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (routes[i].unprefixed)
+            rc = fa_h3_server_route(srv, routes[i].method, routes[i].path, routes[i].h, a);
+    if (rc != 0 || (rc = fa_h3_server_route(srv, "GET", FEDERATIONS, &federations, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "GET", FEDERATIONS "/", &prefixed, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", FEDERATIONS "/", &prefixed, a)) != 0 ||
+        (rc = fa_api_admin_routes(srv, svc)) != 0 ||   /* aggregator/api_admin.h */
+        (rc = fa_service_api_routes(srv, svc)) != 0) { /* aggregator/service_api.h */
         free(a);
         return fa_errorf(err, rc, "cannot register the API routes: %s", fa_strerror(rc));
     }
+    fa_service_set_close_hook(svc, fed_closing, a);
     *out = a;
     return 0;
 }
 
 void fa_api_del(fa_api *a)
 {
+    if (a)
+        fa_service_set_close_hook(a->svc, NULL, NULL);
     free(a);
 }

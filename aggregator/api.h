@@ -11,9 +11,17 @@
  *   GET  /v1/audit/checkpoint                the latest signed checkpoint (text)
  *   GET  /v1/audit/proof?round=R&region=ID   proof bundle (text)
  *   GET  /v1/status                          Status (JSON with Accept: application/json)
+ *   GET  /v1/federations                     FederationList: the offers of the
+ *                                            service's federations inviting the region
+ *   .../v1/federations/{id}/<route>          any route above, of federation id
+ *                                            (federation, status, models/..., ...)
+ *   POST /v1/federations/{id}/decision       SignedDecision: the region's answer
  *
- * The caller's region is the one its verified client certificate names; a
- * region not in the config gets 403 on every path.  Errors are an HTTP status
+ * The unprefixed routes are the service's default federation's
+ * (service.h).  The caller's region is the one its verified client
+ * certificate names; a region not in the default federation gets 403 on
+ * every unprefixed path, and 404 on the paths of a federation that does
+ * not invite it (as for one that does not exist).  Errors are an HTTP status
  * and a fedagg.Error body.  Long-polls are held until their phase closes.
  * Everything runs on the server's loop thread.
  */
@@ -21,14 +29,16 @@
 #define FA_AGGREGATOR_API_H
 
 #include "aggregator/federation.h"
+#include "aggregator/service.h"
 #include "common/fa_err.h"
 #include "transport/h3.h"
 
 typedef struct fa_api fa_api;
 
-/* Registers the routes on srv (before fa_h3_server_run).  Returns 0 or
- * FA_ERR_NOMEM / FA_ERR_INVAL. */
-int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err);
+/* Registers the routes of the service's federations on srv (before
+ * fa_h3_server_run), the admin API's (api_admin.h, service_api.h) too.
+ * Returns 0 or FA_ERR_NOMEM / FA_ERR_INVAL. */
+int fa_api_new(fa_api **out, fa_h3_server *srv, fa_service *svc, fa_error *err);
 void fa_api_del(fa_api *a);
 
 /* Closes due phases and answers the long-polls that became answerable.

@@ -18,7 +18,6 @@ static char answered;
 
 static const char *const documents[] = {"status", "regions", "rounds", "models", "audit-head"};
 
-enum action { ACT_PAUSE = 0, ACT_RESUME, ACT_ABORT, ACT_DRAIN, ACT_ADMIT };
 static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
 
 static uint64_t now_ms(void)
@@ -33,11 +32,9 @@ static const char *who(const fa_h3_request *req)
     return n && n[0] ? n : "(none)";
 }
 
-/* Sends a JSON body (a string: the document) with status. */
-static void respond_json(fa_h3_request *req, int status, const char *json)
+void fa_api_admin_respond_json(fa_h3_request *req, int status, const char *json)
 {
     fa_h3_header h[] = {{"content-type", "application/json"}, {"cache-control", "no-store"}};
-    fa_h3_request_set_data(req, &answered);
     fa_h3_respond(req, status, h, 2, json, strlen(json));
     fa_log(status < 400 ? FA_LOG_INFO : FA_LOG_WARN, "admin request",
            "operator=%s role=%s method=%s path=%s status=%d", who(req),
@@ -45,8 +42,7 @@ static void respond_json(fa_h3_request *req, int status, const char *json)
            fa_h3_request_method(req), fa_h3_request_path(req), status);
 }
 
-/* {"ok": true, "message": msg} or {"error": msg}. */
-static void respond_msg(fa_h3_request *req, int status, const char *msg)
+void fa_api_admin_respond_msg(fa_h3_request *req, int status, const char *msg)
 {
     json_t *o = json_object();
     char *text = NULL;
@@ -61,16 +57,15 @@ static void respond_msg(fa_h3_request *req, int status, const char *msg)
         text = json_dumps(o, JSON_COMPACT);
         json_decref(o);
     }
-    respond_json(req, text ? status : 500, text ? text : "{\"error\":\"out of memory\"}");
+    fa_api_admin_respond_json(req, text ? status : 500,
+                              text ? text : "{\"error\":\"out of memory\"}");
     if (text && status >= 400)
         fa_log(FA_LOG_INFO, "admin request refused", "operator=%s path=%s reason=\"%s\"", who(req),
                fa_h3_request_path(req), msg);
     free(text);
 }
 
-/* The value of ?key=... (no percent-decoding: region ids need none).
- * Returns 1 when present and plain ([A-Za-z0-9._-], 1..n-1 bytes). */
-static int query_value(const char *q, const char *key, char *out, size_t n)
+int fa_api_admin_query_value(const char *q, const char *key, char *out, size_t n)
 {
     size_t kl = strlen(key);
     while (q && *q) {
@@ -103,8 +98,7 @@ static int lookup(const char *name, const char *const *table, size_t n)
     return -1;
 }
 
-/* 1 when the request may go on; otherwise answered 403. */
-static int operator_only(fa_h3_request *req)
+int fa_api_admin_operator_only(fa_h3_request *req)
 {
     char msg[256];
     if (fa_h3_request_peer_role(req) == FA_H3_ROLE_OPERATOR)
@@ -113,144 +107,149 @@ static int operator_only(fa_h3_request *req)
              "the admin API takes operator certificates only (SAN URI fedagg://operator/<name>, "
              "deploy/pki.sh --operators); this one is region '%s''s",
              who(req));
-    respond_msg(req, 403, msg);
+    fa_api_admin_respond_msg(req, 403, msg);
     return 0;
+}
+
+/* The HTTP status of a refusal of the service (service.h). */
+int fa_api_admin_status_of(int rc)
+{
+    switch (rc) {
+    case FA_ERR_STATE:
+    case FA_ERR_EXISTS: return 409;
+    case FA_ERR_NOTFOUND: return 404;
+    case FA_ERR_INVAL:
+    case FA_ERR_PARSE: return 400;
+    case FA_ERR_AUTH: return 403;
+    case FA_ERR_IO:
+    case FA_ERR_NOSPACE:
+    case FA_ERR_AGAIN: return 503;
+    default: return 500;
+    }
+}
+
+void fa_api_admin_document(fa_h3_request *req, fa_service *svc, const char *id, const char *what)
+{
+    fa_error err;
+    fa_fed *fed;
+    char *doc = NULL, msg[256];
+    int rc;
+
+    if (lookup(what, documents, sizeof(documents) / sizeof(documents[0])) < 0) {
+        if (lookup(what, actions, sizeof(actions) / sizeof(actions[0])) >= 0 ||
+            !strcmp(what, "archive") || !strcmp(what, "abort-round")) {
+            snprintf(msg, sizeof(msg), "%s is an action: use POST", what);
+            fa_api_admin_respond_msg(req, 405, msg);
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "no admin document '%s' (status, regions, rounds, models, audit-head)", what);
+            fa_api_admin_respond_msg(req, 404, msg);
+        }
+        return;
+    }
+    fa_error_clear(&err);
+    rc = fa_service_authorize(svc, fa_h3_request_peer_name(req), id, &err);
+    if (rc == 0)
+        rc = fa_service_fed(svc, id, &fed, &err);
+    if (rc == 0)
+        rc = fa_fed_admin_json(fed, what, now_ms(), &doc, &err);
+    if (rc != 0) {
+        fa_api_admin_respond_msg(req, fa_api_admin_status_of(rc), fa_error_msg(&err, rc));
+        return;
+    }
+    fa_api_admin_respond_json(req, 200, doc);
+    free(doc);
+}
+
+void fa_api_admin_action(fa_h3_request *req, fa_service *svc, const char *id, const char *action)
+{
+    const char *op = fa_h3_request_peer_name(req);
+    /* The default federation's own path: abort is the attempt's, as it
+     * always was (a federation's end is POST /v1/admin/federations/{id}/abort). */
+    const char *svc_action = !id && !strcmp(action, "abort") ? "abort-round" : action;
+    int drain = !strcmp(action, "drain") || !strcmp(action, "admit");
+    char region[64] = "", msg[600];
+    uint64_t round = 0;
+    uint32_t attempt = 0;
+    fa_fed *fed = NULL;
+    fa_error err;
+    int rc;
+
+    if (drain &&
+        !fa_api_admin_query_value(fa_h3_request_query(req), "region", region, sizeof(region))) {
+        snprintf(msg, sizeof(msg), "usage: POST .../%s?region=ID (a region id of the federation)",
+                 action);
+        fa_api_admin_respond_msg(req, 400, msg);
+        return;
+    }
+    fa_error_clear(&err);
+    rc = fa_service_authorize(svc, op, id, &err);
+    if (rc == 0)
+        rc = fa_service_act(svc, op, id, svc_action, drain ? region : NULL, now_ms(), msg,
+                            sizeof(msg), &err);
+    if (rc != 0) {
+        fa_api_admin_respond_msg(req, fa_api_admin_status_of(rc), fa_error_msg(&err, rc));
+        return;
+    }
+    fa_error_clear(&err);
+    if (fa_service_fed(svc, id, &fed, &err) == 0)
+        fa_fed_position(fed, &round, &attempt, NULL, NULL);
+    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s%s%s round=%llu attempt=%u%s%s", op,
+           action, region[0] ? " region=" : "", region, (unsigned long long)round, attempt,
+           id ? " federation=" : "", id ? id : "");
+    fa_api_admin_respond_msg(req, 200, msg);
 }
 
 static int on_get(fa_h3_request *req, void *arg)
 {
-    fa_fed *fed = arg;
-    const char *what = fa_h3_request_path(req) + strlen(ADMIN_PREFIX);
-    fa_error err;
-    char *doc = NULL, msg[256];
-    int rc;
-
-    if (!operator_only(req))
+    if (!fa_api_admin_operator_only(req))
         return 0;
-    if (lookup(what, documents, sizeof(documents) / sizeof(documents[0])) < 0) {
-        if (lookup(what, actions, sizeof(actions) / sizeof(actions[0])) >= 0) {
-            snprintf(msg, sizeof(msg), "%s is an action: use POST %s%s", what, ADMIN_PREFIX, what);
-            respond_msg(req, 405, msg);
-        } else {
-            snprintf(msg, sizeof(msg),
-                     "no admin document '%s' (status, regions, rounds, models, audit-head)", what);
-            respond_msg(req, 404, msg);
-        }
-        return 0;
-    }
-    fa_error_clear(&err);
-    rc = fa_fed_admin_json(fed, what, now_ms(), &doc, &err);
-    if (rc != 0) {
-        respond_msg(req, 500, fa_error_msg(&err, rc));
-        return 0;
-    }
-    respond_json(req, 200, doc);
-    free(doc);
+    fa_api_admin_document(req, arg, NULL, fa_h3_request_path(req) + strlen(ADMIN_PREFIX));
     return 0;
 }
 
 static int on_post(fa_h3_request *req, void *arg)
 {
     (void)arg;
-    if (!operator_only(req))
+    if (!fa_api_admin_operator_only(req)) {
+        fa_h3_request_set_data(req, &answered);
         return 0;
+    }
     fa_h3_request_set_max_body(req, MAX_ADMIN_BODY);
     return 0; /* the action runs once the (ignored) body is in: on_post_end */
 }
 
-static int status_of(int rc)
-{
-    switch (rc) {
-    case FA_ERR_STATE: return 409;
-    case FA_ERR_NOTFOUND: return 404;
-    case FA_ERR_INVAL: return 400;
-    case FA_ERR_IO:
-    case FA_ERR_NOSPACE: return 503;
-    default: return 500;
-    }
-}
-
 static void on_post_end(fa_h3_request *req, void *arg)
 {
-    fa_fed *fed = arg;
     const char *name = fa_h3_request_path(req) + strlen(ADMIN_PREFIX);
-    const char *op = fa_h3_request_peer_name(req);
-    int act = lookup(name, actions, sizeof(actions) / sizeof(actions[0]));
-    char region[64] = "", msg[512];
-    uint64_t round = 0, version = 0;
-    uint32_t attempt = 0;
-    fa_error err;
-    int rc;
+    char msg[512];
 
     if (fa_h3_request_get_data(req) == &answered)
         return;
-    if (act < 0) {
+    if (lookup(name, actions, sizeof(actions) / sizeof(actions[0])) < 0) {
         if (lookup(name, documents, sizeof(documents) / sizeof(documents[0])) >= 0) {
             snprintf(msg, sizeof(msg), "%s is a document: use GET %s%s", name, ADMIN_PREFIX, name);
-            respond_msg(req, 405, msg);
+            fa_api_admin_respond_msg(req, 405, msg);
         } else {
             snprintf(msg, sizeof(msg),
                      "no admin action '%s' (pause, resume, abort, drain?region=ID, "
                      "admit?region=ID)",
                      name);
-            respond_msg(req, 404, msg);
+            fa_api_admin_respond_msg(req, 404, msg);
         }
         return;
     }
-    if ((act == ACT_DRAIN || act == ACT_ADMIT) &&
-        !query_value(fa_h3_request_query(req), "region", region, sizeof(region))) {
-        snprintf(msg, sizeof(msg), "usage: POST %s%s?region=ID (a region id of the federation)",
-                 ADMIN_PREFIX, name);
-        respond_msg(req, 400, msg);
-        return;
-    }
-    fa_error_clear(&err);
-    switch (act) {
-    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, now_ms(), &err); break;
-    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, now_ms(), &err); break;
-    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, now_ms(), &err); break;
-    default: rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, now_ms(), &err); break;
-    }
-    if (rc != 0) {
-        respond_msg(req, status_of(rc), fa_error_msg(&err, rc));
-        return;
-    }
-    fa_fed_position(fed, &round, &attempt, NULL, &version);
-    switch (act) {
-    case ACT_PAUSE:
-        snprintf(msg, sizeof(msg),
-                 "paused by %s: no new round opens after round %llu (attempt %u) completes "
-                 "or aborts",
-                 op, (unsigned long long)round, attempt);
-        break;
-    case ACT_RESUME: snprintf(msg, sizeof(msg), "resumed by %s: rounds open again", op); break;
-    case ACT_ABORT:
-        snprintf(msg, sizeof(msg), "aborted by %s; the federation is now at round %llu attempt %u",
-                 op, (unsigned long long)round, attempt);
-        break;
-    case ACT_DRAIN:
-        snprintf(msg, sizeof(msg),
-                 "region %s drained by %s: it sits out from the next attempt on until admitted",
-                 region, op);
-        break;
-    default:
-        snprintf(msg, sizeof(msg), "region %s admitted by %s: it takes part from the next attempt",
-                 region, op);
-        break;
-    }
-    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s%s%s round=%llu attempt=%u", op, name,
-           region[0] ? " region=" : "", region, (unsigned long long)round, attempt);
-    respond_msg(req, 200, msg);
+    fa_api_admin_action(req, arg, NULL, name);
 }
 
-int fa_api_admin_routes(fa_h3_server *srv, fa_fed *fed)
+int fa_api_admin_routes(fa_h3_server *srv, fa_service *svc)
 {
     static const fa_h3_handler get = {on_get, NULL, NULL, NULL};
     static const fa_h3_handler post = {on_post, NULL, on_post_end, NULL};
     int rc;
 
-    if ((rc = fa_h3_server_route(srv, "GET", ADMIN_PREFIX, &get, fed)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", ADMIN_PREFIX, &post, fed)) != 0)
+    if ((rc = fa_h3_server_route(srv, "GET", ADMIN_PREFIX, &get, svc)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", ADMIN_PREFIX, &post, svc)) != 0)
         return rc;
     return 0;
 }

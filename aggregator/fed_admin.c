@@ -141,6 +141,16 @@ static json_t *regions_json(fa_fed *f, uint64_t now_ms)
         json_object_set_new(o, "drained", json_boolean(r->drained));
         if (r->drained)
             json_object_set_new(o, "drained_by", json_string(r->drained_by));
+        /* its answer to the offer (docs/service.md): "" none yet */
+        json_object_set_new(o, "decision",
+                            json_string(r->decision > 0   ? "accepted"
+                                        : r->decision < 0 ? "refused"
+                                                          : ""));
+        if (r->decision) {
+            json_object_set_new(o, "decision_reason", json_string(r->decision_reason));
+            json_object_set_new(o, "decision_unix_ms",
+                                json_integer((json_int_t)r->decision_unix_ms));
+        }
         json_object_set_new(o, "rounds_participated",
                             json_integer((json_int_t)r->rounds_participated));
         json_object_set_new(o, "dropouts", json_integer((json_int_t)r->dropouts));

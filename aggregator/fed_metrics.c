@@ -2,16 +2,24 @@
 #include "aggregator/federation_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include "aggregator/metrics.h"
 #include "model/tensors.h"
 
+void fa_fed_labels(const fa_fed *f, char *buf, size_t n, const char *key, const char *value)
+{
+    snprintf(buf, n, "%s", f->mlabels);
+    if (key)
+        fa_metrics_label(buf, n, key, value);
+}
+
 void fa_fed_metric_region(fa_fed *f, const char *name, const char *region, double v, int set)
 {
-    char labels[128] = "";
+    char labels[320];
     if (!f->metrics)
         return;
-    fa_metrics_label(labels, sizeof(labels), "region", region);
+    fa_fed_labels(f, labels, sizeof(labels), "region", region);
     if (set)
         fa_metrics_set(f->metrics, name, labels, v);
     else
@@ -99,35 +107,39 @@ void fa_fed_update_gauges(fa_fed *f)
 {
     if (!f->metrics)
         return;
-    fa_metrics_set(f->metrics, "fedagg_model_version", NULL, (double)f->cur.version);
-    fa_metrics_set(f->metrics, "fedagg_round", NULL, (double)f->round);
-    fa_metrics_set(f->metrics, "fedagg_attempt", NULL, (double)f->attempt);
-    fa_metrics_set(f->metrics, "fedagg_phase", NULL, (double)f->phase);
-    fa_metrics_set(f->metrics, "fedagg_audit_tree_size", NULL,
+    fa_metrics_set(f->metrics, "fedagg_model_version", f->mlabels, (double)f->cur.version);
+    fa_metrics_set(f->metrics, "fedagg_round", f->mlabels, (double)f->round);
+    fa_metrics_set(f->metrics, "fedagg_attempt", f->mlabels, (double)f->attempt);
+    fa_metrics_set(f->metrics, "fedagg_phase", f->mlabels, (double)f->phase);
+    fa_metrics_set(f->metrics, "fedagg_audit_tree_size", f->mlabels,
                    (double)fa_audit_log_signed_size(f->audit));
-    fa_metrics_set(f->metrics, "fedagg_storage_blocked", NULL, f->gate.blocked ? 1.0 : 0.0);
+    fa_metrics_set(f->metrics, "fedagg_storage_blocked", f->mlabels, f->gate.blocked ? 1.0 : 0.0);
     if (f->gate.total > f->storage_failures_exported) { /* a counter: add what is new */
-        fa_metrics_add(f->metrics, "fedagg_storage_failures_total", NULL,
+        fa_metrics_add(f->metrics, "fedagg_storage_failures_total", f->mlabels,
                        (double)(f->gate.total - f->storage_failures_exported));
         f->storage_failures_exported = f->gate.total;
     }
     if (f->storage_free)
-        fa_metrics_set(f->metrics, "fedagg_storage_free_bytes", NULL, (double)f->storage_free);
+        fa_metrics_set(f->metrics, "fedagg_storage_free_bytes", f->mlabels,
+                       (double)f->storage_free);
     if (f->ddp_on) {
-        fa_metrics_set(f->metrics, "fedagg_ddp_epsilon", NULL, f->ddp_eps_total);
-        fa_metrics_set(f->metrics, "fedagg_ddp_noisy_contributions", NULL, (double)f->ddp_noisy);
+        fa_metrics_set(f->metrics, "fedagg_ddp_epsilon", f->mlabels, f->ddp_eps_total);
+        fa_metrics_set(f->metrics, "fedagg_ddp_noisy_contributions", f->mlabels,
+                       (double)f->ddp_noisy);
     }
     if (f->have_eval) {
-        fa_metrics_set(f->metrics, "fedagg_eval_accuracy", NULL, f->eval_accuracy);
-        fa_metrics_set(f->metrics, "fedagg_eval_loss", NULL, f->eval_loss);
+        fa_metrics_set(f->metrics, "fedagg_eval_accuracy", f->mlabels, f->eval_accuracy);
+        fa_metrics_set(f->metrics, "fedagg_eval_loss", f->mlabels, f->eval_loss);
     }
     {
         const fa_tensors *t = fa_global_model_table(f->model);
         size_t nf = fa_tensors_fed_count(t);
-        fa_metrics_set(f->metrics, "fedagg_model_tensors", "federated=\"true\"", (double)nf);
-        fa_metrics_set(f->metrics, "fedagg_model_tensors", "federated=\"false\"",
-                       (double)(fa_tensors_count(t) - nf));
-        fa_metrics_set(f->metrics, "fedagg_model_federated_params", NULL, (double)f->d);
+        char lt[320], lf[320];
+        fa_fed_labels(f, lt, sizeof(lt), "federated", "true");
+        fa_fed_labels(f, lf, sizeof(lf), "federated", "false");
+        fa_metrics_set(f->metrics, "fedagg_model_tensors", lt, (double)nf);
+        fa_metrics_set(f->metrics, "fedagg_model_tensors", lf, (double)(fa_tensors_count(t) - nf));
+        fa_metrics_set(f->metrics, "fedagg_model_federated_params", f->mlabels, (double)f->d);
     }
     {
         fa_eval_summary fe;
@@ -135,30 +147,32 @@ void fa_fed_update_gauges(fa_fed *f)
         if (!fe.valid)
             fa_fed_eval_last(f->feval, &fe);
         if (fe.valid) {
-            fa_metrics_set(f->metrics, "fedagg_fedeval_version", NULL, (double)fe.version);
-            fa_metrics_set(f->metrics, "fedagg_fedeval_regions", NULL, (double)fe.regions);
-            fa_metrics_set(f->metrics, "fedagg_fedeval_examples", NULL, (double)fe.n);
+            fa_metrics_set(f->metrics, "fedagg_fedeval_version", f->mlabels, (double)fe.version);
+            fa_metrics_set(f->metrics, "fedagg_fedeval_regions", f->mlabels, (double)fe.regions);
+            fa_metrics_set(f->metrics, "fedagg_fedeval_examples", f->mlabels, (double)fe.n);
             if (!isnan(fe.accuracy))
-                fa_metrics_set(f->metrics, "fedagg_fedeval_accuracy", NULL, fe.accuracy);
+                fa_metrics_set(f->metrics, "fedagg_fedeval_accuracy", f->mlabels, fe.accuracy);
             if (!isnan(fe.loss))
-                fa_metrics_set(f->metrics, "fedagg_fedeval_loss", NULL, fe.loss);
+                fa_metrics_set(f->metrics, "fedagg_fedeval_loss", f->mlabels, fe.loss);
         }
     }
     if (f->central.valid) {
-        fa_metrics_set(f->metrics, "fedagg_central_eval_version", NULL, (double)f->central.version);
+        fa_metrics_set(f->metrics, "fedagg_central_eval_version", f->mlabels,
+                       (double)f->central.version);
         if (!isnan(f->central.accuracy))
-            fa_metrics_set(f->metrics, "fedagg_central_eval_accuracy", NULL, f->central.accuracy);
+            fa_metrics_set(f->metrics, "fedagg_central_eval_accuracy", f->mlabels,
+                           f->central.accuracy);
         if (!isnan(f->central.loss))
-            fa_metrics_set(f->metrics, "fedagg_central_eval_loss", NULL, f->central.loss);
+            fa_metrics_set(f->metrics, "fedagg_central_eval_loss", f->mlabels, f->central.loss);
     }
 }
 
 void fa_fed_count_outcome(fa_fed *f, const char *outcome)
 {
-    char labels[64] = "";
+    char labels[320];
     if (!f->metrics)
         return;
-    fa_metrics_label(labels, sizeof(labels), "outcome", outcome);
+    fa_fed_labels(f, labels, sizeof(labels), "outcome", outcome);
     fa_metrics_add(f->metrics, "fedagg_rounds_total", labels, 1);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "aggregator/memory_budget.h"
+#include "aggregator/metrics.h"
 #include "audit.pb-c.h"
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
@@ -72,12 +73,19 @@ static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const cha
                        fa_error *err)
 {
     const char *path = cfg->audit ? cfg->audit->signing_key_file : NULL;
+
+    if (!path || !path[0])
+        return fa_errorf(err, FA_ERR_INVAL, "config: audit.signing_key_file is required");
+    return fa_fed_signer_load(path, origin, &f->signer, err);
+}
+
+int fa_fed_signer_load(const char *path, const char *origin, fa_note_signer **out, fa_error *err)
+{
     uint8_t *data = NULL, seed[32];
     size_t len = 0;
     int rc;
 
-    if (!path || !path[0])
-        return fa_errorf(err, FA_ERR_INVAL, "config: audit.signing_key_file is required");
+    *out = NULL;
     rc = fa_file_check_private(path, err);
     if (rc != 0)
         return rc;
@@ -86,10 +94,10 @@ static int load_signer(fa_fed *f, const Fedagg__AggregatorConfig *cfg, const cha
         return rc;
     /* `fedagg keygen` files first, then the raw and Go note key forms. */
     if (fa_identity_parse_secret(data, len, seed, NULL) == 0) {
-        rc = fa_note_signer_new(&f->signer, origin, seed, sizeof(seed), err);
+        rc = fa_note_signer_new(out, origin, seed, sizeof(seed), err);
         sodium_memzero(seed, sizeof(seed));
     } else {
-        rc = fa_note_signer_parse(&f->signer, origin, data, len, err);
+        rc = fa_note_signer_parse(out, origin, data, len, err);
     }
     sodium_memzero(data, len);
     free(data);
@@ -130,9 +138,10 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
                          n - 1);
     *version = r->new_version;
     f->last_round = r->round;
-    /* An operator's action names the round in flight: the last completed
-     * round is that of the last aggregation before it. */
-    while (r->admin && n > 1) {
+    /* An operator's action (or a region's decision) names the round in
+     * flight: the last completed round is that of the last aggregation
+     * before it. */
+    while (fa_audit_record_is_action(r) && n > 1) {
         fedagg__audit_record__free_unpacked(r, NULL);
         n--;
         rc = fa_audit_log_read(f->audit, n - 1, &rec, &len, err);
@@ -143,9 +152,9 @@ static int last_audited_version(fa_fed *f, uint64_t *version, fa_error *err)
         if (!r)
             return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
                              n - 1);
-        f->last_round = r->admin ? 0 : r->round;
+        f->last_round = fa_audit_record_is_action(r) ? 0 : r->round;
     }
-    if (r->admin)
+    if (fa_audit_record_is_action(r))
         f->last_round = 0;
     fedagg__audit_record__free_unpacked(r, NULL);
     return 0;
@@ -387,6 +396,20 @@ static int load_eval(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *e
 int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_metrics *metrics,
                 uint64_t now_ms, fa_error *err)
 {
+    fa_fed_open_opts o = {0};
+    o.metrics = metrics;
+    return fa_fed_open_ex(out, cfg, &o, now_ms, err);
+}
+
+uint64_t fa_fed_memory_need(const fa_fed *f)
+{
+    return f->memory_need;
+}
+
+int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_fed_open_opts *o,
+                   uint64_t now_ms, fa_error *err)
+{
+    static const fa_fed_open_opts no_opts = {0};
     Fedagg__RoundPolicy rp_default = FEDAGG__ROUND_POLICY__INIT;
     Fedagg__Quantization q_default = FEDAGG__QUANTIZATION__INIT;
     Fedagg__ServerOptimizer o_default = FEDAGG__SERVER_OPTIMIZER__INIT;
@@ -411,12 +434,16 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     f = calloc(1, sizeof(*f));
     if (!f)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-    f->metrics = metrics;
+    if (!o)
+        o = &no_opts;
+    f->metrics = o->metrics;
     if (fa_fed_history_init(&f->hist, FA_FED_HISTORY) != 0) {
         free(f);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
     f->federation_id = strdup(cfg->federation_id ? cfg->federation_id : "fedagg");
+    if (o->metrics_label && f->federation_id)
+        fa_metrics_label(f->mlabels, sizeof(f->mlabels), "federation", f->federation_id);
     f->storage_dir = strdup(cfg->storage->dir);
     snprintf(path, sizeof(path), "%s/round.state", cfg->storage->dir);
     f->state_path = strdup(path);
@@ -532,7 +559,9 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         }
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
-            rc = fa_memory_check(&need, limit, source, err);
+            rc =
+                fa_memory_check_beside(&need, o->memory_used, o->memory_others, limit, source, err);
+        f->memory_need = need.total;
         if (rc == 0)
             rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight,
                                        fa_secagg_masked_bytes(vector_len, ring_bits),
@@ -545,14 +574,22 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
 
     /* The config digest that every record names: the configuration's
      * binary encoding followed by the tensor table's digest, so that the
-     * model's tensors (not only the file naming them) are bound too. */
-    enc_len = fedagg__aggregator_config__get_packed_size(cfg);
-    enc = malloc(enc_len + 32);
-    if (!enc) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        goto fail;
+     * model's tensors (not only the file naming them) are bound too.  The
+     * service's parts (its block, its operators) are the process's, not
+     * the federation's: a config without them digests as it always did. */
+    {
+        Fedagg__AggregatorConfig own = *cfg;
+        own.service = NULL;
+        own.n_operators = 0;
+        own.operators = NULL;
+        enc_len = fedagg__aggregator_config__get_packed_size(&own);
+        enc = malloc(enc_len + 32);
+        if (!enc) {
+            rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        fedagg__aggregator_config__pack(&own, enc);
     }
-    fedagg__aggregator_config__pack(cfg, enc);
     memcpy(enc + enc_len, fa_global_model_digest(f->model), 32);
     rc = fa_sha256(f->config_digest, enc, enc_len + 32);
     free(enc);
@@ -711,7 +748,9 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
         if (!r)
             return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
                              i);
-        if (r->admin) {
+        if (r->decision) {
+            fa_fed_decision_replay(f, r);
+        } else if (r->admin) {
             const Fedagg__AdminAction *a = r->admin;
             struct fa_fed_region *rg = fa_fed_find_region(f, a->region);
             if (!strcmp(a->action, "pause")) {
@@ -729,7 +768,7 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             fedagg__audit_record__free_unpacked(r, NULL);
             return rc;
         }
-        if (!r->admin && n - i <= FA_FED_HISTORY) {
+        if (!fa_audit_record_is_action(r) && n - i <= FA_FED_HISTORY) {
             fa_fed_attempt a;
             char *parts = NULL, *drops = NULL;
             size_t pn = 0, dn = 0;

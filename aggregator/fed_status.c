@@ -309,6 +309,11 @@ int fa_fed_fatal(const fa_fed *f)
     return f->fatal;
 }
 
+int fa_fed_paused(const fa_fed *f)
+{
+    return f->paused;
+}
+
 void fa_fed_position(const fa_fed *f, uint64_t *round, uint32_t *attempt, int *phase,
                      uint64_t *version)
 {

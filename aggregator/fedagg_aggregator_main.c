@@ -1,15 +1,18 @@
-/* fedagg-aggregator: the central aggregator of a federation.
+/* fedagg-aggregator: the central aggregator of a federation, or of many
+ * (the aggregation service, docs/service.md).
  *
  *   fedagg-aggregator --config aggregator.textproto
  *
  * Serves the HTTP/3 API (aggregator/api.h, and the operators' admin API,
- * aggregator/api_admin.h) on one UDP socket, the Prometheus metrics, health
- * probes and the read-only dashboard (aggregator/dashboard.h) on a plain
- * HTTP/1.1 port, and runs the rounds (aggregator/federation.h).  SIGTERM or
- * SIGINT drains gracefully: no new connections, the requests in flight
- * finish (or time out), then exit 0.  When the configured number of rounds
- * is done it keeps answering for a short grace period (so every region
- * learns the outcome) and exits 0.
+ * aggregator/api_admin.h and service_api.h) on one UDP socket, the
+ * Prometheus metrics, health probes and the read-only dashboard
+ * (aggregator/dashboard.h) on a plain HTTP/1.1 port, and runs the rounds of
+ * every federation (aggregator/service.h, federation.h).  SIGTERM or SIGINT
+ * drains gracefully: no new connections, the requests in flight finish (or
+ * time out), then exit 0.  Without a service block, when the configured
+ * number of rounds is done it keeps answering for a short grace period (so
+ * every region learns the outcome) and exits 0; a service runs until
+ * stopped.
  */
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
@@ -27,6 +30,7 @@
 #include "aggregator/api.h"
 #include "aggregator/federation.h"
 #include "aggregator/metrics.h"
+#include "aggregator/service.h"
 #include "common/fa_daemon.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
@@ -49,7 +53,7 @@
 
 struct app {
     fa_h3_server *srv;
-    fa_fed *fed;
+    fa_service *svc;
     fa_api *api;
     fa_metrics *metrics;
     fa_metrics_server *msrv; /* NULL without metrics_listen */
@@ -79,46 +83,70 @@ static const char usage[] =
     "  --log-level LEVEL  overrides the config's log_level\n"
     "  --version          prints the version\n";
 
-/* The operators' state as gauges, for the alerting rules
- * (deploy/prometheus/): fedagg_paused and fedagg_region_drained{region},
- * read from the status document (federation.h exports no metric of them). */
-static void operator_gauges(fa_metrics *m, const char *json)
+/* The operators' state of one federation's status document as gauges, for
+ * the alerting rules (deploy/prometheus/): fedagg_paused and
+ * fedagg_region_drained{region} (federation.h exports no metric of them),
+ * labelled federation="<id>" in a service. */
+static void operator_gauges(fa_metrics *m, const json_t *st, int label)
 {
-    json_t *st = json_loads(json, 0, NULL), *rs, *r;
+    const char *fed = json_string_value(json_object_get(st, "federation_id"));
+    const json_t *rs, *r;
+    char base[320] = "";
     size_t i;
 
-    if (!st)
-        return;
-    fa_metrics_set(m, "fedagg_paused", NULL, json_is_true(json_object_get(st, "paused")) ? 1 : 0);
+    if (label && fed)
+        fa_metrics_label(base, sizeof(base), "federation", fed);
+    fa_metrics_set(m, "fedagg_paused", base, json_is_true(json_object_get(st, "paused")) ? 1 : 0);
     rs = json_object_get(st, "regions");
     json_array_foreach(rs, i, r)
     {
         const char *id = json_string_value(json_object_get(r, "id"));
-        char labels[160] = "";
+        char labels[480];
         if (!id)
             continue;
+        snprintf(labels, sizeof(labels), "%s", base);
         fa_metrics_label(labels, sizeof(labels), "region", id);
         fa_metrics_set(m, "fedagg_region_drained", labels,
                        json_is_true(json_object_get(r, "drained")) ? 1 : 0);
     }
-    json_decref(st);
 }
 
-/* Takes the federation's status: the operator gauges, and the dashboard's
- * snapshot (the metrics server renders it on its own thread; this thread
- * only copies a string). */
+/* Takes the status: the operator gauges, and the dashboard's snapshot (the
+ * metrics server renders it on its own thread; this thread only copies a
+ * string): the default federation's document, or a service's of every
+ * federation. */
 static void snapshot(struct app *a, uint64_t now)
 {
+    int many = fa_service_hosts_many(a->svc);
+    fa_fed *def = fa_service_default(a->svc);
     char *json = NULL;
+    json_t *st;
     fa_error err;
+    int rc;
 
     a->snapshot_at = now;
     fa_error_clear(&err);
-    if (fa_fed_admin_json(a->fed, "status", now, &json, &err) != 0) {
+    if (many)
+        rc = fa_service_status_json(a->svc, now, &json, &err);
+    else if (def)
+        rc = fa_fed_admin_json(def, "status", now, &json, &err);
+    else
+        return;
+    if (rc != 0) {
         fa_log(FA_LOG_DEBUG, "status snapshot failed", "error=\"%s\"", err.msg);
         return;
     }
-    operator_gauges(a->metrics, json);
+    if ((st = json_loads(json, 0, NULL)) != NULL) {
+        if (many) {
+            const json_t *f;
+            size_t i;
+            json_array_foreach(json_object_get(st, "federations"), i, f)
+                operator_gauges(a->metrics, f, 1);
+        } else {
+            operator_gauges(a->metrics, st, 0);
+        }
+        json_decref(st);
+    }
     if (a->dashboard)
         fa_metrics_server_set_status(a->msrv, json, strlen(json));
     free(json);
@@ -134,15 +162,15 @@ static void on_tick(fa_h3_server *srv, void *arg)
         snapshot(a, now);
     {
         char why[512] = "";
-        int ok = fa_fed_ready(a->fed, now, why, sizeof(why));
+        int ok = fa_service_ready(a->svc, now, why, sizeof(why));
         fa_metrics_set(a->metrics, "fedagg_ready", NULL, ok ? 1 : 0);
         pthread_mutex_lock(&a->lock);
         a->ready = ok;
         snprintf(a->why, sizeof(a->why), "%s", why);
         pthread_mutex_unlock(&a->lock);
     }
-    if (fa_fed_finished(a->fed) && !a->drained) {
-        size_t regions, reports = fa_fed_eval_reports(a->fed, &regions);
+    if (fa_service_finished(a->svc) && !a->drained) {
+        size_t regions, reports = fa_fed_eval_reports(fa_service_default(a->svc), &regions);
         if (!a->finished_at) {
             a->finished_at = a->quiet_since = now;
             a->reports = reports;
@@ -310,7 +338,7 @@ int main(int argc, char **argv)
                       "1 while an operator has drained the region (fedagg drain), else 0.", NULL, 0,
                       NULL);
     app.metrics = metrics;
-    rc = fa_fed_open(&app.fed, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
+    rc = fa_service_open(&app.svc, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)
         goto fail;
 
@@ -337,7 +365,7 @@ int main(int argc, char **argv)
     rc = fa_h3_server_new(&app.srv, &sc, &err);
     if (rc != 0)
         goto fail;
-    rc = fa_api_new(&app.api, app.srv, app.fed, &err);
+    rc = fa_api_new(&app.api, app.srv, app.svc, &err);
     if (rc != 0)
         goto fail;
     if (cfg->metrics_listen && cfg->metrics_listen[0]) {
@@ -362,22 +390,23 @@ int main(int argc, char **argv)
     snapshot(&app, fa_time_mono_ns() / 1000000u);
     {
         char why[512] = "";
-        int ok = fa_fed_ready(app.fed, fa_time_mono_ns() / 1000000u, why, sizeof(why));
+        int ok = fa_service_ready(app.svc, fa_time_mono_ns() / 1000000u, why, sizeof(why));
         set_ready(&app, ok, why);
     }
     fa_log(FA_LOG_INFO, "aggregator serving",
-           "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s mask_prg=%s",
-           cfg->listen,
-           fa_h3_server_port(app.srv), cfg->metrics_listen,
+           "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s federations=%zu "
+           "mask_prg=%s",
+           cfg->listen, fa_h3_server_port(app.srv), cfg->metrics_listen,
            !app.dashboard                                                              ? "off"
            : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0] ? "password"
                                                                                        : "open",
-           cfg->n_regions, cfg->federation_id, fa_secagg_mask_prg());
+           cfg->n_regions, cfg->n_regions ? cfg->federation_id : "(none)",
+           fa_service_count(app.svc), fa_secagg_mask_prg());
     rc = fa_h3_server_run(app.srv, &err);
     set_ready(&app, 0, "stopping");
     if (rc != 0)
         goto fail;
-    if (fa_fed_fatal(app.fed)) {
+    if (fa_service_fatal(app.svc)) {
         fa_errorf(&err, FA_ERR_IO,
                   "a committed round could not be recorded in the audit log; "
                   "restart to repair it");
@@ -392,7 +421,7 @@ out:
     fa_metrics_server_stop(msrv);
     fa_api_del(app.api);
     fa_h3_server_del(app.srv);
-    fa_fed_close(app.fed);
+    fa_service_close(app.svc);
     fa_metrics_del(metrics);
     if (cfg)
         protobuf_c_message_free_unpacked(&cfg->base, NULL);

@@ -456,15 +456,25 @@ void fa_fed_evaluate(fa_fed *f)
 /* Tests: with FEDAGG_DEBUG_DUMP_DIR set, the unmasked ring sum of each
  * completed attempt is written there (sum-r<R>-a<A>.u32 and its ring bits in
  * .u32.bits), to be compared bit for bit with the regions' quantised inputs.
- * The sum is what the aggregator learns anyway. */
+ * The sum is what the aggregator learns anyway.  "{federation}" in the
+ * directory stands for the federation's id (a service's federations each
+ * dump into their own). */
 static void debug_dump_sum(fa_fed *f)
 {
-    const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
+    const char *env = getenv("FEDAGG_DEBUG_DUMP_DIR"), *at;
     size_t n = (size_t)f->sa_cfg.vector_len;
-    char path[4096], bits[16];
+    char path[4096], bits[16], dir[2048];
     uint32_t *q;
 
-    if (!dir || !*dir || !(q = malloc(n * sizeof(uint32_t))))
+    if (!env || !*env)
+        return;
+    at = strstr(env, "{federation}");
+    if (at)
+        snprintf(dir, sizeof(dir), "%.*s%s%s", (int)(at - env), env, f->federation_id,
+                 at + strlen("{federation}"));
+    else
+        snprintf(dir, sizeof(dir), "%s", env);
+    if (!(q = malloc(n * sizeof(uint32_t))))
         return;
     snprintf(path, sizeof(path), "%s/sum-r%" PRIu64 "-a%u.u32.bits", dir, f->round, f->attempt);
     snprintf(bits, sizeof(bits), "%u", f->sa_cfg.ring_bits);
@@ -608,7 +618,7 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     record_attempt(f, 1, NULL);
     fa_fed_count_outcome(f, "completed");
     if (f->metrics)
-        fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", NULL, secs);
+        fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", f->mlabels, secs);
     fa_fed_version_changed(f, now_ms);
     fa_fed_evaluate(f);
     fa_log(FA_LOG_INFO, "round completed",
@@ -638,11 +648,13 @@ out:
 /* Phase closes                                                              */
 /* ------------------------------------------------------------------------ */
 
-static size_t regions_drained(const fa_fed *f)
+/* Regions not expected in an attempt: drained by an operator, or they
+ * refused the federation's offer. */
+static size_t regions_sitting_out(const fa_fed *f)
 {
     size_t n = 0;
     for (size_t i = 0; i < f->n_regions; i++)
-        n += f->regions[i].drained != 0;
+        n += fa_fed_region_sits_out(&f->regions[i]) != 0;
     return n;
 }
 
@@ -657,7 +669,7 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
         return 1;
     fa_secagg_server_status_get(f->sa, &st);
     if (f->phase == FEDAGG__PHASE__PHASE_ADVERTISE)
-        return st.received >= f->n_regions - regions_drained(f) &&
+        return st.received >= f->n_regions - regions_sitting_out(f) &&
                now_ms >= f->last_advertise_ms + f->advertise_grace_ms;
     return st.expected == 0 && st.in_flight == 0;
 }
@@ -701,8 +713,8 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
         return 1;
     }
     if (f->metrics) {
-        char labels[64] = "";
-        fa_metrics_label(labels, sizeof(labels), "phase", fa_fed_kind_names[closing - 1]);
+        char labels[320];
+        fa_fed_labels(f, labels, sizeof(labels), "phase", fa_fed_kind_names[closing - 1]);
         fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
     }
     if (closing >= 1 && closing <= FA_FED_HISTORY_PHASES)
@@ -961,6 +973,12 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
                            "region %s is drained by operator %s: it sits out until an operator "
                            "admits it again",
                            region, r->drained_by);
+    if (kind == FA_FED_ADVERTISE && r->decision < 0 && !r->have_msg[kind])
+        return reply_error(f, reply, FA_ERR_STATE,
+                           "region %s refused federation %s (%s): it sits out until it sends a "
+                           "decision that accepts",
+                           region, f->federation_id,
+                           r->decision_reason[0] ? r->decision_reason : "no reason given");
     if (kind == FA_FED_ADVERTISE && (rc = check_advertised_model(f, region, body, len, reply)) != 0)
         return rc;
     if (fa_sha256(sha, body, len) != 0)
@@ -1326,6 +1344,35 @@ int fa_fed_submit_privacy(fa_fed *f, const char *region, const uint8_t *body, si
                "region=%s round=%" PRIu64 " attempt=%u epsilon_total=%.4f delta=%g budget=%.4f",
                region, f->round, f->attempt, eps, delta, budget);
     }
+    return 0;
+}
+
+int fa_fed_submit_decision(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                           int *changed, fa_fed_reply *reply)
+{
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    rc = fa_fed_decision_submit(f, region, body, len, changed, &err);
+    if (rc == FA_ERR_IO || rc == FA_ERR_NOSPACE || rc == FA_ERR_NOMEM)
+        return reply_fault(f, reply, rc, "%s", fa_error_msg(&err, rc));
+    if (rc != 0) {
+        fa_log(FA_LOG_WARN, "decision refused", "region=%s code=%s error=\"%s\"", region,
+               fa_strerror(rc), fa_error_msg(&err, rc));
+        return reply_error(f, reply, rc, "%s", fa_error_msg(&err, rc));
+    }
+    return 0;
+}
+
+int fa_fed_region_decision(const fa_fed *f, const char *region, int *decision, const char **reason)
+{
+    const struct fa_fed_region *r = fa_fed_find_region(f, region);
+    if (!r)
+        return FA_ERR_NOTFOUND;
+    *decision = r->decision;
+    if (reason)
+        *reason = r->decision_reason;
     return 0;
 }
 

@@ -89,7 +89,41 @@ void fa_fed_reply_free(fa_fed_reply *r);
  * aggregator does not start on a damaged store, log or round state. */
 int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_metrics *metrics,
                 uint64_t now_ms, fa_error *err);
+
+/* What fa_fed_open_ex adds, for one federation among others in a process
+ * (aggregator/service.h). */
+typedef struct fa_fed_open_opts {
+    struct fa_metrics *metrics; /* may be NULL */
+    /* Label every series of this federation federation="<id>". */
+    int metrics_label;
+    /* The memory budget's share the process's other federations hold
+     * (fa_fed_memory_need of each that can run a round), and how many they
+     * are: this federation's round must fit beside them. */
+    uint64_t memory_used;
+    size_t memory_others;
+} fa_fed_open_opts;
+
+/* fa_fed_open with options (o may be NULL: fa_fed_open's).  A federation
+ * that does not fit beside the others fails with FA_ERR_NOSPACE, every
+ * part's size and what the others hold in the message. */
+int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_fed_open_opts *o,
+                   uint64_t now_ms, fa_error *err);
 void fa_fed_close(fa_fed *f);
+
+/* The memory a round of f holds at its peak, bytes (memory_budget.h), as
+ * checked when it opened. */
+uint64_t fa_fed_memory_need(const fa_fed *f);
+
+/* The aggregator's checkpoint-signing key from a private file (`fedagg
+ * keygen` output, or a raw or Go note key) as a signer under origin.
+ * Returns 0, FA_ERR_AUTH (the file is group- or world-readable), FA_ERR_IO,
+ * FA_ERR_PARSE, FA_ERR_NOMEM. */
+struct fa_note_signer;
+int fa_fed_signer_load(const char *path, const char *origin, struct fa_note_signer **out,
+                       fa_error *err);
+
+/* 1 while an operator has paused f (fa_fed_admin_pause). */
+int fa_fed_paused(const fa_fed *f);
 
 /* Closes phases that are due; completes a round when the unmask phase
  * closes.  Returns 1 when anything changed (long-polls may be answerable),
@@ -171,6 +205,23 @@ int fa_fed_model_for(fa_fed *f, const char *region, uint64_t version, int f32, c
 int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_t from, char *path,
                            size_t n, uint64_t *out_version, uint8_t model_sha256[32],
                            uint8_t delta_sha256[32]);
+
+/* POST /v1/federations/{id}/decision: a region's signed decision on this
+ * federation's offer (fedagg.SignedDecision over FA_IDENTITY_DOMAIN_DECISION,
+ * docs/service.md).  Returns 0 when accepted (*changed = 1 when it differs
+ * from the region's last one and was recorded in the audit log), else the
+ * FA_ERR_* code with reply filled: 400 (malformed, bad signature, a reason
+ * too long), 403 (another region or federation), 500 (the log could not
+ * record it: nothing changed).  A region that refused is not expected in
+ * any attempt (as a drained one), and its advertisement is refused (409)
+ * until it accepts. */
+int fa_fed_submit_decision(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                           int *changed, fa_fed_reply *reply);
+
+/* A region's latest decision: *decision 0 (none), 1 (accepted) or -1
+ * (refused), *reason its words (may be NULL).  Returns 0 or FA_ERR_NOTFOUND
+ * (not a region of f). */
+int fa_fed_region_decision(const fa_fed *f, const char *region, int *decision, const char **reason);
 
 /* POST /v1/evaluations: a region's signed federated-evaluation report
  * (fedagg.SignedEval) of the current model version.  Returns 0 when

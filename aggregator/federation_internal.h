@@ -46,6 +46,11 @@ struct fa_fed_region {
     /* An operator drained it: it sits out from the next attempt on. */
     int drained;
     char drained_by[64];
+    /* Its latest signed decision on the federation's offer (fed_decision.c):
+     * 0 none, 1 accepted, -1 refused (it sits out, as a drained region). */
+    int decision;
+    char decision_reason[256];
+    uint64_t decision_unix_ms;
 };
 
 struct fa_fed {
@@ -133,6 +138,8 @@ struct fa_fed {
     size_t n_last_participants;
 
     struct fa_metrics *metrics;
+    char mlabels[160];    /* federation="<id>" on every series (a service's), or "" */
+    uint64_t memory_need; /* a round's peak, bytes (memory_budget.h) */
     int fatal; /* a committed round could not be recorded: restart to repair */
     /* Closed while the storage cannot take a round (storage_gate.h): no
      * attempt opens, /readyz says why. */
@@ -203,5 +210,18 @@ int fa_fed_append_admin_record(fa_fed *f, const char *op, const char *action, co
 
 /* fed_status.c */
 const char *fa_fed_phase_name(int phase);
+
+/* fed_decision.c: regions' signed decisions on the federation's offer.
+ * submit checks and records one (fa_fed_submit_decision); replay restores
+ * the state of a decision record of the log; sits_out is 1 for a region
+ * that is not expected in an attempt (drained, or it refused). */
+int fa_fed_decision_submit(fa_fed *f, const char *region, const uint8_t *body, size_t len,
+                           int *changed, fa_error *err);
+void fa_fed_decision_replay(fa_fed *f, const Fedagg__AuditRecord *r);
+int fa_fed_region_sits_out(const struct fa_fed_region *r);
+
+/* fed_metrics.c: labels for a series of f: its own (f->mlabels) and
+ * key="value" when key is not NULL. */
+void fa_fed_labels(const fa_fed *f, char *buf, size_t n, const char *key, const char *value);
 
 #endif

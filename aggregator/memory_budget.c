@@ -66,9 +66,27 @@ int fa_memory_limit(uint64_t configured, uint64_t *limit, const char **source, f
 
 int fa_memory_check(const fa_memory_need *n, uint64_t limit, const char *source, fa_error *err)
 {
+    return fa_memory_check_beside(n, 0, 0, limit, source, err);
+}
+
+int fa_memory_check_beside(const fa_memory_need *n, uint64_t used, size_t others, uint64_t limit,
+                           const char *source, fa_error *err)
+{
     const double mib = 1048576.0;
-    if (n->total <= limit)
+    if (used <= limit && n->total <= limit - used)
         return 0;
+    if (others)
+        return fa_errorf(err, FA_ERR_NOSPACE,
+                         "a round needs about %.1f MiB at the aggregator (secure-aggregation sum "
+                         "%.1f, streamed optimizer step %.1f, journals of the uploads in flight "
+                         "%.1f; the initial model, once at start, %.1f) but the service may use "
+                         "%.1f MiB (%s), of which the %zu other federation%s that can run a round "
+                         "hold %.1f: %.1f MiB are left.  Raise the limit, finish or archive a "
+                         "federation, or federate fewer tensors (model.federated)",
+                         (double)n->total / mib, (double)n->sum / mib, (double)n->step / mib,
+                         (double)n->uploads / mib, (double)n->initial / mib, (double)limit / mib,
+                         source, others, others == 1 ? "" : "s", (double)used / mib,
+                         used < limit ? (double)(limit - used) / mib : 0.0);
     return fa_errorf(err, FA_ERR_NOSPACE,
                      "a round needs about %.1f MiB at the aggregator (secure-aggregation sum "
                      "%.1f, streamed optimizer step %.1f, journals of the uploads in flight %.1f; "

@@ -40,4 +40,10 @@ int fa_memory_limit(uint64_t configured, uint64_t *limit, const char **source, f
 int fa_memory_check(const fa_memory_need *need, uint64_t limit, const char *source,
                     fa_error *err);
 
+/* The same beside `others` federations of the process that hold `used`
+ * bytes of the limit (aggregator/service.h): 0 when need fits what they
+ * leave, else FA_ERR_NOSPACE with every part, theirs included. */
+int fa_memory_check_beside(const fa_memory_need *need, uint64_t used, size_t others, uint64_t limit,
+                           const char *source, fa_error *err);
+
 #endif

@@ -188,6 +188,12 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
  * record.  Returns 0, or FA_ERR_INVAL with what is wrong in why. */
 int fa_audit_record_check(const Fedagg__AuditRecord *rec, char *why, size_t why_len);
 
+/* 1 when the record is an action between aggregations rather than one: an
+ * operator's (admin), a region's decision, or a service log's lifecycle
+ * record.  Such records change no model, carry no participants and may
+ * share the (round, attempt) of the record before them. */
+int fa_audit_record_is_action(const Fedagg__AuditRecord *rec);
+
 /* ---------------------------------------------------------------------------
  * Full verification (fedagg audit verify): reads the three files without
  * changing them and checks every frame and checksum, every record against

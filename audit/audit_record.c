@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/fa_sha256.h"
 #include "crypto/secagg.h"
 
 /* ---------------------------------------------------------------------------
@@ -50,6 +51,48 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         BAD("record version %u is not 1", r->version);
     if (!r->federation_id || !r->federation_id[0] || strlen(r->federation_id) > 255)
         BAD("federation_id is empty or longer than 255 bytes");
+    if ((r->admin != NULL) + (r->decision != NULL) + (r->lifecycle != NULL) > 1)
+        BAD("a record is one of an operator's action, a region's decision and a lifecycle "
+            "action, not several");
+    if (r->decision || r->lifecycle) {
+        /* Neither changes a model: both digests are the current model's
+         * (a service log's, which has none: 32 zero bytes). */
+        if (r->n_participants || r->n_commitments || r->n_dropped)
+            BAD("a %s has participants", r->decision ? "decision" : "lifecycle action");
+        if (r->prev_version != r->new_version || r->prev_model_sha256.len != 32 ||
+            r->new_model_sha256.len != 32 ||
+            memcmp(r->prev_model_sha256.data, r->new_model_sha256.data, 32) != 0)
+            BAD("a %s changes the model", r->decision ? "decision" : "lifecycle action");
+    }
+    if (r->decision) {
+        if (r->decision->statement.len == 0 || r->decision->statement.len > 64 * 1024)
+            BAD("a decision's statement has %zu bytes", r->decision->statement.len);
+        if (r->decision->signature.len != FA_ED25519_SIG_LEN)
+            BAD("a decision's signature has %zu bytes, not 64", r->decision->signature.len);
+        return 0;
+    }
+    if (r->lifecycle) {
+        static const char *const actions[] = {"create", "pause", "resume", "abort", "archive"};
+        const Fedagg__FederationLifecycle *l = r->lifecycle;
+        int known = 0;
+        uint8_t sha[32];
+        for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+            known |= l->action && !strcmp(l->action, actions[i]);
+        if (!known)
+            BAD("lifecycle action '%s' is not one of create, pause, resume, abort, archive",
+                l->action ? l->action : "");
+        if (!l->operator_ || !l->operator_[0])
+            BAD("lifecycle action %s names no operator", l->action);
+        if (!strcmp(l->action, "create")) {
+            if (l->config.len == 0)
+                BAD("create of %s carries no federation file", r->federation_id);
+            if (l->config_sha256.len != 32 || fa_sha256(sha, l->config.data, l->config.len) != 0 ||
+                memcmp(sha, l->config_sha256.data, 32) != 0)
+                BAD("create of %s: config_sha256 is not the SHA-256 of its federation file",
+                    r->federation_id);
+        }
+        return 0;
+    }
     if (r->admin) {
         static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
         const Fedagg__AdminAction *a = r->admin;
@@ -124,6 +167,11 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
 #undef BAD
 }
 
+int fa_audit_record_is_action(const Fedagg__AuditRecord *r)
+{
+    return r->admin || r->decision || r->lifecycle;
+}
+
 /* The rules between consecutive records.  prev == NULL-state when have == 0.
  * Records are ordered by (round, attempt, kind) with an operator's action
  * (kind 0, of the round in flight) before the aggregation of that round and
@@ -133,10 +181,11 @@ int fa_audit_record_follows(int have, uint64_t round, uint32_t attempt, int prev
                             uint64_t new_version, const uint8_t *new_model,
                             const Fedagg__AuditRecord *r, char *why, size_t why_len)
 {
-    int kind = r->admin ? 0 : 1, pkind = prev_admin ? 0 : 1;
+    int action = fa_audit_record_is_action(r);
+    int kind = action ? 0 : 1, pkind = prev_admin ? 0 : 1;
     int later = r->round != round       ? r->round > round
                 : r->attempt != attempt ? r->attempt > attempt
-                                        : (r->admin ? kind >= pkind : kind > pkind);
+                                        : (action ? kind >= pkind : kind > pkind);
 
     if (!have)
         return 0;

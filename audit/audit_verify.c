@@ -271,7 +271,8 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
         vreport(v, FA_AUDIT_PROBLEM, at, "%s", why);
         return;
     }
-    if (prev->federation[0] && strcmp(prev->federation, r->federation_id) != 0)
+    /* A service log's records are each about their own federation. */
+    if (!r->lifecycle && prev->federation[0] && strcmp(prev->federation, r->federation_id) != 0)
         vreport(v, FA_AUDIT_PROBLEM, at, "federation \"%s\" differs from \"%s\" of record 0",
                 r->federation_id, prev->federation);
     if (fa_audit_record_follows(prev->have, prev->round, prev->attempt, prev->admin,
@@ -312,10 +313,10 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
         else
             v->res->region_signatures++;
     }
-    if (!prev->federation[0])
+    if (!prev->federation[0] && !r->lifecycle)
         snprintf(prev->federation, sizeof(prev->federation), "%s", r->federation_id);
     prev->have = 1;
-    prev->admin = r->admin != NULL;
+    prev->admin = fa_audit_record_is_action(r);
     prev->round = r->round;
     prev->attempt = r->attempt;
     prev->new_version = r->new_version;

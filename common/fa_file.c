@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -403,6 +404,28 @@ int fa_file_mkdirs(const char *path, unsigned mode, fa_error *err)
     }
     free(p);
     return rc;
+}
+
+/* nftw's callback: one entry, after what is under it (FTW_DEPTH). */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : errno;
+}
+
+int fa_file_remove_tree(const char *path, fa_error *err)
+{
+    struct stat st;
+    int rc;
+
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : fa_errorf(err, FA_ERR_IO, "%s: %s", path, strerror(errno));
+    rc = nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (rc != 0)
+        return fa_errorf(err, FA_ERR_IO, "%s: cannot remove: %s", path,
+                         strerror(rc > 0 ? rc : errno));
+    return 0;
 }
 
 int fa_file_check_private(const char *path, fa_error *err)

@@ -102,6 +102,12 @@ int fa_file_sync_dir(const char *path, fa_error *err);
 /* Creates a directory and its parents (like mkdir -p) with mode.  Returns 0 or FA_ERR_IO. */
 int fa_file_mkdirs(const char *path, unsigned mode, fa_error *err);
 
+/* Removes path and, when it is a directory, everything under it (like rm
+ * -rf; symbolic links are removed, never followed).  A path that does not
+ * exist is no error.  Returns 0 or FA_ERR_IO naming the first entry that
+ * could not be removed. */
+int fa_file_remove_tree(const char *path, fa_error *err);
+
 /* Returns 0 when the file at path is not readable or writable by group or
  * others (a key file), FA_ERR_AUTH with a message otherwise, FA_ERR_NOTFOUND
  * when missing. */

@@ -502,22 +502,128 @@ static void check_pair(struct ck *c, const void *msg, const char *prefix, const 
                 "`%s.%s` and `%s.%s` go together; set both or neither", prefix, f1, prefix, f2);
 }
 
+/* A name of the service (a team, an operator, an evaluator, a created
+ * federation's id): it may name a directory, so [A-Za-z0-9._-]{1,63} and
+ * not "." or "..". */
+static int service_name_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+
+    if (n == 0 || n > 63 || !strcmp(s, ".") || !strcmp(s, ".."))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '_' || s[i] == '.'))
+            return 0;
+    return 1;
+}
+
+static void check_service_name(struct ck *c, const void *msg, const char *field, size_t idx,
+                               const char *what, const char *value)
+{
+    if (empty(value))
+        problem(c, msg, field, idx, "`%s` is required", what);
+    else if (!service_name_ok(value))
+        problem(c, msg, field, idx,
+                "`%s` \"%s\": 1 to 63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", what, value);
+}
+
+/* The evaluation of a federation, as the aggregator config and a federation
+ * file have it; commands only in the aggregator's. */
+static void check_evaluation(struct ck *c, const Fedagg__Evaluation *ev, int commands)
+{
+    check_pair(c, ev, "evaluation", "test_images", ev->test_images, "test_labels", ev->test_labels);
+    need_file(c, ev, "test_images", 0, ev->test_images, "evaluation.test_images");
+    need_file(c, ev, "test_labels", 0, ev->test_labels, "evaluation.test_labels");
+    if (ev->every == 0)
+        problem(c, ev, "every", 0, "`evaluation.every` must be at least 1");
+    if (!commands && ev->n_command)
+        problem(c, ev, "command", 0,
+                "`evaluation.command`: a federation file cannot carry a command; name one of "
+                "the service's evaluators (service.evaluators) with `evaluator: \"NAME\"`");
+    else if (ev->n_command && empty(ev->command[0]))
+        problem(c, ev, "command", 0,
+                "`evaluation.command`: give the evaluator and its arguments, e.g. "
+                "command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]");
+    if (ev->timeout_s == 0)
+        problem(c, ev, "timeout_s", 0, "`evaluation.timeout_s` must be positive");
+}
+
+/* The service block and the operators (docs/service.md). */
+static void check_service(struct ck *c, const Fedagg__AggregatorConfig *cfg)
+{
+    const Fedagg__ServiceConfig *sv = cfg->service;
+
+    maybe_dir(c, sv, "dir", sv->dir, "service.dir");
+    if (empty(sv->origin) || strchr(sv->origin, '\n'))
+        problem(c, sv, "origin", 0, "`service.origin` must be one line of text");
+    if (sv->max_federations == 0)
+        problem(c, sv, "max_federations", 0, "`service.max_federations` must be at least 1");
+    if (sv->n_evaluators && empty(sv->dir))
+        problem(c, sv, "evaluators", 0,
+                "`service.evaluators` are for federations created at run time: set "
+                "`service.dir` too");
+    for (size_t i = 0; i < sv->n_evaluators; i++) {
+        const Fedagg__NamedEvaluator *e = sv->evaluators[i];
+        char what[64];
+        snprintf(what, sizeof(what), "service.evaluators[%zu].name", i);
+        check_service_name(c, e, "name", 0, what, e->name);
+        for (size_t j = 0; j < i && !empty(e->name); j++)
+            if (!empty(sv->evaluators[j]->name) && !strcmp(sv->evaluators[j]->name, e->name)) {
+                problem(c, e, "name", 0, "`%s`: evaluator \"%s\" is named twice", what, e->name);
+                break;
+            }
+        if (e->n_command == 0 || empty(e->command[0]))
+            problem(c, e, e->n_command ? "command" : NULL, 0,
+                    "`service.evaluators[%zu].command`: give the evaluator and its arguments, "
+                    "e.g. command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]",
+                    i);
+        if (e->timeout_s == 0)
+            problem(c, e, "timeout_s", 0, "`service.evaluators[%zu].timeout_s` must be positive",
+                    i);
+    }
+    for (size_t i = 0; i < cfg->n_operators; i++) {
+        const Fedagg__Operator *o = cfg->operators[i];
+        char what[64];
+        snprintf(what, sizeof(what), "operators[%zu].name", i);
+        check_service_name(c, o, "name", 0, what, o->name);
+        for (size_t j = 0; j < i && !empty(o->name); j++)
+            if (!empty(cfg->operators[j]->name) && !strcmp(cfg->operators[j]->name, o->name)) {
+                problem(c, o, "name", 0, "`%s`: operator \"%s\" is listed twice", what, o->name);
+                break;
+            }
+        for (size_t k = 0; k < o->n_teams; k++) {
+            snprintf(what, sizeof(what), "operators[%zu].teams[%zu]", i, k);
+            check_service_name(c, o, "teams", k, what, o->teams[k]);
+        }
+    }
+    if (!empty(cfg->team))
+        check_service_name(c, cfg, "team", 0, "team", cfg->team);
+}
+
 static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
 {
+    /* A service may hold no default federation: no regions, no storage. */
+    int fed = cfg->n_regions > 0 || empty(cfg->service->dir);
+
     check_federation_id(c, cfg, cfg->federation_id);
     need_string(c, cfg, "listen", cfg->listen, "listen", "host:port");
     check_hostport(c, cfg, "listen", cfg->listen, "listen");
     check_tls(c, cfg->tls, "the aggregator's PEM certificate");
     check_quic(c, cfg->quic, 1);
-    check_regions(c, cfg, cfg->regions, cfg->n_regions);
-    check_round(c, cfg->round, cfg->n_regions);
+    check_service(c, cfg);
+    if (fed) {
+        check_regions(c, cfg, cfg->regions, cfg->n_regions);
+        check_round(c, cfg->round, cfg->n_regions);
+    }
     check_model(c, cfg->model);
     check_optimizer(c, cfg->optimizer);
     check_quantization(c, cfg->quantization);
     check_model_delta(c, cfg->model_delta);
     check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
-    need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
-                "the directory of model versions and round state");
+    if (fed)
+        need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
+                    "the directory of model versions and round state");
     maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");
     if (cfg->storage->keep_versions == 0)
         problem(c, cfg->storage, "keep_versions", 0, "`storage.keep_versions` must be at least 1");
@@ -532,21 +638,30 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
                     cfg->audit->log_file);
     }
     check_hostport(c, cfg, "metrics_listen", cfg->metrics_listen, "metrics_listen");
-    check_pair(c, cfg->evaluation, "evaluation", "test_images", cfg->evaluation->test_images,
-               "test_labels", cfg->evaluation->test_labels);
-    need_file(c, cfg->evaluation, "test_images", 0, cfg->evaluation->test_images,
-              "evaluation.test_images");
-    need_file(c, cfg->evaluation, "test_labels", 0, cfg->evaluation->test_labels,
-              "evaluation.test_labels");
-    if (cfg->evaluation->every == 0)
-        problem(c, cfg->evaluation, "every", 0, "`evaluation.every` must be at least 1");
-    if (cfg->evaluation->n_command && empty(cfg->evaluation->command[0]))
-        problem(c, cfg->evaluation, "command", 0,
-                "`evaluation.command`: give the evaluator and its arguments, e.g. "
-                "command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]");
-    if (cfg->evaluation->timeout_s == 0)
-        problem(c, cfg->evaluation, "timeout_s", 0, "`evaluation.timeout_s` must be positive");
+    check_evaluation(c, cfg->evaluation, 1);
     check_log_level(c, cfg, cfg->log_level);
+}
+
+/* A federation file (`fedagg federation create FILE`): the federation
+ * parts of an aggregator config, checked the same way. */
+static void check_federation(struct ck *c, const Fedagg__FederationConfig *cfg)
+{
+    check_service_name(c, cfg, "federation_id", 0, "federation_id", cfg->federation_id);
+    check_service_name(c, cfg, "team", 0, "team", cfg->team);
+    check_regions(c, cfg, cfg->regions, cfg->n_regions);
+    check_round(c, cfg->round, cfg->n_regions);
+    check_model(c, cfg->model);
+    check_optimizer(c, cfg->optimizer);
+    check_quantization(c, cfg->quantization);
+    check_model_delta(c, cfg->model_delta);
+    check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
+    check_evaluation(c, cfg->evaluation, 0);
+    if (!empty(cfg->evaluator))
+        check_service_name(c, cfg, "evaluator", 0, "evaluator", cfg->evaluator);
+    if (cfg->keep_versions == 0)
+        problem(c, cfg, "keep_versions", 0, "`keep_versions` must be at least 1");
+    if (cfg->description && strchr(cfg->description, '\n'))
+        problem(c, cfg, "description", 0, "`description` must be one line");
 }
 
 static void check_builtin(struct ck *c, const Fedagg__BuiltinTrainer *b)
@@ -910,6 +1025,8 @@ unsigned fa_config_check_meaning(fa_config_kind kind, const ProtobufCMessage *cf
 
     if (kind == FA_CONFIG_AGGREGATOR)
         check_aggregator(&c, (const Fedagg__AggregatorConfig *)cfg);
+    else if (kind == FA_CONFIG_FEDERATION)
+        check_federation(&c, (const Fedagg__FederationConfig *)cfg);
     else if (kind == FA_CONFIG_WORKER)
         check_worker(&c, (const Fedagg__WorkerConfig *)cfg);
     /* in file order, as a person reads them */

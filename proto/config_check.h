@@ -25,6 +25,12 @@
  *   - QuicConfig.static_secret_file empty (aggregator) -> <storage.dir>/quic.secret
  *   - TlsConfig.server_name empty (worker) -> host part of `aggregator`
  *   - ExternalTrainer.workdir empty     -> the worker's state_dir
+ *
+ * An aggregator config with `service { dir }` may name no regions: then it
+ * describes no default federation (docs/service.md), and storage.dir is
+ * not needed (the quic secret defaults into service.dir).  A federation
+ * file (FederationConfig) is checked as the federation parts of an
+ * aggregator config are, and may not carry an evaluator command.
  * A loaded config is "effective": printing it shows what the daemon runs with.
  */
 #ifndef FA_CONFIG_CHECK_H
@@ -42,6 +48,7 @@ typedef enum fa_config_kind {
     FA_CONFIG_UNKNOWN = 0,
     FA_CONFIG_AGGREGATOR = 1, /* fedagg.AggregatorConfig */
     FA_CONFIG_WORKER = 2,     /* fedagg.WorkerConfig */
+    FA_CONFIG_FEDERATION = 3, /* fedagg.FederationConfig (a service's federation) */
 } fa_config_kind;
 
 /* Flags of fa_config_load / fa_config_load_text. */
@@ -56,16 +63,18 @@ typedef enum fa_config_kind {
 /* The descriptor of a kind, or NULL for FA_CONFIG_UNKNOWN. */
 const ProtobufCMessageDescriptor *fa_config_descriptor(fa_config_kind kind);
 
-/* "aggregator" / "worker" -> kind; FA_CONFIG_UNKNOWN otherwise. */
+/* "aggregator" / "worker" / "federation" -> kind; FA_CONFIG_UNKNOWN otherwise. */
 fa_config_kind fa_config_kind_from_name(const char *name);
 
-/* "aggregator" / "worker" / "unknown". */
+/* "aggregator" / "worker" / "federation" / "unknown". */
 const char *fa_config_kind_name(fa_config_kind kind);
 
 /* Guesses the kind of a config text from the names of its top-level fields
- * (`regions`, `storage`... vs `region_id`, `trainer`...).  Returns the kind,
- * or FA_CONFIG_UNKNOWN when the text names no field specific to either or
- * names fields of both. */
+ * (`regions`, `storage`... vs `region_id`, `trainer`...).  A text of
+ * aggregator fields naming none of the process (`listen`, `tls`, `storage`,
+ * `audit`...) but a `team` or a field only a federation file has is a
+ * federation file.  Returns the kind, or FA_CONFIG_UNKNOWN when the text
+ * names no field specific to either or names fields of both. */
 fa_config_kind fa_config_guess_kind(const char *text, size_t len);
 
 /* Loads, resolves, fills defaults and checks the config file at path.

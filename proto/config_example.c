@@ -1,8 +1,9 @@
 /* config_example.c - the annotated example of `fedagg config print --defaults`.
  *
- * Walks the descriptor of AggregatorConfig / WorkerConfig and prints every
- * field with its comment from config.proto (proto/config_doc.h, generated at
- * build time) and its default from the descriptor.  Fields that have no
+ * Walks the descriptor of AggregatorConfig / WorkerConfig / FederationConfig
+ * and prints every field with its comment from config.proto
+ * (proto/config_doc.h, generated at build time) and its default from the
+ * descriptor.  Fields that have no
  * default and need a value (paths, region ids, keys) take one from the
  * table below; optional fields without a default are shown commented out.
  */
@@ -18,7 +19,7 @@
 #define MEMBER(msg, off) ((const void *)((const char *)(msg) + (off)))
 
 /* Example values in text format, by "KIND:path" (A aggregator, W worker,
- * * both; path without indices).  `active` 0 shows the field commented out
+ * F federation file, * all; path without indices).  `active` 0 shows the field commented out
  * (an option the operator may turn on).  For a repeated message, v[0] is the
  * number of elements and v[i] of its fields is the value of element i. */
 struct example {
@@ -49,6 +50,24 @@ static const struct example examples[] = {
     {"A:audit.origin", 0, {"\"fedagg.example.org/federation-a\""}},
     {"A:evaluation.test_images", 0, {"\"/usr/share/fashion-mnist/t10k-images-idx3-ubyte.gz\""}},
     {"A:evaluation.test_labels", 0, {"\"/usr/share/fashion-mnist/t10k-labels-idx1-ubyte.gz\""}},
+    {"A:service.dir", 0, {"\"service\""}},
+    {"A:team", 0, {"\"vision\""}},
+    {"F:federation_id", 1, {"\"vision-lr3\""}},
+    {"F:team", 1, {"\"vision\""}},
+    {"F:regions", 1, {"3"}},
+    {"F:regions.id", 1, {"\"eu-west\"", "\"us-east\"", "\"ap-south\""}},
+    {"F:regions.identity_public_key",
+     1,
+     {"\"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\"", NULL,
+      "\"mDnV4ar2nfZf6xu6enwdJgK8jn5ZxbT+YK++8omMLyI=\""}},
+    {"F:regions.identity_public_key_file", 1, {NULL, "\"keys/us-east.pub\"", NULL}},
+    {"F:model.hidden", 1, {"[256, 128]"}},
+    {"F:model.init_file", 0, {"\"models/init.safetensors\""}},
+    {"F:evaluation.test_images", 0, {"\"/usr/share/fashion-mnist/t10k-images-idx3-ubyte.gz\""}},
+    {"F:evaluation.test_labels", 0, {"\"/usr/share/fashion-mnist/t10k-labels-idx1-ubyte.gz\""}},
+    {"F:evaluator", 0, {"\"fmnist-test\""}},
+    {"F:trainer", 0, {"\"pytorch-cnn\""}},
+    {"F:dataset", 0, {"\"fmnist\""}},
     {"W:region_id", 1, {"\"eu-west\""}},
     {"W:regions", 1, {"3"}},
     {"W:regions.id", 1, {"\"eu-west\"", "\"us-east\"", "\"ap-south\""}},
@@ -78,7 +97,7 @@ static const struct example examples[] = {
 
 struct ex_ctx {
     fa_strbuf *b;
-    char kind; /* 'A' or 'W' */
+    char kind; /* 'A', 'W' or 'F' */
 };
 
 static const struct example *find_example(const struct ex_ctx *x, const char *path)
@@ -255,7 +274,9 @@ int fa_config_example(fa_config_kind kind, char **out, size_t *len, fa_error *er
 {
     const ProtobufCMessageDescriptor *d = fa_config_descriptor(kind);
     fa_strbuf b = {0};
-    struct ex_ctx x = {&b, kind == FA_CONFIG_AGGREGATOR ? 'A' : 'W'};
+    struct ex_ctx x = {&b, kind == FA_CONFIG_AGGREGATOR   ? 'A'
+                           : kind == FA_CONFIG_FEDERATION ? 'F'
+                                                          : 'W'};
 
     *out = NULL;
     if (len)

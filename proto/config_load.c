@@ -22,6 +22,8 @@ const ProtobufCMessageDescriptor *fa_config_descriptor(fa_config_kind kind)
         return &fedagg__aggregator_config__descriptor;
     case FA_CONFIG_WORKER:
         return &fedagg__worker_config__descriptor;
+    case FA_CONFIG_FEDERATION:
+        return &fedagg__federation_config__descriptor;
     default:
         return NULL;
     }
@@ -33,6 +35,8 @@ fa_config_kind fa_config_kind_from_name(const char *name)
         return FA_CONFIG_AGGREGATOR;
     if (name && !strcmp(name, "worker"))
         return FA_CONFIG_WORKER;
+    if (name && !strcmp(name, "federation"))
+        return FA_CONFIG_FEDERATION;
     return FA_CONFIG_UNKNOWN;
 }
 
@@ -43,6 +47,8 @@ const char *fa_config_kind_name(fa_config_kind kind)
         return "aggregator";
     case FA_CONFIG_WORKER:
         return "worker";
+    case FA_CONFIG_FEDERATION:
+        return "federation";
     default:
         return "unknown";
     }
@@ -52,8 +58,9 @@ fa_config_kind fa_config_guess_kind(const char *text, size_t len)
 {
     const ProtobufCMessageDescriptor *agg = &fedagg__aggregator_config__descriptor;
     const ProtobufCMessageDescriptor *wrk = &fedagg__worker_config__descriptor;
+    const ProtobufCMessageDescriptor *fed = &fedagg__federation_config__descriptor;
     struct fa_tf_lexer lx;
-    unsigned n_agg = 0, n_wrk = 0;
+    unsigned n_agg = 0, n_wrk = 0, n_process = 0, n_fed = 0;
     int depth = 0;
 
     /* Top-level identifiers followed by ':', '{' or '<' are field names;
@@ -72,15 +79,22 @@ fa_config_kind fa_config_guess_kind(const char *text, size_t len)
         if (depth == 0 && t.type == FA_TF_IDENT && t.len < 64 && lx.cur.type == FA_TF_SYMBOL &&
             lx.cur.len == 1 && strchr(":{<", lx.cur.text[0])) {
             char name[64];
-            int in_agg, in_wrk;
+            int in_agg, in_wrk, in_fed;
             memcpy(name, t.text, t.len);
             name[t.len] = '\0';
             in_agg = protobuf_c_message_descriptor_get_field_by_name(agg, name) != NULL;
             in_wrk = protobuf_c_message_descriptor_get_field_by_name(wrk, name) != NULL;
+            in_fed = protobuf_c_message_descriptor_get_field_by_name(fed, name) != NULL;
             n_agg += in_agg && !in_wrk;
             n_wrk += in_wrk && !in_agg;
+            /* the process's own fields, which a federation file has not;
+             * `team` and the federation-only ones, which it has */
+            n_process += in_agg && !in_fed;
+            n_fed += in_fed && !in_wrk && (!in_agg || !strcmp(name, "team"));
         }
     }
+    if (n_fed && !n_process && !n_wrk)
+        return FA_CONFIG_FEDERATION;
     if (n_agg && !n_wrk)
         return FA_CONFIG_AGGREGATOR;
     if (n_wrk && !n_agg)
@@ -234,6 +248,7 @@ static const char *const path_fields[] = {
     "fedagg.WorkerConfig.aggregator_public_key_file",
     "fedagg.WorkerConfig.metrics_file",
     "fedagg.DashboardConfig.password_file",
+    "fedagg.ServiceConfig.dir",
     "fedagg.AggregationService.public_key_file",
     "fedagg.PolicyDataset.path",
     "fedagg.AgentLink.socket",
@@ -372,23 +387,36 @@ static int set_default_path(ProtobufCMessage *m, const char *field, const char *
     return set_string(m, f, slot, buf);
 }
 
+/* The defaults an aggregator config and a federation file share. */
+static int federation_defaults(Fedagg__ModelSpec *model, Fedagg__RoundPolicy *round,
+                               size_t n_regions)
+{
+    if (model->n_hidden == 0) {
+        model->hidden = malloc(2 * sizeof(*model->hidden));
+        if (!model->hidden)
+            return FA_ERR_NOMEM;
+        model->hidden[0] = 256;
+        model->hidden[1] = 128;
+        model->n_hidden = 2;
+    }
+    if (round->threshold == 0 && n_regions) {
+        round->threshold = fa_config_effective_threshold(0, n_regions);
+        round->has_threshold = 1;
+    }
+    return 0;
+}
+
 static int aggregator_defaults(Fedagg__AggregatorConfig *c)
 {
-    const char *dir = c->storage->dir ? c->storage->dir : "";
+    /* Without a default federation (no storage.dir) the process's own files
+     * go into the service's directory. */
+    const char *dir = c->storage->dir && *c->storage->dir ? c->storage->dir
+                      : c->service->dir                   ? c->service->dir
+                                                          : "";
     int rc;
 
-    if (c->model->n_hidden == 0) {
-        c->model->hidden = malloc(2 * sizeof(*c->model->hidden));
-        if (!c->model->hidden)
-            return FA_ERR_NOMEM;
-        c->model->hidden[0] = 256;
-        c->model->hidden[1] = 128;
-        c->model->n_hidden = 2;
-    }
-    if (c->round->threshold == 0) {
-        c->round->threshold = fa_config_effective_threshold(0, c->n_regions);
-        c->round->has_threshold = 1;
-    }
+    if ((rc = federation_defaults(c->model, c->round, c->n_regions)) != 0)
+        return rc;
     if ((rc = set_default_path(&c->audit->base, "log_file", dir, "audit.log")) != 0 ||
         (rc = set_default_path(&c->quic->base, "static_secret_file", dir, "quic.secret")) != 0)
         return rc;
@@ -453,11 +481,11 @@ int fa_config_load_text(fa_config_kind kind, const char *text, size_t len, const
     if (kind == FA_CONFIG_UNKNOWN) {
         if (diags)
             fa_diags_addf(diags, filename, 1, 1,
-                          "cannot tell whether this is an aggregator or a worker config; "
-                          "pass --type aggregator or --type worker");
+                          "cannot tell whether this is an aggregator or a worker config (or a "
+                          "federation file); pass --type aggregator, worker or federation");
         return fa_errorf(err, FA_ERR_INVAL,
-                         "%s:1:1: cannot tell whether this is an aggregator or a worker config; "
-                         "pass --type aggregator or --type worker",
+                         "%s:1:1: cannot tell whether this is an aggregator or a worker config "
+                         "(or a federation file); pass --type aggregator, worker or federation",
                          filename);
     }
     if (!diags) {
@@ -480,8 +508,14 @@ int fa_config_load_text(fa_config_kind kind, const char *text, size_t len, const
         rc = fa_diags_to_error(diags, FA_ERR_INVAL, err);
         goto out;
     }
-    rc = kind == FA_CONFIG_AGGREGATOR ? aggregator_defaults((Fedagg__AggregatorConfig *)m)
-                                      : worker_defaults((Fedagg__WorkerConfig *)m);
+    if (kind == FA_CONFIG_AGGREGATOR) {
+        rc = aggregator_defaults((Fedagg__AggregatorConfig *)m);
+    } else if (kind == FA_CONFIG_FEDERATION) {
+        Fedagg__FederationConfig *fc = (Fedagg__FederationConfig *)m;
+        rc = federation_defaults(fc->model, fc->round, fc->n_regions);
+    } else {
+        rc = worker_defaults((Fedagg__WorkerConfig *)m);
+    }
     if (rc != 0)
         fa_errorf(err, rc, "%s: out of memory", filename);
 out:

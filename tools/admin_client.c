@@ -224,7 +224,8 @@ int fa_admin_parse(int argc, char **argv, const char *usage, int allow_json, int
                     {"--name", &name},
                     {"--config", &config},
                     {"--timeout", &timeout},
-                    {"--from", &o->from}};
+                    {"--from", &o->from},
+                    {"--federation", &o->federation}};
         int done = 0;
 
         if (is_help(a)) {
@@ -306,6 +307,15 @@ int fa_admin_parse(int argc, char **argv, const char *usage, int allow_json, int
         }
         o->timeout_ms = (uint32_t)v;
     }
+    if (o->federation &&
+        (!o->federation[0] || strlen(o->federation) > 63 ||
+         strspn(o->federation,
+                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+             strlen(o->federation))) {
+        fprintf(stderr, "fedagg %s: --federation '%s' is not a federation id ([A-Za-z0-9._-])\n",
+                prog, o->federation);
+        return 2;
+    }
     {
         const char *missing = !o->aggregator ? "--aggregator HOST:PORT"
                               : !o->cert     ? "--cert FILE (your operator certificate)"
@@ -339,6 +349,7 @@ void fa_admin_opts_free(fa_admin_opts *o)
 struct fa_admin_client {
     fa_h3_client *h3;
     char server[300];
+    char federation[64]; /* "" the default one */
     uint32_t timeout_ms;
 };
 
@@ -356,6 +367,7 @@ int fa_admin_client_new(fa_admin_client **out, const fa_admin_opts *o, fa_error 
     if (!(c = calloc(1, sizeof(*c))))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     snprintf(c->server, sizeof(c->server), "%s", o->aggregator);
+    snprintf(c->federation, sizeof(c->federation), "%s", o->federation ? o->federation : "");
     c->timeout_ms = o->timeout_ms ? o->timeout_ms : 10000;
     fa_h3_client_config_default(&cfg);
     cfg.server = o->aggregator;
@@ -385,12 +397,13 @@ void fa_admin_client_del(fa_admin_client *c)
     free(c);
 }
 
-/* One request; the body of a 200 in *json, else FA_ERR_HTTP with the
- * aggregator's reason. */
-static int request(fa_admin_client *c, const char *method, const char *path, char **json,
-                   int *status, fa_error *err)
+/* One request; the body in *json (for a 200 always), FA_ERR_HTTP with the
+ * aggregator's reason for another status (keep: the body is kept then too). */
+static int request_ex(fa_admin_client *c, const char *method, const char *path, const void *body,
+                      size_t len, const char *hname, const char *hvalue, int keep, char **json,
+                      int *status, fa_error *err)
 {
-    fa_h3_header h[] = {{"accept", "application/json"}};
+    fa_h3_header h[] = {{"accept", "application/json"}, {hname, hvalue}};
     fa_h3_client_req req;
     fa_h3_response resp;
     int rc;
@@ -402,7 +415,9 @@ static int request(fa_admin_client *c, const char *method, const char *path, cha
     req.method = method;
     req.path = path;
     req.headers = h;
-    req.nheaders = 1;
+    req.nheaders = hname ? 2 : 1;
+    req.body = body;
+    req.body_len = len;
     req.timeout_ms = c->timeout_ms;
     req.max_response_bytes = MAX_DOCUMENT;
     req.idempotent = !strcmp(method, "GET");
@@ -428,6 +443,8 @@ static int request(fa_admin_client *c, const char *method, const char *path, cha
             fa_errorf(err, FA_ERR_HTTP, "the aggregator answered %d to %s %s", resp.status, method,
                       path);
         json_decref(o);
+        if (keep && resp.body_len)
+            *json = strndup((const char *)resp.body, resp.body_len);
         fa_h3_response_free(&resp);
         return FA_ERR_HTTP;
     }
@@ -438,19 +455,43 @@ static int request(fa_admin_client *c, const char *method, const char *path, cha
     return 0;
 }
 
+static int request(fa_admin_client *c, const char *method, const char *path, char **json,
+                   int *status, fa_error *err)
+{
+    return request_ex(c, method, path, NULL, 0, NULL, NULL, 0, json, status, err);
+}
+
+int fa_admin_request(fa_admin_client *c, const char *method, const char *path, const void *body,
+                     size_t len, const char *hname, const char *hvalue, char **json, int *status,
+                     fa_error *err)
+{
+    char full[512];
+    snprintf(full, sizeof(full), "/v1/admin/%s", path);
+    return request_ex(c, method, full, body, len, hname, hvalue, 1, json, status, err);
+}
+
 int fa_admin_get(fa_admin_client *c, const char *doc, char **json, int *status, fa_error *err)
 {
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/%s", doc);
+    char path[256];
+    if (c->federation[0])
+        snprintf(path, sizeof(path), "/v1/admin/federations/%s/%s", c->federation, doc);
+    else
+        snprintf(path, sizeof(path), "/v1/admin/%s", doc);
     return request(c, "GET", path, json, status, err);
 }
 
 int fa_admin_post(fa_admin_client *c, const char *action, const char *region, char **json,
                   int *status, fa_error *err)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/v1/admin/%s%s%s", action, region ? "?region=" : "",
-             region ? region : "");
+    char path[384];
+    if (c->federation[0])
+        /* a federation's own abort ends it: the attempt's is abort-round */
+        snprintf(path, sizeof(path), "/v1/admin/federations/%s/%s%s%s", c->federation,
+                 !strcmp(action, "abort") ? "abort-round" : action, region ? "?region=" : "",
+                 region ? region : "");
+    else
+        snprintf(path, sizeof(path), "/v1/admin/%s%s%s", action, region ? "?region=" : "",
+                 region ? region : "");
     return request(c, "POST", path, json, status, err);
 }
 

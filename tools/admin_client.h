@@ -30,10 +30,12 @@
     "  --ca FILE               the federation CA\n"                                                \
     "  --name SERVER_NAME      the name the aggregator's certificate carries (default: HOST)\n"    \
     "  --config FILE           an OperatorConfig textproto with the above\n"                       \
-    "  --timeout MS            how long to wait for the aggregator (10000)\n"
+    "  --timeout MS            how long to wait for the aggregator (10000)\n"                      \
+    "  --federation ID         a federation of the service (default: its default one)\n"
 
 typedef struct fa_admin_opts {
     const char *aggregator, *cert, *key, *ca, *server_name;
+    const char *federation; /* --federation ID; NULL: the default federation */
     uint32_t timeout_ms;
     int json;         /* --json: the aggregator's JSON as it is */
     const char *from; /* --from FILE: a saved document instead of the aggregator */
@@ -75,12 +77,23 @@ void fa_admin_client_del(fa_admin_client *c);
 
 /* GET /v1/admin/<doc>: *json is the document (malloc'ed, NUL-terminated).
  * POST /v1/admin/<action>[?region=R]: *json is the answer {"ok", "message"}.
- * Both return 0 on a 200, FA_ERR_HTTP with the aggregator's {"error"} in the
- * message otherwise (and *status, when not NULL, the HTTP status), or the
- * transport's FA_ERR_TLS, FA_ERR_TIMEOUT, FA_ERR_QUIC... */
+ * With the options' --federation, the same of that federation
+ * (/v1/admin/federations/<id>/..., where the attempt's abort is
+ * abort-round).  Both return 0 on a 200, FA_ERR_HTTP with the aggregator's
+ * {"error"} in the message otherwise (and *status, when not NULL, the HTTP
+ * status), or the transport's FA_ERR_TLS, FA_ERR_TIMEOUT, FA_ERR_QUIC... */
 int fa_admin_get(fa_admin_client *c, const char *doc, char **json, int *status, fa_error *err);
 int fa_admin_post(fa_admin_client *c, const char *action, const char *region, char **json,
                   int *status, fa_error *err);
+
+/* Any admin request: method, path (from /v1/admin/), a body (may be NULL)
+ * and one extra header (name NULL: none).  *json is the answer whatever its
+ * status (malloc'ed; NULL when empty or not JSON-like); returns 0 on a 200,
+ * FA_ERR_HTTP otherwise (the {"error"} in the message), or the transport's
+ * errors. */
+int fa_admin_request(fa_admin_client *c, const char *method, const char *path, const void *body,
+                     size_t len, const char *hname, const char *hvalue, char **json, int *status,
+                     fa_error *err);
 
 /* Reads a document saved with --json (for --from).  Returns 0, FA_ERR_IO... */
 int fa_admin_read_saved(const char *path, char **json, fa_error *err);

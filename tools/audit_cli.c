@@ -205,6 +205,41 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         json_object_set_new(aj, "unix_ms", json_integer((json_int_t)r->admin->unix_ms));
         json_object_set_new(o, "admin", aj);
     }
+    if (r->decision) {
+        Fedagg__RegionDecision *d = fedagg__region_decision__unpack(
+            NULL, r->decision->statement.len, r->decision->statement.data);
+        json_t *dj = json_object();
+        if (d) {
+            json_object_set_new(dj, "region", json_string(d->region ? d->region : ""));
+            json_object_set_new(dj, "accept", json_boolean(d->accept));
+            json_object_set_new(dj, "reason", json_string(d->reason ? d->reason : ""));
+            json_object_set_new(dj, "unix_ms", json_integer((json_int_t)d->unix_ms));
+            fedagg__region_decision__free_unpacked(d, NULL);
+        } else {
+            json_object_set_new(dj, "error", json_string("the statement does not decode"));
+        }
+        json_object_set_new(dj, "signature",
+                            b64_json(r->decision->signature.data, r->decision->signature.len));
+        json_object_set_new(o, "decision", dj);
+    }
+    if (r->lifecycle) {
+        const Fedagg__FederationLifecycle *l = r->lifecycle;
+        json_t *lj = json_object();
+        json_object_set_new(lj, "operator", json_string(l->operator_ ? l->operator_ : ""));
+        json_object_set_new(lj, "action", json_string(l->action ? l->action : ""));
+        json_object_set_new(lj, "team", json_string(l->team ? l->team : ""));
+        if (l->config.len) {
+            json_object_set_new(lj, "config_name",
+                                json_string(l->config_name ? l->config_name : ""));
+            json_object_set_new(lj, "config_sha256",
+                                hex_json(l->config_sha256.data, l->config_sha256.len));
+            json_object_set_new(lj, "config",
+                                json_stringn((const char *)l->config.data, l->config.len));
+        }
+        json_object_set_new(lj, "reason", json_string(l->reason ? l->reason : ""));
+        json_object_set_new(lj, "unix_ms", json_integer((json_int_t)l->unix_ms));
+        json_object_set_new(o, "lifecycle", lj);
+    }
     if (r->central_eval) {
         json_t *ce = json_object();
         json_object_set_new(ce, "model_version",
@@ -243,6 +278,21 @@ void fa_audit_cli_table_row(FILE *out, const Fedagg__AuditRecord *r, uint64_t in
                               r->admin->action ? r->admin->action : "?",
                               r->admin->region && r->admin->region[0] ? " " : "",
                               r->admin->region ? r->admin->region : "");
+    if (r->lifecycle) /* the service log: who did what to which federation */
+        n += (size_t)snprintf(regions, sizeof(regions), "operator %s: %s %s",
+                              r->lifecycle->operator_ ? r->lifecycle->operator_ : "?",
+                              r->lifecycle->action ? r->lifecycle->action : "?", r->federation_id);
+    if (r->decision) {
+        Fedagg__RegionDecision *d = fedagg__region_decision__unpack(
+            NULL, r->decision->statement.len, r->decision->statement.data);
+        n += (size_t)snprintf(regions, sizeof(regions), "region %s: %s",
+                              d && d->region ? d->region : "?",
+                              !d          ? "?"
+                              : d->accept ? "accepts"
+                                          : "refuses");
+        if (d)
+            fedagg__region_decision__free_unpacked(d, NULL);
+    }
     for (size_t i = 0; i < r->n_participants && n < sizeof(regions); i++)
         n += (size_t)snprintf(regions + n, sizeof(regions) - n, "%s%s", i ? "," : "",
                               r->participants[i]);

@@ -33,14 +33,16 @@ static const char usage_text[] =
     "  encode --type T           text format on stdin -> binary protobuf on stdout\n"
     "  decode --type T           binary protobuf on stdin -> text format on stdout\n"
     "\n"
-    "T is `aggregator` (fedagg.AggregatorConfig), `worker` (fedagg.WorkerConfig) or,\n"
-    "for check, print FILE, encode and decode, `operator` (fedagg.OperatorConfig: how\n"
-    "`fedagg status`, `watch`, `pause`... reach the admin API).\n"
+    "T is `aggregator` (fedagg.AggregatorConfig), `worker` (fedagg.WorkerConfig),\n"
+    "`federation` (fedagg.FederationConfig: a federation to create on a service,\n"
+    "docs/service.md) or, for check, print FILE, encode and decode, `operator`\n"
+    "(fedagg.OperatorConfig: how `fedagg status`, `watch`, `pause`... reach the\n"
+    "admin API).\n"
     "`fedagg config COMMAND --help` describes a command.\n";
 
 static const char check_help[] =
-    "usage: fedagg config check FILE [--type aggregator|worker|operator] [--syntax-only]\n"
-    "                           [--no-files]\n"
+    "usage: fedagg config check FILE [--type aggregator|worker|federation|operator]\n"
+    "                           [--syntax-only] [--no-files]\n"
     "\n"
     "Validates a config file.  Exit 0 and one line `FILE: OK (...)` when it is\n"
     "valid; otherwise exit 1 and every problem as FILE:LINE:COLUMN: message.\n"
@@ -52,15 +54,16 @@ static const char check_help[] =
     "files exist (paths are relative to FILE's directory) and that key files\n"
     "are not readable by group or others.\n"
     "\n"
-    "  --type T        aggregator, worker or operator; aggregator or worker is\n"
-    "                  guessed from the fields when omitted\n"
+    "  --type T        aggregator, worker, federation or operator; the first three\n"
+    "                  are guessed from the fields when omitted\n"
     "  --syntax-only   check the text format only\n"
     "  --no-files      check meaning but not the file system (a config written\n"
-    "                  for another machine)\n";
+    "                  for another machine: a federation file's paths are the\n"
+    "                  service's, relative to its service.dir)\n";
 
 static const char print_help[] =
-    "usage: fedagg config print --type aggregator|worker --defaults\n"
-    "       fedagg config print FILE [--type aggregator|worker]\n"
+    "usage: fedagg config print --type aggregator|worker|federation --defaults\n"
+    "       fedagg config print FILE [--type aggregator|worker|federation]\n"
     "\n"
     "With --defaults, prints a complete example config: every field with its\n"
     "comment from config.proto and its default (or an example value), optional\n"
@@ -71,7 +74,8 @@ static const char print_help[] =
     "config in canonical text format: defaults filled in, paths made absolute.\n";
 
 static const char encode_help[] =
-    "usage: fedagg config encode --type aggregator|worker < config.textproto > config.bin\n"
+    "usage: fedagg config encode --type aggregator|worker|federation < config.textproto >\n"
+    "       config.bin\n"
     "\n"
     "Reads text format on stdin and writes the binary protobuf encoding on stdout,\n"
     "like `protoc --encode=fedagg.AggregatorConfig config.proto` (byte for byte).\n"
@@ -79,7 +83,8 @@ static const char encode_help[] =
     "<stdin>:LINE:COLUMN: message; exit 1.\n";
 
 static const char decode_help[] =
-    "usage: fedagg config decode --type aggregator|worker < config.bin > config.textproto\n"
+    "usage: fedagg config decode --type aggregator|worker|federation < config.bin >\n"
+    "       config.textproto\n"
     "\n"
     "Reads a binary protobuf on stdin and writes it as canonical text format on\n"
     "stdout, like `protoc --decode=fedagg.AggregatorConfig config.proto`.\n";
@@ -112,13 +117,17 @@ static int parse_opts(int argc, char **argv, const char *help, int allow_file, i
         if (!strcmp(a, "--type") || !strncmp(a, "--type=", 7)) {
             const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v) {
-                fprintf(stderr, "fedagg config: --type needs a value (aggregator or worker)\n");
+                fprintf(stderr, "fedagg config: --type needs a value (aggregator, worker, "
+                                "federation or operator)\n");
                 return 2;
             }
             o->kind = fa_config_kind_from_name(v);
             o->operator_cfg = !strcmp(v, "operator");
             if (o->kind == FA_CONFIG_UNKNOWN && !o->operator_cfg) {
-                fprintf(stderr, "fedagg config: unknown --type '%s' (aggregator or worker)\n", v);
+                fprintf(stderr,
+                        "fedagg config: unknown --type '%s' (aggregator, worker, federation or "
+                        "operator)\n",
+                        v);
                 return 2;
             }
         } else if (allow_defaults && !strcmp(a, "--defaults")) {
@@ -162,10 +171,22 @@ static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind 
         printf("%s: OK (%s config, syntax only)\n", file, fa_config_kind_name(kind));
     } else if (kind == FA_CONFIG_AGGREGATOR) {
         const Fedagg__AggregatorConfig *c = (const Fedagg__AggregatorConfig *)m;
-        printf("%s: OK (aggregator config: federation \"%s\", %zu region%s, threshold %u, "
-               "listen %s)\n",
-               file, c->federation_id, c->n_regions, c->n_regions == 1 ? "" : "s",
-               c->round->threshold, c->listen);
+        if (c->n_regions)
+            printf("%s: OK (aggregator config: federation \"%s\", %zu region%s, threshold %u, "
+                   "listen %s%s)\n",
+                   file, c->federation_id, c->n_regions, c->n_regions == 1 ? "" : "s",
+                   c->round->threshold, c->listen,
+                   c->service->dir && c->service->dir[0] ? ", a service" : "");
+        else
+            printf("%s: OK (aggregator config: a service without a default federation, "
+                   "listen %s)\n",
+                   file, c->listen);
+    } else if (kind == FA_CONFIG_FEDERATION) {
+        const Fedagg__FederationConfig *c = (const Fedagg__FederationConfig *)m;
+        printf("%s: OK (federation config: federation \"%s\" of team \"%s\", %zu region%s, "
+               "threshold %u)\n",
+               file, c->federation_id, c->team, c->n_regions, c->n_regions == 1 ? "" : "s",
+               c->round->threshold);
     } else {
         const Fedagg__WorkerConfig *c = (const Fedagg__WorkerConfig *)m;
         printf("%s: OK (worker config: region %s, aggregator %s, %s trainer)\n", file, c->region_id,
@@ -238,7 +259,8 @@ static int load(const struct opts *o, unsigned flags, ProtobufCMessage **m, fa_c
         if (*kind == FA_CONFIG_UNKNOWN) {
             fprintf(stderr,
                     "%s:1:1: cannot tell whether this is an aggregator or a worker config "
-                    "from its fields; pass --type aggregator or --type worker\n",
+                    "(or a federation file) from its fields; pass --type aggregator, worker or "
+                    "federation\n",
                     o->file);
             return 1;
         }

@@ -44,6 +44,9 @@ static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency
 struct fa_round_client {
     char *region_id;
     char *federation_id;
+    /* Where the federation's routes are: "/v1", or a service's
+     * "/v1/federations/<id>" (WorkerConfig.service_routes). */
+    char base[96];
     char *state_dir;
     uint8_t *seed; /* sodium_malloc'ed Ed25519 identity seed */
     fa_secagg_member *members;
@@ -126,6 +129,10 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
         r = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto fail;
     }
+    if (cfg->service_routes)
+        snprintf(rc->base, sizeof(rc->base), "/v1/federations/%s", rc->federation_id);
+    else
+        snprintf(rc->base, sizeof(rc->base), "/v1");
 
     /* The identity key. */
     if (!cfg->identity_key_file || !cfg->identity_key_file[0]) {
@@ -283,10 +290,12 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
         fa_h3_response resp;
         uint64_t now = fa_time_mono_ns() / 1000000u;
         uint32_t left = now - start < timeout_ms ? (uint32_t)(timeout_ms - (now - start)) : 1;
+        char path[160];
         int r;
 
+        snprintf(path, sizeof(path), "%s/federation", rc->base);
         req.method = "GET";
-        req.path = "/v1/federation";
+        req.path = path;
         req.timeout_ms = left < SHORT_MS ? left : SHORT_MS;
         req.idempotent = 1;
         memset(&resp, 0, sizeof(resp));
@@ -719,14 +728,14 @@ static int get_text(fa_round_client *rc, const char *path, char **body, size_t *
 static int get_consistency(fa_round_client *rc, const fa_checkpoint *trusted, int have_trusted,
                            uint64_t size, char **text, size_t *len, fa_error *err)
 {
-    char path[128];
+    char path[256];
     int status = 0, r;
 
     *text = NULL;
     *len = 0;
     if (!have_trusted || trusted->size == 0 || size <= trusted->size)
         return 0;
-    snprintf(path, sizeof(path), "/v1/audit/consistency?from=%" PRIu64 "&to=%" PRIu64,
+    snprintf(path, sizeof(path), "%s/audit/consistency?from=%" PRIu64 "&to=%" PRIu64, rc->base,
              trusted->size, size);
     if ((r = get_text(rc, path, text, len, &status, err)) != 0)
         return r;
@@ -777,7 +786,7 @@ static int audit_model(fa_round_client *rc, uint64_t version, const uint8_t sha[
     fa_note_verifier key;
     fa_checkpoint trusted, next;
     fa_audit_answers a;
-    char path[128], *tnote = NULL, *rec = NULL, *ckpt = NULL, *cons = NULL;
+    char path[256], *tnote = NULL, *rec = NULL, *ckpt = NULL, *cons = NULL;
     size_t tlen = 0, rlen = 0, clen = 0, nlen = 0;
     int tofu = 0, have = 0, status = 0, r;
 
@@ -785,14 +794,15 @@ static int audit_model(fa_round_client *rc, uint64_t version, const uint8_t sha[
     if ((r = audit_key(rc, &key, &tofu, err)) != 0 ||
         (r = load_trusted(rc, &trusted, &tnote, &tlen, &have, err)) != 0)
         goto out;
-    snprintf(path, sizeof(path), "/v1/audit/record?version=%" PRIu64, version);
+    snprintf(path, sizeof(path), "%s/audit/record?version=%" PRIu64, rc->base, version);
     if ((r = get_text(rc, path, &rec, &rlen, &status, err)) != 0)
         goto out;
     if (status == 200) {
         a.record = rec;
         a.record_len = rlen;
     } else if (status == 404) {
-        if ((r = get_text(rc, "/v1/audit/checkpoint", &ckpt, &clen, &status, err)) != 0)
+        snprintf(path, sizeof(path), "%s/audit/checkpoint", rc->base);
+        if ((r = get_text(rc, path, &ckpt, &clen, &status, err)) != 0)
             goto out;
         if (status != 200 && status != 404) {
             r = fa_errorf(err, FA_ERR_HTTP, "GET /v1/audit/checkpoint: HTTP status %d", status);
@@ -917,7 +927,7 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
     fa_h3_response resp;
     struct sink s;
     const char *vh, *sh, *eh;
-    char dl[4300], rpath[96], q[600];
+    char dl[4300], rpath[256], q[600];
     uint8_t got[32], want[32], dwant[32];
     fa_delta_info info;
     int r, is_delta = 0;
@@ -932,9 +942,10 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
     crypto_hash_sha256_init(&s.sha);
     s.err = err;
     if (base)
-        snprintf(rpath, sizeof(rpath), "/v1/models/latest?delta_from=%" PRIu64, base_version);
+        snprintf(rpath, sizeof(rpath), "%s/models/latest?delta_from=%" PRIu64, rc->base,
+                 base_version);
     else
-        snprintf(rpath, sizeof(rpath), "/v1/models/latest");
+        snprintf(rpath, sizeof(rpath), "%s/models/latest", rc->base);
     req.method = "GET";
     req.path = rpath;
     req.on_body = sink_write;
@@ -1161,13 +1172,13 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
                       const uint8_t *body, size_t len, fa_secagg_client *c, uint8_t **out,
                       size_t *out_len, fa_error *err)
 {
-    char path[128];
+    char path[256];
     unsigned transient = 0;
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
     fa_h3_header hm[] = {{"content-type", "application/octet-stream"}};
 
-    snprintf(path, sizeof(path), "/v1/rounds/%" PRIu64 "/%u/%s", info->round, info->attempt,
-             kind_paths[kind]);
+    snprintf(path, sizeof(path), "%s/rounds/%" PRIu64 "/%u/%s", rc->base, info->round,
+             info->attempt, kind_paths[kind]);
     {
         char fp[64];
         snprintf(fp, sizeof(fp), "worker-before-%s", kind_paths[kind]);
@@ -1320,7 +1331,7 @@ int fa_round_client_post_eval(fa_round_client *rc, uint64_t version, const uint8
     fa_eval_report rep;
     uint8_t *body = NULL;
     size_t len = 0;
-    char what[96];
+    char what[96], route[160];
     int r;
 
     memset(&rep, 0, sizeof(rep));
@@ -1340,7 +1351,8 @@ int fa_round_client_post_eval(fa_round_client *rc, uint64_t version, const uint8
     if (r != 0)
         return r;
     snprintf(what, sizeof(what), "evaluation report of version %" PRIu64, version);
-    r = post_statement(rc, "/v1/evaluations", body, len, what, err);
+    snprintf(route, sizeof(route), "%s/evaluations", rc->base);
+    r = post_statement(rc, route, body, len, what, err);
     free(body);
     return r;
 }
@@ -1350,7 +1362,7 @@ int fa_round_client_post_privacy(fa_round_client *rc, Fedagg__PrivacyStatement *
     Fedagg__SignedPrivacy sp = FEDAGG__SIGNED_PRIVACY__INIT;
     uint8_t *stb = NULL, *body = NULL, sig[64];
     size_t len, blen;
-    char what[96];
+    char what[96], route[160];
     int r;
 
     st->federation_id = (char *)rc->federation_id;
@@ -1376,7 +1388,8 @@ int fa_round_client_post_privacy(fa_round_client *rc, Fedagg__PrivacyStatement *
     fedagg__signed_privacy__pack(&sp, body);
     snprintf(what, sizeof(what), "privacy statement of round %" PRIu64 " attempt %u", st->round,
              st->attempt);
-    r = post_statement(rc, "/v1/privacy", body, blen, what, err);
+    snprintf(route, sizeof(route), "%s/privacy", rc->base);
+    r = post_statement(rc, route, body, blen, what, err);
     free(body);
     free(stb);
     return r;
@@ -1723,8 +1736,8 @@ static int verify_proof(fa_round_client *rc, const Fedagg__FederationInfo *info,
     memset(&b, 0, sizeof(b));
     if ((r = audit_key(rc, &v, &tofu, err)) != 0)
         return r;
-    snprintf(path, sizeof(path), "/v1/audit/proof?round=%" PRIu64 "&region=%s", info->round,
-             rc->region_id);
+    snprintf(path, sizeof(path), "%s/audit/proof?round=%" PRIu64 "&region=%s", rc->base,
+             info->round, rc->region_id);
     req.method = "GET";
     req.path = path;
     req.timeout_ms = SHORT_MS * 4;

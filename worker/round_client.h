@@ -14,6 +14,10 @@
  *   GET  /v1/audit/consistency?from&to    the log only grew since it was last seen
  *   POST /v1/evaluations                  a signed federated-evaluation report
  *
+ * With WorkerConfig.service_routes every path is the service's route of
+ * the federation instead: /v1/federations/<federation_id>/federation, ...
+ * (docs/service.md).
+ *
  * Every request is a retry-safe resubmission: after a broken connection or an
  * aggregator restart the same bytes are sent again (the masked stream is
  * regenerated identically).  A 409 means the federation moved on (another

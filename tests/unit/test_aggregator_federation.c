@@ -23,6 +23,7 @@
 #include "aggregator/api.h"
 #include "audit/audit_log.h"
 #include "aggregator/federation.h"
+#include "aggregator/metrics.h"
 #include "aggregator/model_store.h"
 #include "common/fa_file.h"
 #include "common/fa_safetensors.h"
@@ -1695,6 +1696,172 @@ static void test_memory_budget(void **state)
     sim_del(s);
 }
 
+/* Opened beside other federations of a process: its round must fit what
+ * they leave of the budget, and every series carries its id. */
+static void test_open_beside_others(void **state)
+{
+    struct sim *s = calloc(1, sizeof(*s));
+    fa_fed_open_opts o = {0};
+    fa_metrics *m = NULL;
+    fa_error err;
+    char *text;
+    size_t len;
+    (void)state;
+
+    assert_int_equal(sodium_init() >= 0, 1);
+    snprintf(s->dir, sizeof(s->dir), "/tmp/fa_test_fed.XXXXXX");
+    assert_non_null(mkdtemp(s->dir));
+    for (int i = 0; i < NR; i++) {
+        must(fa_identity_generate(s->seed[i], s->members[i].identity_pk, NULL), NULL);
+        s->members[i].id = ids[i];
+    }
+    s->model_txt = "model { input_dim: 784 hidden: [256] output_dim: 10 }\n"
+                   "optimizer { kind: FEDADAM }\n"
+                   "memory_limit_bytes: 100000000\n";
+    write_config(s, 1000);
+    must(fa_metrics_new(&m, &err), &err);
+    o.metrics = m;
+    o.metrics_label = 1;
+    o.memory_used = 99000000;
+    o.memory_others = 2;
+    fa_error_clear(&err);
+    assert_int_equal(fa_fed_open_ex(&s->f, s->cfg, &o, 1000, &err), FA_ERR_NOSPACE);
+    assert_null(s->f);
+    assert_non_null(strstr(err.msg, "secure-aggregation sum"));
+    assert_non_null(strstr(err.msg, "of which the 2 other federations that can run a round hold "
+                                    "94.4"));
+    o.memory_used = 1000000;
+    must(fa_fed_open_ex(&s->f, s->cfg, &o, 1000, &err), &err);
+    assert_true(fa_fed_memory_need(s->f) > 4 * 203530); /* at least the sum */
+    assert_true(fa_fed_memory_need(s->f) < 99000000);
+    must(fa_metrics_render(m, &text, &len), NULL);
+    assert_non_null(strstr(text, "fedagg_model_version{federation=\"unit\"} 0\n"));
+    assert_non_null(
+        strstr(text, "fedagg_region_connected{federation=\"unit\",region=\"eu-west\"} 0"));
+    assert_null(strstr(text, "fedagg_model_version 0"));
+    free(text);
+    sim_del(s);
+    fa_metrics_del(m);
+}
+
+/* Region i's signed decision on federation fed (NULL: "unit"); bad_sig: a
+ * signature over another statement. */
+static size_t decision(struct sim *s, int i, int accept, const char *reason, const char *fed,
+                       int bad_sig, uint8_t **out)
+{
+    Fedagg__RegionDecision d = FEDAGG__REGION_DECISION__INIT;
+    Fedagg__SignedDecision sd = FEDAGG__SIGNED_DECISION__INIT;
+    uint8_t stmt[512], sig[64];
+    size_t n, len;
+
+    d.federation_id = (char *)(fed ? fed : "unit");
+    d.region = (char *)ids[i];
+    d.accept = accept;
+    d.reason = (char *)reason;
+    d.unix_ms = 1700000000000ull;
+    n = fedagg__region_decision__pack(&d, stmt);
+    must(fa_identity_sign_statement(s->seed[i], FA_IDENTITY_DOMAIN_DECISION, stmt, n, sig), NULL);
+    if (bad_sig)
+        stmt[n - 1] ^= 1;
+    sd.statement.data = stmt;
+    sd.statement.len = n;
+    sd.signature.data = sig;
+    sd.signature.len = 64;
+    len = fedagg__signed_decision__get_packed_size(&sd);
+    *out = malloc(len);
+    fedagg__signed_decision__pack(&sd, *out);
+    return len;
+}
+
+static int submit_decision(struct sim *s, const char *as, const uint8_t *b, size_t len,
+                           int *changed, int *status)
+{
+    fa_fed_reply r = {0};
+    int rc = fa_fed_submit_decision(s->f, as, b, len, changed, &r);
+    *status = rc ? fa_api_http_status(r.code, r.internal) : 200;
+    fa_fed_reply_free(&r);
+    return rc;
+}
+
+/* A region refuses the offer: recorded once (a repeat adds nothing), its
+ * advertisement refused with the reason, and the advertise phase closes
+ * without waiting for it; forged and misdirected decisions are refused;
+ * the decision survives a restart, and a change of mind is recorded. */
+static void test_decisions(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int two[] = {0, 1};
+    int changed, status, phase, dec;
+    const char *why;
+    uint8_t *b, *m;
+    size_t len;
+    char *json;
+    fa_error err;
+    (void)state;
+
+    clients_new(s);
+    len = decision(s, 2, 0, "dataset fmnist: budget spent", NULL, 0, &b);
+    assert_int_equal(submit_decision(s, "us-east", b, len, &changed, &status), 0);
+    assert_int_equal(changed, 1);
+    assert_int_equal(submit_decision(s, "us-east", b, len, &changed, &status), 0);
+    assert_int_equal(changed, 0);
+    /* another region cannot pass it off as its own */
+    assert_int_equal(submit_decision(s, "eu-west", b, len, &changed, &status), FA_ERR_AUTH);
+    assert_int_equal(status, 403);
+    free(b);
+    len = decision(s, 1, 0, "no", NULL, 1, &b);
+    assert_int_equal(submit_decision(s, "eu-west", b, len, &changed, &status), FA_ERR_VERIFY);
+    assert_int_equal(status, 400);
+    free(b);
+    len = decision(s, 1, 0, "no", "another", 0, &b);
+    assert_int_equal(submit_decision(s, "eu-west", b, len, &changed, &status), FA_ERR_AUTH);
+    free(b);
+    assert_int_equal(submit_decision(s, "eu-west", (const uint8_t *)"junk", 4, &changed, &status),
+                     FA_ERR_PARSE);
+    assert_int_equal(status, 400);
+    must(fa_fed_region_decision(s->f, "us-east", &dec, &why), NULL);
+    assert_int_equal(dec, -1);
+    assert_string_equal(why, "dataset fmnist: budget spent");
+    must(fa_fed_region_decision(s->f, "eu-west", &dec, NULL), NULL);
+    assert_int_equal(dec, 0);
+
+    must(fa_secagg_client_advertise(s->c[2], &m, &len, &err), &err);
+    assert_int_equal(submit(s, FA_FED_ADVERTISE, 2, m, len, &status), FA_ERR_STATE);
+    assert_int_equal(status, 409);
+    free(m);
+    for (int k = 0; k < 2; k++) {
+        must(fa_secagg_client_advertise(s->c[two[k]], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_ADVERTISE, two[k], m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1; /* long before the advertise deadline */
+    fa_fed_tick(s->f, s->now);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_SHARES);
+    must(fa_fed_admin_json(s->f, "regions", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"id\":\"us-east\""));
+    assert_non_null(strstr(json, "\"decision\":\"refused\",\"decision_reason\":\"dataset fmnist: "
+                                 "budget spent\""));
+    free(json);
+
+    /* Restarted: the log restores it; accepting again is a change. */
+    fa_fed_close(s->f);
+    s->f = NULL;
+    sim_open(s);
+    must(fa_fed_region_decision(s->f, "us-east", &dec, NULL), NULL);
+    assert_int_equal(dec, -1);
+    len = decision(s, 2, 1, "", NULL, 0, &b);
+    assert_int_equal(submit_decision(s, "us-east", b, len, &changed, &status), 0);
+    assert_int_equal(changed, 1);
+    free(b);
+    must(fa_fed_region_decision(s->f, "us-east", &dec, NULL), NULL);
+    assert_int_equal(dec, 1);
+    must(fa_fed_admin_json(s->f, "audit-head", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"tree_size\":2")); /* the two changes */
+    free(json);
+    sim_del(s);
+}
+
 /* A region's signed privacy statement for round/attempt. */
 static size_t privacy_statement(struct sim *s, int i, uint64_t round, uint32_t attempt,
                                 double eps_round, double eps_total, double budget, int bad_sig,
@@ -2138,6 +2305,8 @@ int main(void)
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),
         cmocka_unit_test(test_operators),
+        cmocka_unit_test(test_open_beside_others),
+        cmocka_unit_test(test_decisions),
         cmocka_unit_test(test_ddp_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

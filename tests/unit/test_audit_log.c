@@ -563,6 +563,96 @@ static void test_record_rules(void **state)
     assert_verifies(f, 3);
 }
 
+/* A region's decision between aggregations, and a service log of lifecycle
+ * records (each about its own federation, no round, no model): both are
+ * actions, appended at the (round, attempt) in flight and verified; the
+ * rules of each are held. */
+static void test_decision_and_lifecycle(void **state)
+{
+    static const char cfg_text[] = "federation_id: \"x\"\n";
+    struct fix *f = *state;
+    fa_audit_log *log = open_w(f, NULL);
+    Fedagg__AuditRecord r = FEDAGG__AUDIT_RECORD__INIT;
+    Fedagg__SignedDecision sd = FEDAGG__SIGNED_DECISION__INIT;
+    Fedagg__FederationLifecycle lc = FEDAGG__FEDERATION_LIFECYCLE__INIT;
+    uint8_t stmt[8] = {1, 2, 3}, sig[64] = {0}, model[32], zero[32] = {0}, sha[32];
+    char side[400];
+    struct rec_buf b;
+    fa_error err;
+
+    append_n(f, log, 1, 2);
+    memcpy(model, f->model, 32);
+    r.version = 1;
+    r.federation_id = "fed-a";
+    r.round = f->round + 1; /* the round in flight */
+    r.prev_version = r.new_version = f->version;
+    r.prev_model_sha256.data = r.new_model_sha256.data = model;
+    r.prev_model_sha256.len = r.new_model_sha256.len = 32;
+    sd.statement.data = stmt;
+    sd.statement.len = sizeof(stmt);
+    sd.signature.data = sig;
+    sd.signature.len = 64;
+    r.decision = &sd;
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), 0);
+    /* twice in one attempt, as operators' actions may be */
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), 0);
+    sd.signature.len = 63;
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "not 64"));
+    sd.signature.len = 64;
+    r.admin = &(Fedagg__AdminAction)FEDAGG__ADMIN_ACTION__INIT;
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "not several"));
+    r.admin = NULL;
+    /* the aggregation of the round in flight comes after them */
+    rec_fill(f, &b, 0, 3, 0);
+    assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), 0);
+    chain_advance(f, &b);
+    fa_audit_log_close(log);
+    assert_verifies(f, 4);
+
+    /* A service log: lifecycle records of two federations. */
+    remove(f->path);
+    snprintf(side, sizeof(side), "%s.checkpoints", f->path);
+    remove(side);
+    snprintf(side, sizeof(side), "%s.tree", f->path);
+    remove(side);
+    log = open_w(f, NULL);
+    memset(&r, 0, sizeof(r));
+    r = (Fedagg__AuditRecord)FEDAGG__AUDIT_RECORD__INIT;
+    r.version = 1;
+    r.prev_model_sha256.data = r.new_model_sha256.data = zero;
+    r.prev_model_sha256.len = r.new_model_sha256.len = 32;
+    r.lifecycle = &lc;
+    lc.operator_ = "alice";
+    lc.team = "vision";
+    lc.action = "create";
+    lc.config.data = (uint8_t *)cfg_text;
+    lc.config.len = strlen(cfg_text);
+    crypto_hash_sha256(sha, lc.config.data, lc.config.len);
+    lc.config_sha256.data = sha;
+    lc.config_sha256.len = 32;
+    r.federation_id = "vision-a";
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), 0);
+    r.federation_id = "vision-b";
+    sha[0] ^= 1;
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "not the SHA-256 of its federation file"));
+    sha[0] ^= 1;
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), 0);
+    lc.action = "pause";
+    lc.config.len = lc.config_sha256.len = 0;
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), 0);
+    lc.action = "delete";
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), FA_ERR_INVAL);
+    lc.action = "archive";
+    lc.operator_ = "";
+    assert_int_equal(fa_audit_log_append(log, &r, NULL, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "names no operator"));
+    fa_audit_log_close(log);
+    assert_verifies(f, 3);
+}
+
 static void test_region_signatures(void **state)
 {
     struct fix *f = *state;
@@ -1219,6 +1309,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_append_reopen_prove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_version_and_consistency_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decision_and_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_signatures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commitment_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_bit_flip, setup, teardown),

@@ -430,10 +430,11 @@ static void check_example_names(const char *text, const ProtobufCMessageDescript
 
 static void test_example(void **state)
 {
-    static const fa_config_kind kinds[] = {FA_CONFIG_AGGREGATOR, FA_CONFIG_WORKER};
+    static const fa_config_kind kinds[] = {FA_CONFIG_AGGREGATOR, FA_CONFIG_WORKER,
+                                           FA_CONFIG_FEDERATION};
     (void)state;
 
-    for (size_t k = 0; k < 2; k++) {
+    for (size_t k = 0; k < 3; k++) {
         ProtobufCMessage *m = NULL;
         fa_diags *d = NULL;
         fa_error err = {0};
@@ -443,7 +444,9 @@ static void test_example(void **state)
         assert_int_equal(strlen(text), len);
         check_example_names(text, fa_config_descriptor(kinds[k]), 0);
         /* the comments come from config.proto */
-        assert_non_null(strstr(text, "# Flow-control window of one stream, bytes."));
+        assert_non_null(strstr(text, kinds[k] == FA_CONFIG_FEDERATION
+                                         ? "# The team it belongs to."
+                                         : "# Flow-control window of one stream, bytes."));
         /* valid, and its type is recognisable */
         assert_int_equal(fa_config_guess_kind(text, len), kinds[k]);
         assert_int_equal(fa_diags_new(&d), 0);
@@ -463,9 +466,107 @@ static void test_example(void **state)
     }
 }
 
+/* A federation file: the federation parts, checked as an aggregator's are;
+ * its own rules (an id that names a directory, a team, no command); and
+ * what a person sees at each position. */
+static void test_federation_file(void **state)
+{
+    static const char ok[] =
+        "federation_id: \"vision-lr3\" team: \"vision\"\n"
+        "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n"
+        "regions { id: \"us-east\" identity_public_key_file: \"keys/us.pub\" }\n"
+        "model { init_file: \"models/m.safetensors\" }\n"
+        "evaluator: \"fmnist-test\" trainer: \"cnn\" dataset: \"fmnist\"\n";
+    static const char bad[] =
+        "federation_id: \"../x\"\n"                                        /* 1 */
+        "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n" /* 2 */
+        "round { threshold: 3 }\n"                                         /* 3 */
+        "evaluation { command: [\"rm\", \"-rf\", \"/\"] }\n"               /* 4 */
+        "keep_versions: 0\n";                                              /* 5 */
+    Fedagg__FederationConfig *f = NULL;
+    ProtobufCMessage *m = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    assert_int_equal(fa_config_guess_kind(ok, strlen(ok)), FA_CONFIG_FEDERATION);
+    assert_int_equal(
+        load_text(FA_CONFIG_UNKNOWN, ok, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&f, &d), 0);
+    assert_string_equal(f->federation_id, "vision-lr3");
+    assert_string_equal(f->regions[1]->identity_public_key_file, "/etc/fedagg/keys/us.pub");
+    assert_string_equal(f->model->init_file, "/etc/fedagg/models/m.safetensors");
+    assert_int_equal(f->round->threshold, 2); /* the same defaults as an aggregator's */
+    assert_int_equal(f->model->n_hidden, 2);
+    assert_int_equal(f->keep_versions, 10);
+    protobuf_c_message_free_unpacked(&f->base, NULL);
+    fa_diags_del(d);
+
+    assert_int_equal(load_text(FA_CONFIG_FEDERATION, bad, FA_CONFIG_NO_FILES, &m, &d),
+                     FA_ERR_INVAL);
+    assert_null(m);
+    assert_true(has_diag(d, "c.textproto:1:1: `federation_id` \"../x\": 1 to 63 characters"));
+    assert_true(has_diag(d, "`team` is required"));
+    assert_true(has_diag(d, "c.textproto:3:9: `round.threshold` (3) exceeds"));
+    assert_true(has_diag(d, "c.textproto:4:14: `evaluation.command`: a federation file cannot "
+                            "carry a command"));
+    assert_true(has_diag(d, "c.textproto:5:1: `keep_versions` must be at least 1"));
+    fa_diags_del(d);
+    /* An aggregator config is not a federation file. */
+    assert_int_equal(fa_config_guess_kind(agg_text, strlen(agg_text)), FA_CONFIG_AGGREGATOR);
+}
+
+/* A service: no default federation needs no regions nor storage; its
+ * operators, teams and evaluators are checked. */
+static void test_service_config(void **state)
+{
+    static const char svc[] =
+        "tls { cert_file: \"c.crt\" key_file: \"c.key\" ca_file: \"ca.crt\" }\n"
+        "audit { signing_key_file: \"audit.key\" }\n"
+        "service { dir: \"svc\" evaluators { name: \"e\" command: \"./eval\" } }\n"
+        "operators { name: \"alice\" teams: [\"vision\"] }\n";
+    static const char bad[] =
+        "tls { cert_file: \"c.crt\" key_file: \"c.key\" ca_file: \"ca.crt\" }\n"
+        "audit { signing_key_file: \"audit.key\" }\n"
+        "service { dir: \"svc\" evaluators { name: \"e\" } }\n" /* 3 */
+        "operators { name: \"alice\" teams: [\"a b\"] }\n"      /* 4 */
+        "operators { name: \"alice\" }\n";                      /* 5 */
+    Fedagg__AggregatorConfig *c = NULL;
+    ProtobufCMessage *m = NULL;
+    fa_diags *d = NULL;
+    (void)state;
+
+    assert_int_equal(
+        load_text(FA_CONFIG_AGGREGATOR, svc, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_int_equal(c->n_regions, 0);
+    assert_string_equal(c->service->dir, "/etc/fedagg/svc");
+    assert_string_equal(c->service->origin, "fedagg-service");
+    /* the process's own files go into the service's directory */
+    assert_string_equal(c->quic->static_secret_file, "/etc/fedagg/svc/quic.secret");
+    assert_string_equal(c->operators[0]->teams[0], "vision");
+    protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+
+    assert_int_equal(load_text(FA_CONFIG_AGGREGATOR, bad, FA_CONFIG_NO_FILES, &m, &d),
+                     FA_ERR_INVAL);
+    assert_true(has_diag(d, "c.textproto:3:22: `service.evaluators[0].command`: give"));
+    assert_true(has_diag(d, "c.textproto:4:27: `operators[0].teams[0]` \"a b\""));
+    assert_true(has_diag(d, "c.textproto:5:13: `operators[1].name`: operator \"alice\" is "
+                            "listed twice"));
+    fa_diags_del(d);
+    /* Without a service, regions stay required. */
+    assert_int_equal(load_text(FA_CONFIG_AGGREGATOR,
+                               "tls { cert_file: \"c\" key_file: \"k\" ca_file: \"ca\" }\n"
+                               "audit { signing_key_file: \"audit.key\" }\n",
+                               FA_CONFIG_NO_FILES, &m, &d),
+                     FA_ERR_INVAL);
+    assert_true(has_diag(d, "`regions`: list at least one region"));
+    fa_diags_del(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_federation_file),
+        cmocka_unit_test(test_service_config),
         cmocka_unit_test(test_defaults_and_paths),
         cmocka_unit_test(test_model_delta_widths),
         cmocka_unit_test(test_worker_defaults),
