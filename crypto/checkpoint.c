@@ -201,6 +201,9 @@ int fa_note_signer_new(fa_note_signer **out, const char *name, const uint8_t *ke
                          "Ed25519 secret key has %zu bytes; expected a 32-byte seed or a "
                          "64-byte libsodium secret key",
                          key_len);
+    /* sodium_malloc aborts in a process that never initialised libsodium */
+    if (sodium_init() < 0)
+        return fa_errorf(err, FA_ERR_CRYPTO, "libsodium initialisation failed");
     s = calloc(1, sizeof(*s));
     if (!s)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
