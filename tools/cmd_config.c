@@ -189,9 +189,17 @@ static void summary(const char *file, const ProtobufCMessage *m, fa_config_kind 
                c->round->threshold);
     } else {
         const Fedagg__WorkerConfig *c = (const Fedagg__WorkerConfig *)m;
-        printf("%s: OK (worker config: region %s, aggregator %s, %s trainer)\n", file, c->region_id,
-               c->aggregator,
-               c->trainer->kind_case == FEDAGG__TRAINER__KIND_BUILTIN ? "built-in" : "external");
+        if (c->n_services) /* a region agent (docs/region-policy.md) */
+            printf("%s: OK (region agent config: region %s, %zu service%s, %zu dataset%s, %zu "
+                   "trainer%s)\n",
+                   file, c->region_id, c->n_services, c->n_services == 1 ? "" : "s",
+                   c->policy->n_datasets, c->policy->n_datasets == 1 ? "" : "s",
+                   c->policy->n_trainers, c->policy->n_trainers == 1 ? "" : "s");
+        else
+            printf("%s: OK (worker config: region %s, aggregator %s, %s trainer)\n", file,
+                   c->region_id, c->aggregator,
+                   c->trainer->kind_case == FEDAGG__TRAINER__KIND_BUILTIN ? "built-in"
+                                                                          : "external");
     }
 }
 
