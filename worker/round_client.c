@@ -1687,19 +1687,27 @@ out:
 /* Debugging and tests: with FEDAGG_DEBUG_DUMP_DIR set, the quantised update
  * this region masks is written there (input-<region>-r<R>-a<A>.u32, the
  * ring elements little-endian), so that a test can check the aggregator's
- * unmasked sum bit for bit.  It is the region's own update, written on the
- * region's machine; never set this in production. */
+ * unmasked sum bit for bit; "{federation}" in it stands for the
+ * federation's id, as in the aggregator's (a region agent's federations
+ * each dump into their own).  It is the region's own update, written on
+ * the region's machine; never set this in production. */
 static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
                              const Fedagg__FederationInfo *info)
 {
-    const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
+    const char *env = getenv("FEDAGG_DEBUG_DUMP_DIR"), *at;
     size_t n = (size_t)fa_ddp_vector_len(info);
     uint32_t *q;
-    char path[4096];
+    char path[4096], dir[2048];
     fa_error err;
 
-    if (!dir || !*dir)
+    if (!env || !*env)
         return;
+    at = strstr(env, "{federation}");
+    if (at)
+        snprintf(dir, sizeof(dir), "%.*s%s%s", (int)(at - env), env, rc->federation_id,
+                 at + strlen("{federation}"));
+    else
+        snprintf(dir, sizeof(dir), "%s", env);
     q = malloc(n * sizeof(uint32_t));
     if (!q)
         return;
