@@ -185,3 +185,19 @@ agent_kill() {
     kill "-$2" "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
 }
+
+# audit_check NAME ID: the federation's audit log verifies, every region
+# signature in it checked against the regions' keys (their advertisements,
+# uploads, evaluations, privacy statements, decisions on the offer);
+# logs/show-ID.jsonl gets its records.
+audit_check() {
+    local log="$D/svc-$1/federations/$2/audit.log" keys=() r
+    for r in "${REGIONS[@]}"; do keys+=(--region-key "$r=$D/keys/$r.pub"); done
+    "$FA_BIN/fedagg" audit verify "$log" --pubkey "$D/keys/aggregator.pub" "${keys[@]}" \
+        >"$D/logs/verify-$2.log" 2>&1 || fail "audit verify $2: $(cat "$D/logs/verify-$2.log")"
+    grep -q ' [1-9][0-9]* region signatures verified' "$D/logs/verify-$2.log" &&
+        ! grep -q 'not checked' "$D/logs/verify-$2.log" ||
+        fail "audit verify $2 left region signatures unchecked: $(cat "$D/logs/verify-$2.log")"
+    "$FA_BIN/fedagg" audit show "$log" --json >"$D/logs/show-$2.jsonl" || fail "audit show $2"
+    echo "$2: $(tail -1 "$D/logs/verify-$2.log" | sed 's/.*audit.log: //')"
+}

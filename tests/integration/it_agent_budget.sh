@@ -65,13 +65,10 @@ total=$(grep 'msg="dataset privacy spent"' "$alog" | tail -1 | sed 's/.*epsilon_
 # The audit logs: eu-west in three rounds of the two, with statements of
 # the dataset's running total; the two others in every round.
 for f in fed-a fed-b; do
-    "$FA_BIN/fedagg" audit verify "$D/svc-central/federations/$f/audit.log" \
-        --pubkey "$D/keys/aggregator.pub" >"$D/logs/verify-$f.log" 2>&1 ||
-        fail "audit verify $f: $(cat "$D/logs/verify-$f.log")"
-    "$FA_BIN/fedagg" audit show "$D/svc-central/federations/$f/audit.log" --json \
-        >"$D/logs/show-$f.jsonl" || fail "audit show $f"
+    audit_check central "$f"
     "$FA_BIN/fedagg" audit privacy "$D/svc-central/federations/$f/audit.log" --region eu-west \
-        --json >"$D/logs/privacy-$f.jsonl" 2>&1 || fail "audit privacy $f: $(cat "$D/logs/privacy-$f.jsonl")"
+        --region-key "eu-west=$D/keys/eu-west.pub" --json >"$D/logs/privacy-$f.jsonl" 2>&1 ||
+        fail "audit privacy $f: $(cat "$D/logs/privacy-$f.jsonl")"
 done
 python3 - "$D/logs" "$ROUNDS" "$total" <<'PY' ||
 import json, os, sys
@@ -85,7 +82,7 @@ for f in ("fed-a", "fed-b"):
     n = sum("eu-west" in r["participants"] for r in rounds)
     eu += n
     p = [json.loads(l) for l in open(os.path.join(logs, f"privacy-{f}.jsonl")) if l.strip()]
-    assert (p and p[0]["statements"] >= n) or n == 0, (f, n, p)
+    assert (p and p[0]["statements"] >= n and p[0]["verified"] == p[0]["statements"]) or n == 0, (f, n, p)
     if p:
         top = max(top, p[0]["epsilon"])
         print(f"{f}: eu-west in {n} rounds, its statements up to epsilon {p[0]['epsilon']:.4f} of "

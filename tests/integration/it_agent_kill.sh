@@ -65,11 +65,7 @@ for f in fed-a fed-b; do
 done
 for f in fed-a fed-b; do
     wait_federation central "$f" finished "$ROUNDS" 300
-    "$FA_BIN/fedagg" audit verify "$D/svc-central/federations/$f/audit.log" \
-        --pubkey "$D/keys/aggregator.pub" >"$D/logs/verify-$f.log" 2>&1 ||
-        fail "audit verify $f: $(cat "$D/logs/verify-$f.log")"
-    "$FA_BIN/fedagg" audit show "$D/svc-central/federations/$f/audit.log" --json \
-        >"$D/logs/show-$f.jsonl" || fail "audit show $f"
+    audit_check central "$f"
     python3 - "$D/logs/show-$f.jsonl" "$f" <<'PY' || fail "$f: the audit log"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -67,11 +67,7 @@ done
 
 # The federations ran without ap-south: every round with the two others.
 for f in f-trainer f-model f-team; do
-    "$FA_BIN/fedagg" audit verify "$D/svc-central/federations/$f/audit.log" \
-        --pubkey "$D/keys/aggregator.pub" >"$D/logs/verify-$f.log" 2>&1 ||
-        fail "audit verify $f: $(cat "$D/logs/verify-$f.log")"
-    "$FA_BIN/fedagg" audit show "$D/svc-central/federations/$f/audit.log" --json \
-        >"$D/logs/show-$f.jsonl" || fail "audit show $f"
+    audit_check central "$f"
     python3 - "$D/logs/show-$f.jsonl" "$f" "$ROUNDS" <<'PY' || fail "$f: the audit log"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
