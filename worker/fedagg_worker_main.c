@@ -807,27 +807,11 @@ static int privacy_setup(struct worker *w, fa_error *err)
 
     memset(&spend, 0, sizeof(spend));
     if (!w->external && !w->ddg_budget) {
-        double q = p->sampling_rate;
-        if (q == 0.0)
-            q = w->shard.ds.n ? (double)w->topts.batch_size / (double)w->shard.ds.n : 1.0;
-        if (q > 1.0)
-            q = 1.0;
-        memset(&w->dpo, 0, sizeof(w->dpo));
-        w->dpo.sampling_rate = q;
-        w->dpo.clip = p->clip;
-        w->dpo.noise_multiplier = p->noise_multiplier;
-        snprintf(spend.mechanism, sizeof(spend.mechanism), "%s", FA_PRIVACY_MECHANISM_DPSGD);
-        spend.noise_multiplier = p->noise_multiplier;
-        spend.clip = p->clip;
-        spend.sampling_rate = q;
-        spend.steps = w->topts.steps ? w->topts.steps
-                                     : (uint64_t)w->topts.epochs * fa_train_dp_steps_per_pass(q);
-        if (w->world > 1 && w->cfg->compression->kind != FEDAGG__COMPRESSION_KIND__NONE)
-            return fa_errorf(err, FA_ERR_INVAL,
-                             "privacy: DP-SGD over %d ranks needs compression { kind: "
-                             "NONE } (each rank's part would be compressed before "
-                             "rank 0's noise is in the sum)",
-                             w->world);
+        int rc = fa_round_privacy_dpsgd(p, &w->topts, w->shard.ds.n, w->world,
+                                        w->cfg->compression->kind != FEDAGG__COMPRESSION_KIND__NONE,
+                                        &w->dpo, &spend, err);
+        if (rc != 0)
+            return rc;
     }
     if (w->rank != 0)
         return 0;

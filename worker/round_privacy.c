@@ -253,6 +253,34 @@ static int external_spend(const fa_round_privacy *p, const fa_trainer_privacy *x
 
 /* ---- the checks --------------------------------------------------------- */
 
+int fa_round_privacy_dpsgd(const Fedagg__WorkerPrivacy *p, const fa_train_opts *t,
+                           uint64_t examples, int world, int compressed, fa_train_dp *dpo,
+                           fa_privacy_spend *spend, fa_error *err)
+{
+    double q = p->sampling_rate;
+
+    if (q == 0.0)
+        q = examples ? (double)t->batch_size / (double)examples : 1.0;
+    if (q > 1.0)
+        q = 1.0;
+    memset(dpo, 0, sizeof(*dpo));
+    dpo->sampling_rate = q;
+    dpo->clip = p->clip;
+    dpo->noise_multiplier = p->noise_multiplier;
+    memset(spend, 0, sizeof(*spend));
+    snprintf(spend->mechanism, sizeof(spend->mechanism), "%s", FA_PRIVACY_MECHANISM_DPSGD);
+    spend->noise_multiplier = p->noise_multiplier;
+    spend->clip = p->clip;
+    spend->sampling_rate = q;
+    spend->steps = t->steps ? t->steps : (uint64_t)t->epochs * fa_train_dp_steps_per_pass(q);
+    if (world > 1 && compressed)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "privacy: DP-SGD over %d ranks needs compression { kind: NONE } (each "
+                         "rank's part would be compressed before rank 0's noise is in the sum)",
+                         world);
+    return 0;
+}
+
 int fa_round_privacy_new(fa_round_privacy **out, const fa_round_privacy_opts *o, fa_error *err)
 {
     const Fedagg__WorkerConfig *cfg = o->cfg;

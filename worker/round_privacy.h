@@ -28,12 +28,25 @@
 #include "common/fa_err.h"
 #include "config.pb-c.h"
 #include "fedagg.pb-c.h"
+#include "model/train.h"
 #include "worker/agent_link.h"
 #include "worker/privacy_budget.h"
 #include "worker/trainer_result.h"
 #include "worker/worker_metrics.h"
 
 typedef struct fa_round_privacy fa_round_privacy;
+
+/* The built-in trainer's DP-SGD under privacy p, for a shard of `examples`
+ * trained with t (its steps, or its epochs of ceil(1/q) steps) on `world`
+ * ranks: the sampling rate q (p->sampling_rate, or the batch size over
+ * the examples), the clip and noise into *dpo (its key is drawn per round
+ * by the caller), and what one round costs into *spend.  Returns 0, or
+ * FA_ERR_INVAL for DP-SGD over several ranks with a compressed all-reduce
+ * (each rank's part would be compressed before rank 0's noise is in the
+ * sum). */
+int fa_round_privacy_dpsgd(const Fedagg__WorkerPrivacy *p, const fa_train_opts *t,
+                           uint64_t examples, int world, int compressed, fa_train_dp *dpo,
+                           fa_privacy_spend *spend, fa_error *err);
 
 typedef struct fa_round_privacy_opts {
     const Fedagg__WorkerConfig *cfg; /* privacy, and where the worker's own accountant is */
