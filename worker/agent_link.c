@@ -183,8 +183,10 @@ int fa_agent_link_open(fa_agent_link **out, const char *socket_path, const char 
         rc = fa_errorf(err, FA_ERR_IO, "socket: %s", strerror(errno));
         goto fail;
     }
-    if ((rc = fa_agent_link_addr(socket_path, &sa, &len, &dirfd, err)) != 0)
+    if ((rc = fa_agent_link_addr(socket_path, &sa, &len, &dirfd, err)) != 0) {
+        fa_error_prefix(err, rc, "cannot reach the region agent at %s", socket_path);
         goto fail;
+    }
     rc = connect(l->fd, (struct sockaddr *)&sa, len);
     if (dirfd >= 0)
         close(dirfd);
