@@ -182,6 +182,11 @@ int fa_service_list_json(fa_service *s, const char *op, uint64_t now_ms, char **
 int fa_service_show_json(fa_service *s, const char *id, uint64_t now_ms, char **out, fa_error *err);
 int fa_service_status_json(fa_service *s, uint64_t now_ms, char **out, fa_error *err);
 
+/* Makes this thread's log lines name fed ("federation=<id>", fa_log.h
+ * fa_log_set_scope) while it works for it; fed NULL, or a single-federation
+ * config: none (its lines stay as they always were). */
+void fa_service_log_scope(const fa_service *s, const fa_fed *fed);
+
 /* Called with a federation's fa_fed just before the service closes it
  * while the process runs (a stopped federation reopened by resume), so that
  * the HTTP layer lets go of it.  fn NULL: none. */

@@ -152,12 +152,16 @@ int fa_service_create(fa_service *s, const char *op, const char *text, size_t le
     fa_error_clear(&e2);
     if ((rc = fa_file_remove_tree(e->dir, err)) != 0)
         goto fail;
+    fa_svc_scope(s, e);
     rc = fa_svc_open_fed(s, e, now_ms, err);
+    fa_log_set_scope(NULL);
     if (rc != 0) {
         fa_error_prefix(err, rc, "federation %s", e->id);
         goto fail_dir;
     }
+    fa_svc_scope(s, e);
     rc = fa_svc_log_append(s, e->id, "create", op, e->team, e, "created", err);
+    fa_log_set_scope(NULL);
     if (rc != 0)
         goto fail_dir;
     {
@@ -173,9 +177,10 @@ int fa_service_create(fa_service *s, const char *op, const char *text, size_t le
         fa_svc_entry_free(e);
         return rc;
     }
-    fa_log(FA_LOG_INFO, "federation created",
-           "federation=%s team=%s operator=%s regions=%zu memory_mib=%.1f", e->id, e->team, op,
-           e->cfg->n_regions, (double)fa_fed_memory_need(e->fed) / 1048576.0);
+    fa_svc_scope(s, e);
+    fa_log(FA_LOG_INFO, "federation created", "team=%s operator=%s regions=%zu memory_mib=%.1f",
+           e->team, op, e->cfg->n_regions, (double)fa_fed_memory_need(e->fed) / 1048576.0);
+    fa_log_set_scope(NULL);
     if (id_out)
         *id_out = e->id;
     return 0;
@@ -364,8 +369,23 @@ static int act_archive(fa_service *s, struct svc_fed *e, const char *op, char *m
     return 0;
 }
 
+static int act(fa_service *s, const char *op, const char *id, const char *action,
+               const char *region, uint64_t now_ms, char *msg, size_t n, fa_error *err);
+
 int fa_service_act(fa_service *s, const char *op, const char *id, const char *action,
                    const char *region, uint64_t now_ms, char *msg, size_t n, fa_error *err)
+{
+    const struct svc_fed *e = fa_svc_find(s, id);
+    int rc;
+    if (e)
+        fa_svc_scope(s, e);
+    rc = act(s, op, id, action, region, now_ms, msg, n, err);
+    fa_log_set_scope(NULL);
+    return rc;
+}
+
+static int act(fa_service *s, const char *op, const char *id, const char *action,
+               const char *region, uint64_t now_ms, char *msg, size_t n, fa_error *err)
 {
     struct svc_fed *e = fa_svc_find(s, id);
     uint64_t round;
