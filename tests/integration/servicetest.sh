@@ -143,3 +143,20 @@ svc_verify_log() {
         >"$D/logs/verify-$(basename "$(dirname "$log")")-$(basename "$log").log" 2>&1 ||
         fail "audit verify $log: $(cat "$D/logs/verify-$(basename "$(dirname "$log")")-$(basename "$log").log")"
 }
+
+# svc_check_versions LOG : the audit log's aggregations go 0 -> 1 -> 2 ...,
+# no gap or duplicate (actions change no version).
+svc_check_versions() {
+    "$FA_BIN/fedagg" audit show "$1" --json >"$D/logs/show.jsonl" || fail "audit show $1"
+    python3 - "$D/logs/show.jsonl" "$1" <<'PY' || fail "$1: model versions not contiguous"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+recs = [r for r in recs if not ({"admin", "decision", "lifecycle"} & r.keys())]
+prev = 0
+for r in recs:
+    pv, nv = r["prev_version"], r["new_version"]
+    assert pv == prev and nv == prev + 1, f"record {r['index']}: {pv} -> {nv} after {prev}"
+    prev = nv
+print(f"{sys.argv[2]}: {len(recs)} rounds, versions 1..{prev} contiguous")
+PY
+}
