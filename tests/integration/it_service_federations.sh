@@ -138,6 +138,13 @@ done
 grep -q '^fedagg_region_rounds_total{federation="demo",region="eu-west"} [1-9]' "$D/metrics.txt" ||
     fail "no demo region rounds"
 
+# --- the dashboard shows every federation -----------------------------------------------
+curl -sf "http://127.0.0.1:$MPORT/dashboard" >"$D/dashboard.html" || fail "GET /dashboard"
+for want in '<table id="federations">' '<a href="#f1">beta</a>' '<a href="#f2">gamma</a>' \
+    'state-archived">archived</span>' 'id="f1-regions"'; do
+    grep -qF "$want" "$D/dashboard.html" || fail "the dashboard lacks '$want'"
+done
+
 # --- every log verifies; every sum is the plain sum ---------------------------------
 fed_stop_all
 svc_check_sums "$D/dump/demo"
