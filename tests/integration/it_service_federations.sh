@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Two federations at once on one aggregation service with the same three
 # regions: the default federation of today's config runs while an operator
-# creates a second one (no restart of anything); both complete rounds, each
-# sum equals the plain sum of its regions' quantised inputs bit for bit,
-# and each audit log, the service log included, verifies.  Then a third
+# creates a second one (no restart of anything), whose evaluator command
+# crashes on every version; both complete rounds, each sum equals the plain
+# sum of its regions' quantised inputs bit for bit, and each audit log,
+# the service log included, verifies.  Then a third
 # federation is paused, resumed, aborted and archived while the default
 # one's rounds go on untouched; archived, no region reaches it.  An
 # operator of another team gets 403 on every action on a federation not
@@ -11,7 +12,7 @@
 source "$FA_SRC/tests/integration/servicetest.sh"
 
 agg="$D/logs/aggregator.log"
-svc_config 0
+SVC_BLOCK='evaluators { name: "crash" command: ["/bin/sh", "-c", "kill -SEGV $$"] }' svc_config 0
 mkdir -p "$D/dump/demo"
 FEDAGG_DEBUG_DUMP_DIR="$D/dump/{federation}" fed_start_aggregator "$D"
 agg_pid=$FED_AGG_PID
@@ -21,7 +22,7 @@ done
 svc_wait_rounds demo 1 120
 
 # --- a second federation, created while the first runs ---------------------------
-svc_fed_file beta vision 3 'description: "the same data, a narrower model"'
+svc_fed_file beta vision 3 'description: "the same data, a narrower model" evaluator: "crash"'
 "$FA_BIN/fedagg" config check --type federation --no-files "$D/beta.textproto" >"$D/check.out" 2>&1 ||
     fail "config check: $(cat "$D/check.out")"
 svc_op alice federation create "$D/beta.textproto" >"$D/create.out" 2>&1 ||
@@ -51,6 +52,11 @@ for r in "${REGIONS[@]}"; do
     c=$(grep -c 'msg="round done".*proof=verified' "$D/logs/worker-beta-$r.log" || true)
     [ "$c" -ge 2 ] || fail "beta: $r proved $c rounds"
 done
+# its evaluator crashed, in its federation only: logged, its rounds went on
+grep -q 'msg="evaluator command failed" proc=aggregator federation=beta ' "$agg" ||
+    fail "beta's evaluator did not crash in beta's scope"
+! grep -q 'msg="evaluator command failed" proc=aggregator federation=demo ' "$agg" ||
+    fail "an evaluator failed in demo"
 svc_op alice federation list >"$D/list.out" || fail "list: $(cat "$D/list.out")"
 grep -qE '^beta +vision +finished ' "$D/list.out" || fail "list: $(cat "$D/list.out")"
 grep -qE '^demo +vision +running .*\(default\)' "$D/list.out" || fail "list: $(cat "$D/list.out")"
