@@ -364,6 +364,23 @@ static int on_federation(fa_h3_request *req, void *arg)
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
     }
+    if (fa_service_fed_ended(a->svc, c->fed)) {
+        /* aborted: no round will open again, as when its rounds are done */
+        Fedagg__FederationInfo *fi = fedagg__federation_info__unpack(NULL, len, out);
+        free(out);
+        out = NULL;
+        if (fi) {
+            fi->finished = 1;
+            len = fedagg__federation_info__get_packed_size(fi);
+            if ((out = malloc(len ? len : 1)) != NULL)
+                fedagg__federation_info__pack(fi, out);
+            fedagg__federation_info__free_unpacked(fi, NULL);
+        }
+        if (!out) {
+            respond_error(c, req, 500, "the federation's info could not be made");
+            return 0;
+        }
+    }
     c->responded = 1;
     fa_h3_respond(req, 200, h, 1, out, len);
     free(out);

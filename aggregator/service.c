@@ -535,7 +535,10 @@ int fa_service_tick(fa_service *s, uint64_t now_ms)
         }
     }
     fa_log_set_scope(NULL);
-    export_states(s, now_ms);
+    if (now_ms - s->states_at >= 1000) { /* the state gauges: once a second is enough */
+        s->states_at = now_ms;
+        export_states(s, now_ms);
+    }
     return changed;
 }
 
@@ -595,6 +598,14 @@ int fa_service_fed_for_region(fa_service *s, const char *id, const char *region,
         return fa_errorf(err, FA_ERR_AGAIN, "federation %s is stopped: %s", e->id,
                          e->fault[0] ? e->fault : "not open");
     *fed = e->fed;
+    return 0;
+}
+
+int fa_service_fed_ended(const fa_service *s, const fa_fed *fed)
+{
+    for (size_t i = 0; fed && i < s->n; i++)
+        if (s->feds[i]->fed == fed)
+            return s->feds[i]->aborted;
     return 0;
 }
 

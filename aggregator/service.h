@@ -111,6 +111,11 @@ fa_fed *fa_service_fed_at(const fa_service *s, size_t i);
 int fa_service_fed_for_region(fa_service *s, const char *id, const char *region, int write,
                               fa_fed **fed, fa_error *err);
 
+/* 1 when an operator aborted fed (service.h "abort"): it has ended, and
+ * its FederationInfo says finished, so that a region stops waiting for its
+ * rounds. */
+int fa_service_fed_ended(const fa_service *s, const fa_fed *fed);
+
 /* 1 when region is invited to some federation of the service (the
  * membership a handshake checks). */
 int fa_service_is_member(const fa_service *s, const char *region);

@@ -53,6 +53,7 @@ struct fa_service {
     size_t n, cap;
     void (*close_hook)(fa_fed *fed, void *arg);
     void *close_arg;
+    uint64_t states_at; /* when the state gauges were last set */
 };
 
 /* service.c */
