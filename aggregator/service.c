@@ -131,11 +131,11 @@ int fa_svc_load_file(fa_service *s, const char *text, size_t len, const char *na
             fa_diags_addf(diags, name, line, col,
                           "`evaluator` \"%s\" is not one of the service's evaluators (%s)",
                           fc->evaluator, names[0] ? names : "it names none");
+        fa_errorf(err, FA_ERR_INVAL,
+                  "%s:%u:%u: `evaluator` \"%s\" is not one of the service's evaluators (%s)", name,
+                  line, col, fc->evaluator, names[0] ? names : "it names none");
         protobuf_c_message_free_unpacked(m, NULL);
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "%s:%u:%u: `evaluator` \"%s\" is not one of the service's evaluators "
-                         "(%s)",
-                         name, line, col, fc->evaluator, names[0] ? names : "it names none");
+        return FA_ERR_INVAL;
     }
     *out = fc;
     return 0;
