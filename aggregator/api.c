@@ -163,6 +163,7 @@ static void flush(fa_api *a)
     for (; c; c = next) {
         fa_fed_reply r = {0};
         next = c->next;
+        fa_service_log_scope(a->svc, c->fed);
         if (fa_fed_poll(c->fed, c->kind, c->region, c->round, c->attempt, &r)) {
             pending_remove(a, c);
             respond_reply(c, &r);
@@ -190,10 +191,19 @@ void fa_api_tick(fa_api *a)
 {
     fa_service_tick(a->svc, now_ms());
     flush(a);
+    fa_log_set_scope(NULL);
     if (fa_service_fatal(a->svc)) {
         fa_log(FA_LOG_ERROR, "stopping: a committed round could not be recorded", NULL);
         fa_h3_server_stop(a->srv);
     }
+}
+
+/* fa_api_tick from a request's callback, which goes on in its scope. */
+static void tick_in(struct req_ctx *c)
+{
+    fa_api_tick(c->api);
+    if (c->fed)
+        fa_service_log_scope(c->api->svc, c->fed);
 }
 
 /* A federation is about to be closed (service.h, a stopped one reopened):
@@ -308,6 +318,7 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req, int write)
         respond_error(c, req, fed_status(rc), "%s", err.msg);
         return NULL;
     }
+    fa_service_log_scope(a->svc, c->fed);
     fa_fed_region_seen(c->fed, c->region, now_ms());
     return c;
 }
@@ -344,7 +355,7 @@ static int on_federation(fa_h3_request *req, void *arg)
 
     if (!c)
         return 0;
-    fa_api_tick(a);
+    tick_in(c);
     if (!c->fed) {
         respond_error(c, req, 503, "the federation is being reopened: retry");
         return 0;
@@ -352,6 +363,23 @@ static int on_federation(fa_h3_request *req, void *arg)
     if (fa_fed_info(c->fed, now_ms(), &out, &len, &err) != 0) {
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
+    }
+    if (fa_service_fed_ended(a->svc, c->fed)) {
+        /* aborted: no round will open again, as when its rounds are done */
+        Fedagg__FederationInfo *fi = fedagg__federation_info__unpack(NULL, len, out);
+        free(out);
+        out = NULL;
+        if (fi) {
+            fi->finished = 1;
+            len = fedagg__federation_info__get_packed_size(fi);
+            if ((out = malloc(len ? len : 1)) != NULL)
+                fedagg__federation_info__pack(fi, out);
+            fedagg__federation_info__free_unpacked(fi, NULL);
+        }
+        if (!out) {
+            respond_error(c, req, 500, "the federation's info could not be made");
+            return 0;
+        }
     }
     c->responded = 1;
     fa_h3_respond(req, 200, h, 1, out, len);
@@ -763,7 +791,7 @@ static int on_round_request(fa_h3_request *req, void *arg)
         fa_h3_request_set_max_body(req, MAX_MESSAGE);
         return 0;
     }
-    fa_api_tick(a);
+    tick_in(c);
     if (!c->fed) {
         respond_error(c, req, 503, "the federation is being reopened: retry");
         c->discard = 1;
@@ -842,7 +870,6 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
 
 static void on_round_end(fa_h3_request *req, void *arg)
 {
-    fa_api *a = arg;
     struct req_ctx *c = fa_h3_request_get_data(req);
     fa_fed_reply r = {0};
     int rc;
@@ -863,7 +890,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
             }
         }
         hold(c);
-        fa_api_tick(a);
+        tick_in(c);
         return;
     }
     rc = fa_fed_submit(c->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
@@ -877,7 +904,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
         return;
     }
     hold(c);
-    fa_api_tick(a);
+    tick_in(c);
 }
 
 /* --- POST /v1/evaluations ------------------------------------------------- */
@@ -1015,30 +1042,41 @@ static int on_federations(fa_h3_request *req, void *arg)
     return 0;
 }
 
-/* /v1/federations/{id}/<rest>: the route of /v1/<rest>, for federation id. */
-static int on_prefixed_request(fa_h3_request *req, void *arg)
+/* Every region request: which route and federation it is for.  An
+ * unprefixed path is the default federation's route of that path;
+ * /v1/federations/{id}/<rest> the route of /v1/<rest> for federation id.
+ * Non-prefix routes match their whole path.  The log lines written while
+ * a request is handled name its federation (in a service); the scope is
+ * cleared when each callback returns. */
+static int dispatch_request(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
-    const char *path = fa_h3_request_path(req) + strlen(FEDERATIONS "/");
-    const char *method = fa_h3_request_method(req);
-    const char *slash = strchr(path, '/');
+    const char *full = fa_h3_request_path(req), *method = fa_h3_request_method(req);
+    const char *id = NULL, *slash = NULL;
     const struct route *r = NULL;
     struct req_ctx *c;
     char sub[sizeof(((struct req_ctx *)0)->path_buf)];
-    int other_method = 0;
+    int prefixed = !strncmp(full, FEDERATIONS "/", strlen(FEDERATIONS "/")), other_method = 0;
+    int rc;
 
-    if (!slash || slash == path || (size_t)(slash - path) >= sizeof(c->fed_id) ||
-        (size_t)snprintf(sub, sizeof(sub), "/v1/%s", slash + 1) >= sizeof(sub)) {
-        respond_error(NULL, req, 404,
-                      "no such resource: %s (expected /v1/federations/{id}/{federation|status|"
-                      "models/...|audit/...|rounds/...|evaluations|privacy|decision})",
-                      fa_h3_request_path(req));
-        return 0;
+    if (prefixed) {
+        id = full + strlen(FEDERATIONS "/");
+        slash = strchr(id, '/');
+        if (!slash || slash == id || (size_t)(slash - id) >= sizeof(c->fed_id) ||
+            (size_t)snprintf(sub, sizeof(sub), "/v1/%s", slash + 1) >= sizeof(sub)) {
+            respond_error(NULL, req, 404,
+                          "no such resource: %s (expected /v1/federations/{id}/{federation|"
+                          "status|models/...|audit/...|rounds/...|evaluations|privacy|decision})",
+                          full);
+            return 0;
+        }
+    } else {
+        snprintf(sub, sizeof(sub), "%s", full);
     }
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         const struct route *x = &routes[i];
         int match = x->prefix ? !strncmp(sub, x->path, strlen(x->path)) : !strcmp(sub, x->path);
-        if (!match)
+        if (!match || (!prefixed && !x->unprefixed))
             continue;
         if (strcmp(x->method, method) != 0) {
             other_method = 1;
@@ -1048,8 +1086,7 @@ static int on_prefixed_request(fa_h3_request *req, void *arg)
         break;
     }
     if (!r) {
-        respond_error(NULL, req, other_method ? 405 : 404, "%s %s: %s", method,
-                      fa_h3_request_path(req),
+        respond_error(NULL, req, other_method ? 405 : 404, "%s %s: %s", method, full,
                       other_method ? "not with this method" : "no such resource");
         return 0;
     }
@@ -1057,25 +1094,48 @@ static int on_prefixed_request(fa_h3_request *req, void *arg)
         fa_h3_respond(req, 500, NULL, 0, "out of memory", 13);
         return 0;
     }
-    memcpy(c->fed_id, path, (size_t)(slash - path));
-    c->fed_id[slash - path] = '\0';
+    if (prefixed) {
+        memcpy(c->fed_id, id, (size_t)(slash - id));
+        c->fed_id[slash - id] = '\0';
+    }
     snprintf(c->path_buf, sizeof(c->path_buf), "%s", sub);
     c->path = c->path_buf;
     c->h = r->h;
-    return c->h->on_request(req, arg);
+    rc = c->h->on_request(req, arg);
+    fa_log_set_scope(NULL);
+    return rc;
 }
 
-static int on_prefixed_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
+/* The callbacks after on_request run in the request's federation's scope. */
+static struct req_ctx *scoped(fa_h3_request *req)
 {
     struct req_ctx *c = fa_h3_request_get_data(req);
-    return c && c->h && c->h->on_body ? c->h->on_body(req, data, len, arg) : 0;
+    if (c && c->fed)
+        fa_service_log_scope(c->api->svc, c->fed);
+    return c;
 }
 
-static void on_prefixed_end(fa_h3_request *req, void *arg)
+static int dispatch_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
 {
-    struct req_ctx *c = fa_h3_request_get_data(req);
+    struct req_ctx *c = scoped(req);
+    int rc = c && c->h && c->h->on_body ? c->h->on_body(req, data, len, arg) : 0;
+    fa_log_set_scope(NULL);
+    return rc;
+}
+
+static void dispatch_end(fa_h3_request *req, void *arg)
+{
+    struct req_ctx *c = scoped(req);
     if (c && c->h && c->h->on_body_end)
         c->h->on_body_end(req, arg);
+    fa_log_set_scope(NULL);
+}
+
+static void dispatch_close(fa_h3_request *req, int err, void *arg)
+{
+    scoped(req);
+    on_close(req, err, arg);
+    fa_log_set_scope(NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1083,8 +1143,8 @@ static void on_prefixed_end(fa_h3_request *req, void *arg)
 int fa_api_new(fa_api **out, fa_h3_server *srv, fa_service *svc, fa_error *err)
 {
     static const fa_h3_handler federations = {on_federations, NULL, NULL, on_close};
-    static const fa_h3_handler prefixed = {on_prefixed_request, on_prefixed_body, on_prefixed_end,
-                                           on_close};
+    static const fa_h3_handler dispatch = {dispatch_request, dispatch_body, dispatch_end,
+                                           dispatch_close};
     fa_api *a = calloc(1, sizeof(*a));
     int rc = 0;
 
@@ -1095,10 +1155,10 @@ int fa_api_new(fa_api **out, fa_h3_server *srv, fa_service *svc, fa_error *err)
     a->svc = svc;
     for (size_t i = 0; rc == 0 && i < sizeof(routes) / sizeof(routes[0]); i++)
         if (routes[i].unprefixed)
-            rc = fa_h3_server_route(srv, routes[i].method, routes[i].path, routes[i].h, a);
+            rc = fa_h3_server_route(srv, routes[i].method, routes[i].path, &dispatch, a);
     if (rc != 0 || (rc = fa_h3_server_route(srv, "GET", FEDERATIONS, &federations, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "GET", FEDERATIONS "/", &prefixed, a)) != 0 ||
-        (rc = fa_h3_server_route(srv, "POST", FEDERATIONS "/", &prefixed, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "GET", FEDERATIONS "/", &dispatch, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", FEDERATIONS "/", &dispatch, a)) != 0 ||
         (rc = fa_api_admin_routes(srv, svc)) != 0 ||   /* aggregator/api_admin.h */
         (rc = fa_service_api_routes(srv, svc)) != 0) { /* aggregator/service_api.h */
         free(a);

@@ -162,6 +162,11 @@ static const char STYLE[] =
     ".state-connected,.outcome-completed{background:#dcf3e3;color:var(--ok)}\n"
     ".state-offline{background:#eceff3;color:var(--mute)}\n"
     ".state-drained,.outcome-aborted{background:#fde2e1;color:var(--bad)}\n"
+    ".state-running,.state-finished{background:#dcf3e3;color:var(--ok)}\n"
+    ".state-paused{background:#fff4e0;color:var(--warn)}\n"
+    ".state-stopped{background:#fde2e1;color:var(--bad)}\n"
+    ".state-archived{background:#eceff3;color:var(--mute)}\n"
+    ".federation>h2{font-size:18px}\n"
     ".phase{background:#dde7f7;color:var(--accent)}\n"
     ".banner{padding:10px 14px;border-radius:6px;margin:0 0 18px;font-weight:600}\n"
     ".banner.paused{background:#fff4e0;border:1px solid #f0c27a;color:var(--warn)}\n"
@@ -910,6 +915,121 @@ static int finish(fa_strbuf *b, char **out, size_t *out_len, fa_error *err)
     return 0;
 }
 
+/* ---------------------------------------------------------------- service */
+
+/* Copies src into dst, every ` id="` of it prefixed (a federation's panels,
+ * several on one page).  Strings from the document are escaped (a quote is
+ * &quot;), so every ` id="` in src is one of ours. */
+static void put_prefixed_ids(fa_strbuf *dst, const fa_strbuf *src, const char *prefix)
+{
+    static const char tag[] = " id=\"";
+    const char *p = src->data, *end = src->data + src->len, *at;
+
+    while (p && p < end && (at = strstr(p, tag)) != NULL && at < end) {
+        fa_strbuf_put(dst, p, (size_t)(at - p) + strlen(tag));
+        fa_strbuf_puts(dst, prefix);
+        p = at + strlen(tag);
+    }
+    if (p && p < end)
+        fa_strbuf_put(dst, p, (size_t)(end - p));
+    if (src->oom)
+        dst->oom = 1;
+}
+
+/* The latest accuracy of a federation: built-in, else federated, else the
+ * evaluator's; "-" when none. */
+static void latest_accuracy(const json_t *f, char *buf, size_t n)
+{
+    const json_t *fe = json_object_get(f, "federated_eval");
+    const json_t *ce = json_object_get(f, "central_eval");
+    double v;
+    if (num(f, "eval_accuracy", &v) || (json_is_object(fe) && num(fe, "accuracy", &v)) ||
+        (json_is_object(ce) && num(ce, "accuracy", &v)))
+        fmt_acc(v, buf, n);
+    else
+        snprintf(buf, n, "-");
+}
+
+static void federations_table(fa_strbuf *b, const json_t *feds)
+{
+    const json_t *f;
+    size_t i;
+
+    fa_strbuf_puts(b, "<section id=\"federations-section\"><h2>Federations</h2>\n");
+    if (json_array_size(feds) == 0) {
+        fa_strbuf_puts(b, "<p class=\"empty\">No federation yet: operators create them with "
+                          "<code>fedagg federation create</code>.</p></section>\n");
+        return;
+    }
+    fa_strbuf_puts(b, "<table id=\"federations\"><thead><tr><th>Federation</th><th>Team</th>"
+                      "<th>State</th><th class=\"n\">Round</th><th>Phase</th>"
+                      "<th class=\"n\">Model</th><th class=\"n\">Accuracy</th>"
+                      "<th class=\"n\">Regions</th></tr></thead><tbody>\n");
+    json_array_foreach(feds, i, f)
+    {
+        const char *st = str(f, "state"), *why = str(f, "state_reason");
+        const json_t *rs = json_object_get(f, "regions"), *r;
+        size_t k, connected = 0;
+        char acc[32];
+        json_array_foreach(rs, k, r) connected += flag(r, "connected");
+        latest_accuracy(f, acc, sizeof(acc));
+        fa_strbuf_printf(b, "<tr><td><a href=\"#f%zu\">", i);
+        put_esc(b, str(f, "id") ? str(f, "id") : "?");
+        fa_strbuf_puts(b, "</a>");
+        if (flag(f, "default"))
+            fa_strbuf_puts(b, " <span class=\"sub\">(default)</span>");
+        fa_strbuf_puts(b, "</td><td>");
+        put_esc(b, str(f, "team") && str(f, "team")[0] ? str(f, "team") : "-");
+        fa_strbuf_puts(b, "</td><td><span class=\"state state-");
+        /* the state names a class only when it is one of ours */
+        fa_strbuf_puts(b, st && (!strcmp(st, "running") || !strcmp(st, "paused") ||
+                                 !strcmp(st, "finished") || !strcmp(st, "stopped") ||
+                                 !strcmp(st, "archived"))
+                              ? st
+                              : "offline");
+        fa_strbuf_puts(b, "\">");
+        put_esc(b, st ? st : "unknown");
+        fa_strbuf_puts(b, "</span>");
+        if (why && why[0]) {
+            fa_strbuf_puts(b, " ");
+            put_esc(b, why);
+        }
+        fa_strbuf_printf(b, "</td><td class=\"n\">%.0f</td><td>", num_or(f, "round", 0));
+        put_esc(b, str(f, "phase") ? str(f, "phase") : "-");
+        fa_strbuf_printf(b,
+                         "</td><td class=\"n\">%.0f</td><td class=\"n\">%s</td>"
+                         "<td class=\"n\">%zu / %zu</td></tr>\n",
+                         num_or(f, "model_version", 0), acc, connected, json_array_size(rs));
+    }
+    fa_strbuf_puts(b, "</tbody></table></section>\n");
+}
+
+/* A service's page: the table of its federations, then each one's panels. */
+static void service_page(fa_strbuf *b, const json_t *doc, uint64_t now)
+{
+    const json_t *feds = json_object_get(doc, "federations"), *f;
+    size_t i;
+
+    federations_table(b, feds);
+    json_array_foreach(feds, i, f)
+    {
+        fa_strbuf one = {0};
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "f%zu-", i);
+        fa_strbuf_printf(b, "<div class=\"federation\" id=\"f%zu\"><h2>Federation ", i);
+        put_esc(b, str(f, "id") ? str(f, "id") : "?");
+        fa_strbuf_puts(b, "</h2>\n");
+        overview(&one, f, now);
+        regions(&one, f, now);
+        accuracy_chart(&one, f);
+        timeline(&one, f);
+        audit(&one, f);
+        put_prefixed_ids(b, &one, prefix);
+        free(one.data);
+        fa_strbuf_puts(b, "</div>\n");
+    }
+}
+
 int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_ms, char **out,
                         size_t *out_len, fa_error *err)
 {
@@ -929,19 +1049,38 @@ int fa_dashboard_render(const char *status_json, size_t len, uint64_t now_unix_m
         json_decref(st);
         return fa_errorf(err, FA_ERR_PARSE, "dashboard: the status is not a JSON object");
     }
-    fed = str(st, "federation_id");
-    snprintf(title, sizeof(title), "fedagg %s: round %.0f, %s", fed ? fed : "federation",
-             num_or(st, "round", 0), str(st, "phase") ? str(st, "phase") : "unknown");
-    page_head(&b, title);
-    fa_strbuf_puts(&b, "<header><h1>fedagg federation <span id=\"federation-id\">");
-    put_esc(&b, fed ? fed : "?");
-    fa_strbuf_puts(
-        &b, "</span></h1><span class=\"meta\">read-only dashboard</span></header>\n<main>\n");
-    overview(&b, st, now_unix_ms);
-    regions(&b, st, now_unix_ms);
-    accuracy_chart(&b, st);
-    timeline(&b, st);
-    audit(&b, st);
+    if (json_is_array(json_object_get(st, "federations")) &&
+        json_is_object(json_object_get(st, "service"))) {
+        const json_t *sv = json_object_get(st, "service");
+        snprintf(title, sizeof(title), "fedagg service: %.0f federations",
+                 num_or(sv, "federations", 0));
+        page_head(&b, title);
+        fa_strbuf_printf(&b,
+                         "<header><h1>fedagg service</h1><span class=\"meta\" "
+                         "id=\"service-summary\">%.0f federations: %.0f running, %.0f paused, "
+                         "%.0f finished, %.0f stopped, %.0f archived</span></header>\n<main>\n",
+                         num_or(sv, "federations", 0),
+                         num_or(json_object_get(sv, "states"), "running", 0),
+                         num_or(json_object_get(sv, "states"), "paused", 0),
+                         num_or(json_object_get(sv, "states"), "finished", 0),
+                         num_or(json_object_get(sv, "states"), "stopped", 0),
+                         num_or(json_object_get(sv, "states"), "archived", 0));
+        service_page(&b, st, now_unix_ms);
+    } else {
+        fed = str(st, "federation_id");
+        snprintf(title, sizeof(title), "fedagg %s: round %.0f, %s", fed ? fed : "federation",
+                 num_or(st, "round", 0), str(st, "phase") ? str(st, "phase") : "unknown");
+        page_head(&b, title);
+        fa_strbuf_puts(&b, "<header><h1>fedagg federation <span id=\"federation-id\">");
+        put_esc(&b, fed ? fed : "?");
+        fa_strbuf_puts(
+            &b, "</span></h1><span class=\"meta\">read-only dashboard</span></header>\n<main>\n");
+        overview(&b, st, now_unix_ms);
+        regions(&b, st, now_unix_ms);
+        accuracy_chart(&b, st);
+        timeline(&b, st);
+        audit(&b, st);
+    }
     fa_dashboard_fmt_utc((double)now_unix_ms, t, sizeof(t));
     fa_strbuf_printf(
         &b,

@@ -1,7 +1,7 @@
 /* dashboard.h - the aggregator's read-only web dashboard: one HTML page.
  *
  * A pure function: the "status" JSON document of fa_fed_admin_json()
- * (federation.h) in, one self-contained HTML page out: inline CSS, charts
+ * (federation.h), or a service's, in, one self-contained HTML page out: inline CSS, charts
  * drawn on the server as inline SVG, no script, no external asset, so that
  * it works behind any proxy and offline.  aggregator/metrics.c serves it at
  * GET /dashboard on the metrics port from a snapshot the server loop
@@ -19,6 +19,14 @@
  * the audit log's size and latest signed checkpoint.  The status document
  * holds only counters, names and public digests (federation.h: "nothing
  * secret"), and every string taken from it is HTML-escaped.
+ *
+ * A service's document (fa_service_status_json, service.h: "service" and
+ * "federations") gives a service's page instead: a table of its
+ * federations (id, team, state and why, round, phase, model version,
+ * latest accuracy, regions connected), then each federation's panels as
+ * above, their element ids prefixed "f<i>-" (i its row) and each under
+ * <div class="federation" id="f<i>">; the table's hooks are the ids
+ * federations (table) and service-summary.
  *
  * Parts of the document that are missing (a federation before its first
  * round, no evaluation configured) are shown as such, never as an error.

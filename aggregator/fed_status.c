@@ -309,6 +309,11 @@ int fa_fed_fatal(const fa_fed *f)
     return f->fatal;
 }
 
+const char *fa_fed_id(const fa_fed *f)
+{
+    return f->federation_id;
+}
+
 int fa_fed_paused(const fa_fed *f)
 {
     return f->paused;

@@ -85,7 +85,8 @@ static const char usage[] =
 
 /* The operators' state of one federation's status document as gauges, for
  * the alerting rules (deploy/prometheus/): fedagg_paused and
- * fedagg_region_drained{region} (federation.h exports no metric of them),
+ * fedagg_region_drained{region} and fedagg_region_refused{region} (federation.h
+ * exports no metric of them),
  * labelled federation="<id>" in a service. */
 static void operator_gauges(fa_metrics *m, const json_t *st, int label)
 {
@@ -108,6 +109,11 @@ static void operator_gauges(fa_metrics *m, const json_t *st, int label)
         fa_metrics_label(labels, sizeof(labels), "region", id);
         fa_metrics_set(m, "fedagg_region_drained", labels,
                        json_is_true(json_object_get(r, "drained")) ? 1 : 0);
+        fa_metrics_set(m, "fedagg_region_refused", labels,
+                       json_string_value(json_object_get(r, "decision")) &&
+                               !strcmp(json_string_value(json_object_get(r, "decision")), "refused")
+                           ? 1
+                           : 0);
     }
 }
 
@@ -337,6 +343,10 @@ int main(int argc, char **argv)
     fa_metrics_define(metrics, "fedagg_region_drained", FA_METRIC_GAUGE,
                       "1 while an operator has drained the region (fedagg drain), else 0.", NULL, 0,
                       NULL);
+    fa_metrics_define(metrics, "fedagg_region_refused", FA_METRIC_GAUGE,
+                      "1 while the region's latest decision refuses the federation's offer (it is "
+                      "not expected in its rounds), else 0.",
+                      NULL, 0, NULL);
     app.metrics = metrics;
     rc = fa_service_open(&app.svc, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)

@@ -122,6 +122,9 @@ struct fa_note_signer;
 int fa_fed_signer_load(const char *path, const char *origin, struct fa_note_signer **out,
                        fa_error *err);
 
+/* The federation's id. */
+const char *fa_fed_id(const fa_fed *f);
+
 /* 1 while an operator has paused f (fa_fed_admin_pause). */
 int fa_fed_paused(const fa_fed *f);
 

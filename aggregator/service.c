@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,11 +131,11 @@ int fa_svc_load_file(fa_service *s, const char *text, size_t len, const char *na
             fa_diags_addf(diags, name, line, col,
                           "`evaluator` \"%s\" is not one of the service's evaluators (%s)",
                           fc->evaluator, names[0] ? names : "it names none");
+        fa_errorf(err, FA_ERR_INVAL,
+                  "%s:%u:%u: `evaluator` \"%s\" is not one of the service's evaluators (%s)", name,
+                  line, col, fc->evaluator, names[0] ? names : "it names none");
         protobuf_c_message_free_unpacked(m, NULL);
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "%s:%u:%u: `evaluator` \"%s\" is not one of the service's evaluators "
-                         "(%s)",
-                         name, line, col, fc->evaluator, names[0] ? names : "it names none");
+        return FA_ERR_INVAL;
     }
     *out = fc;
     return 0;
@@ -353,6 +354,10 @@ int fa_service_open(fa_service **out, const Fedagg__AggregatorConfig *cfg,
     *out = NULL;
     if (!s)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    if (sodium_init() < 0) {
+        free(s);
+        return fa_errorf(err, FA_ERR_CRYPTO, "libsodium initialisation failed");
+    }
     s->cfg = cfg;
     s->metrics = metrics;
     s->many = cfg->service && cfg->service->dir && cfg->service->dir[0];
@@ -398,6 +403,7 @@ int fa_service_open(fa_service **out, const Fedagg__AggregatorConfig *cfg,
         if (e->fed || (e->fault[0] && !e->is_default))
             continue;
         fa_error_clear(&e_err);
+        fa_svc_scope(s, e);
         rc = fa_svc_open_fed(s, e, now_ms, &e_err);
         if (rc != 0 && !s->many) {
             fa_errorf(err, rc, "%s", e_err.msg);
@@ -412,12 +418,14 @@ int fa_service_open(fa_service **out, const Fedagg__AggregatorConfig *cfg,
         reconcile_pause(e, now_ms);
         settle_aborted(e, now_ms);
     }
+    fa_log_set_scope(NULL);
     if (s->many)
         fa_log(FA_LOG_INFO, "service open", "dir=%s federations=%zu default=%s", s->dir, s->n,
                cfg->n_regions ? s->feds[0]->id : "(none)");
     *out = s;
     return 0;
 fail:
+    fa_log_set_scope(NULL);
     fa_service_close(s);
     return rc;
 }
@@ -433,6 +441,29 @@ void fa_service_close(fa_service *s)
     fa_note_signer_del(s->signer);
     free(s->dir);
     free(s);
+}
+
+void fa_service_log_scope(const fa_service *s, const fa_fed *fed)
+{
+    char kv[160], q[128];
+    if (!s->many || !fed) {
+        fa_log_set_scope(NULL);
+        return;
+    }
+    snprintf(kv, sizeof(kv), "federation=%s", fa_log_quote(q, sizeof(q), fa_fed_id(fed)));
+    fa_log_set_scope(kv);
+}
+
+/* The same for an entry, open or not. */
+void fa_svc_scope(const fa_service *s, const struct svc_fed *e)
+{
+    char kv[160], q[128];
+    if (!s->many) {
+        fa_log_set_scope(NULL);
+        return;
+    }
+    snprintf(kv, sizeof(kv), "federation=%s", fa_log_quote(q, sizeof(q), e->id));
+    fa_log_set_scope(kv);
 }
 
 void fa_service_set_close_hook(fa_service *s, void (*fn)(fa_fed *fed, void *arg), void *arg)
@@ -490,6 +521,7 @@ int fa_service_tick(fa_service *s, uint64_t now_ms)
         struct svc_fed *e = s->feds[i];
         if (!e->fed || e->fault[0] || e->archived || e->aborted)
             continue;
+        fa_svc_scope(s, e);
         changed |= fa_fed_tick(e->fed, now_ms);
         if (s->many && fa_fed_fatal(e->fed)) {
             snprintf(e->fault, sizeof(e->fault),
@@ -502,7 +534,11 @@ int fa_service_tick(fa_service *s, uint64_t now_ms)
             changed = 1;
         }
     }
-    export_states(s, now_ms);
+    fa_log_set_scope(NULL);
+    if (now_ms - s->states_at >= 1000) { /* the state gauges: once a second is enough */
+        s->states_at = now_ms;
+        export_states(s, now_ms);
+    }
     return changed;
 }
 
@@ -562,6 +598,14 @@ int fa_service_fed_for_region(fa_service *s, const char *id, const char *region,
         return fa_errorf(err, FA_ERR_AGAIN, "federation %s is stopped: %s", e->id,
                          e->fault[0] ? e->fault : "not open");
     *fed = e->fed;
+    return 0;
+}
+
+int fa_service_fed_ended(const fa_service *s, const fa_fed *fed)
+{
+    for (size_t i = 0; fed && i < s->n; i++)
+        if (s->feds[i]->fed == fed)
+            return s->feds[i]->aborted;
     return 0;
 }
 

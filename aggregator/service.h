@@ -111,6 +111,11 @@ fa_fed *fa_service_fed_at(const fa_service *s, size_t i);
 int fa_service_fed_for_region(fa_service *s, const char *id, const char *region, int write,
                               fa_fed **fed, fa_error *err);
 
+/* 1 when an operator aborted fed (service.h "abort"): it has ended, and
+ * its FederationInfo says finished, so that a region stops waiting for its
+ * rounds. */
+int fa_service_fed_ended(const fa_service *s, const fa_fed *fed);
+
 /* 1 when region is invited to some federation of the service (the
  * membership a handshake checks). */
 int fa_service_is_member(const fa_service *s, const char *region);
@@ -181,6 +186,11 @@ int fa_service_fed(fa_service *s, const char *id, fa_fed **fed, fa_error *err);
 int fa_service_list_json(fa_service *s, const char *op, uint64_t now_ms, char **out, fa_error *err);
 int fa_service_show_json(fa_service *s, const char *id, uint64_t now_ms, char **out, fa_error *err);
 int fa_service_status_json(fa_service *s, uint64_t now_ms, char **out, fa_error *err);
+
+/* Makes this thread's log lines name fed ("federation=<id>", fa_log.h
+ * fa_log_set_scope) while it works for it; fed NULL, or a single-federation
+ * config: none (its lines stay as they always were). */
+void fa_service_log_scope(const fa_service *s, const fa_fed *fed);
 
 /* Called with a federation's fa_fed just before the service closes it
  * while the process runs (a stopped federation reopened by resume), so that

@@ -3,10 +3,13 @@
  * service.h. */
 #include "aggregator/service_internal.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
@@ -96,6 +99,27 @@ int fa_service_fed(fa_service *s, const char *id, fa_fed **fed, fa_error *err)
 /* Create                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* Removes what dir holds, not dir itself: it may be a volume mounted there
+ * for this federation.  A dir that does not exist is no error. */
+static int clear_dir(const char *dir, fa_error *err)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char path[4096];
+    int rc = 0;
+
+    if (!d)
+        return errno == ENOENT ? 0 : fa_errorf(err, FA_ERR_IO, "%s: %s", dir, strerror(errno));
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        rc = fa_file_remove_tree(path, err);
+    }
+    closedir(d);
+    return rc;
+}
+
 static size_t held(const fa_service *s)
 {
     size_t n = 0;
@@ -148,16 +172,21 @@ int fa_service_create(fa_service *s, const char *op, const char *text, size_t le
     snprintf(e->created_by, sizeof(e->created_by), "%s", op);
     e->created_unix_ms = fa_time_unix_ms();
     /* A directory of this id holds nothing the log knows: what a create
-     * that died before its record left. */
+     * that died before its record left, or an empty volume provisioned for
+     * it. */
     fa_error_clear(&e2);
-    if ((rc = fa_file_remove_tree(e->dir, err)) != 0)
+    if ((rc = clear_dir(e->dir, err)) != 0)
         goto fail;
+    fa_svc_scope(s, e);
     rc = fa_svc_open_fed(s, e, now_ms, err);
+    fa_log_set_scope(NULL);
     if (rc != 0) {
         fa_error_prefix(err, rc, "federation %s", e->id);
         goto fail_dir;
     }
+    fa_svc_scope(s, e);
     rc = fa_svc_log_append(s, e->id, "create", op, e->team, e, "created", err);
+    fa_log_set_scope(NULL);
     if (rc != 0)
         goto fail_dir;
     {
@@ -173,9 +202,10 @@ int fa_service_create(fa_service *s, const char *op, const char *text, size_t le
         fa_svc_entry_free(e);
         return rc;
     }
-    fa_log(FA_LOG_INFO, "federation created",
-           "federation=%s team=%s operator=%s regions=%zu memory_mib=%.1f", e->id, e->team, op,
-           e->cfg->n_regions, (double)fa_fed_memory_need(e->fed) / 1048576.0);
+    fa_svc_scope(s, e);
+    fa_log(FA_LOG_INFO, "federation created", "team=%s operator=%s regions=%zu memory_mib=%.1f",
+           e->team, op, e->cfg->n_regions, (double)fa_fed_memory_need(e->fed) / 1048576.0);
+    fa_log_set_scope(NULL);
     if (id_out)
         *id_out = e->id;
     return 0;
@@ -183,9 +213,10 @@ fail_dir:
     fa_fed_close(e->fed);
     e->fed = NULL;
     fa_error_clear(&e2);
-    if (fa_file_remove_tree(e->dir, &e2) != 0)
+    if (clear_dir(e->dir, &e2) != 0)
         fa_log(FA_LOG_WARN, "cannot remove a federation that was not created",
                "federation=%s error=\"%s\"", e->id, e2.msg);
+    rmdir(e->dir); /* unless it is a mount point: then it stays, empty */
 fail:
     if (fc)
         protobuf_c_message_free_unpacked(&fc->base, NULL);
@@ -364,8 +395,23 @@ static int act_archive(fa_service *s, struct svc_fed *e, const char *op, char *m
     return 0;
 }
 
+static int act(fa_service *s, const char *op, const char *id, const char *action,
+               const char *region, uint64_t now_ms, char *msg, size_t n, fa_error *err);
+
 int fa_service_act(fa_service *s, const char *op, const char *id, const char *action,
                    const char *region, uint64_t now_ms, char *msg, size_t n, fa_error *err)
+{
+    const struct svc_fed *e = fa_svc_find(s, id);
+    int rc;
+    if (e)
+        fa_svc_scope(s, e);
+    rc = act(s, op, id, action, region, now_ms, msg, n, err);
+    fa_log_set_scope(NULL);
+    return rc;
+}
+
+static int act(fa_service *s, const char *op, const char *id, const char *action,
+               const char *region, uint64_t now_ms, char *msg, size_t n, fa_error *err)
 {
     struct svc_fed *e = fa_svc_find(s, id);
     uint64_t round;

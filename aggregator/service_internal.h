@@ -53,11 +53,14 @@ struct fa_service {
     size_t n, cap;
     void (*close_hook)(fa_fed *fed, void *arg);
     void *close_arg;
+    uint64_t states_at; /* when the state gauges were last set */
 };
 
 /* service.c */
 struct svc_fed *fa_svc_find(const fa_service *s, const char *id);
 int fa_svc_can_run(const struct svc_fed *e);
+/* fa_service_log_scope for an entry (open or not). */
+void fa_svc_scope(const fa_service *s, const struct svc_fed *e);
 int fa_svc_state(const struct svc_fed *e, uint64_t now_ms, char *why, size_t n);
 /* Opens e's fa_fed beside the federations that can run; on failure e->fault
  * says why and the code is returned. */

@@ -80,9 +80,10 @@ int fa_svc_log_append(fa_service *s, const char *fed_id, const char *action, con
     if (rc != 0)
         return fa_error_prefix(err, rc, "the service log could not record the %s of %s", action,
                                fed_id);
+    /* the caller's scope names the federation (fa_svc_scope) */
     fa_log(FA_LOG_INFO, "lifecycle action recorded",
-           "operator=%s action=%s federation=%s team=%s index=%" PRIu64 " reason=\"%s\"", op,
-           action, fed_id, team ? team : "", ar.index, lc.reason);
+           "operator=%s action=%s team=%s index=%" PRIu64 " reason=\"%s\"", op, action,
+           team ? team : "", ar.index, lc.reason);
     fa_audit_append_result_free(&ar);
     return 0;
 }

@@ -11,6 +11,8 @@
 /* Process-wide logging settings, written by main before threads start. */
 static int log_level = -1;
 static char log_context[256];
+/* This thread's scope (fa_log_set_scope): what it is working on now. */
+static _Thread_local char log_scope[160];
 
 int fa_log_level_parse(const char *name)
 {
@@ -30,6 +32,11 @@ int fa_log_level_parse(const char *name)
 void fa_log_set_level(int level)
 {
     log_level = level;
+}
+
+void fa_log_set_scope(const char *kv)
+{
+    snprintf(log_scope, sizeof(log_scope), "%s", kv ? kv : "");
 }
 
 void fa_log_set_context(const char *kv)
@@ -111,6 +118,10 @@ void fa_log(int level, const char *msg, const char *kvfmt, ...)
     len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
     if (log_context[0] && len + 2 < sizeof(line)) {
         n = snprintf(line + len, sizeof(line) - len, " %s", log_context);
+        len += n < 0 ? 0 : (size_t)n < sizeof(line) - len ? (size_t)n : sizeof(line) - len - 1;
+    }
+    if (log_scope[0] && len + 2 < sizeof(line)) {
+        n = snprintf(line + len, sizeof(line) - len, " %s", log_scope);
         len += n < 0 ? 0 : (size_t)n < sizeof(line) - len ? (size_t)n : sizeof(line) - len - 1;
     }
     if (kvfmt && kvfmt[0] && len + 2 < sizeof(line)) {

@@ -26,6 +26,13 @@ int fa_log_level_parse(const char *name);
  * main only; the string is copied. */
 void fa_log_set_context(const char *kv);
 
+/* Sets a key=value scope added after the context to every line this thread
+ * writes until it is set again ("" or NULL: none), e.g. "federation=beta"
+ * while an aggregation service works on one of its federations.  The
+ * caller passes plain key=value text (fa_log_quote a value that needs
+ * it); the string is copied. */
+void fa_log_set_scope(const char *kv);
+
 int fa_log_enabled(int level);
 
 /* Writes one line with a single write(2), so concurrent processes sharing

@@ -250,6 +250,46 @@ static void test_long_history(void **state)
     free(doc);
 }
 
+/* A service's page: its federations in one table, each one's panels below
+ * with ids of its own, the states and reasons shown. */
+static void test_service_page(void **state)
+{
+    static const char head[] =
+        "{\"service\":{\"federations\":2,\"states\":{\"running\":1,\"paused\":0,"
+        "\"finished\":0,\"stopped\":1,\"archived\":0}},\"federations\":[";
+    char *doc, *html;
+    size_t n;
+    (void)state;
+
+    n = strlen(head) + 2 * strlen(STATUS) + 512;
+    doc = malloc(n);
+    assert_non_null(doc);
+    /* the demo status twice: the second as another federation, stopped */
+    snprintf(doc, n,
+             "%s%.*s,\"id\":\"demo\",\"team\":\"vision\",\"state\":\"running\","
+             "\"state_reason\":\"\",\"default\":true},"
+             "%.*s,\"id\":\"x<y\",\"team\":\"nlp\",\"state\":\"stopped\","
+             "\"state_reason\":\"storage: disk full\",\"default\":false}]}",
+             head, (int)strlen(STATUS) - 1, STATUS, (int)strlen(STATUS) - 1, STATUS);
+    html = render(doc);
+    assert_non_null(strstr(html, "<h1>fedagg service</h1>"));
+    assert_non_null(strstr(html, "2 federations: 1 running, 0 paused, 0 finished, 1 stopped"));
+    assert_non_null(strstr(html, "<table id=\"federations\">"));
+    assert_non_null(strstr(html, "<a href=\"#f0\">demo</a> <span class=\"sub\">(default)"));
+    assert_non_null(strstr(html, "<a href=\"#f1\">x&lt;y</a>"));
+    assert_non_null(strstr(html, "<span class=\"state state-stopped\">stopped</span> storage: "
+                                 "disk full"));
+    assert_non_null(strstr(html, "<td class=\"n\">81.00%</td><td class=\"n\">2 / 3</td>"));
+    /* each federation's panels, ids of its own, none twice */
+    assert_non_null(strstr(html, "<div class=\"federation\" id=\"f1\"><h2>Federation x&lt;y"));
+    assert_non_null(strstr(html, "id=\"f0-regions\""));
+    assert_non_null(strstr(html, "id=\"f1-regions\""));
+    assert_non_null(strstr(html, "id=\"f1-accuracy-chart\""));
+    assert_null(strstr(html, "id=\"regions\""));
+    free(html);
+    free(doc);
+}
+
 static void test_bad_documents_refused(void **state)
 {
     char *html = (char *)1;
@@ -366,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_accuracy_from_attempts),
         cmocka_unit_test(test_distributed_dp),
         cmocka_unit_test(test_long_history),
+        cmocka_unit_test(test_service_page),
         cmocka_unit_test(test_bad_documents_refused),
         cmocka_unit_test(test_served_on_the_metrics_port),
     };

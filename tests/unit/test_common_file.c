@@ -72,12 +72,19 @@ static void test_log_line_format(void **state)
     fa_log_set_level(FA_LOG_INFO);
     fa_log(FA_LOG_DEBUG, "hidden", NULL);
     fa_log(FA_LOG_INFO, "round started", "round=%d region=%s", 12, "eu-west");
+    /* a thread's scope, after the message (and the context), until cleared */
+    fa_log_set_scope("federation=beta");
+    fa_log(FA_LOG_INFO, "scoped", "k=%d", 1);
+    fa_log_set_scope(NULL);
+    fa_log(FA_LOG_INFO, "unscoped", "k=%d", 2);
     dup2(saved, STDERR_FILENO);
     close(fds[1]);
     n = read(fds[0], out, sizeof(out) - 1);
     close(fds[0]);
     assert_true(n > 0);
     assert_non_null(strstr(out, "level=info msg=\"round started\" round=12 region=eu-west\n"));
+    assert_non_null(strstr(out, "msg=scoped federation=beta k=1\n"));
+    assert_non_null(strstr(out, "msg=unscoped k=2\n"));
     assert_memory_equal(out, "ts=", 3);
     assert_null(strstr(out, "hidden"));
 }
@@ -394,6 +401,33 @@ static void test_private_and_mkdirs(void **state)
     assert_int_equal(fa_file_check_private(path, &err), 0);
 }
 
+/* A tree removed whole; a link in it removed, not followed; a path that
+ * is not there is no error. */
+static void test_remove_tree(void **state)
+{
+    char root[300], path[400], outside[300];
+    struct stat st;
+    fa_error err;
+    (void)state;
+
+    snprintf(root, sizeof(root), "%s/tree", tmpdir);
+    snprintf(outside, sizeof(outside), "%s/outside", tmpdir);
+    snprintf(path, sizeof(path), "%s/a/b", root);
+    assert_int_equal(fa_file_mkdirs(path, 0755, NULL), 0);
+    assert_int_equal(fa_file_mkdirs(outside, 0755, NULL), 0);
+    snprintf(path, sizeof(path), "%s/a/b/file", root);
+    assert_int_equal(fa_file_write_atomic(path, "x", 1, 0644, NULL), 0);
+    snprintf(path, sizeof(path), "%s/outside/kept", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, "y", 1, 0644, NULL), 0);
+    snprintf(path, sizeof(path), "%s/a/link", root);
+    assert_int_equal(symlink(outside, path), 0);
+    assert_int_equal(fa_file_remove_tree(root, &err), 0);
+    assert_int_not_equal(stat(root, &st), 0);
+    snprintf(path, sizeof(path), "%s/outside/kept", tmpdir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(fa_file_remove_tree(root, &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -406,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_atomic_write_spare_fallback),
         cmocka_unit_test(test_read_all_errors),
         cmocka_unit_test(test_private_and_mkdirs),
+        cmocka_unit_test(test_remove_tree),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
