@@ -50,6 +50,7 @@ typedef struct agent {
     fa_agent_core *core;
     fa_service_client **svc;
     Fedagg__FederationList **lists; /* each service's last listing */
+    size_t *ignored;                /* each service's offers without a usable id, last listing */
     fa_privacy_state **ds;          /* each dataset's accountant, NULL without a budget */
     int listen_fd, lock_fd;
     char sock_path[4200];
@@ -668,9 +669,10 @@ static void do_list(agent *a, int s)
         fedagg__federation_list__free_unpacked(a->lists[s], NULL);
     a->lists[s] = l;
     fa_agent_core_listed(a->core, now_ms(), s, l->federations, l->n_federations, &ignored);
-    if (ignored)
+    if (ignored && ignored != a->ignored[s]) /* said when it changes, not every listing */
         fa_log(FA_LOG_WARN, "offers without a usable federation id ignored", "service=%s count=%zu",
                svc_name(a, s), ignored);
+    a->ignored[s] = ignored;
 }
 
 static void do_decision(agent *a, const fa_agent_action *x)
@@ -768,6 +770,7 @@ static void agent_free(agent *a)
     fa_agent_core_del(a->core);
     free(a->svc);
     free(a->lists);
+    free(a->ignored);
     free(a->ds);
     free(a->children);
     if (a->lock_fd >= 0)
@@ -789,8 +792,9 @@ static int agent_start(agent *a, const Fedagg__WorkerConfig *cfg, fa_error *err)
     a->exe[n] = '\0';
     a->svc = calloc(cfg->n_services, sizeof(*a->svc));
     a->lists = calloc(cfg->n_services, sizeof(*a->lists));
+    a->ignored = calloc(cfg->n_services, sizeof(*a->ignored));
     a->ds = calloc(cfg->policy->n_datasets + 1, sizeof(*a->ds));
-    if (!a->svc || !a->lists || !a->ds)
+    if (!a->svc || !a->lists || !a->ignored || !a->ds)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     snprintf(dir, sizeof(dir), "%s/datasets", cfg->state_dir);
     if ((rc = fa_file_mkdirs(dir, 0700, err)) != 0)
