@@ -735,8 +735,8 @@ static void check_worker_privacy(struct ck *c, const Fedagg__WorkerPrivacy *p, c
                 "`%s.unit` \"%s\": only \"example\" (one training example) is supported", what,
                 p->unit ? p->unit : "");
     if (!(isfinite(p->noise_multiplier) && p->noise_multiplier > 0))
-        problem(c, p, "noise_multiplier", 0, "`%s.noise_multiplier` (%g) must be a finite sigma > 0",
-                what, p->noise_multiplier);
+        problem(c, p, "noise_multiplier", 0,
+                "`%s.noise_multiplier` (%g) must be a finite sigma > 0", what, p->noise_multiplier);
     if (!(isfinite(p->clip) && p->clip > 0))
         problem(c, p, "clip", 0, "`%s.clip` (%g) must be a finite L2 norm > 0", what, p->clip);
     if (!(p->sampling_rate >= 0 && p->sampling_rate <= 1))
@@ -871,8 +871,7 @@ static void check_policy(struct ck *c, const Fedagg__RegionPolicy *p)
     }
     for (size_t i = 0; i < p->n_devices; i++) {
         snprintf(what, sizeof(what), "policy.devices[%zu]", i);
-        check_policy_name(c, p, "devices", what, p->devices[i], (const char *const *)p->devices,
-                          i);
+        check_policy_name(c, p, "devices", what, p->devices[i], (const char *const *)p->devices, i);
     }
     for (size_t i = 0; i < p->n_trainers; i++) {
         const Fedagg__PolicyTrainer *t = p->trainers[i];
@@ -932,8 +931,9 @@ static void check_agent(struct ck *c, const Fedagg__WorkerConfig *cfg)
     if (!empty(cfg->aggregator))
         problem(c, cfg, "aggregator", 0, "`aggregator`: %s (each service has its address)", hint);
     if (!empty(cfg->aggregator_public_key) || !empty(cfg->aggregator_public_key_file))
-        problem(c, cfg, empty(cfg->aggregator_public_key) ? "aggregator_public_key_file"
-                                                          : "aggregator_public_key",
+        problem(c, cfg,
+                empty(cfg->aggregator_public_key) ? "aggregator_public_key_file"
+                                                  : "aggregator_public_key",
                 0, "`aggregator_public_key`: %s (each service has its public_key)", hint);
     if (cfg->trainer && cfg->trainer->kind_case != FEDAGG__TRAINER__KIND__NOT_SET)
         problem(c, cfg, "trainer", 0, "`trainer`: %s (policy.trainers)", hint);

@@ -718,8 +718,8 @@ uint64_t fa_privacy_budget_steps(const fa_privacy_budget *b)
 }
 
 int fa_privacy_budget_statement_for(const fa_privacy_budget *b, const char *federation,
-                                    uint64_t round, uint32_t attempt,
-                                    Fedagg__PrivacyStatement *st, fa_error *err)
+                                    uint64_t round, uint32_t attempt, Fedagg__PrivacyStatement *st,
+                                    fa_error *err)
 {
     const fa_privacy_release *l = last_of(b, federation);
 

@@ -15,8 +15,10 @@ static const char agent_text[] =
     "region_id: \"eu-west\"\n"
     "tls { cert_file: \"c\" key_file: \"k\" ca_file: \"ca\" } identity_key_file: \"id\"\n"
     "state_dir: \"state\"\n"
-    "regions { id: \"eu-west\" identity_public_key: \"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\" }\n"
-    "regions { id: \"us-east\" identity_public_key: \"mDnV4ar2nfZf6xu6enwdJgK8jn5ZxbT+YK++8omMLyI=\" }\n"
+    "regions { id: \"eu-west\" identity_public_key: "
+    "\"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\" }\n"
+    "regions { id: \"us-east\" identity_public_key: "
+    "\"mDnV4ar2nfZf6xu6enwdJgK8jn5ZxbT+YK++8omMLyI=\" }\n"
     "services { name: \"central\" address: \"agg:4433\" public_key: "
     "\"oFWVhDaDAZZtgHvg7ilgXh8sAdxQpshwkkkLKKvpH8k=\" }\n"
     "policy {\n"
@@ -33,9 +35,9 @@ static Fedagg__WorkerConfig *config(void)
 {
     static Fedagg__WorkerConfig *cfg;
     fa_error err;
-    if (!cfg && fa_config_load_text(FA_CONFIG_WORKER, agent_text, sizeof(agent_text) - 1, "agent",
-                                    "/", FA_CONFIG_NO_FILES, (ProtobufCMessage **)&cfg, NULL,
-                                    &err) != 0)
+    if (!cfg &&
+        fa_config_load_text(FA_CONFIG_WORKER, agent_text, sizeof(agent_text) - 1, "agent", "/",
+                            FA_CONFIG_NO_FILES, (ProtobufCMessage **)&cfg, NULL, &err) != 0)
         abort();
     return cfg;
 }
@@ -55,8 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     for (int pass = 0; pass < 2; pass++) {
         fa_agent_core_tick(c, 1000 + (uint64_t)pass * 60000);
-        fa_agent_core_listed(c, 1000 + (uint64_t)pass * 60000, 0, l->federations,
-                             l->n_federations, NULL);
+        fa_agent_core_listed(c, 1000 + (uint64_t)pass * 60000, 0, l->federations, l->n_federations,
+                             NULL);
         while (fa_agent_core_pop(c, &a)) {
             if (a.kind == FA_AGENT_LIST)
                 continue;
