@@ -192,7 +192,7 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     f->cur_att.round = round;
     f->cur_att.attempt = attempt;
     f->cur_att.start_unix_ms = f->attempt_start_unix_ms;
-    for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+    for (int k = 0; k < FA_ROUND_HISTORY_PHASES; k++)
         f->cur_att.phase_s[k] = -1;
     rc = new_secagg_server(f, err);
     if (rc == 0)
@@ -246,7 +246,7 @@ static int storage_check(fa_fed *f, fa_error *err)
     if (storage_short(&short_by))
         f->storage_free = need > short_by ? need - short_by : 0;
     /* The sum and the optimizer state are written over spare files
-     * (round_state.c, model_store.h): their blocks count as free for them. */
+     * (fed_round_state.c, model_store.h): their blocks count as free for them. */
     fa_fed_spare_sum_path(f, path, sizeof(path));
     spare = fa_atomic_file_spare_bytes(path, (uint64_t)4 * f->sa_cfg.vector_len);
     fa_model_store_spare_state_path(f->store, path, sizeof(path));
@@ -351,7 +351,7 @@ int fa_fed_open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
  * survivors and dropouts, the new version) or aborted (with why). */
 static void record_attempt(fa_fed *f, int completed, const char *why)
 {
-    fa_fed_attempt a = f->cur_att;
+    fa_round_history_attempt a = f->cur_att;
     char *parts = NULL, *drops = NULL;
     size_t pn = 0, dn = 0;
     FILE *pf = open_memstream(&parts, &pn), *df = open_memstream(&drops, &dn);
@@ -381,7 +381,7 @@ static void record_attempt(fa_fed *f, int completed, const char *why)
     a.participants = parts;
     a.dropped = drops;
     a.version = completed ? f->cur.version : 0;
-    if (fa_fed_history_add(&f->hist, &a) != 0)
+    if (fa_round_history_add(&f->hist, &a) != 0)
         fa_log(FA_LOG_WARN, "out of memory: the attempt is not in the history", NULL);
     free(parts);
     free(drops);
@@ -444,7 +444,7 @@ void fa_fed_evaluate(fa_fed *f)
     f->eval_version = f->cur.version;
     f->have_eval = 1;
     {
-        fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, f->cur.version);
+        fa_round_history_eval *ve = fa_round_history_version(&f->hist, f->cur.version);
         if (ve)
             ve->global_accuracy = ev.accuracy;
     }
@@ -535,7 +535,7 @@ void fa_fed_version_changed(fa_fed *f, uint64_t now_ms)
     char path[4096];
     fa_error err;
 
-    fa_fed_eval_begin(f->feval, f->cur.version, f->cur.model_sha256);
+    fa_eval_reports_begin(f->feval, f->cur.version, f->cur.model_sha256);
     fa_error_clear(&err);
     if (fa_global_model_ranges_digest(f->model, f->round_ranges_sha, &err) != 0)
         fa_log(FA_LOG_WARN, "cannot hash the quantiser ranges", "error=\"%s\"", err.msg);
@@ -705,7 +705,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
         fa_metrics_label(labels, sizeof(labels), "phase", fa_fed_kind_names[closing - 1]);
         fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
     }
-    if (closing >= 1 && closing <= FA_FED_HISTORY_PHASES)
+    if (closing >= 1 && closing <= FA_ROUND_HISTORY_PHASES)
         f->cur_att.phase_s[closing - 1] = secs;
     fa_secagg_server_status_get(f->sa, &st);
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
@@ -772,7 +772,7 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     if (f->evaluator) {
         fa_eval_summary res;
         if (fa_evaluator_poll(f->evaluator, now_ms, &res)) {
-            fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, res.version);
+            fa_round_history_eval *ve = fa_round_history_version(&f->hist, res.version);
             f->central = res;
             if (ve)
                 ve->central_accuracy = res.accuracy;
@@ -1336,7 +1336,7 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
     int rc;
 
     fa_error_clear(&err);
-    rc = fa_fed_eval_submit(f->feval, region, body, len, &err);
+    rc = fa_eval_reports_submit(f->feval, region, body, len, &err);
     if (rc != 0) {
         fa_log(FA_LOG_WARN, "evaluation report refused", "region=%s code=%s error=\"%s\"", region,
                fa_strerror(rc), fa_error_msg(&err, rc));
@@ -1344,8 +1344,8 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
     }
     {
         fa_eval_summary fe;
-        fa_fed_eval_summary(f->feval, &fe);
-        fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, fe.version);
+        fa_eval_reports_summary(f->feval, &fe);
+        fa_round_history_eval *ve = fa_round_history_version(&f->hist, fe.version);
         if (ve) {
             ve->federated_accuracy = fe.accuracy;
             ve->federated_regions = fe.regions;

@@ -149,8 +149,8 @@ int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err);
  * version and its SHA-256; with f32, the file of its float32 master weights
  * (the model file itself when every federated tensor is F32).  Returns 0 or
  * FA_ERR_NOTFOUND (not retained). */
-int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
-                 uint64_t *out_version, uint8_t sha256[32]);
+int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n, uint64_t *out_version,
+                 uint8_t sha256[32]);
 
 /* The same for a download by `region` (GET /v1/models/...): the file the
  * region gets.  It is fa_fed_model's, except under the test switch
@@ -177,7 +177,7 @@ int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_
  * accepted (or an identical retry), else the FA_ERR_* code with reply
  * filled: 400 (malformed, bad signature or values), 403 (another region or
  * federation), 409 (another version, or a different report of this one).
- * See aggregator/fed_eval.h. */
+ * See aggregator/eval_reports.h. */
 int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_t len,
                        fa_fed_reply *reply);
 

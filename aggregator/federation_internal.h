@@ -12,8 +12,8 @@
 
 #include "audit/audit_log.h"
 #include "aggregator/evaluator.h"
-#include "aggregator/fed_eval.h"
-#include "aggregator/fed_history.h"
+#include "aggregator/eval_reports.h"
+#include "aggregator/round_history.h"
 #include "aggregator/global_model.h"
 #include "aggregator/model_store.h"
 #include "aggregator/privacy_ledger.h"
@@ -97,7 +97,7 @@ struct fa_fed {
     uint64_t eval_version; /* the version eval_accuracy is of */
     /* Federated evaluation (the regions' signed reports), and the
      * evaluator command's result on any model. */
-    fa_fed_eval *feval;
+    fa_eval_reports *feval;
     fa_evaluator *evaluator;
     fa_eval_summary central;
     /* The regions' signed privacy statements of the attempt in flight. */
@@ -142,8 +142,8 @@ struct fa_fed {
     /* Operators: paused (no attempt opens), and what they look back on. */
     int paused;
     char paused_by[64];
-    fa_fed_history hist;
-    fa_fed_attempt cur_att; /* the attempt in flight: start, phase durations */
+    fa_round_history hist;
+    fa_round_history_attempt cur_att; /* the attempt in flight: start, phase durations */
     uint64_t next_upload_id;
 };
 
@@ -171,9 +171,9 @@ void fa_fed_update_gauges(fa_fed *f);
 void fa_fed_count_outcome(fa_fed *f, const char *outcome);
 int fa_fed_region_connected(const struct fa_fed_region *r, uint64_t now_ms);
 
-/* round_state.c */
+/* fed_round_state.c */
 void fa_fed_sum_on_disk(fa_fed *f, uint64_t gen);
-/* The spare sum file the next sum is written over (round_state.c). */
+/* The spare sum file the next sum is written over (fed_round_state.c). */
 void fa_fed_spare_sum_path(const fa_fed *f, char *out, size_t n);
 /* The secure-aggregation server of round.state st into f->sa, its sum read
  * from the file the state names (or from inside the state, as older versions

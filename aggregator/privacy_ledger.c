@@ -25,7 +25,7 @@ struct totals {
 
 struct fa_privacy_ledger {
     char *federation_id;
-    fa_fed_eval_member *members;
+    fa_eval_reports_member *members;
     char **ids;
     struct totals *totals;
     size_t n_members;
@@ -36,7 +36,7 @@ struct fa_privacy_ledger {
 };
 
 int fa_privacy_ledger_new(fa_privacy_ledger **out, const char *federation_id,
-                          const fa_fed_eval_member *members, size_t n, fa_error *err)
+                          const fa_eval_reports_member *members, size_t n, fa_error *err)
 {
     fa_privacy_ledger *l = calloc(1, sizeof(*l));
 
