@@ -10,7 +10,7 @@
  *                       block, from the input into the accumulator, with
  *                       the client's buffers (sodium_malloc) and signs; on
  *                       the generator this CPU gets (mask_prg: vaes512,
- *                       vaes256 or openssl, crypto/mask_prg.h) and, when
+ *                       vaes256 or openssl, crypto/mask_prg_internal.h) and, when
  *                       that is a VAES one, a second line on OpenSSL's EVP
  *   what=masked_stream  fa_secagg_client_masked_next end to end from a
  *                       pre-quantised input: masks, k-bit packing, BLAKE3
@@ -40,8 +40,8 @@
 #include "benchmarks/measure.h"
 #include "common/fa_blake3.h"
 #include "common/fa_sha256.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "tests/unit/test_crypto_harness.h"
 
@@ -255,7 +255,7 @@ int fa_bench_mask(int argc, char **argv)
         double mask_bytes = 4.0 * (double)d * (double)n;
         struct pairs *pe = calloc(4, sizeof(*pe)), *pr = pe + 1, *pf = pe + 2, *po = pe + 3;
         /* the generator this CPU gets, and OpenSSL's EVP path beside it when
-         * that is another (crypto/mask_prg.h) */
+         * that is another (crypto/mask_prg_internal.h) */
         const char *impl = fa_prg_impl();
         const int other = strcmp(impl, "openssl") != 0;
         uint32_t k;

@@ -167,7 +167,7 @@
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 #include "model/mlp.h"
@@ -449,9 +449,9 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
         {
             double agg_ratio =
                 fa_bench_median(secure_cpu_server, ns) / fa_bench_median(plain_cpu_server, np);
-            double beyond = (fa_bench_median(secure_cpu_clients, ns) -
-                             fa_bench_median(plain_cpu_clients, np)) /
-                            o->regions;
+            double beyond =
+                (fa_bench_median(secure_cpu_clients, ns) - fa_bench_median(plain_cpu_clients, np)) /
+                o->regions;
             double mask_bytes = 4.0 * (double)(d + 1) * o->regions;
             double mask_s = mask_bytes / aes_speed;
             /* The masks as this build expands them (VAES where the CPU has
@@ -880,21 +880,9 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
                  "model_delta { enabled: true bits: %d block: 256 }", fr->delta_bits);
     else
         snprintf(model_delta, sizeof(model_delta), "model_delta { enabled: false }");
-    struct fa_rbench_agg a = {cfg,
-                              port,
-                              mport,
-                              names,
-                              3,
-                              o->acc_rounds,
-                              (const uint32_t[]){256, 128},
-                              2,
-                              optimizer,
-                              quant,
-                              policy,
-                              "state",
-                              1,
-                              0,
-                              model_delta};
+    struct fa_rbench_agg a = {
+        cfg,   port,   mport,   names, 3, o->acc_rounds, (const uint32_t[]){256, 128}, 2, optimizer,
+        quant, policy, "state", 1,     0, model_delta};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("accuracy", "cannot write %s", cfg);
         goto out;

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crypto/ring.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "tests/unit/test_crypto_harness.h"
 
@@ -329,8 +329,8 @@ static int bench_rounds(size_t n, uint64_t d, int reps)
                n, (unsigned long long)d, fractions[fi],
                best.survivors + best.dropouts * best.survivors, (unsigned long long)mask_bytes,
                best.server_unmask, best.server_unmask_wall, sysconf(_SC_NPROCESSORS_ONLN),
-               mask_bytes / best.server_unmask / 1e9,
-               mask_bytes / t_mc_unmask / 1e9, t_mc_unmask / best.server_unmask);
+               mask_bytes / best.server_unmask / 1e9, mask_bytes / t_mc_unmask / 1e9,
+               t_mc_unmask / best.server_unmask);
         fflush(stdout);
     }
     for (size_t i = 0; i < n; i++)

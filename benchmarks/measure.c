@@ -9,7 +9,7 @@
 #include <sodium.h>
 
 #include "common/fa_time.h"
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 
 double fa_bench_now_s(void)
 {

@@ -6,7 +6,7 @@
 
 #include <sodium.h>
 
-#include "crypto/shamir.h"
+#include "crypto/shamir_internal.h"
 
 static const char secret_tag[] = "fedagg-ed25519-secret-v1";
 

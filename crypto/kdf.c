@@ -1,4 +1,4 @@
-#include "crypto/kdf.h"
+#include "crypto/kdf_internal.h"
 
 #include <string.h>
 

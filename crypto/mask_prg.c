@@ -1,4 +1,4 @@
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -6,8 +6,8 @@
 #include <openssl/evp.h>
 
 #include "common/fa_err.h"
-#include "crypto/mask_prg_vaes.h"
-#include "crypto/ring.h"
+#include "crypto/mask_prg_vaes_internal.h"
+#include "crypto/ring_internal.h"
 
 /* Words per sub-block of the VAES path's masking loop (16 KiB). */
 #define FA_PRG_VAES_SUB_WORDS 4096
@@ -72,12 +72,9 @@ int fa_prg_use(const char *name)
 static const char *width_name(int width)
 {
     switch (width) {
-    case FA_VAES_512:
-        return "vaes512";
-    case FA_VAES_256:
-        return "vaes256";
-    default:
-        return "openssl";
+    case FA_VAES_512: return "vaes512";
+    case FA_VAES_256: return "vaes256";
+    default: return "openssl";
     }
 }
 
@@ -221,7 +218,7 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
  * operations, and 512-bit ones issue on two ports only: the pass was
  * ALU-bound.)  K and P are compile-time constants of each instance below.
  * INPLACE reads acc as base.  Fixed-size FA_CHUNK inner loops so that -O2
- * vectorises (see crypto/ring.h). */
+ * vectorises (see crypto/ring_internal.h). */
 static inline __attribute__((always_inline)) void
 mask_add(uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *restrict ks,
          size_t n, const unsigned K, const unsigned P, const int INPLACE)
@@ -300,8 +297,8 @@ static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1][FA_PRG_GROUP + 1] =
 /* fa_prg_mask on the VAES path: each generator's keystream goes into acc
  * from registers, one sub-block at a time, so acc's sub-block stays in L1
  * through every mask, and no scratch block is written or read. */
-static void mask_vaes(fa_prg *g, const int *sign, size_t count, const uint32_t *base,
-                      uint32_t *acc, size_t n)
+static void mask_vaes(fa_prg *g, const int *sign, size_t count, const uint32_t *base, uint32_t *acc,
+                      size_t n)
 {
     const size_t lines = FA_PRG_VAES_SUB_WORDS * sizeof(uint32_t) / 64;
     const size_t slice = (lines + count - 1) / count;

@@ -1,5 +1,5 @@
 /* AES-128-CTR on VAES, the keystream applied in registers.  See
- * crypto/mask_prg_vaes.h.
+ * crypto/mask_prg_vaes_internal.h.
  *
  * Layout of the counter.  CTR block i is the 16-byte big-endian number
  * (hi:lo) + i.  A 128-bit lane holding the 64-bit integers lo and hi in that
@@ -14,7 +14,7 @@
  * The kernels keep eight vectors of counters in flight (VAES has a latency
  * of several cycles and two or more issue a cycle), so eight vectors of
  * blocks are encrypted before any is applied. */
-#include "crypto/mask_prg_vaes.h"
+#include "crypto/mask_prg_vaes_internal.h"
 
 #include <openssl/crypto.h>
 
@@ -62,9 +62,8 @@ __attribute__((target("aes,sse2"))) static __m128i expand_step(__m128i k, __m128
     return _mm_xor_si128(k, assist);
 }
 
-__attribute__((target("aes,sse2"))) void fa_prg_vaes_key(struct fa_prg_vaes *v, int width,
-                                                         const uint8_t key[16],
-                                                         const uint8_t iv[16])
+__attribute__((target("aes,sse2"))) void
+fa_prg_vaes_key(struct fa_prg_vaes *v, int width, const uint8_t key[16], const uint8_t iv[16])
 {
     __m128i k[11];
     uint64_t hi = 0, lo = 0;
@@ -131,13 +130,13 @@ __attribute__((target("aes,ssse3"))) static void one_block(struct fa_prg_vaes *v
         if ((OP) == FA_VAES_STORE)                                                                 \
             _mm##W##_storeu_si##W((void *)(out), (s));                                             \
         else if ((OP) == FA_VAES_ADD)                                                              \
-            _mm##W##_storeu_si##W((void *)(out),                                                   \
-                                  _mm##W##_add_epi32(                                              \
-                                      _mm##W##_loadu_si##W((const void *)(base)), (s)));           \
+            _mm##W##_storeu_si##W(                                                                 \
+                (void *)(out),                                                                     \
+                _mm##W##_add_epi32(_mm##W##_loadu_si##W((const void *)(base)), (s)));              \
         else                                                                                       \
-            _mm##W##_storeu_si##W((void *)(out),                                                   \
-                                  _mm##W##_sub_epi32(                                              \
-                                      _mm##W##_loadu_si##W((const void *)(base)), (s)));           \
+            _mm##W##_storeu_si##W(                                                                 \
+                (void *)(out),                                                                     \
+                _mm##W##_sub_epi32(_mm##W##_loadu_si##W((const void *)(base)), (s)));              \
     } while (0)
 
 #define FA_REV16 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0
@@ -146,8 +145,7 @@ __attribute__((target("aes,ssse3"))) static void one_block(struct fa_prg_vaes *v
 #define FA_TARGET_256 "avx2,vaes,aes"
 
 __attribute__((target(FA_TARGET_512), always_inline)) static inline void
-kernel512(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out,
-          size_t nb)
+kernel512(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out, size_t nb)
 {
     const __m512i rev = _mm512_broadcast_i32x4(_mm_setr_epi8(FA_REV16));
     const __m512i four = _mm512_setr_epi64(4, 0, 4, 0, 4, 0, 4, 0);
@@ -189,8 +187,7 @@ kernel512(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint3
 /* Two blocks a vector.  Sixteen registers do not hold the eleven keys and
  * eight vectors in flight: the keys are read from v as memory operands. */
 __attribute__((target(FA_TARGET_256), always_inline)) static inline void
-kernel256(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out,
-          size_t nb)
+kernel256(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out, size_t nb)
 {
     const __m256i rev = _mm256_setr_epi8(FA_REV16, FA_REV16);
     const __m256i two = _mm256_setr_epi64x(2, 0, 2, 0);
@@ -231,7 +228,7 @@ kernel256(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint3
 
 /* One instance per width and op, the op folded in. */
 #define FA_KERNEL_FN(W, NAME, OP)                                                                  \
-    __attribute__((noinline, target(FA_TARGET_##W))) static void kernel##W##_##NAME(              \
+    __attribute__((noinline, target(FA_TARGET_##W))) static void kernel##W##_##NAME(               \
         const struct fa_prg_vaes *v, const uint32_t *base, uint32_t *out, size_t nb)               \
     {                                                                                              \
         kernel##W(v, OP, base, out, nb);                                                           \
@@ -255,8 +252,8 @@ static uint32_t apply_word(enum fa_vaes_op op, uint32_t base, uint32_t ks)
  * or end of a call off a block boundary, the last blocks before lo wraps)
  * goes one block at a time through held, which keeps what a call leaves of
  * its last block for the next. */
-void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
-                     uint32_t *out, size_t n)
+void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base, uint32_t *out,
+                     size_t n)
 {
     static const kernel_fn k512[3] = {kernel512_store, kernel512_add, kernel512_sub},
                            k256[3] = {kernel256_store, kernel256_add, kernel256_sub};

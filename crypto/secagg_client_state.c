@@ -8,9 +8,9 @@
 #include <sodium.h>
 
 #include "common/fa_sha256.h"
-#include "crypto/kdf.h"
-#include "crypto/secagg_client_int.h"
-#include "crypto/shamir.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/secagg_client_internal.h"
+#include "crypto/shamir_internal.h"
 #include "crypto/wire.h"
 
 /* ---- save / restore -------------------------------------------------------------- */

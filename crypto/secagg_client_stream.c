@@ -11,10 +11,10 @@
 #include <sodium.h>
 
 #include "common/fa_blake3.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
-#include "crypto/secagg_client_int.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
+#include "crypto/secagg_client_internal.h"
 
 void fa_sa_cli_stream_free(struct stream *st)
 {

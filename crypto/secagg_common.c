@@ -9,9 +9,9 @@
 
 #include "common/fa_sha256.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
@@ -333,8 +333,8 @@ int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const ch
     if (alg != FA_SECAGG_UPLOAD_SHA256 && alg != FA_SECAGG_UPLOAD_BLAKE3)
         return FA_ERR_INVAL;
     fa_wbuf_init(&w, 0);
-    put_head(&w, alg == FA_SECAGG_UPLOAD_BLAKE3 ? "fedagg/secagg/upload/v2"
-                                                : "fedagg/secagg/upload/v1",
+    put_head(&w,
+             alg == FA_SECAGG_UPLOAD_BLAKE3 ? "fedagg/secagg/upload/v2" : "fedagg/secagg/upload/v1",
              fed, round, attempt);
     fa_wbuf_str(&w, id);
     fa_wbuf_raw(&w, digest, 32);

@@ -11,12 +11,12 @@
 
 #include "common/fa_endian.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg_internal.h"
-#include "crypto/secagg_server_int.h"
-#include "crypto/shamir.h"
+#include "crypto/secagg_server_internal.h"
+#include "crypto/shamir_internal.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
@@ -167,9 +167,7 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
     st->phase_opened_ms = s->phase_opened_ms;
     st->in_flight = s->in_flight;
     switch (s->phase) {
-    case FA_SECAGG_ADVERTISE:
-        flag = CF_ADV;
-        break;
+    case FA_SECAGG_ADVERTISE: flag = CF_ADV; break;
     case FA_SECAGG_SHARES:
         flag = CF_SHARES;
         prev = CF_ADV;
@@ -186,8 +184,7 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
         flag = CF_UNMASKED;
         prev = CF_SIGNED;
         break;
-    default:
-        return;
+    default: return;
     }
     for (size_t i = 0; i < s->roster.n; i++) {
         if (!prev || (s->cl[i].flags & prev))
@@ -812,7 +809,8 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
                        "SignedSurvivors from '%s': its upload digest differs from the %s of the "
                        "bytes the aggregator received (a region older than secagg.proto "
                        "version 4 sends a SHA-256)",
-                       auth_id, s->cl[r].upload_alg == FA_SECAGG_UPLOAD_BLAKE3 ? "BLAKE3" : "SHA-256");
+                       auth_id,
+                       s->cl[r].upload_alg == FA_SECAGG_UPLOAD_BLAKE3 ? "BLAKE3" : "SHA-256");
         goto out;
     }
     if ((rc = survivors_signed_msg(s, r, &sm, &sm_len)) != 0) {
@@ -828,8 +826,7 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     }
     if (fa_secagg_commitment_verify(s->cfg.fed, s->cfg.c.round, s->cfg.c.attempt, auth_id,
                                     s->cl[r].upload_alg, s->cl[r].upload_digest,
-                                    m->upload_signature.data,
-                                    s->roster.m[r].pk) != 0) {
+                                    m->upload_signature.data, s->roster.m[r].pk) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "SignedSurvivors from '%s': the upload commitment signature does not "
                        "verify",
@@ -974,8 +971,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         if ((rc = fa_sa_srv_close_unmask(s, err)) != 0)
             return rc;
         break;
-    default:
-        break;
+    default: break;
     }
     s->phase++;
     s->phase_opened_ms = now_ms;

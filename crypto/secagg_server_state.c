@@ -7,7 +7,7 @@
 
 #include "common/fa_endian.h"
 #include "common/fa_sha256.h"
-#include "crypto/secagg_server_int.h"
+#include "crypto/secagg_server_internal.h"
 #include "crypto/wire.h"
 
 /* ---- save / restore ---------------------------------------------------------- */

@@ -9,11 +9,11 @@
 
 #include <sodium.h>
 
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
-#include "crypto/secagg_server_int.h"
-#include "crypto/shamir.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
+#include "crypto/secagg_server_internal.h"
+#include "crypto/shamir_internal.h"
 #include "secagg.pb-c.h"
 
 /* ---- round 4: unmasking ---------------------------------------------------- */

@@ -1,4 +1,4 @@
-#include "crypto/shamir.h"
+#include "crypto/shamir_internal.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* Known-answer tests of the primitives secure aggregation is built on,
  * compared byte for byte: RFC 7748 (X25519), RFC 8032 (Ed25519, through
  * crypto/identity.h), NIST SP 800-38A F.5.1 (AES-128-CTR, through the mask
- * PRG), RFC 5869 (HKDF-SHA256, crypto/kdf.h); plus the properties of the
+ * PRG), RFC 5869 (HKDF-SHA256, crypto/kdf_internal.h); plus the properties of the
  * derived keys (domain separation) and of the mask PRG (seeking, blocks). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +17,8 @@
 
 #include "common/fa_hex.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
 
 static size_t unhex(const char *hex, uint8_t *out)
 {

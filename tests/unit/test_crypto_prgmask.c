@@ -1,6 +1,6 @@
 /* The mask generator against OpenSSL's AES-128-CTR, called here directly,
  * on every implementation this CPU runs (OpenSSL's EVP and the VAES kernels,
- * crypto/mask_prg_vaes.h; one the CPU lacks is skipped): keystream words in
+ * crypto/mask_prg_vaes_internal.h; one the CPU lacks is skipped): keystream words in
  * pieces of any length, seeks, IVs whose low 64 bits wrap; and fa_prg_mask
  * (the masking hot loop) against a word-by-word reference: random mask
  * counts and signs, odd lengths, in place or from a separate input, and a
@@ -18,7 +18,7 @@
 #include <openssl/evp.h>
 
 #include "common/fa_err.h"
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 #include "crypto/secagg.h"
 
 static const char *const impls[] = {"openssl", "vaes256", "vaes512"};

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 #include "test_crypto_harness.h"
 
 #define VLEN 37 /* not a multiple of 8: exercises the partial last group */

@@ -1,4 +1,4 @@
-/* ring.h - the ring Z_{2^k} on the wire, and the fixed-point codec
+/* ring_internal.h - the ring Z_{2^k} on the wire, and the fixed-point codec
  * (internal to crypto/).
  *
  * In memory a ring element is a uint32_t whose arithmetic is mod 2^32; since
@@ -13,8 +13,8 @@
  * E[q] = v * s (unbiased) and |q| <= 2^(b-1) - 1.  Stored as the k-bit two's
  * complement of q, the sum of n such values needs b + ceil(log2 n) bits.
  */
-#ifndef FA_CRYPTO_RING_H
-#define FA_CRYPTO_RING_H
+#ifndef FA_CRYPTO_RING_INTERNAL_H
+#define FA_CRYPTO_RING_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,17 +1,17 @@
-/* secagg_client_int.h - the client's state, shared by its files (internal
+/* secagg_client_internal.h - the client's state, shared by its files (internal
  * to crypto/): secagg_client.c runs the rounds, secagg_client_stream.c the
  * masked stream, secagg_client_state.c saves and restores them.  The public face is
  * crypto/secagg.h. */
-#ifndef FA_CRYPTO_SECAGG_CLIENT_INT_H
-#define FA_CRYPTO_SECAGG_CLIENT_INT_H
+#ifndef FA_CRYPTO_SECAGG_CLIENT_INTERNAL_H
+#define FA_CRYPTO_SECAGG_CLIENT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/fa_err.h"
 #include "common/fa_blake3.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "crypto/secagg_internal.h"
 

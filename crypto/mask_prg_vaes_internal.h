@@ -1,4 +1,4 @@
-/* mask_prg_vaes.h - AES-128-CTR for the mask generator on the CPU's vector
+/* mask_prg_vaes_internal.h - AES-128-CTR for the mask generator on the CPU's vector
  * AES instructions (VAES), the keystream added into the ring vector while it
  * is still in registers (internal to crypto/mask_prg.c).
  *
@@ -10,8 +10,8 @@
  * instruction, and the add needs no pass over a keystream buffer.
  * tests/unit/test_crypto_prgmask.c compares every path with OpenSSL.
  */
-#ifndef FA_CRYPTO_MASK_PRG_VAES_H
-#define FA_CRYPTO_MASK_PRG_VAES_H
+#ifndef FA_CRYPTO_MASK_PRG_VAES_INTERNAL_H
+#define FA_CRYPTO_MASK_PRG_VAES_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,14 +47,13 @@ struct fa_prg_vaes {
 int fa_prg_vaes_width(void);
 
 /* Keys v for width (one fa_prg_vaes_width allows) at the counter block iv.  */
-void fa_prg_vaes_key(struct fa_prg_vaes *v, int width, const uint8_t key[16],
-                     const uint8_t iv[16]);
+void fa_prg_vaes_key(struct fa_prg_vaes *v, int width, const uint8_t key[16], const uint8_t iv[16]);
 /* The counter to block hi:lo, nothing held. */
 void fa_prg_vaes_seek(struct fa_prg_vaes *v, uint64_t hi, uint64_t lo);
 /* The next n keystream words, applied by op to base into out (base unused
  * by FA_VAES_STORE; it may be out itself).  v advances by n words. */
-void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
-                     uint32_t *out, size_t n);
+void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base, uint32_t *out,
+                     size_t n);
 /* Wipes the key schedule and the keystream held. */
 void fa_prg_vaes_wipe(struct fa_prg_vaes *v);
 

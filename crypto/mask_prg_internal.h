@@ -1,4 +1,4 @@
-/* mask_prg.h - the mask generator: AES-128-CTR keystream read as
+/* mask_prg_internal.h - the mask generator: AES-128-CTR keystream read as
  * little-endian 32-bit words and added into or subtracted from a ring vector
  * (internal to crypto/).
  *
@@ -9,12 +9,12 @@
  *
  * Two implementations give the same words: OpenSSL's EVP (AES-NI one block
  * an instruction where the CPU has it) and our VAES kernels
- * (crypto/mask_prg_vaes.h: two or four blocks an instruction, the keystream
+ * (crypto/mask_prg_vaes_internal.h: two or four blocks an instruction, the keystream
  * added while in registers), chosen once per process by the CPU
  * (fa_prg_use).
  */
-#ifndef FA_CRYPTO_MASK_PRG_H
-#define FA_CRYPTO_MASK_PRG_H
+#ifndef FA_CRYPTO_MASK_PRG_INTERNAL_H
+#define FA_CRYPTO_MASK_PRG_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* kdf.h - key derivation with domain separation (internal to crypto/).
+/* kdf_internal.h - key derivation with domain separation (internal to crypto/).
  *
  * HKDF-SHA256 (RFC 5869) over libsodium's HMAC-SHA256, and the one way every
  * secure-aggregation key is derived from a secret: the HKDF info names the
@@ -6,8 +6,8 @@
  * ids in canonical (bytewise sorted) order, so that no key is ever valid for
  * another purpose, federation, round, attempt or pair of clients.
  */
-#ifndef FA_CRYPTO_KDF_H
-#define FA_CRYPTO_KDF_H
+#ifndef FA_CRYPTO_KDF_INTERNAL_H
+#define FA_CRYPTO_KDF_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

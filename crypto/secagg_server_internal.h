@@ -1,9 +1,9 @@
-/* secagg_server_int.h - the server's state, shared by its files (internal
+/* secagg_server_internal.h - the server's state, shared by its files (internal
  * to crypto/): secagg_server.c runs the rounds, secagg_server_unmask.c
  * removes the masks (round 4), secagg_server_state.c saves and restores.
  * As SQLite's btreeInt.h: the public face is crypto/secagg.h. */
-#ifndef FA_CRYPTO_SECAGG_SERVER_INT_H
-#define FA_CRYPTO_SECAGG_SERVER_INT_H
+#ifndef FA_CRYPTO_SECAGG_SERVER_INTERNAL_H
+#define FA_CRYPTO_SECAGG_SERVER_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -45,9 +45,9 @@ struct upload_slot {
     uint64_t coords;   /* coordinates added to the sum (a multiple of 8) */
     uint8_t carry[32]; /* bytes of a group not complete yet */
     size_t carry_len;
-    uint8_t last;      /* the last byte received (its padding bits are checked at the end) */
+    uint8_t last;       /* the last byte received (its padding bits are checked at the end) */
     fa_blake3_ctx hash; /* of the upload so far */
-    uint8_t *journal;  /* in-memory journal: masked_bytes, allocated on first use, reused */
+    uint8_t *journal;   /* in-memory journal: masked_bytes, allocated on first use, reused */
 };
 
 struct fa_secagg_server {

@@ -1,4 +1,4 @@
-/* shamir.h - Shamir t-of-n secret sharing of 32-byte secrets over GF(2^8)
+/* shamir_internal.h - Shamir t-of-n secret sharing of 32-byte secrets over GF(2^8)
  * (internal to crypto/).
  *
  * Each byte of the secret is the constant term of its own random polynomial
@@ -8,8 +8,8 @@
  * fewer give no information about it.  Arithmetic on secret bytes is
  * branch-free and table-free; only the public x coordinates steer branches.
  */
-#ifndef FA_CRYPTO_SHAMIR_H
-#define FA_CRYPTO_SHAMIR_H
+#ifndef FA_CRYPTO_SHAMIR_INTERNAL_H
+#define FA_CRYPTO_SHAMIR_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
