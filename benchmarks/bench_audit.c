@@ -92,8 +92,8 @@ static size_t gen_record(struct gen *g, int sign, uint8_t **out)
         memcpy(up[i], next, 32);
         up[i][0] ^= (uint8_t)(i + 1);
         if (sign)
-            fa_commitment_sign(g->rseed[i], r.federation_id, r.round, 0, regions[i],
-                               FA_SECAGG_UPLOAD_BLAKE3, up[i], sig[i]);
+            fa_secagg_commitment_sign(g->rseed[i], r.federation_id, r.round, 0, regions[i],
+                                      FA_SECAGG_UPLOAD_BLAKE3, up[i], sig[i]);
         else
             memset(sig[i], 0xa5, 64);
         c[i].upload_digest.data = up[i];

@@ -472,7 +472,7 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
                    beyond / mask_s <= 1.5 ? "true" : "false");
             printf("\"mask_prg\":\"%s\",\"mask_prg_bytes_per_s\":%s,\"region_masks_own_s\":%s,"
                    "\"region_not_masks_s\":%s,\"region_not_masks_over_own_masks\":%s,",
-                   fa_prg_impl(), fa_bench_json_num(b1, sizeof(b1), mask_speed, 0),
+                   fa_mask_prg_impl(), fa_bench_json_num(b1, sizeof(b1), mask_speed, 0),
                    fa_bench_json_num(b2, sizeof(b2), own_s, 3),
                    fa_bench_json_num(b3, sizeof(b3), beyond - own_s, 3),
                    fa_bench_json_num(b4, sizeof(b4), (beyond - own_s) / own_s, 3));

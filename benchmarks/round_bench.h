@@ -203,7 +203,7 @@ void fa_rbench_plain_phases_of(const char *log, uint64_t r, struct fa_rbench_pla
 /* Raw AES-128-CTR keystream speed (OpenSSL EVP), bytes per thread-CPU second. */
 double fa_rbench_aes_ctr_speed(void);
 /* The speed of this process's mask generator (crypto/mask_prg_internal.h): n masks
- * through fa_prg_mask over `words` coordinates, mask bytes per thread-CPU
+ * through fa_mask_prg_mask over `words` coordinates, mask bytes per thread-CPU
  * second, best of three. */
 double fa_rbench_mask_speed(size_t n, size_t words);
 /* The source tree into P->src ($FA_SRC, else this file's): 0 or -1. */

@@ -594,7 +594,7 @@ double fa_rbench_aes_ctr_speed(void)
     return best;
 }
 
-/* The speed of the mask generator this process uses (fa_prg_impl: VAES
+/* The speed of the mask generator this process uses (fa_mask_prg_impl: VAES
  * where the CPU has it, else OpenSSL's EVP), as a region runs it
  * (fa_bench_mask_seconds), in mask bytes (4 * words * n) per thread-CPU
  * second, best of three. */

@@ -9,8 +9,8 @@
 
 static const char kdf_label[] = "fedagg/secagg/v1";
 
-int fa_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
-                   const uint8_t *ikm, size_t ikm_len, const uint8_t *info, size_t info_len)
+int fa_kdf_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
+                       const uint8_t *ikm, size_t ikm_len, const uint8_t *info, size_t info_len)
 {
     static const uint8_t zero_salt[32];
     uint8_t prk[32], t[32];
@@ -71,8 +71,8 @@ int fa_kdf_derive(uint8_t *out, size_t out_len, const uint8_t *ikm, size_t ikm_l
         fa_wbuf_free(&info);
         return FA_ERR_NOMEM;
     }
-    rc = fa_hkdf_sha256(out, out_len, (const uint8_t *)kdf_label, sizeof(kdf_label) - 1, ikm,
-                        ikm_len, info.p, info.len);
+    rc = fa_kdf_hkdf_sha256(out, out_len, (const uint8_t *)kdf_label, sizeof(kdf_label) - 1, ikm,
+                            ikm_len, info.p, info.len);
     fa_wbuf_free(&info);
     return rc == 0 ? 0 : FA_ERR_INVAL;
 }

@@ -22,8 +22,8 @@
 
 /* RFC 5869: HKDF-Extract(salt, ikm) then HKDF-Expand(prk, info, out_len).
  * out_len <= 255 * 32.  Returns 0 or -1 (out_len too large). */
-int fa_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
-                   const uint8_t *ikm, size_t ikm_len, const uint8_t *info, size_t info_len);
+int fa_kdf_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
+                       const uint8_t *ikm, size_t ikm_len, const uint8_t *info, size_t info_len);
 
 /* HKDF-SHA256 with salt "fedagg/secagg/v1" and info
  *   "fedagg/secagg/v1" || lp(purpose) || lp(federation) || u64 round ||

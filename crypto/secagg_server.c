@@ -40,10 +40,10 @@ static void free_tables(fa_secagg_server *s)
     s->ct = s->ct_have = s->rev = s->rev_kind = NULL;
 }
 
-int fa_sa_srv_alloc_tables(fa_secagg_server *s)
+int fa_secagg_server_alloc_tables(fa_secagg_server *s)
 {
     size_t n = s->n1;
-    s->ct = calloc(n * n, FA_SA_SHARE_CT);
+    s->ct = calloc(n * n, FA_SECAGG_SHARE_CT);
     s->ct_have = calloc(n * n, 1);
     s->rev = calloc(n * n, 32);
     s->rev_kind = calloc(n * n, 1);
@@ -75,7 +75,7 @@ void fa_secagg_server_del(fa_secagg_server *s)
     free_tables(s);
     free(s->sum);
     free(s->cl);
-    fa_sa_roster_free(&s->roster);
+    fa_secagg_roster_free(&s->roster);
     free(s);
 }
 
@@ -99,9 +99,9 @@ static int srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
         return fa_errorf(err, FA_ERR_NOMEM, "secagg server: out of memory");
     }
     s->sum = sum;
-    rc = fa_sa_cfg_init(&s->cfg, cfg, err);
+    rc = fa_secagg_cfg_init(&s->cfg, cfg, err);
     if (rc == 0)
-        rc = fa_sa_roster_init(&s->roster, members, n_members, err);
+        rc = fa_secagg_roster_init(&s->roster, members, n_members, err);
     if (rc != 0) {
         fa_secagg_server_del(s);
         return rc;
@@ -129,8 +129,8 @@ static int srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
     return 0;
 }
 
-int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
-                    const fa_secagg_member *members, size_t n_members, fa_error *err)
+int fa_secagg_server_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                           const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
     return srv_alloc(out, cfg, members, n_members, NULL, err);
 }
@@ -199,10 +199,10 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
 
 /* The sender of a message: the authenticated id must name a member and match
  * the id in the message. */
-int fa_sa_srv_check_sender(const fa_secagg_server *s, const char *auth_id, const char *msg_id,
-                           const char *what, int *r, fa_error *err)
+int fa_secagg_server_check_sender(const fa_secagg_server *s, const char *auth_id,
+                                  const char *msg_id, const char *what, int *r, fa_error *err)
 {
-    if (!auth_id || (*r = fa_sa_roster_find(&s->roster, auth_id)) < 0)
+    if (!auth_id || (*r = fa_secagg_roster_find(&s->roster, auth_id)) < 0)
         return fa_errorf(err, FA_ERR_AUTH, "%s: '%s' is not a member of federation '%s'", what,
                          auth_id ? auth_id : "(none)", s->cfg.fed);
     if (msg_id && strcmp(msg_id, auth_id) != 0)
@@ -213,8 +213,8 @@ int fa_sa_srv_check_sender(const fa_secagg_server *s, const char *auth_id, const
     return 0;
 }
 
-int fa_sa_srv_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
-                          const char *what, const char *who, fa_error *err)
+int fa_secagg_server_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
+                                 const char *what, const char *who, fa_error *err)
 {
     if (round != s->cfg.c.round || attempt != s->cfg.c.attempt)
         return fa_errorf(err, FA_ERR_REPLAY,
@@ -225,7 +225,8 @@ int fa_sa_srv_check_round(const fa_secagg_server *s, uint64_t round, uint32_t at
     return 0;
 }
 
-int fa_sa_srv_check_phase(const fa_secagg_server *s, int phase, const char *what, fa_error *err)
+int fa_secagg_server_check_phase(const fa_secagg_server *s, int phase, const char *what,
+                                 fa_error *err)
 {
     if (s->phase != phase)
         return fa_errorf(err, FA_ERR_STATE, "%s: the %s phase is not open (phase is %s)", what,
@@ -243,17 +244,19 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
     Fedagg__AdvertiseKeys *m = NULL;
     uint8_t *signed_msg = NULL;
     size_t signed_len = 0;
-    fa_sa_peer p;
+    fa_secagg_peer p;
     int r = -1, rc;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
         return rc;
-    m = fedagg__advertise_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__advertise_keys__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "AdvertiseKeys from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) !=
+            0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id,
+                                           err)) != 0)
         goto out;
     if ((s->cl[r].flags & CF_ADV) && !replace) {
         rc = fa_errorf(err, FA_ERR_EXISTS, "AdvertiseKeys from '%s': already received", auth_id);
@@ -286,7 +289,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
         goto out;
     }
     for (size_t i = 0; i < s->roster.n; i++) {
-        const fa_sa_peer *q = &s->cl[i].adv;
+        const fa_secagg_peer *q = &s->cl[i].adv;
         if (!(s->cl[i].flags & CF_ADV) || (int)i == r)
             continue; /* (its own old keys: replaced below, never used) */
         if (!memcmp(q->c_pk, p.c_pk, 32) || !memcmp(q->s_pk, p.s_pk, 32) ||
@@ -296,7 +299,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
             goto out;
         }
     }
-    if ((rc = fa_sa_msg_advertise(&s->cfg, &p, &signed_msg, &signed_len)) != 0) {
+    if ((rc = fa_secagg_msg_advertise(&s->cfg, &p, &signed_msg, &signed_len)) != 0) {
         fa_errorf(err, rc, "AdvertiseKeys: out of memory");
         goto out;
     }
@@ -313,7 +316,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
         s->phase_opened_ms = now_ms;
 out:
     free(signed_msg);
-    fedagg__advertise_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__advertise_keys__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -346,7 +349,7 @@ int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t 
         return fa_errorf(err, FA_ERR_NOMEM, "PeerList: out of memory");
     }
     for (size_t i = 0; i < s->n1; i++) {
-        const fa_sa_peer *p = &s->cl[s->u1[i]].adv;
+        const fa_secagg_peer *p = &s->cl[s->u1[i]].adv;
         Fedagg__AdvertiseKeys init = FEDAGG__ADVERTISE_KEYS__INIT;
         ads[i] = init;
         ads[i].round = s->cfg.c.round;
@@ -372,7 +375,7 @@ int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t 
     pl.vector_len = s->cfg.c.vector_len;
     pl.n_peers = s->n1;
     pl.peers = ptrs;
-    rc = fa_sa_pack(&pl.base, out, out_len);
+    rc = fa_secagg_pack(&pl.base, out, out_len);
     free(ads);
     free(ptrs);
     return rc == 0 ? 0 : fa_errorf(err, rc, "PeerList: out of memory");
@@ -388,14 +391,15 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     size_t expected = 0;
     int r = -1, rc, from;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
         return rc;
-    m = fedagg__share_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__share_keys__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "ShareKeys from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) !=
+            0)
         goto out;
     if (!u1_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': not in this round's PeerList",
@@ -408,7 +412,7 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     }
     from = s->cl[r].u1;
     for (size_t v = 0; v < s->n1; v++)
-        expected += fa_sa_graph_adjacent(&s->graph, (size_t)from, v);
+        expected += fa_secagg_graph_adjacent(&s->graph, (size_t)from, v);
     if (m->n_shares != expected) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
                        "ShareKeys from '%s': %zu ciphertexts, expected one for each of the %zu "
@@ -418,14 +422,14 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     }
     for (size_t i = 0; i < m->n_shares; i++) {
         const Fedagg__EncryptedShare *e = m->shares[i];
-        int to = fa_sa_roster_find(&s->roster, e->to);
+        int to = fa_secagg_roster_find(&s->roster, e->to);
         if (strcmp(e->from, auth_id) != 0) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': share %zu is from '%s'",
                            auth_id, i, e->from);
             goto out;
         }
         if (to < 0 || !u1_member(s, to) ||
-            !fa_sa_graph_adjacent(&s->graph, (size_t)from, (size_t)s->cl[to].u1)) {
+            !fa_secagg_graph_adjacent(&s->graph, (size_t)from, (size_t)s->cl[to].u1)) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "ShareKeys from '%s': share %zu is for '%s', not one of its peers",
                            auth_id, i, e->to);
@@ -436,23 +440,23 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
                            auth_id, e->to);
             goto out;
         }
-        if (e->ciphertext.len != FA_SA_SHARE_CT) {
+        if (e->ciphertext.len != FA_SECAGG_SHARE_CT) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "ShareKeys from '%s': ciphertext for '%s' has %zu bytes, not %d",
-                           auth_id, e->to, e->ciphertext.len, FA_SA_SHARE_CT);
+                           auth_id, e->to, e->ciphertext.len, FA_SECAGG_SHARE_CT);
             goto out;
         }
     }
     for (size_t i = 0; i < m->n_shares; i++) {
         const Fedagg__EncryptedShare *e = m->shares[i];
-        size_t to = (size_t)s->cl[fa_sa_roster_find(&s->roster, e->to)].u1;
+        size_t to = (size_t)s->cl[fa_secagg_roster_find(&s->roster, e->to)].u1;
         size_t cell = (size_t)from * s->n1 + to;
-        memcpy(s->ct + cell * FA_SA_SHARE_CT, e->ciphertext.data, FA_SA_SHARE_CT);
+        memcpy(s->ct + cell * FA_SECAGG_SHARE_CT, e->ciphertext.data, FA_SECAGG_SHARE_CT);
         s->ct_have[cell] = 1;
     }
     s->cl[r].flags |= CF_SHARES;
 out:
-    fedagg__share_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__share_keys__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -466,7 +470,7 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
 
     if (s->phase <= FA_SECAGG_SHARES || s->phase == FA_SECAGG_FAILED)
         return fa_errorf(err, FA_ERR_STATE, "SharesForYou: the shares phase is not closed");
-    r = client_id ? fa_sa_roster_find(&s->roster, client_id) : -1;
+    r = client_id ? fa_secagg_roster_find(&s->roster, client_id) : -1;
     if (r < 0 || !u2_member(s, r))
         return fa_errorf(err, FA_ERR_NOTFOUND,
                          "SharesForYou: '%s' did not send its shares in round %llu attempt %u",
@@ -488,8 +492,8 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
         es[n] = init;
         es[n].from = s->cl[s->u1[from]].adv.id;
         es[n].to = s->cl[r].adv.id;
-        es[n].ciphertext.data = s->ct + cell * FA_SA_SHARE_CT;
-        es[n].ciphertext.len = FA_SA_SHARE_CT;
+        es[n].ciphertext.data = s->ct + cell * FA_SECAGG_SHARE_CT;
+        es[n].ciphertext.len = FA_SECAGG_SHARE_CT;
         ptrs[n] = &es[n];
         n++;
     }
@@ -497,7 +501,7 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
     sf.attempt = s->cfg.c.attempt;
     sf.n_shares = n;
     sf.shares = ptrs;
-    rc = fa_sa_pack(&sf.base, out, out_len);
+    rc = fa_secagg_pack(&sf.base, out, out_len);
     free(es);
     free(ptrs);
     return rc == 0 ? 0 : fa_errorf(err, rc, "SharesForYou: out of memory");
@@ -509,9 +513,9 @@ static int upload_client(fa_secagg_server *s, const char *auth_id, const char *w
                          fa_error *err)
 {
     int rc;
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
         return rc;
-    return fa_sa_srv_check_sender(s, auth_id, NULL, what, r, err);
+    return fa_secagg_server_check_sender(s, auth_id, NULL, what, r, err);
 }
 
 int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
@@ -747,8 +751,8 @@ static int survivors_signed_msg(const fa_secagg_server *s, int r, uint8_t **out,
     char *ids[FA_SECAGG_MAX_CLIENTS];
     for (size_t i = 0; i < s->n3; i++)
         ids[i] = s->roster.m[s->surv[i]].id;
-    return fa_sa_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3, out,
-                               len);
+    return fa_secagg_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3,
+                                   out, len);
 }
 
 int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
@@ -765,7 +769,7 @@ int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, siz
     sl.attempt = s->cfg.c.attempt;
     sl.n_survivors = s->n3;
     sl.survivors = ids;
-    rc = fa_sa_pack(&sl.base, out, out_len);
+    rc = fa_secagg_pack(&sl.base, out, out_len);
     return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorList: out of memory");
 }
 
@@ -777,15 +781,17 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     size_t sm_len = 0;
     int r = -1, rc;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
         return rc;
-    m = fedagg__signed_survivors__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__signed_survivors__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE,
                          "SignedSurvivors from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r,
+                                            err)) != 0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id,
+                                           err)) != 0)
         goto out;
     if (!u3_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
@@ -838,7 +844,7 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     s->cl[r].flags |= CF_SIGNED;
 out:
     free(sm);
-    fedagg__signed_survivors__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__signed_survivors__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -882,7 +888,7 @@ int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **ou
     ss.attempt = s->cfg.c.attempt;
     ss.n_signatures = n;
     ss.signatures = ptrs;
-    rc = fa_sa_pack(&ss.base, out, out_len);
+    rc = fa_secagg_pack(&ss.base, out, out_len);
     free(sg);
     free(ptrs);
     return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorSignatures: out of memory");
@@ -907,7 +913,7 @@ static int threshold_error(const fa_secagg_server *s, size_t have, fa_error *err
                      phase_name(s->phase), s->cfg.c.threshold);
 }
 
-void fa_sa_srv_build_survivors(fa_secagg_server *s)
+void fa_secagg_server_build_survivors(fa_secagg_server *s)
 {
     s->n3 = s->ndrop = 0;
     for (size_t i = 0; i < s->roster.n; i++) {
@@ -921,9 +927,9 @@ void fa_sa_srv_build_survivors(fa_secagg_server *s)
 }
 
 /* U1 from the advertisements; the graph; the ciphertext and share tables. */
-int fa_sa_srv_build_u1(fa_secagg_server *s)
+int fa_secagg_server_build_u1(fa_secagg_server *s)
 {
-    fa_sa_peer peers[FA_SECAGG_MAX_CLIENTS];
+    fa_secagg_peer peers[FA_SECAGG_MAX_CLIENTS];
     s->n1 = 0;
     for (size_t i = 0; i < s->roster.n; i++) {
         s->cl[i].u1 = -1;
@@ -935,7 +941,7 @@ int fa_sa_srv_build_u1(fa_secagg_server *s)
     }
     if (s->n1 == 0)
         return FA_ERR_THRESHOLD;
-    return fa_sa_graph_init(&s->graph, &s->cfg, peers, s->n1);
+    return fa_secagg_graph_init(&s->graph, &s->cfg, peers, s->n1);
 }
 
 int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
@@ -951,7 +957,8 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         return threshold_error(s, have, err);
     switch (s->phase) {
     case FA_SECAGG_ADVERTISE:
-        if ((rc = fa_sa_srv_build_u1(s)) != 0 || (rc = fa_sa_srv_alloc_tables(s)) != 0) {
+        if ((rc = fa_secagg_server_build_u1(s)) != 0 ||
+            (rc = fa_secagg_server_alloc_tables(s)) != 0) {
             s->n1 = 0;
             return fa_errorf(err, rc, "secagg close: %s", fa_strerror(rc));
         }
@@ -968,7 +975,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         s->masked_gen = s->sum_gen;
         break;
     case FA_SECAGG_UNMASK:
-        if ((rc = fa_sa_srv_close_unmask(s, err)) != 0)
+        if ((rc = fa_secagg_server_close_unmask(s, err)) != 0)
             return rc;
         break;
     default: break;
@@ -976,7 +983,7 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
     s->phase++;
     s->phase_opened_ms = now_ms;
     if (s->phase == FA_SECAGG_CONSISTENCY)
-        fa_sa_srv_build_survivors(s);
+        fa_secagg_server_build_survivors(s);
     return 0;
 }
 

@@ -29,8 +29,4 @@ int fa_shamir_split(const uint8_t secret[FA_SHAMIR_BYTES], unsigned t, const uin
 int fa_shamir_combine(uint8_t secret[FA_SHAMIR_BYTES], const uint8_t *xs, const uint8_t *shares,
                       size_t t);
 
-/* Fills buf from rng (libsodium's randombytes_buf when rng or rng->fill is
- * NULL).  Returns 0 or the rng's error. */
-int fa_rng_fill(const fa_secagg_rng *rng, void *buf, size_t len);
-
 #endif

@@ -343,7 +343,7 @@ static void test_commitments(void **state)
     randombytes_buf(seed, sizeof(seed));
     crypto_sign_seed_keypair(pk, sk, seed);
     memset(h, 0xab, sizeof(h));
-    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", B3, h, sig), 0);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "fed", 12, 1, "eu-west", B3, h, sig), 0);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig, pk), 0);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", S2, h, sig, pk),
                      FA_ERR_VERIFY);
@@ -356,7 +356,7 @@ static void test_commitments(void **state)
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-east", B3, h, sig, pk),
                      FA_ERR_VERIFY);
     /* the SHA-256 commitments of secagg.proto version 3, as old records hold them */
-    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", S2, h, sig1), 0);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "fed", 12, 1, "eu-west", S2, h, sig1), 0);
     assert_memory_not_equal(sig, sig1, 64);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", S2, h, sig1, pk), 0);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig1, pk),
@@ -366,9 +366,9 @@ static void test_commitments(void **state)
     h[31] ^= 1;
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig, pk),
                      FA_ERR_VERIFY);
-    assert_int_equal(fa_commitment_sign(seed, "", 1, 1, "r", B3, h, sig), FA_ERR_INVAL);
-    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, NULL, B3, h, sig), FA_ERR_INVAL);
-    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, "r", 7, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "", 1, 1, "r", B3, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "f", 1, 1, NULL, B3, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "f", 1, 1, "r", 7, h, sig), FA_ERR_INVAL);
 }
 
 static void test_proof_bundle(void **state)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crypto/codec_internal.h"
 #include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "test_crypto_harness.h"
