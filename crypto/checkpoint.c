@@ -1,5 +1,6 @@
 /* checkpoint.c - C2SP checkpoints: the signed size and root of the audit
- * log's tree (see checkpoint.h). */
+ * log's tree, and the text of a consistency proof between two of them (see
+ * checkpoint.h). */
 #include "crypto/note_internal.h"
 
 #include <inttypes.h>
@@ -115,4 +116,118 @@ int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, 
     rc = fa_note_open(note, len, &vv, &tlen, err);
     sodium_memzero(&vv, sizeof(vv));
     return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Consistency proofs as text
+ * ------------------------------------------------------------------------- */
+
+static const char consistency_magic[] = "fedagg-audit-consistency v1";
+
+int fa_checkpoint_consistency_format(uint64_t old_size, uint64_t size, const uint8_t *proof,
+                                     size_t n, char **text, size_t *len, fa_error *err)
+{
+    size_t cap, off;
+    char *out;
+
+    *text = NULL;
+    *len = 0;
+    if (n > FA_MERKLE_MAX_PROOF)
+        return fa_errorf(err, FA_ERR_INVAL, "consistency proof of %zu hashes (at most %d)", n,
+                         FA_MERKLE_MAX_PROOF);
+    cap = 96 +
+          n * (6 + sodium_base64_ENCODED_LEN(FA_MERKLE_HASH_LEN, sodium_base64_VARIANT_ORIGINAL));
+    out = malloc(cap);
+    if (!out)
+        return fa_errorf(err, FA_ERR_NOMEM, "consistency proof: out of memory");
+    off = (size_t)snprintf(out, cap, "%s\nold %" PRIu64 "\nsize %" PRIu64 "\n", consistency_magic,
+                           old_size, size);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(out + off, "hash ", 5);
+        off += 5;
+        sodium_bin2base64(out + off, cap - off, proof + i * FA_MERKLE_HASH_LEN, FA_MERKLE_HASH_LEN,
+                          sodium_base64_VARIANT_ORIGINAL);
+        off += strlen(out + off);
+        out[off++] = '\n';
+    }
+    out[off] = '\0';
+    *text = out;
+    *len = off;
+    return 0;
+}
+
+/* One line at *p (before end) into buf, NUL-terminated, without its
+ * newline.  Returns its length, -1 at the end of the text, -2 for a line
+ * longer than cap - 1 or holding a NUL (malformed). */
+static int consistency_line(const char **p, const char *end, char *buf, size_t cap)
+{
+    const char *nl;
+    size_t n;
+
+    if (*p >= end)
+        return -1;
+    nl = memchr(*p, '\n', (size_t)(end - *p));
+    n = nl ? (size_t)(nl - *p) : (size_t)(end - *p);
+    if (n >= cap || memchr(*p, '\0', n))
+        return -2;
+    memcpy(buf, *p, n);
+    buf[n] = '\0';
+    *p += n + (nl != NULL);
+    return (int)n;
+}
+
+/* "<key> <decimal>" exactly: no sign, no spaces, no leading zero. */
+static int consistency_number(const char *line, const char *key, uint64_t *out)
+{
+    size_t k = strlen(key);
+    const char *q = line + k + 1;
+    uint64_t v = 0;
+
+    if (strncmp(line, key, k) != 0 || line[k] != ' ' || !*q || (q[0] == '0' && q[1]))
+        return -1;
+    for (; *q; q++) {
+        if (*q < '0' || *q > '9' || v > (UINT64_MAX - (uint64_t)(*q - '0')) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*q - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int fa_checkpoint_consistency_parse(const char *text, size_t len, uint64_t old_size, uint64_t size,
+                                    uint8_t *proof, size_t *n, fa_error *err)
+{
+    const char *p = text, *end = text + len;
+    char line[128];
+    uint64_t o = 0, s = 0;
+    int l;
+
+    *n = 0;
+    if (consistency_line(&p, end, line, sizeof(line)) < 0 || strcmp(line, consistency_magic) != 0)
+        return fa_errorf(err, FA_ERR_PARSE, "malformed header: line 1 must be \"%s\"",
+                         consistency_magic);
+    if (consistency_line(&p, end, line, sizeof(line)) < 0 ||
+        consistency_number(line, "old", &o) != 0)
+        return fa_errorf(err, FA_ERR_PARSE, "malformed header: line 2 must be \"old <size>\"");
+    if (consistency_line(&p, end, line, sizeof(line)) < 0 ||
+        consistency_number(line, "size", &s) != 0)
+        return fa_errorf(err, FA_ERR_PARSE, "malformed header: line 3 must be \"size <size>\"");
+    if (o != old_size || s != size)
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "from %" PRIu64 " to %" PRIu64 " records, %" PRIu64 " to %" PRIu64
+                         " asked",
+                         o, s, old_size, size);
+    while ((l = consistency_line(&p, end, line, sizeof(line))) != -1) {
+        size_t got = 0;
+        if (l == 0 && p >= end)
+            break; /* the final newline's empty line */
+        if (l < 0 || *n >= FA_MERKLE_MAX_PROOF || strncmp(line, "hash ", 5) != 0 ||
+            fa_note_b64_decode(line + 5, strlen(line + 5), proof + *n * FA_MERKLE_HASH_LEN,
+                               FA_MERKLE_HASH_LEN, &got) != 0 ||
+            got != FA_MERKLE_HASH_LEN)
+            return fa_errorf(err, FA_ERR_PARSE, "malformed hash line %zu (line %zu)", *n + 1,
+                             *n + 4);
+        (*n)++;
+    }
+    return 0;
 }

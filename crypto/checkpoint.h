@@ -140,6 +140,31 @@ int fa_checkpoint_parse(const char *note, size_t len, fa_checkpoint *out, fa_err
 int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, fa_checkpoint *out,
                        fa_error *err);
 
+/* A consistency proof (RFC 9162 2.1.4) between the trees of old_size and
+ * size records, as text: what GET /v1/audit/consistency serves, and what a
+ * region checks before it trusts a larger checkpoint than the one it holds.
+ *
+ *   fedagg-audit-consistency v1
+ *   old <old_size>
+ *   size <size>
+ *   hash <base64 of a proof hash>        (0..FA_MERKLE_MAX_PROOF lines, RFC 9162 order)
+ *
+ * fa_checkpoint_consistency_format writes the n hashes of proof (n *
+ * FA_MERKLE_HASH_LEN bytes) so, into *text (malloc'ed, NUL-terminated; *len
+ * without the NUL).  Returns 0, FA_ERR_INVAL (n > FA_MERKLE_MAX_PROOF) or
+ * FA_ERR_NOMEM. */
+int fa_checkpoint_consistency_format(uint64_t old_size, uint64_t size, const uint8_t *proof,
+                                     size_t n, char **text, size_t *len, fa_error *err);
+
+/* Parses such text (len bytes, from a peer: any bytes) into proof (room for
+ * FA_MERKLE_MAX_PROOF hashes) and *n, the hashes it holds; a final empty
+ * line is allowed.  Checking the proof is fa_merkle_verify_consistency's.
+ * Returns 0, FA_ERR_PARSE (malformed: the message names the line) or
+ * FA_ERR_RANGE (a proof between other sizes than old_size and size: the
+ * message names both). */
+int fa_checkpoint_consistency_parse(const char *text, size_t len, uint64_t old_size, uint64_t size,
+                                    uint8_t *proof, size_t *n, fa_error *err);
+
 /* ---------------------------------------------------------------------------
  * Proof bundles
  *

@@ -344,64 +344,6 @@ static int restate(fa_error *err, int code, const char *fmt, ...)
     return fa_errorf(err, code, "%s: %s", prefix, old);
 }
 
-/* One line of text at *p (before end) into buf without its newline;
- * returns its length, or -1 at the end or for a line longer than cap - 1. */
-static int next_line(const char **p, const char *end, char *buf, size_t cap)
-{
-    const char *nl;
-    size_t n;
-
-    if (*p >= end)
-        return -1;
-    nl = memchr(*p, '\n', (size_t)(end - *p));
-    n = nl ? (size_t)(nl - *p) : (size_t)(end - *p);
-    if (n >= cap)
-        return -1;
-    memcpy(buf, *p, n);
-    buf[n] = '\0';
-    *p += n + (nl != NULL);
-    return (int)n;
-}
-
-/* The text of GET /v1/audit/consistency (audit/audit_log.h
- * fa_audit_log_prove_consistency) for old -> size: its hashes into proof. */
-static int parse_consistency(const char *text, size_t len, uint64_t old, uint64_t size,
-                             uint8_t *proof, size_t *n, fa_error *err)
-{
-    const char *p = text, *end = text + len;
-    char line[128];
-    uint64_t o = 0, s = 0;
-    char extra;
-
-    *n = 0;
-    if (next_line(&p, end, line, sizeof(line)) < 0 ||
-        strcmp(line, "fedagg-audit-consistency v1") != 0 ||
-        next_line(&p, end, line, sizeof(line)) < 0 ||
-        sscanf(line, "old %" SCNu64 "%c", &o, &extra) != 1 ||
-        next_line(&p, end, line, sizeof(line)) < 0 ||
-        sscanf(line, "size %" SCNu64 "%c", &s, &extra) != 1)
-        return fa_errorf(err, FA_ERR_PROTOCOL, "consistency proof: malformed header");
-    if (o != old || s != size)
-        return fa_errorf(err, FA_ERR_PROTOCOL,
-                         "consistency proof: from %" PRIu64 " to %" PRIu64 " records, %" PRIu64
-                         " to %" PRIu64 " asked",
-                         o, s, old, size);
-    for (int l; (l = next_line(&p, end, line, sizeof(line))) >= 0;) {
-        size_t got = 0;
-        if (l == 0 && p >= end)
-            break;
-        if (*n >= FA_MERKLE_MAX_PROOF || strncmp(line, "hash ", 5) != 0 ||
-            sodium_base642bin(proof + *n * FA_MERKLE_HASH_LEN, FA_MERKLE_HASH_LEN, line + 5,
-                              strlen(line + 5), NULL, &got, NULL,
-                              sodium_base64_VARIANT_ORIGINAL) != 0 ||
-            got != FA_MERKLE_HASH_LEN)
-            return fa_errorf(err, FA_ERR_PROTOCOL, "consistency proof: malformed hash line %zu",
-                             *n + 1);
-        (*n)++;
-    }
-    return 0;
-}
-
 int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *trusted,
                               const char *note, size_t note_len, const char *consistency,
                               size_t consistency_len, fa_checkpoint *next, fa_error *err)
@@ -438,9 +380,9 @@ int fa_round_client_check_log(const fa_note_verifier *key, const fa_checkpoint *
             return fa_errorf(err, FA_ERR_PROTOCOL,
                              "no consistency proof from %" PRIu64 " to %" PRIu64 " records",
                              trusted->size, cp.size);
-        if ((r = parse_consistency(consistency, consistency_len, trusted->size, cp.size, proof, &n,
-                                   err)) != 0)
-            return r;
+        if (fa_checkpoint_consistency_parse(consistency, consistency_len, trusted->size, cp.size,
+                                            proof, &n, err) != 0)
+            return restate(err, FA_ERR_PROTOCOL, "consistency proof");
         if (fa_merkle_verify_consistency(trusted->size, cp.size, trusted->root, cp.root, proof,
                                          n) != 0)
             return fa_errorf(err, FA_ERR_VERIFY,
