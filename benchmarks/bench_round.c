@@ -167,6 +167,7 @@
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "crypto/mask_prg_internal.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
@@ -793,9 +794,9 @@ static int centralised(const struct opts *o, struct curve *cv, double *acc, doub
     cv->n = 0;
     to.report = on_epoch;
     to.report_user = cv;
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     rc = fa_train_run(m, &train.ds, &to, NULL, err);
-    *seconds = fa_rbench_now() - t0;
+    *seconds = fa_time_mono_s() - t0;
     if (rc == 0)
         rc = fa_mlp_evaluate(m, &test.ds, &ev, err);
     if (rc == 0)
@@ -911,7 +912,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
         snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
         snprintf(w_bin, sizeof(w_bin), "%s/fedagg-worker", P->bin);
         char *argv_a[] = {agg_bin, "--config", cfg, NULL};
-        t0 = fa_rbench_now();
+        t0 = fa_time_mono_s();
         if (fa_rbench_spawn(&agg, argv_a, log, &err) != 0) {
             fa_rbench_json_error("accuracy", "%s", err.msg);
             goto out;
@@ -939,7 +940,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
             }
             if (fa_rbench_log_has(log, "msg=\"federation finished\""))
                 break;
-            if (!fa_rbench_alive(agg) || fa_rbench_now() - t0 > 60.0 * 60) {
+            if (!fa_rbench_alive(agg) || fa_time_mono_s() - t0 > 60.0 * 60) {
                 fa_rbench_json_error("accuracy",
                                      "the federation stopped after %zu of %d rounds: see %s", n,
                                      o->acc_rounds, log);
@@ -948,7 +949,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
             usleep(200000);
         }
     }
-    fr->seconds = fa_rbench_now() - t0;
+    fr->seconds = fa_time_mono_s() - t0;
     fr->acc = eval_of(log, (uint64_t)o->acc_rounds);
     fr->tail = 0;
     {

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fa_time.h"
 #include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "tests/unit/test_crypto_harness.h"
@@ -41,13 +42,6 @@ static double cpu_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -164,10 +158,10 @@ static int run_round(const th_fed *f, const fa_secagg_config *cfg, float *const 
         m = NULL;
     }
     t = cpu_now();
-    tw = wall_now();
+    tw = fa_time_mono_s();
     CK(fa_secagg_server_close(s, 11, &err));
     tm->server_unmask = cpu_now() - t;
-    tm->server_unmask_wall = wall_now() - tw;
+    tm->server_unmask_wall = fa_time_mono_s() - tw;
     CK(fa_secagg_server_result_f32(s, avg, (size_t)cfg->vector_len - 1, NULL, &err));
     tm->total = cpu_now() - t0;
     tm->survivors = fa_secagg_server_survivor_count(s);

@@ -252,7 +252,4 @@ int fa_rbench_free_port(int udp);
  * of the signal. */
 void fa_rbench_cleanup_on_signals(void);
 
-/* Monotonic seconds. */
-double fa_rbench_now(void);
-
 #endif

@@ -30,6 +30,7 @@
 #include "aggregator/server_opt.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "crypto/mask_prg_internal.h"
 #include "crypto/codec_internal.h"
 #include "crypto/ring_internal.h"
@@ -143,7 +144,7 @@ static void finish(struct plain_srv *s)
 {
     const double qmax = (double)((1u << (s->quant.bits - 1)) - 1);
     const double scale = qmax / s->quant.clip_value;
-    double t0 = fa_rbench_now(), t1, wsum;
+    double t0 = fa_time_mono_s(), t1, wsum;
     char body[128];
     fa_error err;
     int status = 200, rc = 0;
@@ -161,7 +162,7 @@ static void finish(struct plain_srv *s)
         goto answer;
     s->version++;
     s->opt_steps++;
-    t1 = fa_rbench_now();
+    t1 = fa_time_mono_s();
     fa_log(FA_LOG_INFO, "plain round committed",
            "round=%" PRIu64 " version=%" PRIu64 " regions=%zu weight_sum=%.4f upload_s=%.3f "
            "step_commit_s=%.3f",
@@ -218,7 +219,7 @@ static int on_upload(fa_h3_request *req, void *arg)
     }
     fa_h3_request_set_max_body(req, s->masked_bytes);
     if (s->first_byte == 0)
-        s->first_byte = fa_rbench_now();
+        s->first_byte = fa_time_mono_s();
     return 0;
 }
 

@@ -72,13 +72,6 @@ struct fa_round_client {
     size_t ubuf_len, ubuf_d;
 };
 
-static void sleep_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* Exponential back-off with +-50 % jitter, attempt counted from 0. */
 static uint64_t backoff_ms(unsigned attempt)
 {
@@ -274,14 +267,14 @@ static void error_text(const fa_h3_response *resp, char *buf, size_t n)
 int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__FederationInfo **info,
                          fa_error *err)
 {
-    uint64_t start = fa_time_mono_ns() / 1000000u;
+    uint64_t start = fa_time_mono_ms();
     unsigned tries = 0;
 
     *info = NULL;
     for (;;) {
         fa_h3_client_req req = {0};
         fa_h3_response resp;
-        uint64_t now = fa_time_mono_ns() / 1000000u;
+        uint64_t now = fa_time_mono_ms();
         uint32_t left = now - start < timeout_ms ? (uint32_t)(timeout_ms - (now - start)) : 1;
         int r;
 
@@ -315,10 +308,10 @@ int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__Feder
         } else {
             fa_log(FA_LOG_WARN, "aggregator unreachable; retrying", "error=%s", fa_strerror(r));
         }
-        now = fa_time_mono_ns() / 1000000u;
+        now = fa_time_mono_ms();
         if (now - start >= timeout_ms)
             return fa_errorf(err, FA_ERR_TIMEOUT, "aggregator unreachable for %u ms", timeout_ms);
-        sleep_ms(backoff_ms(tries++));
+        fa_time_sleep_ms(backoff_ms(tries++), NULL);
     }
 }
 
@@ -976,7 +969,7 @@ void fa_round_client_download_stats(const fa_round_client *rc, fa_round_client_d
 int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
                                        uint64_t *version, uint8_t sha256[32], fa_error *err)
 {
-    uint64_t start = fa_time_mono_ns() / 1000000u, base_version = 0;
+    uint64_t start = fa_time_mono_ms(), base_version = 0;
     char tmp[4200];
     const char *base;
     int no_delta = 0;
@@ -993,7 +986,7 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
      * that the signed log shows superseded (a round completed meanwhile),
      * and a delta that did not rebuild the announced model (then in full). */
     for (unsigned tries = 1;; tries++) {
-        uint64_t used = fa_time_mono_ns() / 1000000u - start;
+        uint64_t used = fa_time_mono_ms() - start;
         char q[600];
         int delta_failed = 0;
         base = !no_delta && held_version(rc, path, &base_version) ? path : NULL;
@@ -1024,7 +1017,7 @@ int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, ui
             continue;
         }
         if ((r != FA_ERR_QUIC && r != FA_ERR_REPLAY) || tries >= 3 ||
-            fa_time_mono_ns() / 1000000u - start >= timeout_ms)
+            fa_time_mono_ms() - start >= timeout_ms)
             return r;
         fa_log(FA_LOG_INFO,
                r == FA_ERR_QUIC ? "model download broke off; downloading again"
@@ -1162,7 +1155,7 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
                 /* Upload slots full: wait our turn.  The aggregator stopped
                  * the body at once, so a retry costs a round trip, not an
                  * upload: poll briskly. */
-                sleep_ms(30 + randombytes_uniform(70));
+                fa_time_sleep_ms(30 + randombytes_uniform(70), NULL);
                 continue;
             }
             if (status < 500)
@@ -1183,7 +1176,7 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
          * backs off by itself while it cannot connect.  Repeated failures
          * back off here. */
         if (!(r == FA_ERR_QUIC && transient == 1))
-            sleep_ms(backoff_ms(transient - 1));
+            fa_time_sleep_ms(backoff_ms(transient - 1), NULL);
         if (!still_current(rc, info))
             return fa_errorf(err, FA_ERR_REPLAY, "%s: the federation moved on", kind_paths[kind]);
     }
@@ -1200,11 +1193,11 @@ static int post_statement(fa_round_client *rc, const char *path, const uint8_t *
                           const char *what, fa_error *err)
 {
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
-    uint64_t start = fa_time_mono_ns() / 1000000u;
+    uint64_t start = fa_time_mono_ms();
     int r;
 
     for (unsigned tries = 0;; tries++) {
-        uint64_t used = fa_time_mono_ns() / 1000000u - start;
+        uint64_t used = fa_time_mono_ms() - start;
         uint32_t left = used < EVAL_BUDGET_MS ? (uint32_t)(EVAL_BUDGET_MS - used) : 0;
         fa_h3_client_req req = {0};
         fa_h3_response resp;
@@ -1244,12 +1237,11 @@ static int post_statement(fa_round_client *rc, const char *path, const uint8_t *
             r = fa_errorf(err, FA_ERR_HTTP, "%s: HTTP status %d: %s", what, status, msg);
         }
         pause = backoff_ms(tries);
-        if (tries + 1 >= EVAL_TRIES ||
-            fa_time_mono_ns() / 1000000u - start + pause >= EVAL_BUDGET_MS) {
+        if (tries + 1 >= EVAL_TRIES || fa_time_mono_ms() - start + pause >= EVAL_BUDGET_MS) {
             fa_error_prefix(err, r, "%s: giving up after %u tries", what, tries + 1);
             break;
         }
-        sleep_ms(pause);
+        fa_time_sleep_ms(pause, NULL);
     }
     return r;
 }
