@@ -177,11 +177,6 @@ void fa_api_tick(fa_api *a)
     }
 }
 
-size_t fa_api_pending(const fa_api *a)
-{
-    return a->n_pending;
-}
-
 /* ------------------------------------------------------------------------ */
 
 static struct req_ctx *ctx_new(fa_api *a, fa_h3_request *req)

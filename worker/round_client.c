@@ -783,12 +783,6 @@ static int sink_write(void *arg, const uint8_t *data, size_t len)
     return fa_atomic_file_write(s->f, data, len, s->err);
 }
 
-int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
-                                uint8_t sha256[32], fa_error *err)
-{
-    return fa_round_client_fetch_model_within(rc, path, LONG_POLL_MS, version, sha256, err);
-}
-
 /* The version of the model held at path, for a delta download against it:
  * its "fedagg.version" metadata (or, for a model without one, the version
  * this client downloaded last).  0 when nothing usable is held there; the

@@ -73,19 +73,14 @@ void fa_round_client_del(fa_round_client *rc);
 int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__FederationInfo **info,
                          fa_error *err);
 
-/* Downloads the current global model into path (atomically), checking its
- * SHA-256 against the fedagg-model-sha256 header, and then that the signed
- * audit log records it as the latest model (see above; a model that moved on
- * meanwhile is downloaded again).  Returns 0 with the version and digest, or
- * an error: FA_ERR_VERIFY with an ALARM (the client is then alarmed for good),
+/* Downloads the current global model into path (atomically) within
+ * timeout_ms (connecting included), checking its SHA-256 against the
+ * fedagg-model-sha256 header, and then that the signed audit log records it
+ * as the latest model (see above; a model that moved on meanwhile is
+ * downloaded again).  Returns 0 with the version and digest, or an error:
+ * FA_ERR_VERIFY with an ALARM (the client is then alarmed for good),
  * FA_ERR_AGAIN when the log does not record the version yet (try later),
- * FA_ERR_PROTOCOL, or a transport error. */
-int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
-                                uint8_t sha256[32], fa_error *err);
-
-/* The same within timeout_ms (connecting included), for a caller that must
- * not wait long: the final model of a federation whose aggregator is
- * draining.  Returns the errors above, FA_ERR_TIMEOUT among them. */
+ * FA_ERR_PROTOCOL, FA_ERR_TIMEOUT, or a transport error. */
 int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
                                        uint64_t *version, uint8_t sha256[32], fa_error *err);
 
