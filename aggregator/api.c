@@ -15,6 +15,7 @@
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 
 #define MAX_MESSAGE (16u << 20) /* largest protocol message body (not the masked upload) */
@@ -43,8 +44,6 @@ struct fa_api {
     struct req_ctx *pending;
     size_t n_pending;
 };
-
-static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
 
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -239,7 +238,7 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     }
     if (c->pending && err != 0)
         fa_log(FA_LOG_INFO, "long-poll abandoned by the region", "region=%s phase=%s error=%s",
-               c->region, c->kind >= 0 ? kind_paths[c->kind] : "-", fa_strerror(err));
+               c->region, c->kind >= 0 ? fa_secagg_phase_names[c->kind] : "-", fa_strerror(err));
     pending_remove(a, c);
     free(c->buf);
     free(c);
@@ -555,8 +554,8 @@ static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt
     if (end == p || *end != '/' || errno || at > UINT32_MAX)
         return -1;
     p = end + 1;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(p, kind_paths[k])) {
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
+        if (!strcmp(p, fa_secagg_phase_names[k])) {
             *round = r;
             *attempt = (uint32_t)at;
             *kind = k;
@@ -639,8 +638,8 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         while (ncap < c->len + len)
             ncap *= 2;
         if (ncap > MAX_MESSAGE) {
-            respond_error(c, req, 413, "%s message larger than %u bytes", kind_paths[c->kind],
-                          MAX_MESSAGE);
+            respond_error(c, req, 413, "%s message larger than %u bytes",
+                          fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
         nb = realloc(c->buf, ncap);

@@ -740,7 +740,7 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             a.completed = 1;
             a.start_unix_ms = r->start_unix_ms;
             a.end_unix_ms = r->commit_unix_ms;
-            for (int k = 0; k < FA_ROUND_HISTORY_PHASES; k++)
+            for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
                 a.phase_s[k] = -1;
             for (size_t k = 0; pf && k < r->n_participants; k++)
                 fprintf(pf, "%s%s", k ? "," : "", r->participants[k]);

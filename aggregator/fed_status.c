@@ -139,15 +139,12 @@ out:
 
 const char *fa_fed_phase_name(int phase)
 {
-    switch (phase) {
-    case FEDAGG__PHASE__PHASE_ADVERTISE: return "advertise";
-    case FEDAGG__PHASE__PHASE_SHARES: return "shares";
-    case FEDAGG__PHASE__PHASE_MASKED: return "masked";
-    case FEDAGG__PHASE__PHASE_CONSISTENCY: return "consistency";
-    case FEDAGG__PHASE__PHASE_UNMASK: return "unmask";
-    case FEDAGG__PHASE__PHASE_DONE: return "finished";
-    default: return "idle";
-    }
+    _Static_assert(FEDAGG__PHASE__PHASE_UNMASK - FEDAGG__PHASE__PHASE_ADVERTISE + 1 ==
+                       FA_SECAGG_N_PHASES,
+                   "the wire's phases are the secure-aggregation phases, in order");
+    if (phase >= FEDAGG__PHASE__PHASE_ADVERTISE && phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        return fa_secagg_phase_names[phase - FEDAGG__PHASE__PHASE_ADVERTISE];
+    return phase == FEDAGG__PHASE__PHASE_DONE ? "finished" : "idle";
 }
 
 /* An evaluation summary as JSON (NaN values left out). */

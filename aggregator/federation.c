@@ -24,8 +24,6 @@
 #include "common/fa_time.h"
 #include "secagg.pb-c.h"
 
-const char *const fa_fed_kind_names[FA_FED_N_KINDS] = {"advertise", "shares", "masked",
-                                                       "consistency", "unmask"};
 
 /* ------------------------------------------------------------------------ */
 /* Replies                                                                   */
@@ -192,7 +190,7 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     f->cur_att.round = round;
     f->cur_att.attempt = attempt;
     f->cur_att.start_unix_ms = f->attempt_start_unix_ms;
-    for (int k = 0; k < FA_ROUND_HISTORY_PHASES; k++)
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
         f->cur_att.phase_s[k] = -1;
     rc = new_secagg_server(f, err);
     if (rc == 0)
@@ -396,7 +394,8 @@ void fa_fed_abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 
     fa_log(FA_LOG_WARN, "round attempt aborted", "round=%" PRIu64 " attempt=%u phase=%s reason=%s",
            f->round, f->attempt,
-           f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "?",
+           f->phase >= 1 && f->phase <= FA_SECAGG_N_PHASES ? fa_secagg_phase_names[f->phase - 1]
+                                                           : "?",
            why);
     f->rounds_aborted++;
     fa_fed_count_outcome(f, "aborted");
@@ -702,14 +701,14 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     }
     if (f->metrics) {
         char labels[64] = "";
-        fa_metrics_label(labels, sizeof(labels), "phase", fa_fed_kind_names[closing - 1]);
+        fa_metrics_label(labels, sizeof(labels), "phase", fa_secagg_phase_names[closing - 1]);
         fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
     }
-    if (closing >= 1 && closing <= FA_ROUND_HISTORY_PHASES)
+    if (closing >= 1 && closing <= FA_SECAGG_N_PHASES)
         f->cur_att.phase_s[closing - 1] = secs;
     fa_secagg_server_status_get(f->sa, &st);
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
-           f->round, f->attempt, fa_fed_kind_names[closing - 1], secs);
+           f->round, f->attempt, fa_secagg_phase_names[closing - 1], secs);
     if (st.phase == FA_SECAGG_DONE) {
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from
@@ -747,7 +746,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     }
     {
         char fp[64];
-        snprintf(fp, sizeof(fp), "aggregator-after-%s", fa_fed_kind_names[closing - 1]);
+        snprintf(fp, sizeof(fp), "aggregator-after-%s", fa_secagg_phase_names[closing - 1]);
         fa_failpoint(fp);
     }
     fa_fed_update_gauges(f);
@@ -808,7 +807,7 @@ static int check_position(fa_fed *f, int kind, const char *region, uint64_t roun
         return reply_error(f, reply, FA_ERR_REPLAY,
                            "%s for round %" PRIu64
                            " attempt %u, but the current one is round %" PRIu64 " attempt %u",
-                           fa_fed_kind_names[kind], round, attempt, f->round, f->attempt);
+                           fa_secagg_phase_names[kind], round, attempt, f->round, f->attempt);
     return 0;
 }
 
@@ -831,16 +830,16 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
 
     if (!m)
         return reply_error(f, reply, FA_ERR_PARSE, "%s message from %s does not decode",
-                           fa_fed_kind_names[kind], region);
+                           fa_secagg_phase_names[kind], region);
     sender = fd ? *(const char *const *)((const uint8_t *)m + fd->offset) : NULL;
     if (!sender || strcmp(sender, region) != 0) {
         fa_log(FA_LOG_WARN, "message naming another region refused",
                "region=%s claimed=%s phase=%s", region, sender ? sender : "",
-               fa_fed_kind_names[kind]);
+               fa_secagg_phase_names[kind]);
         rc = reply_error(f, reply, FA_ERR_AUTH,
                          "the client certificate names region %s but the %s message is from "
                          "'%s'",
-                         region, fa_fed_kind_names[kind], sender ? sender : "");
+                         region, fa_secagg_phase_names[kind], sender ? sender : "");
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return rc;
@@ -942,7 +941,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     fa_error err;
     int rc;
 
-    if (kind < 0 || kind >= FA_FED_N_KINDS || kind == FA_FED_MASKED)
+    if (kind < 0 || kind >= FA_SECAGG_N_PHASES || kind == FA_FED_MASKED)
         return reply_error(f, reply, FA_ERR_INVAL, "not a message phase");
     /* A retried unmask of the round that just completed: its result stands. */
     if (kind == FA_FED_UNMASK && f->last_result && round == f->last_round &&
@@ -986,16 +985,17 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
         return reply_error(f, reply, FA_ERR_EXISTS,
                            "region %s already sent a different %s message for round %" PRIu64
                            " attempt %u",
-                           region, fa_fed_kind_names[kind], round, attempt);
+                           region, fa_secagg_phase_names[kind], round, attempt);
     }
     if (f->phase > kind + 1)
         return 0; /* the phase closed (maybe before a restart): the poll answers */
     if (f->phase != kind + 1)
-        return reply_error(
-            f, reply, FA_ERR_STATE,
-            "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
-            fa_fed_kind_names[kind], round, attempt,
-            f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "done");
+        return reply_error(f, reply, FA_ERR_STATE,
+                           "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           fa_secagg_phase_names[kind], round, attempt,
+                           f->phase >= 1 && f->phase <= FA_SECAGG_N_PHASES
+                               ? fa_secagg_phase_names[f->phase - 1]
+                               : "done");
     fa_error_clear(&err);
     switch (kind) {
     case FA_FED_ADVERTISE:
@@ -1016,7 +1016,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     if (kind == FA_FED_ADVERTISE)
         f->last_advertise_ms = now_ms;
     fa_log(FA_LOG_DEBUG, "message accepted", "region=%s round=%" PRIu64 " attempt=%u phase=%s",
-           region, round, attempt, fa_fed_kind_names[kind]);
+           region, round, attempt, fa_secagg_phase_names[kind]);
     return 0;
 }
 
@@ -1102,11 +1102,11 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
         if (rc == FA_ERR_NOTFOUND)
             reply_error(f, reply, FA_ERR_STATE,
                         "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
-                        fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+                        fa_secagg_phase_names[kind], round, attempt, fa_error_msg(&err, rc));
         else
             reply_fault(f, reply, rc,
                         "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
-                        fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+                        fa_secagg_phase_names[kind], round, attempt, fa_error_msg(&err, rc));
         return 1;
     }
     return reply_ok(reply, out, len);
@@ -1152,11 +1152,12 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
                f->attempt);
     }
     if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
-        return reply_error(
-            f, reply, FA_ERR_STATE,
-            "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase", round,
-            attempt,
-            f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "done");
+        return reply_error(f, reply, FA_ERR_STATE,
+                           "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           round, attempt,
+                           f->phase >= 1 && f->phase <= FA_SECAGG_N_PHASES
+                               ? fa_secagg_phase_names[f->phase - 1]
+                               : "done");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_begin(f->sa, region, now_ms, &err);
     if (rc != 0)

@@ -49,17 +49,20 @@
 
 #include "common/fa_err.h"
 #include "config.pb-c.h"
+#include "crypto/secagg.h"
 
 typedef struct fa_fed fa_fed;
 struct fa_metrics;
 
-/* What a region's request is for (the long-poll kinds, in phase order). */
+/* What a region's request is for: the long-poll kinds, one per phase of
+ * secure aggregation (crypto/secagg.h enum fa_secagg_phase, whose names,
+ * fa_secagg_phase_names, they share). */
 enum fa_fed_kind {
-    FA_FED_ADVERTISE = 0,   /* POST advertise  -> PeerList */
-    FA_FED_SHARES = 1,      /* POST shares     -> SharesForYou */
-    FA_FED_MASKED = 2,      /* POST masked     -> SurvivorList */
-    FA_FED_CONSISTENCY = 3, /* POST consistency -> SurvivorSignatures */
-    FA_FED_UNMASK = 4,      /* POST unmask     -> RoundResult */
+    FA_FED_ADVERTISE = FA_SECAGG_ADVERTISE,     /* POST advertise  -> PeerList */
+    FA_FED_SHARES = FA_SECAGG_SHARES,           /* POST shares     -> SharesForYou */
+    FA_FED_MASKED = FA_SECAGG_MASKED,           /* POST masked     -> SurvivorList */
+    FA_FED_CONSISTENCY = FA_SECAGG_CONSISTENCY, /* POST consistency -> SurvivorSignatures */
+    FA_FED_UNMASK = FA_SECAGG_UNMASK,           /* POST unmask     -> RoundResult */
 };
 
 /* An answer for the HTTP layer, which alone decides HTTP statuses

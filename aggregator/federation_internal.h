@@ -28,15 +28,14 @@
 #include "privacy/accountant.h"
 #include "privacy/ddg.h"
 
-#define FA_FED_N_KINDS 5
 #define FA_FED_MAX_MSG_BYTES (64u << 20)
 
 struct fa_fed_region {
     char id[FA_SECAGG_MAX_ID_LEN + 1];
     uint8_t pk[32];
     /* This attempt: SHA-256 of each accepted message, for idempotent retries. */
-    uint8_t msg_sha[FA_FED_N_KINDS][32];
-    uint8_t have_msg[FA_FED_N_KINDS];
+    uint8_t msg_sha[FA_SECAGG_N_PHASES][32];
+    uint8_t have_msg[FA_SECAGG_N_PHASES];
     int uploading;      /* a masked upload is in flight */
     uint64_t upload_id; /* which stream it is (fa_fed.next_upload_id) */
     int uploaded;       /* its masked upload completed */
@@ -61,7 +60,7 @@ struct fa_fed {
     uint64_t opt_steps;         /* server optimizer steps so far (the state file's fedagg.steps) */
     fa_upload_journal *journal; /* the masked uploads' journals, in files (upload_journal.h) */
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
-    uint64_t deadline_ms[FA_FED_N_KINDS];
+    uint64_t deadline_ms[FA_SECAGG_N_PHASES];
     uint64_t advertise_grace_ms;
     fa_secagg_quant quant; /* the secure-aggregation codec's */
     int clip_cfg;          /* config ClipMode (the record; the regions' L2 bound when per tensor) */
@@ -147,8 +146,6 @@ struct fa_fed {
     uint64_t next_upload_id;
 };
 
-/* The phase names, by kind (FA_FED_ADVERTISE...): logs and metrics. */
-extern const char *const fa_fed_kind_names[FA_FED_N_KINDS];
 
 /* federation.c */
 struct fa_fed_region *fa_fed_find_region(const fa_fed *f, const char *id);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA_ROUND_HISTORY_PHASES 5
+#include "crypto/secagg.h"
 
 /* One attempt. */
 typedef struct fa_round_history_attempt {
@@ -19,7 +19,7 @@ typedef struct fa_round_history_attempt {
     int completed; /* 1 completed, 0 aborted */
     char reason[200];
     uint64_t start_unix_ms, end_unix_ms;
-    double phase_s[FA_ROUND_HISTORY_PHASES]; /* advertise .. unmask; < 0: not reached */
+    double phase_s[FA_SECAGG_N_PHASES];      /* advertise .. unmask; < 0: not reached */
     char *participants, *dropped;            /* comma-separated region ids (malloc'ed) */
     uint64_t version;                        /* completed: the version it produced */
 } fa_round_history_attempt;

@@ -216,7 +216,7 @@ struct opts {
 
 struct secure_round {
     double wall;
-    double phase[5]; /* clients' phase seconds, mean over regions */
+    double phase[FA_SECAGG_N_PHASES]; /* clients' phase seconds, mean over regions */
     double other;    /* the rest of a client's wall time, mean over regions */
     double up, down; /* bytes per region, mean */
     double cpu_clients, cpu_server;

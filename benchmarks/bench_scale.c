@@ -101,7 +101,7 @@ struct point {
     long agg_kib, plain_kib, bench_kib;
     struct fa_rbench_agg_phases ap;
     struct fa_rbench_plain_phases pp;
-    double client_phase[5], client_other;
+    double client_phase[FA_SECAGG_N_PHASES], client_other;
 };
 
 /* MemAvailable in bytes, or 0 when unknown. */

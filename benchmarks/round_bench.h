@@ -192,7 +192,7 @@ void fa_rbench_client_free(struct fa_rbench_client *c);
 /* Where a round's time went, from the aggregator's log (round r) and the
  * plain server's (its r-th "plain round committed" line). */
 struct fa_rbench_agg_phases {
-    double phase[5]; /* aggregator: seconds each phase was open */
+    double phase[FA_SECAGG_N_PHASES]; /* aggregator: seconds each phase was open */
     double finish;   /* unmask close -> round completed: decode, optimizer, commit, audit */
 };
 struct fa_rbench_plain_phases {

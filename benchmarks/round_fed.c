@@ -525,11 +525,10 @@ void fa_rbench_fed_stop(struct fa_rbench_fed *f)
 /* The aggregator's view of round r from its log. */
 void fa_rbench_agg_phases_of(const char *log, uint64_t r, struct fa_rbench_agg_phases *ap)
 {
-    static const char *names[5] = {"advertise", "shares", "masked", "consistency", "unmask"};
     char *t = fa_rbench_read_text(log), *line, *save = NULL, rs[32], v[64];
     double unmask_ts = NAN;
 
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < FA_SECAGG_N_PHASES; i++)
         ap->phase[i] = NAN;
     ap->finish = NAN;
     snprintf(rs, sizeof(rs), "%" PRIu64, r);
@@ -537,8 +536,8 @@ void fa_rbench_agg_phases_of(const char *log, uint64_t r, struct fa_rbench_agg_p
         if (!fa_rbench_kv(line, "round", v, sizeof(v)) || strcmp(v, rs) != 0)
             continue;
         if (strstr(line, "msg=\"phase closed\"") && fa_rbench_kv(line, "phase", v, sizeof(v))) {
-            for (int i = 0; i < 5; i++)
-                if (!strcmp(v, names[i]))
+            for (int i = 0; i < FA_SECAGG_N_PHASES; i++)
+                if (!strcmp(v, fa_secagg_phase_names[i]))
                     ap->phase[i] = fa_rbench_kv_num(line, "seconds");
             if (!strcmp(v, "unmask"))
                 unmask_ts = fa_rbench_line_ts(line);

@@ -357,6 +357,17 @@ enum fa_secagg_phase {
     FA_SECAGG_FAILED = 6,      /* an internal failure (out of memory) spoilt the sum */
 };
 
+/* The phases a client takes part in, ADVERTISE .. UNMASK.  Their names,
+ * indexed by enum fa_secagg_phase, are the last segment of each phase's
+ * HTTP path (POST /v1/rounds/{r}/{a}/<name>) and its label in logs,
+ * metrics, the admin documents and the dashboard: one table for all. */
+#define FA_SECAGG_N_PHASES 5
+extern const char *const fa_secagg_phase_names[FA_SECAGG_N_PHASES];
+
+/* The name of phase: fa_secagg_phase_names[phase], "done", "failed", or "?"
+ * for a value outside enum fa_secagg_phase. */
+const char *fa_secagg_phase_name(int phase);
+
 /* Creates the server of one round attempt.  members are the federation's
  * regions (copied).  Allocates the O(vector_len) running sum.
  * Returns 0, FA_ERR_INVAL or FA_ERR_NOMEM. */

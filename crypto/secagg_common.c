@@ -15,6 +15,16 @@
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
+const char *const fa_secagg_phase_names[FA_SECAGG_N_PHASES] = {"advertise", "shares", "masked",
+                                                               "consistency", "unmask"};
+
+const char *fa_secagg_phase_name(int phase)
+{
+    if (phase >= 0 && phase < FA_SECAGG_N_PHASES)
+        return fa_secagg_phase_names[phase];
+    return phase == FA_SECAGG_DONE ? "done" : phase == FA_SECAGG_FAILED ? "failed" : "?";
+}
+
 const char *fa_secagg_mask_prg(void)
 {
     return fa_mask_prg_impl();

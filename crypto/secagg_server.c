@@ -20,13 +20,6 @@
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
-static const char *phase_name(int phase)
-{
-    static const char *names[] = {"advertise", "shares", "masked", "consistency",
-                                  "unmask",    "done",   "failed"};
-    return phase >= 0 && phase <= FA_SECAGG_FAILED ? names[phase] : "?";
-}
-
 /* ---- lifecycle ----------------------------------------------------------- */
 
 static void free_tables(fa_secagg_server *s)
@@ -230,7 +223,7 @@ int fa_secagg_server_check_phase(const fa_secagg_server *s, int phase, const cha
 {
     if (s->phase != phase)
         return fa_errorf(err, FA_ERR_STATE, "%s: the %s phase is not open (phase is %s)", what,
-                         phase_name(phase), phase_name(s->phase));
+                         fa_secagg_phase_name(phase), fa_secagg_phase_name(s->phase));
     return 0;
 }
 
@@ -910,7 +903,7 @@ static int threshold_error(const fa_secagg_server *s, size_t have, fa_error *err
                      "secagg round %llu attempt %u: only %zu clients in the %s phase, threshold "
                      "is %u",
                      (unsigned long long)s->cfg.c.round, s->cfg.c.attempt, have,
-                     phase_name(s->phase), s->cfg.c.threshold);
+                     fa_secagg_phase_name(s->phase), s->cfg.c.threshold);
 }
 
 void fa_secagg_server_build_survivors(fa_secagg_server *s)
@@ -951,7 +944,8 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
     int rc;
 
     if (s->phase >= FA_SECAGG_DONE)
-        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s", phase_name(s->phase));
+        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s",
+                         fa_secagg_phase_name(s->phase));
     have = count_flag(s, flag_of[s->phase]);
     if (have < s->cfg.c.threshold)
         return threshold_error(s, have, err);
@@ -994,7 +988,7 @@ int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_
     const uint32_t mask = fa_ring_mask(s->cfg.c.ring_bits);
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
-                         phase_name(s->phase));
+                         fa_secagg_phase_name(s->phase));
     if (s->decoded)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the sum was decoded in place");
     if (n != s->cfg.c.vector_len)
@@ -1014,7 +1008,7 @@ int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum
 
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
-                         phase_name(s->phase));
+                         fa_secagg_phase_name(s->phase));
     w = (double)fa_ring_signed(s->sum[d], s->cfg.c.ring_bits) /
         qmax; /* kept by an in-place decode */
     if (weight_sum)

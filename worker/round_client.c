@@ -22,9 +22,6 @@
 #define LONG_POLL_MS (45u * 60u * 1000u) /* longer than any phase deadline */
 #define MAX_TRANSIENT 20                 /* transport failures tolerated per request */
 
-enum { K_ADVERTISE, K_SHARES, K_MASKED, K_CONSISTENCY, K_UNMASK };
-static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
-
 uint64_t fa_round_client_backoff_ms(unsigned attempt)
 {
     uint64_t base = 500u << (attempt < 5 ? attempt : 5);
@@ -300,7 +297,7 @@ static ssize_t masked_read(void *arg, uint8_t *buf, size_t cap)
     return r != 0 ? r : (ssize_t)n;
 }
 
-/* POSTs one phase's message (or, for K_MASKED, the masked stream of c) and
+/* POSTs one phase's message (or, for FA_SECAGG_MASKED, the masked stream of c) and
  * returns the 200 body.  Retries transport failures and 5xx with back-off
  * while the attempt is current; 409 -> FA_ERR_REPLAY. */
 static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, int kind,
@@ -313,10 +310,10 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
     fa_h3_header hm[] = {{"content-type", "application/octet-stream"}};
 
     snprintf(path, sizeof(path), "/v1/rounds/%" PRIu64 "/%u/%s", info->round, info->attempt,
-             kind_paths[kind]);
+             fa_secagg_phase_names[kind]);
     {
         char fp[64];
-        snprintf(fp, sizeof(fp), "worker-before-%s", kind_paths[kind]);
+        snprintf(fp, sizeof(fp), "worker-before-%s", fa_secagg_phase_names[kind]);
         fa_failpoint(fp);
     }
     for (;;) {
@@ -330,7 +327,7 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
         req.method = "POST";
         req.path = path;
         req.timeout_ms = LONG_POLL_MS;
-        if (kind == K_MASKED) {
+        if (kind == FA_SECAGG_MASKED) {
             r = fa_secagg_client_masked_rewind(c, err);
             if (r != 0)
                 return r;
@@ -361,7 +358,7 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
             fa_round_client_error_text(&resp, msg, sizeof(msg));
             fa_h3_response_free(&resp);
             if (status == 409)
-                return fa_errorf(err, FA_ERR_REPLAY, "%s: %s", kind_paths[kind], msg);
+                return fa_errorf(err, FA_ERR_REPLAY, "%s: %s", fa_secagg_phase_names[kind], msg);
             if (status == 503) {
                 /* Upload slots full: wait our turn.  The aggregator stopped
                  * the body at once, so a retry costs a round trip, not an
@@ -370,17 +367,17 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
                 continue;
             }
             if (status < 500)
-                return fa_errorf(err, FA_ERR_PROTOCOL, "%s refused (%d): %s", kind_paths[kind],
-                                 status, msg);
+                return fa_errorf(err, FA_ERR_PROTOCOL, "%s refused (%d): %s",
+                                 fa_secagg_phase_names[kind], status, msg);
             fa_log(FA_LOG_WARN, "aggregator error; retrying", "phase=%s status=%d",
-                   kind_paths[kind], status);
+                   fa_secagg_phase_names[kind], status);
         } else {
-            fa_log(FA_LOG_WARN, "request failed; retrying", "phase=%s error=%s", kind_paths[kind],
-                   fa_strerror(r));
+            fa_log(FA_LOG_WARN, "request failed; retrying", "phase=%s error=%s",
+                   fa_secagg_phase_names[kind], fa_strerror(r));
         }
         if (++transient > MAX_TRANSIENT)
             return fa_errorf(err, r ? r : FA_ERR_HTTP, "%s: giving up after %u failures",
-                             kind_paths[kind], transient);
+                             fa_secagg_phase_names[kind], transient);
         /* A connection lost under the request (the aggregator restarted: a
          * stateless reset in the middle of a masked upload, which cannot be
          * replayed by the transport) is sent again at once; the transport
@@ -389,7 +386,8 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
         if (!(r == FA_ERR_QUIC && transient == 1))
             fa_time_sleep_ms(fa_round_client_backoff_ms(transient - 1), NULL);
         if (!still_current(rc, info))
-            return fa_errorf(err, FA_ERR_REPLAY, "%s: the federation moved on", kind_paths[kind]);
+            return fa_errorf(err, FA_ERR_REPLAY, "%s: the federation moved on",
+                             fa_secagg_phase_names[kind]);
     }
 }
 
@@ -544,7 +542,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         PHASE_START();
         r = fa_secagg_client_advertise(c, &msg, &msg_len, err);
         if (r == 0)
-            r = post_phase(rc, info, K_ADVERTISE, msg, msg_len, NULL, &ans, &ans_len, err);
+            r = post_phase(rc, info, FA_SECAGG_ADVERTISE, msg, msg_len, NULL, &ans, &ans_len, err);
         /* refused, and the federation announces another model than the
          * one this region trained from: it must download it again */
         if (r == FA_ERR_REPLAY && info->model_sha256.len == 32 &&
@@ -568,13 +566,13 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         msg = ans = NULL;
         if (r != 0)
             goto out;
-        PHASE_END(0);
+        PHASE_END(FA_SECAGG_ADVERTISE);
 
         /* Round 1: share keys, receive U2's shares. */
         PHASE_START();
         r = fa_secagg_client_share_keys(c, &msg, &msg_len, err);
         if (r == 0)
-            r = post_phase(rc, info, K_SHARES, msg, msg_len, NULL, &ans, &ans_len, err);
+            r = post_phase(rc, info, FA_SECAGG_SHARES, msg, msg_len, NULL, &ans, &ans_len, err);
         if (r == 0)
             r = fa_secagg_client_shares(c, ans, ans_len, fa_time_unix_ms(), err);
         free(msg);
@@ -582,7 +580,7 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
         msg = ans = NULL;
         if (r != 0)
             goto out;
-        PHASE_END(1);
+        PHASE_END(FA_SECAGG_SHARES);
 
         r = set_input(rc, c, info, delta, d, weight, &ring, err);
         if (r == 0)
@@ -595,10 +593,10 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
 
     /* Round 2: the masked upload, receive U3. */
     PHASE_START();
-    r = post_phase(rc, info, K_MASKED, NULL, 0, c, &ans, &ans_len, err);
+    r = post_phase(rc, info, FA_SECAGG_MASKED, NULL, 0, c, &ans, &ans_len, err);
     if (r != 0)
         goto out;
-    PHASE_END(2);
+    PHASE_END(FA_SECAGG_MASKED);
     {
         Fedagg__SurvivorList *sl = fedagg__survivor_list__unpack(NULL, ans_len, ans);
         if (sl) {
@@ -613,12 +611,12 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     free(ans);
     ans = NULL;
     if (r == 0)
-        r = post_phase(rc, info, K_CONSISTENCY, msg, msg_len, NULL, &ans, &ans_len, err);
+        r = post_phase(rc, info, FA_SECAGG_CONSISTENCY, msg, msg_len, NULL, &ans, &ans_len, err);
     free(msg);
     msg = NULL;
     if (r != 0)
         goto out;
-    PHASE_END(3);
+    PHASE_END(FA_SECAGG_CONSISTENCY);
 
     /* Round 4: unmasking, receive the RoundResult. */
     PHASE_START();
@@ -626,12 +624,12 @@ int fa_round_client_run(fa_round_client *rc, const Fedagg__FederationInfo *info,
     free(ans);
     ans = NULL;
     if (r == 0)
-        r = post_phase(rc, info, K_UNMASK, msg, msg_len, NULL, &ans, &ans_len, err);
+        r = post_phase(rc, info, FA_SECAGG_UNMASK, msg, msg_len, NULL, &ans, &ans_len, err);
     free(msg);
     msg = NULL;
     if (r != 0)
         goto out;
-    PHASE_END(4);
+    PHASE_END(FA_SECAGG_UNMASK);
     {
         Fedagg__RoundResult *res = fedagg__round_result__unpack(NULL, ans_len, ans);
         if (!res || res->model_sha256.len != 32) {

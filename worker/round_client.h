@@ -55,6 +55,7 @@
 #include "common/fa_err.h"
 #include "config.pb-c.h"
 #include "crypto/checkpoint.h"
+#include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 #include "model/tensors.h"
 
@@ -117,7 +118,7 @@ typedef struct fa_round_outcome {
     int proof_verified; /* the audit record was proven against a signed checkpoint */
     uint64_t leaf_index;
     uint64_t bytes_up, bytes_down;
-    double phase_seconds[5]; /* advertise, shares, masked, consistency, unmask */
+    double phase_seconds[FA_SECAGG_N_PHASES]; /* by enum fa_secagg_phase */
     /* With FA_ERR_REPLAY: the aggregator refused the advertisement and
      * announces another model than the one this region trained from: the
      * caller downloads the model again (and trains anew) before the next
