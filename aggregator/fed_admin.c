@@ -175,8 +175,8 @@ static json_t *rounds_json(const fa_fed *f)
             json_object_set_new(o, "reason", json_string(h->reason));
         json_object_set_new(o, "start_unix_ms", json_integer((json_int_t)h->start_unix_ms));
         json_object_set_new(o, "end_unix_ms", json_integer((json_int_t)h->end_unix_ms));
-        json_object_set_new(o, "seconds",
-                            json_real((double)(h->end_unix_ms - h->start_unix_ms) / 1000.0));
+        if (h->seconds >= 0)
+            json_object_set_new(o, "seconds", json_real(h->seconds));
         for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
             if (h->phase_s[k] >= 0)
                 json_object_set_new(ph, fa_secagg_phase_names[k], json_real(h->phase_s[k]));

@@ -227,6 +227,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     f->round = st->round;
     f->attempt = st->attempt;
     f->attempt_start_unix_ms = st->attempt_start_unix_ms;
+    f->attempt_opened_ms = now_ms;
     f->sa_cfg.round = st->round;
     f->sa_cfg.attempt = st->attempt;
 
@@ -740,6 +741,11 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             a.completed = 1;
             a.start_unix_ms = r->start_unix_ms;
             a.end_unix_ms = r->commit_unix_ms;
+            /* the log holds wall-clock stamps only: no duration when they
+             * went backwards */
+            a.seconds = a.end_unix_ms >= a.start_unix_ms
+                            ? (double)(a.end_unix_ms - a.start_unix_ms) / 1000.0
+                            : -1;
             for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
                 a.phase_s[k] = -1;
             for (size_t k = 0; pf && k < r->n_participants; k++)

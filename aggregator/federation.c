@@ -173,6 +173,13 @@ static int new_secagg_server(fa_fed *f, fa_error *err)
     return rc;
 }
 
+/* How long the attempt in flight has been open, on the caller's monotonic
+ * clock (the wall clock may step back). */
+double fa_fed_attempt_seconds(const fa_fed *f, uint64_t now_ms)
+{
+    return now_ms > f->attempt_opened_ms ? (double)(now_ms - f->attempt_opened_ms) / 1000.0 : 0.0;
+}
+
 /* Opens attempt `attempt` of round `round` in the advertise phase. */
 static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now_ms, fa_error *err)
 {
@@ -184,6 +191,7 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     f->phase_opened_ms = now_ms;
     f->last_advertise_ms = 0;
     f->attempt_start_unix_ms = fa_time_unix_ms();
+    f->attempt_opened_ms = now_ms;
     fa_fed_reset_region_attempt(f);
     fa_privacy_ledger_begin(f->privacy, round, attempt);
     memset(&f->cur_att, 0, sizeof(f->cur_att));
@@ -347,7 +355,7 @@ int fa_fed_open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
 
 /* Adds the attempt in flight to the history: completed (the sum's
  * survivors and dropouts, the new version) or aborted (with why). */
-static void record_attempt(fa_fed *f, int completed, const char *why)
+static void record_attempt(fa_fed *f, int completed, const char *why, uint64_t now_ms)
 {
     fa_round_history_attempt a = f->cur_att;
     char *parts = NULL, *drops = NULL;
@@ -358,6 +366,7 @@ static void record_attempt(fa_fed *f, int completed, const char *why)
     a.end_unix_ms = fa_time_unix_ms();
     if (!a.start_unix_ms)
         a.start_unix_ms = f->attempt_start_unix_ms;
+    a.seconds = fa_fed_attempt_seconds(f, now_ms);
     snprintf(a.reason, sizeof(a.reason), "%s", why ? why : "");
     if (pf && df) {
         if (completed && f->sa) {
@@ -399,7 +408,7 @@ void fa_fed_abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
            why);
     f->rounds_aborted++;
     fa_fed_count_outcome(f, "aborted");
-    record_attempt(f, 0, why);
+    record_attempt(f, 0, why, now_ms);
     /* Every region that advertised in this attempt and is not carried to its
      * end is a dropout of the attempt. */
     for (size_t i = 0; i < f->n_regions; i++)
@@ -551,7 +560,7 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     uint64_t prev_version = f->cur.version;
     uint8_t prev_sha[32];
     double wsum = 0;
-    double secs = (double)(fa_time_unix_ms() - f->attempt_start_unix_ms) / 1000.0;
+    double secs = fa_fed_attempt_seconds(f, now_ms);
     double t0 = (double)fa_time_mono_ns() / 1e9;
     int rc;
 
@@ -604,7 +613,7 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
         }
     }
     f->rounds_completed++;
-    record_attempt(f, 1, NULL);
+    record_attempt(f, 1, NULL, now_ms);
     fa_fed_count_outcome(f, "completed");
     if (f->metrics)
         fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", NULL, secs);

@@ -263,7 +263,8 @@ int fa_fed_admin_drain(fa_fed *f, const char *operator_name, const char *region,
  *                 never seen), drained, drained_by?, rounds_participated,
  *                 dropouts, bytes_received, privacy?}]};
  *   "rounds"      {"rounds": [{round, attempt, outcome ("completed" |
- *                 "aborted"), reason?, start_unix_ms, end_unix_ms, seconds,
+ *                 "aborted"), reason?, start_unix_ms, end_unix_ms, seconds?
+ *                 (on the monotonic clock; absent when unknown),
  *                 phases: {advertise, shares, masked, consistency, unmask:
  *                 seconds, for the phases reached}, participants: [...],
  *                 dropped: [...], version?}], the last FA_FED_HISTORY

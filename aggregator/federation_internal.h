@@ -119,6 +119,10 @@ struct fa_fed {
     uint64_t phase_opened_ms;
     uint64_t last_advertise_ms;
     uint64_t attempt_start_unix_ms;
+    /* now_ms when this attempt opened (in this process; a restored attempt
+     * counts from the restart): its duration, on the caller's monotonic
+     * clock. */
+    uint64_t attempt_opened_ms;
     fa_secagg_config sa_cfg;
     fa_secagg_server *sa;
     uint64_t rounds_completed, rounds_aborted;
@@ -159,6 +163,7 @@ void fa_fed_abort_attempt(fa_fed *f, uint64_t now_ms, const char *why);
 void fa_fed_evaluate(fa_fed *f);
 void fa_fed_version_changed(fa_fed *f, uint64_t now_ms);
 int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *err);
+double fa_fed_attempt_seconds(const fa_fed *f, uint64_t now_ms);
 int fa_fed_in_list(const char *region, const char *const *ids, size_t n);
 
 /* fed_metrics.c */

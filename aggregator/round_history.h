@@ -18,7 +18,8 @@ typedef struct fa_round_history_attempt {
     uint32_t attempt;
     int completed; /* 1 completed, 0 aborted */
     char reason[200];
-    uint64_t start_unix_ms, end_unix_ms;
+    uint64_t start_unix_ms, end_unix_ms; /* wall clock: when, for people */
+    double seconds;                      /* how long, on the monotonic clock; < 0: unknown */
     double phase_s[FA_SECAGG_N_PHASES];      /* advertise .. unmask; < 0: not reached */
     char *participants, *dropped;            /* comma-separated region ids (malloc'ed) */
     uint64_t version;                        /* completed: the version it produced */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -433,8 +434,24 @@ static void test_complete_round(void **state)
     size_t alen;
     Fedagg__RoundResult *res;
 
+    uint64_t opened = s->now;
+    char *json;
+    fa_error aerr;
+
     model_params(s, before);
     finish_round_1_all(s);
+    /* the attempt's duration is on the clock the federation is given (the
+     * wall clock may step back): from the open to the commit */
+    must(fa_fed_admin_json(s->f, "rounds", s->now, &json, &aerr), &aerr);
+    {
+        json_t *doc = json_loads(json, 0, NULL);
+        json_t *secs =
+            json_object_get(json_array_get(json_object_get(doc, "rounds"), 0), "seconds");
+        assert_true(json_is_real(secs));
+        assert_true(fabs(json_real_value(secs) - (double)(s->now - opened) / 1000.0) < 1e-9);
+        json_decref(doc);
+    }
+    free(json);
     a = poll_ok(s, FA_FED_UNMASK, 1, 1, 0, &alen);
     res = fedagg__round_result__unpack(NULL, alen, a);
     assert_non_null(res);
