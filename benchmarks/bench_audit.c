@@ -1,5 +1,5 @@
-/* bench_audit.c - `fedagg-bench audit`: the verifiable audit log (issue 6,
- * docs/architecture.md).  Each line measures our code and an anchor on the same bytes
+/* bench_audit.c - `fedagg-bench audit`: the verifiable audit log
+ * (docs/architecture.md).  Each line measures our code and an anchor on the same bytes
  * in the same run:
  *
  *   audit_append fsync    appends/s, each committed (record fsync'ed, checkpoint

@@ -1,5 +1,5 @@
 /* bench_mask.c - `fedagg-bench mask`: the client's masking throughput
- * (issue 3, docs/secure-aggregation.md).
+ * (docs/secure-aggregation.md; its target: docs/history.md).
  *
  * For d = 2^24 coordinates and n in {4, 16} clients (one self mask and n - 1
  * pairwise masks, so 4 * d * n mask bytes), next to the raw AES-128-CTR

@@ -1,4 +1,4 @@
-/* bench_recovery.c - `fedagg-bench recovery` (issue 11): how long a
+/* bench_recovery.c - `fedagg-bench recovery` (docs/history.md, Recovery): how long a
  * federation takes to come back after a process dies.  One JSON line each:
  *
  * aggregator_restart  The aggregator SIGKILLed at a random point of the

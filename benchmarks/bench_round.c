@@ -1,5 +1,6 @@
-/* bench_round.c - `fedagg-bench round`: the federation end to end (issue 7,
- * docs/architecture.md).  Four measurements, each printed as one JSON line:
+/* bench_round.c - `fedagg-bench round`: the federation end to end
+ * (docs/history.md, "One round end to end"; docs/architecture.md).  Four
+ * measurements, each printed as one JSON line:
  *
  * round_e2e       One round on loopback, R regions (8) x d parameters (the
  *                 MLP 784-8192-440-10, d = 10 040 050), secure next to

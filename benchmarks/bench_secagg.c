@@ -1,5 +1,5 @@
 /* bench_secagg.c - `fedagg-bench secagg`: secure aggregation end to end
- * (issue 3, docs/secure-aggregation.md).
+ * (docs/secure-aggregation.md).
  *
  *   what=round          a whole in-process round, n = 16 clients, d = 10^7
  *                       floats, 0 % and 25 % dropouts (the dropouts leave
