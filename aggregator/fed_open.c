@@ -331,6 +331,21 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         fedagg__round_state__free_unpacked(st, NULL);
         return fa_error_prefix(err, rc, "%s", f->state_path);
     }
+    {
+        /* a phase in flight, the one its secure-aggregation state is in */
+        fa_secagg_server_status sst;
+        fa_secagg_server_status_get(f->sa, &sst);
+        if (st->phase < FEDAGG__PHASE__PHASE_SHARES || st->phase > FEDAGG__PHASE__PHASE_UNMASK ||
+            sst.phase != (int)st->phase - FEDAGG__PHASE__PHASE_ADVERTISE) {
+            rc = fa_errorf(err, FA_ERR_CORRUPT,
+                           "%s: round %" PRIu64 " is saved in phase %d, its secure-aggregation "
+                           "state in phase %s",
+                           f->state_path, st->round, (int)st->phase,
+                           fa_secagg_phase_name(sst.phase));
+            fedagg__round_state__free_unpacked(st, NULL);
+            return rc;
+        }
+    }
     f->phase = st->phase;
     f->phase_opened_ms = now_ms;
     fa_fed_reset_region_attempt(f);
