@@ -2,6 +2,7 @@
  * operator's action's. */
 #include "aggregator/federation_internal.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__DdpParams ddp_params;
     int rc = 0;
 
+    assert(ns + nd <= f->n_regions); /* survivors and dropouts are regions of U1 */
     if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
         goto out;

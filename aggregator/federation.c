@@ -2,6 +2,7 @@
  * closes, completing a round, requests.  See federation.h. */
 #include "aggregator/federation_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #ifdef __GLIBC__
@@ -564,6 +565,7 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     double t0 = (double)fa_time_mono_ns() / 1e9;
     int rc;
 
+    assert(f->phase == FEDAGG__PHASE__PHASE_DONE && f->sa);
     memcpy(prev_sha, f->cur.model_sha256, 32);
     debug_dump_sum(f);
     /* The mean, decoded once into the sum's own memory (the streamed step
@@ -677,8 +679,12 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     int rc, closing = f->phase;
     double secs = (double)(now_ms - f->phase_opened_ms) / 1000.0;
 
+    /* phase_due closes only an open phase, whose secure-aggregation server
+     * is in the same phase (or failed: its close then says so) */
+    assert(closing >= FEDAGG__PHASE__PHASE_ADVERTISE && closing <= FEDAGG__PHASE__PHASE_UNMASK);
     fa_error_clear(&err);
     fa_secagg_server_status_get(f->sa, &st);
+    assert(st.phase == closing - FEDAGG__PHASE__PHASE_ADVERTISE || st.phase == FA_SECAGG_FAILED);
     if (closing == FEDAGG__PHASE__PHASE_ADVERTISE) {
         uint32_t need = f->min_regions > f->sa_cfg.threshold ? f->min_regions : f->sa_cfg.threshold;
         if (st.received < need) {
@@ -713,9 +719,9 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
         fa_metrics_label(labels, sizeof(labels), "phase", fa_secagg_phase_names[closing - 1]);
         fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
     }
-    if (closing >= 1 && closing <= FA_SECAGG_N_PHASES)
-        f->cur_att.phase_s[closing - 1] = secs;
+    f->cur_att.phase_s[closing - 1] = secs;
     fa_secagg_server_status_get(f->sa, &st);
+    assert(st.phase == closing - FEDAGG__PHASE__PHASE_ADVERTISE + 1); /* one phase on */
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
            f->round, f->attempt, fa_secagg_phase_names[closing - 1], secs);
     if (st.phase == FA_SECAGG_DONE) {

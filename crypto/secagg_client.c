@@ -2,6 +2,7 @@
  * "User" column), as a sans-I/O state machine.  See crypto/secagg.h. */
 #include "crypto/secagg.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,7 @@ static int check_round(const fa_secagg_client *c, uint64_t round, uint32_t attem
 int fa_secagg_client_check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
                                  fa_error *err)
 {
+    assert(CP_CREATED <= lo && lo <= hi && hi <= CP_UNMASKED); /* the caller's constants */
     if (c->phase < lo || c->phase > hi)
         return fa_errorf(err, FA_ERR_STATE, "%s for '%s': not now (the client is at: %s)", what,
                          c->id, client_phase_name(c->phase));
@@ -352,6 +354,7 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
     c->n1 = m->n_peers;
     c->me = (int)me;
     c->graph = g;
+    assert(c->phase == CP_CREATED && c->n1 <= FA_SECAGG_MAX_CLIENTS && me < c->n1);
     c->phase = CP_PEERS;
 out:
     free(sm);
@@ -576,6 +579,7 @@ int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
     }
     memcpy(c->held, held, c->n1 * 64);
     memcpy(c->in_u2, got, sizeof(got));
+    assert(c->phase == CP_SHARED);
     c->phase = CP_GOT_SHARES;
     share_keys_forget(c);
 out:
@@ -831,6 +835,8 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
         fa_errorf(err, rc, "SignedSurvivors: out of memory");
         goto out;
     }
+    /* U3 comes once; a retry of the same U3 finds it accepted already */
+    assert(c->phase == CP_GOT_SHARES || c->phase == CP_SURVIVORS);
     c->phase = CP_SURVIVORS;
     fa_secagg_client_stream_free(&c->st); /* the upload is over: drop the PRGs */
 out:
@@ -943,6 +949,7 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
         goto out;
     }
     memcpy(c->revealed, kinds, sizeof(kinds));
+    assert(c->phase == CP_SURVIVORS || c->phase == CP_UNMASKED);
     c->phase = CP_UNMASKED;
 out:
     free(sm);

@@ -1,6 +1,7 @@
 /* The parts of secure aggregation that client and server share. */
 #include "crypto/secagg_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +262,7 @@ int fa_secagg_graph_init(fa_secagg_graph *g, const fa_secagg_cfg *cfg, const fa_
 int fa_secagg_graph_adjacent(const fa_secagg_graph *g, size_t u, size_t v)
 {
     size_t d;
+    assert(u < g->n && v < g->n);
     if (u == v)
         return 0;
     if (g->half == 0)
@@ -275,6 +277,7 @@ size_t fa_secagg_graph_closed(const fa_secagg_graph *g, size_t u, size_t *out)
     for (size_t v = 0; v < g->n; v++)
         if (v == u || fa_secagg_graph_adjacent(g, u, v))
             out[m++] = v;
+    assert(m >= 1 && m <= g->n); /* u's closed neighbourhood holds u */
     return m;
 }
 

@@ -2,6 +2,7 @@
  * "Server" column), as a sans-I/O state machine.  See crypto/secagg.h. */
 #include "crypto/secagg.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,7 @@ int fa_secagg_server_check_round(const fa_secagg_server *s, uint64_t round, uint
 int fa_secagg_server_check_phase(const fa_secagg_server *s, int phase, const char *what,
                                  fa_error *err)
 {
+    assert(phase >= FA_SECAGG_ADVERTISE && phase < FA_SECAGG_N_PHASES); /* the caller's constant */
     if (s->phase != phase)
         return fa_errorf(err, FA_ERR_STATE, "%s: the %s phase is not open (phase is %s)", what,
                          fa_secagg_phase_name(phase), fa_secagg_phase_name(s->phase));
@@ -611,7 +613,10 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
         data += groups * k;
         len -= (size_t)groups * k;
     }
-    /* The rest waits for the next chunk (or is the partial last group). */
+    /* The rest waits for the next chunk (or is the partial last group):
+     * less than a group, since the length was bounded by the upload's. */
+    assert(sl->carry_len + len < k || (sl->coords / 8 == full_groups && sl->carry_len + len <= k));
+    assert(sl->coords <= s->cfg.c.vector_len);
     memcpy(sl->carry + sl->carry_len, data, len);
     sl->carry_len += len;
     return 0;
@@ -619,6 +624,8 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
 
 static void slot_release(fa_secagg_server *s, struct upload_slot *sl)
 {
+    assert(s->in_flight > 0 && sl->client >= 0 && (size_t)sl->client < s->roster.n);
+    assert(s->cl[sl->client].slot == (int)(sl - s->slots));
     if (s->ext_journal)
         s->journal.clear(s->journal.ctx, (uint32_t)(sl - s->slots));
     s->cl[sl->client].slot = -1;
@@ -650,6 +657,8 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
         return fa_errorf(err, FA_ERR_PROTOCOL,
                          "masked upload from '%s': the padding bits of the last byte are not zero",
                          auth_id);
+    /* every whole group is in the sum; the carry holds exactly the tail */
+    assert(sl->coords == n / 8 * 8);
     if (n % 8)
         fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, 1);
     s->sum_gen++;
@@ -908,6 +917,7 @@ static int threshold_error(const fa_secagg_server *s, size_t have, fa_error *err
 
 void fa_secagg_server_build_survivors(fa_secagg_server *s)
 {
+    assert(s->phase > FA_SECAGG_MASKED && s->phase <= FA_SECAGG_DONE);
     s->n3 = s->ndrop = 0;
     for (size_t i = 0; i < s->roster.n; i++) {
         if (!u1_member(s, (int)i))
@@ -917,6 +927,8 @@ void fa_secagg_server_build_survivors(fa_secagg_server *s)
         else
             s->drop[s->ndrop++] = (int)i;
     }
+    /* U1 splits into the survivors U3 and the dropouts */
+    assert(s->n3 + s->ndrop == s->n1);
 }
 
 /* U1 from the advertisements; the graph; the ciphertext and share tables. */
@@ -932,6 +944,7 @@ int fa_secagg_server_build_u1(fa_secagg_server *s)
             s->u1[s->n1++] = (int)i;
         }
     }
+    assert(s->n1 <= s->roster.n);
     if (s->n1 == 0)
         return FA_ERR_THRESHOLD;
     return fa_secagg_graph_init(&s->graph, &s->cfg, peers, s->n1);
@@ -943,9 +956,12 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
     size_t have;
     int rc;
 
+    _Static_assert(sizeof(flag_of) / sizeof(flag_of[0]) == FA_SECAGG_N_PHASES,
+                   "one flag per phase");
     if (s->phase >= FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s",
                          fa_secagg_phase_name(s->phase));
+    assert(s->phase >= FA_SECAGG_ADVERTISE);
     have = count_flag(s, flag_of[s->phase]);
     if (have < s->cfg.c.threshold)
         return threshold_error(s, have, err);
@@ -974,6 +990,8 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         break;
     default: break;
     }
+    /* the phases close in order, one at a time */
+    assert(s->phase < FA_SECAGG_DONE);
     s->phase++;
     s->phase_opened_ms = now_ms;
     if (s->phase == FA_SECAGG_CONSISTENCY)

@@ -4,6 +4,7 @@
  * in round_client_internal.h). */
 #include "worker/round_client_internal.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -309,6 +310,9 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
     fa_h3_header hm[] = {{"content-type", "application/octet-stream"}};
 
+    /* a phase's message, or the masked stream of c: never both */
+    assert(kind >= FA_SECAGG_ADVERTISE && kind <= FA_SECAGG_UNMASK);
+    assert((kind == FA_SECAGG_MASKED) == (c != NULL));
     snprintf(path, sizeof(path), "/v1/rounds/%" PRIu64 "/%u/%s", info->round, info->attempt,
              fa_secagg_phase_names[kind]);
     {
