@@ -212,8 +212,13 @@ int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t
                        region);
         goto out;
     }
-    if (fa_identity_verify_statement(e->members[m].pk, FA_IDENTITY_DOMAIN_EVAL, se->statement.data,
-                                     se->statement.len, se->signature.data) != 0) {
+    rc = fa_identity_verify_statement(e->members[m].pk, FA_IDENTITY_DOMAIN_EVAL, se->statement.data,
+                                      se->statement.len, se->signature.data);
+    if (rc == FA_ERR_NOMEM) {
+        rc = fa_errorf(err, rc, "evaluation report of %s: out of memory", region);
+        goto out;
+    }
+    if (rc != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "evaluation report of %s: the signature does not verify with the "
                        "region's identity key",

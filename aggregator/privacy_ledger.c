@@ -171,9 +171,13 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
                        region);
         goto out;
     }
-    if (fa_identity_verify_statement(l->members[m].pk, FA_IDENTITY_DOMAIN_PRIVACY,
-                                     sp->statement.data, sp->statement.len,
-                                     sp->signature.data) != 0) {
+    rc = fa_identity_verify_statement(l->members[m].pk, FA_IDENTITY_DOMAIN_PRIVACY,
+                                      sp->statement.data, sp->statement.len, sp->signature.data);
+    if (rc == FA_ERR_NOMEM) {
+        rc = fa_errorf(err, rc, "privacy statement of %s: out of memory", region);
+        goto out;
+    }
+    if (rc != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "privacy statement of %s: the signature does not verify with the "
                        "region's identity key",
