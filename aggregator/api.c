@@ -18,6 +18,7 @@
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 
 #define MAX_MESSAGE (16u << 20) /* largest protocol message body (not the masked upload) */
@@ -57,13 +58,6 @@ struct fa_api {
     size_t n_pending;
     struct req_ctx *all;
 };
-
-static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
-
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
 
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -189,7 +183,7 @@ static void hold(struct req_ctx *c)
 
 void fa_api_tick(fa_api *a)
 {
-    fa_service_tick(a->svc, now_ms());
+    fa_service_tick(a->svc, fa_time_mono_ms());
     flush(a);
     fa_log_set_scope(NULL);
     if (fa_service_fatal(a->svc)) {
@@ -215,7 +209,7 @@ static void fed_closing(fa_fed *fed, void *arg)
         if (c->fed != fed)
             continue;
         if (c->uploading) {
-            fa_fed_masked_abort(fed, c->region, c->upload, now_ms());
+            fa_fed_masked_abort(fed, c->region, c->upload, fa_time_mono_ms());
             c->uploading = 0;
         }
         if (c->uncounted) {
@@ -229,11 +223,6 @@ static void fed_closing(fa_fed *fed, void *arg)
         c->fed = NULL;
         c->discard = 1;
     }
-}
-
-size_t fa_api_pending(const fa_api *a)
-{
-    return a->n_pending;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -319,7 +308,7 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req, int write)
         return NULL;
     }
     fa_service_log_scope(a->svc, c->fed);
-    fa_fed_region_seen(c->fed, c->region, now_ms());
+    fa_fed_region_seen(c->fed, c->region, fa_time_mono_ms());
     return c;
 }
 
@@ -332,12 +321,12 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     if (c->uncounted && c->fed)
         fa_fed_count_bytes(c->fed, c->region, c->uncounted);
     if (c->uploading && c->fed) {
-        fa_fed_masked_abort(c->fed, c->region, c->upload, now_ms());
+        fa_fed_masked_abort(c->fed, c->region, c->upload, fa_time_mono_ms());
         c->uploading = 0;
     }
     if (c->pending && err != 0)
         fa_log(FA_LOG_INFO, "long-poll abandoned by the region", "region=%s phase=%s error=%s",
-               c->region, c->kind >= 0 ? kind_paths[c->kind] : "-", fa_strerror(err));
+               c->region, c->kind >= 0 ? fa_secagg_phase_names[c->kind] : "-", fa_strerror(err));
     ctx_free(a, c);
     fa_h3_request_set_data(req, NULL);
 }
@@ -360,7 +349,7 @@ static int on_federation(fa_h3_request *req, void *arg)
         respond_error(c, req, 503, "the federation is being reopened: retry");
         return 0;
     }
-    if (fa_fed_info(c->fed, now_ms(), &out, &len, &err) != 0) {
+    if (fa_fed_info(c->fed, fa_time_mono_ms(), &out, &len, &err) != 0) {
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
     }
@@ -410,7 +399,7 @@ static void status_json(struct req_ctx *c, int bare)
 
     if (bare) {
         st = json_object();
-    } else if (fa_fed_status_json(c->fed, now_ms(), &text, &err) != 0) {
+    } else if (fa_fed_status_json(c->fed, fa_time_mono_ms(), &text, &err) != 0) {
         respond_error(c, c->req, 500, "%s", err.msg);
         return;
     } else {
@@ -447,7 +436,7 @@ static void status_pb(struct req_ctx *c, int bare)
         return;
     }
     if (!bare) {
-        if (fa_fed_status(c->fed, now_ms(), &out, &len, &err) != 0 ||
+        if (fa_fed_status(c->fed, fa_time_mono_ms(), &out, &len, &err) != 0 ||
             !(s = fedagg__status__unpack(NULL, len, out))) {
             free(out);
             free(names);
@@ -761,8 +750,8 @@ static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt
     if (end == p || *end != '/' || errno || at > UINT32_MAX)
         return -1;
     p = end + 1;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(p, kind_paths[k])) {
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
+        if (!strcmp(p, fa_secagg_phase_names[k])) {
             *round = r;
             *attempt = (uint32_t)at;
             *kind = k;
@@ -799,8 +788,8 @@ static int on_round_request(fa_h3_request *req, void *arg)
         return 0;
     }
     if (fa_fed_masked_begin(c->fed, c->region, c->round, c->attempt,
-                            fa_h3_request_content_length(req), now_ms(), &c->upload, &c->discard,
-                            &r) != 0) {
+                            fa_h3_request_content_length(req), fa_time_mono_ms(), &c->upload,
+                            &c->discard, &r) != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         c->discard = 1;
@@ -837,8 +826,9 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         return 0;
     if (c->kind == FA_FED_MASKED) {
         fa_fed_reply r = {0};
-        if (fa_fed_masked_chunk(c->fed, c->region, c->upload, data, len, now_ms(), &r) != 0) {
-            fa_fed_masked_abort(c->fed, c->region, c->upload, now_ms());
+        if (fa_fed_masked_chunk(c->fed, c->region, c->upload, data, len, fa_time_mono_ms(), &r) !=
+            0) {
+            fa_fed_masked_abort(c->fed, c->region, c->upload, fa_time_mono_ms());
             c->uploading = 0;
             respond_reply(c, &r);
             fa_fed_reply_free(&r);
@@ -851,8 +841,8 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         while (ncap < c->len + len)
             ncap *= 2;
         if (ncap > MAX_MESSAGE) {
-            respond_error(c, req, 413, "%s message larger than %u bytes", kind_paths[c->kind],
-                          MAX_MESSAGE);
+            respond_error(c, req, 413, "%s message larger than %u bytes",
+                          fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
         nb = realloc(c->buf, ncap);
@@ -883,7 +873,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     if (c->kind == FA_FED_MASKED) {
         if (c->uploading) {
             c->uploading = 0;
-            if (fa_fed_masked_end(c->fed, c->region, c->upload, now_ms(), &r) != 0) {
+            if (fa_fed_masked_end(c->fed, c->region, c->upload, fa_time_mono_ms(), &r) != 0) {
                 respond_reply(c, &r);
                 fa_fed_reply_free(&r);
                 return;
@@ -893,8 +883,8 @@ static void on_round_end(fa_h3_request *req, void *arg)
         tick_in(c);
         return;
     }
-    rc = fa_fed_submit(c->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
-                       &r);
+    rc = fa_fed_submit(c->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len,
+                       fa_time_mono_ms(), &r);
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;
@@ -1032,7 +1022,7 @@ static int on_federations(fa_h3_request *req, void *arg)
         return 0;
     }
     fa_error_clear(&err);
-    if (fa_service_offers(a->svc, c->region, now_ms(), &out, &len, &err) != 0) {
+    if (fa_service_offers(a->svc, c->region, fa_time_mono_ms(), &out, &len, &err) != 0) {
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
     }

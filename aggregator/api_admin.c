@@ -20,11 +20,6 @@ static const char *const documents[] = {"status", "regions", "rounds", "models",
 
 static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
 
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
-
 /* Who is asking, for the log: the operator's name, else the peer's. */
 static const char *who(const fa_h3_request *req)
 {
@@ -152,7 +147,7 @@ void fa_api_admin_document(fa_h3_request *req, fa_service *svc, const char *id, 
     if (rc == 0)
         rc = fa_service_fed(svc, id, &fed, &err);
     if (rc == 0)
-        rc = fa_fed_admin_json(fed, what, now_ms(), &doc, &err);
+        rc = fa_fed_admin_json(fed, what, fa_time_mono_ms(), &doc, &err);
     if (rc != 0) {
         fa_api_admin_respond_msg(req, fa_api_admin_status_of(rc), fa_error_msg(&err, rc));
         return;
@@ -185,7 +180,7 @@ void fa_api_admin_action(fa_h3_request *req, fa_service *svc, const char *id, co
     fa_error_clear(&err);
     rc = fa_service_authorize(svc, op, id, &err);
     if (rc == 0)
-        rc = fa_service_act(svc, op, id, svc_action, drain ? region : NULL, now_ms(), msg,
+        rc = fa_service_act(svc, op, id, svc_action, drain ? region : NULL, fa_time_mono_ms(), msg,
                             sizeof(msg), &err);
     if (rc != 0) {
         fa_api_admin_respond_msg(req, fa_api_admin_status_of(rc), fa_error_msg(&err, rc));

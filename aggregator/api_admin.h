@@ -1,4 +1,5 @@
-/* api_admin.h - the operators' HTTP/3 API of the aggregator's default federation.
+/* api_admin.h - the operators' HTTP/3 API of the aggregator's default
+ * federation (docs/operations.md, docs/service.md).
  *
  *   GET  /v1/admin/status        the federation: round, phase and deadline,
  *                                paused, model, evaluations, storage, regions,

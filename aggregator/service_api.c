@@ -21,11 +21,6 @@ struct create_body {
     int answered;
 };
 
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
-
 /* Splits what follows PREFIX: "" (the collection), "/{id}" or
  * "/{id}/{name}".  Returns 0, or -1 for any other shape. */
 static int split(const char *rest, char *id, size_t idn, char *name, size_t namen)
@@ -70,11 +65,11 @@ static int on_get(fa_h3_request *req, void *arg)
     }
     fa_error_clear(&err);
     if (!id[0]) {
-        rc = fa_service_list_json(svc, op, now_ms(), &doc, &err);
+        rc = fa_service_list_json(svc, op, fa_time_mono_ms(), &doc, &err);
     } else if (!name[0]) {
         rc = fa_service_authorize(svc, op, id, &err);
         if (rc == 0)
-            rc = fa_service_show_json(svc, id, now_ms(), &doc, &err);
+            rc = fa_service_show_json(svc, id, fa_time_mono_ms(), &doc, &err);
     } else {
         fa_api_admin_document(req, svc, id, name);
         return 0;
@@ -152,7 +147,8 @@ static void create(fa_h3_request *req, fa_service *svc, struct create_body *b)
         fa_api_admin_respond_msg(req, 500, "out of memory");
         return;
     }
-    rc = fa_service_create(svc, op, b->buf ? b->buf : "", b->len, file, now_ms(), &id, d, &err);
+    rc = fa_service_create(svc, op, b->buf ? b->buf : "", b->len, file, fa_time_mono_ms(), &id, d,
+                           &err);
     if (rc == 0) {
         snprintf(msg, sizeof(msg), "federation %s created by %s", id, op);
         json_object_set_new(o, "ok", json_true());

@@ -52,6 +52,7 @@
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "transport/h3.h"
 
 const char fa_bench_service_help[] =
@@ -170,7 +171,7 @@ static int create(fa_h3_client *h3, const char *text, double *secs, char *msg, s
     fa_h3_client_req req;
     fa_h3_response resp;
     fa_error err;
-    double t0 = fa_rbench_now();
+    double t0 = fa_time_mono_s();
     int rc;
 
     memset(&req, 0, sizeof(req));
@@ -183,7 +184,7 @@ static int create(fa_h3_client *h3, const char *text, double *secs, char *msg, s
     req.timeout_ms = 120000;
     fa_error_clear(&err);
     rc = fa_h3_client_request(h3, &req, &resp, &err);
-    *secs = fa_rbench_now() - t0;
+    *secs = fa_time_mono_s() - t0;
     if (rc != 0) {
         snprintf(msg, n, "%s", err.msg);
         return -1;
@@ -330,7 +331,7 @@ static int run_pair(const struct svc_opts *o, const struct fa_rbench_paths *P)
             double c0, t0;
             fa_rbench_settle(f[0], 0);
             c0 = fa_rbench_cpu_seconds(s.agg);
-            t0 = fa_rbench_now();
+            t0 = fa_time_mono_s();
             if (m < 2) {
                 step_main(&a[m]);
             } else {
@@ -340,7 +341,7 @@ static int run_pair(const struct svc_opts *o, const struct fa_rbench_paths *P)
                 pthread_join(th[1], NULL);
             }
             cpu[m][r] = fa_rbench_cpu_seconds(s.agg) - c0;
-            wall[m][r] = m < 2 ? a[m].wall : fa_rbench_now() - t0;
+            wall[m][r] = m < 2 ? a[m].wall : fa_time_mono_s() - t0;
             for (int k = 0; k < 2; k++)
                 if ((m == k || m == 2) && a[k].wall < 0) {
                     fa_rbench_json_error("service_pair", "%s: %s", ids[k], a[k].msg);
@@ -439,7 +440,7 @@ static int run_many(const struct svc_opts *o, const struct fa_rbench_paths *P)
         started = k + 1;
     }
     c0 = fa_rbench_cpu_seconds(s.agg);
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     for (int k = 0; k < o->feds; k++) {
         a[k].f = f[k];
         pthread_create(&th[k], NULL, step_main, &a[k]);
@@ -450,7 +451,7 @@ static int run_many(const struct svc_opts *o, const struct fa_rbench_paths *P)
         if (a[k].wall < 0)
             fprintf(stderr, "fedagg-bench service: federation %d: %s\n", k + 1, a[k].msg);
     }
-    wall = fa_rbench_now() - t0;
+    wall = fa_time_mono_s() - t0;
     cpu = fa_rbench_cpu_seconds(s.agg) - c0;
     qsort(lat, (size_t)o->feds, sizeof(double), cmp_double);
     {

@@ -158,13 +158,6 @@ static const char usage[] =
     "  --log-level LEVEL  overrides the config's log_level\n"
     "  --version          prints the version\n";
 
-static void sleep_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested)
-        ;
-}
-
 struct worker {
     const Fedagg__WorkerConfig *cfg;
     fa_comm *comm;
@@ -1120,7 +1113,7 @@ static int leader_loop(struct worker *w, fa_error *err)
 
         switch (step) {
         case FA_LEADER_REFRESH:
-            sleep_ms(wait_ms);
+            fa_time_sleep_ms(wait_ms, &stop_requested);
             if (info)
                 fedagg__federation_info__free_unpacked(info, NULL);
             info = NULL;
