@@ -1,4 +1,5 @@
 #include "common/fa_daemon.h"
+#include "common/fa_version.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +18,7 @@ int fa_daemon_args(int argc, char **argv, const char *prog, const char *usage, c
             fputs(usage, stdout);
             return 0;
         } else if (!strcmp(argv[i], "--version")) {
-            printf("%s %s\n", prog, FA_VERSION);
+            printf("%s %s\n", prog, fa_version);
             return 0;
         } else {
             fprintf(stderr, "%s: unknown or incomplete option '%s'\n\n%s", prog, argv[i], usage);
