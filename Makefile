@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build check check-large bench soak fuzz sanitize demo clean
+.PHONY: all deps build check check-large check-deploy bench soak fuzz sanitize demo clean
 
 all: build
 
@@ -26,6 +26,16 @@ check: build
 # memory and ~25 GB of disk.
 check-large: build
 	cd $(BUILD) && ctest --output-on-failure -L large $(CTEST_FLAGS)
+
+# Deployment as users deploy it (tests/deploy/check-deploy.sh, as root): the
+# images built with podman from a clean clone and run as a federation across
+# container networks with faults and an upgrade, the Kubernetes manifests
+# rendered, schema-validated and run with podman kube play, the systemd units
+# started by systemd.  Installs the deploy set (podman, debootstrap, kubectl,
+# npm) first; ~10 minutes on 2 cores, more on the first run (base image).
+check-deploy: build
+	@./deploy/install-deps.sh deploy
+	./tests/deploy/check-deploy.sh $(BUILD)
 
 # A 3-region federation on loopback (deploy/demo.sh): ~3 minutes on 2 cores.
 demo: build
