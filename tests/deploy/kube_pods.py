@@ -15,7 +15,9 @@
         - every volume gets the pod's name in front of its own: podman 4.3 makes an
           emptyDir a named volume under the volume's name, which two pods would share;
         - init containers run with podman's type `always`, not `once`: podman 4.3 races
-          removing a `once` init container that just exited and leaves the pod unstarted.
+          removing a `once` init container that just exited and leaves the pod unstarted;
+        - restartPolicy Always (a StatefulSet's) becomes OnFailure: podman 4.3 applies the
+          pod's policy to its init containers too, and restarts them for ever.
   kube_pods.py check PLAY.yaml INSPECT.json
       Compares what podman made (`podman inspect` of the pod's containers) with the
       template: prints one line per field, `honoured` or `NOT honoured` with the reason,
@@ -61,6 +63,8 @@ def to_pod(objs, prefix):
             v["secret"].setdefault("optional", False)
         if "persistentVolumeClaim" in v:
             v["persistentVolumeClaim"]["claimName"] = f"{prefix}-{v['persistentVolumeClaim']['claimName']}"
+    if spec.get("restartPolicy", "Always") == "Always":
+        spec["restartPolicy"] = "OnFailure"
     annotations = dict(tmpl.get("metadata", {}).get("annotations", {}))
     annotations["io.podman.annotations.init.container.type"] = "always"
     pod = {"apiVersion": "v1", "kind": "Pod",
