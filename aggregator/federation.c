@@ -225,11 +225,16 @@ static uint64_t storage_need(const fa_fed *f)
  * where the spares decide.  Never set in production. */
 static int storage_short(uint64_t *bytes)
 {
+#ifdef FA_TEST_HOOKS
     char v[32];
     if (!fa_failpoint_value("fed-storage-short", v, sizeof(v)))
         return 0;
     *bytes = strtoull(v, NULL, 10);
     return 1;
+#else
+    (void)bytes;
+    return 0;
+#endif
 }
 
 /* Whether the storage can take a round now (free space for one). */
@@ -268,8 +273,12 @@ static int storage_check(fa_fed *f, fa_error *err)
  * production (FEDAGG_FAILPOINTS, common/fa_failpoint.h). */
 static int storage_gate_off(void)
 {
+#ifdef FA_TEST_HOOKS
     char v[8];
     return fa_failpoint_value("fed-storage-gate-off", v, sizeof(v)) != NULL;
+#else
+    return 0;
+#endif
 }
 
 /* The storage failed (why): close the gate, logging once per back-off. */
@@ -456,9 +465,11 @@ void fa_fed_evaluate(fa_fed *f)
 /* Tests: with FEDAGG_DEBUG_DUMP_DIR set, the unmasked ring sum of each
  * completed attempt is written there (sum-r<R>-a<A>.u32 and its ring bits in
  * .u32.bits), to be compared bit for bit with the regions' quantised inputs.
- * The sum is what the aggregator learns anyway. */
+ * The sum is what the aggregator learns anyway.  A test hook
+ * (common/fa_failpoint.h): not in a release build. */
 static void debug_dump_sum(fa_fed *f)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     size_t n = (size_t)f->sa_cfg.vector_len;
     char path[4096], bits[16];
@@ -474,6 +485,9 @@ static void debug_dump_sum(fa_fed *f)
         fa_file_write_atomic(path, q, n * sizeof(uint32_t), 0644, NULL);
     }
     free(q);
+#else
+    (void)f;
+#endif
 }
 
 /* The mean delta of the round, chunk by chunk, decoded from the unmasked
@@ -860,6 +874,10 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
 static int other_model(fa_fed *f, const char *region, uint64_t version, char *path, size_t n,
                        uint8_t sha256[32], fa_error *err)
 {
+#ifndef FA_TEST_HOOKS
+    (void)f, (void)region, (void)version, (void)path, (void)n, (void)sha256, (void)err;
+    return 0;
+#else
     char spec[128], src[4096], *at;
     uint64_t from = 0;
     uint8_t *data = NULL;
@@ -895,6 +913,7 @@ static int other_model(fa_fed *f, const char *region, uint64_t version, char *pa
         fa_log(FA_LOG_WARN, "TEST SWITCH: serving a region another model (fed-serve-other-model)",
                "region=%s version=%" PRIu64, region, version);
     return rc == 0 ? 1 : rc;
+#endif
 }
 
 /* The model an advertisement was signed for (secagg.h model_sha256) must be

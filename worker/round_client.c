@@ -886,6 +886,7 @@ static int held_version(const fa_round_client *rc, const char *path, uint64_t *v
  * back to the full file. */
 static void damage_held(fa_round_client *rc, const char *path, uint64_t version)
 {
+#ifdef FA_TEST_HOOKS
     char spec[32];
     FILE *f;
     int c;
@@ -901,6 +902,9 @@ static void damage_held(fa_round_client *rc, const char *path, uint64_t version)
     fclose(f);
     fa_log(FA_LOG_WARN, "TEST SWITCH: damaged the held model (worker-damage-held-model)",
            "version=%" PRIu64 " file=%s", version, path);
+#else
+    (void)rc, (void)path, (void)version;
+#endif
 }
 
 /* One GET of the current model into path (atomically).  With base (the
@@ -1675,10 +1679,12 @@ out:
  * this region masks is written there (input-<region>-r<R>-a<A>.u32, the
  * ring elements little-endian), so that a test can check the aggregator's
  * unmasked sum bit for bit.  It is the region's own update, written on the
- * region's machine; never set this in production. */
+ * region's machine: a test hook (common/fa_failpoint.h), not in a release
+ * build. */
 static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
                              const Fedagg__FederationInfo *info)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     size_t n = (size_t)fa_ddp_vector_len(info);
     uint32_t *q;
@@ -1698,6 +1704,9 @@ static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
         fa_log(FA_LOG_WARN, "debug dump of the quantised update written (FEDAGG_DEBUG_DUMP_DIR)",
                "file=%s", path);
     free(q);
+#else
+    (void)rc, (void)c, (void)info;
+#endif
 }
 
 /* Checks the signed audit record of the round: signed by the aggregator's

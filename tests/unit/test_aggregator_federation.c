@@ -664,6 +664,18 @@ static void test_advertised_model(void **state)
                      0);
     assert_string_equal(opath, path);
     assert_memory_equal(osha, sha, 32);
+#ifndef FA_TEST_HOOKS
+    /* A build without test hooks ignores the switch: eu-west gets the
+     * model itself all the same. */
+    setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west", 1);
+    assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_string_equal(opath, path);
+    assert_memory_equal(osha, sha, 32);
+    unsetenv("FEDAGG_FAILPOINTS");
+    sim_del(s);
+    return;
+#endif
     /* from version 1 on: not yet */
     setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west@1", 1);
     assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
@@ -966,6 +978,16 @@ static int unset_failpoints(void **state)
  * (a second name), nor with a byte less; then it opens again by itself. */
 static void test_storage_gate_counts_spares(void **state)
 {
+#ifndef FA_TEST_HOOKS
+    /* A build without test hooks ignores the switch: with the free space
+     * said to be short by far more than the disk has, an attempt opens. */
+    struct sim *s0 = sim_new(1000);
+    (void)state;
+    setenv("FEDAGG_FAILPOINTS", "fed-storage-short=18446744073709551615", 1);
+    assert_int_equal(abort_and_reopen(s0), FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s0);
+    return;
+#endif
     struct sim *s = sim_new(1000);
     const int all[] = {0, 1, 2};
     char sum_spare[800], state_spare[800], away[800], sv[64];
