@@ -572,7 +572,8 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             fm[i].id = f->regions[i].id;
             memcpy(fm[i].pk, f->regions[i].pk, 32);
         }
-        rc = fa_fed_eval_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        rc = fa_fed_eval_new(&f->feval, f->federation_id, fm, f->n_regions,
+                             cfg->evaluation ? cfg->evaluation->max_region_examples : 0, err);
         if (rc == 0)
             rc = fa_privacy_ledger_new(&f->privacy, f->federation_id, fm, f->n_regions, err);
         free(fm);

@@ -1633,6 +1633,58 @@ static void test_federated_evaluation(void **state)
     sim_del(s);
 }
 
+/* A region cannot steer the federated means by the weight of its count: a
+ * report claiming 1.8 x 10^19 examples (it made the accuracy 1, the loss
+ * +Inf and the count negative in the status) is refused with 400, and so
+ * is one whose loss, over a count within the bound, would make the mean
+ * overflow; the honest reports make the means as before, and that region's
+ * honest report is taken afterwards. */
+static void test_evaluation_cannot_be_steered(void **state)
+{
+    struct sim *s = sim_new(1000);
+    uint8_t *b;
+    size_t len;
+    int status;
+    char *json;
+    fa_fed_reply r = {0};
+    fa_error err;
+    (void)state;
+
+    len = eval_report(s, 0, ids[0], 0, 100, 0.5, 0.8, 0, &b);
+    assert_int_equal(submit_eval(s, 0, b, len, &status), 0);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 18000000000000000000u, 0.5, 1.0, 0, &b);
+    assert_int_equal(fa_fed_submit_eval(s->f, ids[1], b, len, &r), FA_ERR_RANGE);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 400);
+    assert_non_null(strstr(r.msg, "num_examples 18000000000000000000 is more than a region may "
+                                  "claim (1000000000"));
+    fa_fed_reply_free(&r);
+    free(b);
+    /* at the bound the count is taken, not a loss that overflows the sum */
+    len = eval_report(s, 1, ids[1], 0, 1000000000u, 1e300, 1.0, 0, &b);
+    assert_int_equal(fa_fed_submit_eval(s->f, ids[1], b, len, &r), FA_ERR_RANGE);
+    assert_non_null(strstr(r.msg, "its loss over 1000000000 examples would make the federated "
+                                  "mean overflow"));
+    fa_fed_reply_free(&r);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 1000000001u, 0.5, 1.0, 0, &b); /* one over */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_RANGE);
+    free(b);
+    /* Nothing of the refused reports counts. */
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"num_examples\":100,") ? json : NULL);
+    assert_null(strstr(json, "\"num_examples\":-"));
+    free(json);
+    len = eval_report(s, 1, ids[1], 0, 300, 1.0, 0.6, 0, &b);
+    assert_int_equal(submit_eval(s, 1, b, len, &status), 0);
+    free(b);
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"num_examples\":400,"));
+    assert_non_null(strstr(json, "\"accuracy\": 0.65") ? json : strstr(json, "\"accuracy\":0.65"));
+    free(json);
+    sim_del(s);
+}
+
 static void make_evaluator(const char *dir)
 {
     char path[512];
@@ -2156,6 +2208,7 @@ int main(void)
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits8),
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits4),
         cmocka_unit_test(test_federated_evaluation),
+        cmocka_unit_test(test_evaluation_cannot_be_steered),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),
