@@ -725,6 +725,17 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
            f->round, f->attempt, fa_fed_kind_names[closing - 1], secs);
     if (st.phase == FA_SECAGG_DONE) {
+        for (size_t i = 0; i < fa_secagg_server_share_fault_count(f->sa); i++) {
+            const char *region, *owner;
+            int kind;
+            if (fa_secagg_server_share_fault(f->sa, i, &region, &owner, &kind) == 0)
+                fa_log(FA_LOG_WARN,
+                       "a region revealed a bad share; the round goes on without its shares "
+                       "(recorded in the audit log)",
+                       "region=%s owner=%s secret=%s round=%" PRIu64 " attempt=%u", region,
+                       owner, kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key",
+                       f->round, f->attempt);
+        }
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from
          * this state on restart (fa_fed_open). */

@@ -1633,6 +1633,115 @@ static void test_federated_evaluation(void **state)
     sim_del(s);
 }
 
+/* Checks the sim's audit log with the aggregator's key and the regions'
+ * keys (the aggregator closed). */
+static void verify_sim_log(struct sim *s, fa_audit_verify_result *res)
+{
+    fa_audit_region_key keys[NR];
+    fa_audit_verify_opts o;
+    fa_note_verifier nv;
+    char kp[600], path[600];
+    uint8_t *kd, aseed[32];
+    size_t kl;
+    fa_error err;
+
+    snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+    must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+    free(kd);
+    memset(&nv, 0, sizeof(nv));
+    snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+    must(fa_identity_public_key(aseed, nv.pk), NULL);
+    for (int i = 0; i < NR; i++) {
+        keys[i].region = ids[i];
+        memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+    }
+    memset(&o, 0, sizeof(o));
+    o.key = &nv;
+    o.region_keys = keys;
+    o.nregion_keys = NR;
+    memset(res, 0, sizeof(*res));
+    must(fa_audit_verify(path, &o, res, &err), &err);
+}
+
+/* A region that reveals bad shares in the unmasking cannot stall the
+ * round: with all three unmasking and t = 2, the secrets are rebuilt
+ * without its shares, the round commits, and its audit record names it
+ * (share_faults), which audit verify takes. */
+static void test_bad_shares_do_not_stall(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    uint8_t *m, *a, *rec;
+    size_t len, alen, rlen;
+    uint64_t version;
+    fa_error err;
+    fa_audit_verify_result res;
+    (void)state;
+
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload_all_and_close(s);
+    for (int k = 0; k < NR; k++) {
+        a = poll_ok(s, FA_FED_MASKED, k, 1, 0, &alen);
+        must(fa_secagg_client_survivors(s->c[k], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        assert_int_equal(submit(s, FA_FED_CONSISTENCY, k, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    for (int k = 0; k < NR; k++) {
+        a = poll_ok(s, FA_FED_CONSISTENCY, k, 1, 0, &alen);
+        must(fa_secagg_client_signatures(s->c[k], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        if (k == 0) { /* ap-south lies in every share it reveals */
+            Fedagg__UnmaskShares *u = fedagg__unmask_shares__unpack(NULL, len, m);
+            assert_non_null(u);
+            for (size_t x = 0; x < u->n_self_mask_shares; x++)
+                for (size_t b = 0; b < u->self_mask_shares[x]->share.len; b++)
+                    u->self_mask_shares[x]->share.data[b] ^= (uint8_t)(0x11 + b);
+            free(m);
+            len = fedagg__unmask_shares__get_packed_size(u);
+            m = malloc(len);
+            fedagg__unmask_shares__pack(u, m);
+            fedagg__unmask_shares__free_unpacked(u, NULL);
+        }
+        assert_int_equal(submit(s, FA_FED_UNMASK, k, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    {
+        fa_audit_log *log;
+        Fedagg__AuditRecord *r;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        fa_fed_close(s->f);
+        s->f = NULL;
+        must(fa_audit_log_open_readonly(&log, path, NULL, NULL, &err), &err);
+        must(fa_audit_log_read(log, 0, &rec, &rlen, &err), &err);
+        fa_audit_log_close(log);
+        r = fedagg__audit_record__unpack(NULL, rlen, rec);
+        assert_non_null(r);
+        assert_int_equal(r->n_participants, 3); /* its own update is in the sum */
+        assert_int_equal(r->n_share_faults, 1);
+        assert_string_equal(r->share_faults[0]->region, "ap-south");
+        assert_string_equal(r->share_faults[0]->secret, "self_mask");
+        fedagg__audit_record__free_unpacked(r, NULL);
+        free(rec);
+    }
+    verify_sim_log(s, &res);
+    assert_int_equal(res.records, 1);
+    assert_int_equal(res.problems, 0);
+    assert_int_equal(res.region_signatures, 3);
+    sim_open(s);
+    sim_del(s);
+}
+
 /* A region cannot steer the federated means by the weight of its count: a
  * report claiming 1.8 x 10^19 examples (it made the accuracy 1, the loss
  * +Inf and the count negative in the status) is refused with 400, and so
@@ -2209,6 +2318,7 @@ int main(void)
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits4),
         cmocka_unit_test(test_federated_evaluation),
         cmocka_unit_test(test_evaluation_cannot_be_steered),
+        cmocka_unit_test(test_bad_shares_do_not_stall),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),

@@ -534,6 +534,50 @@ static void test_record_rules(void **state)
     b.r.version = 2;
     assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_INVAL);
     *f = saved;
+    /* share faults: a participant, sorted, a known secret, an owner of the
+     * right set */
+    {
+        static const struct {
+            const char *region, *owner, *secret, *why;
+        } bad[] = {
+            {"nobody", NULL, "self_mask", "not a participant"},
+            {NULL, NULL, "key", "is not self_mask or mask_key"},
+            {NULL, "nobody", "self_mask", "is not a participant"},
+            {NULL, NULL, "mask_key", "is not a dropped region"},
+        };
+        Fedagg__ShareFault sf = FEDAGG__SHARE_FAULT__INIT, sf2 = FEDAGG__SHARE_FAULT__INIT;
+        Fedagg__ShareFault *sfp[2] = {&sf, &sf2};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            rec_fill(f, &b, 0, 2, 1);
+            sf.region = (char *)(bad[i].region ? bad[i].region : b.parts[1]);
+            sf.owner = (char *)(bad[i].owner ? bad[i].owner : b.parts[0]);
+            sf.secret = (char *)bad[i].secret;
+            b.r.n_share_faults = 1;
+            b.r.share_faults = sfp;
+            assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_INVAL);
+            assert_non_null(strstr(err.msg, bad[i].why));
+            *f = saved;
+        }
+        rec_fill(f, &b, 0, 2, 1); /* not sorted */
+        sf.region = b.parts[1];
+        sf2.region = b.parts[0];
+        sf.owner = sf2.owner = b.parts[0];
+        sf.secret = sf2.secret = "self_mask";
+        b.r.n_share_faults = 2;
+        b.r.share_faults = sfp;
+        assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_INVAL);
+        assert_non_null(strstr(err.msg, "not sorted"));
+        *f = saved;
+        rec_fill(f, &b, 0, 2, 1); /* and a good one is taken */
+        sf.region = b.parts[0];
+        sf.owner = b.dropped[0];
+        sf.secret = "mask_key";
+        b.r.n_share_faults = 1;
+        b.r.share_faults = sfp;
+        assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), 0);
+        chain_advance(f, &b);
+        saved = *f;
+    }
     /* a batch with one bad record writes nothing */
     {
         struct rec_buf b1, b2;
@@ -556,11 +600,11 @@ static void test_record_rules(void **state)
         free(e[1]);
     }
     *f = saved;
-    assert_int_equal(fa_audit_log_size(log), 2);
+    assert_int_equal(fa_audit_log_size(log), 3);
     /* and the log still takes a good one */
     append_n(f, log, 1, 3);
     fa_audit_log_close(log);
-    assert_verifies(f, 3);
+    assert_verifies(f, 4);
 }
 
 static void test_region_signatures(void **state)
