@@ -306,6 +306,14 @@ void fa_fed_open_gated(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now
 
     f->round = round;
     f->attempt = attempt;
+    if (f->audit_damaged) {
+        /* No round can be recorded: none is opened. */
+        f->phase = FEDAGG__PHASE__PHASE_IDLE;
+        fa_secagg_server_del(f->sa);
+        f->sa = NULL;
+        fa_fed_update_gauges(f);
+        return;
+    }
     if (f->paused) {
         /* fa_fed_admin_resume opens it. */
         f->phase = FEDAGG__PHASE__PHASE_IDLE;
@@ -676,6 +684,34 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
     return st.expected == 0 && st.in_flight == 0;
 }
 
+/* The audit log's files, checked about once a second against what this
+ * process wrote (a file cut short or overwritten while it runs): once
+ * damaged, the attempt in flight is abandoned before it commits a model
+ * that could not be recorded, and no other opens. */
+static int check_audit(fa_fed *f, uint64_t now_ms, int now)
+{
+    fa_error err;
+    int rc;
+
+    if (f->audit_damaged || (!now && now_ms - f->audit_checked_ms < 1000))
+        return 0;
+    f->audit_checked_ms = now_ms;
+    fa_error_clear(&err);
+    rc = fa_audit_log_check(f->audit, &err);
+    if (rc != FA_ERR_CORRUPT)
+        return 0; /* an fstat failure is not damage: checked again next time */
+    f->audit_damaged = 1;
+    snprintf(f->audit_damage, sizeof(f->audit_damage), "%s", fa_error_msg(&err, rc));
+    fa_log(FA_LOG_ERROR,
+           "the audit log is damaged: no round opens until it is repaired (stop the "
+           "aggregator, run fedagg audit repair, docs/operations.md)",
+           "error=\"%s\"", f->audit_damage);
+    if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        fa_fed_abort_attempt(f, now_ms, "the audit log is damaged");
+    fa_fed_update_gauges(f);
+    return 1;
+}
+
 static int close_phase(fa_fed *f, uint64_t now_ms)
 {
     fa_secagg_server_status st;
@@ -700,6 +736,10 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             return 1;
         }
     }
+    /* The round commits a model at this close: only with a log that can
+     * record it. */
+    if (closing == FEDAGG__PHASE__PHASE_UNMASK && check_audit(f, now_ms, 1))
+        return 1;
     if (closing == FEDAGG__PHASE__PHASE_MASKED)
         for (size_t i = 0; i < f->n_regions; i++)
             if (f->regions[i].uploading) {
@@ -781,7 +821,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
 
 int fa_fed_tick(fa_fed *f, uint64_t now_ms)
 {
-    int changed = 0;
+    int changed = check_audit(f, now_ms, 0);
     /* A phase that closes may make the next one due at once (everybody
      * already answered is impossible, but a zero deadline is not). */
     for (int i = 0; i < 6 && phase_due(f, now_ms); i++)
@@ -789,7 +829,7 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     for (size_t i = 0; i < f->n_regions; i++)
         if (f->regions[i].last_seen_ms && !fa_fed_region_connected(&f->regions[i], now_ms))
             fa_fed_metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
-    if (f->phase == FEDAGG__PHASE__PHASE_IDLE &&
+    if (f->phase == FEDAGG__PHASE__PHASE_IDLE && !f->audit_damaged &&
         (fa_storage_gate_due(&f->gate, now_ms) || (!f->paused && storage_gate_off()))) {
         fa_fed_open_gated(f, f->round, f->attempt, now_ms);
         changed = 1;
