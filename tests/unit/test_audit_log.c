@@ -1228,6 +1228,7 @@ static void test_repair(void **state)
     assert_verifies(f, 5);
 
     /* record 1 damaged in the middle: back to the checkpoint of 1 record */
+    snap_free(&s);
     snap_take(f, &s);
     frames(s.log, s.log_len, off, 15);
     s.log[off[1] + 9] ^= 0x10;
@@ -1240,6 +1241,7 @@ static void test_repair(void **state)
     fa_audit_log_close(log);
     snprintf(cmd, sizeof(cmd), "ls %s*.damaged-* | wc -l | grep -qx 6", f->path);
     assert_int_equal(system(cmd), 0); /* two repairs, three files each, none lost */
+    snap_free(&s);
 }
 
 static void test_open_refuses(void **state)
