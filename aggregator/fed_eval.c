@@ -56,17 +56,16 @@ void fa_eval_summary_to_pb(const fa_eval_summary *s, Fedagg__EvalSummary *pb,
     pb->metrics = nvp;
 }
 
-int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id,
-                    const fa_fed_eval_member *members, size_t n, uint64_t max_examples,
-                    fa_error *err)
+int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id, const fa_fed_eval_member *members,
+                    size_t n, uint64_t max_examples, fa_error *err)
 {
     fa_fed_eval *e;
 
     *out = NULL;
     if (max_examples > FA_EVAL_MAX_EXAMPLES)
         return fa_errorf(err, FA_ERR_INVAL,
-                         "evaluation.max_region_examples %" PRIu64 " is over %" PRIu64, max_examples,
-                         (uint64_t)FA_EVAL_MAX_EXAMPLES);
+                         "evaluation.max_region_examples %" PRIu64 " is over %" PRIu64,
+                         max_examples, (uint64_t)FA_EVAL_MAX_EXAMPLES);
     if (!(e = calloc(1, sizeof(*e))))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     e->max_examples = max_examples ? max_examples : FA_EVAL_DEFAULT_MAX_EXAMPLES;

@@ -60,9 +60,8 @@ typedef struct fa_fed_eval_member {
 /* Copies federation_id and the members; a report may claim at most
  * max_examples examples (0: FA_EVAL_DEFAULT_MAX_EXAMPLES).  Returns 0,
  * FA_ERR_INVAL (max_examples over FA_EVAL_MAX_EXAMPLES) or FA_ERR_NOMEM. */
-int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id,
-                    const fa_fed_eval_member *members, size_t n, uint64_t max_examples,
-                    fa_error *err);
+int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id, const fa_fed_eval_member *members,
+                    size_t n, uint64_t max_examples, fa_error *err);
 void fa_fed_eval_del(fa_fed_eval *e);
 
 /* From now on reports are for `version` (model file sha256): the reports

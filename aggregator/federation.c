@@ -772,9 +772,9 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
                 fa_log(FA_LOG_WARN,
                        "a region revealed a bad share; the round goes on without its shares "
                        "(recorded in the audit log)",
-                       "region=%s owner=%s secret=%s round=%" PRIu64 " attempt=%u", region,
-                       owner, kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key",
-                       f->round, f->attempt);
+                       "region=%s owner=%s secret=%s round=%" PRIu64 " attempt=%u", region, owner,
+                       kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key", f->round,
+                       f->attempt);
         }
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from

@@ -372,10 +372,9 @@ int fa_model_store_open(fa_model_store **out, const char *dir, unsigned keep, fa
  * `after`: model-, state-, master- or delta-<v>.safetensors. */
 static int newer_file(const char *name, uint64_t after)
 {
-    static const char *const kinds[] = {"model-%" SCNu64 ".safetensors%n",
-                                        "state-%" SCNu64 ".safetensors%n",
-                                        "master-%" SCNu64 ".safetensors%n",
-                                        "delta-%" SCNu64 ".safetensors%n"};
+    static const char *const kinds[] = {
+        "model-%" SCNu64 ".safetensors%n", "state-%" SCNu64 ".safetensors%n",
+        "master-%" SCNu64 ".safetensors%n", "delta-%" SCNu64 ".safetensors%n"};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         uint64_t v;
         int end = 0;

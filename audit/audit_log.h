@@ -147,8 +147,8 @@ typedef struct fa_audit_repair_report {
     uint64_t records_kept;      /* the records the kept checkpoint signs */
     uint64_t records_signed;    /* (the same: every kept record is signed) */
     uint64_t checkpoints_kept;
-    char suffix[32];            /* ".damaged-<unix time>": where the old files are */
-    int moved;                  /* how many of the three files were kept so */
+    char suffix[32]; /* ".damaged-<unix time>": where the old files are */
+    int moved;       /* how many of the three files were kept so */
 } fa_audit_repair_report;
 
 /* Recovers a log that no longer opens (a file cut short, a damaged frame,

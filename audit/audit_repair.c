@@ -16,9 +16,9 @@
 
 /* One whole checkpoint frame of LOG.checkpoints. */
 struct ckpt {
-    uint64_t end;     /* file offset just after its frame */
-    uint64_t size;    /* tree size it signs */
-    int ok;           /* signed by the key, parses */
+    uint64_t end;  /* file offset just after its frame */
+    uint64_t size; /* tree size it signs */
+    int ok;        /* signed by the key, parses */
     uint8_t root[FA_AUDIT_HLEN];
 };
 
@@ -212,6 +212,7 @@ int fa_audit_log_repair(const char *path, const fa_note_verifier *v, int dry_run
     uint8_t *roots = NULL;
     size_t ncp = 0, keep_cp = SIZE_MAX;
     char ckpt_path[4200], tree_path[4200], tmp_log[4300], tmp_ckpt[4300], aside[3][4300];
+    const char *files[3];
     int rc;
 
     memset(rep, 0, sizeof(*rep));
@@ -241,6 +242,9 @@ int fa_audit_log_repair(const char *path, const fa_note_verifier *v, int dry_run
     snprintf(rep->damage, sizeof(rep->damage), "%s", err ? err->msg : "");
     with(ckpt_path, sizeof(ckpt_path), path, ".checkpoints");
     with(tree_path, sizeof(tree_path), path, ".tree");
+    files[0] = path;
+    files[1] = ckpt_path;
+    files[2] = tree_path;
     if ((rc = scan_records(path, &nrec, &ends, &roots, err)) != 0)
         return rc;
     if ((rc = scan_ckpts(ckpt_path, v, &cps, &ncp, err)) != 0)
@@ -279,8 +283,7 @@ int fa_audit_log_repair(const char *path, const fa_note_verifier *v, int dry_run
                      k);
         for (int i = 0; i < 3; i++) {
             struct stat st;
-            with(aside[i], sizeof(aside[i]), i == 0 ? path : i == 1 ? ckpt_path : tree_path,
-                 rep->suffix);
+            with(aside[i], sizeof(aside[i]), files[i], rep->suffix);
             taken |= lstat(aside[i], &st) == 0;
         }
         if (!taken)
@@ -302,7 +305,7 @@ int fa_audit_log_repair(const char *path, const fa_note_verifier *v, int dry_run
      * never go missing; the tree, derived data, is moved), then the new
      * files take the names atomically. */
     for (int i = 0; i < 3; i++) {
-        const char *orig = i == 0 ? path : i == 1 ? ckpt_path : tree_path;
+        const char *orig = files[i];
         struct stat st;
         with(aside[i], sizeof(aside[i]), orig, rep->suffix);
         if (stat(orig, &st) != 0)
@@ -317,8 +320,9 @@ int fa_audit_log_repair(const char *path, const fa_note_verifier *v, int dry_run
         rep->moved++;
     }
     if (rename(tmp_ckpt, ckpt_path) != 0 || rename(tmp_log, path) != 0) {
-        rc = fa_errorf(err, FA_ERR_IO, "cannot put the repaired files in place: %s (the old "
-                                       "ones are kept as *%s)",
+        rc = fa_errorf(err, FA_ERR_IO,
+                       "cannot put the repaired files in place: %s (the old ones are kept as "
+                       "*%s)",
                        strerror(errno), rep->suffix);
         goto out;
     }

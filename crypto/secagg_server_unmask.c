@@ -191,8 +191,8 @@ static void without(const uint8_t *xs, const uint8_t *shares, size_t m, size_t t
  * several colluding ones point at.  Returns 0 (secret written), or
  * FA_ERR_THRESHOLD (fewer than t shares; *have says how many), FA_ERR_VERIFY
  * (no consistent set of shares matches the commitment), another FA_ERR_*. */
-static int reconstruct(fa_secagg_server *s, size_t j, int kind, uint8_t secret[32],
-                       uint8_t *shares, uint8_t *scratch, size_t *have)
+static int reconstruct(fa_secagg_server *s, size_t j, int kind, uint8_t secret[32], uint8_t *shares,
+                       uint8_t *scratch, size_t *have)
 {
     uint8_t xs[FA_SECAGG_MAX_CLIENTS] = {0}, xs2[FA_SECAGG_MAX_CLIENTS] = {0};
     uint8_t wrong[FA_SECAGG_MAX_CLIENTS];
@@ -375,8 +375,8 @@ static int rebuild_error(const fa_secagg_server *s, int rc, size_t j, int kind, 
     const char *secret = kind == REV_B ? "self-mask seed" : "mask key";
 
     if (rc == FA_ERR_THRESHOLD)
-        return fa_errorf(err, rc, "unmask: only %zu usable shares of %s '%s''s %s, %u needed",
-                         have, what, id, secret, s->graph.shamir_t);
+        return fa_errorf(err, rc, "unmask: only %zu usable shares of %s '%s''s %s, %u needed", have,
+                         what, id, secret, s->graph.shamir_t);
     if (rc == FA_ERR_VERIFY)
         return fa_errorf(err, rc,
                          "unmask: the %s of %s '%s' cannot be rebuilt from its %zu shares: no "

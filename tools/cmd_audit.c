@@ -866,8 +866,8 @@ static int cmd_repair(struct opts *o)
                path, rep.records_found, rep.records_signed);
     } else {
         printf("%s: damaged: %s\n", path, rep.damage);
-        printf("  found %" PRIu64 " whole records and %" PRIu64 " checkpoints\n",
-               rep.records_found, rep.checkpoints_found);
+        printf("  found %" PRIu64 " whole records and %" PRIu64 " checkpoints\n", rep.records_found,
+               rep.checkpoints_found);
         printf("  %s %" PRIu64 " records and %" PRIu64
                " checkpoints (up to the last signed checkpoint they match); %" PRIu64
                " records after it are not in the repaired log\n",
@@ -900,8 +900,8 @@ static int cmd_repair(struct opts *o)
         if (was == version) {
             printf("%s: at version %" PRIu64 ", the log's: nothing to do\n", o->store, version);
         } else if (o->dry_run) {
-            printf("%s: at version %" PRIu64 ", the log at %" PRIu64
-                   ": would go back to %" PRIu64 " (files of later versions into %s)\n",
+            printf("%s: at version %" PRIu64 ", the log at %" PRIu64 ": would go back to %" PRIu64
+                   " (files of later versions into %s)\n",
                    o->store, was, version, version, aside);
         } else {
             printf("%s: went back from version %" PRIu64 " to %" PRIu64

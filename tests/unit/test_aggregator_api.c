@@ -18,8 +18,18 @@ static int num(const char *s, uint64_t max, uint64_t *v)
 
 static void test_numbers(void **state)
 {
-    static const char *const bad[] = {"",   "-1", "+5",  " 1",  "1 ", "00",   "01", "0x1",
-                                      "1e3", "1.0", "٣", "18446744073709551616",
+    static const char *const bad[] = {"",
+                                      "-1",
+                                      "+5",
+                                      " 1",
+                                      "1 ",
+                                      "00",
+                                      "01",
+                                      "0x1",
+                                      "1e3",
+                                      "1.0",
+                                      "٣",
+                                      "18446744073709551616",
                                       "99999999999999999999999"};
     uint64_t v = 7;
     (void)state;
@@ -52,7 +62,8 @@ static void test_public_message(void **state)
     } cases[] = {
         {"audit: read /var/lib/fedagg/audit.log: Success", "audit: read <path>: Success"},
         /* a path with a space leaks its tail, never its beginning */
-        {"cannot open '/srv/x y/state' (No such file)", "cannot open '<path> y/state' (No such file)"},
+        {"cannot open '/srv/x y/state' (No such file)",
+         "cannot open '<path> y/state' (No such file)"},
         {"storage /data has 1.0 MiB free", "storage <path> has 1.0 MiB free"},
         {"file=/a/b,c", "file=<path>,c"},
         {"use /v1/models/latest or a version number", "use /v1/models/latest or a version number"},

@@ -583,9 +583,9 @@ static void test_names_and_bools(void **state)
         {"w\\u001b[2J", "'w\\x1b[2J'"},             /* clears a terminal */
         {"a\\nlevel=error", "'a\\x0alevel=error'"}, /* forges a log line */
         {"del\\u007f", "'del\\x7f'"},
-        {"c1\\u009b31m", "'c1\\xc2\\x9b31m'"},     /* C1 CSI */
+        {"c1\\u009b31m", "'c1\\xc2\\x9b31m'"},            /* C1 CSI */
         {"x\\u202egpj.exe", "'x\\xe2\\x80\\xaegpj.exe'"}, /* right-to-left override */
-        {"zw\\u200bsp", "'zw\\xe2\\x80\\x8bsp'"},       /* zero width space */
+        {"zw\\u200bsp", "'zw\\xe2\\x80\\x8bsp'"},         /* zero width space */
     };
     char json[300], path[300], out[64];
     size_t len, at;
@@ -610,11 +610,14 @@ static void test_names_and_bools(void **state)
     assert_int_equal(fa_st_name_check("", &at), FA_ERR_RANGE);
     assert_int_equal(fa_st_name_check("ab\xc3", &at), FA_ERR_PARSE); /* cut off */
     assert_int_equal(at, 2);
-    assert_int_equal(fa_st_name_check("\xc0\x80", &at), FA_ERR_PARSE); /* overlong NUL */
+    assert_int_equal(fa_st_name_check("\xc0\x80", &at), FA_ERR_PARSE);     /* overlong NUL */
     assert_int_equal(fa_st_name_check("\xed\xa0\x80", &at), FA_ERR_PARSE); /* a surrogate */
     assert_string_equal(fa_st_escape(out, sizeof(out), "a\\b\x1b\xff\xc3\xa9"),
                         "a\\\\b\\x1b\\xff\xc3\xa9");
-    assert_string_equal(fa_st_escape(out, 6, "ab\x1b" "cd"), "ab"); /* whole escapes only */
+    assert_string_equal(fa_st_escape(out, 6,
+                                     "ab\x1b"
+                                     "cd"),
+                        "ab"); /* whole escapes only */
     /* the writer refuses them too */
     assert_int_equal(fa_st_writer_new(&w, &err), 0);
     assert_int_equal(fa_st_writer_add(w, "x\ny", FA_ST_F32, 1, shape, &err), FA_ERR_INVAL);

@@ -675,10 +675,10 @@ static void test_bad_shares(void **state)
     static const struct {
         size_t n;
         uint32_t t, k;
-        int dropper;     /* drops before its masked upload, or -1 */
-        int liar[3];     /* -1 ends */
+        int dropper; /* drops before its masked upload, or -1 */
+        int liar[3]; /* -1 ends */
         int how;
-        size_t named;    /* liars named: those whose shares were needed */
+        size_t named; /* liars named: those whose shares were needed */
     } cases[] = {
         {5, 3, 0, -1, {2, -1}, TH_BAD_ONE_SHARE, 1},     /* m = 5, e = 1 */
         {5, 3, 0, -1, {1, -1}, TH_BAD_ALL_SHARES, 1},    /* every share of one */
@@ -742,9 +742,8 @@ static void test_bad_shares(void **state)
         {
             const char *a, *b;
             int k;
-            assert_int_equal(
-                fa_secagg_server_share_fault(run.server, cases[c].named, &a, &b, &k),
-                FA_ERR_NOTFOUND);
+            assert_int_equal(fa_secagg_server_share_fault(run.server, cases[c].named, &a, &b, &k),
+                             FA_ERR_NOTFOUND);
         }
         /* a restart from the state saved after unmasking finds the same
          * ones (a state saved without its sum unmasks again, by the same
@@ -755,8 +754,8 @@ static void test_bad_shares(void **state)
             size_t blen = 0;
             fa_error err;
             assert_int_equal(fa_secagg_server_save(run.server, &blob, &blen, &err), 0);
-            assert_int_equal(
-                fa_secagg_server_restore(&r2, blob, blen, &cfg, f.members, n, &err), 0);
+            assert_int_equal(fa_secagg_server_restore(&r2, blob, blen, &cfg, f.members, n, &err),
+                             0);
             assert_int_equal(fa_secagg_server_share_fault_count(r2), cases[c].named);
             for (size_t x = 0; x < cases[c].named; x++) {
                 const char *a1, *b1, *a2, *b2;

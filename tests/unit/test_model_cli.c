@@ -224,8 +224,7 @@ static void test_inspect_hostile_names(void **state)
     free(out);
 
     /* a BOOL of 7: refused (init_file and the workers read with the same reader) */
-    write_raw(path, "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", bools,
-              2);
+    write_raw(path, "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", bools, 2);
     assert_int_equal(run(&out, "model inspect %s", path), 1);
     assert_non_null(strstr(out, "tensor 'm' is BOOL but its element 1 is 7"));
     free(out);

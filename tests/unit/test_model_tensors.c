@@ -256,8 +256,11 @@ static void test_add_errors_and_clone(void **state)
                "tensor 'w\\x1b[2Jx': invalid name");
     ASSERT_ERR(fa_tensors_add(t, "a\nlevel=error", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
                "character at byte 1: a name must be printable UTF-8");
-    ASSERT_ERR(fa_tensors_add(t, "rtl\xe2\x80\xae" "evil", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
-               "character at byte 3");
+    ASSERT_ERR(fa_tensors_add(t,
+                              "rtl\xe2\x80\xae"
+                              "evil",
+                              FA_ST_F32, 0, NULL, &err),
+               FA_ERR_INVAL, "character at byte 3");
     ASSERT_ERR(fa_tensors_add(t, "c1\xc2\x9b", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
                "character at byte 2");
     ASSERT_ERR(fa_tensors_add(t, "deep", FA_ST_F32, 9, s9, &err), FA_ERR_INVAL,
@@ -289,9 +292,9 @@ static void test_add_errors_and_clone(void **state)
     fa_tensors_del(NULL);
     /* printable UTF-8 of any script, and spaces, make names */
     assert_int_equal(fa_tensors_new(&t, &err), 0);
-    assert_int_equal(fa_tensors_add(t, "caf\xc3\xa9.weight \xe6\x9d\x83\xe9\x87\x8d", FA_ST_F32,
-                                    0, NULL, &err),
-                     0);
+    assert_int_equal(
+        fa_tensors_add(t, "caf\xc3\xa9.weight \xe6\x9d\x83\xe9\x87\x8d", FA_ST_F32, 0, NULL, &err),
+        0);
     fa_tensors_del(t);
 }
 
