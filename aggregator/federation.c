@@ -688,6 +688,19 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
  * process wrote (a file cut short or overwritten while it runs): once
  * damaged, the attempt in flight is abandoned before it commits a model
  * that could not be recorded, and no other opens. */
+static void audit_damage_found(fa_fed *f, uint64_t now_ms, const char *why)
+{
+    f->audit_damaged = 1;
+    snprintf(f->audit_damage, sizeof(f->audit_damage), "%s", why);
+    fa_log(FA_LOG_ERROR,
+           "the audit log is damaged: no round opens until it is repaired (stop the "
+           "aggregator, run fedagg audit repair, docs/operations.md)",
+           "error=\"%s\"", f->audit_damage);
+    if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        fa_fed_abort_attempt(f, now_ms, "the audit log is damaged");
+    fa_fed_update_gauges(f);
+}
+
 static int check_audit(fa_fed *f, uint64_t now_ms, int now)
 {
     fa_error err;
@@ -700,15 +713,7 @@ static int check_audit(fa_fed *f, uint64_t now_ms, int now)
     rc = fa_audit_log_check(f->audit, &err);
     if (rc != FA_ERR_CORRUPT)
         return 0; /* an fstat failure is not damage: checked again next time */
-    f->audit_damaged = 1;
-    snprintf(f->audit_damage, sizeof(f->audit_damage), "%s", fa_error_msg(&err, rc));
-    fa_log(FA_LOG_ERROR,
-           "the audit log is damaged: no round opens until it is repaired (stop the "
-           "aggregator, run fedagg audit repair, docs/operations.md)",
-           "error=\"%s\"", f->audit_damage);
-    if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
-        fa_fed_abort_attempt(f, now_ms, "the audit log is damaged");
-    fa_fed_update_gauges(f);
+    audit_damage_found(f, now_ms, fa_error_msg(&err, rc));
     return 1;
 }
 
@@ -791,11 +796,20 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             storage_failed(f, now_ms, why); /* no new attempt before a back-off */
             fa_fed_abort_attempt(f, now_ms, why);
         } else if (rc != 0) {
+            char why[512];
             fa_log(FA_LOG_ERROR,
                    "round committed but not recorded; restart the aggregator to "
                    "repair the audit log",
                    "round=%" PRIu64 " error=\"%s\"", f->round, fa_error_msg(&err, rc));
-            f->fatal = 1;
+            /* Damaged between the check at this close and the append: the
+             * log cannot be repaired by a restart, only by an operator;
+             * the aggregator stays up and says so (/readyz). */
+            if (fa_audit_log_damaged(f->audit, why, sizeof(why))) {
+                audit_damage_found(f, now_ms, why);
+                fa_fed_open_gated(f, f->round, f->attempt, now_ms); /* idle: damaged */
+            } else {
+                f->fatal = 1;
+            }
         }
         return 1;
     }

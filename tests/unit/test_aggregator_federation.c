@@ -1742,6 +1742,44 @@ static void test_bad_shares_do_not_stall(void **state)
     sim_del(s);
 }
 
+/* The audit log cut short under a running federation: within a second
+ * the damage is found, the attempt in flight is abandoned (no model it
+ * could not record is committed), /readyz says why, and no attempt opens
+ * however long it waits. */
+static void test_audit_damage_stops_rounds(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    char path[600], why[512];
+    uint64_t version;
+    int phase;
+    struct stat st;
+    (void)state;
+
+    finish_round_1_all(s);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size - 3), 0);
+    assert_int_equal(fa_fed_ready(s->f, s->now, why, sizeof(why)), 1);
+    s->now += 1000;
+    fa_fed_tick(s->f, s->now);
+    position(s, NULL, NULL, &phase, &version);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    assert_int_equal(version, 1);
+    assert_int_equal(fa_fed_ready(s->f, s->now, why, sizeof(why)), 0);
+    assert_non_null(strstr(why, "the audit log is damaged"));
+    assert_non_null(strstr(why, "fedagg audit repair"));
+    for (int i = 0; i < 3; i++) {
+        s->now += 120000;
+        fa_fed_tick(s->f, s->now);
+        position(s, NULL, NULL, &phase, NULL);
+        assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    }
+    sim_del(s);
+}
+
 /* A region cannot steer the federated means by the weight of its count: a
  * report claiming 1.8 x 10^19 examples (it made the accuracy 1, the loss
  * +Inf and the count negative in the status) is refused with 400, and so
@@ -2319,6 +2357,7 @@ int main(void)
         cmocka_unit_test(test_federated_evaluation),
         cmocka_unit_test(test_evaluation_cannot_be_steered),
         cmocka_unit_test(test_bad_shares_do_not_stall),
+        cmocka_unit_test(test_audit_damage_stops_rounds),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),
