@@ -22,11 +22,6 @@ static const char *const documents[] = {"status", "regions", "rounds", "models",
 enum action { ACT_PAUSE = 0, ACT_RESUME, ACT_ABORT, ACT_DRAIN, ACT_ADMIT };
 static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
 
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
-
 /* Who is asking, for the log: the operator's name, else the peer's. */
 static const char *who(const fa_h3_request *req)
 {
@@ -149,7 +144,7 @@ static int on_get(fa_h3_request *req, void *arg)
         return 0;
     }
     fa_error_clear(&err);
-    rc = fa_fed_admin_json(fed, what, now_ms(), &doc, &err);
+    rc = fa_fed_admin_json(fed, what, fa_time_mono_ms(), &doc, &err);
     if (rc != 0) {
         respond_msg(req, 500, fa_error_msg(&err, rc));
         return 0;
@@ -216,10 +211,12 @@ static void on_post_end(fa_h3_request *req, void *arg)
     }
     fa_error_clear(&err);
     switch (act) {
-    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, now_ms(), &err); break;
-    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, now_ms(), &err); break;
-    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, now_ms(), &err); break;
-    default: rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, now_ms(), &err); break;
+    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, fa_time_mono_ms(), &err); break;
+    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, fa_time_mono_ms(), &err); break;
+    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, fa_time_mono_ms(), &err); break;
+    default:
+        rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, fa_time_mono_ms(), &err);
+        break;
     }
     if (rc != 0) {
         respond_msg(req, status_of(rc), fa_error_msg(&err, rc));
