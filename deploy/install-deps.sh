@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install the Debian 12 packages fedagg needs, by named set.
+# Install the Debian 12 packages fedagg needs, by named set (docs/building.md).
 # Idempotent: installs only what is missing, and nothing when all is present.
 #
 #   deploy/install-deps.sh [--check] [--list] [SET...]
