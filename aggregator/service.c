@@ -201,6 +201,8 @@ int fa_svc_entry_from_file(fa_service *s, Fedagg__FederationConfig *fc, const ch
     ev.every = fc->evaluation->every;
     ev.has_timeout_s = 1;
     ev.timeout_s = ne ? ne->timeout_s : fc->evaluation->timeout_s;
+    ev.has_max_region_examples = 1;
+    ev.max_region_examples = fc->evaluation->max_region_examples;
     if (ne) {
         for (size_t i = 0; i < ne->n_command; i++)
             ev.command[i] = ne->command[i];

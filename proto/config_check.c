@@ -547,6 +547,9 @@ static void check_evaluation(struct ck *c, const Fedagg__Evaluation *ev, int com
                 "command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]");
     if (ev->timeout_s == 0)
         problem(c, ev, "timeout_s", 0, "`evaluation.timeout_s` must be positive");
+    if (ev->max_region_examples == 0 || ev->max_region_examples > ((uint64_t)1 << 44))
+        problem(c, ev, "max_region_examples", 0,
+                "`evaluation.max_region_examples` must be 1 .. 2^44 (17592186044416)");
 }
 
 /* The service block and the operators (docs/service.md). */
