@@ -10,6 +10,7 @@
 # operator of another team gets 403 on every action on a federation not
 # his, logged; the metrics carry each federation's label.
 source "$FA_SRC/tests/integration/servicetest.sh"
+fed_need_test_hooks # the sums and inputs dumped (FEDAGG_DEBUG_DUMP_DIR)
 
 agg="$D/logs/aggregator.log"
 SVC_BLOCK='evaluators { name: "crash" command: ["/bin/sh", "-c", "kill -SEGV $$"] }' svc_config 0
