@@ -166,6 +166,7 @@ static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
     }
     if (st->ranges_sha256.len == 32)
         memcpy(f->round_ranges_sha, st->ranges_sha256.data, 32);
+    fa_fed_gov_restore_data(f, st);
     fa_privacy_ledger_begin(f->privacy, st->round, st->attempt);
     for (size_t i = 0; i < st->n_privacy; i++) {
         fa_error e;
@@ -641,6 +642,9 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
         goto fail;
     }
     fa_fed_define_metrics(f);
+    rc = fa_fed_gov_open(f, cfg, err); /* fed_gov.c */
+    if (rc != 0)
+        goto fail;
     rc = restore_round(f, now_ms, err);
     if (rc != 0)
         goto fail;
@@ -667,6 +671,7 @@ void fa_fed_close(fa_fed *f)
     if (!f)
         return;
     fa_secagg_server_del(f->sa);
+    fa_fed_gov_close(f);
     fa_audit_log_close(f->audit);
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);

@@ -47,6 +47,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
     Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
     Fedagg__DdpParams ddp_params;
+    Fedagg__SignedDataStatement *dss = NULL, **dsp = NULL;
     int rc = 0;
 
     if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
@@ -149,6 +150,10 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     }
     rec.n_privacy = npr;
     rec.privacy = pvp;
+    /* The participants' data statements (fed_gov.c). */
+    rec.n_data_statements =
+        fa_fed_gov_data_statements(f, prev_version, prev_sha, parts, ns, &dss, &dsp);
+    rec.data_statements = dsp;
     if (f->ddp_on) {
         if ((rc = fa_fed_ddp_round(f, ddp, &ddp_params, err)) != 0)
             goto out;
@@ -173,6 +178,8 @@ out:
     free(evp);
     free(pvs);
     free(pvp);
+    free(dss);
+    free(dsp);
     return rc;
 }
 

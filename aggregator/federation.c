@@ -670,6 +670,10 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     double secs = (double)(now_ms - f->phase_opened_ms) / 1000.0;
 
     fa_error_clear(&err);
+    /* The gate decides the candidate once the regions that trained from it
+     * have evaluated it (fed_gov.c); a rejection may abandon the attempt. */
+    if (closing == FEDAGG__PHASE__PHASE_ADVERTISE && fa_fed_gov_decide(f, 0, now_ms))
+        return 1;
     fa_secagg_server_status_get(f->sa, &st);
     if (closing == FEDAGG__PHASE__PHASE_ADVERTISE) {
         uint32_t need = f->min_regions > f->sa_cfg.threshold ? f->min_regions : f->sa_cfg.threshold;
@@ -711,6 +715,9 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
            f->round, f->attempt, fa_fed_kind_names[closing - 1], secs);
     if (st.phase == FA_SECAGG_DONE) {
+        /* the last word on the candidate before the next version */
+        if (fa_fed_gov_decide(f, 1, now_ms))
+            return 1;
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from
          * this state on restart (fa_fed_open). */

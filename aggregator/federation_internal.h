@@ -145,6 +145,8 @@ struct fa_fed {
     fa_fed_history hist;
     fa_fed_attempt cur_att; /* the attempt in flight: start, phase durations */
     uint64_t next_upload_id;
+    /* Governance of released models (fed_gov.c, fed_gov.h). */
+    struct fa_fed_gov *gov;
 };
 
 /* The phase names, by kind (FA_FED_ADVERTISE...): logs and metrics. */
@@ -203,5 +205,24 @@ int fa_fed_append_admin_record(fa_fed *f, const char *op, const char *action, co
 
 /* fed_status.c */
 const char *fa_fed_phase_name(int phase);
+
+/* fed_gov.c: governance of released models (aggregator/fed_gov.h).
+ * gov_open: after the audit log opened and before the round is restored
+ * (it completes a rollback the store committed and the log did not
+ * record); gov_close frees.  gov_decide: the gate at the advertise close
+ * (final 0) and the unmask close (final 1) of a round; 1 when it abandoned
+ * the attempt (a rollback or a pause: the caller stops closing the phase).
+ * gov_data_statements: the data statements of the attempt in flight,
+ * trained from version/sha, of the regions in only[] (all when NULL), as
+ * malloc'ed arrays for a record or the round state (free both);
+ * gov_restore_data: those a round state saved. */
+int fa_fed_gov_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err);
+void fa_fed_gov_close(fa_fed *f);
+int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms);
+size_t fa_fed_gov_data_statements(fa_fed *f, uint64_t version, const uint8_t sha[32],
+                                  char *const *only, size_t n_only,
+                                  Fedagg__SignedDataStatement **items,
+                                  Fedagg__SignedDataStatement ***ptrs);
+void fa_fed_gov_restore_data(fa_fed *f, const Fedagg__RoundState *st);
 
 #endif

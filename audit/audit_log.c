@@ -431,7 +431,7 @@ static int scan_log(fa_audit_log *log, fa_audit_open_report *rep, fa_error *err)
         rec = fedagg__audit_record__unpack(NULL, last_len, last);
         if (rec) {
             log->have_last = 1;
-            log->last_admin = rec->admin != NULL;
+            log->last_admin = fa_audit_record_is_action(rec);
             log->last_round = rec->round;
             log->last_attempt = rec->attempt;
             log->last_new_version = rec->new_version;
@@ -712,7 +712,7 @@ static int append_locked(fa_audit_log *log, const uint8_t *const *recs, const si
                                          sizeof(why));
         if (rc == 0) {
             have = 1;
-            admin = r->admin != NULL;
+            admin = fa_audit_record_is_action(r);
             round = r->round;
             attempt = r->attempt;
             newv = r->new_version;

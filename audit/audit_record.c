@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "audit/audit_gov.h"
 #include "crypto/secagg.h"
 
 /* ---------------------------------------------------------------------------
@@ -50,6 +51,8 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         BAD("record version %u is not 1", r->version);
     if (!r->federation_id || !r->federation_id[0] || strlen(r->federation_id) > 255)
         BAD("federation_id is empty or longer than 255 bytes");
+    if (fa_audit_gov_kind(r) != FA_GOV_NONE)
+        return fa_audit_gov_check(r, why, why_len); /* audit_gov.c */
     if (r->admin) {
         static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
         const Fedagg__AdminAction *a = r->admin;
@@ -120,8 +123,13 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         if (r->evaluations[i]->signature.len != FA_ED25519_SIG_LEN)
             BAD("evaluation %zu: signature has %zu bytes, not 64", i,
                 r->evaluations[i]->signature.len);
-    return 0;
+    return fa_audit_gov_check(r, why, why_len); /* its data statements */
 #undef BAD
+}
+
+int fa_audit_record_is_action(const Fedagg__AuditRecord *r)
+{
+    return r->admin || fa_audit_gov_kind(r) != FA_GOV_NONE;
 }
 
 /* The rules between consecutive records.  prev == NULL-state when have == 0.
@@ -133,10 +141,11 @@ int fa_audit_record_follows(int have, uint64_t round, uint32_t attempt, int prev
                             uint64_t new_version, const uint8_t *new_model,
                             const Fedagg__AuditRecord *r, char *why, size_t why_len)
 {
-    int kind = r->admin ? 0 : 1, pkind = prev_admin ? 0 : 1;
+    int action = fa_audit_record_is_action(r);
+    int kind = action ? 0 : 1, pkind = prev_admin ? 0 : 1;
     int later = r->round != round       ? r->round > round
                 : r->attempt != attempt ? r->attempt > attempt
-                                        : (r->admin ? kind >= pkind : kind > pkind);
+                                        : (action ? kind >= pkind : kind > pkind);
 
     if (!have)
         return 0;
