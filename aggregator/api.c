@@ -1,6 +1,7 @@
 /* api.c - HTTP/3 handlers of the aggregator.  See api.h. */
 #include "aggregator/api.h"
 #include "aggregator/api_admin.h"
+#include "aggregator/fed_gov.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -339,6 +340,37 @@ static void file_done(void *arg, int err)
     free(s);
 }
 
+/* GET /v1/models/channels/<name> of federation fed (fed_gov.h): the proof
+ * bundle (text) of the signed record that pointed the channel at its
+ * version, with the version and its model digest in headers; the model
+ * itself is GET /v1/models/<version>. */
+static void respond_channel(struct req_ctx *c, fa_fed *fed, const char *name)
+{
+    fa_h3_header h[4];
+    char hex[65], vs[32], *proof = NULL;
+    uint8_t sha[32];
+    uint64_t version;
+    size_t len = 0;
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    rc = fa_fed_channel(fed, name, &version, sha, NULL, 0, &proof, &len, &err);
+    if (rc != 0) {
+        respond_error(c, c->req, rc == FA_ERR_NOTFOUND ? 404 : 500, "%s", fa_error_msg(&err, rc));
+        return;
+    }
+    fa_hex_encode(hex, sizeof(hex), sha, 32);
+    snprintf(vs, sizeof(vs), "%" PRIu64, version);
+    h[0] = (fa_h3_header){"content-type", "text/plain; charset=utf-8"};
+    h[1] = (fa_h3_header){"fedagg-model-version", vs};
+    h[2] = (fa_h3_header){"fedagg-model-sha256", hex};
+    h[3] = (fa_h3_header){"fedagg-channel", name};
+    c->responded = 1;
+    fa_h3_respond(c->req, 200, h, 4, proof, len);
+    free(proof);
+}
+
 static int on_model(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
@@ -353,6 +385,10 @@ static int on_model(fa_h3_request *req, void *arg)
 
     if (!c)
         return 0;
+    if (!strncmp(which, "channels/", 9)) {
+        respond_channel(c, a->fed, which + 9);
+        return 0;
+    }
     if (strcmp(which, "latest") != 0) {
         errno = 0;
         version = strtoull(which, &end, 10);
@@ -705,9 +741,10 @@ static void on_round_end(fa_h3_request *req, void *arg)
 
 #define MAX_EVAL_REPORT (64u << 10)
 
-/* POST /v1/evaluations and POST /v1/privacy: a signed statement of a region
- * in a small body, answered 200 (empty) when accepted. */
-enum { KIND_EVAL = -2, KIND_PRIVACY = -3 };
+/* POST /v1/evaluations, POST /v1/privacy and POST /v1/data-statements: a
+ * signed statement of a region in a small body, answered 200 (empty) when
+ * accepted. */
+enum { KIND_EVAL = -2, KIND_PRIVACY = -3, KIND_DATA = -4 };
 
 static int on_eval_request(fa_h3_request *req, void *arg)
 {
@@ -715,7 +752,9 @@ static int on_eval_request(fa_h3_request *req, void *arg)
     struct req_ctx *c = admit(a, req);
     if (!c)
         return 0;
-    c->kind = strcmp(fa_h3_request_path(req), "/v1/privacy") == 0 ? KIND_PRIVACY : KIND_EVAL;
+    c->kind = !strcmp(fa_h3_request_path(req), "/v1/privacy")           ? KIND_PRIVACY
+              : !strcmp(fa_h3_request_path(req), "/v1/data-statements") ? KIND_DATA
+                                                                        : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }
@@ -753,6 +792,7 @@ static void on_eval_end(fa_h3_request *req, void *arg)
     if (!c || c->responded)
         return;
     if ((c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(a->fed, c->region, c->buf, c->len, &r)
+         : c->kind == KIND_DATA  ? fa_fed_submit_data(a->fed, c->region, c->buf, c->len, &r)
                                  : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) !=
         0) {
         respond_reply(c, &r);
@@ -788,6 +828,7 @@ int fa_api_new(fa_api **out, fa_h3_server *srv, fa_fed *fed, fa_error *err)
         (rc = fa_h3_server_route(srv, "POST", "/v1/rounds/", &rounds, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "POST", "/v1/evaluations", &evals, a)) != 0 ||
         (rc = fa_h3_server_route(srv, "POST", "/v1/privacy", &evals, a)) != 0 ||
+        (rc = fa_h3_server_route(srv, "POST", "/v1/data-statements", &evals, a)) != 0 ||
         (rc = fa_api_admin_routes(srv, fed)) != 0) { /* aggregator/api_admin.h */
         free(a);
         return fa_errorf(err, rc, "cannot register the API routes: %s", fa_strerror(rc));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aggregator/fed_gov.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 
@@ -117,6 +118,80 @@ static int operator_only(fa_h3_request *req)
     return 0;
 }
 
+/* ---- Governance of released models (aggregator/fed_gov.h) ---- */
+
+/* GET /v1/admin/governance, GET /v1/admin/card?version=V. */
+static void gov_document(fa_h3_request *req, fa_fed *fed, const char *what)
+{
+    char vs[24], *doc = NULL, *end;
+    unsigned long long v;
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    if (!strcmp(what, "governance")) {
+        rc = fa_fed_governance_json(fed, &doc, &err);
+    } else {
+        if (!query_value(fa_h3_request_query(req), "version", vs, sizeof(vs)) ||
+            (v = strtoull(vs, &end, 10), *end) || vs[0] == '-') {
+            respond_msg(req, 400, "usage: GET /v1/admin/card?version=V");
+            return;
+        }
+        rc = fa_fed_model_card(fed, v, &doc, &err);
+    }
+    if (rc != 0) {
+        respond_msg(req, rc == FA_ERR_NOTFOUND ? 404 : 500, fa_error_msg(&err, rc));
+        return;
+    }
+    respond_json(req, 200, doc);
+    free(doc);
+}
+
+/* POST /v1/admin/release?version=V&channel=NAME, POST /v1/admin/rollback. */
+static void gov_action(fa_h3_request *req, fa_fed *fed, const char *name, const char *op)
+{
+    char vs[24], ch[64], msg[512], *end;
+    unsigned long long v = 0;
+    uint64_t round = 0, version = 0;
+    uint32_t attempt = 0;
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    if (!strcmp(name, "release")) {
+        if (!query_value(fa_h3_request_query(req), "version", vs, sizeof(vs)) ||
+            !query_value(fa_h3_request_query(req), "channel", ch, sizeof(ch)) ||
+            (v = strtoull(vs, &end, 10), *end) || vs[0] == '-') {
+            respond_msg(req, 400,
+                        "usage: POST " ADMIN_PREFIX "release?version=V&channel=NAME");
+            return;
+        }
+        rc = fa_fed_admin_release(fed, op, v, ch, now_ms(), &err);
+        if (rc == 0)
+            snprintf(msg, sizeof(msg), "channel %s now points at version %llu (released by %s)",
+                     ch, v, op);
+    } else {
+        rc = fa_fed_admin_rollback(fed, op, now_ms(), &err);
+        fa_fed_position(fed, &round, &attempt, NULL, &version);
+        if (rc == 0)
+            snprintf(msg, sizeof(msg),
+                     "rolled back by %s: the current model is version %llu, the last promoted "
+                     "one; round %llu attempt %u trains from it",
+                     op, (unsigned long long)version, (unsigned long long)round, attempt);
+    }
+    if (rc != 0) {
+        respond_msg(req, rc == FA_ERR_STATE      ? 409
+                         : rc == FA_ERR_NOTFOUND ? 404
+                         : rc == FA_ERR_INVAL    ? 400
+                         : rc == FA_ERR_IO       ? 503
+                                                 : 500,
+                    fa_error_msg(&err, rc));
+        return;
+    }
+    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s", op, name);
+    respond_msg(req, 200, msg);
+}
+
 static int on_get(fa_h3_request *req, void *arg)
 {
     fa_fed *fed = arg;
@@ -127,13 +202,19 @@ static int on_get(fa_h3_request *req, void *arg)
 
     if (!operator_only(req))
         return 0;
+    if (!strcmp(what, "governance") || !strcmp(what, "card")) {
+        gov_document(req, fed, what);
+        return 0;
+    }
     if (lookup(what, documents, sizeof(documents) / sizeof(documents[0])) < 0) {
         if (lookup(what, actions, sizeof(actions) / sizeof(actions[0])) >= 0) {
             snprintf(msg, sizeof(msg), "%s is an action: use POST %s%s", what, ADMIN_PREFIX, what);
             respond_msg(req, 405, msg);
         } else {
             snprintf(msg, sizeof(msg),
-                     "no admin document '%s' (status, regions, rounds, models, audit-head)", what);
+                     "no admin document '%s' (status, regions, rounds, models, audit-head, "
+                     "governance, card?version=V)",
+                     what);
             respond_msg(req, 404, msg);
         }
         return 0;
@@ -184,6 +265,10 @@ static void on_post_end(fa_h3_request *req, void *arg)
 
     if (fa_h3_request_get_data(req) == &answered)
         return;
+    if (!strcmp(name, "release") || !strcmp(name, "rollback")) {
+        gov_action(req, fed, name, op);
+        return;
+    }
     if (act < 0) {
         if (lookup(name, documents, sizeof(documents) / sizeof(documents[0])) >= 0) {
             snprintf(msg, sizeof(msg), "%s is a document: use GET %s%s", name, ADMIN_PREFIX, name);
@@ -191,7 +276,7 @@ static void on_post_end(fa_h3_request *req, void *arg)
         } else {
             snprintf(msg, sizeof(msg),
                      "no admin action '%s' (pause, resume, abort, drain?region=ID, "
-                     "admit?region=ID)",
+                     "admit?region=ID, release?version=V&channel=NAME, rollback)",
                      name);
             respond_msg(req, 404, msg);
         }

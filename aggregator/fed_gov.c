@@ -460,6 +460,9 @@ int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms)
         return 0;
     fa_error_clear(&err);
     refresh(f);
+    if (fa_audit_log_size(f->audit) == 0 &&
+        fa_audit_gov_initial(g->replay, f->cur.version, f->cur.model_sha256) != 0)
+        return 0;
     v = fa_audit_gov_find(g->replay, f->cur.version);
     if (!v)
         return 0;
@@ -808,7 +811,8 @@ int fa_fed_channel(fa_fed *f, const char *name, uint64_t *version, uint8_t sha25
         return rc;
     *version = c->version;
     memcpy(sha256, v->sha256, 32);
-    fa_model_store_model_path(f->store, c->version, path, n);
+    if (path)
+        fa_model_store_model_path(f->store, c->version, path, n);
     return 0;
 }
 

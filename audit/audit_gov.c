@@ -512,6 +512,17 @@ static void replay_channel(fa_audit_gov *g, int64_t at, const Fedagg__AuditRecor
     g->counts.channel_moves++;
 }
 
+int fa_audit_gov_initial(fa_audit_gov *g, uint64_t version, const uint8_t sha256[32])
+{
+    if (g->have_current)
+        return 0;
+    if (!add_version(g, version, sha256, FA_GOV_MADE_INITIAL, -1))
+        return FA_ERR_NOMEM;
+    g->have_current = 1;
+    g->current = version;
+    return 0;
+}
+
 int fa_audit_gov_record(fa_audit_gov *g, uint64_t index, const Fedagg__AuditRecord *r)
 {
     int64_t at = (int64_t)index;

@@ -86,6 +86,11 @@ int fa_audit_gov_new(fa_audit_gov **out, const fa_audit_region_key *keys, size_t
                      fa_audit_gov_finding finding, void *ctx, fa_error *err);
 void fa_audit_gov_del(fa_audit_gov *g);
 
+/* The model of an empty log: version (the initial model) with its digest,
+ * as the first record will name it.  No-op once a record was replayed.
+ * Returns 0 or FA_ERR_NOMEM. */
+int fa_audit_gov_initial(fa_audit_gov *g, uint64_t version, const uint8_t sha256[32]);
+
 /* Record `index` of the log (every record, in order).  Returns 0, or
  * FA_ERR_NOMEM (the replay is then incomplete). */
 int fa_audit_gov_record(fa_audit_gov *g, uint64_t index, const Fedagg__AuditRecord *r);
