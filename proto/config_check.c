@@ -494,6 +494,45 @@ static void check_model_delta(struct ck *c, const Fedagg__ModelDelta *d)
                 "`model_delta.block` (%u) must be a power of two from 16 to 65536", d->block);
 }
 
+/* The promotion policy (docs/governance.md); audit/promotion.h applies it. */
+static void check_promotion(struct ck *c, const Fedagg__PromotionPolicy *p, size_t n_regions,
+                            int have_evaluator)
+{
+    size_t n;
+    if (!p || !p->enabled)
+        return;
+    n = p->metric ? strlen(p->metric) : 0;
+    if (n == 0 || n > 63 || strspn(p->metric, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                "0123456789_.-") != n)
+        problem(c, p, "metric", 0,
+                "`promotion.metric` '%s' must be a metric name of [A-Za-z0-9_.-], 1 to 63 bytes "
+                "(accuracy, loss, or a named metric the evaluations report)",
+                p->metric ? p->metric : "");
+    if (!isfinite(p->tolerance) || p->tolerance < 0)
+        problem(c, p, "tolerance", 0, "`promotion.tolerance` (%g) must be finite and >= 0",
+                p->tolerance);
+    if (p->source == FEDAGG__PROMOTION_SOURCE__SOURCE_FEDERATED &&
+        (p->min_regions == 0 || p->min_regions > n_regions))
+        problem(c, p, "min_regions", 0, "`promotion.min_regions` (%u) must be 1 to the %zu regions",
+                p->min_regions, n_regions);
+    if (p->source == FEDAGG__PROMOTION_SOURCE__SOURCE_CENTRAL && !have_evaluator)
+        problem(c, p, "source", 0,
+                "`promotion.source` SOURCE_CENTRAL judges by the evaluator command: set "
+                "`evaluation.command`");
+    for (size_t i = 0; i < p->n_channels; i++) {
+        const char *ch = p->channels[i];
+        n = ch ? strlen(ch) : 0;
+        if (n == 0 || n > 63 || strspn(ch, "abcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+            problem(c, p, "channels", i,
+                    "`promotion.channels[%zu]` '%s' must be a channel name of [a-z0-9._-], 1 "
+                    "to 63 bytes",
+                    i, ch ? ch : "");
+        for (size_t k = 0; k < i; k++)
+            if (ch && p->channels[k] && !strcmp(ch, p->channels[k]))
+                problem(c, p, "channels", i, "`promotion.channels` names '%s' twice", ch);
+    }
+}
+
 static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,
                        const char *v1, const char *f2, const char *v2)
 {
@@ -516,6 +555,7 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_quantization(c, cfg->quantization);
     check_model_delta(c, cfg->model_delta);
     check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
+    check_promotion(c, cfg->promotion, cfg->n_regions, cfg->evaluation->n_command > 0);
     need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
                 "the directory of model versions and round state");
     maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");

@@ -98,6 +98,53 @@ static void test_model_delta_widths(void **state)
     }
 }
 
+/* The promotion policy: a good one loads with its defaults filled, each
+ * mistake is named at its field. */
+static void test_promotion_policy(void **state)
+{
+    Fedagg__AggregatorConfig *c = NULL;
+    fa_diags *d = NULL;
+    char text[2048];
+    (void)state;
+
+    snprintf(text, sizeof(text), "%spromotion { enabled: true channels: [\"production\"] }\n",
+             agg_text);
+    assert_int_equal(
+        load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_int_equal(fa_diags_count(d), 0);
+    assert_string_equal(c->promotion->metric, "accuracy");
+    assert_true(c->promotion->tolerance == 0.01);
+    assert_int_equal(c->promotion->on_regression, FEDAGG__REGRESSION_ACTION__REGRESSION_ROLLBACK);
+    protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+
+    snprintf(text, sizeof(text),
+             "%spromotion {\n  enabled: true\n  metric: \"top 1\"\n  tolerance: -0.5\n"
+             "  min_regions: 4\n  channels: [\"Prod\"]\n}\n",
+             agg_text);
+    c = NULL;
+    assert_int_not_equal(
+        load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_true(has_diag(d, "c.textproto:9:3: `promotion.metric` 'top 1'"));
+    assert_true(has_diag(d, "c.textproto:10:3: `promotion.tolerance` (-0.5)"));
+    assert_true(has_diag(d, "`promotion.min_regions` (4) must be 1 to the 3 regions"));
+    assert_true(has_diag(d, "`promotion.channels[0]` 'Prod'"));
+    if (c)
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+
+    /* judged by the evaluator: it must exist */
+    snprintf(text, sizeof(text), "%spromotion { enabled: true source: SOURCE_CENTRAL }\n",
+             agg_text);
+    c = NULL;
+    assert_int_not_equal(
+        load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_true(has_diag(d, "set `evaluation.command`"));
+    if (c)
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+}
+
 static void test_worker_defaults(void **state)
 {
     static const char text[] =
@@ -387,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_defaults_and_paths),
         cmocka_unit_test(test_model_delta_widths),
         cmocka_unit_test(test_worker_defaults),
+        cmocka_unit_test(test_promotion_policy),
         cmocka_unit_test(test_worker_privacy),
         cmocka_unit_test(test_meaning_errors_with_positions),
         cmocka_unit_test(test_syntax_errors_stop_before_meaning),
