@@ -9,12 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aggregator/data_ledger.h"
 #include "aggregator/metrics.h"
 #include "audit.pb-c.h"
 #include "audit/audit_gov.h"
 #include "audit/lineage.h"
+#include "common/fa_failpoint.h"
+#include "common/fa_file.h"
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
@@ -36,6 +39,11 @@ struct fa_fed_gov {
     size_t npins;
     fa_data_ledger *data;
     fa_gov_counts exported; /* counters already added to the metrics */
+    /* The last record's round and attempt, and whether it was an action
+     * (a record a repair appends must come after it). */
+    uint64_t last_round;
+    uint32_t last_attempt;
+    int last_action;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -69,6 +77,9 @@ static int sync_log(fa_fed *f, fa_error *err)
             return fa_errorf(err, FA_ERR_CORRUPT, "audit log record %" PRIu64 " does not decode",
                              g->replayed);
         rc = fa_audit_gov_record(g->replay, g->replayed, r);
+        g->last_round = r->round;
+        g->last_attempt = r->attempt;
+        g->last_action = fa_audit_record_is_action(r);
         if (r->promotion && r->promotion->action && !strcmp(r->promotion->action, "pause"))
             g->gate_paused = 1;
         else if (r->admin && r->admin->action && !strcmp(r->admin->action, "resume"))
@@ -351,6 +362,65 @@ static int record_decision(fa_fed *f, const fa_promo_evidence *e, const fa_promo
 /* Rollback                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* A rollback's intent, written before the store commits the restored
+ * version and removed once its record is in the log, so that a restart in
+ * between records it with who asked and why (repair_rollback):
+ *
+ *   fedagg-rollback v1
+ *   <from> <to> <operator, "-" for the gate>
+ *   <reason, one line> */
+static void intent_path(const fa_fed *f, char *out, size_t n)
+{
+    snprintf(out, n, "%s/rollback.intent", f->storage_dir);
+}
+
+static int write_intent(fa_fed *f, uint64_t from, uint64_t to, const char *op, const char *why,
+                        fa_error *err)
+{
+    char path[4200], text[700], line[501];
+    int n;
+    intent_path(f, path, sizeof(path));
+    snprintf(line, sizeof(line), "%s", why);
+    for (char *p = line; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' '; /* the reason is one line */
+    n = snprintf(text, sizeof(text), "fedagg-rollback v1\n%" PRIu64 " %" PRIu64 " %s\n%s\n", from,
+                 to, op && op[0] ? op : "-", line);
+    if (n < 0 || (size_t)n >= sizeof(text))
+        return fa_errorf(err, FA_ERR_INVAL, "rollback intent too long");
+    return fa_file_write_atomic(path, text, (size_t)n, 0600, err);
+}
+
+/* The intent of a rollback from `from` to `to`: 1 with op ("" for the
+ * gate) and why filled, 0 when there is none for them. */
+static int read_intent(fa_fed *f, uint64_t from, uint64_t to, char *op, size_t opn, char *why,
+                       size_t whyn)
+{
+    char path[4200], name[64];
+    uint8_t *data = NULL;
+    size_t len = 0;
+    unsigned long long a, b;
+    int used = 0, ok;
+    intent_path(f, path, sizeof(path));
+    if (fa_file_read_all(path, &data, &len, 4096, NULL) != 0)
+        return 0;
+    data = realloc(data, len + 1);
+    if (!data)
+        return 0;
+    data[len] = '\0';
+    ok = sscanf((char *)data, "fedagg-rollback v1\n%llu %llu %63s\n%n", &a, &b, name, &used) == 3 &&
+         used > 0 && a == from && b == to;
+    if (ok) {
+        char *nl;
+        snprintf(op, opn, "%s", strcmp(name, "-") ? name : "");
+        snprintf(why, whyn, "%s", (char *)data + used);
+        if ((nl = strchr(why, '\n')))
+            *nl = '\0';
+    }
+    free(data);
+    return ok;
+}
+
 /* Commits the last promoted version again as the next one, records it,
  * makes it current and abandons the attempt in flight (the next starts
  * from it).  op NULL: the gate. */
@@ -378,9 +448,16 @@ static int rollback(fa_fed *f, const char *op, const char *why, uint64_t now_ms,
                          "the current model (version %" PRIu64 ") is the last promoted one "
                          "(version %" PRIu64 ") already",
                          from, target);
-    rc = fa_model_store_restore(f->store, from + 1, f->round, target, err);
-    if (rc != 0)
+    if ((rc = write_intent(f, from, target, op, why, err)) != 0)
         return fa_error_prefix(err, rc, "rollback to version %" PRIu64, target);
+    rc = fa_model_store_restore(f->store, from + 1, f->round, target, err);
+    if (rc != 0) {
+        char path[4200];
+        intent_path(f, path, sizeof(path));
+        unlink(path);
+        return fa_error_prefix(err, rc, "rollback to version %" PRIu64, target);
+    }
+    fa_failpoint("aggregator-after-rollback-commit");
     memcpy(from_sha, f->cur.model_sha256, 32);
     snprintf(reason, sizeof(reason), "%s", why);
     now = fa_time_unix_ms();
@@ -410,6 +487,11 @@ static int rollback(fa_fed *f, const char *op, const char *why, uint64_t now_ms,
                fa_error_msg(err, rc));
         f->fatal = 1;
         return rc;
+    }
+    {
+        char path[4200];
+        intent_path(f, path, sizeof(path));
+        unlink(path); /* recorded */
     }
     fa_log(FA_LOG_WARN, "rolled back to the last promoted version",
            "from=%" PRIu64 " to=%" PRIu64 " new_version=%" PRIu64 " by=\"%s\" reason=\"%s\"", from,
@@ -529,6 +611,7 @@ int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms)
     }
     if (verdict.outcome != FA_PROMO_REJECTED)
         return 0;
+    fa_failpoint("aggregator-after-rejection"); /* recorded, not acted on */
     switch (verdict.action) {
     case FA_PROMO_ACT_ROLLBACK: {
         char why[400];
@@ -571,36 +654,58 @@ static int repair_rollback(fa_fed *f, fa_error *err)
     Fedagg__AuditRecord rec;
     Fedagg__ModelRollback b = FEDAGG__MODEL_ROLLBACK__INIT;
     struct fa_model_version prev;
-    char reason[200];
+    char reason[600], op[64] = "", path[4200];
     uint64_t now = fa_time_unix_ms();
+    int rc;
 
-    if (audited == UINT64_MAX || f->cur.version != audited + 1 || nh == 0)
+    intent_path(f, path, sizeof(path));
+    if (audited == UINT64_MAX || f->cur.version != audited + 1 || nh == 0) {
+        unlink(path); /* an intent whose restore never committed */
         return 0;
+    }
     v = fa_audit_gov_find(g->replay, audited);
     to = fa_audit_gov_find(g->replay, h[nh - 1].version);
-    if (!v || !to || v->outcome != FA_PROMO_REJECTED || memcmp(to->sha256, f->cur.model_sha256, 32))
+    /* A restore is byte for byte a promoted version: an aggregation's new
+     * model never is (its metadata names its own version and parent). */
+    if (!v || !to || memcmp(to->sha256, f->cur.model_sha256, 32)) {
+        unlink(path);
         return 0; /* not a rollback: the round's repair (fed_open.c) */
+    }
     if (fa_model_store_version(f->store, audited, &prev) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT,
                          "model store: version %" PRIu64 " (rolled back from) is not kept",
                          audited);
+    if (!read_intent(f, audited, to->version, op, sizeof(op), reason, sizeof(reason))) {
+        if (v->outcome != FA_PROMO_REJECTED || v->action != FA_PROMO_ACT_ROLLBACK)
+            return fa_errorf(err, FA_ERR_CORRUPT,
+                             "model store: version %" PRIu64 " restores version %" PRIu64
+                             " but neither the audit log nor %s says who rolled back",
+                             f->cur.version, to->version, path);
+        snprintf(reason, sizeof(reason), "version %" PRIu64 " was rejected (audit record %" PRId64
+                 ")", audited, v->decided_at);
+    }
     fa_log(FA_LOG_WARN, "repairing the audit log: a rollback was committed but not recorded",
-           "version=%" PRIu64 " restores=%" PRIu64, f->cur.version, to->version);
-    snprintf(reason, sizeof(reason),
-             "version %" PRIu64 " was rejected (audit record %" PRId64 "); recorded at restart",
-             audited, v->decided_at);
+           "version=%" PRIu64 " restores=%" PRIu64 " by=\"%s\"", f->cur.version, to->version,
+           op[0] ? op : GATE_NAME);
     record_init(f, &rec, now);
+    /* the round in flight is not known yet (fed_open.c restores it after
+     * this): the record goes where the log allows it */
+    rec.round = g->last_action ? g->last_round : g->last_round + 1;
+    rec.attempt = g->last_action ? g->last_attempt : 0;
     rec.prev_version = audited;
     rec.prev_model_sha256.data = prev.model_sha256;
     b.to_version = to->version;
     b.to_model_sha256.data = (uint8_t *)to->sha256;
     b.to_model_sha256.len = 32;
     b.rejected_version = audited;
-    b.operator_ = "";
+    b.operator_ = op;
     b.reason = reason;
     b.unix_ms = now;
     rec.rollback = &b;
-    return append(f, &rec, "rollback", err);
+    rc = append(f, &rec, "rollback", err);
+    if (rc == 0)
+        unlink(path);
+    return rc;
 }
 
 int fa_fed_gov_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err)
