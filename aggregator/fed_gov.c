@@ -877,10 +877,14 @@ size_t fa_fed_gov_data_statements(fa_fed *f, uint64_t version, const uint8_t sha
 
 void fa_fed_gov_restore_data(fa_fed *f, const Fedagg__RoundState *st)
 {
+    uint8_t sha[32];
     if (!f->gov || !f->gov->data)
         return;
-    fa_data_ledger_begin(f->gov->data, st->round, st->attempt, f->cur.version,
-                         f->cur.model_sha256);
+    /* of the version the round trained from (the store may be one ahead:
+     * the round was committed and its record is being repaired) */
+    if (fa_model_store_sha256(f->store, st->base_version, sha, NULL) != 0)
+        return;
+    fa_data_ledger_begin(f->gov->data, st->round, st->attempt, st->base_version, sha);
     for (size_t i = 0; i < st->n_data_statements; i++) {
         fa_error e;
         fa_error_clear(&e);
