@@ -793,8 +793,7 @@ static void on_eval_end(fa_h3_request *req, void *arg)
         return;
     if ((c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(a->fed, c->region, c->buf, c->len, &r)
          : c->kind == KIND_DATA  ? fa_fed_submit_data(a->fed, c->region, c->buf, c->len, &r)
-                                 : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) !=
-        0) {
+                                : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         return;

@@ -162,14 +162,13 @@ static void gov_action(fa_h3_request *req, fa_fed *fed, const char *name, const 
         if (!query_value(fa_h3_request_query(req), "version", vs, sizeof(vs)) ||
             !query_value(fa_h3_request_query(req), "channel", ch, sizeof(ch)) ||
             (v = strtoull(vs, &end, 10), *end) || vs[0] == '-') {
-            respond_msg(req, 400,
-                        "usage: POST " ADMIN_PREFIX "release?version=V&channel=NAME");
+            respond_msg(req, 400, "usage: POST " ADMIN_PREFIX "release?version=V&channel=NAME");
             return;
         }
         rc = fa_fed_admin_release(fed, op, v, ch, now_ms(), &err);
         if (rc == 0)
-            snprintf(msg, sizeof(msg), "channel %s now points at version %llu (released by %s)",
-                     ch, v, op);
+            snprintf(msg, sizeof(msg), "channel %s now points at version %llu (released by %s)", ch,
+                     v, op);
     } else {
         rc = fa_fed_admin_rollback(fed, op, now_ms(), &err);
         fa_fed_position(fed, &round, &attempt, NULL, &version);
@@ -180,11 +179,12 @@ static void gov_action(fa_h3_request *req, fa_fed *fed, const char *name, const 
                      op, (unsigned long long)version, (unsigned long long)round, attempt);
     }
     if (rc != 0) {
-        respond_msg(req, rc == FA_ERR_STATE      ? 409
-                         : rc == FA_ERR_NOTFOUND ? 404
-                         : rc == FA_ERR_INVAL    ? 400
-                         : rc == FA_ERR_IO       ? 503
-                                                 : 500,
+        respond_msg(req,
+                    rc == FA_ERR_STATE      ? 409
+                    : rc == FA_ERR_NOTFOUND ? 404
+                    : rc == FA_ERR_INVAL    ? 400
+                    : rc == FA_ERR_IO       ? 503
+                                            : 500,
                     fa_error_msg(&err, rc));
         return;
     }

@@ -181,8 +181,9 @@ int fa_data_ledger_submit(fa_data_ledger *l, const char *region, const uint8_t *
     }
     if (!s->region || strcmp(s->region, region) != 0 || !s->federation_id ||
         strcmp(s->federation_id, l->federation_id) != 0) {
-        rc = fa_errorf(err, FA_ERR_AUTH, "data statement sent by %s names region '%s' of '%s'",
-                       region, s->region ? s->region : "", s->federation_id ? s->federation_id : "");
+        rc =
+            fa_errorf(err, FA_ERR_AUTH, "data statement sent by %s names region '%s' of '%s'",
+                      region, s->region ? s->region : "", s->federation_id ? s->federation_id : "");
         goto out;
     }
     if (s->round != l->round || s->attempt != l->attempt || s->model_version != l->version ||
@@ -219,8 +220,7 @@ out:
     return rc;
 }
 
-int fa_data_ledger_has(const fa_data_ledger *l, const char *region, const uint8_t *body,
-                       size_t len)
+int fa_data_ledger_has(const fa_data_ledger *l, const char *region, const uint8_t *body, size_t len)
 {
     uint8_t sha[32];
     long m = member(l, region);

@@ -51,8 +51,7 @@ int fa_data_ledger_has(const fa_data_ledger *l, const char *region, const uint8_
                        size_t len);
 
 /* A saved statement (round state): submitted again in its region's name. */
-int fa_data_ledger_restore(fa_data_ledger *l, const Fedagg__SignedDataStatement *sd,
-                           fa_error *err);
+int fa_data_ledger_restore(fa_data_ledger *l, const Fedagg__SignedDataStatement *sd, fa_error *err);
 
 /* Statements of the current attempt in the order received, *region its
  * sender (may be NULL).  Pointers into l, valid until it changes. */

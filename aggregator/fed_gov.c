@@ -196,8 +196,7 @@ static void refresh(fa_fed *f)
     fa_error err;
     fa_error_clear(&err);
     if (sync_log(f, &err) != 0)
-        fa_log(FA_LOG_ERROR, "governance: cannot read back the audit log", "error=\"%s\"",
-               err.msg);
+        fa_log(FA_LOG_ERROR, "governance: cannot read back the audit log", "error=\"%s\"", err.msg);
     update_pins(f);
     export_metrics(f);
 }
@@ -514,7 +513,8 @@ static int rollback(fa_fed *f, const char *op, const char *why, uint64_t now_ms,
         /* The attempt in flight trained from the version rolled back from:
          * abandoned (its regions rejoin from the restored version); with
          * none in flight the next opens from it. */
-        if ((f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK) ||
+        if ((f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE &&
+             f->phase <= FEDAGG__PHASE__PHASE_UNMASK) ||
             (f->phase == FEDAGG__PHASE__PHASE_DONE && f->sa))
             fa_fed_abort_attempt(f, now_ms, abort_why);
         else if (fa_fed_save_state(f, err) != 0)
@@ -558,7 +558,8 @@ int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms)
                      v->decided_at);
             if (rollback(f, NULL, why, now_ms, &err) == 0)
                 return 1;
-            fa_log(FA_LOG_ERROR, "rollback failed; the round trained from the rejected version "
+            fa_log(FA_LOG_ERROR,
+                   "rollback failed; the round trained from the rejected version "
                    "is abandoned",
                    "version=%" PRIu64 " error=\"%s\"", v->version, err.msg);
             if (!f->fatal)
@@ -587,13 +588,13 @@ int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms)
     if (verdict.outcome == FA_PROMO_WAIT)
         return 0;
     if (record_decision(f, &e, &verdict, &err) != 0) {
-        fa_log(FA_LOG_ERROR, "the promotion decision could not be recorded; the version stays "
+        fa_log(FA_LOG_ERROR,
+               "the promotion decision could not be recorded; the version stays "
                "a candidate",
                "version=%" PRIu64 " error=\"%s\"", f->cur.version, err.msg);
         return 0;
     }
-    fa_log(verdict.outcome == FA_PROMO_REJECTED ? FA_LOG_WARN : FA_LOG_INFO,
-           "candidate decided",
+    fa_log(verdict.outcome == FA_PROMO_REJECTED ? FA_LOG_WARN : FA_LOG_INFO, "candidate decided",
            "version=%" PRIu64 " outcome=%s action=%s reason=\"%s\"", f->cur.version,
            fa_promo_outcome_name(verdict.outcome), fa_promo_action_name(verdict.action),
            verdict.reason);
@@ -618,7 +619,8 @@ int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms)
         snprintf(why, sizeof(why), "version %" PRIu64 " rejected: %s", f->cur.version,
                  verdict.reason);
         if (rollback(f, NULL, why, now_ms, &err) != 0) {
-            fa_log(FA_LOG_ERROR, "rollback failed; the round trained from the rejected version "
+            fa_log(FA_LOG_ERROR,
+                   "rollback failed; the round trained from the rejected version "
                    "is abandoned and the rollback retried",
                    "version=%" PRIu64 " error=\"%s\"", f->cur.version, err.msg);
             if (!f->fatal)
@@ -630,7 +632,8 @@ int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms)
         f->paused = 1;
         g->gate_paused = 1;
         snprintf(f->paused_by, sizeof(f->paused_by), "%s", GATE_NAME);
-        fa_fed_abort_attempt(f, now_ms, "the candidate was rejected; the gate paused the "
+        fa_fed_abort_attempt(f, now_ms,
+                             "the candidate was rejected; the gate paused the "
                              "federation");
         return 1;
     default: return 0; /* KEEP: recorded only */
@@ -681,8 +684,9 @@ static int repair_rollback(fa_fed *f, fa_error *err)
                              "model store: version %" PRIu64 " restores version %" PRIu64
                              " but neither the audit log nor %s says who rolled back",
                              f->cur.version, to->version, path);
-        snprintf(reason, sizeof(reason), "version %" PRIu64 " was rejected (audit record %" PRId64
-                 ")", audited, v->decided_at);
+        snprintf(reason, sizeof(reason),
+                 "version %" PRIu64 " was rejected (audit record %" PRId64 ")", audited,
+                 v->decided_at);
     }
     fa_log(FA_LOG_WARN, "repairing the audit log: a rollback was committed but not recorded",
            "version=%" PRIu64 " restores=%" PRIu64 " by=\"%s\"", f->cur.version, to->version,
@@ -768,8 +772,8 @@ int fa_fed_gov_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *er
     if (g->gate_paused && !f->paused) {
         f->paused = 1;
         snprintf(f->paused_by, sizeof(f->paused_by), "%s", GATE_NAME);
-        fa_log(FA_LOG_INFO, "the federation stays paused after a rejection",
-               "paused_by=\"%s\"", GATE_NAME);
+        fa_log(FA_LOG_INFO, "the federation stays paused after a rejection", "paused_by=\"%s\"",
+               GATE_NAME);
     }
     if (g->on) {
         const fa_promo_entry *h;
@@ -836,8 +840,8 @@ int fa_fed_submit_data(fa_fed *f, const char *region, const uint8_t *body, size_
         return rc;
     }
     fa_log(FA_LOG_INFO, "data statement accepted",
-           "region=%s round=%" PRIu64 " attempt=%u version=%" PRIu64, region, f->round,
-           f->attempt, f->cur.version);
+           "region=%s round=%" PRIu64 " attempt=%u version=%" PRIu64, region, f->round, f->attempt,
+           f->cur.version);
     return 0;
 }
 
@@ -1039,14 +1043,16 @@ int fa_fed_governance_json(fa_fed *f, char **json, fa_error *err)
         const fa_gov_version *v = fa_audit_gov_version_at(g->replay, i);
         json_t *e = json_object();
         json_object_set_new(e, "version", json_integer((json_int_t)v->version));
-        json_object_set_new(e, "made", json_string(v->made == FA_GOV_MADE_ROLLBACK ? "rollback"
-                                                   : v->made == FA_GOV_MADE_ROUND  ? "round"
-                                                                                   : "initial"));
+        json_object_set_new(e, "made",
+                            json_string(v->made == FA_GOV_MADE_ROLLBACK ? "rollback"
+                                        : v->made == FA_GOV_MADE_ROUND  ? "round"
+                                                                        : "initial"));
         if (v->made == FA_GOV_MADE_ROLLBACK)
             json_object_set_new(e, "restores", json_integer((json_int_t)v->restored));
-        json_object_set_new(e, "outcome", json_string(v->outcome == FA_PROMO_WAIT
-                                                          ? "candidate"
-                                                          : fa_promo_outcome_name(v->outcome)));
+        json_object_set_new(e, "outcome",
+                            json_string(v->outcome == FA_PROMO_WAIT
+                                            ? "candidate"
+                                            : fa_promo_outcome_name(v->outcome)));
         json_object_set_new(e, "value", isfinite(v->value) ? json_real(v->value) : json_null());
         if (v->decided_at >= 0)
             json_object_set_new(e, "record", json_integer((json_int_t)v->decided_at));

@@ -308,8 +308,8 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
     st.n_privacy = np;
     st.privacy = pvp;
     Fedagg__SignedDataStatement *dss = NULL, **dsp = NULL;
-    st.n_data_statements = fa_fed_gov_data_statements(f, f->cur.version, f->cur.model_sha256,
-                                                        NULL, 0, &dss, &dsp);
+    st.n_data_statements =
+        fa_fed_gov_data_statements(f, f->cur.version, f->cur.model_sha256, NULL, 0, &dss, &dsp);
     st.data_statements = dsp;
     st.ranges_sha256.data = f->round_ranges_sha;
     st.ranges_sha256.len = 32;

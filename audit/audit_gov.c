@@ -16,7 +16,7 @@
 
 int fa_audit_gov_kind(const Fedagg__AuditRecord *r)
 {
-    return r->promotion ? FA_GOV_PROMOTION
+    return r->promotion  ? FA_GOV_PROMOTION
            : r->rollback ? FA_GOV_ROLLBACK
            : r->channel  ? FA_GOV_CHANNEL
                          : FA_GOV_NONE;
@@ -29,8 +29,7 @@ int fa_audit_gov_channel_name_ok(const char *name)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
             return 0;
     }
     return 1;
@@ -411,7 +410,7 @@ static void replay_decision(fa_audit_gov *g, int64_t at, const Fedagg__AuditReco
             follows = outcome == FA_PROMO_PROMOTED;
         else
             follows = outcome == (fa_promo_passes(&p, d->value, d->baseline) ? FA_PROMO_PROMOTED
-                                                                              : FA_PROMO_REJECTED);
+                                                                             : FA_PROMO_REJECTED);
         if (!follows)
             say(g, FA_AUDIT_PROBLEM, at,
                 "decision on version %" PRIu64 ": %s does not follow from its statements and "
@@ -457,8 +456,8 @@ static void replay_rollback(fa_audit_gov *g, int64_t at, const Fedagg__AuditReco
             ")",
             b->to_version, g->nh ? "" : "none; ", g->nh ? g->h[g->nh - 1].version : 0);
     } else if (!to || memcmp(to->sha256, b->to_model_sha256.data, 32) != 0) {
-        say(g, FA_AUDIT_PROBLEM, at,
-            "a rollback restores a model other than version %" PRIu64 "'s", b->to_version);
+        say(g, FA_AUDIT_PROBLEM, at, "a rollback restores a model other than version %" PRIu64 "'s",
+            b->to_version);
     } else if ((!b->operator_ || !b->operator_[0]) &&
                (!from || from->outcome != FA_PROMO_REJECTED ||
                 from->action != FA_PROMO_ACT_ROLLBACK)) {
@@ -490,9 +489,8 @@ static void replay_channel(fa_audit_gov *g, int64_t at, const Fedagg__AuditRecor
             "model digest",
             m->channel, m->version);
     else if ((gate || g->counts.gate_seen) && v->outcome != FA_PROMO_PROMOTED)
-        say(g, FA_AUDIT_PROBLEM, at,
-            "channel %s moved to version %" PRIu64 ", which the gate %s", m->channel,
-            m->version,
+        say(g, FA_AUDIT_PROBLEM, at, "channel %s moved to version %" PRIu64 ", which the gate %s",
+            m->channel, m->version,
             v->outcome == FA_PROMO_REJECTED  ? "rejected"
             : v->outcome == FA_PROMO_EXPIRED ? "did not decide (too few evaluations)"
                                              : "has not promoted");

@@ -55,15 +55,15 @@ enum { FA_GOV_MADE_INITIAL = 0, FA_GOV_MADE_ROUND, FA_GOV_MADE_ROLLBACK };
 typedef struct fa_gov_version {
     uint64_t version;
     uint8_t sha256[32];
-    int made;              /* FA_GOV_MADE_* */
-    int64_t made_at;       /* the record that made it; -1 for the initial model */
-    uint64_t parent;       /* the version its round trained from (made by a round) */
-    uint64_t restored;     /* FA_GOV_MADE_ROLLBACK: the promoted version it restores */
-    int outcome;           /* FA_PROMO_WAIT (undecided), PROMOTED, REJECTED, EXPIRED */
-    int action;            /* of a rejection: FA_PROMO_ACT_* */
-    double value;          /* the decision's figure */
-    int64_t decided_at;    /* the decision record; -1 when undecided */
-    int64_t trained_at;    /* the aggregation that trained from it; -1 when none */
+    int made;           /* FA_GOV_MADE_* */
+    int64_t made_at;    /* the record that made it; -1 for the initial model */
+    uint64_t parent;    /* the version its round trained from (made by a round) */
+    uint64_t restored;  /* FA_GOV_MADE_ROLLBACK: the promoted version it restores */
+    int outcome;        /* FA_PROMO_WAIT (undecided), PROMOTED, REJECTED, EXPIRED */
+    int action;         /* of a rejection: FA_PROMO_ACT_* */
+    double value;       /* the decision's figure */
+    int64_t decided_at; /* the decision record; -1 when undecided */
+    int64_t trained_at; /* the aggregation that trained from it; -1 when none */
 } fa_gov_version;
 
 /* A channel as the log leaves it. */

@@ -360,8 +360,8 @@ int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit
     if (fa_privacy_audit_new(&v.privacy, opts->region_keys, opts->nregion_keys, privacy_finding, &v,
                              err) != 0)
         return FA_ERR_NOMEM;
-    if (fa_audit_gov_new(&v.gov, opts->region_keys, opts->nregion_keys, privacy_finding, &v,
-                         err) != 0) {
+    if (fa_audit_gov_new(&v.gov, opts->region_keys, opts->nregion_keys, privacy_finding, &v, err) !=
+        0) {
         fa_privacy_audit_del(v.privacy);
         return FA_ERR_NOMEM;
     }

@@ -301,7 +301,9 @@ static json_t *decision_json(const Fedagg__AuditRecord *r, int64_t index)
 
 static const char *made_name(int made)
 {
-    return made == FA_GOV_MADE_ROUND ? "round" : made == FA_GOV_MADE_ROLLBACK ? "rollback" : "initial";
+    return made == FA_GOV_MADE_ROUND      ? "round"
+           : made == FA_GOV_MADE_ROLLBACK ? "rollback"
+                                          : "initial";
 }
 
 /* How a version was made (its record), for the card and its ancestry. */
@@ -317,10 +319,12 @@ static json_t *made_json(const fa_gov_version *v, const Fedagg__AuditRecord *r)
     json_object_set_new(o, "restores",
                         v->made == FA_GOV_MADE_ROLLBACK ? u64(v->restored) : json_null());
     if (v->made == FA_GOV_MADE_ROLLBACK && r && r->rollback) {
-        json_object_set_new(o, "by_operator", r->rollback->operator_ && r->rollback->operator_[0]
-                                                  ? json_string(r->rollback->operator_)
-                                                  : json_null());
-        json_object_set_new(o, "reason", json_string(r->rollback->reason ? r->rollback->reason : ""));
+        json_object_set_new(o, "by_operator",
+                            r->rollback->operator_ && r->rollback->operator_[0]
+                                ? json_string(r->rollback->operator_)
+                                : json_null());
+        json_object_set_new(o, "reason",
+                            json_string(r->rollback->reason ? r->rollback->reason : ""));
     }
     return o;
 }
@@ -377,9 +381,9 @@ static int build(fa_audit_log *log, const fa_audit_gov *g, uint64_t version,
     }
     json_object_set_new(card, "evaluations", ev ? evaluations_json(ev, ev_at) : json_null());
     json_object_set_new(card, "decision", dec ? decision_json(dec, v->decided_at) : json_null());
-    json_object_set_new(card, "status",
-                        json_string(v->outcome == FA_PROMO_WAIT ? "candidate"
-                                                                : fa_promo_outcome_name(v->outcome)));
+    json_object_set_new(
+        card, "status",
+        json_string(v->outcome == FA_PROMO_WAIT ? "candidate" : fa_promo_outcome_name(v->outcome)));
     for (size_t i = 0; i < fa_audit_gov_channels(g); i++) {
         const fa_gov_channel *c = fa_audit_gov_channel_at(g, i);
         json_t *o;
@@ -464,9 +468,10 @@ int fa_lineage_card_json(fa_audit_log *log, uint64_t version, const fa_audit_reg
             json_t *o = json_object();
             json_object_set_new(o, "channel", json_string(r->channel->channel));
             json_object_set_new(o, "record", json_integer((json_int_t)i));
-            json_object_set_new(o, "by", r->channel->operator_ && r->channel->operator_[0]
-                                             ? json_string(r->channel->operator_)
-                                             : json_null());
+            json_object_set_new(o, "by",
+                                r->channel->operator_ && r->channel->operator_[0]
+                                    ? json_string(r->channel->operator_)
+                                    : json_null());
             json_object_set_new(o, "unix_ms", u64(r->channel->unix_ms));
             json_array_append_new(moves, o);
         }
@@ -475,8 +480,10 @@ int fa_lineage_card_json(fa_audit_log *log, uint64_t version, const fa_audit_reg
     if (rc == 0 && prob.have)
         rc = fa_errorf(err, FA_ERR_VERIFY, "record %" PRId64 ": %s", prob.index, prob.msg);
     if (rc == 0 && !fa_audit_gov_find(g, version))
-        rc = fa_errorf(err, FA_ERR_NOTFOUND, "the audit log (%" PRIu64 " records) made no model "
-                       "version %" PRIu64, n, version);
+        rc = fa_errorf(err, FA_ERR_NOTFOUND,
+                       "the audit log (%" PRIu64 " records) made no model "
+                       "version %" PRIu64,
+                       n, version);
     if (rc == 0 && !(card = json_object()))
         rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     if (rc == 0) {

@@ -68,8 +68,8 @@ static int check_policy(const fa_promo_policy *p, const char *metric, const char
 {
     if (!metric_name_ok(metric))
         return fa_errorf(err, FA_ERR_INVAL,
-                         "%s: metric '%.80s' is not a name of [A-Za-z0-9_.-], 1 to %d bytes",
-                         where, metric ? metric : "", FA_PROMO_MAX_METRIC);
+                         "%s: metric '%.80s' is not a name of [A-Za-z0-9_.-], 1 to %d bytes", where,
+                         metric ? metric : "", FA_PROMO_MAX_METRIC);
     if (!isfinite(p->tolerance) || p->tolerance < 0)
         return fa_errorf(err, FA_ERR_INVAL, "%s: tolerance %g must be finite and >= 0", where,
                          p->tolerance);
@@ -87,10 +87,10 @@ int fa_promo_policy_from_config(fa_promo_policy *out, const Fedagg__PromotionPol
     out->window = cfg->baseline_window;
     out->tolerance = cfg->tolerance;
     out->min_regions = out->central ? 1 : cfg->min_regions;
-    out->on_regression = cfg->on_regression == FEDAGG__REGRESSION_ACTION__REGRESSION_PAUSE ? FA_PROMO_PAUSE
-                         : cfg->on_regression == FEDAGG__REGRESSION_ACTION__REGRESSION_KEEP
-                             ? FA_PROMO_KEEP
-                             : FA_PROMO_ROLLBACK;
+    out->on_regression =
+        cfg->on_regression == FEDAGG__REGRESSION_ACTION__REGRESSION_PAUSE  ? FA_PROMO_PAUSE
+        : cfg->on_regression == FEDAGG__REGRESSION_ACTION__REGRESSION_KEEP ? FA_PROMO_KEEP
+                                                                           : FA_PROMO_ROLLBACK;
     if (check_policy(out, cfg->metric, "promotion", err) != 0)
         return FA_ERR_INVAL;
     snprintf(out->metric, sizeof(out->metric), "%s", cfg->metric);
@@ -125,7 +125,8 @@ int fa_promo_policy_from_pb(fa_promo_policy *out, const Fedagg__PromotionRule *r
     if (!r->source || (strcmp(r->source, "central") && strcmp(r->source, "federated")))
         return fa_errorf(err, FA_ERR_INVAL, "rule source '%.40s' is not federated or central",
                          r->source ? r->source : "");
-    if (!r->baseline || (strcmp(r->baseline, "best-of-last") && strcmp(r->baseline, "last-promoted")))
+    if (!r->baseline ||
+        (strcmp(r->baseline, "best-of-last") && strcmp(r->baseline, "last-promoted")))
         return fa_errorf(err, FA_ERR_INVAL,
                          "rule baseline '%.40s' is not last-promoted or best-of-last",
                          r->baseline ? r->baseline : "");

@@ -50,7 +50,7 @@ enum { FA_PROMO_ACT_NONE = 0, FA_PROMO_ACT_ROLLBACK, FA_PROMO_ACT_PAUSE, FA_PROM
 
 typedef struct fa_promo_policy {
     char metric[FA_PROMO_MAX_METRIC + 1];
-    int central;          /* the evaluator command's result, else the regions' statements */
+    int central; /* the evaluator command's result, else the regions' statements */
     int higher_is_better;
     int best_of_last;     /* baseline: best of the last `window` promoted, else the last one */
     uint32_t window;      /* 0: all promoted versions */

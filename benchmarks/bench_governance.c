@@ -279,18 +279,17 @@ static double report(const struct run *r, double tol, int bad_after)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: fedagg-bench governance [--rounds N] [--bad-after K] [--tolerance T]\n"
-            "                               [--drain-after R] [--dir DIR] [--keep]\n"
-            "\n"
-            "Two real federations on loopback (3 regions, the built-in MLP, Fashion-MNIST),\n"
-            "one with the promotion gate and one without, in which ap-south's labels are\n"
-            "shuffled after K rounds (3); N completed rounds each (20); tolerance T (0.02);\n"
-            "with the gate, an operator drains ap-south after R rejections in a row (3; 0:\n"
-            "never).\n"
-            "JSON lines per round and per federation (see benchmarks/bench_governance.c).\n"
-            "Needs the Fashion-MNIST files in /usr/share/datasets/fashion-mnist and the\n"
-            "source tree ($FA_SRC, else the one this binary was built from).\n");
+    fprintf(f, "usage: fedagg-bench governance [--rounds N] [--bad-after K] [--tolerance T]\n"
+               "                               [--drain-after R] [--dir DIR] [--keep]\n"
+               "\n"
+               "Two real federations on loopback (3 regions, the built-in MLP, Fashion-MNIST),\n"
+               "one with the promotion gate and one without, in which ap-south's labels are\n"
+               "shuffled after K rounds (3); N completed rounds each (20); tolerance T (0.02);\n"
+               "with the gate, an operator drains ap-south after R rejections in a row (3; 0:\n"
+               "never).\n"
+               "JSON lines per round and per federation (see benchmarks/bench_governance.c).\n"
+               "Needs the Fashion-MNIST files in /usr/share/datasets/fashion-mnist and the\n"
+               "source tree ($FA_SRC, else the one this binary was built from).\n");
 }
 
 int fa_bench_governance(int argc, char **argv)
@@ -379,8 +378,9 @@ int fa_bench_governance(int argc, char **argv)
         char name[32];
         snprintf(name, sizeof(name), "gate-%s", gate);
         runs[g].gate = gate;
-        fprintf(stderr, "fedagg-bench governance: federation %s: %d rounds, ap-south bad after "
-                        "round %d\n",
+        fprintf(stderr,
+                "fedagg-bench governance: federation %s: %d rounds, ap-south bad after "
+                "round %d\n",
                 name, rounds, bad_after);
         if (run_script(script, log,
                        (const char *[]){"fed", dir, bin, name, gate, r_s, k_s, t_s, d_s, NULL}) !=

@@ -502,8 +502,9 @@ static void check_promotion(struct ck *c, const Fedagg__PromotionPolicy *p, size
     if (!p || !p->enabled)
         return;
     n = p->metric ? strlen(p->metric) : 0;
-    if (n == 0 || n > 63 || strspn(p->metric, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                "0123456789_.-") != n)
+    if (n == 0 || n > 63 ||
+        strspn(p->metric, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                          "0123456789_.-") != n)
         problem(c, p, "metric", 0,
                 "`promotion.metric` '%s' must be a metric name of [A-Za-z0-9_.-], 1 to 63 bytes "
                 "(accuracy, loss, or a named metric the evaluations report)",

@@ -230,12 +230,14 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
                             json_integer((json_int_t)r->rollback->rejected_version));
         json_object_set_new(bj, "operator",
                             json_string(r->rollback->operator_ ? r->rollback->operator_ : ""));
-        json_object_set_new(bj, "reason", json_string(r->rollback->reason ? r->rollback->reason : ""));
+        json_object_set_new(bj, "reason",
+                            json_string(r->rollback->reason ? r->rollback->reason : ""));
         json_object_set_new(o, "rollback", bj);
     }
     if (r->channel) {
         json_t *cj = json_object();
-        json_object_set_new(cj, "channel", json_string(r->channel->channel ? r->channel->channel : ""));
+        json_object_set_new(cj, "channel",
+                            json_string(r->channel->channel ? r->channel->channel : ""));
         json_object_set_new(cj, "version", json_integer((json_int_t)r->channel->version));
         json_object_set_new(cj, "operator",
                             json_string(r->channel->operator_ ? r->channel->operator_ : ""));
@@ -285,17 +287,15 @@ void fa_audit_cli_table_row(FILE *out, const Fedagg__AuditRecord *r, uint64_t in
                               r->promotion->outcome ? r->promotion->outcome : "?", r->new_version,
                               r->promotion->action ? r->promotion->action : "?");
     else if (r->rollback)
-        n += (size_t)snprintf(regions, sizeof(regions), "rollback to v%" PRIu64 " by %s",
-                              r->rollback->to_version,
-                              r->rollback->operator_ && r->rollback->operator_[0]
-                                  ? r->rollback->operator_
-                                  : "the gate");
+        n += (size_t)snprintf(
+            regions, sizeof(regions), "rollback to v%" PRIu64 " by %s", r->rollback->to_version,
+            r->rollback->operator_ && r->rollback->operator_[0] ? r->rollback->operator_
+                                                                : "the gate");
     else if (r->channel)
-        n += (size_t)snprintf(regions, sizeof(regions), "channel %s -> v%" PRIu64 " by %s",
-                              r->channel->channel ? r->channel->channel : "?", r->channel->version,
-                              r->channel->operator_ && r->channel->operator_[0]
-                                  ? r->channel->operator_
-                                  : "the gate");
+        n += (size_t)snprintf(
+            regions, sizeof(regions), "channel %s -> v%" PRIu64 " by %s",
+            r->channel->channel ? r->channel->channel : "?", r->channel->version,
+            r->channel->operator_ && r->channel->operator_[0] ? r->channel->operator_ : "the gate");
     for (size_t i = 0; i < r->n_participants && n < sizeof(regions); i++)
         n += (size_t)snprintf(regions + n, sizeof(regions) - n, "%s%s", i ? "," : "",
                               r->participants[i]);

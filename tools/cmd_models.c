@@ -88,8 +88,7 @@ static int render_governance(const char *json, const fa_admin_opts *o)
         const char *by = json_string_value(json_object_get(x, "by"));
         printf("%-16s %7lld  %6lld  %s\n", json_string_value(json_object_get(x, "channel")),
                (long long)json_integer_value(json_object_get(x, "version")),
-               (long long)json_integer_value(json_object_get(x, "record")),
-               by ? by : "the gate");
+               (long long)json_integer_value(json_object_get(x, "record")), by ? by : "the gate");
     }
     printf("\nVERSION  MADE BY   DECISION   FIGURE    RECORD\n");
     json_array_foreach(json_object_get(g, "versions"), i, x)
@@ -123,8 +122,7 @@ static int release(int argc, char **argv)
     if (rc >= 0)
         return rc;
     ch = o.extra_val[0];
-    if (o.npos != 1 || !ch || strspn(o.pos[0], "0123456789") != strlen(o.pos[0]) ||
-        !o.pos[0][0]) {
+    if (o.npos != 1 || !ch || strspn(o.pos[0], "0123456789") != strlen(o.pos[0]) || !o.pos[0][0]) {
         fprintf(stderr, "fedagg models release: give a VERSION and --channel NAME\n\n%s", usage);
         fa_admin_opts_free(&o);
         return 2;

@@ -124,8 +124,8 @@ static int check_bundle(const char *text, size_t len, const fa_note_verifier *ke
     }
     r = fedagg__audit_record__unpack(NULL, b.record_len, b.record);
     if (!r || r->new_model_sha256.len != 32) {
-        rc = fa_errorf(err, FA_ERR_VERIFY, "the proven record %" PRIu64 " does not decode",
-                       b.index);
+        rc =
+            fa_errorf(err, FA_ERR_VERIFY, "the proven record %" PRIu64 " does not decode", b.index);
         goto out;
     }
     out->index = b.index;
@@ -134,8 +134,10 @@ static int check_bundle(const char *text, size_t len, const fa_note_verifier *ke
              r->federation_id ? r->federation_id : "");
     if (r->channel) {
         if (r->channel->model_sha256.len != 32) {
-            rc = fa_errorf(err, FA_ERR_VERIFY, "record %" PRIu64 ": a channel move without a "
-                           "model digest", b.index);
+            rc = fa_errorf(err, FA_ERR_VERIFY,
+                           "record %" PRIu64 ": a channel move without a "
+                           "model digest",
+                           b.index);
             goto out;
         }
         out->version = r->channel->version;
@@ -282,8 +284,9 @@ int fa_model_fetch_main(int argc, char **argv)
                      ? cfg->aggregator_public_key
                      : cfg->aggregator_public_key_file;
     if (!pubkey || !pubkey[0]) {
-        fprintf(stderr, "fedagg model fetch: %s pins no aggregator_public_key: the proof "
-                        "cannot be checked (give --pubkey KEY)\n",
+        fprintf(stderr,
+                "fedagg model fetch: %s pins no aggregator_public_key: the proof "
+                "cannot be checked (give --pubkey KEY)\n",
                 config);
         goto done;
     }
@@ -291,8 +294,8 @@ int fa_model_fetch_main(int argc, char **argv)
         goto fail;
     fa_h3_client_config_default(&hc);
     hc.server = cfg->aggregator;
-    hc.server_name = cfg->tls->server_name && cfg->tls->server_name[0] ? cfg->tls->server_name
-                                                                       : NULL;
+    hc.server_name =
+        cfg->tls->server_name && cfg->tls->server_name[0] ? cfg->tls->server_name : NULL;
     hc.ca_file = cfg->tls->ca_file;
     hc.cert_file = cfg->tls->cert_file;
     hc.key_file = cfg->tls->key_file;
@@ -323,8 +326,8 @@ int fa_model_fetch_main(int argc, char **argv)
     if ((rc = check_bundle(proof, proof_len, &key, channel, &rel, &err)) != 0)
         goto fail;
     if (cfg->federation_id && strcmp(rel.federation, cfg->federation_id) != 0) {
-        rc = fa_errorf(&err, FA_ERR_VERIFY, "the proof is of federation %s, not %s",
-                       rel.federation, cfg->federation_id);
+        rc = fa_errorf(&err, FA_ERR_VERIFY, "the proof is of federation %s, not %s", rel.federation,
+                       cfg->federation_id);
         goto fail;
     }
 
@@ -432,8 +435,7 @@ int fa_model_verify_main(int argc, char **argv)
         }
     }
     if (!file || !proof_path || !pubkey) {
-        fprintf(stderr, "fedagg model verify: give FILE, --proof and --pubkey\n\n%s",
-                verify_usage);
+        fprintf(stderr, "fedagg model verify: give FILE, --proof and --pubkey\n\n%s", verify_usage);
         return 2;
     }
     if ((rc = fa_audit_cli_pubkey(pubkey, &key, &err)) == 0 &&

@@ -121,8 +121,7 @@ static const char *env_value(char **env, size_t n, const char *key)
     return NULL;
 }
 
-int fa_data_source_from_config(fa_data_source *out, const Fedagg__WorkerConfig *cfg,
-                               fa_error *err)
+int fa_data_source_from_config(fa_data_source *out, const Fedagg__WorkerConfig *cfg, fa_error *err)
 {
     static const char *const roles[] = {"train_images", "train_labels", "test_images",
                                         "test_labels"};
@@ -160,8 +159,8 @@ int fa_data_source_from_config(fa_data_source *out, const Fedagg__WorkerConfig *
         out->n_files = n;
     }
     if (x) {
-        const char *mode = x->mode == FEDAGG__TRAINER_MODE__TRAINER_LONG_LIVED ? "long-lived"
-                                                                               : "one-shot";
+        const char *mode =
+            x->mode == FEDAGG__TRAINER_MODE__TRAINER_LONG_LIVED ? "long-lived" : "one-shot";
         snprintf(out->trainer, sizeof(out->trainer), "external");
         snprintf(out->trainer_kind, sizeof(out->trainer_kind), "external:%s", mode);
         rc = fa_data_trainer_command_digest((const char *const *)x->command, x->n_command, mode,
@@ -177,8 +176,8 @@ int fa_data_source_from_config(fa_data_source *out, const Fedagg__WorkerConfig *
     return 0;
 }
 
-int fa_data_statement_pack(const fa_data_source *src, const char *federation_id,
-                           const char *region, uint64_t round, uint32_t attempt, uint64_t version,
+int fa_data_statement_pack(const fa_data_source *src, const char *federation_id, const char *region,
+                           uint64_t round, uint32_t attempt, uint64_t version,
                            const uint8_t model_sha256[32], uint64_t num_examples, uint64_t unix_ms,
                            uint8_t **out, size_t *len, fa_error *err)
 {
@@ -222,9 +221,9 @@ int fa_data_statement_post(struct fa_round_client *rc, const fa_data_source *src
     uint8_t *st = NULL;
     size_t len = 0;
     char what[96];
-    int r = fa_data_statement_pack(src, fa_round_client_federation(rc),
-                                   fa_round_client_region(rc), round, attempt, version,
-                                   model_sha256, num_examples, fa_time_unix_ms(), &st, &len, err);
+    int r = fa_data_statement_pack(src, fa_round_client_federation(rc), fa_round_client_region(rc),
+                                   round, attempt, version, model_sha256, num_examples,
+                                   fa_time_unix_ms(), &st, &len, err);
     if (r != 0)
         return r;
     snprintf(what, sizeof(what), "data statement of round %llu attempt %u",

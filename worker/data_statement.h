@@ -55,15 +55,14 @@ int fa_data_trainer_command_digest(const char *const *argv, size_t n, const char
 /* The source of a worker config: dataset "default", its manifest (see
  * above; hashing the files), its trainer.  Returns 0, or the files'
  * errors. */
-int fa_data_source_from_config(fa_data_source *out, const Fedagg__WorkerConfig *cfg,
-                               fa_error *err);
+int fa_data_source_from_config(fa_data_source *out, const Fedagg__WorkerConfig *cfg, fa_error *err);
 
 /* The statement of one attempt, packed (malloc'ed into *out, *len bytes),
  * to be signed under FA_IDENTITY_DOMAIN_DATA (worker/round_client.h
  * fa_round_client_post_signed).  Returns 0, FA_ERR_INVAL (num_examples 0,
  * an empty id) or FA_ERR_NOMEM. */
-int fa_data_statement_pack(const fa_data_source *src, const char *federation_id,
-                           const char *region, uint64_t round, uint32_t attempt, uint64_t version,
+int fa_data_statement_pack(const fa_data_source *src, const char *federation_id, const char *region,
+                           uint64_t round, uint32_t attempt, uint64_t version,
                            const uint8_t model_sha256[32], uint64_t num_examples, uint64_t unix_ms,
                            uint8_t **out, size_t *len, fa_error *err);
 

@@ -2117,7 +2117,6 @@ static void test_ddp_rounds(void **state)
     sim_del(s);
 }
 
-
 /* ---- The promotion gate in the round (aggregator/fed_gov.c) ---- */
 
 static const char gate_model[] =

@@ -38,7 +38,7 @@ struct fix {
     fa_audit_region_key keys[NREG];
     fa_audit_log *log;
     uint64_t version, round; /* the current model, the round in flight */
-    uint8_t model[64][32]; /* model digest of each version */
+    uint8_t model[64][32];   /* model digest of each version */
     uint8_t cfg[32];
 };
 
@@ -237,8 +237,8 @@ static void aggregate(struct fix *f, int nparts, int forge, uint64_t stated_roun
         st[i].bytes = malloc(st[i].len);
         fedagg__data_statement__pack(&s, st[i].bytes);
         assert_int_equal(fa_identity_sign_statement(f->seed[i == forge ? (i + 1) % NREG : i],
-                                                    FA_IDENTITY_DOMAIN_DATA, st[i].bytes,
-                                                    st[i].len, st[i].sig),
+                                                    FA_IDENTITY_DOMAIN_DATA, st[i].bytes, st[i].len,
+                                                    st[i].sig),
                          0);
         fedagg__signed_data_statement__init(&ds[i]);
         ds[i].statement.data = st[i].bytes;
@@ -281,8 +281,8 @@ static void rollback_to(struct fix *f, uint64_t to, const char *op)
     f->version++;
 }
 
-static void move_channel(struct fix *f, const char *name, uint64_t version, int had,
-                         uint64_t prev, const char *op)
+static void move_channel(struct fix *f, const char *name, uint64_t version, int had, uint64_t prev,
+                         const char *op)
 {
     Fedagg__AuditRecord r;
     Fedagg__ChannelMove m = FEDAGG__CHANNEL_MOVE__INIT;
@@ -631,15 +631,14 @@ static void test_card(void **state)
     assert_non_null(c);
     assert_int_equal(json_integer_value(json_object_get(c, "version")), 4);
     assert_string_equal(json_string_value(json_object_get(c, "status")), "candidate");
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(c, "made"), "by")), "round");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(c, "made"), "by")),
+                        "round");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(c, "made"), "parent")), 3);
     regions = json_object_get(c, "regions");
     assert_int_equal(json_array_size(regions), 3);
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(json_array_get(regions, 1), "data"),
-                                          "signature")),
-        "verified");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_array_get(regions, 1), "data"), "signature")),
+                        "verified");
     /* ancestry: v3 (restores v1), v1, v0 */
     assert_int_equal(json_array_size(json_object_get(c, "ancestry")), 3);
     json_decref(c);

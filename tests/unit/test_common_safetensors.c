@@ -702,8 +702,8 @@ int main(void)
         cmocka_unit_test(test_writer_errors),         cmocka_unit_test(test_header_only),
         cmocka_unit_test(test_validation_errors),     cmocka_unit_test(test_prefix_errors),
         cmocka_unit_test(test_half_conversions),      cmocka_unit_test(test_read_range),
-        cmocka_unit_test(test_foreign_formats),
-        cmocka_unit_test(test_writer_put_any_order),  cmocka_unit_test(test_writer_put_errors),
+        cmocka_unit_test(test_foreign_formats),       cmocka_unit_test(test_writer_put_any_order),
+        cmocka_unit_test(test_writer_put_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
