@@ -16,6 +16,7 @@
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 
 #define MAX_MESSAGE (16u << 20) /* largest protocol message body (not the masked upload) */
@@ -44,13 +45,6 @@ struct fa_api {
     struct req_ctx *pending;
     size_t n_pending;
 };
-
-static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
-
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
 
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -175,17 +169,12 @@ static void hold(struct req_ctx *c)
 
 void fa_api_tick(fa_api *a)
 {
-    fa_fed_tick(a->fed, now_ms());
+    fa_fed_tick(a->fed, fa_time_mono_ms());
     flush(a);
     if (fa_fed_fatal(a->fed)) {
         fa_log(FA_LOG_ERROR, "stopping: a committed round could not be recorded", NULL);
         fa_h3_server_stop(a->srv);
     }
-}
-
-size_t fa_api_pending(const fa_api *a)
-{
-    return a->n_pending;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -232,7 +221,7 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
                       c->region);
         return NULL;
     }
-    fa_fed_region_seen(a->fed, c->region, now_ms());
+    fa_fed_region_seen(a->fed, c->region, fa_time_mono_ms());
     return c;
 }
 
@@ -245,12 +234,12 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     if (c->uncounted)
         fa_fed_count_bytes(a->fed, c->region, c->uncounted);
     if (c->uploading) {
-        fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
+        fa_fed_masked_abort(a->fed, c->region, c->upload, fa_time_mono_ms());
         c->uploading = 0;
     }
     if (c->pending && err != 0)
         fa_log(FA_LOG_INFO, "long-poll abandoned by the region", "region=%s phase=%s error=%s",
-               c->region, c->kind >= 0 ? kind_paths[c->kind] : "-", fa_strerror(err));
+               c->region, c->kind >= 0 ? fa_secagg_phase_names[c->kind] : "-", fa_strerror(err));
     pending_remove(a, c);
     free(c->buf);
     free(c);
@@ -271,7 +260,7 @@ static int on_federation(fa_h3_request *req, void *arg)
     if (!c)
         return 0;
     fa_api_tick(a);
-    if (fa_fed_info(a->fed, now_ms(), &out, &len, &err) != 0) {
+    if (fa_fed_info(a->fed, fa_time_mono_ms(), &out, &len, &err) != 0) {
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
     }
@@ -293,7 +282,7 @@ static int on_status(fa_h3_request *req, void *arg)
     if (accept && strstr(accept, "application/json")) {
         fa_h3_header h[] = {{"content-type", "application/json"}};
         char *json;
-        if (fa_fed_status_json(a->fed, now_ms(), &json, &err) != 0) {
+        if (fa_fed_status_json(a->fed, fa_time_mono_ms(), &json, &err) != 0) {
             respond_error(c, req, 500, "%s", err.msg);
             return 0;
         }
@@ -304,7 +293,7 @@ static int on_status(fa_h3_request *req, void *arg)
         fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
         uint8_t *out;
         size_t len;
-        if (fa_fed_status(a->fed, now_ms(), &out, &len, &err) != 0) {
+        if (fa_fed_status(a->fed, fa_time_mono_ms(), &out, &len, &err) != 0) {
             respond_error(c, req, 500, "%s", err.msg);
             return 0;
         }
@@ -601,8 +590,8 @@ static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt
     if (end == p || *end != '/' || errno || at > UINT32_MAX)
         return -1;
     p = end + 1;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(p, kind_paths[k])) {
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
+        if (!strcmp(p, fa_secagg_phase_names[k])) {
             *round = r;
             *attempt = (uint32_t)at;
             *kind = k;
@@ -633,8 +622,8 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     fa_api_tick(a);
     if (fa_fed_masked_begin(a->fed, c->region, c->round, c->attempt,
-                            fa_h3_request_content_length(req), now_ms(), &c->upload, &c->discard,
-                            &r) != 0) {
+                            fa_h3_request_content_length(req), fa_time_mono_ms(), &c->upload,
+                            &c->discard, &r) != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         c->discard = 1;
@@ -670,8 +659,9 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         return 0;
     if (c->kind == FA_FED_MASKED) {
         fa_fed_reply r = {0};
-        if (fa_fed_masked_chunk(a->fed, c->region, c->upload, data, len, now_ms(), &r) != 0) {
-            fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
+        if (fa_fed_masked_chunk(a->fed, c->region, c->upload, data, len, fa_time_mono_ms(), &r) !=
+            0) {
+            fa_fed_masked_abort(a->fed, c->region, c->upload, fa_time_mono_ms());
             c->uploading = 0;
             respond_reply(c, &r);
             fa_fed_reply_free(&r);
@@ -684,8 +674,8 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         while (ncap < c->len + len)
             ncap *= 2;
         if (ncap > MAX_MESSAGE) {
-            respond_error(c, req, 413, "%s message larger than %u bytes", kind_paths[c->kind],
-                          MAX_MESSAGE);
+            respond_error(c, req, 413, "%s message larger than %u bytes",
+                          fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
         nb = realloc(c->buf, ncap);
@@ -713,7 +703,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     if (c->kind == FA_FED_MASKED) {
         if (c->uploading) {
             c->uploading = 0;
-            if (fa_fed_masked_end(a->fed, c->region, c->upload, now_ms(), &r) != 0) {
+            if (fa_fed_masked_end(a->fed, c->region, c->upload, fa_time_mono_ms(), &r) != 0) {
                 respond_reply(c, &r);
                 fa_fed_reply_free(&r);
                 return;
@@ -723,8 +713,8 @@ static void on_round_end(fa_h3_request *req, void *arg)
         fa_api_tick(a);
         return;
     }
-    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
-                       &r);
+    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len,
+                       fa_time_mono_ms(), &r);
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;

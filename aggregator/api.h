@@ -35,9 +35,6 @@ void fa_api_del(fa_api *a);
  * Call from the server's tick (and it is called after every accepted message). */
 void fa_api_tick(fa_api *a);
 
-/* Requests held (long-polls) right now. */
-size_t fa_api_pending(const fa_api *a);
-
 /* The HTTP status of the core's answer (fa_fed_reply code and internal):
  * 200 for code 0; 500 when internal; else 403 FA_ERR_AUTH; 409
  * FA_ERR_REPLAY, FA_ERR_STATE, FA_ERR_EXISTS, FA_ERR_THRESHOLD (the region

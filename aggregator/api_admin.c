@@ -22,11 +22,6 @@ static const char *const documents[] = {"status", "regions", "rounds", "models",
 enum action { ACT_PAUSE = 0, ACT_RESUME, ACT_ABORT, ACT_DRAIN, ACT_ADMIT };
 static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
 
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
-
 /* Who is asking, for the log: the operator's name, else the peer's. */
 static const char *who(const fa_h3_request *req)
 {
@@ -165,12 +160,12 @@ static void gov_action(fa_h3_request *req, fa_fed *fed, const char *name, const 
             respond_msg(req, 400, "usage: POST " ADMIN_PREFIX "release?version=V&channel=NAME");
             return;
         }
-        rc = fa_fed_admin_release(fed, op, v, ch, now_ms(), &err);
+        rc = fa_fed_admin_release(fed, op, v, ch, fa_time_mono_ms(), &err);
         if (rc == 0)
             snprintf(msg, sizeof(msg), "channel %s now points at version %llu (released by %s)", ch,
                      v, op);
     } else {
-        rc = fa_fed_admin_rollback(fed, op, now_ms(), &err);
+        rc = fa_fed_admin_rollback(fed, op, fa_time_mono_ms(), &err);
         fa_fed_position(fed, &round, &attempt, NULL, &version);
         if (rc == 0)
             snprintf(msg, sizeof(msg),
@@ -220,7 +215,7 @@ static int on_get(fa_h3_request *req, void *arg)
         return 0;
     }
     fa_error_clear(&err);
-    rc = fa_fed_admin_json(fed, what, now_ms(), &doc, &err);
+    rc = fa_fed_admin_json(fed, what, fa_time_mono_ms(), &doc, &err);
     if (rc != 0) {
         respond_msg(req, 500, fa_error_msg(&err, rc));
         return 0;
@@ -291,10 +286,12 @@ static void on_post_end(fa_h3_request *req, void *arg)
     }
     fa_error_clear(&err);
     switch (act) {
-    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, now_ms(), &err); break;
-    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, now_ms(), &err); break;
-    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, now_ms(), &err); break;
-    default: rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, now_ms(), &err); break;
+    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, fa_time_mono_ms(), &err); break;
+    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, fa_time_mono_ms(), &err); break;
+    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, fa_time_mono_ms(), &err); break;
+    default:
+        rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, fa_time_mono_ms(), &err);
+        break;
     }
     if (rc != 0) {
         respond_msg(req, status_of(rc), fa_error_msg(&err, rc));

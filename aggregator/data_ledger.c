@@ -22,7 +22,7 @@ struct statement {
 
 struct fa_data_ledger {
     char *federation_id;
-    fa_fed_eval_member *members;
+    fa_eval_reports_member *members;
     char **ids;
     size_t n_members;
     uint64_t round, version;
@@ -33,7 +33,7 @@ struct fa_data_ledger {
 };
 
 int fa_data_ledger_new(fa_data_ledger **out, const char *federation_id,
-                       const fa_fed_eval_member *members, size_t n, fa_error *err)
+                       const fa_eval_reports_member *members, size_t n, fa_error *err)
 {
     fa_data_ledger *l = calloc(1, sizeof(*l));
 

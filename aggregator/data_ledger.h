@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "aggregator/fed_eval.h"
+#include "aggregator/eval_reports.h"
 #include "common/fa_err.h"
 #include "fedagg.pb-c.h"
 
@@ -28,7 +28,7 @@ typedef struct fa_data_ledger fa_data_ledger;
 
 /* Copies the federation id and the members.  Returns 0 or FA_ERR_NOMEM. */
 int fa_data_ledger_new(fa_data_ledger **out, const char *federation_id,
-                       const fa_fed_eval_member *members, size_t n, fa_error *err);
+                       const fa_eval_reports_member *members, size_t n, fa_error *err);
 void fa_data_ledger_del(fa_data_ledger *l);
 
 /* Statements are for round/attempt, trained from model version (its model

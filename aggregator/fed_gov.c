@@ -276,15 +276,15 @@ static int move_channel(fa_fed *f, const char *channel, uint64_t version, const 
     return rc;
 }
 
-/* The statements of the current version, decoded in the order fa_fed_eval
- * holds them (the record's order).  *n of them, to free with free_statements. */
+/* The statements of the current version, decoded in the order the reports
+ * hold them (the record's order).  *n of them, to free with free_statements. */
 static Fedagg__EvalStatement **decode_statements(fa_fed *f, size_t *n)
 {
-    size_t ne = fa_fed_eval_count(f->feval), k = 0;
+    size_t ne = fa_eval_reports_count(f->feval), k = 0;
     Fedagg__EvalStatement **s = calloc(ne ? ne : 1, sizeof(*s));
     for (size_t i = 0; s && i < ne; i++) {
         Fedagg__SignedEval se;
-        fa_fed_eval_at(f->feval, i, &se);
+        fa_eval_reports_at(f->feval, i, &se);
         if ((s[k] = fedagg__eval_statement__unpack(NULL, se.statement.len, se.statement.data)))
             k++;
     }
@@ -307,7 +307,7 @@ static int record_decision(fa_fed *f, const fa_promo_evidence *e, const fa_promo
     Fedagg__AuditRecord rec;
     Fedagg__PromotionDecision d = FEDAGG__PROMOTION_DECISION__INIT;
     Fedagg__PromotionRule rule;
-    size_t ne = fa_fed_eval_count(f->feval);
+    size_t ne = fa_eval_reports_count(f->feval);
     Fedagg__SignedEval *evs = calloc(ne ? ne : 1, sizeof(*evs));
     Fedagg__SignedEval **evp = calloc(ne ? ne : 1, sizeof(*evp));
     Fedagg__EvalSummary fsum, csum;
@@ -324,12 +324,12 @@ static int record_decision(fa_fed *f, const fa_promo_evidence *e, const fa_promo
     }
     record_init(f, &rec, now);
     for (size_t i = 0; i < ne; i++) {
-        fa_fed_eval_at(f->feval, i, &evs[i]);
+        fa_eval_reports_at(f->feval, i, &evs[i]);
         evp[i] = &evs[i];
     }
     rec.n_evaluations = ne;
     rec.evaluations = evp;
-    fa_fed_eval_summary(f->feval, &fe);
+    fa_eval_reports_summary(f->feval, &fe);
     if (fe.valid && fe.version == f->cur.version) {
         fa_eval_summary_to_pb(&fe, &fsum, fnv, fnvp);
         rec.federated_eval = &fsum;
@@ -716,7 +716,7 @@ int fa_fed_gov_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *er
 {
     const Fedagg__PromotionPolicy *p = cfg->promotion;
     struct fa_fed_gov *g = calloc(1, sizeof(*g));
-    fa_fed_eval_member *fm = NULL;
+    fa_eval_reports_member *fm = NULL;
     int rc = 0;
 
     if (!g)

@@ -159,7 +159,7 @@ static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
     for (size_t i = 0; i < st->n_evaluations; i++) {
         fa_error e;
         fa_error_clear(&e);
-        if (fa_fed_eval_restore(f->feval, st->evaluations[i], &e) == 0)
+        if (fa_eval_reports_restore(f->feval, st->evaluations[i], &e) == 0)
             kept++;
         else
             fa_log(FA_LOG_WARN, "a saved evaluation report was refused", "error=\"%s\"", e.msg);
@@ -228,6 +228,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     f->round = st->round;
     f->attempt = st->attempt;
     f->attempt_start_unix_ms = st->attempt_start_unix_ms;
+    f->attempt_opened_ms = now_ms;
     f->sa_cfg.round = st->round;
     f->sa_cfg.attempt = st->attempt;
 
@@ -252,7 +253,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         if (rc == 0) {
             /* The record is of the round that started from the previous
              * version: its reports and ranges are in the state. */
-            fa_fed_eval_begin(f->feval, st->base_version, prev_sha);
+            fa_eval_reports_begin(f->feval, st->base_version, prev_sha);
             restore_round_extras(f, st);
         }
         if (rc == 0) {
@@ -330,6 +331,21 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     if (rc != 0) {
         fedagg__round_state__free_unpacked(st, NULL);
         return fa_error_prefix(err, rc, "%s", f->state_path);
+    }
+    {
+        /* a phase in flight, the one its secure-aggregation state is in */
+        fa_secagg_server_status sst;
+        fa_secagg_server_status_get(f->sa, &sst);
+        if (st->phase < FEDAGG__PHASE__PHASE_SHARES || st->phase > FEDAGG__PHASE__PHASE_UNMASK ||
+            sst.phase != (int)st->phase - FEDAGG__PHASE__PHASE_ADVERTISE) {
+            rc = fa_errorf(err, FA_ERR_CORRUPT,
+                           "%s: round %" PRIu64 " is saved in phase %d, its secure-aggregation "
+                           "state in phase %s",
+                           f->state_path, st->round, (int)st->phase,
+                           fa_secagg_phase_name(sst.phase));
+            fedagg__round_state__free_unpacked(st, NULL);
+            return rc;
+        }
     }
     f->phase = st->phase;
     f->phase_opened_ms = now_ms;
@@ -413,7 +429,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     if (!f)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     f->metrics = metrics;
-    if (fa_fed_history_init(&f->hist, FA_FED_HISTORY) != 0) {
+    if (fa_round_history_init(&f->hist, FA_FED_HISTORY) != 0) {
         free(f);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
@@ -564,7 +580,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
 
     /* Federated evaluation and the evaluator command. */
     {
-        fa_fed_eval_member *fm = calloc(f->n_regions ? f->n_regions : 1, sizeof(*fm));
+        fa_eval_reports_member *fm = calloc(f->n_regions ? f->n_regions : 1, sizeof(*fm));
         if (!fm) {
             rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
             goto fail;
@@ -573,13 +589,13 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             fm[i].id = f->regions[i].id;
             memcpy(fm[i].pk, f->regions[i].pk, 32);
         }
-        rc = fa_fed_eval_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        rc = fa_eval_reports_new(&f->feval, f->federation_id, fm, f->n_regions, err);
         if (rc == 0)
             rc = fa_privacy_ledger_new(&f->privacy, f->federation_id, fm, f->n_regions, err);
         free(fm);
         if (rc != 0)
             goto fail;
-        fa_fed_eval_begin(f->feval, f->cur.version, f->cur.model_sha256);
+        fa_eval_reports_begin(f->feval, f->cur.version, f->cur.model_sha256);
         rc = fa_global_model_ranges_digest(f->model, f->round_ranges_sha, err);
         if (rc != 0)
             goto fail;
@@ -676,10 +692,10 @@ void fa_fed_close(fa_fed *f)
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);
     fa_global_model_del(f->model);
-    fa_fed_eval_del(f->feval);
+    fa_eval_reports_del(f->feval);
     fa_privacy_ledger_del(f->privacy);
     fa_fed_ddp_free(f);
-    fa_fed_history_free(&f->hist);
+    fa_round_history_free(&f->hist);
     fa_evaluator_del(f->evaluator);
     free(f->eval_params);
     fa_server_opt_del(f->opt);
@@ -735,7 +751,7 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             return rc;
         }
         if (!r->admin && n - i <= FA_FED_HISTORY) {
-            fa_fed_attempt a;
+            fa_round_history_attempt a;
             char *parts = NULL, *drops = NULL;
             size_t pn = 0, dn = 0;
             FILE *pf = open_memstream(&parts, &pn), *df = open_memstream(&drops, &dn);
@@ -745,7 +761,12 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             a.completed = 1;
             a.start_unix_ms = r->start_unix_ms;
             a.end_unix_ms = r->commit_unix_ms;
-            for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+            /* the log holds wall-clock stamps only: no duration when they
+             * went backwards */
+            a.seconds = a.end_unix_ms >= a.start_unix_ms
+                            ? (double)(a.end_unix_ms - a.start_unix_ms) / 1000.0
+                            : -1;
+            for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
                 a.phase_s[k] = -1;
             for (size_t k = 0; pf && k < r->n_participants; k++)
                 fprintf(pf, "%s%s", k ? "," : "", r->participants[k]);
@@ -758,20 +779,20 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             a.participants = parts;
             a.dropped = drops;
             a.version = r->new_version;
-            fa_fed_history_add(&f->hist, &a);
+            fa_round_history_add(&f->hist, &a);
             free(parts);
             free(drops);
             if (r->federated_eval) {
-                fa_fed_version_eval *ve =
-                    fa_fed_history_version(&f->hist, r->federated_eval->model_version);
+                fa_round_history_eval *ve =
+                    fa_round_history_version(&f->hist, r->federated_eval->model_version);
                 if (ve) {
                     ve->federated_accuracy = r->federated_eval->accuracy;
                     ve->federated_regions = r->federated_eval->regions;
                 }
             }
             if (r->central_eval) {
-                fa_fed_version_eval *ve =
-                    fa_fed_history_version(&f->hist, r->central_eval->model_version);
+                fa_round_history_eval *ve =
+                    fa_round_history_version(&f->hist, r->central_eval->model_version);
                 if (ve)
                     ve->central_accuracy = r->central_eval->accuracy;
             }

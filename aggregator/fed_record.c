@@ -2,6 +2,7 @@
  * operator's action's. */
 #include "aggregator/federation_internal.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     char **drops = calloc(nd ? nd : 1, sizeof(char *));
     uint8_t(*shas)[32] = calloc(ns ? ns : 1, 32);
     uint8_t(*sigs)[64] = calloc(ns ? ns : 1, 64);
-    size_t ne = fa_fed_eval_count(f->feval);
+    size_t ne = fa_eval_reports_count(f->feval);
     Fedagg__SignedEval *evs = calloc(ne ? ne : 1, sizeof(*evs));
     Fedagg__SignedEval **evp = calloc(ne ? ne : 1, sizeof(*evp));
     Fedagg__EvalSummary fsum, csum;
@@ -50,6 +51,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__SignedDataStatement *dss = NULL, **dsp = NULL;
     int rc = 0;
 
+    assert(ns + nd <= f->n_regions); /* survivors and dropouts are regions of U1 */
     if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
         goto out;
@@ -124,12 +126,12 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     rec.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
     /* Federated evaluation of the version this round started from. */
     for (size_t i = 0; i < ne; i++) {
-        fa_fed_eval_at(f->feval, i, &evs[i]);
+        fa_eval_reports_at(f->feval, i, &evs[i]);
         evp[i] = &evs[i];
     }
     rec.n_evaluations = ne;
     rec.evaluations = evp;
-    fa_fed_eval_summary(f->feval, &fe);
+    fa_eval_reports_summary(f->feval, &fe);
     if (fe.valid && fe.version == prev_version) {
         fa_eval_summary_to_pb(&fe, &fsum, fnv, fnvp);
         rec.federated_eval = &fsum;

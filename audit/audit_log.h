@@ -178,7 +178,9 @@ int fa_audit_log_find_version(fa_audit_log *log, uint64_t version, uint64_t *ind
  *   hash <base64 of a proof hash>        (0..64 lines, RFC 9162 order)
  *
  * so that a region holding the checkpoint of old_size can check that the
- * log only grew (worker/round_client.h).  Returns 0, FA_ERR_RANGE
+ * log only grew (worker/round_client.h).  The text is
+ * crypto/checkpoint.h's fa_checkpoint_consistency_format, which the region
+ * reads with fa_checkpoint_consistency_parse.  Returns 0, FA_ERR_RANGE
  * (old_size > size, or size beyond the latest checkpoint), FA_ERR_IO or
  * FA_ERR_NOMEM. */
 int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_t size, char **text,

@@ -306,8 +306,7 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
                                    size_t *len, fa_error *err)
 {
     uint8_t proof[FA_MERKLE_MAX_PROOF * FA_AUDIT_HLEN];
-    size_t n = 0, cap, off;
-    char *out = NULL;
+    size_t n = 0;
     int rc;
 
     *text = NULL;
@@ -326,27 +325,7 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
         fa_errorf(err, rc, "%s: reading the tree: %s", log->tree_path, fa_strerror(rc));
         goto out;
     }
-    cap = 96 + n * (6 + sodium_base64_ENCODED_LEN(FA_AUDIT_HLEN, sodium_base64_VARIANT_ORIGINAL));
-    out = malloc(cap);
-    if (!out) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "consistency proof: out of memory");
-        goto out;
-    }
-    off = (size_t)snprintf(out, cap,
-                           "fedagg-audit-consistency v1\nold %" PRIu64 "\nsize %" PRIu64 "\n",
-                           old_size, size);
-    for (size_t i = 0; i < n; i++) {
-        memcpy(out + off, "hash ", 5);
-        off += 5;
-        sodium_bin2base64(out + off, cap - off, proof + i * FA_AUDIT_HLEN, FA_AUDIT_HLEN,
-                          sodium_base64_VARIANT_ORIGINAL);
-        off += strlen(out + off);
-        out[off++] = '\n';
-    }
-    out[off] = '\0';
-    *text = out;
-    *len = off;
-    rc = 0;
+    rc = fa_checkpoint_consistency_format(old_size, size, proof, n, text, len, err);
 out:
     pthread_mutex_unlock(&log->mu);
     return rc;

@@ -14,6 +14,7 @@
 #include "common/fa_crc32c.h"
 #include "common/fa_endian.h"
 #include "common/fa_file.h"
+#include "common/fa_json.h"
 #include "common/fa_sha256.h"
 
 /* Chunk size of fa_st_view fill callbacks. */
@@ -339,6 +340,8 @@ static int parse_json(fa_safetensors *st, const uint8_t *hdr, size_t hdr_len, fa
         return fa_errorf(err, FA_ERR_PARSE, "%s: header does not start with '{'", st->what);
     root = json_loadb((const char *)hdr, hdr_len, JSON_REJECT_DUPLICATES | JSON_PRESERVE_ORDER,
                       &jerr);
+    if (!root && fa_json_out_of_memory(&jerr))
+        return fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory reading the header", st->what);
     if (!root)
         return fa_errorf(err, FA_ERR_PARSE, "%s: header is not valid JSON: %s (line %d, column %d)",
                          st->what, jerr.text, jerr.line, jerr.column);
@@ -726,6 +729,9 @@ int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsig
     if (!name || !*name || strlen(name) > FA_ST_MAX_NAME || strcmp(name, "__metadata__") == 0)
         return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid tensor name '%s'",
                          name ? name : "(null)");
+    if (!fa_json_utf8_valid(name))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: tensor name '%s' is not valid UTF-8", name);
     if (esize == 0)
         return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': unknown dtype %d",
                          name, (int)dtype);
@@ -776,12 +782,14 @@ int fa_st_writer_metadata(fa_st_writer *w, const char *key, const char *value, f
                          key);
     if (!key || !value || strlen(key) > FA_ST_MAX_NAME)
         return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid metadata key");
-    if (!(s = json_string(value)))
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "safetensors writer: metadata '%s': value is not valid UTF-8", key);
-    if (json_object_set_new(w->meta, key, s) != 0)
+    if (!fa_json_utf8_valid(key))
         return fa_errorf(err, FA_ERR_INVAL,
                          "safetensors writer: metadata key '%s' is not valid UTF-8", key);
+    if (!fa_json_utf8_valid(value))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: metadata '%s': value is not valid UTF-8", key);
+    if (!(s = json_string(value)) || json_object_set_new(w->meta, key, s) != 0)
+        return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
     return 0;
 }
 
@@ -800,20 +808,21 @@ static int build_header(fa_st_writer *w, fa_error *err)
     for (size_t i = 0; i < w->n; i++) {
         const struct wtensor *t = &w->t[i];
         json_t *shape = json_array();
-        if (!(e = json_object()) || json_object_set_new(root, t->name, e) != 0) {
+        /* every name is valid UTF-8 (fa_st_writer_add): a failure is memory */
+        if (!shape || !(e = json_object()) || json_object_set_new(root, t->name, e) != 0) {
             json_decref(shape);
-            rc = fa_errorf(err, FA_ERR_INVAL,
-                           "safetensors writer: tensor name '%s' is not valid UTF-8", t->name);
-            goto out;
+            goto nomem;
         }
-        if (!shape)
+        if (json_object_set_new(e, "shape", shape) != 0)
             goto nomem;
         for (unsigned k = 0; k < t->ndim; k++)
-            json_array_append_new(shape, json_integer((json_int_t)t->shape[k]));
-        json_object_set_new(e, "dtype", json_string(fa_st_dtype_name(t->dtype)));
-        json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets",
-                            json_pack("[II]", (json_int_t)off, (json_int_t)(off + t->bytes)));
+            if (json_array_append_new(shape, json_integer((json_int_t)t->shape[k])) != 0)
+                goto nomem;
+        if (json_object_set_new(e, "dtype", json_string(fa_st_dtype_name(t->dtype))) != 0 ||
+            json_object_set_new(e, "data_offsets",
+                                json_pack("[II]", (json_int_t)off, (json_int_t)(off + t->bytes))) !=
+                0)
+            goto nomem;
         off += t->bytes;
     }
     text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -101,12 +101,12 @@ typedef struct fa_secagg_quant {
 typedef struct fa_secagg_config {
     const char *federation_id; /* domain separation of every key and signature; copied */
     uint64_t round;
-    uint32_t attempt;               /* fresh keys and seeds for every attempt */
-    uint32_t threshold;             /* t: fewest clients at every phase; Shamir threshold */
-    uint32_t neighbours;            /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
-    uint64_t vector_len;            /* ring coordinates of one upload: num_params + 1 (weight) */
-    uint32_t ring_bits;             /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
-    fa_secagg_quant quant;          /* for float inputs and fa_secagg_server_result_f32 */
+    uint32_t attempt;      /* fresh keys and seeds for every attempt */
+    uint32_t threshold;    /* t: fewest clients at every phase; Shamir threshold */
+    uint32_t neighbours;   /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
+    uint64_t vector_len;   /* ring coordinates of one upload: num_params + 1 (weight) */
+    uint32_t ring_bits;    /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
+    fa_secagg_quant quant; /* for float inputs and fa_secagg_server_result_f32 */
     uint8_t model_sha256[FA_SECAGG_SHA256_BYTES]; /* client: the model trained from (above) */
     uint32_t max_uploads_in_flight; /* server: concurrent masked uploads, 0 = 4 (see below) */
     uint32_t unmask_threads;        /* server: threads that remove the masks at unmasking, each
@@ -175,6 +175,17 @@ int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint3
                                 const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
                                 const uint8_t signature[FA_SECAGG_SIGNATURE_BYTES],
                                 const uint8_t identity_pk[FA_SECAGG_IDENTITY_PK_BYTES]);
+
+/* Signs the same message with the region's Ed25519 identity seed
+ * (crypto/identity.h), so that fa_secagg_commitment_verify accepts it: what
+ * the client does for its upload, for tools, simulations and tests that
+ * have no client at hand.  Returns 0, FA_ERR_INVAL (empty or over-long ids,
+ * an unknown alg), FA_ERR_NOMEM or FA_ERR_CRYPTO. */
+int fa_secagg_commitment_sign(const uint8_t seed[FA_SECAGG_IDENTITY_SK_BYTES],
+                              const char *federation_id, uint64_t round, uint32_t attempt,
+                              const char *client_id, int alg,
+                              const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
+                              uint8_t signature[FA_SECAGG_SIGNATURE_BYTES]);
 
 /* ----------------------------------------------------------------------------
  * Client (one region's worker, one round attempt)
@@ -345,6 +356,17 @@ enum fa_secagg_phase {
     FA_SECAGG_DONE = 5,        /* the sum is available */
     FA_SECAGG_FAILED = 6,      /* an internal failure (out of memory) spoilt the sum */
 };
+
+/* The phases a client takes part in, ADVERTISE .. UNMASK.  Their names,
+ * indexed by enum fa_secagg_phase, are the last segment of each phase's
+ * HTTP path (POST /v1/rounds/{r}/{a}/<name>) and its label in logs,
+ * metrics, the admin documents and the dashboard: one table for all. */
+#define FA_SECAGG_N_PHASES 5
+extern const char *const fa_secagg_phase_names[FA_SECAGG_N_PHASES];
+
+/* The name of phase: fa_secagg_phase_names[phase], "done", "failed", or "?"
+ * for a value outside enum fa_secagg_phase. */
+const char *fa_secagg_phase_name(int phase);
 
 /* Creates the server of one round attempt.  members are the federation's
  * regions (copied).  Allocates the O(vector_len) running sum.

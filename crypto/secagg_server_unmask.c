@@ -9,11 +9,11 @@
 
 #include <sodium.h>
 
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
-#include "crypto/secagg_server_int.h"
-#include "crypto/shamir.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
+#include "crypto/secagg_server_internal.h"
+#include "crypto/shamir_internal.h"
 #include "secagg.pb-c.h"
 
 /* ---- round 4: unmasking ---------------------------------------------------- */
@@ -24,7 +24,7 @@
 static int expected_kind(const fa_secagg_server *s, size_t i, size_t j)
 {
     int rj = s->u1[j];
-    if (i != j && !fa_sa_graph_adjacent(&s->graph, i, j))
+    if (i != j && !fa_secagg_graph_adjacent(&s->graph, i, j))
         return REV_NONE;
     if (u3_member(s, rj))
         return REV_B;
@@ -41,14 +41,16 @@ int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint
     size_t want_b = 0, want_s = 0, i;
     int r = -1, rc;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_UNMASK, "UnmaskShares", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_UNMASK, "UnmaskShares", err)) != 0)
         return rc;
-    m = fedagg__unmask_shares__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__unmask_shares__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "UnmaskShares from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "UnmaskShares", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "UnmaskShares", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "UnmaskShares", &r, err)) !=
+            0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "UnmaskShares", auth_id,
+                                           err)) != 0)
         goto out;
     if (!u4_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
@@ -77,7 +79,7 @@ int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint
         size_t n = kind == REV_B ? m->n_self_mask_shares : m->n_key_shares;
         Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
         for (size_t x = 0; x < n; x++) {
-            int o = fa_sa_roster_find(&s->roster, list[x]->owner);
+            int o = fa_secagg_roster_find(&s->roster, list[x]->owner);
             if (o < 0 || !u1_member(s, o) || expected_kind(s, i, (size_t)s->cl[o].u1) != kind ||
                 got[s->cl[o].u1]++) {
                 rc = fa_errorf(err, FA_ERR_PROTOCOL,
@@ -98,14 +100,14 @@ int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint
         size_t n = kind == REV_B ? m->n_self_mask_shares : m->n_key_shares;
         Fedagg__RevealedShare **list = kind == REV_B ? m->self_mask_shares : m->key_shares;
         for (size_t x = 0; x < n; x++) {
-            size_t j = (size_t)s->cl[fa_sa_roster_find(&s->roster, list[x]->owner)].u1;
+            size_t j = (size_t)s->cl[fa_secagg_roster_find(&s->roster, list[x]->owner)].u1;
             memcpy(s->rev + (i * s->n1 + j) * 32, list[x]->share.data, 32);
             s->rev_kind[i * s->n1 + j] = (uint8_t)kind;
         }
     }
     s->cl[r].flags |= CF_UNMASKED;
 out:
-    fedagg__unmask_shares__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__unmask_shares__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -151,15 +153,15 @@ struct unmask_part {
 };
 
 /* Applies the masks of keys[0..n) to one range of the sum (each key's sign
- * says which way), UNMASK_GROUP keys per pass: fa_prg_mask walks the range
+ * says which way), UNMASK_GROUP keys per pass: fa_mask_prg_mask walks the range
  * once per pass, adding every key's mask to each cache-sized sub-block.  The
  * keystreams start at the range's first word (CTR mode seeks for free). */
 static void *remove_masks_part(void *arg)
 {
     struct unmask_part *p = arg;
-    fa_prg prg[UNMASK_GROUP];
+    fa_mask_prg prg[UNMASK_GROUP];
     int sign[UNMASK_GROUP];
-    uint32_t *scratch = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    uint32_t *scratch = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
     int rc = 0;
 
     if (!scratch) {
@@ -170,16 +172,16 @@ static void *remove_masks_part(void *arg)
     for (size_t g0 = 0; g0 < p->n && rc == 0; g0 += UNMASK_GROUP) {
         size_t g1 = p->n - g0 < UNMASK_GROUP ? p->n : g0 + UNMASK_GROUP;
         for (size_t i = g0; i < g1 && rc == 0; i++) {
-            rc = fa_prg_init(&prg[i - g0], p->keys[i].key, p->start);
+            rc = fa_mask_prg_init(&prg[i - g0], p->keys[i].key, p->start);
             sign[i - g0] = p->keys[i].sign;
         }
         if (rc == 0)
-            rc = fa_prg_mask(prg, sign, g1 - g0, p->sum + p->start, p->sum + p->start,
-                             (size_t)p->len, scratch);
+            rc = fa_mask_prg_mask(prg, sign, g1 - g0, p->sum + p->start, p->sum + p->start,
+                                  (size_t)p->len, scratch);
         for (size_t i = 0; i < UNMASK_GROUP; i++)
-            fa_prg_free(&prg[i]);
+            fa_mask_prg_free(&prg[i]);
     }
-    sodium_memzero(scratch, FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    sodium_memzero(scratch, FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
     free(scratch);
     p->rc = rc;
     return NULL;
@@ -207,11 +209,12 @@ static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t
             t = len / UNMASK_MIN_WORDS;
     }
     /* ranges of whole keystream blocks */
-    if (t > (len + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS)
-        t = (len + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS;
+    if (t > (len + FA_MASK_PRG_BLOCK_WORDS - 1) / FA_MASK_PRG_BLOCK_WORDS)
+        t = (len + FA_MASK_PRG_BLOCK_WORDS - 1) / FA_MASK_PRG_BLOCK_WORDS;
     if (t == 0)
         t = 1;
-    per = (len / t + FA_PRG_BLOCK_WORDS - 1) / FA_PRG_BLOCK_WORDS * FA_PRG_BLOCK_WORDS;
+    per =
+        (len / t + FA_MASK_PRG_BLOCK_WORDS - 1) / FA_MASK_PRG_BLOCK_WORDS * FA_MASK_PRG_BLOCK_WORDS;
     for (uint64_t i = 0; i < t; i++) {
         uint64_t a = i * per < len ? i * per : len, b = a + per < len ? a + per : len;
         part[i] = (struct unmask_part){keys, n, s->sum, a, b - a, 0};
@@ -234,7 +237,7 @@ static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t
 
 /* Round 4, server side: reconstruct b_u for u in U3 and s_sk_v for v in
  * U2 \ U3, then z = sum y_u - sum PRG(b_u) + the uncancelled pairwise masks. */
-int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err)
+int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
 {
     struct mask_key *keys = NULL;
     uint8_t *secret = NULL, *scratch = NULL;
@@ -247,7 +250,7 @@ int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err)
             cap++;
         else if (u2_member(s, rj))
             for (size_t u = 0; u < s->n1; u++)
-                cap += u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
+                cap += u3_member(s, s->u1[u]) && fa_secagg_graph_adjacent(&s->graph, j, u);
     }
     keys = sodium_malloc((cap ? cap : 1) * sizeof(*keys));
     secret = sodium_malloc(32);
@@ -258,7 +261,7 @@ int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err)
     }
     for (size_t j = 0; j < s->n1 && rc == 0; j++) {
         int rj = s->u1[j];
-        const fa_sa_peer *pj = &s->cl[rj].adv;
+        const fa_secagg_peer *pj = &s->cl[rj].adv;
         if (u3_member(s, rj)) {
             uint8_t commit[32];
             rc = reconstruct(s, j, REV_B, secret, scratch, &have);
@@ -270,7 +273,7 @@ int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err)
                 break;
             }
             if (rc == 0)
-                rc = fa_sa_b_commit(&s->cfg, pj->id, secret, commit);
+                rc = fa_secagg_b_commit(&s->cfg, pj->id, secret, commit);
             if (rc == 0 && sodium_memcmp(commit, pj->b_commit, 32) != 0) {
                 rc = fa_errorf(err, FA_ERR_VERIFY,
                                "unmask: the self-mask seed of '%s' rebuilt from its shares does "
@@ -279,14 +282,14 @@ int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err)
                 break;
             }
             if (rc == 0)
-                rc = fa_sa_self_mask_key(keys[nkeys].key, &s->cfg, pj->id, secret);
+                rc = fa_secagg_self_mask_key(keys[nkeys].key, &s->cfg, pj->id, secret);
             if (rc == 0)
                 keys[nkeys++].sign = -1;
         } else if (u2_member(s, rj)) {
             uint8_t pk[32];
             int needed = 0;
             for (size_t u = 0; u < s->n1; u++)
-                needed |= u3_member(s, s->u1[u]) && fa_sa_graph_adjacent(&s->graph, j, u);
+                needed |= u3_member(s, s->u1[u]) && fa_secagg_graph_adjacent(&s->graph, j, u);
             if (!needed)
                 continue;
             rc = reconstruct(s, j, REV_S, secret, scratch, &have);
@@ -305,13 +308,13 @@ int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err)
                 break;
             }
             for (size_t u = 0; u < s->n1 && rc == 0; u++) {
-                const fa_sa_peer *pu = &s->cl[s->u1[u]].adv;
-                if (!u3_member(s, s->u1[u]) || !fa_sa_graph_adjacent(&s->graph, j, u))
+                const fa_secagg_peer *pu = &s->cl[s->u1[u]].adv;
+                if (!u3_member(s, s->u1[u]) || !fa_secagg_graph_adjacent(&s->graph, j, u))
                     continue;
-                rc = fa_sa_agree(keys[nkeys].key, 16, FA_KDF_PAIR_MASK, &s->cfg, secret, pj->s_pk,
-                                 pj->id, pu->s_pk, pu->id);
+                rc = fa_secagg_agree(keys[nkeys].key, 16, FA_KDF_PAIR_MASK, &s->cfg, secret,
+                                     pj->s_pk, pj->id, pu->s_pk, pu->id);
                 /* u added sign(u, v) * PRG(s_uv); take it out again */
-                keys[nkeys++].sign = -fa_sa_pair_sign(pu->id, pj->id);
+                keys[nkeys++].sign = -fa_secagg_pair_sign(pu->id, pj->id);
             }
         }
         if (rc != 0) /* out of memory, or an X25519/KDF failure */

@@ -1,19 +1,11 @@
-#include "crypto/shamir.h"
+#include "crypto/shamir_internal.h"
 
 #include <string.h>
 
 #include <sodium.h>
 
 #include "common/fa_err.h"
-
-int fa_rng_fill(const fa_secagg_rng *rng, void *buf, size_t len)
-{
-    if (!rng || !rng->fill) {
-        randombytes_buf(buf, len);
-        return 0;
-    }
-    return rng->fill(rng->ctx, buf, len) == 0 ? 0 : FA_ERR_CRYPTO;
-}
+#include "crypto/secagg_internal.h"
 
 /* v * x in GF(2^8), constant time in v. */
 static inline uint8_t gf_xtime(uint8_t v)
@@ -81,7 +73,7 @@ int fa_shamir_split(const uint8_t secret[FA_SHAMIR_BYTES], unsigned t, const uin
 
     if (t < 1 || n < t || n > 255 || !xs_valid(xs, n))
         return FA_ERR_INVAL;
-    rc = fa_rng_fill(rng, coef, (size_t)(t - 1) * FA_SHAMIR_BYTES);
+    rc = fa_secagg_rng_fill(rng, coef, (size_t)(t - 1) * FA_SHAMIR_BYTES);
     if (rc != 0)
         goto out;
     for (size_t i = 0; i < n; i++) {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install the Debian 12 packages fedagg needs (README.md, Building and testing).
+# Install the Debian 12 packages fedagg needs (docs/building.md).
 # Idempotent: installs only what is missing, and nothing when all is present.
 # Usage: deploy/install-deps.sh [--check]   (--check: only report, exit 1 if missing)
 set -eu

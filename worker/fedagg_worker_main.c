@@ -157,13 +157,6 @@ static const char usage[] =
     "  --log-level LEVEL  overrides the config's log_level\n"
     "  --version          prints the version\n";
 
-static void sleep_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested)
-        ;
-}
-
 struct worker {
     const Fedagg__WorkerConfig *cfg;
     fa_comm *comm;
@@ -1249,7 +1242,7 @@ static int leader_loop(struct worker *w, fa_error *err)
                     last_round = info->round;
                     last_attempt = info->attempt;
                 } else {
-                    sleep_ms(250);
+                    fa_time_sleep_ms(250, &stop_requested);
                 }
                 fedagg__federation_info__free_unpacked(info, NULL);
                 continue;
@@ -1261,7 +1254,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             (info->round == last_round && info->attempt == last_attempt)) {
             /* Mid-round, or this attempt is done for us: wait for the next. */
             fedagg__federation_info__free_unpacked(info, NULL);
-            sleep_ms(500);
+            fa_time_sleep_ms(500, &stop_requested);
             continue;
         }
         if (w->pstate) {
@@ -1279,7 +1272,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (!state_dir_has_room(w, info->num_params)) {
             /* no room to download, train or save an attempt: sit this one out */
             fedagg__federation_info__free_unpacked(info, NULL);
-            sleep_ms(1000);
+            fa_time_sleep_ms(1000, &stop_requested);
             continue;
         }
         rc = get_global(w, info, FETCH_MS, err);
@@ -1293,7 +1286,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (rc != 0) {
             fedagg__federation_info__free_unpacked(info, NULL);
             log_err("cannot get the global model; retrying", rc, err);
-            sleep_ms(2000);
+            fa_time_sleep_ms(2000, &stop_requested);
             continue;
         }
         w->metrics.model_version = (double)w->have_version;
@@ -1359,7 +1352,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             if (pr != PRIV_GO) {
                 if (pr == FA_ERR_REPLAY) {
                     last_attempt = UINT32_MAX; /* as a refused upload: resynchronise */
-                    sleep_ms(250);
+                    fa_time_sleep_ms(250, &stop_requested);
                 } else {
                     last_round = info->round;
                     last_attempt = info->attempt;
@@ -1411,7 +1404,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             last_attempt = UINT32_MAX;
             if (out.model_stale) /* trained from another model: get it again */
                 w->have_version = w->delta_version = UINT64_MAX;
-            sleep_ms(250);
+            fa_time_sleep_ms(250, &stop_requested);
         } else if (rc == FA_ERR_TLS || rc == FA_ERR_AUTH) {
             fedagg__federation_info__free_unpacked(info, NULL);
             return rc;
@@ -1422,7 +1415,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             w->metrics.round_failures_total++;
             write_metrics(w);
             log_err("round attempt failed; retrying", rc, err);
-            sleep_ms(1000u << (failures < 4 ? failures : 4));
+            fa_time_sleep_ms(1000u << (failures < 4 ? failures : 4), &stop_requested);
             failures++;
         }
         fedagg__federation_info__free_unpacked(info, NULL);

@@ -14,7 +14,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static fa_fed_eval_member m;
+    static fa_eval_reports_member m;
     static int ready;
     static uint8_t sha[32];
     fa_data_ledger *l = NULL;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -434,8 +435,24 @@ static void test_complete_round(void **state)
     size_t alen;
     Fedagg__RoundResult *res;
 
+    uint64_t opened = s->now;
+    char *json;
+    fa_error aerr;
+
     model_params(s, before);
     finish_round_1_all(s);
+    /* the attempt's duration is on the clock the federation is given (the
+     * wall clock may step back): from the open to the commit */
+    must(fa_fed_admin_json(s->f, "rounds", s->now, &json, &aerr), &aerr);
+    {
+        json_t *doc = json_loads(json, 0, NULL);
+        json_t *secs =
+            json_object_get(json_array_get(json_object_get(doc, "rounds"), 0), "seconds");
+        assert_true(json_is_real(secs));
+        assert_true(fabs(json_real_value(secs) - (double)(s->now - opened) / 1000.0) < 1e-9);
+        json_decref(doc);
+    }
+    free(json);
     a = poll_ok(s, FA_FED_UNMASK, 1, 1, 0, &alen);
     res = fedagg__round_result__unpack(NULL, alen, a);
     assert_non_null(res);
@@ -736,6 +753,31 @@ static void test_restart_mid_round(void **state)
     fa_fed_close(s->f);
     s->f = NULL;
     s->now += 50;
+    {
+        /* A round state whose phase does not match its secure-aggregation
+         * state (a damaged file) is refused, and changes nothing. */
+        uint8_t *orig = NULL, *bad;
+        size_t olen = 0, blen;
+        Fedagg__RoundState *st;
+        fa_error err;
+        snprintf(path, sizeof(path), "%s/store/round.state", s->dir);
+        must(fa_file_read_all(path, &orig, &olen, 1 << 30, &err), &err);
+        st = fedagg__round_state__unpack(NULL, olen, orig);
+        assert_non_null(st);
+        assert_int_equal(st->phase, FEDAGG__PHASE__PHASE_MASKED);
+        st->phase = FEDAGG__PHASE__PHASE_UNMASK;
+        blen = fedagg__round_state__get_packed_size(st);
+        bad = malloc(blen);
+        fedagg__round_state__pack(st, bad);
+        fedagg__round_state__free_unpacked(st, NULL);
+        must(fa_file_write_atomic(path, bad, blen, 0600, &err), &err);
+        assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), FA_ERR_CORRUPT);
+        assert_non_null(strstr(err.msg, "secure-aggregation state in phase masked"));
+        assert_null(s->f);
+        must(fa_file_write_atomic(path, orig, olen, 0600, &err), &err);
+        free(bad);
+        free(orig);
+    }
     sim_open(s);
     position(s, &round, &attempt, &phase, &version);
     assert_int_equal(round, 1);

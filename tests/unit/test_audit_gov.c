@@ -213,7 +213,7 @@ static void aggregate(struct fix *f, int nparts, int forge, uint64_t stated_roun
         c[i].upload_digest.data = up[i];
         c[i].upload_digest.len = 32;
         c[i].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;
-        assert_int_equal(fa_commitment_sign(f->seed[i], "fed-g", f->round, 0, ids[i],
+        assert_int_equal(fa_secagg_commitment_sign(f->seed[i], "fed-g", f->round, 0, ids[i],
                                             FA_SECAGG_UPLOAD_BLAKE3, up[i], sig[i]),
                          0);
         c[i].signature.data = sig[i];

@@ -91,9 +91,9 @@ static void rec_fill(struct fix *f, struct rec_buf *b, uint32_t attempt, int npa
         b->c[i].upload_digest.data = b->up[i];
         b->c[i].upload_digest.len = 32;
         b->c[i].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;
-        assert_int_equal(fa_commitment_sign(f->rseed[i], "fed-a", b->r.round, attempt,
-                                            region_ids[i], FA_SECAGG_UPLOAD_BLAKE3, b->up[i],
-                                            b->sig[i]),
+        assert_int_equal(fa_secagg_commitment_sign(f->rseed[i], "fed-a", b->r.round, attempt,
+                                                   region_ids[i], FA_SECAGG_UPLOAD_BLAKE3, b->up[i],
+                                                   b->sig[i]),
                          0);
         b->c[i].signature.data = b->sig[i];
         b->c[i].signature.len = 64;
@@ -580,10 +580,9 @@ static void test_region_signatures(void **state)
         uint8_t sk[64], pk[32], other[32];
         memset(other, 0x99, 32);
         crypto_sign_seed_keypair(pk, sk, other);
-        assert_int_equal(
-            fa_commitment_sign(other, "fed-a", b.r.round, 0, region_ids[1],
-                               FA_SECAGG_UPLOAD_BLAKE3, b.up[1], b.sig[1]),
-            0);
+        assert_int_equal(fa_secagg_commitment_sign(other, "fed-a", b.r.round, 0, region_ids[1],
+                                                   FA_SECAGG_UPLOAD_BLAKE3, b.up[1], b.sig[1]),
+                         0);
     }
     assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), 0);
     chain_advance(f, &b);
@@ -633,8 +632,8 @@ static void test_commitment_check(void **state)
     b.c[2].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_SHA256;
     assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), FA_ERR_VERIFY);
     assert_string_equal(fa_audit_upload_alg_name(&b.c[2]), "sha256");
-    assert_int_equal(fa_commitment_sign(f->rseed[2], "fed-a", b.r.round, 0, region_ids[2],
-                                        FA_SECAGG_UPLOAD_SHA256, b.up[2], b.sig[2]),
+    assert_int_equal(fa_secagg_commitment_sign(f->rseed[2], "fed-a", b.r.round, 0, region_ids[2],
+                                               FA_SECAGG_UPLOAD_SHA256, b.up[2], b.sig[2]),
                      0);
     assert_int_equal(fa_audit_commitment_check(&b.r, &b.c[2], f->rpk[2]), 0);
     b.c[2].upload_digest_alg = FEDAGG__UPLOAD_DIGEST__UPLOAD_DIGEST_BLAKE3;

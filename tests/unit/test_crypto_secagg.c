@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 #include "test_crypto_harness.h"
 
 #define VLEN 37 /* not a multiple of 8: exercises the partial last group */
@@ -312,7 +312,7 @@ static void test_dropouts_n32(void **state)
 static void test_unmask_threads(void **state)
 {
     const uint32_t threads[] = {1, 2, 3, 7, 40};
-    const uint64_t len = 12 * FA_PRG_BLOCK_WORDS + 123;
+    const uint64_t len = 12 * FA_MASK_PRG_BLOCK_WORDS + 123;
     th_fed f;
     struct inputs in;
     size_t n = 5;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crypto/shamir.h"
+#include "crypto/shamir_internal.h"
 #include "test_crypto_harness.h"
 
 /* Every t-subset of the n shares, in lexicographic order, gives the secret

@@ -1,4 +1,4 @@
-/* dgauss.h - exact sampling from the discrete Gaussian, and discrete
+/* dgauss_internal.h - exact sampling from the discrete Gaussian, and discrete
  * Gaussian noise on vectors of the ring Z_{2^k}.
  *
  * The discrete Gaussian N_Z(0, sigma^2) gives each integer x the probability
@@ -7,7 +7,7 @@
  * 8 pi^2 sigma^2 exp(-2 pi^2 sigma^2) to first order (Poisson summation;
  * 2.1e-7 at sigma = 1, 1e-17 at sigma = 1.5, but 14% at sigma = 0.5).  It is
  * sigma^2-subgaussian (Canonne, Kamath, Steinke 2020), which bounds the
- * tails of sums (privacy/rotation.h sizes the ring with it).
+ * tails of sums (privacy/rotation_internal.h sizes the ring with it).
  *
  * Algorithm: Canonne, Kamath, Steinke, "The Discrete Gaussian for
  * Differential Privacy", NeurIPS 2020 (arXiv:2004.00010), Section 5: with
@@ -26,23 +26,23 @@
  * sigma^2 is a rational num/den (the exact value is used; fa_dgauss_new_f64
  * takes a double's exact binary value, no decimal rounding: 0.1 means
  * 3602879701896397 / 2^55).  Arithmetic is exact for num, den < 2^63: the
- * largest intermediate is below 2^310 (privacy/bignum.h has 384 bits).
+ * largest intermediate is below 2^310 (privacy/bignum_internal.h has 384 bits).
  *
- * Randomness comes from an injectable source (privacy/random.h; NULL =
+ * Randomness comes from an injectable source (privacy/random_internal.h; NULL =
  * libsodium).  The sampler is not constant-time: its running time depends on
  * the noise it draws, which a co-located observer of the region's process
  * could time.  Not thread-safe: one sampler per thread.
  *
  * Functions return 0 or a negative FA_ERR_* code and fill `err` when given.
  */
-#ifndef FA_PRIVACY_DGAUSS_H
-#define FA_PRIVACY_DGAUSS_H
+#ifndef FA_PRIVACY_DGAUSS_INTERNAL_H
+#define FA_PRIVACY_DGAUSS_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/fa_err.h"
-#include "privacy/random.h"
+#include "privacy/random_internal.h"
 
 #define FA_DGAUSS_MAX_TERM (UINT64_C(1) << 63) /* num and den are below this */
 

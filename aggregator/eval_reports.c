@@ -1,5 +1,5 @@
-/* fed_eval.c - federated evaluation reports.  See fed_eval.h. */
-#include "aggregator/fed_eval.h"
+/* eval_reports.c - federated evaluation reports.  See eval_reports.h. */
+#include "aggregator/eval_reports.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -23,9 +23,9 @@ struct report {
     double values[FA_EVAL_MAX_METRICS];
 };
 
-struct fa_fed_eval {
+struct fa_eval_reports {
     char *federation_id;
-    fa_fed_eval_member *members;
+    fa_eval_reports_member *members;
     char **ids;
     size_t n_members;
     int have_version;
@@ -55,10 +55,10 @@ void fa_eval_summary_to_pb(const fa_eval_summary *s, Fedagg__EvalSummary *pb,
     pb->metrics = nvp;
 }
 
-int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id,
-                    const fa_fed_eval_member *members, size_t n, fa_error *err)
+int fa_eval_reports_new(fa_eval_reports **out, const char *federation_id,
+                        const fa_eval_reports_member *members, size_t n, fa_error *err)
 {
-    fa_fed_eval *e = calloc(1, sizeof(*e));
+    fa_eval_reports *e = calloc(1, sizeof(*e));
 
     *out = NULL;
     if (!e)
@@ -67,13 +67,13 @@ int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id,
     e->members = calloc(n ? n : 1, sizeof(*e->members));
     e->ids = calloc(n ? n : 1, sizeof(char *));
     if (!e->federation_id || !e->members || !e->ids) {
-        fa_fed_eval_del(e);
+        fa_eval_reports_del(e);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < n; i++) {
         if (!(e->ids[i] = strdup(members[i].id))) {
             e->n_members = i;
-            fa_fed_eval_del(e);
+            fa_eval_reports_del(e);
             return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         }
         e->members[i].id = e->ids[i];
@@ -84,7 +84,7 @@ int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id,
     return 0;
 }
 
-static void drop_reports(fa_fed_eval *e)
+static void drop_reports(fa_eval_reports *e)
 {
     for (size_t i = 0; i < e->n_reports; i++) {
         free(e->reports[i].statement);
@@ -95,7 +95,7 @@ static void drop_reports(fa_fed_eval *e)
     e->n_reports = 0;
 }
 
-void fa_fed_eval_del(fa_fed_eval *e)
+void fa_eval_reports_del(fa_eval_reports *e)
 {
     if (!e)
         return;
@@ -108,19 +108,19 @@ void fa_fed_eval_del(fa_fed_eval *e)
     free(e);
 }
 
-void fa_fed_eval_begin(fa_fed_eval *e, uint64_t version, const uint8_t sha256[32])
+void fa_eval_reports_begin(fa_eval_reports *e, uint64_t version, const uint8_t sha256[32])
 {
     if (e->have_version && e->version == version && !memcmp(e->sha256, sha256, 32))
         return;
     if (e->have_version)
-        fa_fed_eval_summary(e, &e->last);
+        fa_eval_reports_summary(e, &e->last);
     drop_reports(e);
     e->have_version = 1;
     e->version = version;
     memcpy(e->sha256, sha256, 32);
 }
 
-static long find_member(const fa_fed_eval *e, const char *id)
+static long find_member(const fa_eval_reports *e, const char *id)
 {
     for (size_t i = 0; id && i < e->n_members; i++)
         if (!strcmp(e->members[i].id, id))
@@ -138,9 +138,8 @@ static int take_values(const Fedagg__EvalStatement *s, struct report *r, const c
         return fa_errorf(err, FA_ERR_INVAL, "evaluation report of %s: loss %g is not finite",
                          region, s->loss);
     if (!isnan(s->accuracy) && !(s->accuracy >= 0 && s->accuracy <= 1))
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "evaluation report of %s: accuracy %g is not in [0, 1]", region,
-                         s->accuracy);
+        return fa_errorf(err, FA_ERR_INVAL, "evaluation report of %s: accuracy %g is not in [0, 1]",
+                         region, s->accuracy);
     if (s->n_metrics > FA_EVAL_MAX_METRICS)
         return fa_errorf(err, FA_ERR_INVAL,
                          "evaluation report of %s: %zu metrics; at most %d are taken", region,
@@ -179,8 +178,8 @@ static int take_values(const Fedagg__EvalStatement *s, struct report *r, const c
     return 0;
 }
 
-int fa_fed_eval_submit(fa_fed_eval *e, const char *region, const uint8_t *body, size_t len,
-                       fa_error *err)
+int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t *body, size_t len,
+                           fa_error *err)
 {
     Fedagg__SignedEval *se = NULL;
     Fedagg__EvalStatement *s = NULL;
@@ -213,9 +212,13 @@ int fa_fed_eval_submit(fa_fed_eval *e, const char *region, const uint8_t *body, 
                        region);
         goto out;
     }
-    if (fa_identity_verify_statement(e->members[m].pk, FA_IDENTITY_DOMAIN_EVAL,
-                                     se->statement.data, se->statement.len,
-                                     se->signature.data) != 0) {
+    rc = fa_identity_verify_statement(e->members[m].pk, FA_IDENTITY_DOMAIN_EVAL, se->statement.data,
+                                      se->statement.len, se->signature.data);
+    if (rc == FA_ERR_NOMEM) {
+        rc = fa_errorf(err, rc, "evaluation report of %s: out of memory", region);
+        goto out;
+    }
+    if (rc != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "evaluation report of %s: the signature does not verify with the "
                        "region's identity key",
@@ -231,8 +234,8 @@ int fa_fed_eval_submit(fa_fed_eval *e, const char *region, const uint8_t *body, 
     if (!s->region || strcmp(s->region, region) != 0 || !s->federation_id ||
         strcmp(s->federation_id, e->federation_id) != 0) {
         rc = fa_errorf(err, FA_ERR_AUTH,
-                       "evaluation report sent by %s names region '%s' of federation '%s'",
-                       region, s->region ? s->region : "", s->federation_id ? s->federation_id : "");
+                       "evaluation report sent by %s names region '%s' of federation '%s'", region,
+                       s->region ? s->region : "", s->federation_id ? s->federation_id : "");
         goto out;
     }
     if (s->model_version != e->version || s->model_sha256.len != 32 ||
@@ -271,12 +274,12 @@ out:
     return rc;
 }
 
-size_t fa_fed_eval_count(const fa_fed_eval *e)
+size_t fa_eval_reports_count(const fa_eval_reports *e)
 {
     return e->n_reports;
 }
 
-void fa_fed_eval_at(const fa_fed_eval *e, size_t i, Fedagg__SignedEval *out)
+void fa_eval_reports_at(const fa_eval_reports *e, size_t i, Fedagg__SignedEval *out)
 {
     fedagg__signed_eval__init(out);
     out->statement.data = e->reports[i].statement;
@@ -285,7 +288,7 @@ void fa_fed_eval_at(const fa_fed_eval *e, size_t i, Fedagg__SignedEval *out)
     out->signature.len = 64;
 }
 
-void fa_fed_eval_summary(const fa_fed_eval *e, fa_eval_summary *out)
+void fa_eval_reports_summary(const fa_eval_reports *e, fa_eval_summary *out)
 {
     double wl = 0, wa = 0, sl = 0, sa = 0;
 
@@ -331,12 +334,12 @@ void fa_fed_eval_summary(const fa_fed_eval *e, fa_eval_summary *out)
         }
 }
 
-void fa_fed_eval_last(const fa_fed_eval *e, fa_eval_summary *out)
+void fa_eval_reports_last(const fa_eval_reports *e, fa_eval_summary *out)
 {
     *out = e->last;
 }
 
-int fa_fed_eval_restore(fa_fed_eval *e, const Fedagg__SignedEval *se, fa_error *err)
+int fa_eval_reports_restore(fa_eval_reports *e, const Fedagg__SignedEval *se, fa_error *err)
 {
     Fedagg__EvalStatement *s =
         fedagg__eval_statement__unpack(NULL, se->statement.len, se->statement.data);
@@ -349,7 +352,7 @@ int fa_fed_eval_restore(fa_fed_eval *e, const Fedagg__SignedEval *se, fa_error *
                : fa_errorf(err, FA_ERR_PARSE, "a saved evaluation report does not decode");
     } else {
         fedagg__signed_eval__pack(se, body);
-        rc = fa_fed_eval_submit(e, s->region, body, len, err);
+        rc = fa_eval_reports_submit(e, s->region, body, len, err);
     }
     free(body);
     if (s)

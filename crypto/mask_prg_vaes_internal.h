@@ -1,4 +1,4 @@
-/* mask_prg_vaes.h - AES-128-CTR for the mask generator on the CPU's vector
+/* mask_prg_vaes_internal.h - AES-128-CTR for the mask generator on the CPU's vector
  * AES instructions (VAES), the keystream added into the ring vector while it
  * is still in registers (internal to crypto/mask_prg.c).
  *
@@ -10,17 +10,17 @@
  * instruction, and the add needs no pass over a keystream buffer.
  * tests/unit/test_crypto_prgmask.c compares every path with OpenSSL.
  */
-#ifndef FA_CRYPTO_MASK_PRG_VAES_H
-#define FA_CRYPTO_MASK_PRG_VAES_H
+#ifndef FA_CRYPTO_MASK_PRG_VAES_INTERNAL_H
+#define FA_CRYPTO_MASK_PRG_VAES_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* The VAES path exists on x86-64 (with GCC's or Clang's intrinsics). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#define FA_PRG_HAVE_VAES 1
+#define FA_MASK_PRG_HAVE_VAES 1
 #else
-#define FA_PRG_HAVE_VAES 0
+#define FA_MASK_PRG_HAVE_VAES 0
 #endif
 
 /* What a run does with word j of the keystream. */
@@ -33,7 +33,7 @@ enum fa_vaes_op {
 /* The widths a CPU can run (0 where it has no VAES). */
 enum { FA_VAES_NONE = 0, FA_VAES_256 = 256, FA_VAES_512 = 512 };
 
-struct fa_prg_vaes {
+struct fa_mask_prg_vaes {
     /* The eleven AES-128 round keys, each repeated to fill a 512-bit row. */
     _Alignas(64) uint8_t rk[11][64];
     uint64_t hi, lo;  /* the counter of the next block: hi:lo, big-endian on the wire */
@@ -44,18 +44,18 @@ struct fa_prg_vaes {
 
 /* The widest VAES path this CPU and kernel run (FA_VAES_512 needs AVX-512F
  * and BW as well, FA_VAES_256 AVX2), or FA_VAES_NONE. */
-int fa_prg_vaes_width(void);
+int fa_mask_prg_vaes_width(void);
 
-/* Keys v for width (one fa_prg_vaes_width allows) at the counter block iv.  */
-void fa_prg_vaes_key(struct fa_prg_vaes *v, int width, const uint8_t key[16],
-                     const uint8_t iv[16]);
+/* Keys v for width (one fa_mask_prg_vaes_width allows) at the counter block iv.  */
+void fa_mask_prg_vaes_key(struct fa_mask_prg_vaes *v, int width, const uint8_t key[16],
+                          const uint8_t iv[16]);
 /* The counter to block hi:lo, nothing held. */
-void fa_prg_vaes_seek(struct fa_prg_vaes *v, uint64_t hi, uint64_t lo);
+void fa_mask_prg_vaes_seek(struct fa_mask_prg_vaes *v, uint64_t hi, uint64_t lo);
 /* The next n keystream words, applied by op to base into out (base unused
  * by FA_VAES_STORE; it may be out itself).  v advances by n words. */
-void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
-                     uint32_t *out, size_t n);
+void fa_mask_prg_vaes_run(struct fa_mask_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
+                          uint32_t *out, size_t n);
 /* Wipes the key schedule and the keystream held. */
-void fa_prg_vaes_wipe(struct fa_prg_vaes *v);
+void fa_mask_prg_vaes_wipe(struct fa_mask_prg_vaes *v);
 
 #endif

@@ -1,31 +1,31 @@
-/* fed_history.c - see fed_history.h. */
-#include "aggregator/fed_history.h"
+/* round_history.c - see round_history.h. */
+#include "aggregator/round_history.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-int fa_fed_history_init(fa_fed_history *h, size_t cap)
+int fa_round_history_init(fa_round_history *h, size_t cap)
 {
     memset(h, 0, sizeof(*h));
     h->cap = cap ? cap : 1;
     h->a = calloc(h->cap, sizeof(*h->a));
     h->v = calloc(h->cap, sizeof(*h->v));
     if (!h->a || !h->v) {
-        fa_fed_history_free(h);
+        fa_round_history_free(h);
         return -1;
     }
     return 0;
 }
 
-static void attempt_free(fa_fed_attempt *a)
+static void attempt_free(fa_round_history_attempt *a)
 {
     free(a->participants);
     free(a->dropped);
     a->participants = a->dropped = NULL;
 }
 
-void fa_fed_history_free(fa_fed_history *h)
+void fa_round_history_free(fa_round_history *h)
 {
     for (size_t i = 0; h->a && i < h->n; i++)
         attempt_free(&h->a[i]);
@@ -34,9 +34,9 @@ void fa_fed_history_free(fa_fed_history *h)
     memset(h, 0, sizeof(*h));
 }
 
-int fa_fed_history_add(fa_fed_history *h, const fa_fed_attempt *a)
+int fa_round_history_add(fa_round_history *h, const fa_round_history_attempt *a)
 {
-    fa_fed_attempt c = *a;
+    fa_round_history_attempt c = *a;
     c.participants = strdup(a->participants ? a->participants : "");
     c.dropped = strdup(a->dropped ? a->dropped : "");
     if (!c.participants || !c.dropped) {
@@ -52,20 +52,20 @@ int fa_fed_history_add(fa_fed_history *h, const fa_fed_attempt *a)
     return 0;
 }
 
-size_t fa_fed_history_count(const fa_fed_history *h)
+size_t fa_round_history_count(const fa_round_history *h)
 {
     return h->n;
 }
 
-const fa_fed_attempt *fa_fed_history_at(const fa_fed_history *h, size_t i)
+const fa_round_history_attempt *fa_round_history_at(const fa_round_history *h, size_t i)
 {
     size_t first = h->n == h->cap ? h->next : 0;
     return i < h->n ? &h->a[(first + i) % h->cap] : NULL;
 }
 
-fa_fed_version_eval *fa_fed_history_version(fa_fed_history *h, uint64_t version)
+fa_round_history_eval *fa_round_history_version(fa_round_history *h, uint64_t version)
 {
-    fa_fed_version_eval *e;
+    fa_round_history_eval *e;
     for (size_t i = 0; i < h->nv; i++)
         if (h->v[i].version == version)
             return &h->v[i];
@@ -82,12 +82,12 @@ fa_fed_version_eval *fa_fed_history_version(fa_fed_history *h, uint64_t version)
     return e;
 }
 
-size_t fa_fed_history_versions(const fa_fed_history *h)
+size_t fa_round_history_versions(const fa_round_history *h)
 {
     return h->nv;
 }
 
-const fa_fed_version_eval *fa_fed_history_version_at(const fa_fed_history *h, size_t i)
+const fa_round_history_eval *fa_round_history_version_at(const fa_round_history *h, size_t i)
 {
     size_t first = h->nv == h->cap ? h->vnext : 0;
     return i < h->nv ? &h->v[(first + i) % h->cap] : NULL;

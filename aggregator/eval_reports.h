@@ -1,4 +1,4 @@
-/* fed_eval.h - federated evaluation: what the regions measured of a global
+/* eval_reports.h - federated evaluation: what the regions measured of a global
  * model version on their own held-out data, as signed statements
  * (fedagg.proto EvalStatement, SignedEval), and their example-weighted means.
  *
@@ -12,8 +12,8 @@
  * Sans-I/O: bytes and timestamps in, values out; nothing here reads a clock
  * or a file.  Not thread-safe.
  */
-#ifndef FA_AGGREGATOR_FED_EVAL_H
-#define FA_AGGREGATOR_FED_EVAL_H
+#ifndef FA_AGGREGATOR_EVAL_REPORTS_H
+#define FA_AGGREGATOR_EVAL_REPORTS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,10 +28,10 @@
 /* Means over reports (or one evaluator's result).  A value that no report
  * had is NaN. */
 typedef struct fa_eval_summary {
-    int valid;         /* 0: nothing to show */
-    uint64_t version;  /* the model version evaluated */
-    uint32_t regions;  /* reports averaged (1 for the evaluator command) */
-    uint64_t n;        /* examples in all */
+    int valid;        /* 0: nothing to show */
+    uint64_t version; /* the model version evaluated */
+    uint32_t regions; /* reports averaged (1 for the evaluator command) */
+    uint64_t n;       /* examples in all */
     double loss, accuracy;
     size_t n_metrics;
     char names[FA_EVAL_MAX_METRICS][FA_EVAL_MAX_NAME + 1];
@@ -43,24 +43,24 @@ typedef struct fa_eval_summary {
 void fa_eval_summary_to_pb(const fa_eval_summary *s, Fedagg__EvalSummary *pb,
                            Fedagg__NamedValue *nv, Fedagg__NamedValue **nvp);
 
-typedef struct fa_fed_eval fa_fed_eval;
+typedef struct fa_eval_reports fa_eval_reports;
 
 /* One member: region id and its Ed25519 identity public key. */
-typedef struct fa_fed_eval_member {
+typedef struct fa_eval_reports_member {
     const char *id;
     uint8_t pk[32];
-} fa_fed_eval_member;
+} fa_eval_reports_member;
 
 /* Copies federation_id and the members.  Returns 0 or FA_ERR_NOMEM. */
-int fa_fed_eval_new(fa_fed_eval **out, const char *federation_id,
-                    const fa_fed_eval_member *members, size_t n, fa_error *err);
-void fa_fed_eval_del(fa_fed_eval *e);
+int fa_eval_reports_new(fa_eval_reports **out, const char *federation_id,
+                        const fa_eval_reports_member *members, size_t n, fa_error *err);
+void fa_eval_reports_del(fa_eval_reports *e);
 
 /* From now on reports are for `version` (model file sha256): the reports
  * of the previous version are dropped, their summary stays as the last
- * one (fa_fed_eval_last).  A call with the version already current changes
+ * one (fa_eval_reports_last).  A call with the version already current changes
  * nothing. */
-void fa_fed_eval_begin(fa_fed_eval *e, uint64_t version, const uint8_t sha256[32]);
+void fa_eval_reports_begin(fa_eval_reports *e, uint64_t version, const uint8_t sha256[32]);
 
 /* A packed SignedEval from `region` (authenticated by mTLS).  Accepted: 0
  * (also for a byte-identical retry).  Refused, with nothing changed:
@@ -71,22 +71,22 @@ void fa_fed_eval_begin(fa_fed_eval *e, uint64_t version, const uint8_t sha256[32
  * of this region for this version), FA_ERR_INVAL (num_examples 0, a loss or
  * metric not finite, an accuracy outside [0, 1], too many or bad metric
  * names). */
-int fa_fed_eval_submit(fa_fed_eval *e, const char *region, const uint8_t *body, size_t len,
-                       fa_error *err);
+int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t *body, size_t len,
+                           fa_error *err);
 
 /* A report saved with the round state (a restart): submitted again, in
  * the name of the region its statement names, and checked like any. */
-int fa_fed_eval_restore(fa_fed_eval *e, const Fedagg__SignedEval *se, fa_error *err);
+int fa_eval_reports_restore(fa_eval_reports *e, const Fedagg__SignedEval *se, fa_error *err);
 
 /* Reports of the current version, in the order received (for the audit
  * record and the round state): statement and signature bytes, pointers
  * into e valid until it changes. */
-size_t fa_fed_eval_count(const fa_fed_eval *e);
-void fa_fed_eval_at(const fa_fed_eval *e, size_t i, Fedagg__SignedEval *out);
+size_t fa_eval_reports_count(const fa_eval_reports *e);
+void fa_eval_reports_at(const fa_eval_reports *e, size_t i, Fedagg__SignedEval *out);
 
 /* The example-weighted means of the current version's reports (valid = 0
  * when none), and of the previous version's. */
-void fa_fed_eval_summary(const fa_fed_eval *e, fa_eval_summary *out);
-void fa_fed_eval_last(const fa_fed_eval *e, fa_eval_summary *out);
+void fa_eval_reports_summary(const fa_eval_reports *e, fa_eval_summary *out);
+void fa_eval_reports_last(const fa_eval_reports *e, fa_eval_summary *out);
 
 #endif

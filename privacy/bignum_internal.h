@@ -1,4 +1,4 @@
-/* bignum.h - fixed-width unsigned integers for the exact rational arithmetic
+/* bignum_internal.h - fixed-width unsigned integers for the exact rational arithmetic
  * of the discrete Gaussian sampler (internal to privacy/).
  *
  * FA_BN_LIMBS 32-bit limbs, least significant first: 384 bits, enough for
@@ -7,12 +7,12 @@
  * allocates.  Values are secret-dependent only through the noise being
  * drawn, and the sampler is not constant-time anyway (docs/privacy.md).
  */
-#ifndef FA_PRIVACY_BIGNUM_H
-#define FA_PRIVACY_BIGNUM_H
+#ifndef FA_PRIVACY_BIGNUM_INTERNAL_H
+#define FA_PRIVACY_BIGNUM_INTERNAL_H
 
 #include <stdint.h>
 
-#include "privacy/random.h"
+#include "privacy/random_internal.h"
 
 #define FA_BN_LIMBS 12
 #define FA_BN_BITS (32 * FA_BN_LIMBS)

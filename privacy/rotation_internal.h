@@ -1,4 +1,4 @@
-/* rotation.h - the client-side transforms of the distributed discrete
+/* rotation_internal.h - the client-side transforms of the distributed discrete
  * Gaussian (Kairouz, Liu, Steinke, ICML 2021, "The Distributed Discrete
  * Gaussian Mechanism for Federated Learning with Secure Aggregation",
  * arXiv:2102.06387, Section 4 and Algorithm 1), and the sizing of the ring.
@@ -22,7 +22,7 @@
  *      (fa_rdp_ddg_params.l2_sens).  The conditioning biases the result, by
  *      at most beta/(1 - beta) per coordinate and beta sqrt(n)/(1 - beta) in
  *      L2 (every coordinate moves by less than 1);
- *   3. discrete Gaussian noise and the ring Z_{2^k} (privacy/dgauss.h,
+ *   3. discrete Gaussian noise and the ring Z_{2^k} (privacy/dgauss_internal.h,
  *      fa_rotation_to_ring), then secure aggregation.
  * The server decodes the sum with fa_rotation_from_ring (centred), scales by
  * gamma and applies fa_rotation_inverse (D H: both are their own inverses).
@@ -44,16 +44,15 @@
  * source, the signs from libsodium's ChaCha20 keyed by the public seed.
  * Functions return 0 or a negative FA_ERR_* code and fill `err` when given.
  */
-#ifndef FA_PRIVACY_ROTATION_H
-#define FA_PRIVACY_ROTATION_H
+#ifndef FA_PRIVACY_ROTATION_INTERNAL_H
+#define FA_PRIVACY_ROTATION_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/fa_err.h"
-#include "privacy/random.h"
+#include "privacy/random_internal.h"
 
-#define FA_ROTATION_SEED_BYTES 32
 #define FA_ROTATION_MAX_TRIES 1000 /* default limit of the rounding's retries */
 
 /* The padded dimension: the smallest power of two >= d; 0 when d = 0 or it
@@ -91,7 +90,7 @@ int fa_rotation_inverse(float *x, size_t n, const uint8_t seed[FA_ROTATION_SEED_
 double fa_rotation_rounded_bound(double c, size_t n, double beta);
 
 /* Conditional randomized rounding of x[0..n) to out[0..n): out[i] = floor(x[i])
- * + Bernoulli(x[i] - floor(x[i])) (exact probabilities, privacy/random.h),
+ * + Bernoulli(x[i] - floor(x[i])) (exact probabilities, privacy/random_internal.h),
  * the whole vector redrawn until sum out[i]^2 <= bound^2 (checked in
  * integers, rounding bound^2 down), at most max_tries times (0 =
  * FA_ROTATION_MAX_TRIES).  *tries (may be NULL) gets the number of draws.

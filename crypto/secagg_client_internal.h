@@ -1,17 +1,18 @@
-/* secagg_client_int.h - the client's state, shared by its files (internal
+/* secagg_client_internal.h - the client's state, shared by its files (internal
  * to crypto/): secagg_client.c runs the rounds, secagg_client_stream.c the
  * masked stream, secagg_client_state.c saves and restores them.  The public face is
  * crypto/secagg.h. */
-#ifndef FA_CRYPTO_SECAGG_CLIENT_INT_H
-#define FA_CRYPTO_SECAGG_CLIENT_INT_H
+#ifndef FA_CRYPTO_SECAGG_CLIENT_INTERNAL_H
+#define FA_CRYPTO_SECAGG_CLIENT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/fa_err.h"
 #include "common/fa_blake3.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/codec_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "crypto/secagg_internal.h"
 
@@ -43,9 +44,9 @@ struct client_secrets {
 struct stream {
     int ready;
     size_t nprg;
-    fa_prg *prg;
+    fa_mask_prg *prg;
     int *sign;
-    fa_prg round_prg;
+    fa_mask_prg round_prg;
     uint64_t pos; /* coordinates produced */
     uint32_t *acc, *scratch, *rnd;
     uint8_t *pending;
@@ -55,18 +56,18 @@ struct stream {
 };
 
 struct fa_secagg_client {
-    fa_sa_cfg cfg;
-    fa_sa_roster roster;
-    char id[FA_SA_ID_CAP];
+    fa_secagg_cfg cfg;
+    fa_secagg_roster roster;
+    char id[FA_SECAGG_ID_CAP];
     fa_secagg_rng rng;
     struct client_secrets *sec;
-    fa_sa_peer self; /* own advertisement */
+    fa_secagg_peer self; /* own advertisement */
     int phase;
     /* U1 */
     size_t n1;
-    fa_sa_peer *peers; /* sorted by id */
-    int me;            /* index in peers */
-    fa_sa_graph graph;
+    fa_secagg_peer *peers; /* sorted by id */
+    int me;                /* index in peers */
+    fa_secagg_graph graph;
     uint8_t in_u2[FA_SECAGG_MAX_CLIENTS]; /* sent us shares (U2 as seen here; me included) */
     uint8_t in_u3[FA_SECAGG_MAX_CLIENTS];
     uint8_t revealed[FA_SECAGG_MAX_CLIENTS]; /* REV_* per owner, once round 4 ran */
@@ -93,17 +94,17 @@ struct fa_secagg_client {
 
 /* A client for cfg and the roster with its secrets allocated (not drawn).
  * Returns 0, or FA_ERR_INVAL, FA_ERR_NOMEM, FA_ERR_CRYPTO. */
-int fa_sa_cli_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
-                    const uint8_t identity_sk[32], const char *client_id,
-                    const fa_secagg_member *members, size_t n_members, const fa_secagg_rng *rng,
-                    fa_error *err);
+int fa_secagg_client_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
+                           const uint8_t identity_sk[32], const char *client_id,
+                           const fa_secagg_member *members, size_t n_members,
+                           const fa_secagg_rng *rng, fa_error *err);
 
 /* FA_ERR_STATE (with a message naming `what`) unless lo <= c->phase <= hi. */
-int fa_sa_cli_check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
-                          fa_error *err);
+int fa_secagg_client_check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
+                                 fa_error *err);
 
 /* Frees the masked stream's generators and buffers (wiping the ones that
  * held input) and zeroes *st. */
-void fa_sa_cli_stream_free(struct stream *st);
+void fa_secagg_client_stream_free(struct stream *st);
 
 #endif

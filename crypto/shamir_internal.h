@@ -1,4 +1,4 @@
-/* shamir.h - Shamir t-of-n secret sharing of 32-byte secrets over GF(2^8)
+/* shamir_internal.h - Shamir t-of-n secret sharing of 32-byte secrets over GF(2^8)
  * (internal to crypto/).
  *
  * Each byte of the secret is the constant term of its own random polynomial
@@ -8,8 +8,8 @@
  * fewer give no information about it.  Arithmetic on secret bytes is
  * branch-free and table-free; only the public x coordinates steer branches.
  */
-#ifndef FA_CRYPTO_SHAMIR_H
-#define FA_CRYPTO_SHAMIR_H
+#ifndef FA_CRYPTO_SHAMIR_INTERNAL_H
+#define FA_CRYPTO_SHAMIR_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,9 +28,5 @@ int fa_shamir_split(const uint8_t secret[FA_SHAMIR_BYTES], unsigned t, const uin
  * secret.  Returns 0 or FA_ERR_INVAL. */
 int fa_shamir_combine(uint8_t secret[FA_SHAMIR_BYTES], const uint8_t *xs, const uint8_t *shares,
                       size_t t);
-
-/* Fills buf from rng (libsodium's randombytes_buf when rng or rng->fill is
- * NULL).  Returns 0 or the rng's error. */
-int fa_rng_fill(const fa_secagg_rng *rng, void *buf, size_t len);
 
 #endif

@@ -1,5 +1,5 @@
 /* libFuzzer target: a region's federated-evaluation report
- * (aggregator/fed_eval.h, POST /v1/evaluations) on untrusted bytes.  The
+ * (aggregator/eval_reports.h, POST /v1/evaluations) on untrusted bytes.  The
  * signature check comes first, so most inputs stop there; the corpus holds
  * well-signed reports (made with a fixed test key) whose statements the
  * fuzzer mutates to reach the decoding and value checks.  An accepted
@@ -11,13 +11,13 @@
 
 #include <sodium.h>
 
-#include "aggregator/fed_eval.h"
+#include "aggregator/eval_reports.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static fa_fed_eval_member m;
+    static fa_eval_reports_member m;
     static int ready;
-    fa_fed_eval *e = NULL;
+    fa_eval_reports *e = NULL;
     fa_eval_summary s;
     uint8_t sha[32];
     fa_error err;
@@ -32,19 +32,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ready = 1;
     }
     memset(sha, 0xab, sizeof(sha));
-    if (fa_fed_eval_new(&e, "fuzz", &m, 1, &err) != 0)
+    if (fa_eval_reports_new(&e, "fuzz", &m, 1, &err) != 0)
         return 0;
-    fa_fed_eval_begin(e, 3, sha);
-    if (fa_fed_eval_submit(e, "eu-west", data, size, &err) == 0) {
-        if (fa_fed_eval_count(e) != 1)
+    fa_eval_reports_begin(e, 3, sha);
+    if (fa_eval_reports_submit(e, "eu-west", data, size, &err) == 0) {
+        if (fa_eval_reports_count(e) != 1)
             abort();
-        fa_fed_eval_summary(e, &s);
+        fa_eval_reports_summary(e, &s);
         if (!s.valid || s.n < 1 || s.n_metrics > FA_EVAL_MAX_METRICS ||
             (!isnan(s.accuracy) && (s.accuracy < 0 || s.accuracy > 1)))
             abort();
-        if (fa_fed_eval_submit(e, "eu-west", data, size, &err) != 0 || fa_fed_eval_count(e) != 1)
+        if (fa_eval_reports_submit(e, "eu-west", data, size, &err) != 0 ||
+            fa_eval_reports_count(e) != 1)
             abort(); /* a retry is the same report */
     }
-    fa_fed_eval_del(e);
+    fa_eval_reports_del(e);
     return 0;
 }

@@ -1,10 +1,7 @@
-/* random.h - the injectable random source of privacy/ and exact uniform
+/* random_internal.h - the injectable random source of privacy/ and exact uniform
  * draws from it.
  *
- * fa_privacy_rng has the shape of crypto/secagg.h's fa_secagg_rng: fill(ctx,
- * buf, len) writes len random bytes and returns 0 or a negative FA_ERR_*
- * code; a NULL fill (or a NULL rng) means libsodium's randombytes_buf.  Tests
- * pass a seeded generator to replay a run.
+ * The source, fa_privacy_rng, is declared in the public privacy/ddg.h.
  *
  * fa_random buffers the source (one fill call per FA_RANDOM_BUF bytes, so a
  * seeded source replays the same stream) and draws from it without bias:
@@ -14,20 +11,16 @@
  * The buffer holds randomness that may become secret noise: it is wiped by
  * fa_random_wipe.  Not thread-safe; one fa_random per thread.
  */
-#ifndef FA_PRIVACY_RANDOM_H
-#define FA_PRIVACY_RANDOM_H
+#ifndef FA_PRIVACY_RANDOM_INTERNAL_H
+#define FA_PRIVACY_RANDOM_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/fa_err.h"
+#include "privacy/ddg.h"
 
 #define FA_RANDOM_BUF 512
-
-typedef struct fa_privacy_rng {
-    int (*fill)(void *ctx, void *buf, size_t len);
-    void *ctx;
-} fa_privacy_rng;
 
 typedef struct fa_random {
     int (*fill)(void *ctx, void *buf, size_t len); /* NULL: randombytes_buf */

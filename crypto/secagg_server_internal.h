@@ -1,9 +1,9 @@
-/* secagg_server_int.h - the server's state, shared by its files (internal
+/* secagg_server_internal.h - the server's state, shared by its files (internal
  * to crypto/): secagg_server.c runs the rounds, secagg_server_unmask.c
  * removes the masks (round 4), secagg_server_state.c saves and restores.
  * As SQLite's btreeInt.h: the public face is crypto/secagg.h. */
-#ifndef FA_CRYPTO_SECAGG_SERVER_INT_H
-#define FA_CRYPTO_SECAGG_SERVER_INT_H
+#ifndef FA_CRYPTO_SECAGG_SERVER_INTERNAL_H
+#define FA_CRYPTO_SECAGG_SERVER_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +30,7 @@ struct srv_client {
     uint32_t flags;
     int slot; /* upload in flight, or -1 */
     int u1;   /* index in U1, or -1 */
-    fa_sa_peer adv;
+    fa_secagg_peer adv;
     uint8_t upload_digest[32]; /* of upload_alg (enum fa_secagg_upload_digest) */
     int upload_alg;            /* BLAKE3, or SHA-256 in a state an older version saved */
     uint8_t upload_sig[64];
@@ -45,21 +45,21 @@ struct upload_slot {
     uint64_t coords;   /* coordinates added to the sum (a multiple of 8) */
     uint8_t carry[32]; /* bytes of a group not complete yet */
     size_t carry_len;
-    uint8_t last;      /* the last byte received (its padding bits are checked at the end) */
+    uint8_t last;       /* the last byte received (its padding bits are checked at the end) */
     fa_blake3_ctx hash; /* of the upload so far */
-    uint8_t *journal;  /* in-memory journal: masked_bytes, allocated on first use, reused */
+    uint8_t *journal;   /* in-memory journal: masked_bytes, allocated on first use, reused */
 };
 
 struct fa_secagg_server {
-    fa_sa_cfg cfg;
-    fa_sa_roster roster;
+    fa_secagg_cfg cfg;
+    fa_secagg_roster roster;
     int phase;
     uint64_t phase_opened_ms;
     struct srv_client *cl; /* roster.n */
     size_t n1;
     int u1[FA_SECAGG_MAX_CLIENTS]; /* U1 index -> roster index (sorted by id) */
-    fa_sa_graph graph;
-    uint8_t *ct;         /* [from][to] of U1: FA_SA_SHARE_CT bytes each */
+    fa_secagg_graph graph;
+    uint8_t *ct;         /* [from][to] of U1: FA_SECAGG_SHARE_CT bytes each */
     uint8_t *ct_have;    /* [from][to] */
     uint8_t *rev;        /* [sender][owner] of U1: revealed shares, 32 bytes each */
     uint8_t *rev_kind;   /* [sender][owner]: REV_* */
@@ -96,30 +96,31 @@ static inline int u4_member(const fa_secagg_server *s, int r)
 
 /* A server for cfg and the roster, in the advertise phase (no tables yet).
  * Returns 0, or FA_ERR_INVAL (cfg, roster), FA_ERR_NOMEM, FA_ERR_CRYPTO. */
-int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
-                    const fa_secagg_member *members, size_t n_members, fa_error *err);
+int fa_secagg_server_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                           const fa_secagg_member *members, size_t n_members, fa_error *err);
 
 /* The [from][to] tables of U1 (n1 x n1).  Returns 0 or FA_ERR_NOMEM. */
-int fa_sa_srv_alloc_tables(fa_secagg_server *s);
+int fa_secagg_server_alloc_tables(fa_secagg_server *s);
 
 /* U1 from the advertisements, the graph, the tables.  Returns 0 or an FA_ERR_*. */
-int fa_sa_srv_build_u1(fa_secagg_server *s);
+int fa_secagg_server_build_u1(fa_secagg_server *s);
 
 /* U3 and the dropouts (U1 \ U3) from the upload flags. */
-void fa_sa_srv_build_survivors(fa_secagg_server *s);
+void fa_secagg_server_build_survivors(fa_secagg_server *s);
 
 /* The checks every message takes (secagg_server.c): its sender is the
  * member the connection authenticated, it is for this round and attempt,
  * and its phase is open.  Each returns 0, or FA_ERR_AUTH / FA_ERR_REPLAY /
  * FA_ERR_STATE with a message; check_sender sets *r to the roster index. */
-int fa_sa_srv_check_sender(const fa_secagg_server *s, const char *auth_id, const char *msg_id,
-                           const char *what, int *r, fa_error *err);
-int fa_sa_srv_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
-                          const char *what, const char *who, fa_error *err);
-int fa_sa_srv_check_phase(const fa_secagg_server *s, int phase, const char *what, fa_error *err);
+int fa_secagg_server_check_sender(const fa_secagg_server *s, const char *auth_id,
+                                  const char *msg_id, const char *what, int *r, fa_error *err);
+int fa_secagg_server_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
+                                 const char *what, const char *who, fa_error *err);
+int fa_secagg_server_check_phase(const fa_secagg_server *s, int phase, const char *what,
+                                 fa_error *err);
 
 /* Round 4's close (secagg_server_unmask.c): b_u and s_sk_v reconstructed
  * and the masks removed from the sum.  Returns 0 or an FA_ERR_*. */
-int fa_sa_srv_close_unmask(fa_secagg_server *s, fa_error *err);
+int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err);
 
 #endif

@@ -1,4 +1,4 @@
-/* round_state.c - the durable round state (round.state) and the
+/* fed_round_state.c - the durable round state (round.state) and the
  * secure-aggregation sum file next to it. */
 #include "aggregator/federation_internal.h"
 
@@ -273,7 +273,7 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
     uint8_t *blob = NULL;
     size_t blob_len = 0;
     uint64_t t0 = fa_time_mono_ns();
-    size_t ne = fa_fed_eval_count(f->feval);
+    size_t ne = fa_eval_reports_count(f->feval);
     Fedagg__SignedEval *evs = calloc(ne ? ne : 1, sizeof(*evs));
     Fedagg__SignedEval **evp = calloc(ne ? ne : 1, sizeof(*evp));
     Fedagg__EvalSummary central;
@@ -286,7 +286,7 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
         return fa_errorf(err, FA_ERR_NOMEM, "round state: out of memory");
     }
     for (size_t i = 0; i < ne; i++) {
-        fa_fed_eval_at(f->feval, i, &evs[i]);
+        fa_eval_reports_at(f->feval, i, &evs[i]);
         evp[i] = &evs[i];
     }
     st.n_evaluations = ne;
