@@ -2,6 +2,7 @@
 #include "aggregator/api.h"
 #include "aggregator/api_admin.h"
 #include "aggregator/fed_gov.h"
+#include "audit/audit_gov.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,11 +50,74 @@ struct fa_api {
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+int fa_api_parse_number(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (len == 0 || len > 20 || (s[0] == '0' && len > 1))
+        return FA_ERR_PARSE;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return FA_ERR_PARSE;
+        v = v * 10 + d;
+    }
+    if (v > max)
+        return FA_ERR_RANGE;
+    *out = v;
+    return 0;
+}
+
+/* Whether an absolute path may start at s[i]: a '/' at the start or after
+ * a separator, and not one of the API's own paths (which the messages
+ * name to say what to use). */
+static int path_starts(const char *s, size_t i)
+{
+    if (s[i] != '/' || !strncmp(s + i, "/v1/", 4) || s[i + 1] == '\0' || s[i + 1] == ' ')
+        return 0;
+    return i == 0 || strchr(" \t'\"(=:,[", s[i - 1]) != NULL;
+}
+
+void fa_api_public_message(char *out, size_t cap, const char *msg)
+{
+    size_t o = 0;
+
+    if (cap == 0)
+        return;
+    for (size_t i = 0; msg[i] && o + 1 < cap;) {
+        if (path_starts(msg, i)) {
+            static const char mark[] = "<path>";
+            for (size_t k = 0; mark[k] && o + 1 < cap; k++)
+                out[o++] = mark[k];
+            while (msg[i] && !strchr(" \t'\"),;", msg[i]) &&
+                   !(msg[i] == ':' && (msg[i + 1] == ' ' || msg[i + 1] == '\0')))
+                i++;
+            continue;
+        }
+        out[o++] = msg[i++];
+    }
+    out[o] = '\0';
+}
+
+/* What a peer may read of an error: the message without the server's
+ * paths, or for a failure of this aggregator (500) none of it: that goes
+ * to the log. */
+static void peer_message(char *out, size_t cap, int status, const char *msg, const char *region)
+{
+    if (status == 500) {
+        fa_log(FA_LOG_ERROR, "internal error answered with 500", "region=%s error=\"%s\"",
+               region && region[0] ? region : "-", msg);
+        snprintf(out, cap, "internal error of the aggregator (its log says what)");
+        return;
+    }
+    fa_api_public_message(out, cap, msg);
+}
+
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
 {
     Fedagg__Error e = FEDAGG__ERROR__INIT;
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
-    char msg[512];
+    char raw[512], msg[512];
     uint8_t buf[1024];
     uint64_t round = 0;
     uint32_t attempt = 0;
@@ -61,8 +125,9 @@ static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, con
     size_t n;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    peer_message(msg, sizeof(msg), status, raw, c ? c->region : NULL);
     if (c && c->api)
         fa_fed_position(c->api->fed, &round, &attempt, NULL, NULL);
     e.code = (uint32_t)status;
@@ -82,6 +147,9 @@ int fa_api_http_status(int code, int internal)
     if (internal)
         return 500;
     switch (code) {
+    case FA_ERR_IO:
+    case FA_ERR_CORRUPT: return 500; /* this aggregator's storage, not the request */
+    case FA_ERR_NOSPACE: return 503;
     case FA_ERR_AUTH: return 403;
     case FA_ERR_REPLAY:
     case FA_ERR_STATE:
@@ -101,6 +169,7 @@ static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
     int status = fa_api_http_status(r->code, r->internal);
     Fedagg__Error e = FEDAGG__ERROR__INIT;
+    char msg[sizeof(r->msg)];
     uint8_t *buf;
     size_t n;
 
@@ -111,8 +180,9 @@ static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
     }
     fa_log(FA_LOG_INFO, "request refused", "region=%s status=%d reason=\"%s\"", c->region, status,
            r->msg);
+    peer_message(msg, sizeof(msg), status, r->msg, c->region);
     e.code = (uint32_t)status;
-    e.message = (char *)r->msg;
+    e.message = msg;
     e.round = r->round;
     e.attempt = r->attempt;
     n = fedagg__error__get_packed_size(&e);
@@ -246,6 +316,16 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     fa_h3_request_set_data(req, NULL);
 }
 
+/* Routes are registered by prefix (transport/h3.h): a handler of one exact
+ * path answers 404 to anything longer ("/v1/federationX"). */
+static int exact_path(struct req_ctx *c, fa_h3_request *req, const char *want)
+{
+    if (!strcmp(fa_h3_request_path(req), want))
+        return 1;
+    respond_error(c, req, 404, "no such resource (did you mean %s?)", want);
+    return 0;
+}
+
 /* --- GET /v1/federation, /v1/status --------------------------------------- */
 
 static int on_federation(fa_h3_request *req, void *arg)
@@ -257,7 +337,7 @@ static int on_federation(fa_h3_request *req, void *arg)
     size_t len;
     fa_error err;
 
-    if (!c)
+    if (!c || !exact_path(c, req, "/v1/federation"))
         return 0;
     fa_api_tick(a);
     if (fa_fed_info(a->fed, fa_time_mono_ms(), &out, &len, &err) != 0) {
@@ -277,7 +357,7 @@ static int on_status(fa_h3_request *req, void *arg)
     const char *accept = fa_h3_request_header(req, "accept");
     fa_error err;
 
-    if (!c)
+    if (!c || !exact_path(c, req, "/v1/status"))
         return 0;
     if (accept && strstr(accept, "application/json")) {
         fa_h3_header h[] = {{"content-type", "application/json"}};
@@ -343,6 +423,11 @@ static void respond_channel(struct req_ctx *c, fa_fed *fed, const char *name)
     fa_error err;
     int rc;
 
+    if (!fa_audit_gov_channel_name_ok(name)) {
+        respond_error(c, c->req, 404, "no release channel '%.64s' ([a-z0-9._-], 1 to 63 bytes)",
+                      name);
+        return;
+    }
     fa_error_clear(&err);
     rc = fa_fed_channel(fed, name, &version, sha, NULL, 0, &proof, &len, &err);
     if (rc != 0) {
@@ -367,7 +452,7 @@ static int on_model(fa_h3_request *req, void *arg)
     const char *which = fa_h3_request_path(req) + strlen("/v1/models/");
     uint64_t version = UINT64_MAX, got, delta_from = 0;
     uint8_t sha[32], dsha[32] = {0};
-    char path[4096], hex[65], dhex[65], vs[32], fs[32], *end;
+    char path[4096], hex[65], dhex[65], vs[32], fs[32];
     struct file_src *src;
     off_t size;
     int f32, want_delta = 0, is_delta = 0;
@@ -378,14 +463,13 @@ static int on_model(fa_h3_request *req, void *arg)
         respond_channel(c, a->fed, which + 9);
         return 0;
     }
-    if (strcmp(which, "latest") != 0) {
-        errno = 0;
-        version = strtoull(which, &end, 10);
-        if (!which[0] || *end || errno) {
-            respond_error(c, req, 404, "no model '%s': use /v1/models/latest or a version number",
-                          which);
-            return 0;
-        }
+    if (strcmp(which, "latest") != 0 &&
+        fa_api_parse_number(which, strlen(which), FA_API_MAX_NUMBER, &version) != 0) {
+        respond_error(c, req, 404,
+                      "no model '%.64s': use /v1/models/latest or a version number (decimal "
+                      "digits, at most %" PRIu64 ")",
+                      which, (uint64_t)FA_API_MAX_NUMBER);
+        return 0;
     }
     /* ?dtype=f32: the float32 master weights instead of the model's own
      * dtypes.  ?delta_from=N: the version as a delta against version N when
@@ -400,14 +484,10 @@ static int on_model(fa_h3_request *req, void *arg)
                 f32 = 1;
             } else if (len == 12 && !strncmp(q, "dtype=native", 12)) {
                 f32 = 0;
-            } else if (len > 11 && !strncmp(q, "delta_from=", 11) && len - 11 < 21) {
-                char num[24];
-                memcpy(num, q + 11, len - 11);
-                num[len - 11] = '\0';
-                errno = 0;
-                delta_from = strtoull(num, &end, 10);
-                if (!num[0] || *end || errno || num[0] == '-' || num[0] == '+') {
-                    respond_error(c, req, 400, "delta_from '%s' is not a version number", num);
+            } else if (len >= 11 && !strncmp(q, "delta_from=", 11)) {
+                if (fa_api_parse_number(q + 11, len - 11, FA_API_MAX_NUMBER, &delta_from) != 0) {
+                    respond_error(c, req, 400, "delta_from '%.*s' is not a version number",
+                                  (int)(len - 11 < 32 ? len - 11 : 32), q + 11);
                     return 0;
                 }
                 want_delta = 1;
@@ -494,7 +574,7 @@ static int on_audit(fa_h3_request *req, void *arg)
     const char *path = fa_h3_request_path(req);
     const char *q = fa_h3_request_query(req);
     fa_h3_header h[] = {{"content-type", "text/plain; charset=utf-8"}};
-    char *out = NULL, round_s[32], region[64], *end;
+    char *out = NULL, round_s[32], region[64];
     size_t len;
     fa_error err;
     int rc;
@@ -511,8 +591,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/proof?round=R&region=ID");
             return 0;
         }
-        round = strtoull(round_s, &end, 10);
-        if (*end || !round_s[0]) {
+        if (fa_api_parse_number(round_s, strlen(round_s), FA_API_MAX_NUMBER, &round) != 0) {
             respond_error(c, req, 400, "round '%s' is not a number", round_s);
             return 0;
         }
@@ -525,8 +604,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/record?version=V");
             return 0;
         }
-        version = strtoull(vs, &end, 10);
-        if (*end || !vs[0]) {
+        if (fa_api_parse_number(vs, strlen(vs), FA_API_MAX_NUMBER, &version) != 0) {
             respond_error(c, req, 400, "version '%s' is not a number", vs);
             return 0;
         }
@@ -538,17 +616,14 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/consistency?from=N[&to=M]");
             return 0;
         }
-        from = strtoull(fs, &end, 10);
-        if (*end || !fs[0]) {
+        if (fa_api_parse_number(fs, strlen(fs), FA_API_MAX_NUMBER, &from) != 0) {
             respond_error(c, req, 400, "from '%s' is not a number", fs);
             return 0;
         }
-        if (query_param(q, "to", ts, sizeof(ts))) {
-            to = strtoull(ts, &end, 10);
-            if (*end || !ts[0]) {
-                respond_error(c, req, 400, "to '%s' is not a number", ts);
-                return 0;
-            }
+        if (query_param(q, "to", ts, sizeof(ts)) &&
+            fa_api_parse_number(ts, strlen(ts), FA_API_MAX_NUMBER, &to) != 0) {
+            respond_error(c, req, 400, "to '%s' is not a number", ts);
+            return 0;
         }
         rc = fa_fed_audit_consistency(a->fed, from, to, &out, &len, &err);
         if (rc == FA_ERR_RANGE) {
@@ -577,19 +652,17 @@ static int on_audit(fa_h3_request *req, void *arg)
 
 static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt, int *kind)
 {
-    const char *p = path + strlen("/v1/rounds/");
-    char *end;
-    unsigned long long r, at;
+    const char *p = path + strlen("/v1/rounds/"), *slash;
+    uint64_t r, at;
 
-    errno = 0;
-    r = strtoull(p, &end, 10);
-    if (end == p || *end != '/' || errno)
+    if (!(slash = strchr(p, '/')) ||
+        fa_api_parse_number(p, (size_t)(slash - p), FA_API_MAX_NUMBER, &r) != 0)
         return -1;
-    p = end + 1;
-    at = strtoull(p, &end, 10);
-    if (end == p || *end != '/' || errno || at > UINT32_MAX)
+    p = slash + 1;
+    if (!(slash = strchr(p, '/')) ||
+        fa_api_parse_number(p, (size_t)(slash - p), UINT32_MAX - 1u, &at) != 0)
         return -1;
-    p = end + 1;
+    p = slash + 1;
     for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
         if (!strcmp(p, fa_secagg_phase_names[k])) {
             *round = r;
@@ -610,9 +683,9 @@ static int on_round_request(fa_h3_request *req, void *arg)
         return 0;
     if (parse_round_path(fa_h3_request_path(req), &c->round, &c->attempt, &c->kind) != 0) {
         respond_error(c, req, 404,
-                      "no such round resource: %s (expected "
+                      "no such round resource: %.80s (expected "
                       "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
-                      "consistency|unmask})",
+                      "consistency|unmask}, numbers in decimal digits)",
                       fa_h3_request_path(req));
         return 0;
     }
@@ -740,11 +813,15 @@ static int on_eval_request(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
     struct req_ctx *c = admit(a, req);
+    const char *path = fa_h3_request_path(req);
     if (!c)
         return 0;
-    c->kind = !strcmp(fa_h3_request_path(req), "/v1/privacy")           ? KIND_PRIVACY
-              : !strcmp(fa_h3_request_path(req), "/v1/data-statements") ? KIND_DATA
-                                                                        : KIND_EVAL;
+    if (strcmp(path, "/v1/privacy") != 0 && strcmp(path, "/v1/data-statements") != 0 &&
+        !exact_path(c, req, "/v1/evaluations"))
+        return 0;
+    c->kind = !strcmp(path, "/v1/privacy")           ? KIND_PRIVACY
+              : !strcmp(path, "/v1/data-statements") ? KIND_DATA
+                                                     : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }

@@ -1,5 +1,6 @@
 /* api_admin.c - the operators' HTTP/3 API.  See api_admin.h. */
 #include "aggregator/api_admin.h"
+#include "aggregator/api.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -41,18 +42,27 @@ static void respond_json(fa_h3_request *req, int status, const char *json)
            fa_h3_request_method(req), fa_h3_request_path(req), status);
 }
 
-/* {"ok": true, "message": msg} or {"error": msg}. */
+/* {"ok": true, "message": msg} or {"error": msg}: an error as an operator's
+ * client may read it (no paths of the server's files; a failure of the
+ * aggregator itself is logged and answered without its details). */
 static void respond_msg(fa_h3_request *req, int status, const char *msg)
 {
     json_t *o = json_object();
-    char *text = NULL;
+    char *text = NULL, pub[512];
 
+    if (status == 500) {
+        fa_log(FA_LOG_ERROR, "admin request failed", "operator=%s path=%s error=\"%s\"", who(req),
+               fa_h3_request_path(req), msg);
+        snprintf(pub, sizeof(pub), "internal error of the aggregator (its log says what)");
+    } else {
+        fa_api_public_message(pub, sizeof(pub), msg);
+    }
     if (o) {
         if (status < 400) {
             json_object_set_new(o, "ok", json_true());
-            json_object_set_new(o, "message", json_string(msg));
+            json_object_set_new(o, "message", json_string(pub));
         } else {
-            json_object_set_new(o, "error", json_string(msg));
+            json_object_set_new(o, "error", json_string(pub));
         }
         text = json_dumps(o, JSON_COMPACT);
         json_decref(o);

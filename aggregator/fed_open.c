@@ -211,8 +211,10 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         if (f->cur.version != audited)
             return fa_errorf(err, FA_ERR_CORRUPT,
                              "model store is at version %" PRIu64 " but the audit log ends at "
-                             "version %" PRIu64 " and there is no round state to repair it from",
-                             f->cur.version, audited);
+                             "version %" PRIu64 " and there is no round state to repair it from "
+                             "(`fedagg audit repair LOG --pubkey KEY --store %s` takes the store "
+                             "back to the log's version, docs/operations.md)",
+                             f->cur.version, audited, f->storage_dir);
         fa_fed_open_gated(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1, 0,
                           now_ms);
         return 0;
@@ -292,8 +294,11 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     if (f->cur.version != audited || st->base_version != f->cur.version) {
         rc = fa_errorf(err, FA_ERR_CORRUPT,
                        "model store at version %" PRIu64 ", audit log at version %" PRIu64
-                       ", round state based on version %" PRIu64 ": they do not fit together",
-                       f->cur.version, audited, st->base_version);
+                       ", round state based on version %" PRIu64
+                       ": they do not fit together (a log repaired back to an earlier "
+                       "checkpoint? `fedagg audit repair LOG --pubkey KEY --store %s` takes "
+                       "the store back to the log's version, docs/operations.md)",
+                       f->cur.version, audited, st->base_version, f->storage_dir);
         fedagg__round_state__free_unpacked(st, NULL);
         return rc;
     }
@@ -589,7 +594,8 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             fm[i].id = f->regions[i].id;
             memcpy(fm[i].pk, f->regions[i].pk, 32);
         }
-        rc = fa_eval_reports_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        rc = fa_eval_reports_new(&f->feval, f->federation_id, fm, f->n_regions,
+                                 cfg->evaluation ? cfg->evaluation->max_region_examples : 0, err);
         if (rc == 0)
             rc = fa_privacy_ledger_new(&f->privacy, f->federation_id, fm, f->n_regions, err);
         free(fm);
@@ -624,6 +630,12 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     rc = fa_audit_log_open(&f->audit, path, f->signer, origin, 0, &report, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "audit log %s", path);
+        if (rc == FA_ERR_CORRUPT || rc == FA_ERR_VERIFY)
+            fa_errorf(err, rc,
+                      "%s; to recover to its last signed checkpoint (the damaged files are "
+                      "kept): fedagg audit repair %s --pubkey <the aggregator's key> --store %s "
+                      "(docs/operations.md)",
+                      err->msg, path, cfg->storage->dir);
         goto fail;
     }
     if (report.torn_log_bytes || report.torn_checkpoint_bytes || report.unsigned_records ||

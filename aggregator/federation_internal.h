@@ -137,6 +137,11 @@ struct fa_fed {
 
     struct fa_metrics *metrics;
     int fatal; /* a committed round could not be recorded: restart to repair */
+    /* The audit log's files were damaged while running (audit_log.h
+     * fa_audit_log_check): no attempt opens, /readyz says why. */
+    int audit_damaged;
+    char audit_damage[512];
+    uint64_t audit_checked_ms;
     /* Closed while the storage cannot take a round (storage_gate.h): no
      * attempt opens, /readyz says why. */
     fa_storage_gate gate;

@@ -506,8 +506,10 @@ static int evaluate_builtin(struct worker *w, uint64_t version)
     return 0;
 }
 
-/* Tests of preemption: FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a
- * SIGTERM when the local round reaches step k (k steps done), once. */
+#ifdef FA_TEST_HOOKS
+/* Tests of preemption (a test hook, common/fa_failpoint.h):
+ * FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a SIGTERM when the local
+ * round reaches step k (k steps done), once. */
 static void sigterm_at_step(void *user, uint64_t step)
 {
     struct worker *w = user;
@@ -516,14 +518,16 @@ static void sigterm_at_step(void *user, uint64_t step)
         kill(getpid(), SIGTERM);
     }
 }
+#endif
 
-/* Tests: with FEDAGG_DEBUG_DUMP_DIR set, rank 0 writes the federated delta
- * of each local round as trained, before clipping and quantisation
- * (delta-<region>-v<version>.f32, little-endian floats), so that a test can
- * compare a preempted and resumed round with an uninterrupted one.  Never
- * set this in production. */
+/* Tests (a test hook, common/fa_failpoint.h): with FEDAGG_DEBUG_DUMP_DIR
+ * set, rank 0 writes the federated delta of each local round as trained,
+ * before clipping and quantisation (delta-<region>-v<version>.f32,
+ * little-endian floats), so that a test can compare a preempted and resumed
+ * round with an uninterrupted one.  Not in a release build. */
 static void debug_dump_delta(const struct worker *w)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     char path[4096];
     fa_error e;
@@ -535,6 +539,9 @@ static void debug_dump_delta(const struct worker *w)
     if (fa_file_write_atomic(path, w->delta, w->d * sizeof(float), 0600, &e) == 0)
         fa_log(FA_LOG_WARN, "debug dump of the trained delta written (FEDAGG_DEBUG_DUMP_DIR)",
                "file=%s", path);
+#else
+    (void)w;
+#endif
 }
 
 /* Collective: one local round; rank 0 gets the federated delta.  Returns
@@ -575,10 +582,12 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
     ck.version = w->have_version;
     memcpy(ck.model_sha256, w->global_sha, 32);
     ck.shard_digest = w->shard_digest;
+#ifdef FA_TEST_HOOKS
     if (w->test_sigterm_step != UINT64_MAX) {
         ck.on_boundary = sigterm_at_step;
         ck.on_boundary_user = w;
     }
+#endif
     if (w->dp && !w->ddg_budget) {
         /* A fresh secret for every run, resumed ones included: the Poisson
          * samples and the noise are its streams (rank 0's reaches the
@@ -1531,16 +1540,18 @@ int main(int argc, char **argv)
              "round, or trains it afresh)\" proc=worker region=%.64s rank=%d\n",
              cfg->preempt_grace_s, cfg->region_id ? cfg->region_id : "", w.rank);
     grace_msg_len = strlen(grace_msg);
+    w.test_sigterm_step = UINT64_MAX;
+#ifdef FA_TEST_HOOKS
     {
         const char *k = getenv("FEDAGG_TEST_SIGTERM_AT_STEP");
         char *end = NULL;
-        w.test_sigterm_step = UINT64_MAX;
         if (k && *k) {
             unsigned long long v = strtoull(k, &end, 10);
             if (end && !*end)
                 w.test_sigterm_step = v;
         }
     }
+#endif
     if (rc != 0) {
         log_err("cannot start", rc, &err);
         goto out;

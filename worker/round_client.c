@@ -399,10 +399,12 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
  * this region masks is written there (input-<region>-r<R>-a<A>.u32, the
  * ring elements little-endian), so that a test can check the aggregator's
  * unmasked sum bit for bit.  It is the region's own update, written on the
- * region's machine; never set this in production. */
+ * region's machine: a test hook (common/fa_failpoint.h), not in a release
+ * build. */
 static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
                              const Fedagg__FederationInfo *info)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     size_t n = (size_t)fa_ddp_vector_len(info);
     uint32_t *q;
@@ -422,6 +424,9 @@ static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
         fa_log(FA_LOG_WARN, "debug dump of the quantised update written (FEDAGG_DEBUG_DUMP_DIR)",
                "file=%s", path);
     free(q);
+#else
+    (void)rc, (void)c, (void)info;
+#endif
 }
 
 /* The update as the attempt's input: through the float codec, or with the

@@ -10,6 +10,7 @@
 # and every decision recomputes (`fedagg audit verify`), the store and the
 # log agree, a promoted version is kept beyond the store's window.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 F="$FA_BIN/fedagg"
 # loss, lower is better, a wide tolerance: every candidate is promoted
