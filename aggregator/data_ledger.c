@@ -128,8 +128,10 @@ static int check_values(const Fedagg__DataStatement *s, const char *region, fa_e
                          "digest (%zu bytes) must be SHA-256 (32 bytes; the manifest's may be "
                          "absent)",
                          region, s->manifest_sha256.len, s->trainer_sha256.len);
-    if (s->num_examples == 0)
-        return fa_errorf(err, FA_ERR_INVAL, "data statement of %s: num_examples is 0", region);
+    if (s->num_examples == 0 || s->num_examples > FA_EVAL_MAX_EXAMPLES)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "data statement of %s: num_examples %" PRIu64 " is not 1 to %" PRIu64,
+                         region, s->num_examples, (uint64_t)FA_EVAL_MAX_EXAMPLES);
     return 0;
 }
 

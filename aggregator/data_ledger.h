@@ -42,7 +42,8 @@ void fa_data_ledger_begin(fa_data_ledger *l, uint64_t round, uint32_t attempt, u
  * region or federation), FA_ERR_VERIFY (signature), FA_ERR_REPLAY (another
  * round, attempt or model), FA_ERR_EXISTS (a different statement for this
  * attempt), FA_ERR_INVAL (no dataset or trainer name, a name over 63 bytes
- * or with a control character, a digest not of 32 bytes, no examples). */
+ * or with a control character, a digest not of 32 bytes, no examples or
+ * more than FA_EVAL_MAX_EXAMPLES). */
 int fa_data_ledger_submit(fa_data_ledger *l, const char *region, const uint8_t *body, size_t len,
                           fa_error *err);
 
