@@ -380,12 +380,12 @@ void fa_qconn_free(fa_qconn *qc);
 /* A short phrase for why a connection ended, for logs. */
 void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap);
 
-/* server.c: processes one datagram as if it had arrived on the socket
+/* server_address.c: processes one datagram as if it had arrived on the socket
  * (fuzzing and tests). */
 void fa_h3_server_feed(fa_h3_server *s, uint8_t *data, size_t len, const struct sockaddr *from,
                        socklen_t fromlen);
 
-/* server.c: frees every connection without a word to the peers (fuzzing:
+/* server_address.c: frees every connection without a word to the peers (fuzzing:
  * keeps inputs independent and memory bounded). */
 void fa_h3_server_forget_all(fa_h3_server *s);
 
