@@ -260,8 +260,6 @@ const char *fa_h3_request_path(const fa_h3_request *req);  /* without the query 
 const char *fa_h3_request_query(const fa_h3_request *req); /* after '?', or "" */
 /* Value of the first field named `name` (case-insensitive), or NULL. */
 const char *fa_h3_request_header(const fa_h3_request *req, const char *name);
-/* All fields except the pseudo-headers; *n receives the count. */
-const fa_h3_header *fa_h3_request_headers(const fa_h3_request *req, size_t *n);
 /* content-length of the request, or -1 when absent. */
 int64_t fa_h3_request_content_length(const fa_h3_request *req);
 /* Body bytes received so far. */

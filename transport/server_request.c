@@ -169,12 +169,6 @@ const char *fa_h3_request_header(const fa_h3_request *r, const char *name)
     return NULL;
 }
 
-const fa_h3_header *fa_h3_request_headers(const fa_h3_request *r, size_t *n)
-{
-    *n = r->nhdrs;
-    return r->hdrs;
-}
-
 void fa_h3_request_consume(fa_h3_request *r, size_t n)
 {
     if (r->closed)
