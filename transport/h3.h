@@ -128,9 +128,11 @@ typedef ssize_t (*fa_h3_read_fn)(void *arg, uint8_t *buf, size_t cap);
 
 /* Reads (or creates, with 32 random bytes, mode 0600) the static secret from
  * which the server derives stateless-reset and Retry/NEW_TOKEN keys, so that
- * they survive a restart.  The file holds 64 hex digits or 32 raw bytes and
- * must not be readable by group or others.  Returns 0, FA_ERR_IO,
- * FA_ERR_AUTH (mode), FA_ERR_PARSE. */
+ * they survive a restart.  The file holds exactly 32 raw bytes, or 64 hex
+ * digits (either case) followed by at most one line end ("\n" or "\r\n");
+ * nothing else (no sign, no space), and it must not be readable by group
+ * or others.  Returns 0, FA_ERR_IO, FA_ERR_NOTFOUND (create 0), FA_ERR_AUTH
+ * (mode), FA_ERR_PARSE; secret is untouched on error. */
 int fa_h3_load_static_secret(const char *path, int create, uint8_t secret[32], fa_error *err);
 
 /* ------------------------------------------------------------------------ */
@@ -196,7 +198,8 @@ typedef struct fa_h3_handler {
 
 /* Creates a server bound to cfg->listen (the socket is open on return, so
  * fa_h3_server_port() is known).  Loads and checks the certificate, key and
- * CA.  Returns 0, FA_ERR_INVAL, FA_ERR_IO, FA_ERR_TLS, FA_ERR_NOMEM. */
+ * CA.  Returns 0, FA_ERR_INVAL, FA_ERR_IO, FA_ERR_TLS, FA_ERR_NOMEM,
+ * FA_ERR_CRYPTO (the keys could not be derived from the static secret). */
 int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_error *err);
 
 /* Frees the server, closing every connection without ceremony.  NULL is a

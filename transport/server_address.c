@@ -16,11 +16,11 @@
 #include <string.h>
 #include <time.h>
 
-#include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
+#include "common/fa_hkdf.h"
 
 #define RETRY_TOKEN_TIMEOUT (10 * NGTCP2_SECONDS)
 #define REGULAR_TOKEN_TIMEOUT (3600 * NGTCP2_SECONDS)
@@ -219,7 +219,7 @@ void fa_h3_server_forget_all(fa_h3_server *s)
 int fa_h3_load_static_secret(const char *path, int create, uint8_t secret[32], fa_error *err)
 {
     uint8_t *data = NULL;
-    size_t len = 0;
+    size_t len = 0, n;
     int rv = fa_file_read_all(path, &data, &len, 4096, err);
 
     if (rv == FA_ERR_NOTFOUND && create) {
@@ -240,25 +240,26 @@ int fa_h3_load_static_secret(const char *path, int create, uint8_t secret[32], f
     rv = fa_file_check_private(path, err);
     if (rv != 0)
         goto out;
-    while (len && (data[len - 1] == '\n' || data[len - 1] == '\r' || data[len - 1] == ' '))
-        len--;
+    /* 32 bytes are the raw secret, whatever they are (a last byte 0x0a
+     * included); else 64 hex digits, and one line end after them. */
+    n = len;
+    if (n != 32 && n > 0 && data[n - 1] == '\n') {
+        n--;
+        if (n > 0 && data[n - 1] == '\r')
+            n--;
+    }
     if (len == 32) {
         memcpy(secret, data, 32);
-    } else if (len == 64) {
-        for (int i = 0; i < 32; i++) {
-            unsigned v;
-            char two[3] = {(char)data[2 * i], (char)data[2 * i + 1], 0};
-            char *end;
-            v = (unsigned)strtoul(two, &end, 16);
-            if (*end) {
-                rv = fa_errorf(err, FA_ERR_PARSE, "%s: not 64 hex digits", path);
-                goto out;
-            }
-            secret[i] = (uint8_t)v;
-        }
+    } else if (n == 64) {
+        if (fa_hex_decode(secret, 32, (const char *)data, 64) != 0)
+            rv = fa_errorf(err, FA_ERR_PARSE,
+                           "%s: not 64 hex digits (only 0-9, a-f, A-F, then at most one line "
+                           "end)",
+                           path);
     } else {
         rv = fa_errorf(err, FA_ERR_PARSE,
-                       "%s: want a 32-byte secret (64 hex digits or 32 raw bytes), got %zu bytes",
+                       "%s: want a 32-byte secret (64 hex digits and at most one line end, or "
+                       "exactly 32 raw bytes), got %zu bytes",
                        path, len);
     }
 out:
@@ -269,20 +270,27 @@ out:
     return rv;
 }
 
-static void derive_key(const uint8_t secret[32], const char *label, uint8_t out[32])
-{
-    uint8_t buf[96];
-    size_t l = strlen(label);
-    memcpy(buf, label, l);
-    memcpy(buf + l, secret, 32);
-    gnutls_hash_fast(GNUTLS_DIG_SHA256, buf, l + 32, out);
-    explicit_bzero(buf, sizeof(buf));
-}
-
+/* The keys of stateless resets and address-validation tokens, each
+ * HKDF-SHA256 (RFC 5869) of the static secret with its own label, so that
+ * neither key tells anything of the other or of the secret. */
 int fa_srv_derive_keys(fa_h3_server *s, const uint8_t secret[32], fa_error *err)
 {
-    (void)err;
-    derive_key(secret, "fedagg quic stateless reset v1", s->reset_key);
-    derive_key(secret, "fedagg quic address token v1", s->token_key);
+    static const char salt[] = "fedagg/quic/v2";
+    static const char reset[] = "stateless-reset";
+    static const char token[] = "address-token";
+    int rv;
+
+    rv = fa_hkdf_sha256(s->reset_key, sizeof(s->reset_key), (const uint8_t *)salt, sizeof(salt) - 1,
+                        secret, 32, (const uint8_t *)reset, sizeof(reset) - 1);
+    if (rv == 0)
+        rv =
+            fa_hkdf_sha256(s->token_key, sizeof(s->token_key), (const uint8_t *)salt,
+                           sizeof(salt) - 1, secret, 32, (const uint8_t *)token, sizeof(token) - 1);
+    if (rv != 0) {
+        explicit_bzero(s->reset_key, sizeof(s->reset_key));
+        explicit_bzero(s->token_key, sizeof(s->token_key));
+        return fa_errorf(err, FA_ERR_CRYPTO, "h3 server: cannot derive the QUIC keys: %s",
+                         fa_strerror(rv));
+    }
     return 0;
 }
