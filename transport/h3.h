@@ -212,6 +212,10 @@ int fa_h3_server_port(const fa_h3_server *srv);
 /* Registers h for requests whose method equals `method` ("*" = any) and whose
  * path starts with `prefix`; the longest matching prefix wins.  A path that
  * matches no prefix gets 404; one that matches only under other methods 405.
+ * HEAD is served by the route GET would take (RFC 9110 9.3.2): the handler
+ * responds as to GET, and every response to a HEAD request, errors
+ * included, goes without its body (a streamed body is never read; its done
+ * and a borrowed body's release still run).
  * Call before fa_h3_server_run().  Returns 0, FA_ERR_INVAL, FA_ERR_NOMEM. */
 int fa_h3_server_route(fa_h3_server *srv, const char *method, const char *prefix,
                        const fa_h3_handler *h, void *arg);

@@ -97,6 +97,7 @@ struct fa_h3_request {
     void (*release)(void *arg); /* borrowed body: at req_free */
     void *release_arg;
     int headers_done, body_done_flag, responded, closed, refused_body, app_err, bad;
+    int head;     /* a HEAD request: every response goes without its body */
     int fin_sent; /* the whole response is on the wire */
 };
 

@@ -268,7 +268,8 @@ static int submit(fa_h3_request *r, int status, const fa_h3_header *hdrs, size_t
                                 strlen(hdrs[i].value), NGHTTP3_NV_FLAG_NONE};
     }
     /* nghttp3 copies the fields */
-    if (nghttp3_conn_submit_response(r->c->q.h3, r->sid, nva, k, has_body ? &dr : NULL) != 0)
+    if (nghttp3_conn_submit_response(r->c->q.h3, r->sid, nva, k,
+                                     has_body && !r->head ? &dr : NULL) != 0)
         rv = FA_ERR_HTTP;
 out:
     for (size_t i = 0; i < n; i++)
@@ -292,13 +293,13 @@ int fa_h3_respond(fa_h3_request *r, int status, const fa_h3_header *headers, siz
     int rv = respond_check(r);
     if (rv)
         return rv;
-    if (len) {
+    if (len && !r->head) {
         copy = malloc(len);
         if (!copy)
             return FA_ERR_NOMEM;
         memcpy(copy, body, len);
     }
-    fa_bodyq_init_buf(&r->body, copy, len, copy);
+    fa_bodyq_init_buf(&r->body, copy, copy ? len : 0, copy);
     rv = submit(r, status, headers, nheaders, (int64_t)len, len > 0);
     if (rv)
         return rv;
@@ -315,7 +316,7 @@ int fa_h3_respond_ref(fa_h3_request *r, int status, const fa_h3_header *headers,
         return rv;
     if (len && !body)
         return FA_ERR_INVAL;
-    fa_bodyq_init_buf(&r->body, body, (size_t)len, NULL);
+    fa_bodyq_init_buf(&r->body, r->head ? NULL : body, r->head ? 0 : (size_t)len, NULL);
     rv = submit(r, status, headers, nheaders, (int64_t)len, len > 0);
     if (rv)
         return rv;
@@ -335,7 +336,11 @@ int fa_h3_respond_stream(fa_h3_request *r, int status, const fa_h3_header *heade
         return rv;
     if (!read)
         return FA_ERR_INVAL;
-    fa_bodyq_init_pull(&r->body, read, arg, r->c->srv->cfg.quic.max_stream_window);
+    /* HEAD: nothing is read; done still runs when the request closes */
+    if (r->head)
+        fa_bodyq_init_buf(&r->body, NULL, 0, NULL);
+    else
+        fa_bodyq_init_pull(&r->body, read, arg, r->c->srv->cfg.quic.max_stream_window);
     rv = submit(r, status, headers, nheaders, content_length, 1);
     if (rv)
         return rv;
@@ -459,11 +464,13 @@ static const struct route *route_find(const fa_h3_server *s, const char *method,
                                       int *method_mismatch)
 {
     const struct route *best = NULL, *any_method = NULL;
+    int head = strcmp(method, "HEAD") == 0; /* served by the GET route (RFC 9110 9.3.2) */
     for (size_t i = 0; i < s->nroutes; i++) {
         const struct route *rt = &s->routes[i];
         if (strncmp(path, rt->prefix, rt->plen) != 0)
             continue;
-        if (strcmp(rt->method, "*") == 0 || strcmp(rt->method, method) == 0) {
+        if (strcmp(rt->method, "*") == 0 || strcmp(rt->method, method) == 0 ||
+            (head && strcmp(rt->method, "GET") == 0)) {
             if (!best || rt->plen > best->plen)
                 best = rt;
         } else if (!any_method || rt->plen > any_method->plen) {
@@ -490,6 +497,7 @@ static int h3_end_headers(nghttp3_conn *h3, int64_t sid, int fin, void *ud, void
         refuse_body(r);
         return 0;
     }
+    r->head = r->method && strcmp(r->method, "HEAD") == 0;
     if (!r->method || !r->path || !r->path[0]) {
         respond_text(r, 400, "missing :method or :path\n");
         refuse_body(r);
