@@ -152,6 +152,26 @@ typedef struct fa_h3_server_config {
     uint64_t max_body_bytes;       /* larger request bodies get 413 (64 GiB) */
     int retry;                     /* enum fa_h3_retry (RETRY_ABOVE_LOAD) */
     uint32_t retry_load_threshold; /* connections above which Retry is sent (64) */
+    /* Connection slots against peers that hold them (see "Slots" below).
+     * An address is an IPv4 address or an IPv6 /64. */
+    uint32_t max_connections_per_address; /* live connections from one address (64) */
+    uint32_t max_handshakes;              /* handshakes in progress, all addresses (256) */
+    uint32_t max_handshakes_per_address;  /* ... from one address (8) */
+    uint32_t handshake_timeout_ms;        /* a handshake not done by then is dropped (3000) */
+    uint32_t max_connections_per_identity; /* connections of one certificate's region or
+                                               operator (16) */
+    /* Membership at the handshake: called (loop thread) once a client's
+     * certificate has verified and its identity is read; returns 1 to
+     * admit role/name, or 0 and a reason in why, and the handshake is
+     * refused with a TLS alert.  NULL admits every certificate of the CA. */
+    int (*admit)(void *arg, int role, const char *name, char *why, size_t whycap);
+    void *admit_arg;
+    /* Revocation: a CRL file (PEM or DER, signed by a CA of ca_file);
+     * certificates it lists are refused during the handshake, and live
+     * connections of one are closed when a new version lists it.  Read
+     * again when it changes (checked every second) and on SIGHUP (with
+     * drain_on_signal) or fa_h3_server_reload.  NULL = no revocation. */
+    const char *crl_file;
     /* Static secret for stateless reset and address-validation tokens; when
      * has_static_secret is 0 a random one is drawn (tokens then die with the
      * process). */
@@ -160,9 +180,10 @@ typedef struct fa_h3_server_config {
     /* How long a graceful drain waits for in-flight requests before closing
      * the remaining connections, ms (30000). */
     uint32_t drain_timeout_ms;
-    /* When nonzero, fa_h3_server_run() blocks SIGTERM and SIGINT in the
-     * calling thread and drains gracefully when one arrives (signalfd).  Block
-     * them in every other thread of the process too. */
+    /* When nonzero, fa_h3_server_run() blocks SIGTERM, SIGINT and SIGHUP in
+     * the calling thread and drains gracefully when one of the first two
+     * arrives, reads crl_file again on SIGHUP (signalfd).  Block them in
+     * every other thread of the process too. */
     int drain_on_signal;
     /* Periodic tick for the application's deadlines: on_tick runs on the
      * loop every tick_ms (0 = never). */
@@ -171,7 +192,24 @@ typedef struct fa_h3_server_config {
     void *tick_arg;
 } fa_h3_server_config;
 
-/* Fills c with defaults (listen, files and callbacks NULL). */
+/* Fills c with defaults (listen, files and callbacks NULL).
+ *
+ * Slots.  A peer must not be able to hold the connections others need.
+ * A new connection from an address that has max_connections_per_address
+ * is refused.  A handshake in progress holds a slot for at most
+ * handshake_timeout_ms, and at most max_handshakes_per_address of them
+ * come from one address: beyond, the address must answer a Retry (so a
+ * spoofed address cannot use up a real one's share), and once it has,
+ * its own oldest handshake makes room.  At max_handshakes (or
+ * max_connections) a new client must answer a Retry too, and then the
+ * oldest handshake of all makes room: a flood that answers Retry from
+ * many addresses delays fresh clients by one round trip, it does not lock
+ * them out.  A certificate's region or operator may hold
+ * max_connections_per_identity connections: its oldest connection without
+ * a request in flight makes room for a new one (a region that restarted),
+ * and when all are busy the new one is refused with CONNECTION_REFUSED
+ * after its handshake (the client retries later; this is no certificate
+ * error). */
 void fa_h3_server_config_default(fa_h3_server_config *c);
 
 /* What on_body returns to keep the credit of a chunk (see top of file). */
@@ -234,6 +272,10 @@ void fa_h3_server_drain(fa_h3_server *srv);
  * closing every connection. */
 void fa_h3_server_stop(fa_h3_server *srv);
 
+/* Thread-safe and async-signal-safe: reads crl_file again soon, whether or
+ * not it changed (as SIGHUP does). */
+void fa_h3_server_reload(fa_h3_server *srv);
+
 /* Thread-safe: runs fn(srv, arg) on the loop thread soon (an eventfd wakes
  * the loop).  Returns 0 or FA_ERR_NOMEM. */
 int fa_h3_server_post(fa_h3_server *srv, void (*fn)(fa_h3_server *srv, void *arg), void *arg);
@@ -257,6 +299,16 @@ typedef struct fa_h3_server_stats {
      * made one shrink them for good (see max_udp_payload). */
     uint64_t largest_datagram_sent, largest_datagram_received;
     uint64_t datagram_fallbacks, datagram_shrinks;
+    /* Slots: handshakes in progress now; handshakes dropped at
+     * handshake_timeout_ms, or to make room for another; connections
+     * refused for their address's count, for their identity's count;
+     * connections closed to make room for their identity's new one;
+     * certificates refused as revoked or by admit (not members); live
+     * connections closed when a new CRL revoked them; CRL versions
+     * loaded. */
+    uint64_t current_handshakes, handshakes_timed_out, handshakes_evicted;
+    uint64_t refused_address, refused_identity, evicted_identity;
+    uint64_t refused_revoked, refused_admit, closed_revoked, crl_loads;
 } fa_h3_server_stats;
 void fa_h3_server_get_stats(const fa_h3_server *srv, fa_h3_server_stats *st);
 
@@ -341,6 +393,10 @@ typedef struct fa_h3_client_config {
     const char *ca_file;     /* PEM CA that the server certificate must chain to */
     const char *cert_file;   /* PEM chain of this client (region certificate) */
     const char *key_file;    /* its private key */
+    /* A CRL file of the CA (PEM or DER): a server certificate it lists is
+     * refused.  Read at fa_h3_client_new and again before a connection
+     * when it changed.  NULL = no revocation. */
+    const char *crl_file;
     fa_h3_quic_opts quic;
     uint32_t connect_timeout_ms;   /* one handshake attempt (10000) */
     uint32_t reconnect_initial_ms; /* first back-off after a failed connect (500) */

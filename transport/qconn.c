@@ -947,7 +947,9 @@ void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap)
     }
     if (qc->conn) {
         ngtcp2_conn_get_connection_close_error(qc->conn, &peer);
-        if (peer.error_code) {
+        /* the reason is the peer's text: fa_log escapes it, and the
+         * buffer bounds it */
+        if (peer.error_code || peer.reasonlen) {
             if (peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT &&
                 peer.error_code >= 0x100 && peer.error_code < 0x200)
                 snprintf(buf, cap, "peer refused the TLS handshake: alert %s",

@@ -33,6 +33,11 @@ void fa_h3_server_config_default(fa_h3_server_config *c)
     c->max_body_bytes = 64ull << 30;
     c->retry = FA_H3_RETRY_ABOVE_LOAD;
     c->retry_load_threshold = 64;
+    c->max_connections_per_address = 64;
+    c->max_handshakes = 256;
+    c->max_handshakes_per_address = 8;
+    c->handshake_timeout_ms = 3000;
+    c->max_connections_per_identity = 16;
     c->drain_timeout_ms = 30000;
 }
 
@@ -60,6 +65,12 @@ int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_erro
         return fa_errorf(err, FA_ERR_INVAL,
                          "h3 server: windows must be >= 16384 bytes, idle timeout >= 100 ms, "
                          "max_streams >= 1 (start from fa_h3_server_config_default)");
+    if (!cfg->max_connections || !cfg->max_connections_per_address || !cfg->max_handshakes ||
+        !cfg->max_handshakes_per_address || cfg->handshake_timeout_ms < 100 ||
+        !cfg->max_connections_per_identity)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "h3 server: the connection and handshake limits must be >= 1 and the "
+                         "handshake timeout >= 100 ms (start from fa_h3_server_config_default)");
     rv = fa_udp_parse_addr(cfg->listen, &ss, &sl, NULL, 0, err);
     if (rv != 0)
         return rv;
@@ -93,6 +104,10 @@ int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_erro
     rv = fa_tls_ctx_init(&s->tls, 1, cfg->cert_file, cfg->key_file, cfg->ca_file, err);
     if (rv != 0)
         goto fail;
+    rv = fa_tls_crl_set(&s->tls, cfg->crl_file, err);
+    if (rv != 0)
+        goto fail;
+    s->cfg.crl_file = NULL; /* the TLS context keeps its own copy */
     rv = fa_udp_open(&s->udp, (struct sockaddr *)&ss, sl, cfg->quic.gso, cfg->quic.gro, err);
     if (rv != 0)
         goto fail;
@@ -110,7 +125,7 @@ int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_erro
     {
         uint64_t seed;
         fa_h3_random((uint8_t *)&seed, sizeof(seed));
-        if (fa_cid_map_init(&s->cids, seed) != 0) {
+        if (fa_cid_map_init(&s->cids, seed) != 0 || fa_cid_map_init(&s->addrs, seed ^ 1) != 0) {
             rv = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
             goto fail;
         }
@@ -167,6 +182,7 @@ void fa_h3_server_del(fa_h3_server *s)
             free(s->timers.v[i]);
     fa_timer_heap_free(&s->timers);
     fa_cid_map_free(&s->cids);
+    fa_cid_map_free(&s->addrs); /* every slot was released with its connections */
     while ((t = s->tasks)) {
         s->tasks = t->next;
         free(t);
@@ -201,6 +217,50 @@ void fa_h3_server_stop(fa_h3_server *s)
 {
     atomic_store(&s->stop_req, 1);
     wake(s);
+}
+
+void fa_h3_server_reload(fa_h3_server *s)
+{
+    atomic_store(&s->reload_req, 1);
+    wake(s);
+}
+
+/* Reads the CRL again when it changed (or force); then closes the live
+ * connections whose certificate it now lists. */
+static void crl_check(fa_h3_server *s, int force)
+{
+    fa_error err;
+    char why[400];
+    int rv;
+
+    fa_error_clear(&err);
+    rv = fa_tls_crl_poll(&s->tls, force, &err);
+    if (rv < 0) {
+        fa_log(FA_LOG_ERROR, "CRL not reloaded; the previous one stays in force", "error=\"%s\"",
+               err.msg);
+        return;
+    }
+    if (rv == 0)
+        return;
+    s->st.crl_loads++;
+    fa_log(FA_LOG_INFO, "CRL loaded", "file=%s crls=%u", s->tls.crl_file, s->tls.ncrls);
+    for (srv_conn *c = s->conns, *n; c; c = n) {
+        n = c->next;
+        if (c->state != CS_LIVE || !c->q.verified ||
+            !fa_tls_session_revoked(&s->tls, c->q.tls, why, sizeof(why)))
+            continue;
+        s->st.closed_revoked++;
+        fa_log(FA_LOG_WARN, "connection of a revoked certificate closed",
+               "peer=%s addr=%s reason=\"%s\"", c->q.peer_id, c->addr, why);
+        fa_srv_conn_fail_requests(c, FA_ERR_CANCELLED);
+        fa_srv_conn_close_app(c, NGHTTP3_H3_NO_ERROR);
+    }
+}
+
+static void crl_poll(fa_h3_server *s, void *arg)
+{
+    (void)arg;
+    crl_check(s, 0);
 }
 
 int fa_h3_server_post(fa_h3_server *s, void (*fn)(fa_h3_server *, void *), void *arg)
@@ -417,6 +477,7 @@ int fa_h3_server_run(fa_h3_server *s, fa_error *err)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
         pthread_sigmask(SIG_BLOCK, &set, &old);
         sigblocked = 1;
         s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -426,6 +487,8 @@ int fa_h3_server_run(fa_h3_server *s, fa_error *err)
         }
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->sigfd, &ev);
     }
+    if (s->tls.crl_file)
+        (void)fa_srv_timer_add(s, NGTCP2_SECONDS, NGTCP2_SECONDS, crl_poll, NULL);
     if (s->cfg.tick_ms && s->cfg.on_tick)
         (void)fa_srv_timer_add(s, (uint64_t)s->cfg.tick_ms * NGTCP2_MILLISECONDS,
                                (uint64_t)s->cfg.tick_ms * NGTCP2_MILLISECONDS, tick_fn, NULL);
@@ -441,6 +504,8 @@ int fa_h3_server_run(fa_h3_server *s, fa_error *err)
         }
         if (atomic_exchange(&s->drain_req, 0))
             start_drain(s);
+        if (atomic_exchange(&s->reload_req, 0))
+            crl_check(s, 1);
         run_timers(s);
         flush_dirty(s);
         if (s->draining && drain_step(s)) {
@@ -496,6 +561,12 @@ int fa_h3_server_run(fa_h3_server *s, fa_error *err)
             case 2: {
                 struct signalfd_siginfo si;
                 while (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                    if (si.ssi_signo == SIGHUP) {
+                        fa_log(FA_LOG_INFO, "SIGHUP: reading the CRL again", "file=%s",
+                               s->tls.crl_file ? s->tls.crl_file : "(none)");
+                        crl_check(s, 1);
+                        continue;
+                    }
                     fa_log(FA_LOG_INFO, "signal received, draining", "signal=%u", si.ssi_signo);
                     start_drain(s);
                 }

@@ -21,6 +21,7 @@
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
 #include "common/fa_hkdf.h"
+#include "common/fa_log.h"
 
 #define RETRY_TOKEN_TIMEOUT (10 * NGTCP2_SECONDS)
 #define REGULAR_TOKEN_TIMEOUT (3600 * NGTCP2_SECONDS)
@@ -78,26 +79,171 @@ static void send_stateless_reset(fa_h3_server *s, const uint8_t *dcid, size_t dc
     }
 }
 
+/* ------------------------------------------------------------- slots */
+
+/* The key of an address: IPv4 (and IPv4-mapped IPv6) as ::ffff:a.b.c.d,
+ * IPv6 by its /64, the block one host is usually given. */
+static void addr_key(const struct sockaddr *sa, uint8_t key[16])
+{
+    memset(key, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(a, mapped, 12) == 0)
+            memcpy(key, a, 16);
+        else
+            memcpy(key, a, 8);
+    }
+}
+
+addr_slot *fa_srv_slot_of(fa_h3_server *s, const struct sockaddr *from)
+{
+    uint8_t key[16];
+    addr_slot *a;
+
+    addr_key(from, key);
+    a = fa_cid_map_find(&s->addrs, key, sizeof(key));
+    if (a)
+        return a;
+    a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    memcpy(a->key, key, sizeof(key));
+    if (fa_cid_map_add(&s->addrs, a->key, sizeof(a->key), a) != 0) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+static void slot_release(fa_h3_server *s, addr_slot *a)
+{
+    if (a->live || a->handshakes || a->pins)
+        return;
+    fa_cid_map_del(&s->addrs, a->key, sizeof(a->key), a);
+    free(a);
+}
+
+void fa_srv_slot_enter(fa_h3_server *s, srv_conn *c, addr_slot *slot)
+{
+    c->slot = slot;
+    slot->live++;
+    slot->handshakes++;
+    c->in_handshake = 1;
+    c->hs_prev = s->hs_newest;
+    c->hs_next = NULL;
+    if (s->hs_newest)
+        s->hs_newest->hs_next = c;
+    else
+        s->hs_oldest = c;
+    s->hs_newest = c;
+    s->nhandshakes++;
+    s->st.current_handshakes = s->nhandshakes;
+}
+
+void fa_srv_slot_handshake_done(fa_h3_server *s, srv_conn *c)
+{
+    if (!c->in_handshake)
+        return;
+    c->in_handshake = 0;
+    if (c->hs_prev)
+        c->hs_prev->hs_next = c->hs_next;
+    else
+        s->hs_oldest = c->hs_next;
+    if (c->hs_next)
+        c->hs_next->hs_prev = c->hs_prev;
+    else
+        s->hs_newest = c->hs_prev;
+    c->hs_prev = c->hs_next = NULL;
+    s->nhandshakes--;
+    s->st.current_handshakes = s->nhandshakes;
+    if (c->slot)
+        c->slot->handshakes--;
+}
+
+void fa_srv_slot_leave(fa_h3_server *s, srv_conn *c)
+{
+    addr_slot *a = c->slot;
+    fa_srv_slot_handshake_done(s, c);
+    if (!a)
+        return;
+    c->slot = NULL;
+    a->live--;
+    slot_release(s, a);
+}
+
+/* Drops the oldest handshake in progress (of slot, or of all when slot is
+ * NULL) without a word: a handshake that has not finished while newer
+ * ones arrive is the likeliest to be an attacker's that never will.
+ * Returns 1 when one was dropped. */
+static int evict_handshake(fa_h3_server *s, const addr_slot *slot)
+{
+    for (srv_conn *c = s->hs_oldest; c; c = c->hs_next) {
+        if (slot && c->slot != slot)
+            continue;
+        s->st.handshakes_evicted++;
+        fa_log(FA_LOG_DEBUG, "handshake dropped to make room", "addr=%s", c->addr);
+        fa_srv_conn_free(c);
+        return 1;
+    }
+    return 0;
+}
+
+int fa_srv_refusal_log_ok(fa_h3_server *s)
+{
+    uint64_t now = fa_h3_now();
+    if (now - s->refusal_log.since >= NGTCP2_SECONDS) {
+        if (s->refusal_log.suppressed)
+            fa_log(FA_LOG_WARN, "refusals not logged (more than 10 a second)", "count=%llu",
+                   (unsigned long long)s->refusal_log.suppressed);
+        s->refusal_log.since = now;
+        s->refusal_log.lines = 0;
+        s->refusal_log.suppressed = 0;
+    }
+    if (s->refusal_log.lines < 10) {
+        s->refusal_log.lines++;
+        return 1;
+    }
+    s->refusal_log.suppressed++;
+    return 0;
+}
+
+static void refuse(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const struct sockaddr *from,
+                   socklen_t fromlen, const char *why)
+{
+    char addr[64];
+    send_initial_close(s, hd, from, fromlen, NGTCP2_CONNECTION_REFUSED);
+    s->st.connections_refused++;
+    if (why && fa_srv_refusal_log_ok(s)) {
+        fa_udp_addr_str(from, addr, sizeof(addr));
+        fa_log(FA_LOG_WARN, "connection refused", "addr=%s reason=\"%s\"", addr, why);
+    }
+}
+
+/* A client's first Initial: address validation, the slots, then a new
+ * connection (see Slots in h3.h). */
 static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len, const struct sockaddr *from,
                            socklen_t fromlen, unsigned ecn)
 {
+    const fa_h3_server_config *cfg = &s->cfg;
     ngtcp2_pkt_hd hd;
     ngtcp2_cid ocid, *pocid = NULL;
+    addr_slot *slot;
     srv_conn *c;
-    int rv, need_retry;
+    int rv, validated = 0, crowded;
     uint64_t now = fa_srv_realtime_ns();
 
     if (ngtcp2_accept(&hd, data, len) != 0) {
         s->st.datagrams_dropped++;
         return;
     }
-    if (s->draining || s->stopping || s->nlive >= s->cfg.max_connections) {
-        send_initial_close(s, &hd, from, fromlen, NGTCP2_CONNECTION_REFUSED);
-        s->st.connections_refused++;
+    if (s->draining || s->stopping) {
+        refuse(s, &hd, from, fromlen, NULL);
         return;
     }
-    need_retry = s->cfg.retry == FA_H3_RETRY_ALWAYS || (s->cfg.retry == FA_H3_RETRY_ABOVE_LOAD &&
-                                                        s->nlive >= s->cfg.retry_load_threshold);
     if (hd.token.len) {
         switch (hd.token.base[0]) {
         case NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY:
@@ -110,6 +256,7 @@ static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len, const str
                 return;
             }
             pocid = &ocid;
+            validated = 1;
             break;
         case NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR:
             if (ngtcp2_crypto_verify_regular_token(hd.token.base, hd.token.len, s->token_key, 32,
@@ -117,22 +264,55 @@ static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len, const str
                                                    now) != 0) {
                 hd.token.base = NULL;
                 hd.token.len = 0;
+            } else {
+                validated = 1;
             }
             break;
         default: hd.token.base = NULL; hd.token.len = 0;
         }
     }
-    if (need_retry && !hd.token.len) {
-        send_retry(s, &hd, from, fromlen, len);
-        return;
-    }
     if (!hd.token.len && hd.dcid.datalen < NGTCP2_MIN_INITIAL_DCIDLEN) {
         s->st.datagrams_dropped++;
         return;
     }
-    c = fa_srv_conn_new(s, &hd, pocid, from, fromlen);
-    if (!c)
+    slot = fa_srv_slot_of(s, from);
+    if (!slot) {
+        s->st.datagrams_dropped++;
         return;
+    }
+    slot->pins++; /* evictions below may take its last connection */
+    /* Every slot that is full asks for a proven address: a spoofed
+     * source cannot answer the Retry, so it can neither use up a real
+     * address's share nor make room by evicting anyone. */
+    crowded = slot->handshakes >= cfg->max_handshakes_per_address ||
+              s->nhandshakes >= cfg->max_handshakes || s->nlive >= cfg->max_connections;
+    if (!validated && cfg->retry != FA_H3_RETRY_NEVER &&
+        (cfg->retry == FA_H3_RETRY_ALWAYS || crowded ||
+         (cfg->retry == FA_H3_RETRY_ABOVE_LOAD && s->nlive >= cfg->retry_load_threshold))) {
+        send_retry(s, &hd, from, fromlen, len);
+        goto out;
+    }
+    /* the oldest handshake in progress makes room: the address's own
+     * first, then anyone's */
+    if (slot->live >= cfg->max_connections_per_address &&
+        !(slot->handshakes && evict_handshake(s, slot))) {
+        s->st.refused_address++;
+        refuse(s, &hd, from, fromlen,
+               "its address holds max_connections_per_address connections already");
+        goto out;
+    }
+    if (slot->handshakes >= cfg->max_handshakes_per_address)
+        (void)evict_handshake(s, slot);
+    if (s->nhandshakes >= cfg->max_handshakes)
+        (void)evict_handshake(s, NULL);
+    if (s->nlive >= cfg->max_connections && !evict_handshake(s, NULL)) {
+        refuse(s, &hd, from, fromlen, "the server holds max_connections connections");
+        goto out;
+    }
+    c = fa_srv_conn_new(s, &hd, pocid, from, fromlen, slot);
+    if (!c)
+        goto out;
+    slot->pins--;
     rv = fa_qconn_read(&c->q, from, fromlen, ecn, data, len, fa_h3_now());
     if (rv != 0) {
         if (rv == NGTCP2_ERR_RETRY)
@@ -142,6 +322,10 @@ static void on_new_initial(fa_h3_server *s, uint8_t *data, size_t len, const str
     }
     fa_srv_mark_dirty(c);
     fa_srv_conn_schedule(c);
+    return;
+out:
+    slot->pins--;
+    slot_release(s, slot);
 }
 
 void fa_srv_on_datagram(void *arg, uint8_t *data, size_t len, const struct sockaddr *from,

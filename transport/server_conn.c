@@ -32,27 +32,92 @@ static void qc_cid_remove(fa_qconn *qc, const ngtcp2_cid *cid)
     fa_cid_map_del(&c->srv->cids, cid->data, cid->datalen, c);
 }
 
+/* Whether c serves a request now: one whose response is not all on the
+ * wire (a request answered in full lingers until the client acknowledges
+ * the end of its stream, which a client idle since may never do). */
+static int conn_busy(const srv_conn *c)
+{
+    for (const fa_h3_request *r = c->reqs; r; r = r->next)
+        if (!r->fin_sent && !r->closed)
+            return 1;
+    return 0;
+}
+
+/* The connections of the identity of c other than c (established, or
+ * whose certificate has been verified); *idle receives the oldest of them
+ * without a request in flight, NULL when all are busy. */
+static size_t identity_connections(srv_conn *c, srv_conn **idle)
+{
+    size_t n = 0;
+    *idle = NULL;
+    for (srv_conn *o = c->srv->conns; o; o = o->next) {
+        if (o == c || o->state != CS_LIVE || !o->q.verified || o->q.peer_role != c->q.peer_role ||
+            strcmp(o->q.peer_id, c->q.peer_id) != 0)
+            continue;
+        n++;
+        /* the list is newest first: the last idle one seen is the oldest */
+        if (o->established && !conn_busy(o))
+            *idle = o;
+    }
+    return n;
+}
+
 static int qc_handshake_done(fa_qconn *qc)
 {
     srv_conn *c = (srv_conn *)qc;
+    fa_h3_server *s = c->srv;
     uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
     const ngtcp2_path *path = ngtcp2_conn_get_path(qc->conn);
+    const char *role = qc->peer_role == FA_H3_ROLE_OPERATOR ? "operator" : "region";
+    srv_conn *idle;
     ngtcp2_ssize n;
 
     if (!qc->verified) /* cannot happen with GNUTLS_CERT_REQUIRE; belt and braces */
         return -1;
+    fa_srv_slot_handshake_done(s, c);
+    /* one identity holds at most max_connections_per_identity: its oldest
+     * idle connection gives way (a region that restarted left it behind),
+     * else the new one is refused, as a full server refuses, so that the
+     * client tries again later */
+    if (identity_connections(c, &idle) >= s->cfg.max_connections_per_identity) {
+        if (!idle) {
+            s->st.refused_identity++;
+            qc->refusal = FA_REFUSED_IDENTITY;
+            snprintf(qc->verify_fail, sizeof(qc->verify_fail),
+                     "%s %s holds max_connections_per_identity (%u) connections, all busy", role,
+                     qc->peer_id, s->cfg.max_connections_per_identity);
+            ngtcp2_connection_close_error_set_transport_error(
+                &qc->last_error, NGTCP2_CONNECTION_REFUSED, (const uint8_t *)"too many connections",
+                strlen("too many connections"));
+            return -1;
+        }
+        s->st.evicted_identity++;
+        fa_log(FA_LOG_INFO, "oldest idle connection closed for a new one of its identity",
+               "peer=%s role=%s addr=%s old_addr=%s", qc->peer_id, role, c->addr, idle->addr);
+        fa_srv_conn_close_app(idle, NGHTTP3_H3_NO_ERROR);
+    }
     c->established = 1;
-    c->srv->st.connections_accepted++;
+    s->st.connections_accepted++;
     fa_log(FA_LOG_INFO, "connection established",
-           "peer=%s role=%s addr=%s route_mtu=%u udp_payload=%zu", qc->peer_id,
-           qc->peer_role == FA_H3_ROLE_OPERATOR ? "operator" : "region", c->addr, qc->dg.route_mtu,
-           fa_qconn_udp_payload(qc));
+           "peer=%s role=%s addr=%s route_mtu=%u udp_payload=%zu", qc->peer_id, role, c->addr,
+           qc->dg.route_mtu, fa_qconn_udp_payload(qc));
     /* a token for the next connection from this address skips Retry (8.1.3) */
-    n = ngtcp2_crypto_generate_regular_token(token, c->srv->token_key, 32, path->remote.addr,
+    n = ngtcp2_crypto_generate_regular_token(token, s->token_key, 32, path->remote.addr,
                                              path->remote.addrlen, fa_srv_realtime_ns());
     if (n > 0)
         (void)ngtcp2_conn_submit_new_token(qc->conn, token, (size_t)n);
     return 0;
+}
+
+/* During the handshake, once the client's certificate has verified: the
+ * application's admit decides (membership). */
+static int qc_peer_admit(fa_qconn *qc, char *why, size_t cap)
+{
+    srv_conn *c = (srv_conn *)qc;
+    const fa_h3_server_config *cfg = &c->srv->cfg;
+    if (cfg->admit && !cfg->admit(cfg->admit_arg, qc->peer_role, qc->peer_id, why, cap))
+        return 0;
+    return 1;
 }
 
 static const fa_qconn_ops server_ops = {
@@ -62,6 +127,7 @@ static const fa_qconn_ops server_ops = {
     .handshake_done = qc_handshake_done,
     .stream_reset = fa_srv_stream_reset,
     .fin_sent = fa_srv_fin_sent,
+    .peer_admit = qc_peer_admit,
 };
 
 void fa_srv_mark_dirty(srv_conn *c)
@@ -86,7 +152,7 @@ void fa_srv_conn_schedule(srv_conn *c)
 }
 
 srv_conn *fa_srv_conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2_cid *ocid,
-                          const struct sockaddr *from, socklen_t fromlen)
+                          const struct sockaddr *from, socklen_t fromlen, addr_slot *slot)
 {
     srv_conn *c = calloc(1, sizeof(*c));
     ngtcp2_callbacks cb;
@@ -111,6 +177,7 @@ srv_conn *fa_srv_conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
     fa_h3_random(scid.data, scid.datalen);
     fa_qconn_settings(&c->q, &set, &params, &s->cfg.quic, now);
     set.token = hd->token; /* validated (or empty) */
+    set.handshake_timeout = (uint64_t)s->cfg.handshake_timeout_ms * NGTCP2_MILLISECONDS;
     if (ocid) {
         params.original_dcid = *ocid;
         params.retry_scid = hd->dcid;
@@ -143,6 +210,7 @@ srv_conn *fa_srv_conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
     s->conns = c;
     s->nlive++;
     s->st.current_connections = s->nlive;
+    fa_srv_slot_enter(s, c, slot);
     return c;
 fail:
     fa_qconn_free(&c->q);
@@ -177,6 +245,7 @@ static void conn_unlink(srv_conn *c)
     if (c->state == CS_LIVE) {
         s->nlive--;
         s->st.current_connections = s->nlive;
+        fa_srv_slot_leave(s, c);
     }
     if (c->dirty) {
         srv_conn **pp;
@@ -240,12 +309,20 @@ void fa_srv_conn_close(srv_conn *c, int liberr)
         break;
     case NGTCP2_ERR_DROP_CONN:
     case NGTCP2_ERR_RETRY: fa_log(FA_LOG_DEBUG, "connection dropped", "addr=%s", c->addr); break;
+    case NGTCP2_ERR_HANDSHAKE_TIMEOUT:
+        /* a half-open connection, maybe one of a flood: no word to it, a
+         * line only when debugging */
+        s->st.handshakes_timed_out++;
+        fa_log(FA_LOG_DEBUG, "handshake timed out", "addr=%s timeout_ms=%u", c->addr,
+               s->cfg.handshake_timeout_ms);
+        break;
     case NGTCP2_ERR_DRAINING:
         fa_qconn_describe_error(&c->q, liberr, why, sizeof(why));
         if (!c->established) {
             s->st.handshakes_failed++;
-            fa_log(FA_LOG_WARN, "handshake refused by the client", "addr=%s reason=\"%s\"", c->addr,
-                   why);
+            if (fa_srv_refusal_log_ok(s))
+                fa_log(FA_LOG_WARN, "handshake refused by the client", "addr=%s reason=\"%s\"",
+                       c->addr, why);
         } else {
             fa_log(FA_LOG_DEBUG, "connection closed by the peer", "peer=%s addr=%s reason=\"%s\"",
                    c->q.peer_id, c->addr, why);
@@ -255,7 +332,12 @@ void fa_srv_conn_close(srv_conn *c, int liberr)
         fa_qconn_describe_error(&c->q, liberr, why, sizeof(why));
         if (!c->established) {
             s->st.handshakes_failed++;
-            fa_log(FA_LOG_WARN, "handshake refused", "addr=%s reason=\"%s\"", c->addr, why);
+            if (c->q.refusal == FA_REFUSED_REVOKED)
+                s->st.refused_revoked++;
+            else if (c->q.refusal == FA_REFUSED_ADMIT)
+                s->st.refused_admit++;
+            if (fa_srv_refusal_log_ok(s))
+                fa_log(FA_LOG_WARN, "handshake refused", "addr=%s reason=\"%s\"", c->addr, why);
         } else {
             fa_log(FA_LOG_INFO, "connection closed", "peer=%s addr=%s reason=\"%s\"", c->q.peer_id,
                    c->addr, why);
@@ -272,7 +354,7 @@ void fa_srv_conn_close(srv_conn *c, int liberr)
     }
     fa_srv_conn_fail_requests(c, FA_ERR_QUIC);
     if (liberr == NGTCP2_ERR_IDLE_CLOSE || liberr == NGTCP2_ERR_DROP_CONN ||
-        liberr == NGTCP2_ERR_RETRY || !c->q.conn) {
+        liberr == NGTCP2_ERR_RETRY || liberr == NGTCP2_ERR_HANDSHAKE_TIMEOUT || !c->q.conn) {
         fa_srv_conn_free(c);
         return;
     }

@@ -78,7 +78,21 @@ typedef struct srv_conn {
     fa_h3_request *reqs; /* open requests */
     size_t nreqs;
     char addr[64];
+    /* slots (server_address.c): its address's counts, and while the
+     * handshake is in progress, its place among them, oldest first */
+    struct addr_slot *slot;
+    struct srv_conn *hs_prev, *hs_next;
+    int in_handshake;
 } srv_conn;
+
+/* The connections of one address (an IPv4 address or an IPv6 /64), as
+ * counted against max_connections_per_address and
+ * max_handshakes_per_address.  Freed when both reach 0. */
+typedef struct addr_slot {
+    uint8_t key[16];
+    uint32_t live, handshakes;
+    uint32_t pins; /* held by on_new_initial while it decides */
+} addr_slot;
 
 struct fa_h3_request {
     srv_conn *c;
@@ -116,13 +130,22 @@ struct fa_h3_server {
     srv_conn *conns;
     size_t nlive;
     srv_conn *dirty_head;
+    /* slots */
+    fa_cid_map addrs;                /* address key -> addr_slot */
+    srv_conn *hs_oldest, *hs_newest; /* handshakes in progress */
+    size_t nhandshakes;
+    struct {
+        uint64_t since;      /* start of the current second (ns) */
+        unsigned lines;      /* refusal lines written in it */
+        uint64_t suppressed; /* refusal lines not written since the last note */
+    } refusal_log;
     /* timers */
     fa_timer_heap timers; /* of hitem */
     int64_t next_timer_id;
     /* posted tasks and cross-thread flags */
     pthread_mutex_t mu;
     struct task *tasks, *tasks_tail;
-    atomic_int drain_req, stop_req;
+    atomic_int drain_req, stop_req, reload_req;
     int draining, stopping;
     uint64_t drain_deadline;
     fa_stateless_limit resets;
@@ -140,10 +163,11 @@ int64_t fa_srv_timer_add(fa_h3_server *s, uint64_t delay_ns, uint64_t period,
 /* ------------------------------------------------------- server_conn.c */
 
 /* Creates the connection of a client's first Initial hd (ocid: the DCID
- * before Retry, NULL without Retry) and maps its CIDs.  NULL when it cannot
+ * before Retry, NULL without Retry), counted on its address's slot, and
+ * maps its CIDs.  NULL when it cannot
  * (out of memory, TLS setup failed: logged). */
 srv_conn *fa_srv_conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2_cid *ocid,
-                          const struct sockaddr *from, socklen_t fromlen);
+                          const struct sockaddr *from, socklen_t fromlen, addr_slot *slot);
 /* Queues c for a write pass of the loop. */
 void fa_srv_mark_dirty(srv_conn *c);
 /* Puts c's next ngtcp2 expiry in the timer heap. */
@@ -173,6 +197,17 @@ void fa_srv_fin_sent(fa_qconn *qc, int64_t sid);
 void fa_srv_req_finish(fa_h3_request *r, int err);
 
 /* ---------------------------------------------------- server_address.c */
+
+/* Slots of addresses: the slot of from (created, NULL when out of
+ * memory); a connection counted on it (live, and as a handshake in
+ * progress) and uncounted (the slot is freed at zero); a handshake done. */
+addr_slot *fa_srv_slot_of(fa_h3_server *s, const struct sockaddr *from);
+void fa_srv_slot_enter(fa_h3_server *s, srv_conn *c, addr_slot *slot);
+void fa_srv_slot_leave(fa_h3_server *s, srv_conn *c);
+void fa_srv_slot_handshake_done(fa_h3_server *s, srv_conn *c);
+/* Whether a refusal may be logged now: at most 10 lines a second, then
+ * one line a second saying how many were left out. */
+int fa_srv_refusal_log_ok(fa_h3_server *s);
 
 /* Every datagram from the socket (fa_udp_rx_fn): to its connection, or to
  * the stateless replies, or a new connection. */
