@@ -48,6 +48,7 @@
 #define SNAPSHOT_MS 1000
 
 struct app {
+    const Fedagg__AggregatorConfig *cfg;
     fa_h3_server *srv;
     fa_fed *fed;
     fa_api *api;
@@ -158,6 +159,30 @@ static void on_tick(fa_h3_server *srv, void *arg)
             a->drained = 1; /* once */
         }
     }
+}
+
+/* Membership at the TLS handshake (transport/h3.h, admit): a region of
+ * the federation, or an operator the config lists; anyone else holding a
+ * certificate of the CA is refused before any request. */
+static int admit(void *arg, int role, const char *name, char *why, size_t whycap)
+{
+    struct app *a = arg;
+    if (role == FA_H3_ROLE_REGION) {
+        if (fa_fed_is_member(a->fed, name))
+            return 1;
+        snprintf(why, whycap, "names region '%s', which is not a member of this federation", name);
+        return 0;
+    }
+    if (role == FA_H3_ROLE_OPERATOR) {
+        for (size_t i = 0; i < a->cfg->n_operators; i++)
+            if (!strcmp(a->cfg->operators[i], name))
+                return 1;
+        snprintf(why, whycap,
+                 "names operator '%s', who is not in the aggregator config's `operators`", name);
+        return 0;
+    }
+    snprintf(why, whycap, "names no region and no operator");
+    return 0;
 }
 
 static int ready(void *ctx, char *why, size_t n)
@@ -289,6 +314,7 @@ int main(int argc, char **argv)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP); /* the server loop reads the CRL again on it */
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
     }
@@ -314,16 +340,11 @@ int main(int argc, char **argv)
     if (rc != 0)
         goto fail;
 
-    fa_h3_server_config_default(&sc);
+    fa_netconfig_server_config(&sc, cfg->quic, cfg->tls);
     sc.listen = cfg->listen;
-    sc.cert_file = cfg->tls->cert_file;
-    sc.key_file = cfg->tls->key_file;
-    sc.ca_file = cfg->tls->ca_file;
-    fa_netconfig_quic_opts(&sc.quic, cfg->quic);
-    sc.max_connections = cfg->quic->max_connections;
-    sc.max_body_bytes = cfg->quic->max_body_bytes;
-    sc.retry = (int)cfg->quic->retry;
-    sc.retry_load_threshold = cfg->quic->retry_load_threshold;
+    sc.admit = admit;
+    sc.admit_arg = &app;
+    app.cfg = cfg;
     if (cfg->quic->static_secret_file && cfg->quic->static_secret_file[0]) {
         rc = fa_h3_load_static_secret(cfg->quic->static_secret_file, 1, sc.static_secret, &err);
         if (rc != 0)
@@ -367,8 +388,7 @@ int main(int argc, char **argv)
     }
     fa_log(FA_LOG_INFO, "aggregator serving",
            "listen=%s port=%d metrics=%s dashboard=%s regions=%zu federation=%s mask_prg=%s",
-           cfg->listen,
-           fa_h3_server_port(app.srv), cfg->metrics_listen,
+           cfg->listen, fa_h3_server_port(app.srv), cfg->metrics_listen,
            !app.dashboard                                                              ? "off"
            : cfg->dashboard && cfg->dashboard->username && cfg->dashboard->username[0] ? "password"
                                                                                        : "open",

@@ -261,6 +261,8 @@ static void check_tls(struct ck *c, const Fedagg__TlsConfig *t, const char *who)
     snprintf(what, sizeof(what), "tls.ca_file");
     need_string(c, t, "ca_file", t->ca_file, what, "the federation CA certificate (PEM)");
     need_file(c, t, "ca_file", 0, t->ca_file, what);
+    if (!empty(t->crl_file))
+        need_file(c, t, "crl_file", 0, t->crl_file, "tls.crl_file");
 }
 
 static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
@@ -294,6 +296,22 @@ static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
         access(q->static_secret_file, F_OK) == 0)
         need_key_file(c, q, "static_secret_file", q->static_secret_file, "quic.static_secret_file");
     maybe_dir(c, q, "qlog_dir", q->qlog_dir, "quic.qlog_dir");
+    if (!server)
+        return;
+    if (q->max_connections_per_address == 0)
+        problem(c, q, "max_connections_per_address", 0,
+                "`quic.max_connections_per_address` must be positive");
+    if (q->max_handshakes == 0)
+        problem(c, q, "max_handshakes", 0, "`quic.max_handshakes` must be positive");
+    if (q->max_handshakes_per_address == 0)
+        problem(c, q, "max_handshakes_per_address", 0,
+                "`quic.max_handshakes_per_address` must be positive");
+    if (q->handshake_timeout_ms < 100)
+        problem(c, q, "handshake_timeout_ms", 0,
+                "`quic.handshake_timeout_ms` (%u) must be at least 100", q->handshake_timeout_ms);
+    if (q->max_connections_per_identity == 0)
+        problem(c, q, "max_connections_per_identity", 0,
+                "`quic.max_connections_per_identity` must be positive");
 }
 
 /* The federation's regions (the aggregator's list, or the worker's copy of
@@ -510,6 +528,14 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_tls(c, cfg->tls, "the aggregator's PEM certificate");
     check_quic(c, cfg->quic, 1);
     check_regions(c, cfg, cfg->regions, cfg->n_regions);
+    for (size_t i = 0; i < cfg->n_operators; i++) {
+        check_region_id(c, cfg, "operators", i, "operators", cfg->operators[i]);
+        for (size_t j = 0; j < i; j++)
+            if (cfg->operators[i] && cfg->operators[j] &&
+                !strcmp(cfg->operators[i], cfg->operators[j]))
+                problem(c, cfg, "operators", i, "`operators` names \"%s\" twice",
+                        cfg->operators[i]);
+    }
     check_round(c, cfg->round, cfg->n_regions);
     check_model(c, cfg->model);
     check_optimizer(c, cfg->optimizer);
