@@ -375,9 +375,16 @@ int main(int argc, char **argv)
             rc = fa_metrics_server_dashboard(msrv, dc ? dc->username : NULL, pw, &err);
             if (pw)
                 sodium_free(pw);
+            if (rc == 0 && dc && dc->protect_metrics)
+                rc = fa_metrics_server_protect_metrics(msrv, 1, &err);
             if (rc != 0)
                 goto fail;
             app.dashboard = 1;
+        } else if (cfg->dashboard->protect_metrics) {
+            rc = fa_errorf(&err, FA_ERR_INVAL,
+                           "dashboard.protect_metrics uses the dashboard's password: it needs "
+                           "dashboard.enabled");
+            goto fail;
         }
     }
     snapshot(&app, fa_time_mono_ns() / 1000000u);

@@ -542,6 +542,12 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_quantization(c, cfg->quantization);
     check_model_delta(c, cfg->model_delta);
     check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
+    if (cfg->dashboard && cfg->dashboard->protect_metrics &&
+        (empty(cfg->dashboard->username) || empty(cfg->dashboard->password_file) ||
+         !cfg->dashboard->enabled))
+        problem(c, cfg->dashboard, "protect_metrics", 0,
+                "`dashboard.protect_metrics` puts /metrics behind the dashboard's password: it "
+                "needs `dashboard.username`, `dashboard.password_file` and the dashboard enabled");
     need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
                 "the directory of model versions and round state");
     maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");

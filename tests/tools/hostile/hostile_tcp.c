@@ -126,6 +126,7 @@ void fa_ht_flood_run(fa_ht_flood *f, uint32_t ms)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         uint64_t el;
+        unsigned reopened = 0;
         for (unsigned i = 0; i < f->n; i++) {
             char buf[4096];
             if (f->fd[i] >= 0) {
@@ -137,8 +138,13 @@ void fa_ht_flood_run(fa_ht_flood *f, uint32_t ms)
                     f->open--;
                 }
             }
-            if (f->fd[i] < 0 && (f->fd[i] = ht_connect(f)) >= 0)
-                f->open++;
+            /* at most 100 new connections a turn (2,000 a second): a
+             * storm, yet one that leaves the machine to the server */
+            if (f->fd[i] < 0 && reopened < 100) {
+                reopened++;
+                if ((f->fd[i] = ht_connect(f)) >= 0)
+                    f->open++;
+            }
         }
         clock_gettime(CLOCK_MONOTONIC, &t);
         el =
