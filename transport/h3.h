@@ -154,12 +154,17 @@ typedef struct fa_h3_server_config {
     uint32_t retry_load_threshold; /* connections above which Retry is sent (64) */
     /* Connection slots against peers that hold them (see "Slots" below).
      * An address is an IPv4 address or an IPv6 /64. */
-    uint32_t max_connections_per_address; /* live connections from one address (64) */
-    uint32_t max_handshakes;              /* handshakes in progress, all addresses (256) */
-    uint32_t max_handshakes_per_address;  /* ... from one address (8) */
-    uint32_t handshake_timeout_ms;        /* a handshake not done by then is dropped (3000) */
+    uint32_t max_connections_per_address;  /* live connections from one address (64) */
+    uint32_t max_handshakes;               /* handshakes in progress, all addresses (256) */
+    uint32_t max_handshakes_per_address;   /* ... from one address (8) */
+    uint32_t handshake_timeout_ms;         /* a handshake not done by then is dropped (3000) */
     uint32_t max_connections_per_identity; /* connections of one certificate's region or
-                                               operator (16) */
+                                               operator (8) */
+    /* The budget of request bytes the handlers hold buffered
+     * (fa_h3_request_reserve): all requests together (256 MiB), and those
+     * of one identity (64 MiB). */
+    uint64_t max_buffered_bytes;
+    uint64_t max_buffered_bytes_per_identity;
     /* Membership at the handshake: called (loop thread) once a client's
      * certificate has verified and its identity is read; returns 1 to
      * admit role/name, or 0 and a reason in why, and the handshake is
@@ -309,6 +314,9 @@ typedef struct fa_h3_server_stats {
     uint64_t current_handshakes, handshakes_timed_out, handshakes_evicted;
     uint64_t refused_address, refused_identity, evicted_identity;
     uint64_t refused_revoked, refused_admit, closed_revoked, crl_loads;
+    /* The budget of buffered request bytes: held now, the most ever held,
+     * reservations refused for the identity's share, for the server's. */
+    uint64_t buffered_bytes, buffered_peak, buffer_refused_identity, buffer_refused_server;
 } fa_h3_server_stats;
 void fa_h3_server_get_stats(const fa_h3_server *srv, fa_h3_server_stats *st);
 
@@ -351,6 +359,18 @@ void fa_h3_request_set_max_body(fa_h3_request *req, uint64_t max);
 
 /* Returns n bytes of credit held by FA_H3_HOLD (see top of file). */
 void fa_h3_request_consume(fa_h3_request *req, size_t n);
+
+/* The budget of buffered request bytes.  A handler that keeps request
+ * bytes in memory (a message it parses once whole) reserves them first,
+ * so that no peer, and no set of peers, can make the server hold more
+ * than max_buffered_bytes_per_identity and max_buffered_bytes.  Returns 0
+ * (reserved), FA_ERR_NOSPACE (the request's identity holds its share:
+ * answer 429 and retry later) or FA_ERR_AGAIN (the server holds its
+ * budget: answer 503); nothing is reserved then.  What a request holds
+ * is released when it closes (after on_close), or earlier with
+ * fa_h3_request_release (n beyond what it holds counts as all). */
+int fa_h3_request_reserve(fa_h3_request *req, uint64_t n);
+void fa_h3_request_release(fa_h3_request *req, uint64_t n);
 
 /* Responds with a body copied from a buffer (may be NULL/0).  `headers` are
  * copied.  Returns 0, FA_ERR_STATE (already responded or closed),

@@ -37,7 +37,9 @@ void fa_h3_server_config_default(fa_h3_server_config *c)
     c->max_handshakes = 256;
     c->max_handshakes_per_address = 8;
     c->handshake_timeout_ms = 3000;
-    c->max_connections_per_identity = 16;
+    c->max_connections_per_identity = 8;
+    c->max_buffered_bytes = 256ull << 20;
+    c->max_buffered_bytes_per_identity = 64ull << 20;
     c->drain_timeout_ms = 30000;
 }
 
@@ -67,10 +69,12 @@ int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_erro
                          "max_streams >= 1 (start from fa_h3_server_config_default)");
     if (!cfg->max_connections || !cfg->max_connections_per_address || !cfg->max_handshakes ||
         !cfg->max_handshakes_per_address || cfg->handshake_timeout_ms < 100 ||
-        !cfg->max_connections_per_identity)
+        !cfg->max_connections_per_identity || !cfg->max_buffered_bytes ||
+        !cfg->max_buffered_bytes_per_identity)
         return fa_errorf(err, FA_ERR_INVAL,
-                         "h3 server: the connection and handshake limits must be >= 1 and the "
-                         "handshake timeout >= 100 ms (start from fa_h3_server_config_default)");
+                         "h3 server: the connection, handshake and buffer limits must be >= 1 "
+                         "and the handshake timeout >= 100 ms (start from "
+                         "fa_h3_server_config_default)");
     rv = fa_udp_parse_addr(cfg->listen, &ss, &sl, NULL, 0, err);
     if (rv != 0)
         return rv;

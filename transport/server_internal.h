@@ -85,6 +85,15 @@ typedef struct srv_conn {
     int in_handshake;
 } srv_conn;
 
+/* The request bytes an identity's handlers hold buffered
+ * (fa_h3_request_reserve).  Freed at zero. */
+typedef struct ident_budget {
+    struct ident_budget *next;
+    int role;
+    uint64_t bytes;
+    char name[FA_TLS_NAME_MAX + 1];
+} ident_budget;
+
 /* The connections of one address (an IPv4 address or an IPv6 /64), as
  * counted against max_connections_per_address and
  * max_handshakes_per_address.  Freed when both reach 0. */
@@ -111,8 +120,10 @@ struct fa_h3_request {
     void (*release)(void *arg); /* borrowed body: at req_free */
     void *release_arg;
     int headers_done, body_done_flag, responded, closed, refused_body, app_err, bad;
-    int head;     /* a HEAD request: every response goes without its body */
-    int fin_sent; /* the whole response is on the wire */
+    int head;                   /* a HEAD request: every response goes without its body */
+    uint64_t reserved;          /* bytes of the buffer budget it holds */
+    struct ident_budget *ident; /* its identity's share, while reserved */
+    int fin_sent;               /* the whole response is on the wire */
 };
 
 struct fa_h3_server {
@@ -130,6 +141,9 @@ struct fa_h3_server {
     srv_conn *conns;
     size_t nlive;
     srv_conn *dirty_head;
+    /* the budget of buffered request bytes */
+    uint64_t buffered;
+    ident_budget *idents;
     /* slots */
     fa_cid_map addrs;                /* address key -> addr_slot */
     srv_conn *hs_oldest, *hs_newest; /* handshakes in progress */

@@ -98,6 +98,85 @@ static void req_notify(fa_h3_request *r, int err)
            (long long)r->sid, r->path ? r->path : "", err ? fa_strerror(err) : "");
     if (r->route && r->route->h.on_close)
         r->route->h.on_close(r, err, r->route->arg);
+    /* the application has let go of what it buffered */
+    fa_h3_request_release(r, r->reserved);
+}
+
+/* ------------------------------------------------ the buffer budget */
+
+static ident_budget *ident_of(fa_h3_server *s, const fa_qconn *q)
+{
+    ident_budget *b;
+    for (b = s->idents; b; b = b->next)
+        if (b->role == q->peer_role && !strcmp(b->name, q->peer_id))
+            return b;
+    if (!(b = calloc(1, sizeof(*b))))
+        return NULL;
+    b->role = q->peer_role;
+    snprintf(b->name, sizeof(b->name), "%s", q->peer_id);
+    b->next = s->idents;
+    s->idents = b;
+    return b;
+}
+
+static void ident_drop_if_empty(fa_h3_server *s, ident_budget *b)
+{
+    ident_budget **pp;
+    if (b->bytes)
+        return;
+    for (pp = &s->idents; *pp && *pp != b; pp = &(*pp)->next) {
+    }
+    if (*pp)
+        *pp = b->next;
+    free(b);
+}
+
+int fa_h3_request_reserve(fa_h3_request *r, uint64_t n)
+{
+    fa_h3_server *s = r->c->srv;
+    ident_budget *b;
+
+    if (n == 0)
+        return 0;
+    if (s->buffered + n > s->cfg.max_buffered_bytes) {
+        s->st.buffer_refused_server++;
+        return FA_ERR_AGAIN;
+    }
+    b = r->ident ? r->ident : ident_of(s, &r->c->q);
+    if (!b)
+        return FA_ERR_AGAIN; /* out of memory: as good as full */
+    if (b->bytes + n > s->cfg.max_buffered_bytes_per_identity) {
+        s->st.buffer_refused_identity++;
+        ident_drop_if_empty(s, b);
+        return FA_ERR_NOSPACE;
+    }
+    b->bytes += n;
+    r->ident = b;
+    r->reserved += n;
+    s->buffered += n;
+    s->st.buffered_bytes = s->buffered;
+    if (s->buffered > s->st.buffered_peak)
+        s->st.buffered_peak = s->buffered;
+    return 0;
+}
+
+void fa_h3_request_release(fa_h3_request *r, uint64_t n)
+{
+    fa_h3_server *s = r->c->srv;
+    ident_budget *b = r->ident;
+
+    if (n > r->reserved)
+        n = r->reserved;
+    if (!n || !b)
+        return;
+    r->reserved -= n;
+    b->bytes -= n;
+    s->buffered -= n;
+    s->st.buffered_bytes = s->buffered;
+    if (!r->reserved) {
+        r->ident = NULL;
+        ident_drop_if_empty(s, b);
+    }
 }
 
 /* on_close if not yet, then r is gone: only when the stream is closed or

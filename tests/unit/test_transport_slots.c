@@ -475,6 +475,179 @@ static void test_close_reason_cannot_forge_a_line(void **state)
                                  "msg=\\\"forged\\\"\\xff\"\n"));
 }
 
+/* ------------------------------------------- the buffer budget */
+
+/* POST /buffer: keeps the body in memory as a handler of whole messages
+ * does, reserving it from the budget first; refused with 429 (the
+ * identity's share) or 503 (the server's budget), as aggregator/api.c. */
+struct buf_req {
+    uint8_t *p;
+    size_t len, cap;
+    int refused;
+};
+
+static int on_buf_request(fa_h3_request *req, void *arg)
+{
+    struct buf_req *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -1;
+    fa_h3_request_set_data(req, b);
+    return 0;
+}
+
+static int on_buf_body(fa_h3_request *req, const uint8_t *d, size_t n, void *arg)
+{
+    struct buf_req *b = fa_h3_request_get_data(req);
+    if (b->refused)
+        return 0;
+    if (b->len + n > b->cap) {
+        size_t ncap = b->cap ? 2 * b->cap : 65536;
+        uint8_t *np;
+        int rv;
+        while (ncap < b->len + n)
+            ncap *= 2;
+        rv = fa_h3_request_reserve(req, ncap - b->cap);
+        if (rv != 0) {
+            b->refused = 1;
+            free(b->p);
+            b->p = NULL;
+            fa_h3_request_release(req, UINT64_MAX);
+            (void)fa_h3_respond(req, rv == FA_ERR_NOSPACE ? 429 : 503, NULL, 0, "over budget", 11);
+            fa_h3_request_set_max_body(req, 0);
+            return 0;
+        }
+        np = realloc(b->p, ncap);
+        if (!np)
+            return FA_ERR_NOMEM;
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+    return 0;
+}
+
+static void on_buf_end(fa_h3_request *req, void *arg)
+{
+    struct buf_req *b = fa_h3_request_get_data(req);
+    if (!b->refused)
+        (void)fa_h3_respond(req, 200, NULL, 0, "kept", 4);
+}
+
+static void on_buf_close(fa_h3_request *req, int err, void *arg)
+{
+    struct buf_req *b = fa_h3_request_get_data(req);
+    free(b->p);
+    free(b);
+}
+
+/* A server with the /buffer route only, its loop on a thread. */
+static void start_buffer_server(tp_server *srv, const fa_h3_server_config *cfg,
+                                const fa_h3_handler *h)
+{
+    fa_error err = {0};
+    memset(srv, 0, sizeof(*srv));
+    assert_int_equal(fa_h3_server_new(&srv->srv, cfg, &err), 0);
+    assert_int_equal(fa_h3_server_route(srv->srv, "POST", "/buffer", h, NULL), 0);
+    srv->port = fa_h3_server_port(srv->srv);
+    snprintf(srv->server_addr, sizeof(srv->server_addr), "127.0.0.1:%d", srv->port);
+    assert_int_equal(pthread_create(&srv->th, NULL, tp_server_thread, srv), 0);
+}
+
+/* 48 streams from one region, each sending 4 MiB of a body it never
+ * finishes: the server holds at most the region's share (16 MiB here),
+ * answers the rest 429, and another region's upload goes through. */
+static void test_streams_held_within_budget(void **state)
+{
+    fa_h3_server_config cfg;
+    tp_server srv;
+    fa_h3_handler h = {on_buf_request, on_buf_body, on_buf_end, on_buf_close};
+    fa_hq_streams *att = NULL;
+    fa_hq_streams_stats as;
+    fa_h3_server_stats st;
+    fa_h3_client *other;
+    fa_h3_response resp;
+    fa_error err = {0};
+    tp_gen g = {0, 3u << 20, 0};
+    fa_h3_client_req req;
+
+    tp_server_config(&cfg);
+    cfg.max_buffered_bytes_per_identity = 16u << 20;
+    cfg.max_buffered_bytes = 40u << 20;
+    cfg.quic.idle_timeout_ms = 2000; /* the attacker vanishes without a word */
+    start_buffer_server(&srv, &cfg, &h);
+    assert_int_equal(fa_hq_streams_new(&att, srv.server_addr, "localhost", tp_path("ca.crt"),
+                                       tp_path("client-eu-west.crt"), tp_path("client-eu-west.key"),
+                                       5000, &err),
+                     0);
+    assert_int_equal(fa_hq_streams_open(att, "/buffer", 48, 4u << 20), 48);
+    fa_hq_streams_run(att, 3000);
+    st = tp_server_stats(srv.srv);
+    fa_hq_streams_get_stats(att, &as);
+    assert_true(st.buffered_peak <= (16u << 20));
+    assert_true(st.buffer_refused_identity > 0);
+    assert_true(as.status_429 > 0);
+    assert_int_equal(as.status_2xx, 0);
+    assert_false(as.dead);
+    /* another region, while the first still holds its share */
+    other = client_as(&srv, "us-east", 3000);
+    memset(&req, 0, sizeof(req));
+    req.method = "POST";
+    req.path = "/buffer";
+    req.body_read = tp_gen_read;
+    req.body_arg = &g;
+    req.body_length = (int64_t)g.len;
+    req.timeout_ms = 10000;
+    assert_int_equal(fa_h3_client_request(other, &req, &resp, &err), 0);
+    assert_int_equal(resp.status, 200);
+    fa_h3_response_free(&resp);
+    st = tp_server_stats(srv.srv);
+    assert_true(st.buffered_peak <= (16u << 20) + (4u << 20));
+    fa_h3_client_del(other);
+    /* the attacker gone (silently: its connection ends at the idle
+     * timeout), every byte is given back */
+    fa_hq_streams_del(att);
+    for (int i = 0; i < 500 && tp_server_stats(srv.srv).buffered_bytes; i++)
+        usleep(10000);
+    assert_int_equal(tp_server_stats(srv.srv).buffered_bytes, 0);
+    tp_server_stop(&srv);
+}
+
+/* The server's whole budget: a second identity beyond it gets 503. */
+static void test_server_budget_503(void **state)
+{
+    fa_h3_server_config cfg;
+    tp_server srv;
+    fa_h3_handler h = {on_buf_request, on_buf_body, on_buf_end, on_buf_close};
+    fa_hq_streams *a = NULL, *b = NULL;
+    fa_hq_streams_stats sa, sb;
+    fa_error err = {0};
+
+    tp_server_config(&cfg);
+    cfg.max_buffered_bytes_per_identity = 8u << 20;
+    cfg.max_buffered_bytes = 8u << 20;
+    start_buffer_server(&srv, &cfg, &h);
+    assert_int_equal(fa_hq_streams_new(&a, srv.server_addr, "localhost", tp_path("ca.crt"),
+                                       tp_path("client-eu-west.crt"), tp_path("client-eu-west.key"),
+                                       5000, &err),
+                     0);
+    assert_int_equal(fa_hq_streams_new(&b, srv.server_addr, "localhost", tp_path("ca.crt"),
+                                       tp_path("client-us-east.crt"), tp_path("client-us-east.key"),
+                                       5000, &err),
+                     0);
+    fa_hq_streams_open(a, "/buffer", 2, 3u << 20);
+    fa_hq_streams_run(a, 1000);
+    fa_hq_streams_open(b, "/buffer", 2, 3u << 20);
+    fa_hq_streams_run(b, 1000);
+    fa_hq_streams_get_stats(a, &sa);
+    fa_hq_streams_get_stats(b, &sb);
+    assert_true(sb.status_503 > 0);
+    assert_true(tp_server_stats(srv.srv).buffered_peak <= (8u << 20));
+    fa_hq_streams_del(a);
+    fa_hq_streams_del(b);
+    tp_server_stop(&srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -486,6 +659,8 @@ int main(void)
         cmocka_unit_test(test_crl_refuses_and_reloads),
         cmocka_unit_test(test_bad_crl_at_start),
         cmocka_unit_test(test_close_reason_cannot_forge_a_line),
+        cmocka_unit_test(test_streams_held_within_budget),
+        cmocka_unit_test(test_server_budget_503),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
