@@ -31,6 +31,8 @@ void fa_netconfig_server_config(fa_h3_server_config *sc, const Fedagg__QuicConfi
         sc->max_handshakes_per_address = q->max_handshakes_per_address;
         sc->handshake_timeout_ms = q->handshake_timeout_ms;
         sc->max_connections_per_identity = q->max_connections_per_identity;
+        sc->max_buffered_bytes = q->max_buffered_request_bytes;
+        sc->max_buffered_bytes_per_identity = q->max_buffered_request_bytes_per_identity;
     }
     if (tls) {
         sc->cert_file = tls->cert_file;

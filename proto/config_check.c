@@ -312,6 +312,18 @@ static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
     if (q->max_connections_per_identity == 0)
         problem(c, q, "max_connections_per_identity", 0,
                 "`quic.max_connections_per_identity` must be positive");
+    if (q->max_buffered_request_bytes == 0)
+        problem(c, q, "max_buffered_request_bytes", 0,
+                "`quic.max_buffered_request_bytes` must be positive");
+    if (q->max_buffered_request_bytes_per_identity == 0)
+        problem(c, q, "max_buffered_request_bytes_per_identity", 0,
+                "`quic.max_buffered_request_bytes_per_identity` must be positive");
+    else if (q->max_buffered_request_bytes_per_identity > q->max_buffered_request_bytes)
+        problem(c, q, "max_buffered_request_bytes_per_identity", 0,
+                "`quic.max_buffered_request_bytes_per_identity` (%llu) exceeds "
+                "`quic.max_buffered_request_bytes` (%llu)",
+                (unsigned long long)q->max_buffered_request_bytes_per_identity,
+                (unsigned long long)q->max_buffered_request_bytes);
 }
 
 /* The federation's regions (the aggregator's list, or the worker's copy of

@@ -89,6 +89,8 @@ static void test_server_config(void **state)
     assert_int_equal(sc.max_handshakes_per_address, d.max_handshakes_per_address);
     assert_int_equal(sc.handshake_timeout_ms, d.handshake_timeout_ms);
     assert_int_equal(sc.max_connections_per_identity, d.max_connections_per_identity);
+    assert_int_equal(sc.max_buffered_bytes, d.max_buffered_bytes);
+    assert_int_equal(sc.max_buffered_bytes_per_identity, d.max_buffered_bytes_per_identity);
     assert_null(sc.crl_file);
 
     q.max_connections = 11;
@@ -100,6 +102,8 @@ static void test_server_config(void **state)
     q.max_handshakes_per_address = 16;
     q.handshake_timeout_ms = 1700;
     q.max_connections_per_identity = 18;
+    q.max_buffered_request_bytes = 19;
+    q.max_buffered_request_bytes_per_identity = 20;
     tls.cert_file = "c.crt";
     tls.key_file = "c.key";
     tls.ca_file = "ca.crt";
@@ -114,6 +118,8 @@ static void test_server_config(void **state)
     assert_int_equal(sc.max_handshakes_per_address, 16);
     assert_int_equal(sc.handshake_timeout_ms, 1700);
     assert_int_equal(sc.max_connections_per_identity, 18);
+    assert_int_equal(sc.max_buffered_bytes, 19);
+    assert_int_equal(sc.max_buffered_bytes_per_identity, 20);
     assert_string_equal(sc.cert_file, "c.crt");
     assert_string_equal(sc.key_file, "c.key");
     assert_string_equal(sc.ca_file, "ca.crt");
