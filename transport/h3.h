@@ -363,12 +363,19 @@ void fa_h3_request_consume(fa_h3_request *req, size_t n);
 /* The budget of buffered request bytes.  A handler that keeps request
  * bytes in memory (a message it parses once whole) reserves them first,
  * so that no peer, and no set of peers, can make the server hold more
- * than max_buffered_bytes_per_identity and max_buffered_bytes.  Returns 0
+ * than max_buffered_bytes_per_identity and max_buffered_bytes.  The first
+ * FA_H3_RESERVE_FLOOR bytes of each request count against the server's
+ * budget only: an identity whose big requests hold its share still gets
+ * its small ones through (a region's protocol messages are a few KiB),
+ * and what a peer holds that way is bounded by its connections and
+ * streams (8 x 64 x 64 KiB = 32 MiB with the defaults).  Returns 0
  * (reserved), FA_ERR_NOSPACE (the request's identity holds its share:
  * answer 429 and retry later) or FA_ERR_AGAIN (the server holds its
  * budget: answer 503); nothing is reserved then.  What a request holds
  * is released when it closes (after on_close), or earlier with
- * fa_h3_request_release (n beyond what it holds counts as all). */
+ * fa_h3_request_release (n beyond what it holds counts as all; the
+ * bytes beyond the floor are released first). */
+#define FA_H3_RESERVE_FLOOR (64u << 10)
 int fa_h3_request_reserve(fa_h3_request *req, uint64_t n);
 void fa_h3_request_release(fa_h3_request *req, uint64_t n);
 

@@ -122,7 +122,8 @@ struct fa_h3_request {
     int headers_done, body_done_flag, responded, closed, refused_body, app_err, bad;
     int head;                   /* a HEAD request: every response goes without its body */
     uint64_t reserved;          /* bytes of the buffer budget it holds */
-    struct ident_budget *ident; /* its identity's share, while reserved */
+    uint64_t shared;            /* ... of them beyond the floor: its identity's */
+    struct ident_budget *ident; /* its identity's share, while shared */
     int fin_sent;               /* the whole response is on the wire */
 };
 

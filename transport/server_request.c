@@ -134,7 +134,9 @@ static void ident_drop_if_empty(fa_h3_server *s, ident_budget *b)
 int fa_h3_request_reserve(fa_h3_request *r, uint64_t n)
 {
     fa_h3_server *s = r->c->srv;
-    ident_budget *b;
+    uint64_t floor_left = r->reserved < FA_H3_RESERVE_FLOOR ? FA_H3_RESERVE_FLOOR - r->reserved : 0;
+    uint64_t shared = n > floor_left ? n - floor_left : 0;
+    ident_budget *b = NULL;
 
     if (n == 0)
         return 0;
@@ -142,16 +144,19 @@ int fa_h3_request_reserve(fa_h3_request *r, uint64_t n)
         s->st.buffer_refused_server++;
         return FA_ERR_AGAIN;
     }
-    b = r->ident ? r->ident : ident_of(s, &r->c->q);
-    if (!b)
-        return FA_ERR_AGAIN; /* out of memory: as good as full */
-    if (b->bytes + n > s->cfg.max_buffered_bytes_per_identity) {
-        s->st.buffer_refused_identity++;
-        ident_drop_if_empty(s, b);
-        return FA_ERR_NOSPACE;
+    if (shared) {
+        b = r->ident ? r->ident : ident_of(s, &r->c->q);
+        if (!b)
+            return FA_ERR_AGAIN; /* out of memory: as good as full */
+        if (b->bytes + shared > s->cfg.max_buffered_bytes_per_identity) {
+            s->st.buffer_refused_identity++;
+            ident_drop_if_empty(s, b);
+            return FA_ERR_NOSPACE;
+        }
+        b->bytes += shared;
+        r->ident = b;
+        r->shared += shared;
     }
-    b->bytes += n;
-    r->ident = b;
     r->reserved += n;
     s->buffered += n;
     s->st.buffered_bytes = s->buffered;
@@ -164,18 +169,24 @@ void fa_h3_request_release(fa_h3_request *r, uint64_t n)
 {
     fa_h3_server *s = r->c->srv;
     ident_budget *b = r->ident;
+    uint64_t shared;
 
     if (n > r->reserved)
         n = r->reserved;
-    if (!n || !b)
+    if (!n)
         return;
+    /* the bytes beyond the floor go first */
+    shared = n < r->shared ? n : r->shared;
     r->reserved -= n;
-    b->bytes -= n;
     s->buffered -= n;
     s->st.buffered_bytes = s->buffered;
-    if (!r->reserved) {
-        r->ident = NULL;
-        ident_drop_if_empty(s, b);
+    if (shared && b) {
+        r->shared -= shared;
+        b->bytes -= shared;
+        if (!r->shared) {
+            r->ident = NULL;
+            ident_drop_if_empty(s, b);
+        }
     }
 }
 

@@ -555,8 +555,9 @@ static void start_buffer_server(tp_server *srv, const fa_h3_server_config *cfg,
 }
 
 /* 48 streams from one region, each sending 4 MiB of a body it never
- * finishes: the server holds at most the region's share (16 MiB here),
- * answers the rest 429, and another region's upload goes through. */
+ * finishes: the server holds at most the region's share (16 MiB here) and
+ * the floor of each stream, answers the rest 429, and another region's
+ * upload goes through, as does a small message of the same region. */
 static void test_streams_held_within_budget(void **state)
 {
     fa_h3_server_config cfg;
@@ -584,7 +585,8 @@ static void test_streams_held_within_budget(void **state)
     fa_hq_streams_run(att, 3000);
     st = tp_server_stats(srv.srv);
     fa_hq_streams_get_stats(att, &as);
-    assert_true(st.buffered_peak <= (16u << 20));
+    /* its share, and the floor of each of its requests */
+    assert_true(st.buffered_peak <= (16u << 20) + 48 * FA_H3_RESERVE_FLOOR);
     assert_true(st.buffer_refused_identity > 0);
     assert_true(as.status_429 > 0);
     assert_int_equal(as.status_2xx, 0);
@@ -602,7 +604,16 @@ static void test_streams_held_within_budget(void **state)
     assert_int_equal(resp.status, 200);
     fa_h3_response_free(&resp);
     st = tp_server_stats(srv.srv);
-    assert_true(st.buffered_peak <= (16u << 20) + (4u << 20));
+    assert_true(st.buffered_peak <= (16u << 20) + 48 * FA_H3_RESERVE_FLOOR + (4u << 20));
+    fa_h3_client_del(other);
+    /* the attacking region's own small message fits in its floor */
+    other = client_as(&srv, "eu-west", 3000);
+    g.off = 0;
+    g.len = 4000;
+    req.body_length = (int64_t)g.len;
+    assert_int_equal(fa_h3_client_request(other, &req, &resp, &err), 0);
+    assert_int_equal(resp.status, 200);
+    fa_h3_response_free(&resp);
     fa_h3_client_del(other);
     /* the attacker gone (silently: its connection ends at the idle
      * timeout), every byte is given back */
