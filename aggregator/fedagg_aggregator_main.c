@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
+#include <stddef.h>
 #include <sodium.h>
 #include <pthread.h>
 #include <signal.h>
@@ -60,6 +61,7 @@ struct app {
     uint64_t quiet_since;    /* the last change of the final version's reports */
     size_t reports;          /* how many there were then */
     int drained;
+    fa_h3_server_stats last; /* the transport's counters last exported */
     /* What /readyz answers, set by the server loop (the federation's
      * thread) and read by the metrics server's. */
     pthread_mutex_t lock;
@@ -125,14 +127,107 @@ static void snapshot(struct app *a, uint64_t now)
     free(json);
 }
 
+/* The transport's defences as metrics (transport/h3.h, "Slots" and the
+ * budget of buffered requests; aggregator/metrics.h, the metrics port's
+ * own): what hostile peers cost, for the dashboards and alerts.  Counters
+ * grow by the change since the last export. */
+static void export_transport(struct app *a)
+{
+    static const struct {
+        const char *metric, *label, *value;
+        size_t off;
+    } counters[] = {
+#define C(m, l, v, f) {m, l, v, offsetof(fa_h3_server_stats, f)}
+        C("fedagg_quic_refused_total", "reason", "address", refused_address),
+        C("fedagg_quic_refused_total", "reason", "identity", refused_identity),
+        C("fedagg_quic_refused_total", "reason", "revoked", refused_revoked),
+        C("fedagg_quic_refused_total", "reason", "not_member", refused_admit),
+        C("fedagg_quic_refused_total", "reason", "full", connections_refused),
+        C("fedagg_quic_handshakes_failed_total", NULL, NULL, handshakes_failed),
+        C("fedagg_quic_handshakes_dropped_total", "reason", "timeout", handshakes_timed_out),
+        C("fedagg_quic_handshakes_dropped_total", "reason", "room", handshakes_evicted),
+        C("fedagg_quic_connections_closed_total", "reason", "identity_room", evicted_identity),
+        C("fedagg_quic_connections_closed_total", "reason", "revoked", closed_revoked),
+        C("fedagg_quic_retries_total", NULL, NULL, retries_sent),
+        C("fedagg_request_buffer_refused_total", "share", "region", buffer_refused_identity),
+        C("fedagg_request_buffer_refused_total", "share", "aggregator", buffer_refused_server),
+#undef C
+    };
+    fa_h3_server_stats st;
+    fa_metrics_server_stats ms;
+
+    fa_h3_server_get_stats(a->srv, &st);
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+        uint64_t now = *(const uint64_t *)((const char *)&st + counters[i].off);
+        uint64_t was = *(const uint64_t *)((const char *)&a->last + counters[i].off);
+        char labels[64] = "";
+        if (counters[i].label)
+            fa_metrics_label(labels, sizeof(labels), counters[i].label, counters[i].value);
+        if (now > was)
+            fa_metrics_add(a->metrics, counters[i].metric, labels[0] ? labels : NULL,
+                           (double)(now - was));
+    }
+    a->last = st;
+    fa_metrics_set(a->metrics, "fedagg_quic_connections", NULL, (double)st.current_connections);
+    fa_metrics_set(a->metrics, "fedagg_quic_handshakes", NULL, (double)st.current_handshakes);
+    fa_metrics_set(a->metrics, "fedagg_request_buffer_bytes", NULL, (double)st.buffered_bytes);
+    if (a->msrv) {
+        fa_metrics_server_get_stats(a->msrv, &ms);
+        fa_metrics_set(a->metrics, "fedagg_metrics_port_connections", NULL, (double)ms.connections);
+        fa_metrics_set(a->metrics, "fedagg_metrics_port_dropped", NULL, (double)ms.evicted);
+    }
+}
+
+static void define_transport_metrics(fa_metrics *m)
+{
+    static const struct {
+        const char *name, *help;
+        int type;
+    } defs[] = {
+        {"fedagg_quic_connections", "QUIC connections open, handshakes included.", FA_METRIC_GAUGE},
+        {"fedagg_quic_handshakes", "QUIC handshakes in progress.", FA_METRIC_GAUGE},
+        {"fedagg_quic_refused_total",
+         "Connections refused: address (its address holds its share), identity (its region or "
+         "operator holds its share, all busy), revoked (CRL), not_member (not in regions or "
+         "operators), full (draining, or max_connections).",
+         FA_METRIC_COUNTER},
+        {"fedagg_quic_handshakes_failed_total",
+         "Handshakes that failed (certificates refused, peers that gave up).", FA_METRIC_COUNTER},
+        {"fedagg_quic_handshakes_dropped_total",
+         "Handshakes dropped unfinished: at quic.handshake_timeout_ms, or to make room for a "
+         "newer one.",
+         FA_METRIC_COUNTER},
+        {"fedagg_quic_connections_closed_total",
+         "Live connections closed by the aggregator: an identity's idle one for its new one, "
+         "or one a new CRL revoked.",
+         FA_METRIC_COUNTER},
+        {"fedagg_quic_retries_total", "Retry packets sent (address validation).",
+         FA_METRIC_COUNTER},
+        {"fedagg_request_buffer_bytes", "Request bytes held in memory while received.",
+         FA_METRIC_GAUGE},
+        {"fedagg_request_buffer_refused_total",
+         "Requests refused for the budget of buffered request bytes: the region's share (429) "
+         "or the aggregator's whole budget (503).",
+         FA_METRIC_COUNTER},
+        {"fedagg_metrics_port_connections", "Connections open on the metrics port.",
+         FA_METRIC_GAUGE},
+        {"fedagg_metrics_port_dropped",
+         "Idle connections of the metrics port shut to make room, since start.", FA_METRIC_GAUGE},
+    };
+    for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++)
+        fa_metrics_define(m, defs[i].name, defs[i].type, defs[i].help, NULL, 0, NULL);
+}
+
 static void on_tick(fa_h3_server *srv, void *arg)
 {
     struct app *a = arg;
     uint64_t now = fa_time_mono_ns() / 1000000u;
 
     fa_api_tick(a->api);
-    if (now - a->snapshot_at >= SNAPSHOT_MS)
+    if (now - a->snapshot_at >= SNAPSHOT_MS) {
         snapshot(a, now);
+        export_transport(a);
+    }
     {
         char why[512] = "";
         int ok = fa_fed_ready(a->fed, now, why, sizeof(why));
@@ -335,6 +430,7 @@ int main(int argc, char **argv)
     fa_metrics_define(metrics, "fedagg_region_drained", FA_METRIC_GAUGE,
                       "1 while an operator has drained the region (fedagg drain), else 0.", NULL, 0,
                       NULL);
+    define_transport_metrics(metrics);
     app.metrics = metrics;
     rc = fa_fed_open(&app.fed, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)
