@@ -88,6 +88,9 @@ unsigned fa_hq_streams_open(fa_hq_streams *s, const char *path, unsigned count,
 /* Moves the connection for ms milliseconds (sends the bodies, reads the
  * answers). */
 void fa_hq_streams_run(fa_hq_streams *s, uint32_t ms);
+
+/* Streams opened and not yet closed (by the server's answer and reset). */
+unsigned fa_hq_streams_active(const fa_hq_streams *s);
 void fa_hq_streams_get_stats(const fa_hq_streams *s, fa_hq_streams_stats *st);
 void fa_hq_streams_del(fa_hq_streams *s);
 
@@ -104,8 +107,10 @@ typedef struct fa_ht_flood fa_ht_flood;
 int fa_ht_flood_new(fa_ht_flood **out, const char *addr, const char *bind, unsigned count,
                     const char *partial, fa_error *err);
 
-/* Reopens what the server closed, for ms milliseconds. */
+/* Reopens what the server closed, for ms milliseconds: at most
+ * reopen_per_s connections a second (0: 2,000). */
 void fa_ht_flood_run(fa_ht_flood *f, uint32_t ms);
+void fa_ht_flood_set_rate(fa_ht_flood *f, unsigned reopen_per_s);
 
 /* Connections open now, and opened in all. */
 unsigned fa_ht_flood_open(const fa_ht_flood *f);

@@ -5,8 +5,14 @@
  *                           [--renew-ms MS] [--seconds S]
  *   fedagg-hostile close SERVER --ca FILE --reason TEXT   (\n, \t, \xHH, \\ decoded)
  *   fedagg-hostile streams SERVER --ca FILE --cert FILE --key FILE --path PATH
- *                          [--count N] [--bytes B] [--seconds S]
- *   fedagg-hostile idle HOST:PORT [--bind IP] [--count N] [--partial TEXT] [--seconds S]
+ *                          [--count N] [--bytes B] [--seconds S] [--reopen 1]
+ *                          (--reopen: open new streams as the server ends some,
+ *                          so that N are always held)
+ *   fedagg-hostile certs SERVER --ca FILE --cert FILE --key FILE [--count N]
+ *                        [--seconds S]   N idle connections with that certificate,
+ *                                        reconnected as they are refused or closed
+ *   fedagg-hostile idle HOST:PORT [--bind IP] [--count N] [--partial TEXT]
+ *                       [--reopen-per-s R] [--seconds S]   (R: 2000 by default)
  *
  * Each runs for --seconds (default 10), or until SIGTERM, and prints one
  * JSON line of what it did when it ends.
@@ -16,8 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "hostile.h"
+#include "transport/h3.h"
 
 static atomic_int stop;
 
@@ -79,7 +88,7 @@ static size_t unescape(const char *s, uint8_t *out, size_t cap)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: fedagg-hostile halfopen|close|streams|idle SERVER [options] "
+    fprintf(stderr, "usage: fedagg-hostile halfopen|close|streams|certs|idle SERVER [options] "
                     "(see tests/tools/hostile/hostile_main.c)\n");
     return 2;
 }
@@ -148,8 +157,14 @@ int main(int argc, char **argv)
         opened = fa_hq_streams_open(s, opt(argc, argv, "--path", "/v1/rounds/1/0/advertise"),
                                     (unsigned)num(argc, argv, "--count", 48),
                                     num(argc, argv, "--bytes", (16ul << 20) - 1));
-        for (unsigned long i = 0; i < seconds * 10 && !atomic_load(&stop); i++)
+        for (unsigned long i = 0; i < seconds * 10 && !atomic_load(&stop); i++) {
+            unsigned want = (unsigned)num(argc, argv, "--count", 48);
             fa_hq_streams_run(s, 100);
+            if (num(argc, argv, "--reopen", 0) && fa_hq_streams_active(s) < want)
+                opened += fa_hq_streams_open(
+                    s, opt(argc, argv, "--path", "/v1/rounds/1/0/advertise"),
+                    want - fa_hq_streams_active(s), num(argc, argv, "--bytes", (16ul << 20) - 1));
+        }
         fa_hq_streams_get_stats(s, &st);
         printf("{\"attack\":\"streams\",\"opened\":%u,\"body_bytes\":%llu,\"answered\":%llu,"
                "\"status_2xx\":%llu,\"status_413\":%llu,\"status_429\":%llu,\"status_503\":%llu,"
@@ -162,6 +177,53 @@ int main(int argc, char **argv)
         fa_hq_streams_del(s);
         return 0;
     }
+    if (!strcmp(argv[1], "certs")) {
+        unsigned n = (unsigned)num(argc, argv, "--count", 100);
+        fa_h3_client **c = calloc(n, sizeof(*c));
+        fa_h3_client_config cfg;
+        uint64_t ok = 0, refused = 0;
+        unsigned held = 0;
+        if (!c)
+            return 1;
+        fa_h3_client_config_default(&cfg);
+        cfg.server = argv[2];
+        cfg.server_name = opt(argc, argv, "--name", "localhost");
+        cfg.ca_file = opt(argc, argv, "--ca", "");
+        cfg.cert_file = opt(argc, argv, "--cert", "");
+        cfg.key_file = opt(argc, argv, "--key", "");
+        cfg.connect_attempts = 1;
+        cfg.connect_timeout_ms = 2000;
+        for (unsigned i = 0; i < n; i++)
+            if (fa_h3_client_new(&c[i], &cfg, &err) != 0) {
+                fprintf(stderr, "fedagg-hostile: %s\n", err.msg);
+                return 1;
+            }
+        {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (;;) {
+                held = 0;
+                for (unsigned i = 0; i < n && !atomic_load(&stop); i++) {
+                    if (fa_h3_client_connect(c[i], 2000, &err) == 0) {
+                        held++;
+                        ok++;
+                    } else {
+                        refused++;
+                    }
+                }
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                if (atomic_load(&stop) || (unsigned long)(t1.tv_sec - t0.tv_sec) >= seconds)
+                    break;
+                usleep(100 * 1000);
+            }
+        }
+        printf("{\"attack\":\"certs\",\"held\":%u,\"connects_ok\":%llu,\"refused\":%llu}\n", held,
+               (unsigned long long)ok, (unsigned long long)refused);
+        for (unsigned i = 0; i < n; i++)
+            fa_h3_client_del(c[i]);
+        free(c);
+        return 0;
+    }
     if (!strcmp(argv[1], "idle")) {
         fa_ht_flood *f;
         rv = fa_ht_flood_new(&f, argv[2], opt(argc, argv, "--bind", NULL),
@@ -171,6 +233,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "fedagg-hostile: %s\n", err.msg);
             return 1;
         }
+        fa_ht_flood_set_rate(f, (unsigned)num(argc, argv, "--reopen-per-s", 0));
         for (unsigned long i = 0; i < seconds * 10 && !atomic_load(&stop); i++)
             fa_ht_flood_run(f, 100);
         printf("{\"attack\":\"idle\",\"open\":%u,\"opened\":%llu}\n", fa_ht_flood_open(f),

@@ -373,6 +373,10 @@ typedef struct hq_stream {
     int status, closed;
 } hq_stream;
 
+/* Streams one connection may open in its life (nghttp3 holds pointers to
+ * them: the array never moves). */
+#define HS_MAX_STREAMS 65536
+
 struct fa_hq_streams {
     fa_tls_ctx tls;
     fa_h3_quic_opts opts;
@@ -382,6 +386,7 @@ struct fa_hq_streams {
     hq_conn c;
     hq_stream *s;
     size_t ns, caps;
+    unsigned closed;
     fa_hq_streams_stats st;
 };
 
@@ -458,13 +463,15 @@ static int hs_deferred_consume(nghttp3_conn *h3, int64_t sid, size_t n, void *ud
 
 static int hs_stream_close(nghttp3_conn *h3, int64_t sid, uint64_t code, void *ud, void *sud)
 {
+    fa_hq_streams *s = ud;
     hq_stream *st = sud;
     (void)h3;
     (void)sid;
     (void)code;
-    (void)ud;
-    if (st)
+    if (st && !st->closed) {
         st->closed = 1;
+        s->closed++;
+    }
     return 0;
 }
 
@@ -618,7 +625,7 @@ unsigned fa_hq_streams_open(fa_hq_streams *s, const char *path, unsigned count, 
              * pointers, so the array is allocated once, large enough */
             if (s->s)
                 break;
-            s->caps = 1024;
+            s->caps = HS_MAX_STREAMS;
             s->s = calloc(s->caps, sizeof(*s->s));
             if (!s->s)
                 break;
@@ -649,6 +656,11 @@ void fa_hq_streams_run(fa_hq_streams *s, uint32_t ms)
                                   ? (end - now) / NGTCP2_MILLISECONDS
                                   : 20));
     }
+}
+
+unsigned fa_hq_streams_active(const fa_hq_streams *s)
+{
+    return (unsigned)s->ns - s->closed;
 }
 
 void fa_hq_streams_get_stats(const fa_hq_streams *s, fa_hq_streams_stats *st)

@@ -21,6 +21,7 @@ struct fa_ht_flood {
     char *partial;
     int *fd;
     unsigned n, open;
+    unsigned per_turn; /* reopens per 50 ms turn */
     uint64_t opened;
 };
 
@@ -100,6 +101,7 @@ int fa_ht_flood_new(fa_ht_flood **out, const char *addr, const char *bind_addr, 
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
     f->n = count;
+    f->per_turn = 100;
     for (unsigned i = 0; i < count; i++)
         f->fd[i] = -1;
     if (parse(addr, NULL, &f->to, &f->tolen) != 0) {
@@ -138,9 +140,7 @@ void fa_ht_flood_run(fa_ht_flood *f, uint32_t ms)
                     f->open--;
                 }
             }
-            /* at most 100 new connections a turn (2,000 a second): a
-             * storm, yet one that leaves the machine to the server */
-            if (f->fd[i] < 0 && reopened < 100) {
+            if (f->fd[i] < 0 && reopened < f->per_turn) {
                 reopened++;
                 if ((f->fd[i] = ht_connect(f)) >= 0)
                     f->open++;
@@ -153,6 +153,11 @@ void fa_ht_flood_run(fa_ht_flood *f, uint32_t ms)
             break;
         poll(NULL, 0, el + 50 < ms ? 50 : (int)(ms - el));
     }
+}
+
+void fa_ht_flood_set_rate(fa_ht_flood *f, unsigned reopen_per_s)
+{
+    f->per_turn = reopen_per_s ? (reopen_per_s + 19) / 20 : 100;
 }
 
 unsigned fa_ht_flood_open(const fa_ht_flood *f)
