@@ -33,15 +33,19 @@
  *
  * Identity.  The server requires a client certificate chaining to the
  * configured CA and verifies it during the handshake (expiry, signature,
- * key usage).  The certificate carries a role: an operator's names it with
- * SAN URI `fedagg://operator/<name>`; any other names a region (SAN URI
- * `fedagg://region/<id>`, else the subject CN); one naming both is refused.
- * The region reaches every handler through fa_h3_request_peer() (empty for
- * an operator), the role through fa_h3_request_peer_role() and the name of
- * either through fa_h3_request_peer_name().  Handshakes that fail verification are refused with a
- * TLS alert and one log line saying why.  The client verifies the server's
- * certificate against its CA and the expected server name.  0-RTT is never
- * offered nor accepted, so no request can be replayed by the network.
+ * key usage, the CRL when there is one).  The certificate names one role:
+ * SAN URI `fedagg://operator/<name>` an operator, `fedagg://region/<id>` a
+ * region, and without any fedagg URI a single CN that is a region id names
+ * that region; anything ambiguous is refused (fa_tls_peer_identity in
+ * h3_internal.h has the rules).  The server's admit callback then decides
+ * membership, still in the handshake.  The region reaches every handler
+ * through fa_h3_request_peer() (empty for an operator), the role through
+ * fa_h3_request_peer_role() and the name of either through
+ * fa_h3_request_peer_name().  Handshakes that fail are refused with a TLS
+ * alert and one log line saying why.  The client verifies the server's
+ * certificate against its CA, its CRL and the expected server name.  0-RTT
+ * is never offered nor accepted, so no request can be replayed by the
+ * network.
  *
  * Errors: every function returning int returns 0 or a negative FA_ERR_* code
  * (common/fa_err.h) and fills the fa_error when one is given.

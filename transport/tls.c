@@ -6,11 +6,13 @@
  * certificate that must chain to the federation CA: the server requires one
  * from every client (mutual TLS).  GnuTLS requests the client certificate
  * but verifies nothing by itself; verify_peer() below runs inside the
- * handshake, checks chain, validity period, key purpose and (on the client)
- * the server name, and records why a certificate was refused so that the
- * server can log one clear line.  It also reads the certificate's role
- * (peer_identity: a region's or an operator's), which the server's handlers
- * see through fa_h3_request_peer_role().
+ * handshake, checks chain, validity period, key purpose, revocation (the
+ * CRLs of crl_file) and (on the client) the server name, and records why a
+ * certificate was refused so that the server can log one clear line.  On
+ * the server it also reads the certificate's identity and role
+ * (fa_tls_peer_identity: a region's or an operator's), which the server's
+ * admit hook then accepts or refuses and its handlers see through
+ * fa_h3_request_peer_role().
  */
 #include "transport/h3_internal.h"
 
