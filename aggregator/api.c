@@ -611,8 +611,9 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     if (!c->discard)
         c->uploading = 1;
-    fa_log(FA_LOG_DEBUG, "masked upload started", "region=%s round=%" PRIu64 " attempt=%u%s",
-           c->region, c->round, c->attempt, c->discard ? " (duplicate, discarded)" : "");
+    fa_log(FA_LOG_DEBUG, "masked upload started",
+           "region=%s round=%" PRIu64 " attempt=%u duplicate_discarded=%d", c->region, c->round,
+           c->attempt, c->discard);
     return 0;
 }
 

@@ -827,8 +827,8 @@ static int audit_model(fa_round_client *rc, uint64_t version, const uint8_t sha[
     if (tofu && (r = pin_key(rc, &key, err)) != 0)
         goto out;
     fa_log(FA_LOG_INFO, "model proven in the signed audit log",
-           "version=%" PRIu64 " tree_size=%" PRIu64 " from_tree_size=%" PRIu64 "%s", version,
-           next.size, have ? trusted.size : 0, have ? "" : " first_use=1");
+           "version=%" PRIu64 " tree_size=%" PRIu64 " from_tree_size=%" PRIu64 " first_use=%d",
+           version, next.size, have ? trusted.size : 0, !have);
 out:
     free(tnote);
     free(rec);
@@ -1016,8 +1016,8 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         rc->dl.last_delta = 0;
         fa_hex_encode(q, sizeof(q), got, 32);
         fa_log(FA_LOG_INFO, "global model downloaded",
-               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s%s", *version,
-               resp.body_received, q, base ? " delta_asked=1" : "");
+               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s delta_asked=%d",
+               *version, resp.body_received, q, base ? 1 : 0);
     }
     memcpy(sha256, got, 32);
     goto out;
