@@ -15,6 +15,7 @@
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
+#include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 
 #define MAX_MESSAGE (16u << 20) /* largest protocol message body (not the masked upload) */
@@ -44,21 +45,77 @@ struct fa_api {
     size_t n_pending;
 };
 
-static const char *kind_paths[] = {"advertise", "shares", "masked", "consistency", "unmask"};
-
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
-
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+int fa_api_parse_number(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (len == 0 || len > 20 || (s[0] == '0' && len > 1))
+        return FA_ERR_PARSE;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return FA_ERR_PARSE;
+        v = v * 10 + d;
+    }
+    if (v > max)
+        return FA_ERR_RANGE;
+    *out = v;
+    return 0;
+}
+
+/* Whether an absolute path may start at s[i]: a '/' at the start or after
+ * a separator, and not one of the API's own paths (which the messages
+ * name to say what to use). */
+static int path_starts(const char *s, size_t i)
+{
+    if (s[i] != '/' || !strncmp(s + i, "/v1/", 4) || s[i + 1] == '\0' || s[i + 1] == ' ')
+        return 0;
+    return i == 0 || strchr(" \t'\"(=:,[", s[i - 1]) != NULL;
+}
+
+void fa_api_public_message(char *out, size_t cap, const char *msg)
+{
+    size_t o = 0;
+
+    if (cap == 0)
+        return;
+    for (size_t i = 0; msg[i] && o + 1 < cap;) {
+        if (path_starts(msg, i)) {
+            static const char mark[] = "<path>";
+            for (size_t k = 0; mark[k] && o + 1 < cap; k++)
+                out[o++] = mark[k];
+            while (msg[i] && !strchr(" \t'\"),;", msg[i]) &&
+                   !(msg[i] == ':' && (msg[i + 1] == ' ' || msg[i + 1] == '\0')))
+                i++;
+            continue;
+        }
+        out[o++] = msg[i++];
+    }
+    out[o] = '\0';
+}
+
+/* What a peer may read of an error: the message without the server's
+ * paths, or for a failure of this aggregator (500) none of it: that goes
+ * to the log. */
+static void peer_message(char *out, size_t cap, int status, const char *msg, const char *region)
+{
+    if (status == 500) {
+        fa_log(FA_LOG_ERROR, "internal error answered with 500", "region=%s error=\"%s\"",
+               region && region[0] ? region : "-", msg);
+        snprintf(out, cap, "internal error of the aggregator (its log says what)");
+        return;
+    }
+    fa_api_public_message(out, cap, msg);
+}
 
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
 {
     Fedagg__Error e = FEDAGG__ERROR__INIT;
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
-    char msg[512];
+    char raw[512], msg[512];
     uint8_t buf[1024];
     uint64_t round = 0;
     uint32_t attempt = 0;
@@ -66,8 +123,9 @@ static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, con
     size_t n;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    peer_message(msg, sizeof(msg), status, raw, c ? c->region : NULL);
     if (c && c->api)
         fa_fed_position(c->api->fed, &round, &attempt, NULL, NULL);
     e.code = (uint32_t)status;
@@ -87,6 +145,9 @@ int fa_api_http_status(int code, int internal)
     if (internal)
         return 500;
     switch (code) {
+    case FA_ERR_IO:
+    case FA_ERR_CORRUPT: return 500; /* this aggregator's storage, not the request */
+    case FA_ERR_NOSPACE: return 503;
     case FA_ERR_AUTH: return 403;
     case FA_ERR_REPLAY:
     case FA_ERR_STATE:
@@ -106,6 +167,7 @@ static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
     int status = fa_api_http_status(r->code, r->internal);
     Fedagg__Error e = FEDAGG__ERROR__INIT;
+    char msg[sizeof(r->msg)];
     uint8_t *buf;
     size_t n;
 
@@ -116,8 +178,9 @@ static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
     }
     fa_log(FA_LOG_INFO, "request refused", "region=%s status=%d reason=\"%s\"", c->region, status,
            r->msg);
+    peer_message(msg, sizeof(msg), status, r->msg, c->region);
     e.code = (uint32_t)status;
-    e.message = (char *)r->msg;
+    e.message = msg;
     e.round = r->round;
     e.attempt = r->attempt;
     n = fedagg__error__get_packed_size(&e);
@@ -174,17 +237,12 @@ static void hold(struct req_ctx *c)
 
 void fa_api_tick(fa_api *a)
 {
-    fa_fed_tick(a->fed, now_ms());
+    fa_fed_tick(a->fed, fa_time_mono_ms());
     flush(a);
     if (fa_fed_fatal(a->fed)) {
         fa_log(FA_LOG_ERROR, "stopping: a committed round could not be recorded", NULL);
         fa_h3_server_stop(a->srv);
     }
-}
-
-size_t fa_api_pending(const fa_api *a)
-{
-    return a->n_pending;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -231,7 +289,7 @@ static struct req_ctx *admit(fa_api *a, fa_h3_request *req)
                       c->region);
         return NULL;
     }
-    fa_fed_region_seen(a->fed, c->region, now_ms());
+    fa_fed_region_seen(a->fed, c->region, fa_time_mono_ms());
     return c;
 }
 
@@ -244,16 +302,26 @@ static void on_close(fa_h3_request *req, int err, void *arg)
     if (c->uncounted)
         fa_fed_count_bytes(a->fed, c->region, c->uncounted);
     if (c->uploading) {
-        fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
+        fa_fed_masked_abort(a->fed, c->region, c->upload, fa_time_mono_ms());
         c->uploading = 0;
     }
     if (c->pending && err != 0)
         fa_log(FA_LOG_INFO, "long-poll abandoned by the region", "region=%s phase=%s error=%s",
-               c->region, c->kind >= 0 ? kind_paths[c->kind] : "-", fa_strerror(err));
+               c->region, c->kind >= 0 ? fa_secagg_phase_names[c->kind] : "-", fa_strerror(err));
     pending_remove(a, c);
     free(c->buf);
     free(c);
     fa_h3_request_set_data(req, NULL);
+}
+
+/* Routes are registered by prefix (transport/h3.h): a handler of one exact
+ * path answers 404 to anything longer ("/v1/federationX"). */
+static int exact_path(struct req_ctx *c, fa_h3_request *req, const char *want)
+{
+    if (!strcmp(fa_h3_request_path(req), want))
+        return 1;
+    respond_error(c, req, 404, "no such resource (did you mean %s?)", want);
+    return 0;
 }
 
 /* --- GET /v1/federation, /v1/status --------------------------------------- */
@@ -267,10 +335,10 @@ static int on_federation(fa_h3_request *req, void *arg)
     size_t len;
     fa_error err;
 
-    if (!c)
+    if (!c || !exact_path(c, req, "/v1/federation"))
         return 0;
     fa_api_tick(a);
-    if (fa_fed_info(a->fed, now_ms(), &out, &len, &err) != 0) {
+    if (fa_fed_info(a->fed, fa_time_mono_ms(), &out, &len, &err) != 0) {
         respond_error(c, req, 500, "%s", err.msg);
         return 0;
     }
@@ -287,12 +355,12 @@ static int on_status(fa_h3_request *req, void *arg)
     const char *accept = fa_h3_request_header(req, "accept");
     fa_error err;
 
-    if (!c)
+    if (!c || !exact_path(c, req, "/v1/status"))
         return 0;
     if (accept && strstr(accept, "application/json")) {
         fa_h3_header h[] = {{"content-type", "application/json"}};
         char *json;
-        if (fa_fed_status_json(a->fed, now_ms(), &json, &err) != 0) {
+        if (fa_fed_status_json(a->fed, fa_time_mono_ms(), &json, &err) != 0) {
             respond_error(c, req, 500, "%s", err.msg);
             return 0;
         }
@@ -303,7 +371,7 @@ static int on_status(fa_h3_request *req, void *arg)
         fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
         uint8_t *out;
         size_t len;
-        if (fa_fed_status(a->fed, now_ms(), &out, &len, &err) != 0) {
+        if (fa_fed_status(a->fed, fa_time_mono_ms(), &out, &len, &err) != 0) {
             respond_error(c, req, 500, "%s", err.msg);
             return 0;
         }
@@ -346,21 +414,20 @@ static int on_model(fa_h3_request *req, void *arg)
     const char *which = fa_h3_request_path(req) + strlen("/v1/models/");
     uint64_t version = UINT64_MAX, got, delta_from = 0;
     uint8_t sha[32], dsha[32] = {0};
-    char path[4096], hex[65], dhex[65], vs[32], fs[32], *end;
+    char path[4096], hex[65], dhex[65], vs[32], fs[32];
     struct file_src *src;
     off_t size;
     int f32, want_delta = 0, is_delta = 0;
 
     if (!c)
         return 0;
-    if (strcmp(which, "latest") != 0) {
-        errno = 0;
-        version = strtoull(which, &end, 10);
-        if (!which[0] || *end || errno) {
-            respond_error(c, req, 404, "no model '%s': use /v1/models/latest or a version number",
-                          which);
-            return 0;
-        }
+    if (strcmp(which, "latest") != 0 &&
+        fa_api_parse_number(which, strlen(which), FA_API_MAX_NUMBER, &version) != 0) {
+        respond_error(c, req, 404,
+                      "no model '%.64s': use /v1/models/latest or a version number (decimal "
+                      "digits, at most %" PRIu64 ")",
+                      which, (uint64_t)FA_API_MAX_NUMBER);
+        return 0;
     }
     /* ?dtype=f32: the float32 master weights instead of the model's own
      * dtypes.  ?delta_from=N: the version as a delta against version N when
@@ -375,14 +442,10 @@ static int on_model(fa_h3_request *req, void *arg)
                 f32 = 1;
             } else if (len == 12 && !strncmp(q, "dtype=native", 12)) {
                 f32 = 0;
-            } else if (len > 11 && !strncmp(q, "delta_from=", 11) && len - 11 < 21) {
-                char num[24];
-                memcpy(num, q + 11, len - 11);
-                num[len - 11] = '\0';
-                errno = 0;
-                delta_from = strtoull(num, &end, 10);
-                if (!num[0] || *end || errno || num[0] == '-' || num[0] == '+') {
-                    respond_error(c, req, 400, "delta_from '%s' is not a version number", num);
+            } else if (len >= 11 && !strncmp(q, "delta_from=", 11)) {
+                if (fa_api_parse_number(q + 11, len - 11, FA_API_MAX_NUMBER, &delta_from) != 0) {
+                    respond_error(c, req, 400, "delta_from '%.*s' is not a version number",
+                                  (int)(len - 11 < 32 ? len - 11 : 32), q + 11);
                     return 0;
                 }
                 want_delta = 1;
@@ -469,7 +532,7 @@ static int on_audit(fa_h3_request *req, void *arg)
     const char *path = fa_h3_request_path(req);
     const char *q = fa_h3_request_query(req);
     fa_h3_header h[] = {{"content-type", "text/plain; charset=utf-8"}};
-    char *out = NULL, round_s[32], region[64], *end;
+    char *out = NULL, round_s[32], region[64];
     size_t len;
     fa_error err;
     int rc;
@@ -486,8 +549,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/proof?round=R&region=ID");
             return 0;
         }
-        round = strtoull(round_s, &end, 10);
-        if (*end || !round_s[0]) {
+        if (fa_api_parse_number(round_s, strlen(round_s), FA_API_MAX_NUMBER, &round) != 0) {
             respond_error(c, req, 400, "round '%s' is not a number", round_s);
             return 0;
         }
@@ -500,8 +562,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/record?version=V");
             return 0;
         }
-        version = strtoull(vs, &end, 10);
-        if (*end || !vs[0]) {
+        if (fa_api_parse_number(vs, strlen(vs), FA_API_MAX_NUMBER, &version) != 0) {
             respond_error(c, req, 400, "version '%s' is not a number", vs);
             return 0;
         }
@@ -513,17 +574,14 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/consistency?from=N[&to=M]");
             return 0;
         }
-        from = strtoull(fs, &end, 10);
-        if (*end || !fs[0]) {
+        if (fa_api_parse_number(fs, strlen(fs), FA_API_MAX_NUMBER, &from) != 0) {
             respond_error(c, req, 400, "from '%s' is not a number", fs);
             return 0;
         }
-        if (query_param(q, "to", ts, sizeof(ts))) {
-            to = strtoull(ts, &end, 10);
-            if (*end || !ts[0]) {
-                respond_error(c, req, 400, "to '%s' is not a number", ts);
-                return 0;
-            }
+        if (query_param(q, "to", ts, sizeof(ts)) &&
+            fa_api_parse_number(ts, strlen(ts), FA_API_MAX_NUMBER, &to) != 0) {
+            respond_error(c, req, 400, "to '%s' is not a number", ts);
+            return 0;
         }
         rc = fa_fed_audit_consistency(a->fed, from, to, &out, &len, &err);
         if (rc == FA_ERR_RANGE) {
@@ -552,21 +610,19 @@ static int on_audit(fa_h3_request *req, void *arg)
 
 static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt, int *kind)
 {
-    const char *p = path + strlen("/v1/rounds/");
-    char *end;
-    unsigned long long r, at;
+    const char *p = path + strlen("/v1/rounds/"), *slash;
+    uint64_t r, at;
 
-    errno = 0;
-    r = strtoull(p, &end, 10);
-    if (end == p || *end != '/' || errno)
+    if (!(slash = strchr(p, '/')) ||
+        fa_api_parse_number(p, (size_t)(slash - p), FA_API_MAX_NUMBER, &r) != 0)
         return -1;
-    p = end + 1;
-    at = strtoull(p, &end, 10);
-    if (end == p || *end != '/' || errno || at > UINT32_MAX)
+    p = slash + 1;
+    if (!(slash = strchr(p, '/')) ||
+        fa_api_parse_number(p, (size_t)(slash - p), UINT32_MAX - 1u, &at) != 0)
         return -1;
-    p = end + 1;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(p, kind_paths[k])) {
+    p = slash + 1;
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
+        if (!strcmp(p, fa_secagg_phase_names[k])) {
             *round = r;
             *attempt = (uint32_t)at;
             *kind = k;
@@ -585,9 +641,9 @@ static int on_round_request(fa_h3_request *req, void *arg)
         return 0;
     if (parse_round_path(fa_h3_request_path(req), &c->round, &c->attempt, &c->kind) != 0) {
         respond_error(c, req, 404,
-                      "no such round resource: %s (expected "
+                      "no such round resource: %.80s (expected "
                       "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
-                      "consistency|unmask})",
+                      "consistency|unmask}, numbers in decimal digits)",
                       fa_h3_request_path(req));
         return 0;
     }
@@ -597,8 +653,8 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     fa_api_tick(a);
     if (fa_fed_masked_begin(a->fed, c->region, c->round, c->attempt,
-                            fa_h3_request_content_length(req), now_ms(), &c->upload, &c->discard,
-                            &r) != 0) {
+                            fa_h3_request_content_length(req), fa_time_mono_ms(), &c->upload,
+                            &c->discard, &r) != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         c->discard = 1;
@@ -658,8 +714,9 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         return 0;
     if (c->kind == FA_FED_MASKED) {
         fa_fed_reply r = {0};
-        if (fa_fed_masked_chunk(a->fed, c->region, c->upload, data, len, now_ms(), &r) != 0) {
-            fa_fed_masked_abort(a->fed, c->region, c->upload, now_ms());
+        if (fa_fed_masked_chunk(a->fed, c->region, c->upload, data, len, fa_time_mono_ms(), &r) !=
+            0) {
+            fa_fed_masked_abort(a->fed, c->region, c->upload, fa_time_mono_ms());
             c->uploading = 0;
             respond_reply(c, &r);
             fa_fed_reply_free(&r);
@@ -672,8 +729,8 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
         while (ncap < c->len + len)
             ncap *= 2;
         if (ncap > MAX_MESSAGE) {
-            respond_error(c, req, 413, "%s message larger than %u bytes", kind_paths[c->kind],
-                          MAX_MESSAGE);
+            respond_error(c, req, 413, "%s message larger than %u bytes",
+                          fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
         if ((rc = fa_h3_request_reserve(req, ncap - c->cap)) != 0) {
@@ -706,7 +763,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     if (c->kind == FA_FED_MASKED) {
         if (c->uploading) {
             c->uploading = 0;
-            if (fa_fed_masked_end(a->fed, c->region, c->upload, now_ms(), &r) != 0) {
+            if (fa_fed_masked_end(a->fed, c->region, c->upload, fa_time_mono_ms(), &r) != 0) {
                 respond_reply(c, &r);
                 fa_fed_reply_free(&r);
                 return;
@@ -716,8 +773,8 @@ static void on_round_end(fa_h3_request *req, void *arg)
         fa_api_tick(a);
         return;
     }
-    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len, now_ms(),
-                       &r);
+    rc = fa_fed_submit(a->fed, c->kind, c->region, c->round, c->attempt, c->buf, c->len,
+                       fa_time_mono_ms(), &r);
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;
@@ -743,9 +800,12 @@ static int on_eval_request(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
     struct req_ctx *c = admit(a, req);
+    const char *path = fa_h3_request_path(req);
     if (!c)
         return 0;
-    c->kind = strcmp(fa_h3_request_path(req), "/v1/privacy") == 0 ? KIND_PRIVACY : KIND_EVAL;
+    if (strcmp(path, "/v1/privacy") != 0 && !exact_path(c, req, "/v1/evaluations"))
+        return 0;
+    c->kind = strcmp(path, "/v1/privacy") == 0 ? KIND_PRIVACY : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }

@@ -1,5 +1,6 @@
 /* api_admin.c - the operators' HTTP/3 API.  See api_admin.h. */
 #include "aggregator/api_admin.h"
+#include "aggregator/api.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -21,11 +22,6 @@ static const char *const documents[] = {"status", "regions", "rounds", "models",
 enum action { ACT_PAUSE = 0, ACT_RESUME, ACT_ABORT, ACT_DRAIN, ACT_ADMIT };
 static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
 
-static uint64_t now_ms(void)
-{
-    return fa_time_mono_ns() / 1000000u;
-}
-
 /* Who is asking, for the log: the operator's name, else the peer's. */
 static const char *who(const fa_h3_request *req)
 {
@@ -45,18 +41,27 @@ static void respond_json(fa_h3_request *req, int status, const char *json)
            fa_h3_request_method(req), fa_h3_request_path(req), status);
 }
 
-/* {"ok": true, "message": msg} or {"error": msg}. */
+/* {"ok": true, "message": msg} or {"error": msg}: an error as an operator's
+ * client may read it (no paths of the server's files; a failure of the
+ * aggregator itself is logged and answered without its details). */
 static void respond_msg(fa_h3_request *req, int status, const char *msg)
 {
     json_t *o = json_object();
-    char *text = NULL;
+    char *text = NULL, pub[512];
 
+    if (status == 500) {
+        fa_log(FA_LOG_ERROR, "admin request failed", "operator=%s path=%s error=\"%s\"", who(req),
+               fa_h3_request_path(req), msg);
+        snprintf(pub, sizeof(pub), "internal error of the aggregator (its log says what)");
+    } else {
+        fa_api_public_message(pub, sizeof(pub), msg);
+    }
     if (o) {
         if (status < 400) {
             json_object_set_new(o, "ok", json_true());
-            json_object_set_new(o, "message", json_string(msg));
+            json_object_set_new(o, "message", json_string(pub));
         } else {
-            json_object_set_new(o, "error", json_string(msg));
+            json_object_set_new(o, "error", json_string(pub));
         }
         text = json_dumps(o, JSON_COMPACT);
         json_decref(o);
@@ -139,7 +144,7 @@ static int on_get(fa_h3_request *req, void *arg)
         return 0;
     }
     fa_error_clear(&err);
-    rc = fa_fed_admin_json(fed, what, now_ms(), &doc, &err);
+    rc = fa_fed_admin_json(fed, what, fa_time_mono_ms(), &doc, &err);
     if (rc != 0) {
         respond_msg(req, 500, fa_error_msg(&err, rc));
         return 0;
@@ -206,10 +211,12 @@ static void on_post_end(fa_h3_request *req, void *arg)
     }
     fa_error_clear(&err);
     switch (act) {
-    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, now_ms(), &err); break;
-    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, now_ms(), &err); break;
-    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, now_ms(), &err); break;
-    default: rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, now_ms(), &err); break;
+    case ACT_PAUSE: rc = fa_fed_admin_pause(fed, op, fa_time_mono_ms(), &err); break;
+    case ACT_RESUME: rc = fa_fed_admin_resume(fed, op, fa_time_mono_ms(), &err); break;
+    case ACT_ABORT: rc = fa_fed_admin_abort(fed, op, fa_time_mono_ms(), &err); break;
+    default:
+        rc = fa_fed_admin_drain(fed, op, region, act == ACT_DRAIN, fa_time_mono_ms(), &err);
+        break;
     }
     if (rc != 0) {
         respond_msg(req, status_of(rc), fa_error_msg(&err, rc));

@@ -1,4 +1,4 @@
-/* api_admin.h - the operators' HTTP/3 API of the aggregator (issue 16).
+/* api_admin.h - the operators' HTTP/3 API of the aggregator (docs/operations.md).
  *
  *   GET  /v1/admin/status        the federation: round, phase and deadline,
  *                                paused, model, evaluations, storage, regions,

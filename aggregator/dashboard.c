@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/fa_strbuf.h"
+#include "crypto/secagg.h"
 
 /* ------------------------------------------------------------------ page */
 
@@ -643,9 +644,8 @@ out:
 
 /* --------------------------------------------------------- round timeline */
 
-static const char *const phase_keys[] = {"advertise", "shares", "masked", "consistency", "unmask"};
-static const char *const phase_colors[] = {"#7aa2e3", "#5cc0b5", "#f2b84b", "#b08ad9", "#ef7f7f"};
-#define NPHASES 5
+static const char *const phase_colors[FA_SECAGG_N_PHASES] = {"#7aa2e3", "#5cc0b5", "#f2b84b",
+                                                             "#b08ad9", "#ef7f7f"};
 
 static double attempt_seconds(const json_t *a)
 {
@@ -692,9 +692,9 @@ static void timeline_chart(fa_strbuf *b, const json_t *rs)
         const char *outcome = str(a, "outcome");
         int aborted = outcome && !strcmp(outcome, "aborted");
 
-        for (int k = 0; k < NPHASES; k++) {
+        for (int k = 0; k < FA_SECAGG_N_PHASES; k++) {
             double s, h;
-            if (!json_is_object(phases) || !num(phases, phase_keys[k], &s) || s <= 0)
+            if (!json_is_object(phases) || !num(phases, fa_secagg_phase_names[k], &s) || s <= 0)
                 continue;
             used += s;
             h = s / maxs * ph;
@@ -704,8 +704,8 @@ static void timeline_chart(fa_strbuf *b, const json_t *rs)
                 "<rect class=\"phase\" data-phase=\"%s\" data-round=\"%.0f\" x=\"%.1f\" "
                 "y=\"%.1f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"><title>round %.0f "
                 "attempt %.0f, %s: %.2f s</title></rect>\n",
-                phase_keys[k], round, x, y, w, h, phase_colors[k], round, num_or(a, "attempt", 0),
-                phase_keys[k], s);
+                fa_secagg_phase_names[k], round, x, y, w, h, phase_colors[k], round,
+                num_or(a, "attempt", 0), fa_secagg_phase_names[k], s);
         }
         if (total > used + 1e-3) { /* commit, evaluation hand-off... */
             double h = (total - used) / maxs * ph;
@@ -735,9 +735,9 @@ static void timeline_chart(fa_strbuf *b, const json_t *rs)
         "dashed red: aborted)</text>\n</svg>\n",
         ML, CW - MR, CH - MB, CH - MB, ML + pw / 2, CH - 6);
     fa_strbuf_puts(b, "<ul class=\"legend\">");
-    for (int k = 0; k < NPHASES; k++)
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
         fa_strbuf_printf(b, "<li><i style=\"background:%s\"></i>%s</li>", phase_colors[k],
-                         phase_keys[k]);
+                         fa_secagg_phase_names[k]);
     fa_strbuf_puts(b, "<li><i style=\"background:#c9ced8\"></i>commit and the rest</li></ul>\n");
 }
 
@@ -795,8 +795,8 @@ static void timeline(fa_strbuf *b, const json_t *st)
     fa_strbuf_puts(
         b, "<table id=\"rounds\"><thead><tr><th class=\"n\">Round</th><th class=\"n\">Attempt"
            "</th><th>Outcome</th><th>Started</th><th class=\"n\">Duration</th>");
-    for (int k = 0; k < NPHASES; k++)
-        fa_strbuf_printf(b, "<th class=\"n\">%s</th>", phase_keys[k]);
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
+        fa_strbuf_printf(b, "<th class=\"n\">%s</th>", fa_secagg_phase_names[k]);
     fa_strbuf_puts(
         b, "<th>Participants</th><th>Dropped</th><th class=\"n\">Version</th><th>Accuracy</th>"
            "</tr></thead>\n<tbody>\n");
@@ -829,9 +829,9 @@ static void timeline(fa_strbuf *b, const json_t *st)
             }
         }
         fa_strbuf_printf(b, "</td><td>%s</td><td class=\"n\">%s</td>", t, dur);
-        for (int k = 0; k < NPHASES; k++) {
+        for (int k = 0; k < FA_SECAGG_N_PHASES; k++) {
             char ps[32] = "-";
-            if (json_is_object(ph) && num(ph, phase_keys[k], &s))
+            if (json_is_object(ph) && num(ph, fa_secagg_phase_names[k], &s))
                 fa_dashboard_fmt_secs(s, ps, sizeof(ps));
             fa_strbuf_printf(b, "<td class=\"n\">%s</td>", ps);
         }

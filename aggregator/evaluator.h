@@ -21,15 +21,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "aggregator/fed_eval.h"
+#include "aggregator/eval_reports.h"
 #include "common/fa_err.h"
 
 typedef struct fa_evaluator fa_evaluator;
 
 /* argv (argc entries, copied) runs in dir (created if missing), killed
  * after timeout_s.  Returns 0, FA_ERR_INVAL (empty command) or FA_ERR_NOMEM. */
-int fa_evaluator_new(fa_evaluator **out, const char *const *argv, size_t argc,
-                     uint32_t timeout_s, const char *dir, fa_error *err);
+int fa_evaluator_new(fa_evaluator **out, const char *const *argv, size_t argc, uint32_t timeout_s,
+                     const char *dir, fa_error *err);
 /* Kills a running command.  NULL is a no-op. */
 void fa_evaluator_del(fa_evaluator *ev);
 

@@ -159,11 +159,9 @@ static json_t *regions_json(fa_fed *f, uint64_t now_ms)
 
 static json_t *rounds_json(const fa_fed *f)
 {
-    static const char *phase_keys[FA_FED_HISTORY_PHASES] = {"advertise", "shares", "masked",
-                                                            "consistency", "unmask"};
     json_t *a = json_array();
-    for (size_t i = 0; a && i < fa_fed_history_count(&f->hist); i++) {
-        const fa_fed_attempt *h = fa_fed_history_at(&f->hist, i);
+    for (size_t i = 0; a && i < fa_round_history_count(&f->hist); i++) {
+        const fa_round_history_attempt *h = fa_round_history_at(&f->hist, i);
         json_t *o = json_object(), *ph = json_object();
         if (!o || !ph) {
             json_decref(o);
@@ -177,11 +175,11 @@ static json_t *rounds_json(const fa_fed *f)
             json_object_set_new(o, "reason", json_string(h->reason));
         json_object_set_new(o, "start_unix_ms", json_integer((json_int_t)h->start_unix_ms));
         json_object_set_new(o, "end_unix_ms", json_integer((json_int_t)h->end_unix_ms));
-        json_object_set_new(o, "seconds",
-                            json_real((double)(h->end_unix_ms - h->start_unix_ms) / 1000.0));
-        for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+        if (h->seconds >= 0)
+            json_object_set_new(o, "seconds", json_real(h->seconds));
+        for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
             if (h->phase_s[k] >= 0)
-                json_object_set_new(ph, phase_keys[k], json_real(h->phase_s[k]));
+                json_object_set_new(ph, fa_secagg_phase_names[k], json_real(h->phase_s[k]));
         json_object_set_new(o, "phases", ph);
         json_object_set_new(o, "participants", list_json(h->participants));
         json_object_set_new(o, "dropped", list_json(h->dropped));
@@ -195,8 +193,8 @@ static json_t *rounds_json(const fa_fed *f)
 static json_t *versions_json(const fa_fed *f)
 {
     json_t *a = json_array();
-    for (size_t i = 0; a && i < fa_fed_history_versions(&f->hist); i++) {
-        const fa_fed_version_eval *v = fa_fed_history_version_at(&f->hist, i);
+    for (size_t i = 0; a && i < fa_round_history_versions(&f->hist); i++) {
+        const fa_round_history_eval *v = fa_round_history_version_at(&f->hist, i);
         json_t *o = json_object();
         if (!o)
             break;

@@ -131,9 +131,9 @@ void fa_fed_update_gauges(fa_fed *f)
     }
     {
         fa_eval_summary fe;
-        fa_fed_eval_summary(f->feval, &fe);
+        fa_eval_reports_summary(f->feval, &fe);
         if (!fe.valid)
-            fa_fed_eval_last(f->feval, &fe);
+            fa_eval_reports_last(f->feval, &fe);
         if (fe.valid) {
             fa_metrics_set(f->metrics, "fedagg_fedeval_version", NULL, (double)fe.version);
             fa_metrics_set(f->metrics, "fedagg_fedeval_regions", NULL, (double)fe.regions);

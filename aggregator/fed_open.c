@@ -159,7 +159,7 @@ static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
     for (size_t i = 0; i < st->n_evaluations; i++) {
         fa_error e;
         fa_error_clear(&e);
-        if (fa_fed_eval_restore(f->feval, st->evaluations[i], &e) == 0)
+        if (fa_eval_reports_restore(f->feval, st->evaluations[i], &e) == 0)
             kept++;
         else
             fa_log(FA_LOG_WARN, "a saved evaluation report was refused", "error=\"%s\"", e.msg);
@@ -210,8 +210,10 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         if (f->cur.version != audited)
             return fa_errorf(err, FA_ERR_CORRUPT,
                              "model store is at version %" PRIu64 " but the audit log ends at "
-                             "version %" PRIu64 " and there is no round state to repair it from",
-                             f->cur.version, audited);
+                             "version %" PRIu64 " and there is no round state to repair it from "
+                             "(`fedagg audit repair LOG --pubkey KEY --store %s` takes the store "
+                             "back to the log's version, docs/operations.md)",
+                             f->cur.version, audited, f->storage_dir);
         fa_fed_open_gated(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1, 0,
                           now_ms);
         return 0;
@@ -227,6 +229,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     f->round = st->round;
     f->attempt = st->attempt;
     f->attempt_start_unix_ms = st->attempt_start_unix_ms;
+    f->attempt_opened_ms = now_ms;
     f->sa_cfg.round = st->round;
     f->sa_cfg.attempt = st->attempt;
 
@@ -251,7 +254,7 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         if (rc == 0) {
             /* The record is of the round that started from the previous
              * version: its reports and ranges are in the state. */
-            fa_fed_eval_begin(f->feval, st->base_version, prev_sha);
+            fa_eval_reports_begin(f->feval, st->base_version, prev_sha);
             restore_round_extras(f, st);
         }
         if (rc == 0) {
@@ -290,8 +293,11 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     if (f->cur.version != audited || st->base_version != f->cur.version) {
         rc = fa_errorf(err, FA_ERR_CORRUPT,
                        "model store at version %" PRIu64 ", audit log at version %" PRIu64
-                       ", round state based on version %" PRIu64 ": they do not fit together",
-                       f->cur.version, audited, st->base_version);
+                       ", round state based on version %" PRIu64
+                       ": they do not fit together (a log repaired back to an earlier "
+                       "checkpoint? `fedagg audit repair LOG --pubkey KEY --store %s` takes "
+                       "the store back to the log's version, docs/operations.md)",
+                       f->cur.version, audited, st->base_version, f->storage_dir);
         fedagg__round_state__free_unpacked(st, NULL);
         return rc;
     }
@@ -329,6 +335,21 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     if (rc != 0) {
         fedagg__round_state__free_unpacked(st, NULL);
         return fa_error_prefix(err, rc, "%s", f->state_path);
+    }
+    {
+        /* a phase in flight, the one its secure-aggregation state is in */
+        fa_secagg_server_status sst;
+        fa_secagg_server_status_get(f->sa, &sst);
+        if (st->phase < FEDAGG__PHASE__PHASE_SHARES || st->phase > FEDAGG__PHASE__PHASE_UNMASK ||
+            sst.phase != (int)st->phase - FEDAGG__PHASE__PHASE_ADVERTISE) {
+            rc = fa_errorf(err, FA_ERR_CORRUPT,
+                           "%s: round %" PRIu64 " is saved in phase %d, its secure-aggregation "
+                           "state in phase %s",
+                           f->state_path, st->round, (int)st->phase,
+                           fa_secagg_phase_name(sst.phase));
+            fedagg__round_state__free_unpacked(st, NULL);
+            return rc;
+        }
     }
     f->phase = st->phase;
     f->phase_opened_ms = now_ms;
@@ -412,7 +433,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     if (!f)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     f->metrics = metrics;
-    if (fa_fed_history_init(&f->hist, FA_FED_HISTORY) != 0) {
+    if (fa_round_history_init(&f->hist, FA_FED_HISTORY) != 0) {
         free(f);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
@@ -566,7 +587,7 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
 
     /* Federated evaluation and the evaluator command. */
     {
-        fa_fed_eval_member *fm = calloc(f->n_regions ? f->n_regions : 1, sizeof(*fm));
+        fa_eval_reports_member *fm = calloc(f->n_regions ? f->n_regions : 1, sizeof(*fm));
         if (!fm) {
             rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
             goto fail;
@@ -575,13 +596,14 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             fm[i].id = f->regions[i].id;
             memcpy(fm[i].pk, f->regions[i].pk, 32);
         }
-        rc = fa_fed_eval_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        rc = fa_eval_reports_new(&f->feval, f->federation_id, fm, f->n_regions,
+                                 cfg->evaluation ? cfg->evaluation->max_region_examples : 0, err);
         if (rc == 0)
             rc = fa_privacy_ledger_new(&f->privacy, f->federation_id, fm, f->n_regions, err);
         free(fm);
         if (rc != 0)
             goto fail;
-        fa_fed_eval_begin(f->feval, f->cur.version, f->cur.model_sha256);
+        fa_eval_reports_begin(f->feval, f->cur.version, f->cur.model_sha256);
         rc = fa_global_model_ranges_digest(f->model, f->round_ranges_sha, err);
         if (rc != 0)
             goto fail;
@@ -610,6 +632,12 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
     rc = fa_audit_log_open(&f->audit, path, f->signer, origin, 0, &report, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "audit log %s", path);
+        if (rc == FA_ERR_CORRUPT || rc == FA_ERR_VERIFY)
+            fa_errorf(err, rc,
+                      "%s; to recover to its last signed checkpoint (the damaged files are "
+                      "kept): fedagg audit repair %s --pubkey <the aggregator's key> --store %s "
+                      "(docs/operations.md)",
+                      err->msg, path, cfg->storage->dir);
         goto fail;
     }
     if (report.torn_log_bytes || report.torn_checkpoint_bytes || report.unsigned_records ||
@@ -674,10 +702,10 @@ void fa_fed_close(fa_fed *f)
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);
     fa_global_model_del(f->model);
-    fa_fed_eval_del(f->feval);
+    fa_eval_reports_del(f->feval);
     fa_privacy_ledger_del(f->privacy);
     fa_fed_ddp_free(f);
-    fa_fed_history_free(&f->hist);
+    fa_round_history_free(&f->hist);
     fa_evaluator_del(f->evaluator);
     free(f->eval_params);
     fa_server_opt_del(f->opt);
@@ -733,7 +761,7 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             return rc;
         }
         if (!r->admin && n - i <= FA_FED_HISTORY) {
-            fa_fed_attempt a;
+            fa_round_history_attempt a;
             char *parts = NULL, *drops = NULL;
             size_t pn = 0, dn = 0;
             FILE *pf = open_memstream(&parts, &pn), *df = open_memstream(&drops, &dn);
@@ -743,7 +771,12 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             a.completed = 1;
             a.start_unix_ms = r->start_unix_ms;
             a.end_unix_ms = r->commit_unix_ms;
-            for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+            /* the log holds wall-clock stamps only: no duration when they
+             * went backwards */
+            a.seconds = a.end_unix_ms >= a.start_unix_ms
+                            ? (double)(a.end_unix_ms - a.start_unix_ms) / 1000.0
+                            : -1;
+            for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
                 a.phase_s[k] = -1;
             for (size_t k = 0; pf && k < r->n_participants; k++)
                 fprintf(pf, "%s%s", k ? "," : "", r->participants[k]);
@@ -756,20 +789,20 @@ static int replay_audit_log(fa_fed *f, fa_error *err)
             a.participants = parts;
             a.dropped = drops;
             a.version = r->new_version;
-            fa_fed_history_add(&f->hist, &a);
+            fa_round_history_add(&f->hist, &a);
             free(parts);
             free(drops);
             if (r->federated_eval) {
-                fa_fed_version_eval *ve =
-                    fa_fed_history_version(&f->hist, r->federated_eval->model_version);
+                fa_round_history_eval *ve =
+                    fa_round_history_version(&f->hist, r->federated_eval->model_version);
                 if (ve) {
                     ve->federated_accuracy = r->federated_eval->accuracy;
                     ve->federated_regions = r->federated_eval->regions;
                 }
             }
             if (r->central_eval) {
-                fa_fed_version_eval *ve =
-                    fa_fed_history_version(&f->hist, r->central_eval->model_version);
+                fa_round_history_eval *ve =
+                    fa_round_history_version(&f->hist, r->central_eval->model_version);
                 if (ve)
                     ve->central_accuracy = r->central_eval->accuracy;
             }

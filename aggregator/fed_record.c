@@ -2,6 +2,7 @@
  * operator's action's. */
 #include "aggregator/federation_internal.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,12 @@ static const char *clip_name(int mode)
                                                       : "l2";
 }
 
+static int share_fault_cmp(const void *a, const void *b)
+{
+    return strcmp((*(Fedagg__ShareFault *const *)a)->region,
+                  (*(Fedagg__ShareFault *const *)b)->region);
+}
+
 /* Builds the audit record of the completed attempt in f->sa. */
 static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha[32],
                         uint64_t new_version, const uint8_t new_sha[32], uint64_t commit_ms,
@@ -36,7 +43,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     char **drops = calloc(nd ? nd : 1, sizeof(char *));
     uint8_t(*shas)[32] = calloc(ns ? ns : 1, 32);
     uint8_t(*sigs)[64] = calloc(ns ? ns : 1, 64);
-    size_t ne = fa_fed_eval_count(f->feval);
+    size_t ne = fa_eval_reports_count(f->feval);
     Fedagg__SignedEval *evs = calloc(ne ? ne : 1, sizeof(*evs));
     Fedagg__SignedEval **evp = calloc(ne ? ne : 1, sizeof(*evp));
     Fedagg__EvalSummary fsum, csum;
@@ -47,9 +54,14 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
     Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
     Fedagg__DdpParams ddp_params;
+    size_t nf = fa_secagg_server_share_fault_count(f->sa);
+    Fedagg__ShareFault *sfs = calloc(nf ? nf : 1, sizeof(*sfs));
+    Fedagg__ShareFault **sfp = calloc(nf ? nf : 1, sizeof(*sfp));
     int rc = 0;
 
-    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
+    assert(ns + nd <= f->n_regions); /* survivors and dropouts are regions of U1 */
+    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp || !sfs ||
+        !sfp) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
         goto out;
     }
@@ -123,12 +135,12 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     rec.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
     /* Federated evaluation of the version this round started from. */
     for (size_t i = 0; i < ne; i++) {
-        fa_fed_eval_at(f->feval, i, &evs[i]);
+        fa_eval_reports_at(f->feval, i, &evs[i]);
         evp[i] = &evs[i];
     }
     rec.n_evaluations = ne;
     rec.evaluations = evp;
-    fa_fed_eval_summary(f->feval, &fe);
+    fa_eval_reports_summary(f->feval, &fe);
     if (fe.valid && fe.version == prev_version) {
         fa_eval_summary_to_pb(&fe, &fsum, fnv, fnvp);
         rec.federated_eval = &fsum;
@@ -149,6 +161,22 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     }
     rec.n_privacy = npr;
     rec.privacy = pvp;
+    /* Regions whose revealed share was found bad (the round went on
+     * without it), sorted by region as the record rules want. */
+    for (size_t i = 0; i < nf; i++) {
+        const char *region, *owner;
+        int kind;
+        fedagg__share_fault__init(&sfs[i]);
+        if ((rc = fa_secagg_server_share_fault(f->sa, i, &region, &owner, &kind)) != 0)
+            goto out;
+        sfs[i].region = (char *)region;
+        sfs[i].owner = (char *)owner;
+        sfs[i].secret = kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key";
+        sfp[i] = &sfs[i];
+    }
+    qsort(sfp, nf, sizeof(*sfp), share_fault_cmp);
+    rec.n_share_faults = nf;
+    rec.share_faults = sfp;
     if (f->ddp_on) {
         if ((rc = fa_fed_ddp_round(f, ddp, &ddp_params, err)) != 0)
             goto out;
@@ -173,6 +201,8 @@ out:
     free(evp);
     free(pvs);
     free(pvp);
+    free(sfs);
+    free(sfp);
     return rc;
 }
 

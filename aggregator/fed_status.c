@@ -113,9 +113,9 @@ int fa_fed_status(fa_fed *f, uint64_t now_ms, uint8_t **out, size_t *len, fa_err
     s.audit_tree_size = fa_audit_log_signed_size(f->audit);
     s.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
     s.num_params = f->d;
-    fa_fed_eval_summary(f->feval, &fe);
+    fa_eval_reports_summary(f->feval, &fe);
     if (!fe.valid)
-        fa_fed_eval_last(f->feval, &fe);
+        fa_eval_reports_last(f->feval, &fe);
     if (fe.valid) {
         fa_eval_summary_to_pb(&fe, &fsum, fnv, fnvp);
         s.federated_eval = &fsum;
@@ -139,15 +139,12 @@ out:
 
 const char *fa_fed_phase_name(int phase)
 {
-    switch (phase) {
-    case FEDAGG__PHASE__PHASE_ADVERTISE: return "advertise";
-    case FEDAGG__PHASE__PHASE_SHARES: return "shares";
-    case FEDAGG__PHASE__PHASE_MASKED: return "masked";
-    case FEDAGG__PHASE__PHASE_CONSISTENCY: return "consistency";
-    case FEDAGG__PHASE__PHASE_UNMASK: return "unmask";
-    case FEDAGG__PHASE__PHASE_DONE: return "finished";
-    default: return "idle";
-    }
+    _Static_assert(FEDAGG__PHASE__PHASE_UNMASK - FEDAGG__PHASE__PHASE_ADVERTISE + 1 ==
+                       FA_SECAGG_N_PHASES,
+                   "the wire's phases are the secure-aggregation phases, in order");
+    if (phase >= FEDAGG__PHASE__PHASE_ADVERTISE && phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        return fa_secagg_phase_names[phase - FEDAGG__PHASE__PHASE_ADVERTISE];
+    return phase == FEDAGG__PHASE__PHASE_DONE ? "finished" : "idle";
 }
 
 /* An evaluation summary as JSON (NaN values left out). */
@@ -235,9 +232,9 @@ int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err)
     }
     {
         fa_eval_summary fe;
-        fa_fed_eval_summary(f->feval, &fe);
+        fa_eval_reports_summary(f->feval, &fe);
         if (!fe.valid)
-            fa_fed_eval_last(f->feval, &fe);
+            fa_eval_reports_last(f->feval, &fe);
         if (fe.valid)
             json_object_set_new(o, "federated_eval", summary_json(&fe));
         if (f->central.valid)
@@ -277,6 +274,13 @@ int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err)
 
 int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n)
 {
+    if (f->audit_damaged) {
+        snprintf(why, n,
+                 "the audit log is damaged (%s): no round opens; stop the aggregator and run "
+                 "fedagg audit repair (docs/operations.md)",
+                 f->audit_damage);
+        return 0;
+    }
     if (f->fatal) {
         snprintf(why, n,
                  "a committed round could not be recorded in the audit log: restart to "
@@ -296,7 +300,7 @@ size_t fa_fed_eval_reports(const fa_fed *f, size_t *regions)
 {
     if (regions)
         *regions = f->n_regions;
-    return fa_fed_eval_count(f->feval);
+    return fa_eval_reports_count(f->feval);
 }
 
 int fa_fed_finished(const fa_fed *f)

@@ -2,6 +2,7 @@
  * closes, completing a round, requests.  See federation.h. */
 #include "aggregator/federation_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #ifdef __GLIBC__
@@ -24,8 +25,6 @@
 #include "common/fa_time.h"
 #include "secagg.pb-c.h"
 
-const char *const fa_fed_kind_names[FA_FED_N_KINDS] = {"advertise", "shares", "masked",
-                                                       "consistency", "unmask"};
 
 /* ------------------------------------------------------------------------ */
 /* Replies                                                                   */
@@ -175,6 +174,13 @@ static int new_secagg_server(fa_fed *f, fa_error *err)
     return rc;
 }
 
+/* How long the attempt in flight has been open, on the caller's monotonic
+ * clock (the wall clock may step back). */
+double fa_fed_attempt_seconds(const fa_fed *f, uint64_t now_ms)
+{
+    return now_ms > f->attempt_opened_ms ? (double)(now_ms - f->attempt_opened_ms) / 1000.0 : 0.0;
+}
+
 /* Opens attempt `attempt` of round `round` in the advertise phase. */
 static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now_ms, fa_error *err)
 {
@@ -186,13 +192,14 @@ static int open_attempt(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t no
     f->phase_opened_ms = now_ms;
     f->last_advertise_ms = 0;
     f->attempt_start_unix_ms = fa_time_unix_ms();
+    f->attempt_opened_ms = now_ms;
     fa_fed_reset_region_attempt(f);
     fa_privacy_ledger_begin(f->privacy, round, attempt);
     memset(&f->cur_att, 0, sizeof(f->cur_att));
     f->cur_att.round = round;
     f->cur_att.attempt = attempt;
     f->cur_att.start_unix_ms = f->attempt_start_unix_ms;
-    for (int k = 0; k < FA_FED_HISTORY_PHASES; k++)
+    for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
         f->cur_att.phase_s[k] = -1;
     rc = new_secagg_server(f, err);
     if (rc == 0)
@@ -225,11 +232,16 @@ static uint64_t storage_need(const fa_fed *f)
  * where the spares decide.  Never set in production. */
 static int storage_short(uint64_t *bytes)
 {
+#ifdef FA_TEST_HOOKS
     char v[32];
     if (!fa_failpoint_value("fed-storage-short", v, sizeof(v)))
         return 0;
     *bytes = strtoull(v, NULL, 10);
     return 1;
+#else
+    (void)bytes;
+    return 0;
+#endif
 }
 
 /* Whether the storage can take a round now (free space for one). */
@@ -246,7 +258,7 @@ static int storage_check(fa_fed *f, fa_error *err)
     if (storage_short(&short_by))
         f->storage_free = need > short_by ? need - short_by : 0;
     /* The sum and the optimizer state are written over spare files
-     * (round_state.c, model_store.h): their blocks count as free for them. */
+     * (fed_round_state.c, model_store.h): their blocks count as free for them. */
     fa_fed_spare_sum_path(f, path, sizeof(path));
     spare = fa_atomic_file_spare_bytes(path, (uint64_t)4 * f->sa_cfg.vector_len);
     fa_model_store_spare_state_path(f->store, path, sizeof(path));
@@ -268,8 +280,12 @@ static int storage_check(fa_fed *f, fa_error *err)
  * production (FEDAGG_FAILPOINTS, common/fa_failpoint.h). */
 static int storage_gate_off(void)
 {
+#ifdef FA_TEST_HOOKS
     char v[8];
     return fa_failpoint_value("fed-storage-gate-off", v, sizeof(v)) != NULL;
+#else
+    return 0;
+#endif
 }
 
 /* The storage failed (why): close the gate, logging once per back-off. */
@@ -297,6 +313,14 @@ void fa_fed_open_gated(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now
 
     f->round = round;
     f->attempt = attempt;
+    if (f->audit_damaged) {
+        /* No round can be recorded: none is opened. */
+        f->phase = FEDAGG__PHASE__PHASE_IDLE;
+        fa_secagg_server_del(f->sa);
+        f->sa = NULL;
+        fa_fed_update_gauges(f);
+        return;
+    }
     if (f->paused) {
         /* fa_fed_admin_resume opens it. */
         f->phase = FEDAGG__PHASE__PHASE_IDLE;
@@ -349,9 +373,9 @@ int fa_fed_open_next_round(fa_fed *f, uint64_t now_ms, fa_error *err)
 
 /* Adds the attempt in flight to the history: completed (the sum's
  * survivors and dropouts, the new version) or aborted (with why). */
-static void record_attempt(fa_fed *f, int completed, const char *why)
+static void record_attempt(fa_fed *f, int completed, const char *why, uint64_t now_ms)
 {
-    fa_fed_attempt a = f->cur_att;
+    fa_round_history_attempt a = f->cur_att;
     char *parts = NULL, *drops = NULL;
     size_t pn = 0, dn = 0;
     FILE *pf = open_memstream(&parts, &pn), *df = open_memstream(&drops, &dn);
@@ -360,6 +384,7 @@ static void record_attempt(fa_fed *f, int completed, const char *why)
     a.end_unix_ms = fa_time_unix_ms();
     if (!a.start_unix_ms)
         a.start_unix_ms = f->attempt_start_unix_ms;
+    a.seconds = fa_fed_attempt_seconds(f, now_ms);
     snprintf(a.reason, sizeof(a.reason), "%s", why ? why : "");
     if (pf && df) {
         if (completed && f->sa) {
@@ -381,7 +406,7 @@ static void record_attempt(fa_fed *f, int completed, const char *why)
     a.participants = parts;
     a.dropped = drops;
     a.version = completed ? f->cur.version : 0;
-    if (fa_fed_history_add(&f->hist, &a) != 0)
+    if (fa_round_history_add(&f->hist, &a) != 0)
         fa_log(FA_LOG_WARN, "out of memory: the attempt is not in the history", NULL);
     free(parts);
     free(drops);
@@ -396,11 +421,12 @@ void fa_fed_abort_attempt(fa_fed *f, uint64_t now_ms, const char *why)
 
     fa_log(FA_LOG_WARN, "round attempt aborted", "round=%" PRIu64 " attempt=%u phase=%s reason=%s",
            f->round, f->attempt,
-           f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "?",
+           f->phase >= 1 && f->phase <= FA_SECAGG_N_PHASES ? fa_secagg_phase_names[f->phase - 1]
+                                                           : "?",
            why);
     f->rounds_aborted++;
     fa_fed_count_outcome(f, "aborted");
-    record_attempt(f, 0, why);
+    record_attempt(f, 0, why, now_ms);
     /* Every region that advertised in this attempt and is not carried to its
      * end is a dropout of the attempt. */
     for (size_t i = 0; i < f->n_regions; i++)
@@ -444,7 +470,7 @@ void fa_fed_evaluate(fa_fed *f)
     f->eval_version = f->cur.version;
     f->have_eval = 1;
     {
-        fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, f->cur.version);
+        fa_round_history_eval *ve = fa_round_history_version(&f->hist, f->cur.version);
         if (ve)
             ve->global_accuracy = ev.accuracy;
     }
@@ -456,9 +482,11 @@ void fa_fed_evaluate(fa_fed *f)
 /* Tests: with FEDAGG_DEBUG_DUMP_DIR set, the unmasked ring sum of each
  * completed attempt is written there (sum-r<R>-a<A>.u32 and its ring bits in
  * .u32.bits), to be compared bit for bit with the regions' quantised inputs.
- * The sum is what the aggregator learns anyway. */
+ * The sum is what the aggregator learns anyway.  A test hook
+ * (common/fa_failpoint.h): not in a release build. */
 static void debug_dump_sum(fa_fed *f)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     size_t n = (size_t)f->sa_cfg.vector_len;
     char path[4096], bits[16];
@@ -474,6 +502,9 @@ static void debug_dump_sum(fa_fed *f)
         fa_file_write_atomic(path, q, n * sizeof(uint32_t), 0644, NULL);
     }
     free(q);
+#else
+    (void)f;
+#endif
 }
 
 /* The mean delta of the round, chunk by chunk, decoded from the unmasked
@@ -535,7 +566,7 @@ void fa_fed_version_changed(fa_fed *f, uint64_t now_ms)
     char path[4096];
     fa_error err;
 
-    fa_fed_eval_begin(f->feval, f->cur.version, f->cur.model_sha256);
+    fa_eval_reports_begin(f->feval, f->cur.version, f->cur.model_sha256);
     fa_error_clear(&err);
     if (fa_global_model_ranges_digest(f->model, f->round_ranges_sha, &err) != 0)
         fa_log(FA_LOG_WARN, "cannot hash the quantiser ranges", "error=\"%s\"", err.msg);
@@ -552,10 +583,11 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
     uint64_t prev_version = f->cur.version;
     uint8_t prev_sha[32];
     double wsum = 0;
-    double secs = (double)(fa_time_unix_ms() - f->attempt_start_unix_ms) / 1000.0;
+    double secs = fa_fed_attempt_seconds(f, now_ms);
     double t0 = (double)fa_time_mono_ns() / 1e9;
     int rc;
 
+    assert(f->phase == FEDAGG__PHASE__PHASE_DONE && f->sa);
     memcpy(prev_sha, f->cur.model_sha256, 32);
     debug_dump_sum(f);
     /* The mean, decoded once into the sum's own memory (the streamed step
@@ -605,7 +637,7 @@ int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *er
         }
     }
     f->rounds_completed++;
-    record_attempt(f, 1, NULL);
+    record_attempt(f, 1, NULL, now_ms);
     fa_fed_count_outcome(f, "completed");
     if (f->metrics)
         fa_metrics_observe(f->metrics, "fedagg_round_duration_seconds", NULL, secs);
@@ -662,6 +694,39 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
     return st.expected == 0 && st.in_flight == 0;
 }
 
+/* The audit log's files, checked about once a second against what this
+ * process wrote (a file cut short or overwritten while it runs): once
+ * damaged, the attempt in flight is abandoned before it commits a model
+ * that could not be recorded, and no other opens. */
+static void audit_damage_found(fa_fed *f, uint64_t now_ms, const char *why)
+{
+    f->audit_damaged = 1;
+    snprintf(f->audit_damage, sizeof(f->audit_damage), "%s", why);
+    fa_log(FA_LOG_ERROR,
+           "the audit log is damaged: no round opens until it is repaired (stop the "
+           "aggregator, run fedagg audit repair, docs/operations.md)",
+           "error=\"%s\"", f->audit_damage);
+    if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        fa_fed_abort_attempt(f, now_ms, "the audit log is damaged");
+    fa_fed_update_gauges(f);
+}
+
+static int check_audit(fa_fed *f, uint64_t now_ms, int now)
+{
+    fa_error err;
+    int rc;
+
+    if (f->audit_damaged || (!now && now_ms - f->audit_checked_ms < 1000))
+        return 0;
+    f->audit_checked_ms = now_ms;
+    fa_error_clear(&err);
+    rc = fa_audit_log_check(f->audit, &err);
+    if (rc != FA_ERR_CORRUPT)
+        return 0; /* an fstat failure is not damage: checked again next time */
+    audit_damage_found(f, now_ms, fa_error_msg(&err, rc));
+    return 1;
+}
+
 static int close_phase(fa_fed *f, uint64_t now_ms)
 {
     fa_secagg_server_status st;
@@ -669,8 +734,12 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     int rc, closing = f->phase;
     double secs = (double)(now_ms - f->phase_opened_ms) / 1000.0;
 
+    /* phase_due closes only an open phase, whose secure-aggregation server
+     * is in the same phase (or failed: its close then says so) */
+    assert(closing >= FEDAGG__PHASE__PHASE_ADVERTISE && closing <= FEDAGG__PHASE__PHASE_UNMASK);
     fa_error_clear(&err);
     fa_secagg_server_status_get(f->sa, &st);
+    assert(st.phase == closing - FEDAGG__PHASE__PHASE_ADVERTISE || st.phase == FA_SECAGG_FAILED);
     if (closing == FEDAGG__PHASE__PHASE_ADVERTISE) {
         uint32_t need = f->min_regions > f->sa_cfg.threshold ? f->min_regions : f->sa_cfg.threshold;
         if (st.received < need) {
@@ -686,6 +755,10 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             return 1;
         }
     }
+    /* The round commits a model at this close: only with a log that can
+     * record it. */
+    if (closing == FEDAGG__PHASE__PHASE_UNMASK && check_audit(f, now_ms, 1))
+        return 1;
     if (closing == FEDAGG__PHASE__PHASE_MASKED)
         for (size_t i = 0; i < f->n_regions; i++)
             if (f->regions[i].uploading) {
@@ -702,15 +775,26 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     }
     if (f->metrics) {
         char labels[64] = "";
-        fa_metrics_label(labels, sizeof(labels), "phase", fa_fed_kind_names[closing - 1]);
+        fa_metrics_label(labels, sizeof(labels), "phase", fa_secagg_phase_names[closing - 1]);
         fa_metrics_observe(f->metrics, "fedagg_phase_duration_seconds", labels, secs);
     }
-    if (closing >= 1 && closing <= FA_FED_HISTORY_PHASES)
-        f->cur_att.phase_s[closing - 1] = secs;
+    f->cur_att.phase_s[closing - 1] = secs;
     fa_secagg_server_status_get(f->sa, &st);
+    assert(st.phase == closing - FEDAGG__PHASE__PHASE_ADVERTISE + 1); /* one phase on */
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
-           f->round, f->attempt, fa_fed_kind_names[closing - 1], secs);
+           f->round, f->attempt, fa_secagg_phase_names[closing - 1], secs);
     if (st.phase == FA_SECAGG_DONE) {
+        for (size_t i = 0; i < fa_secagg_server_share_fault_count(f->sa); i++) {
+            const char *region, *owner;
+            int kind;
+            if (fa_secagg_server_share_fault(f->sa, i, &region, &owner, &kind) == 0)
+                fa_log(FA_LOG_WARN,
+                       "a region revealed a bad share; the round goes on without its shares "
+                       "(recorded in the audit log)",
+                       "region=%s owner=%s secret=%s round=%" PRIu64 " attempt=%u", region, owner,
+                       kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key", f->round,
+                       f->attempt);
+        }
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from
          * this state on restart (fa_fed_open). */
@@ -726,11 +810,20 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             storage_failed(f, now_ms, why); /* no new attempt before a back-off */
             fa_fed_abort_attempt(f, now_ms, why);
         } else if (rc != 0) {
+            char why[512];
             fa_log(FA_LOG_ERROR,
                    "round committed but not recorded; restart the aggregator to "
                    "repair the audit log",
                    "round=%" PRIu64 " error=\"%s\"", f->round, fa_error_msg(&err, rc));
-            f->fatal = 1;
+            /* Damaged between the check at this close and the append: the
+             * log cannot be repaired by a restart, only by an operator;
+             * the aggregator stays up and says so (/readyz). */
+            if (fa_audit_log_damaged(f->audit, why, sizeof(why))) {
+                audit_damage_found(f, now_ms, why);
+                fa_fed_open_gated(f, f->round, f->attempt, now_ms); /* idle: damaged */
+            } else {
+                f->fatal = 1;
+            }
         }
         return 1;
     }
@@ -747,7 +840,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     }
     {
         char fp[64];
-        snprintf(fp, sizeof(fp), "aggregator-after-%s", fa_fed_kind_names[closing - 1]);
+        snprintf(fp, sizeof(fp), "aggregator-after-%s", fa_secagg_phase_names[closing - 1]);
         fa_failpoint(fp);
     }
     fa_fed_update_gauges(f);
@@ -756,7 +849,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
 
 int fa_fed_tick(fa_fed *f, uint64_t now_ms)
 {
-    int changed = 0;
+    int changed = check_audit(f, now_ms, 0);
     /* A phase that closes may make the next one due at once (everybody
      * already answered is impossible, but a zero deadline is not). */
     for (int i = 0; i < 6 && phase_due(f, now_ms); i++)
@@ -764,7 +857,7 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     for (size_t i = 0; i < f->n_regions; i++)
         if (f->regions[i].last_seen_ms && !fa_fed_region_connected(&f->regions[i], now_ms))
             fa_fed_metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
-    if (f->phase == FEDAGG__PHASE__PHASE_IDLE &&
+    if (f->phase == FEDAGG__PHASE__PHASE_IDLE && !f->audit_damaged &&
         (fa_storage_gate_due(&f->gate, now_ms) || (!f->paused && storage_gate_off()))) {
         fa_fed_open_gated(f, f->round, f->attempt, now_ms);
         changed = 1;
@@ -772,7 +865,7 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     if (f->evaluator) {
         fa_eval_summary res;
         if (fa_evaluator_poll(f->evaluator, now_ms, &res)) {
-            fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, res.version);
+            fa_round_history_eval *ve = fa_round_history_version(&f->hist, res.version);
             f->central = res;
             if (ve)
                 ve->central_accuracy = res.accuracy;
@@ -808,7 +901,7 @@ static int check_position(fa_fed *f, int kind, const char *region, uint64_t roun
         return reply_error(f, reply, FA_ERR_REPLAY,
                            "%s for round %" PRIu64
                            " attempt %u, but the current one is round %" PRIu64 " attempt %u",
-                           fa_fed_kind_names[kind], round, attempt, f->round, f->attempt);
+                           fa_secagg_phase_names[kind], round, attempt, f->round, f->attempt);
     return 0;
 }
 
@@ -831,16 +924,16 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
 
     if (!m)
         return reply_error(f, reply, FA_ERR_PARSE, "%s message from %s does not decode",
-                           fa_fed_kind_names[kind], region);
+                           fa_secagg_phase_names[kind], region);
     sender = fd ? *(const char *const *)((const uint8_t *)m + fd->offset) : NULL;
     if (!sender || strcmp(sender, region) != 0) {
         fa_log(FA_LOG_WARN, "message naming another region refused",
                "region=%s claimed=%s phase=%s", region, sender ? sender : "",
-               fa_fed_kind_names[kind]);
+               fa_secagg_phase_names[kind]);
         rc = reply_error(f, reply, FA_ERR_AUTH,
                          "the client certificate names region %s but the %s message is from "
                          "'%s'",
-                         region, fa_fed_kind_names[kind], sender ? sender : "");
+                         region, fa_secagg_phase_names[kind], sender ? sender : "");
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return rc;
@@ -860,6 +953,10 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
 static int other_model(fa_fed *f, const char *region, uint64_t version, char *path, size_t n,
                        uint8_t sha256[32], fa_error *err)
 {
+#ifndef FA_TEST_HOOKS
+    (void)f, (void)region, (void)version, (void)path, (void)n, (void)sha256, (void)err;
+    return 0;
+#else
     char spec[128], src[4096], *at;
     uint64_t from = 0;
     uint8_t *data = NULL;
@@ -895,6 +992,7 @@ static int other_model(fa_fed *f, const char *region, uint64_t version, char *pa
         fa_log(FA_LOG_WARN, "TEST SWITCH: serving a region another model (fed-serve-other-model)",
                "region=%s version=%" PRIu64, region, version);
     return rc == 0 ? 1 : rc;
+#endif
 }
 
 /* The model an advertisement was signed for (secagg.h model_sha256) must be
@@ -942,7 +1040,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     fa_error err;
     int rc;
 
-    if (kind < 0 || kind >= FA_FED_N_KINDS || kind == FA_FED_MASKED)
+    if (kind < 0 || kind >= FA_SECAGG_N_PHASES || kind == FA_FED_MASKED)
         return reply_error(f, reply, FA_ERR_INVAL, "not a message phase");
     /* A retried unmask of the round that just completed: its result stands. */
     if (kind == FA_FED_UNMASK && f->last_result && round == f->last_round &&
@@ -986,16 +1084,17 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
         return reply_error(f, reply, FA_ERR_EXISTS,
                            "region %s already sent a different %s message for round %" PRIu64
                            " attempt %u",
-                           region, fa_fed_kind_names[kind], round, attempt);
+                           region, fa_secagg_phase_names[kind], round, attempt);
     }
     if (f->phase > kind + 1)
         return 0; /* the phase closed (maybe before a restart): the poll answers */
     if (f->phase != kind + 1)
-        return reply_error(
-            f, reply, FA_ERR_STATE,
-            "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
-            fa_fed_kind_names[kind], round, attempt,
-            f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "done");
+        return reply_error(f, reply, FA_ERR_STATE,
+                           "%s message for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           fa_secagg_phase_names[kind], round, attempt,
+                           f->phase >= 1 && f->phase <= FA_SECAGG_N_PHASES
+                               ? fa_secagg_phase_names[f->phase - 1]
+                               : "done");
     fa_error_clear(&err);
     switch (kind) {
     case FA_FED_ADVERTISE:
@@ -1016,7 +1115,7 @@ int fa_fed_submit(fa_fed *f, int kind, const char *region, uint64_t round, uint3
     if (kind == FA_FED_ADVERTISE)
         f->last_advertise_ms = now_ms;
     fa_log(FA_LOG_DEBUG, "message accepted", "region=%s round=%" PRIu64 " attempt=%u phase=%s",
-           region, round, attempt, fa_fed_kind_names[kind]);
+           region, round, attempt, fa_secagg_phase_names[kind]);
     return 0;
 }
 
@@ -1102,11 +1201,11 @@ int fa_fed_poll(fa_fed *f, int kind, const char *region, uint64_t round, uint32_
         if (rc == FA_ERR_NOTFOUND)
             reply_error(f, reply, FA_ERR_STATE,
                         "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
-                        fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+                        fa_secagg_phase_names[kind], round, attempt, fa_error_msg(&err, rc));
         else
             reply_fault(f, reply, rc,
                         "region %s has no %s answer in round %" PRIu64 " attempt %u: %s", region,
-                        fa_fed_kind_names[kind], round, attempt, fa_error_msg(&err, rc));
+                        fa_secagg_phase_names[kind], round, attempt, fa_error_msg(&err, rc));
         return 1;
     }
     return reply_ok(reply, out, len);
@@ -1152,11 +1251,12 @@ int fa_fed_masked_begin(fa_fed *f, const char *region, uint64_t round, uint32_t 
                f->attempt);
     }
     if (f->phase != FEDAGG__PHASE__PHASE_MASKED)
-        return reply_error(
-            f, reply, FA_ERR_STATE,
-            "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase", round,
-            attempt,
-            f->phase >= 1 && f->phase <= FA_FED_N_KINDS ? fa_fed_kind_names[f->phase - 1] : "done");
+        return reply_error(f, reply, FA_ERR_STATE,
+                           "masked upload for round %" PRIu64 " attempt %u arrived in the %s phase",
+                           round, attempt,
+                           f->phase >= 1 && f->phase <= FA_SECAGG_N_PHASES
+                               ? fa_secagg_phase_names[f->phase - 1]
+                               : "done");
     fa_error_clear(&err);
     rc = fa_secagg_server_masked_begin(f->sa, region, now_ms, &err);
     if (rc != 0)
@@ -1336,7 +1436,7 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
     int rc;
 
     fa_error_clear(&err);
-    rc = fa_fed_eval_submit(f->feval, region, body, len, &err);
+    rc = fa_eval_reports_submit(f->feval, region, body, len, &err);
     if (rc != 0) {
         fa_log(FA_LOG_WARN, "evaluation report refused", "region=%s code=%s error=\"%s\"", region,
                fa_strerror(rc), fa_error_msg(&err, rc));
@@ -1344,8 +1444,8 @@ int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_
     }
     {
         fa_eval_summary fe;
-        fa_fed_eval_summary(f->feval, &fe);
-        fa_fed_version_eval *ve = fa_fed_history_version(&f->hist, fe.version);
+        fa_eval_reports_summary(f->feval, &fe);
+        fa_round_history_eval *ve = fa_round_history_version(&f->hist, fe.version);
         if (ve) {
             ve->federated_accuracy = fe.accuracy;
             ve->federated_regions = fe.regions;

@@ -49,17 +49,20 @@
 
 #include "common/fa_err.h"
 #include "config.pb-c.h"
+#include "crypto/secagg.h"
 
 typedef struct fa_fed fa_fed;
 struct fa_metrics;
 
-/* What a region's request is for (the long-poll kinds, in phase order). */
+/* What a region's request is for: the long-poll kinds, one per phase of
+ * secure aggregation (crypto/secagg.h enum fa_secagg_phase, whose names,
+ * fa_secagg_phase_names, they share). */
 enum fa_fed_kind {
-    FA_FED_ADVERTISE = 0,   /* POST advertise  -> PeerList */
-    FA_FED_SHARES = 1,      /* POST shares     -> SharesForYou */
-    FA_FED_MASKED = 2,      /* POST masked     -> SurvivorList */
-    FA_FED_CONSISTENCY = 3, /* POST consistency -> SurvivorSignatures */
-    FA_FED_UNMASK = 4,      /* POST unmask     -> RoundResult */
+    FA_FED_ADVERTISE = FA_SECAGG_ADVERTISE,     /* POST advertise  -> PeerList */
+    FA_FED_SHARES = FA_SECAGG_SHARES,           /* POST shares     -> SharesForYou */
+    FA_FED_MASKED = FA_SECAGG_MASKED,           /* POST masked     -> SurvivorList */
+    FA_FED_CONSISTENCY = FA_SECAGG_CONSISTENCY, /* POST consistency -> SurvivorSignatures */
+    FA_FED_UNMASK = FA_SECAGG_UNMASK,           /* POST unmask     -> RoundResult */
 };
 
 /* An answer for the HTTP layer, which alone decides HTTP statuses
@@ -149,8 +152,8 @@ int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err);
  * version and its SHA-256; with f32, the file of its float32 master weights
  * (the model file itself when every federated tensor is F32).  Returns 0 or
  * FA_ERR_NOTFOUND (not retained). */
-int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n,
-                 uint64_t *out_version, uint8_t sha256[32]);
+int fa_fed_model(fa_fed *f, uint64_t version, int f32, char *path, size_t n, uint64_t *out_version,
+                 uint8_t sha256[32]);
 
 /* The same for a download by `region` (GET /v1/models/...): the file the
  * region gets.  It is fa_fed_model's, except under the test switch
@@ -177,7 +180,7 @@ int fa_fed_model_delta_for(fa_fed *f, const char *region, uint64_t want, uint64_
  * accepted (or an identical retry), else the FA_ERR_* code with reply
  * filled: 400 (malformed, bad signature or values), 403 (another region or
  * federation), 409 (another version, or a different report of this one).
- * See aggregator/fed_eval.h. */
+ * See aggregator/eval_reports.h. */
 int fa_fed_submit_eval(fa_fed *f, const char *region, const uint8_t *body, size_t len,
                        fa_fed_reply *reply);
 
@@ -260,7 +263,8 @@ int fa_fed_admin_drain(fa_fed *f, const char *operator_name, const char *region,
  *                 never seen), drained, drained_by?, rounds_participated,
  *                 dropouts, bytes_received, privacy?}]};
  *   "rounds"      {"rounds": [{round, attempt, outcome ("completed" |
- *                 "aborted"), reason?, start_unix_ms, end_unix_ms, seconds,
+ *                 "aborted"), reason?, start_unix_ms, end_unix_ms, seconds?
+ *                 (on the monotonic clock; absent when unknown),
  *                 phases: {advertise, shares, masked, consistency, unmask:
  *                 seconds, for the phases reached}, participants: [...],
  *                 dropped: [...], version?}], the last FA_FED_HISTORY

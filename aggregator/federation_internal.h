@@ -12,8 +12,8 @@
 
 #include "audit/audit_log.h"
 #include "aggregator/evaluator.h"
-#include "aggregator/fed_eval.h"
-#include "aggregator/fed_history.h"
+#include "aggregator/eval_reports.h"
+#include "aggregator/round_history.h"
 #include "aggregator/global_model.h"
 #include "aggregator/model_store.h"
 #include "aggregator/privacy_ledger.h"
@@ -28,15 +28,14 @@
 #include "privacy/accountant.h"
 #include "privacy/ddg.h"
 
-#define FA_FED_N_KINDS 5
 #define FA_FED_MAX_MSG_BYTES (64u << 20)
 
 struct fa_fed_region {
     char id[FA_SECAGG_MAX_ID_LEN + 1];
     uint8_t pk[32];
     /* This attempt: SHA-256 of each accepted message, for idempotent retries. */
-    uint8_t msg_sha[FA_FED_N_KINDS][32];
-    uint8_t have_msg[FA_FED_N_KINDS];
+    uint8_t msg_sha[FA_SECAGG_N_PHASES][32];
+    uint8_t have_msg[FA_SECAGG_N_PHASES];
     int uploading;      /* a masked upload is in flight */
     uint64_t upload_id; /* which stream it is (fa_fed.next_upload_id) */
     int uploaded;       /* its masked upload completed */
@@ -61,7 +60,7 @@ struct fa_fed {
     uint64_t opt_steps;         /* server optimizer steps so far (the state file's fedagg.steps) */
     fa_upload_journal *journal; /* the masked uploads' journals, in files (upload_journal.h) */
     uint32_t min_regions, threshold, neighbours, max_attempts, rounds_limit;
-    uint64_t deadline_ms[FA_FED_N_KINDS];
+    uint64_t deadline_ms[FA_SECAGG_N_PHASES];
     uint64_t advertise_grace_ms;
     fa_secagg_quant quant; /* the secure-aggregation codec's */
     int clip_cfg;          /* config ClipMode (the record; the regions' L2 bound when per tensor) */
@@ -97,7 +96,7 @@ struct fa_fed {
     uint64_t eval_version; /* the version eval_accuracy is of */
     /* Federated evaluation (the regions' signed reports), and the
      * evaluator command's result on any model. */
-    fa_fed_eval *feval;
+    fa_eval_reports *feval;
     fa_evaluator *evaluator;
     fa_eval_summary central;
     /* The regions' signed privacy statements of the attempt in flight. */
@@ -120,6 +119,10 @@ struct fa_fed {
     uint64_t phase_opened_ms;
     uint64_t last_advertise_ms;
     uint64_t attempt_start_unix_ms;
+    /* now_ms when this attempt opened (in this process; a restored attempt
+     * counts from the restart): its duration, on the caller's monotonic
+     * clock. */
+    uint64_t attempt_opened_ms;
     fa_secagg_config sa_cfg;
     fa_secagg_server *sa;
     uint64_t rounds_completed, rounds_aborted;
@@ -134,6 +137,11 @@ struct fa_fed {
 
     struct fa_metrics *metrics;
     int fatal; /* a committed round could not be recorded: restart to repair */
+    /* The audit log's files were damaged while running (audit_log.h
+     * fa_audit_log_check): no attempt opens, /readyz says why. */
+    int audit_damaged;
+    char audit_damage[512];
+    uint64_t audit_checked_ms;
     /* Closed while the storage cannot take a round (storage_gate.h): no
      * attempt opens, /readyz says why. */
     fa_storage_gate gate;
@@ -142,13 +150,11 @@ struct fa_fed {
     /* Operators: paused (no attempt opens), and what they look back on. */
     int paused;
     char paused_by[64];
-    fa_fed_history hist;
-    fa_fed_attempt cur_att; /* the attempt in flight: start, phase durations */
+    fa_round_history hist;
+    fa_round_history_attempt cur_att; /* the attempt in flight: start, phase durations */
     uint64_t next_upload_id;
 };
 
-/* The phase names, by kind (FA_FED_ADVERTISE...): logs and metrics. */
-extern const char *const fa_fed_kind_names[FA_FED_N_KINDS];
 
 /* federation.c */
 struct fa_fed_region *fa_fed_find_region(const fa_fed *f, const char *id);
@@ -162,6 +168,7 @@ void fa_fed_abort_attempt(fa_fed *f, uint64_t now_ms, const char *why);
 void fa_fed_evaluate(fa_fed *f);
 void fa_fed_version_changed(fa_fed *f, uint64_t now_ms);
 int fa_fed_finish_round(fa_fed *f, uint64_t now_ms, int *committed, fa_error *err);
+double fa_fed_attempt_seconds(const fa_fed *f, uint64_t now_ms);
 int fa_fed_in_list(const char *region, const char *const *ids, size_t n);
 
 /* fed_metrics.c */
@@ -171,9 +178,9 @@ void fa_fed_update_gauges(fa_fed *f);
 void fa_fed_count_outcome(fa_fed *f, const char *outcome);
 int fa_fed_region_connected(const struct fa_fed_region *r, uint64_t now_ms);
 
-/* round_state.c */
+/* fed_round_state.c */
 void fa_fed_sum_on_disk(fa_fed *f, uint64_t gen);
-/* The spare sum file the next sum is written over (round_state.c). */
+/* The spare sum file the next sum is written over (fed_round_state.c). */
 void fa_fed_spare_sum_path(const fa_fed *f, char *out, size_t n);
 /* The secure-aggregation server of round.state st into f->sa, its sum read
  * from the file the state names (or from inside the state, as older versions

@@ -368,6 +368,99 @@ int fa_model_store_open(fa_model_store **out, const char *dir, unsigned keep, fa
     return 0;
 }
 
+/* Whether a store file name is a versioned file of a version after
+ * `after`: model-, state-, master- or delta-<v>.safetensors. */
+static int newer_file(const char *name, uint64_t after)
+{
+    static const char *const kinds[] = {
+        "model-%" SCNu64 ".safetensors%n", "state-%" SCNu64 ".safetensors%n",
+        "master-%" SCNu64 ".safetensors%n", "delta-%" SCNu64 ".safetensors%n"};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        uint64_t v;
+        int end = 0;
+        if (sscanf(name, kinds[i], &v, &end) == 1 && name[end] == '\0')
+            return v > after;
+    }
+    return 0;
+}
+
+int fa_model_store_rollback(const char *dir, uint64_t version, const char *aside, int dry_run,
+                            uint64_t *was, fa_error *err)
+{
+    fa_model_store *s = calloc(1, sizeof(*s));
+    char path[4096], to[4200];
+    uint8_t *text = NULL;
+    size_t len = 0, idx = SIZE_MAX;
+    DIR *d = NULL;
+    struct dirent *de;
+    int rc;
+
+    if (!s || !(s->dir = strdup(dir))) {
+        free(s);
+        return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    }
+    s->keep = MAX_KEEP;
+    snprintf(path, sizeof(path), "%s/MANIFEST", dir);
+    rc = fa_file_read_all(path, &text, &len, 1 << 20, err);
+    if (rc == 0 && memchr(text, '\0', len))
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: binary data in manifest", path);
+    else if (rc == 0)
+        rc = parse_manifest(s, path, (char *)text, err);
+    free(text);
+    if (rc != 0)
+        goto out;
+    *was = s->n ? s->entries[s->n - 1].v.version : 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->entries[i].v.version == version)
+            idx = i;
+    if (idx == SIZE_MAX) {
+        char have[256] = "";
+        size_t o = 0;
+        for (size_t i = 0; i < s->n && o < sizeof(have); i++)
+            o += (size_t)snprintf(have + o, sizeof(have) - o, "%s%" PRIu64, i ? ", " : "",
+                                  s->entries[i].v.version);
+        rc = fa_errorf(err, FA_ERR_NOTFOUND,
+                       "%s: version %" PRIu64 " is not retained (the store keeps %s): it cannot "
+                       "go back to it",
+                       dir, version, have);
+        goto out;
+    }
+    if (idx == s->n - 1)
+        goto out; /* already current */
+    s->n = idx + 1;
+    if ((rc = verify_current(s, err)) != 0 || dry_run)
+        goto out;
+    if (mkdir(aside, 0755) != 0 && errno != EEXIST) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: %s", aside, strerror(errno));
+        goto out;
+    }
+    snprintf(to, sizeof(to), "%s/MANIFEST", aside);
+    if (link(path, to) != 0) {
+        rc = fa_errorf(err, FA_ERR_IO, "cannot keep %s as %s: %s", path, to, strerror(errno));
+        goto out;
+    }
+    if (!(d = opendir(dir))) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: %s", dir, strerror(errno));
+        goto out;
+    }
+    while ((de = readdir(d))) {
+        if (!newer_file(de->d_name, version))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        snprintf(to, sizeof(to), "%s/%s", aside, de->d_name);
+        if (rename(path, to) != 0) {
+            rc = fa_errorf(err, FA_ERR_IO, "cannot move %s to %s: %s", path, to, strerror(errno));
+            goto out;
+        }
+    }
+    rc = write_manifest(s, s->entries, s->n, err);
+out:
+    if (d)
+        closedir(d);
+    fa_model_store_del(s);
+    return rc;
+}
+
 void fa_model_store_del(fa_model_store *s)
 {
     if (!s)

@@ -161,4 +161,18 @@ int fa_model_store_has(const fa_model_store *s, uint64_t version);
  * hashing it).  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
 int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], fa_error *err);
 
+/* Makes a retained version current again, for a store ahead of its audit
+ * log after `fedagg audit repair` (a version whose record was lost must not
+ * be served): the files of every newer version are moved into the
+ * directory `aside` (created), with the old MANIFEST, never deleted, and
+ * MANIFEST lists the retained versions up to `version`, whose files are
+ * verified first.  *was receives the version that was current.  With
+ * dry_run only the checks are made.  Not while an aggregator has the store
+ * open.  Returns 0 (also when version is already current), FA_ERR_NOTFOUND
+ * (version not retained: the message lists those that are),
+ * FA_ERR_CORRUPT (MANIFEST malformed, or the version's files damaged),
+ * FA_ERR_IO, FA_ERR_NOMEM. */
+int fa_model_store_rollback(const char *dir, uint64_t version, const char *aside, int dry_run,
+                            uint64_t *was, fa_error *err);
+
 #endif

@@ -25,7 +25,7 @@ struct totals {
 
 struct fa_privacy_ledger {
     char *federation_id;
-    fa_fed_eval_member *members;
+    fa_eval_reports_member *members;
     char **ids;
     struct totals *totals;
     size_t n_members;
@@ -36,7 +36,7 @@ struct fa_privacy_ledger {
 };
 
 int fa_privacy_ledger_new(fa_privacy_ledger **out, const char *federation_id,
-                          const fa_fed_eval_member *members, size_t n, fa_error *err)
+                          const fa_eval_reports_member *members, size_t n, fa_error *err)
 {
     fa_privacy_ledger *l = calloc(1, sizeof(*l));
 
@@ -171,9 +171,13 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
                        region);
         goto out;
     }
-    if (fa_identity_verify_statement(l->members[m].pk, FA_IDENTITY_DOMAIN_PRIVACY,
-                                     sp->statement.data, sp->statement.len,
-                                     sp->signature.data) != 0) {
+    rc = fa_identity_verify_statement(l->members[m].pk, FA_IDENTITY_DOMAIN_PRIVACY,
+                                      sp->statement.data, sp->statement.len, sp->signature.data);
+    if (rc == FA_ERR_NOMEM) {
+        rc = fa_errorf(err, rc, "privacy statement of %s: out of memory", region);
+        goto out;
+    }
+    if (rc != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "privacy statement of %s: the signature does not verify with the "
                        "region's identity key",

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "aggregator/fed_eval.h"
+#include "aggregator/eval_reports.h"
 #include "common/fa_err.h"
 #include "fedagg.pb-c.h"
 
@@ -29,7 +29,7 @@ typedef struct fa_privacy_ledger fa_privacy_ledger;
 /* Copies the federation id and members (region id and identity key).
  * Returns 0 or FA_ERR_NOMEM. */
 int fa_privacy_ledger_new(fa_privacy_ledger **out, const char *federation_id,
-                          const fa_fed_eval_member *members, size_t n, fa_error *err);
+                          const fa_eval_reports_member *members, size_t n, fa_error *err);
 void fa_privacy_ledger_del(fa_privacy_ledger *l);
 
 /* Statements are for round/attempt from now on; the others are dropped

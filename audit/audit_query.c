@@ -47,6 +47,16 @@ int fa_audit_log_checkpoint(fa_audit_log *log, char **note, size_t *len, fa_erro
     return rc;
 }
 
+/* A read that found the files damaged marks the log so (rc is returned). */
+static int damaged(fa_audit_log *log, int rc, const fa_error *err)
+{
+    if (rc == FA_ERR_CORRUPT && !log->damaged) {
+        log->damaged = 1;
+        snprintf(log->damage, sizeof(log->damage), "%s", err ? err->msg : "a record is damaged");
+    }
+    return rc;
+}
+
 static int read_locked(fa_audit_log *log, uint64_t index, uint8_t **rec, size_t *len, fa_error *err)
 {
     uint8_t head[4], tail[4];
@@ -60,11 +70,13 @@ static int read_locked(fa_audit_log *log, uint64_t index, uint8_t **rec, size_t 
                          log->n);
     off = log->off[index];
     if (fa_audit_read_all_at(log->fd, head, 4, off) != 0)
-        return fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->path, strerror(errno));
+        return damaged(log, fa_audit_read_failed(err, log->path), err);
     n = fa_audit_get_be32(head);
     if (n == 0 || n > FA_AUDIT_MAX_RECORD)
-        return fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": invalid length", log->path,
-                         index);
+        return damaged(log,
+                       fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": invalid length",
+                                 log->path, index),
+                       err);
     *rec = malloc(n);
     if (!*rec)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
@@ -72,13 +84,15 @@ static int read_locked(fa_audit_log *log, uint64_t index, uint8_t **rec, size_t 
         fa_audit_read_all_at(log->fd, tail, 4, off + 4 + n)) {
         free(*rec);
         *rec = NULL;
-        return fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->path, strerror(errno));
+        return damaged(log, fa_audit_read_failed(err, log->path), err);
     }
     if (fa_audit_get_be32(tail) != fa_audit_frame_crc(head, *rec, n)) {
         free(*rec);
         *rec = NULL;
-        return fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": checksum mismatch",
-                         log->path, index);
+        return damaged(log,
+                       fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": checksum mismatch",
+                                 log->path, index),
+                       err);
     }
     *len = n;
     return 0;
@@ -306,8 +320,7 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
                                    size_t *len, fa_error *err)
 {
     uint8_t proof[FA_MERKLE_MAX_PROOF * FA_AUDIT_HLEN];
-    size_t n = 0, cap, off;
-    char *out = NULL;
+    size_t n = 0;
     int rc;
 
     *text = NULL;
@@ -326,27 +339,7 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
         fa_errorf(err, rc, "%s: reading the tree: %s", log->tree_path, fa_strerror(rc));
         goto out;
     }
-    cap = 96 + n * (6 + sodium_base64_ENCODED_LEN(FA_AUDIT_HLEN, sodium_base64_VARIANT_ORIGINAL));
-    out = malloc(cap);
-    if (!out) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "consistency proof: out of memory");
-        goto out;
-    }
-    off = (size_t)snprintf(out, cap,
-                           "fedagg-audit-consistency v1\nold %" PRIu64 "\nsize %" PRIu64 "\n",
-                           old_size, size);
-    for (size_t i = 0; i < n; i++) {
-        memcpy(out + off, "hash ", 5);
-        off += 5;
-        sodium_bin2base64(out + off, cap - off, proof + i * FA_AUDIT_HLEN, FA_AUDIT_HLEN,
-                          sodium_base64_VARIANT_ORIGINAL);
-        off += strlen(out + off);
-        out[off++] = '\n';
-    }
-    out[off] = '\0';
-    *text = out;
-    *len = off;
-    rc = 0;
+    rc = fa_checkpoint_consistency_format(old_size, size, proof, n, text, len, err);
 out:
     pthread_mutex_unlock(&log->mu);
     return rc;

@@ -116,6 +116,23 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
     if (r->quantization && r->quantization->ranges_sha256.len != 0 &&
         r->quantization->ranges_sha256.len != 32)
         BAD("quantization.ranges_sha256 has %zu bytes, not 32", r->quantization->ranges_sha256.len);
+    for (size_t i = 0; i < r->n_share_faults; i++) {
+        const Fedagg__ShareFault *sf = r->share_faults[i];
+        int self = sf->secret && !strcmp(sf->secret, "self_mask");
+        if (!sf->region || !fa_audit_in_sorted(r->participants, r->n_participants, sf->region))
+            BAD("share fault %zu names region %s, not a participant", i,
+                sf->region && sf->region[0] ? sf->region : "(none)");
+        if (i > 0 && strcmp(r->share_faults[i - 1]->region, sf->region) >= 0)
+            BAD("share faults are not sorted by region and unique (%s)", sf->region);
+        if (!self && !(sf->secret && !strcmp(sf->secret, "mask_key")))
+            BAD("share fault of %s: secret '%s' is not self_mask or mask_key", sf->region,
+                sf->secret ? sf->secret : "");
+        if (!sf->owner || !(self ? fa_audit_in_sorted(r->participants, r->n_participants, sf->owner)
+                                 : fa_audit_in_sorted(r->dropped, r->n_dropped, sf->owner)))
+            BAD("share fault of %s: owner %s is not a %s", sf->region,
+                sf->owner && sf->owner[0] ? sf->owner : "(none)",
+                self ? "participant" : "dropped region");
+    }
     for (size_t i = 0; i < r->n_evaluations; i++)
         if (r->evaluations[i]->signature.len != FA_ED25519_SIG_LEN)
             BAD("evaluation %zu: signature has %zu bytes, not 64", i,

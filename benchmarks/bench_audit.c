@@ -1,5 +1,5 @@
-/* bench_audit.c - `fedagg-bench audit`: the verifiable audit log (issue 6,
- * docs/architecture.md).  Each line measures our code and an anchor on the same bytes
+/* bench_audit.c - `fedagg-bench audit`: the verifiable audit log
+ * (docs/architecture.md).  Each line measures our code and an anchor on the same bytes
  * in the same run:
  *
  *   audit_append fsync    appends/s, each committed (record fsync'ed, checkpoint
@@ -92,8 +92,8 @@ static size_t gen_record(struct gen *g, int sign, uint8_t **out)
         memcpy(up[i], next, 32);
         up[i][0] ^= (uint8_t)(i + 1);
         if (sign)
-            fa_commitment_sign(g->rseed[i], r.federation_id, r.round, 0, regions[i],
-                               FA_SECAGG_UPLOAD_BLAKE3, up[i], sig[i]);
+            fa_secagg_commitment_sign(g->rseed[i], r.federation_id, r.round, 0, regions[i],
+                                      FA_SECAGG_UPLOAD_BLAKE3, up[i], sig[i]);
         else
             memset(sig[i], 0xa5, 64);
         c[i].upload_digest.data = up[i];

@@ -1,5 +1,5 @@
 /* bench_compress.c - `fedagg-bench compress`: gradient compression of the
- * local all-reduce (issue 5, docs/architecture.md).
+ * local all-reduce (docs/history.md, "Compression"; docs/architecture.md).
  *
  * For none (the anchor), PowerSGD r = 1, 2, 4, top-k 1 % and QSGD8: the
  * default MLP (784-256-128-10) trains on Fashion-MNIST for a fixed number of
@@ -16,7 +16,7 @@
  * the payload of its all-reduce contributions, averaged over the whole run,
  * PowerSGD's plain warm-up steps included; and the ring-model wire bytes),
  * test accuracy, and both next to the anchor's measured in the same run, with
- * the ratios.  Target (issue 5): PowerSGD r = 4 sends >= 20x fewer bytes than
+ * the ratios.  Target: PowerSGD r = 4 sends >= 20x fewer bytes than
  * none and loses <= 0.5 accuracy points.
  *
  * Launching: started outside MPI it re-executes itself under

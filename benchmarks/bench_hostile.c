@@ -57,6 +57,7 @@
 #include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "transport/h3.h"
 
 const char fa_bench_hostile_help[] =
@@ -163,10 +164,10 @@ static double probe_quic(const struct fed *F)
     req.method = "GET";
     req.path = "/v1/federation";
     req.timeout_ms = 15000;
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     if (fa_h3_client_request(c, &req, &resp, &err) == 0) {
         if (resp.status == 200)
-            dt = fa_rbench_now() - t0;
+            dt = fa_time_mono_s() - t0;
         fa_h3_response_free(&resp);
     }
     fa_h3_client_del(c);
@@ -181,7 +182,7 @@ static double probe_health(const struct fed *F)
     char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", buf[256];
     ssize_t n;
     size_t got = 0;
-    double t0 = fa_rbench_now(), dt = -1;
+    double t0 = fa_time_mono_s(), dt = -1;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
     if (fd < 0)
@@ -198,7 +199,7 @@ static double probe_health(const struct fed *F)
             got += (size_t)n;
         buf[got] = '\0';
         if (!strncmp(buf, "HTTP/1.1 200", 12))
-            dt = fa_rbench_now() - t0;
+            dt = fa_time_mono_s() - t0;
     }
     close(fd);
     return dt;
@@ -507,9 +508,9 @@ static int run_part(const struct fed *F, const char *part, int window, struct pa
         for (int i = 0; i < N_COUNTERS; i++)
             R->counters[i] = -c[i];
     }
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     next_probe = t0 + step / 2;
-    while (fa_rbench_now() - t0 < window) {
+    while (fa_time_mono_s() - t0 < window) {
         double r = rss_mib(F->agg);
         if (r > R->rss_peak)
             R->rss_peak = r;
@@ -518,7 +519,7 @@ static int run_part(const struct fed *F, const char *part, int window, struct pa
             stop_attack(&A, report, rcap);
             return -1;
         }
-        if (fa_rbench_now() >= next_probe && R->nquic < PROBES) {
+        if (fa_time_mono_s() >= next_probe && R->nquic < PROBES) {
             R->quic[R->nquic++] = probe_quic(F);
             R->health[R->nhealth++] = probe_health(F);
             next_probe += step;
@@ -526,7 +527,7 @@ static int run_part(const struct fed *F, const char *part, int window, struct pa
         sleep_s(0.25);
     }
     R->rounds_per_min =
-        (double)(count_lines(F->agg_log, ROUND_DONE) - c0) * 60.0 / (fa_rbench_now() - t0);
+        (double)(count_lines(F->agg_log, ROUND_DONE) - c0) * 60.0 / (fa_time_mono_s() - t0);
     R->cpu_agg += fa_rbench_cpu_seconds(F->agg);
     R->cpu_workers += cpu_workers(F);
     R->cpu_attack += cpu_attackers(&A);
@@ -620,9 +621,9 @@ int fa_bench_hostile(int argc, char **argv)
         goto out;
     }
     /* warm up: two rounds, so that every process has loaded its data */
-    for (double t0 = fa_rbench_now(); count_lines(F.agg_log, ROUND_DONE) < 2;) {
+    for (double t0 = fa_time_mono_s(); count_lines(F.agg_log, ROUND_DONE) < 2;) {
         const char *dead = who_died(&F);
-        if (dead || fa_rbench_now() - t0 > 180) {
+        if (dead || fa_time_mono_s() - t0 > 180) {
             json_error("setup", "%s",
                        dead ? "a process died before the second round"
                             : "no second round in 180 s");

@@ -1,16 +1,16 @@
 /* bench_mask.c - `fedagg-bench mask`: the client's masking throughput
- * (issue 3, docs/secure-aggregation.md).
+ * (docs/secure-aggregation.md; its target: docs/history.md).
  *
  * For d = 2^24 coordinates and n in {4, 16} clients (one self mask and n - 1
  * pairwise masks, so 4 * d * n mask bytes), next to the raw AES-128-CTR
  * keystream of OpenSSL EVP over the same number of bytes in the same
  * process:
  *   what=mask_expand    the masking step alone, as the client runs it for a
- *                       ring input: fa_prg_mask over each FA_PRG_BLOCK_WORDS
+ *                       ring input: fa_mask_prg_mask over each FA_MASK_PRG_BLOCK_WORDS
  *                       block, from the input into the accumulator, with
  *                       the client's buffers (sodium_malloc) and signs; on
  *                       the generator this CPU gets (mask_prg: vaes512,
- *                       vaes256 or openssl, crypto/mask_prg.h) and, when
+ *                       vaes256 or openssl, crypto/mask_prg_internal.h) and, when
  *                       that is a VAES one, a second line on OpenSSL's EVP
  *   what=masked_stream  fa_secagg_client_masked_next end to end from a
  *                       pre-quantised input: masks, k-bit packing, BLAKE3
@@ -40,8 +40,8 @@
 #include "benchmarks/measure.h"
 #include "common/fa_blake3.h"
 #include "common/fa_sha256.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "tests/unit/test_crypto_harness.h"
 
@@ -55,7 +55,7 @@ const char fa_bench_mask_help[] =
 /* Raw keystream: AES-128-CTR over zeros, in the same 16 KiB blocks. */
 static double aes_seconds(uint64_t bytes)
 {
-    static uint8_t zeros[FA_PRG_BLOCK_WORDS * 4];
+    static uint8_t zeros[FA_MASK_PRG_BLOCK_WORDS * 4];
     uint8_t *out = malloc(sizeof(zeros)), key[16] = {1}, iv[16] = {0};
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     double t0;
@@ -163,7 +163,7 @@ static void line(const char *what, const char *input, const char *impl, uint64_t
 }
 
 /* The masked stream's commitment: `bytes` of packed stream hashed in the
- * client's blocks of FA_PRG_BLOCK_WORDS coordinates (`piece` bytes). */
+ * client's blocks of FA_MASK_PRG_BLOCK_WORDS coordinates (`piece` bytes). */
 static double digest_seconds(const uint8_t *p, size_t bytes, size_t piece, int blake3)
 {
     fa_blake3_ctx b = {0};
@@ -186,7 +186,7 @@ static double digest_seconds(const uint8_t *p, size_t bytes, size_t piece, int b
 static void digest_line(uint64_t d, uint32_t k, int reps)
 {
     size_t bytes = (size_t)fa_secagg_masked_bytes(d, k);
-    size_t piece = (size_t)fa_ring_packed_bytes(FA_PRG_BLOCK_WORDS, k);
+    size_t piece = (size_t)fa_ring_packed_bytes(FA_MASK_PRG_BLOCK_WORDS, k);
     uint8_t *p = malloc(bytes ? bytes : 1);
     double best_b = -1, best_s = -1;
     th_rng rr;
@@ -255,8 +255,8 @@ int fa_bench_mask(int argc, char **argv)
         double mask_bytes = 4.0 * (double)d * (double)n;
         struct pairs *pe = calloc(4, sizeof(*pe)), *pr = pe + 1, *pf = pe + 2, *po = pe + 3;
         /* the generator this CPU gets, and OpenSSL's EVP path beside it when
-         * that is another (crypto/mask_prg.h) */
-        const char *impl = fa_prg_impl();
+         * that is another (crypto/mask_prg_internal.h) */
+        const char *impl = fa_mask_prg_impl();
         const int other = strcmp(impl, "openssl") != 0;
         uint32_t k;
 
@@ -289,9 +289,9 @@ int fa_bench_mask(int argc, char **argv)
                 pair_add(pe, a, fa_bench_mask_seconds(in, d, n));
                 if (other) {
                     a = aes_seconds((uint64_t)mask_bytes);
-                    fa_prg_use("openssl");
+                    fa_mask_prg_use("openssl");
                     pair_add(po, a, fa_bench_mask_seconds(in, d, n));
-                    fa_prg_use(impl);
+                    fa_mask_prg_use(impl);
                 }
             }
             a = aes_seconds((uint64_t)mask_bytes);

@@ -60,6 +60,7 @@
 #include <sodium.h>
 
 #include "common/fa_err.h"
+#include "common/fa_time.h"
 #include "model/mlp.h"
 #include "model/train.h"
 #include "privacy/accountant.h"
@@ -74,13 +75,6 @@ const char fa_bench_privacy_help[] =
 #define REF_ACCURACY 0.860
 #define REF_EPSILON 2.93
 #define TARGET_EPS3 0.82
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct region {
     fa_dataset ds;
@@ -149,7 +143,7 @@ static int federate(bench *b, double epsilon, double *acc, double *seconds, fa_e
     fa_rdp_accountant *acct[REGIONS] = {NULL};
     size_t np;
     float *global = NULL, *delta = NULL, *sum = NULL;
-    double weight[REGIONS], nsum = 0, t0 = now();
+    double weight[REGIONS], nsum = 0, t0 = fa_time_mono_s();
     fa_mlp_eval ev;
     int rc = 0;
 
@@ -224,7 +218,8 @@ static int federate(bench *b, double epsilon, double *acc, double *seconds, fa_e
                 (rc = fa_mlp_evaluate(m, &b->test, &ev, err)) != 0)
                 goto out;
             fprintf(stderr, "fedagg-bench privacy: epsilon %g round %u/%u accuracy %.4f (%.0f s)\n",
-                    private ? epsilon : INFINITY, round + 1, b->rounds, ev.accuracy, now() - t0);
+                    private ? epsilon : INFINITY, round + 1, b->rounds, ev.accuracy,
+                    fa_time_mono_s() - t0);
         }
     }
     for (int r = 0; private && r < REGIONS; r++)
@@ -232,7 +227,7 @@ static int federate(bench *b, double epsilon, double *acc, double *seconds, fa_e
                                             &b->reg[r].eps_spent, NULL, err)) != 0)
             goto out;
     *acc = ev.accuracy;
-    *seconds = now() - t0;
+    *seconds = fa_time_mono_s() - t0;
 out:
     for (int r = 0; r < REGIONS; r++)
         fa_rdp_accountant_del(acct[r]);
@@ -315,21 +310,21 @@ static int throughput(bench *b, uint32_t slices, uint32_t slice, fa_error *err)
         to.batch_size = b->batch;
         to.sgd.lr = b->sgd_lr;
         to.seed = s;
-        t = now();
+        t = fa_time_mono_s();
         if ((rc = fa_train_run(plain, &g->ds, &to, &res, err)) != 0)
             goto out;
-        t_sgd += now() - t;
+        t_sgd += fa_time_mono_s() - t;
         n_sgd += res.samples;
         randombytes_buf(dp.key, sizeof(dp.key));
         to.dp = &dp;
-        t = now();
+        t = fa_time_mono_s();
         if ((rc = fa_train_run(dpm, &g->ds, &to, &res, err)) != 0)
             goto out;
-        t_dp += now() - t;
+        t_dp += fa_time_mono_s() - t;
         n_dp += res.samples;
-        t = now();
+        t = fa_time_mono_s();
         fa_train_dp_noise(dp.key, s, noise, fa_mlp_layout_of(dpm)->n_params, 1.0);
-        t_noise += now() - t;
+        t_noise += fa_time_mono_s() - t;
     }
     sodium_memzero(&dp, sizeof(dp));
     {

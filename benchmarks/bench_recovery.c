@@ -1,4 +1,4 @@
-/* bench_recovery.c - `fedagg-bench recovery` (issue 11): how long a
+/* bench_recovery.c - `fedagg-bench recovery` (docs/history.md, Recovery): how long a
  * federation takes to come back after a process dies.  One JSON line each:
  *
  * aggregator_restart  The aggregator SIGKILLed at a random point of the
@@ -34,7 +34,8 @@
  *                     fed-storage-gate-off: attempts open whatever the free
  *                     space and a failed save aborts and reopens at once, as
  *                     before the gate).  ratio = ours / anchor.  Needs root
- *                     (mount); otherwise a "skipped" line.
+ *                     (mount) and a build with test hooks (the switch);
+ *                     otherwise a "skipped" line.
  *
  * The federation: 3 regions on loopback as the multi-process tests run
  * them (benchmarks/bench-recovery-setup.sh: the built-in trainer, 5 local
@@ -62,7 +63,9 @@
 
 #include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
+#include "common/fa_failpoint.h"
 #include "common/fa_file.h"
+#include "common/fa_time.h"
 
 const char fa_bench_recovery_help[] =
     "seconds from an aggregator restart to the next round (vs the idle-timeout anchor) and from "
@@ -103,13 +106,6 @@ static uint32_t rnd(struct fed *F, uint32_t n)
     F->rng ^= F->rng >> 17;
     F->rng ^= F->rng << 5;
     return n ? F->rng % n : 0;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 /* Lines of the file at path holding needle (0 when it cannot be read). */
@@ -182,22 +178,22 @@ static const char *who_died(struct fed *F)
 static int wait_lines(struct fed *F, const char *path, const char *needle, long n, double *at,
                       char *why, size_t whylen)
 {
-    double start = fa_rbench_now();
+    double start = fa_time_mono_s();
     for (;;) {
         const char *dead;
         if (count_lines(path, needle) >= n) {
-            *at = fa_rbench_now();
+            *at = fa_time_mono_s();
             return 0;
         }
         if ((dead = who_died(F)) != NULL) {
             snprintf(why, whylen, "%s exited on its own (see %s/logs)", dead, F->dir);
             return -1;
         }
-        if (fa_rbench_now() - start > WAIT_S) {
+        if (fa_time_mono_s() - start > WAIT_S) {
             snprintf(why, whylen, "no %ld lines '%s' in %s after %.0f s", n, needle, path, WAIT_S);
             return -1;
         }
-        sleep_s(0.02);
+        fa_time_sleep_ms(20, NULL);
     }
 }
 
@@ -249,7 +245,7 @@ static int random_point(struct fed *F, char *why, size_t whylen)
     if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, count_lines(F->agg_log, ROUND_DONE_AGG) + 1, &at,
                    why, whylen) != 0)
         return -1;
-    sleep_s(0.4 + (double)rnd(F, 801) / 1000.0);
+    fa_time_sleep_ms(400 + rnd(F, 801), NULL);
     return 0;
 }
 
@@ -269,7 +265,7 @@ static int aggregator_sample(struct fed *F, double *round_s, double *back_s, cha
         snprintf(why, whylen, "cannot start the aggregator again");
         return -1;
     }
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, rounds + 1, &t, why, whylen) != 0)
         return -1;
     *round_s = t - t0;
@@ -297,7 +293,7 @@ static int worker_sample(struct fed *F, int i, double *s, char *why, size_t whyl
         snprintf(why, whylen, "cannot start the worker of %s again", F->region[i]);
         return -1;
     }
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     if (wait_lines(F, F->wlog[i], ROUND_DONE_WORKER, done + 1, &t, why, whylen) != 0)
         return -1;
     *s = t - t0;
@@ -354,7 +350,7 @@ static int disk_sample(struct fed *F, const char *failed, struct disk_sample *d,
         return -1;
     opened = count_lines(F->agg_log, ATTEMPT_OPENED);
     fails = count_lines(F->agg_log, failed);
-    sleep_s(DISK_WINDOW_S);
+    fa_time_sleep_ms((uint64_t)((DISK_WINDOW_S)*1000), NULL);
     d->opened_per_min =
         (double)(count_lines(F->agg_log, ATTEMPT_OPENED) - opened) * 60.0 / DISK_WINDOW_S;
     d->failures_per_min = (double)(count_lines(F->agg_log, failed) - fails) * 60.0 / DISK_WINDOW_S;
@@ -363,7 +359,7 @@ static int disk_sample(struct fed *F, const char *failed, struct disk_sample *d,
         snprintf(why, whylen, "cannot free the tmpfs");
         return -1;
     }
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     if (wait_lines(F, F->agg_log, ROUND_DONE_AGG, rounds + 1, &at, why, whylen) != 0)
         return -1;
     d->resumed_s = at - t0;
@@ -641,6 +637,11 @@ int fa_bench_recovery(int argc, char **argv)
     if (do_disk && geteuid() != 0) {
         printf("{\"bench\":\"recovery\",\"what\":\"disk_full\",\"skipped\":\"mounting a "
                "tmpfs needs root\"}\n");
+        fflush(stdout);
+    } else if (do_disk && !FA_TEST_HOOKS_COMPILED) {
+        printf("{\"bench\":\"recovery\",\"what\":\"disk_full\",\"skipped\":\"the anchor "
+               "needs the test switch fed-storage-gate-off: build with "
+               "-DFEDAGG_TEST_HOOKS=ON\"}\n");
         fflush(stdout);
     } else if (do_disk) {
         struct disk_sample d_ours, d_anchor;

@@ -1,5 +1,6 @@
-/* bench_round.c - `fedagg-bench round`: the federation end to end (issue 7,
- * docs/architecture.md).  Four measurements, each printed as one JSON line:
+/* bench_round.c - `fedagg-bench round`: the federation end to end
+ * (docs/history.md, "One round end to end"; docs/architecture.md).  Four
+ * measurements, each printed as one JSON line:
  *
  * round_e2e       One round on loopback, R regions (8) x d parameters (the
  *                 MLP 784-8192-440-10, d = 10 040 050), secure next to
@@ -167,7 +168,8 @@
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
 #include "common/fa_log.h"
-#include "crypto/mask_prg.h"
+#include "common/fa_time.h"
+#include "crypto/mask_prg_internal.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 #include "model/mlp.h"
@@ -215,7 +217,7 @@ struct opts {
 
 struct secure_round {
     double wall;
-    double phase[5]; /* clients' phase seconds, mean over regions */
+    double phase[FA_SECAGG_N_PHASES]; /* clients' phase seconds, mean over regions */
     double other;    /* the rest of a client's wall time, mean over regions */
     double up, down; /* bytes per region, mean */
     double cpu_clients, cpu_server;
@@ -449,9 +451,9 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
         {
             double agg_ratio =
                 fa_bench_median(secure_cpu_server, ns) / fa_bench_median(plain_cpu_server, np);
-            double beyond = (fa_bench_median(secure_cpu_clients, ns) -
-                             fa_bench_median(plain_cpu_clients, np)) /
-                            o->regions;
+            double beyond =
+                (fa_bench_median(secure_cpu_clients, ns) - fa_bench_median(plain_cpu_clients, np)) /
+                o->regions;
             double mask_bytes = 4.0 * (double)(d + 1) * o->regions;
             double mask_s = mask_bytes / aes_speed;
             /* The masks as this build expands them (VAES where the CPU has
@@ -472,7 +474,7 @@ static int part_e2e(const struct opts *o, const struct fa_rbench_paths *P, char 
                    beyond / mask_s <= 1.5 ? "true" : "false");
             printf("\"mask_prg\":\"%s\",\"mask_prg_bytes_per_s\":%s,\"region_masks_own_s\":%s,"
                    "\"region_not_masks_s\":%s,\"region_not_masks_over_own_masks\":%s,",
-                   fa_prg_impl(), fa_bench_json_num(b1, sizeof(b1), mask_speed, 0),
+                   fa_mask_prg_impl(), fa_bench_json_num(b1, sizeof(b1), mask_speed, 0),
                    fa_bench_json_num(b2, sizeof(b2), own_s, 3),
                    fa_bench_json_num(b3, sizeof(b3), beyond - own_s, 3),
                    fa_bench_json_num(b4, sizeof(b4), (beyond - own_s) / own_s, 3));
@@ -793,9 +795,9 @@ static int centralised(const struct opts *o, struct curve *cv, double *acc, doub
     cv->n = 0;
     to.report = on_epoch;
     to.report_user = cv;
-    t0 = fa_rbench_now();
+    t0 = fa_time_mono_s();
     rc = fa_train_run(m, &train.ds, &to, NULL, err);
-    *seconds = fa_rbench_now() - t0;
+    *seconds = fa_time_mono_s() - t0;
     if (rc == 0)
         rc = fa_mlp_evaluate(m, &test.ds, &ev, err);
     if (rc == 0)
@@ -880,21 +882,9 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
                  "model_delta { enabled: true bits: %d block: 256 }", fr->delta_bits);
     else
         snprintf(model_delta, sizeof(model_delta), "model_delta { enabled: false }");
-    struct fa_rbench_agg a = {cfg,
-                              port,
-                              mport,
-                              names,
-                              3,
-                              o->acc_rounds,
-                              (const uint32_t[]){256, 128},
-                              2,
-                              optimizer,
-                              quant,
-                              policy,
-                              "state",
-                              1,
-                              0,
-                              model_delta};
+    struct fa_rbench_agg a = {
+        cfg,   port,   mport,   names, 3, o->acc_rounds, (const uint32_t[]){256, 128}, 2, optimizer,
+        quant, policy, "state", 1,     0, model_delta};
     if (fa_rbench_write_aggregator(&a) != 0) {
         fa_rbench_json_error("accuracy", "cannot write %s", cfg);
         goto out;
@@ -923,7 +913,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
         snprintf(agg_bin, sizeof(agg_bin), "%s/fedagg-aggregator", P->bin);
         snprintf(w_bin, sizeof(w_bin), "%s/fedagg-worker", P->bin);
         char *argv_a[] = {agg_bin, "--config", cfg, NULL};
-        t0 = fa_rbench_now();
+        t0 = fa_time_mono_s();
         if (fa_rbench_spawn(&agg, argv_a, log, &err) != 0) {
             fa_rbench_json_error("accuracy", "%s", err.msg);
             goto out;
@@ -951,7 +941,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
             }
             if (fa_rbench_log_has(log, "msg=\"federation finished\""))
                 break;
-            if (!fa_rbench_alive(agg) || fa_rbench_now() - t0 > 60.0 * 60) {
+            if (!fa_rbench_alive(agg) || fa_time_mono_s() - t0 > 60.0 * 60) {
                 fa_rbench_json_error("accuracy",
                                      "the federation stopped after %zu of %d rounds: see %s", n,
                                      o->acc_rounds, log);
@@ -960,7 +950,7 @@ static int run_federation(const struct opts *o, const struct fa_rbench_paths *P,
             usleep(200000);
         }
     }
-    fr->seconds = fa_rbench_now() - t0;
+    fr->seconds = fa_time_mono_s() - t0;
     fr->acc = eval_of(log, (uint64_t)o->acc_rounds);
     fr->tail = 0;
     {

@@ -1,5 +1,6 @@
 /* bench_scale.c - `fedagg-bench scale`: secure rounds at growing d, each
- * next to the plaintext round at the same d (issue 12, "Reach").
+ * next to the plaintext round at the same d (docs/history.md, "Bytes and
+ * reach").
  *
  * For each d of --points (10^7, 10^8, 5 x 10^8 by default; 10^9 when asked
  * and it fits), with R regions (--regions, 3): the built-in MLP
@@ -101,7 +102,7 @@ struct point {
     long agg_kib, plain_kib, bench_kib;
     struct fa_rbench_agg_phases ap;
     struct fa_rbench_plain_phases pp;
-    double client_phase[5], client_other;
+    double client_phase[FA_SECAGG_N_PHASES], client_other;
 };
 
 /* MemAvailable in bytes, or 0 when unknown. */

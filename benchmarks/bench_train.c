@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "common/fa_err.h"
+#include "common/fa_time.h"
 #include "model/mlp.h"
 #include "model/rng.h"
 #include "model/train.h"
@@ -42,13 +43,6 @@ const char fa_bench_train_help[] =
     "centralised MLP training on Fashion-MNIST: accuracy vs the published MLP, GFLOP/s vs sgemm";
 
 #define REF_ACCURACY 0.8833
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Matmul FLOPs of one training step on a batch of B (2 per multiply-add). */
 static double step_flops(const fa_mlp_config *c, uint32_t B)
@@ -78,7 +72,7 @@ static void sgemm_anchor(const fa_mlp_config *c, uint32_t B, double seconds, dou
     for (size_t i = 0; i < (size_t)maxd * maxd; i++)
         W[i] = (float)fa_rng_uniform(&r) - 0.5f;
 
-    double t0 = now(), t;
+    double t0 = fa_time_mono_s(), t;
     uint64_t steps = 0;
     do {
         for (uint32_t l = 1; l <= c->n_layers; l++) {
@@ -92,7 +86,7 @@ static void sgemm_anchor(const fa_mlp_config *c, uint32_t B, double seconds, dou
                             W, in, 0.0f, A, in);
         }
         steps++;
-        t = now() - t0;
+        t = fa_time_mono_s() - t0;
     } while (t < seconds);
     free(A);
     free(W);
@@ -115,14 +109,14 @@ static int on_epoch(void *user, fa_mlp *m, uint32_t epoch, uint64_t step, double
 {
     struct run *r = user;
     fa_mlp_eval ev;
-    double t = now();
+    double t = fa_time_mono_s();
     int rc = fa_mlp_evaluate(m, &r->test->ds, &ev, err);
     if (rc != 0)
         return rc;
     /* An anchor slice after every epoch, so that the anchor and the training
      * see the same load on a shared machine. */
     sgemm_anchor(r->cfg, r->batch, 0.25, &r->anchor_flops, &r->anchor_seconds);
-    double done = now();
+    double done = fa_time_mono_s();
     r->eval_seconds += done - t;
     printf("{\"bench\":\"train_epoch\",\"epoch\":%u,\"steps\":%llu,\"train_loss\":%.5f,"
            "\"test_accuracy\":%.4f,\"test_loss\":%.5f,\"epoch_seconds\":%.2f}\n",
@@ -229,12 +223,12 @@ int fa_bench_train(int argc, char **argv)
     fa_train_result res;
     to.report = on_epoch;
     to.report_user = &r;
-    r.t0 = r.last = now();
+    r.t0 = r.last = fa_time_mono_s();
     if (fa_train_run(m, &train.ds, &to, &res, &err) != 0) {
         fprintf(stderr, "fedagg-bench train: %s\n", err.msg);
         goto out;
     }
-    double train_seconds = now() - r.t0 - r.eval_seconds;
+    double train_seconds = fa_time_mono_s() - r.t0 - r.eval_seconds;
     fa_mlp_eval ev;
     if (fa_mlp_evaluate(m, &test.ds, &ev, &err) != 0) {
         fprintf(stderr, "fedagg-bench train: %s\n", err.msg);

@@ -1,4 +1,5 @@
-/* bench_transport.c - `fedagg-bench transport`: HTTP/3 goodput (issue 4).
+/* bench_transport.c - `fedagg-bench transport`: HTTP/3 goodput (docs/history.md,
+ * Transport).
  *
  * Loopback, one body of --bytes (default 1 GiB) per run, each stack's server
  * and client in their own processes, the same file served by every server:

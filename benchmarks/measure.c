@@ -9,7 +9,7 @@
 #include <sodium.h>
 
 #include "common/fa_time.h"
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 
 double fa_bench_now_s(void)
 {
@@ -76,30 +76,30 @@ const char *fa_bench_json_num(char *buf, size_t n, double v, int prec)
 }
 
 /* The client's masking step (stream_block in crypto/secagg_client.c, ring
- * input): the library's fa_prg_mask from the input into the accumulator,
+ * input): the library's fa_mask_prg_mask from the input into the accumulator,
  * block by block, every mask of the block in one call.  The self mask is
  * added and the pairwise masks alternate in sign, as they do for a client
  * in the middle of the sorted ids. */
 double fa_bench_mask_seconds(const uint32_t *in, uint64_t d, size_t n)
 {
-    fa_prg *g = calloc(n, sizeof(*g));
+    fa_mask_prg *g = calloc(n, sizeof(*g));
     int *sign = calloc(n, sizeof(*sign));
-    uint32_t *acc = sodium_malloc(FA_PRG_BLOCK_WORDS * 4);
-    uint32_t *scratch = sodium_malloc(FA_PRG_BLOCK_WORDS * 4);
+    uint32_t *acc = sodium_malloc(FA_MASK_PRG_BLOCK_WORDS * 4);
+    uint32_t *scratch = sodium_malloc(FA_MASK_PRG_BLOCK_WORDS * 4);
     uint8_t key[16];
     double t0 = -1;
     if (!g || !sign || !acc || !scratch)
         goto out;
     for (size_t i = 0; i < n; i++) {
         memset(key, (int)i + 1, sizeof(key));
-        if (fa_prg_init(&g[i], key, 0) != 0)
+        if (fa_mask_prg_init(&g[i], key, 0) != 0)
             goto out;
         sign[i] = (i & 1) ? -1 : 1;
     }
     t0 = fa_bench_thread_cpu_s();
-    for (uint64_t off = 0; off < d; off += FA_PRG_BLOCK_WORDS) {
-        size_t m = d - off < FA_PRG_BLOCK_WORDS ? (size_t)(d - off) : FA_PRG_BLOCK_WORDS;
-        if (fa_prg_mask(g, sign, n, in + off, acc, m, scratch) != 0) {
+    for (uint64_t off = 0; off < d; off += FA_MASK_PRG_BLOCK_WORDS) {
+        size_t m = d - off < FA_MASK_PRG_BLOCK_WORDS ? (size_t)(d - off) : FA_MASK_PRG_BLOCK_WORDS;
+        if (fa_mask_prg_mask(g, sign, n, in + off, acc, m, scratch) != 0) {
             t0 = -1;
             goto out;
         }
@@ -107,7 +107,7 @@ double fa_bench_mask_seconds(const uint32_t *in, uint64_t d, size_t n)
     t0 = fa_bench_thread_cpu_s() - t0;
 out:
     for (size_t i = 0; g && i < n; i++)
-        fa_prg_free(&g[i]);
+        fa_mask_prg_free(&g[i]);
     free(g);
     free(sign);
     if (acc)

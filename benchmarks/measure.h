@@ -35,7 +35,7 @@ void fa_bench_verror(const char *cmd, const char *part, const char *head, const 
                      va_list ap) __attribute__((format(printf, 4, 0)));
 
 /* Thread-CPU seconds of a region's masking step over d coordinates with n
- * masks on this process's generator (crypto/mask_prg.h): fa_prg_mask block
+ * masks on this process's generator (crypto/mask_prg_internal.h): fa_mask_prg_mask block
  * by block from in into an accumulator, with the client's buffers
  * (sodium_malloc); the first mask added, the others alternating in sign.
  * -1 when a generator cannot be keyed or a mask fails. */

@@ -192,7 +192,7 @@ void fa_rbench_client_free(struct fa_rbench_client *c);
 /* Where a round's time went, from the aggregator's log (round r) and the
  * plain server's (its r-th "plain round committed" line). */
 struct fa_rbench_agg_phases {
-    double phase[5]; /* aggregator: seconds each phase was open */
+    double phase[FA_SECAGG_N_PHASES]; /* aggregator: seconds each phase was open */
     double finish;   /* unmask close -> round completed: decode, optimizer, commit, audit */
 };
 struct fa_rbench_plain_phases {
@@ -202,8 +202,8 @@ void fa_rbench_agg_phases_of(const char *log, uint64_t r, struct fa_rbench_agg_p
 void fa_rbench_plain_phases_of(const char *log, uint64_t r, struct fa_rbench_plain_phases *pp);
 /* Raw AES-128-CTR keystream speed (OpenSSL EVP), bytes per thread-CPU second. */
 double fa_rbench_aes_ctr_speed(void);
-/* The speed of this process's mask generator (crypto/mask_prg.h): n masks
- * through fa_prg_mask over `words` coordinates, mask bytes per thread-CPU
+/* The speed of this process's mask generator (crypto/mask_prg_internal.h): n masks
+ * through fa_mask_prg_mask over `words` coordinates, mask bytes per thread-CPU
  * second, best of three. */
 double fa_rbench_mask_speed(size_t n, size_t words);
 /* The source tree into P->src ($FA_SRC, else this file's): 0 or -1. */
@@ -251,8 +251,5 @@ int fa_rbench_free_port(int udp);
 /* On SIGINT, SIGTERM, SIGHUP: SIGKILL every child still running, then die
  * of the signal. */
 void fa_rbench_cleanup_on_signals(void);
-
-/* Monotonic seconds. */
-double fa_rbench_now(void);
 
 #endif

@@ -19,6 +19,7 @@
 #include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_file.h"
+#include "common/fa_time.h"
 #include "fedagg.pb-c.h"
 #include "model/data.h"
 #include "proto/config_check.h"
@@ -81,9 +82,9 @@ size_t fa_rbench_log_count(const char *path, const char *needle)
 /* Waits until the log of pid has `needle`; 0, or -1 when pid died or time ran out. */
 int fa_rbench_wait_log(const char *path, const char *needle, pid_t pid, double timeout_s)
 {
-    double t0 = fa_rbench_now();
+    double t0 = fa_time_mono_s();
     while (!fa_rbench_log_has(path, needle)) {
-        if (!fa_rbench_alive(pid) || fa_rbench_now() - t0 > timeout_s)
+        if (!fa_rbench_alive(pid) || fa_time_mono_s() - t0 > timeout_s)
             return -1;
         usleep(50000);
     }
@@ -293,7 +294,7 @@ static void synth_delta(float *x, size_t d, uint64_t seed)
  * `round` in its advertise phase (the aggregator opens it after the last). */
 static int secure_prep(struct fa_rbench_client *c, uint64_t round, fa_error *err)
 {
-    double t0 = fa_rbench_now();
+    double t0 = fa_time_mono_s();
     if (c->info)
         fedagg__federation_info__free_unpacked(c->info, NULL);
     c->info = NULL;
@@ -304,7 +305,7 @@ static int secure_prep(struct fa_rbench_client *c, uint64_t round, fa_error *err
         if (c->info->round == round && c->info->phase == FEDAGG__PHASE__PHASE_ADVERTISE &&
             !c->info->finished)
             return 0;
-        if (c->info->round > round || c->info->finished || fa_rbench_now() - t0 > 120) {
+        if (c->info->round > round || c->info->finished || fa_time_mono_s() - t0 > 120) {
             rc = fa_errorf(err, FA_ERR_STATE,
                            "the aggregator is at round %" PRIu64 " phase %d; round %" PRIu64
                            " expected",
@@ -339,7 +340,7 @@ static void *client_main(void *arg)
         if (mode == FA_RBENCH_SECURE)
             c->err = secure_prep(c, f->round_secure, &err);
         pthread_barrier_wait(&f->bar); /* everyone prepared: go */
-        c->t0 = fa_rbench_now();
+        c->t0 = fa_time_mono_s();
         if (c->err == 0 && mode == FA_RBENCH_SECURE) {
             c->err = fa_round_client_run(c->rc, c->info, c->delta, c->d, c->weight, &c->out, &err);
             c->up = c->out.bytes_up;
@@ -350,7 +351,7 @@ static void *client_main(void *arg)
             c->err = fa_rbench_plain_round(c->pc, f->round_plain, c->delta, c->d, c->weight,
                                            c->info ? c->info->quant : NULL, &c->up, &c->down, &err);
         }
-        c->t1 = fa_rbench_now();
+        c->t1 = fa_time_mono_s();
         if (c->err != 0)
             snprintf(c->msg, sizeof(c->msg), "%s: %s", c->region, fa_error_msg(&err, c->err));
         /* c->info stays: the plain rounds use its quantisation parameters. */
@@ -472,11 +473,11 @@ double fa_rbench_cpu_all(const struct fa_rbench_fed *f)
  * as rounds separated by local training do not. */
 void fa_rbench_settle(const struct fa_rbench_fed *f, int idle_ms)
 {
-    double t0 = fa_rbench_now();
+    double t0 = fa_time_mono_s();
     if (idle_ms > 0)
         usleep((useconds_t)idle_ms * 1000);
     sync();
-    while (fa_rbench_now() - t0 < 10) {
+    while (fa_time_mono_s() - t0 < 10) {
         double c0 = fa_rbench_cpu_all(f);
         usleep(100 * 1000);
         if (fa_rbench_cpu_all(f) - c0 < 0.005)
@@ -524,11 +525,10 @@ void fa_rbench_fed_stop(struct fa_rbench_fed *f)
 /* The aggregator's view of round r from its log. */
 void fa_rbench_agg_phases_of(const char *log, uint64_t r, struct fa_rbench_agg_phases *ap)
 {
-    static const char *names[5] = {"advertise", "shares", "masked", "consistency", "unmask"};
     char *t = fa_rbench_read_text(log), *line, *save = NULL, rs[32], v[64];
     double unmask_ts = NAN;
 
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < FA_SECAGG_N_PHASES; i++)
         ap->phase[i] = NAN;
     ap->finish = NAN;
     snprintf(rs, sizeof(rs), "%" PRIu64, r);
@@ -536,8 +536,8 @@ void fa_rbench_agg_phases_of(const char *log, uint64_t r, struct fa_rbench_agg_p
         if (!fa_rbench_kv(line, "round", v, sizeof(v)) || strcmp(v, rs) != 0)
             continue;
         if (strstr(line, "msg=\"phase closed\"") && fa_rbench_kv(line, "phase", v, sizeof(v))) {
-            for (int i = 0; i < 5; i++)
-                if (!strcmp(v, names[i]))
+            for (int i = 0; i < FA_SECAGG_N_PHASES; i++)
+                if (!strcmp(v, fa_secagg_phase_names[i]))
                     ap->phase[i] = fa_rbench_kv_num(line, "seconds");
             if (!strcmp(v, "unmask"))
                 unmask_ts = fa_rbench_line_ts(line);
@@ -594,7 +594,7 @@ double fa_rbench_aes_ctr_speed(void)
     return best;
 }
 
-/* The speed of the mask generator this process uses (fa_prg_impl: VAES
+/* The speed of the mask generator this process uses (fa_mask_prg_impl: VAES
  * where the CPU has it, else OpenSSL's EVP), as a region runs it
  * (fa_bench_mask_seconds), in mask bytes (4 * words * n) per thread-CPU
  * second, best of three. */

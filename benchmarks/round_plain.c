@@ -30,8 +30,10 @@
 #include "aggregator/server_opt.h"
 #include "benchmarks/round_bench.h"
 #include "common/fa_log.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "common/fa_time.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/codec_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 #include "proto/config_check.h"
@@ -142,7 +144,7 @@ static void finish(struct plain_srv *s)
 {
     const double qmax = (double)((1u << (s->quant.bits - 1)) - 1);
     const double scale = qmax / s->quant.clip_value;
-    double t0 = fa_rbench_now(), t1, wsum;
+    double t0 = fa_time_mono_s(), t1, wsum;
     char body[128];
     fa_error err;
     int status = 200, rc = 0;
@@ -160,7 +162,7 @@ static void finish(struct plain_srv *s)
         goto answer;
     s->version++;
     s->opt_steps++;
-    t1 = fa_rbench_now();
+    t1 = fa_time_mono_s();
     fa_log(FA_LOG_INFO, "plain round committed",
            "round=%" PRIu64 " version=%" PRIu64 " regions=%zu weight_sum=%.4f upload_s=%.3f "
            "step_commit_s=%.3f",
@@ -217,7 +219,7 @@ static int on_upload(fa_h3_request *req, void *arg)
     }
     fa_h3_request_set_max_body(req, s->masked_bytes);
     if (s->first_byte == 0)
-        s->first_byte = fa_rbench_now();
+        s->first_byte = fa_time_mono_s();
     return 0;
 }
 
@@ -492,7 +494,7 @@ struct plain_src {
     unsigned k;
     double weight;
     fa_codec codec;
-    fa_prg prg;
+    fa_mask_prg prg;
     uint32_t *rnd, *acc;
     uint8_t *pending;
     size_t pend_off, pend_len;
@@ -515,10 +517,10 @@ static ssize_t plain_read(void *arg, uint8_t *buf, size_t cap)
         }
         if (p->pos == p->n)
             break;
-        size_t m =
-            p->n - p->pos < FA_PRG_BLOCK_WORDS ? (size_t)(p->n - p->pos) : FA_PRG_BLOCK_WORDS;
+        size_t m = p->n - p->pos < FA_MASK_PRG_BLOCK_WORDS ? (size_t)(p->n - p->pos)
+                                                           : FA_MASK_PRG_BLOCK_WORDS;
         size_t mf = p->pos < p->d ? (size_t)(p->d - p->pos < m ? p->d - p->pos : m) : 0;
-        int rc = fa_prg_words(&p->prg, p->rnd, m);
+        int rc = fa_mask_prg_words(&p->prg, p->rnd, m);
         if (rc != 0)
             return rc;
         fa_codec_encode(&p->codec, p->x + p->pos, mf, p->rnd, p->acc);
@@ -566,15 +568,15 @@ int fa_rbench_plain_round(fa_rbench_plain_client *c, uint64_t round, const float
     p.n = (uint64_t)d + 1;
     p.k = q->ring_bits;
     p.weight = weight;
-    p.rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    p.acc = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    p.pending = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    p.rnd = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    p.acc = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    p.pending = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
     randombytes_buf(key, sizeof(key));
     if (!p.rnd || !p.acc || !p.pending) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = fa_prg_init(&p.prg, key, 0)) != 0) {
+    if ((rc = fa_mask_prg_init(&p.prg, key, 0)) != 0) {
         fa_errorf(err, rc, "rounding generator: %s", fa_strerror(rc));
         goto out;
     }
@@ -596,7 +598,7 @@ out:
     *bytes_up = s1.bytes_sent - s0.bytes_sent;
     *bytes_down = s1.bytes_received - s0.bytes_received;
     fa_h3_response_free(&resp);
-    fa_prg_free(&p.prg);
+    fa_mask_prg_free(&p.prg);
     free(p.rnd);
     free(p.acc);
     free(p.pending);

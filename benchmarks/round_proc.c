@@ -54,13 +54,6 @@ void fa_rbench_cleanup_on_signals(void)
     signal(SIGHUP, on_fatal_signal);
 }
 
-double fa_rbench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* environ with OPENBLAS_NUM_THREADS=1 (every process of the federation
  * shares the machine's cores: one BLAS thread each, as deploy/demo.sh). */
 static char **child_env(void)

@@ -15,6 +15,7 @@ int fa_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t sal
     crypto_auth_hmacsha256_state st;
     size_t done = 0;
     uint8_t counter = 1;
+    int rc = 0;
 
     if (!out || out_len == 0 || out_len > FA_HKDF_SHA256_MAX_OUT || (!ikm && ikm_len) ||
         (!info && info_len))
@@ -24,24 +25,29 @@ int fa_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t sal
         salt_len = sizeof(zero_salt);
     }
     /* Extract: PRK = HMAC(salt, IKM) */
-    crypto_auth_hmacsha256_init(&st, salt, salt_len);
-    crypto_auth_hmacsha256_update(&st, ikm, ikm_len);
-    crypto_auth_hmacsha256_final(&st, prk);
+    if (crypto_auth_hmacsha256_init(&st, salt, salt_len) != 0 ||
+        crypto_auth_hmacsha256_update(&st, ikm, ikm_len) != 0 ||
+        crypto_auth_hmacsha256_final(&st, prk) != 0)
+        rc = FA_ERR_CRYPTO;
     /* Expand: T(i) = HMAC(PRK, T(i-1) || info || i) */
-    while (done < out_len) {
+    while (rc == 0 && done < out_len) {
         size_t n = out_len - done < 32 ? out_len - done : 32;
-        crypto_auth_hmacsha256_init(&st, prk, sizeof(prk));
-        if (counter > 1)
-            crypto_auth_hmacsha256_update(&st, t, sizeof(t));
-        crypto_auth_hmacsha256_update(&st, info, info_len);
-        crypto_auth_hmacsha256_update(&st, &counter, 1);
-        crypto_auth_hmacsha256_final(&st, t);
+        if (crypto_auth_hmacsha256_init(&st, prk, sizeof(prk)) != 0 ||
+            (counter > 1 && crypto_auth_hmacsha256_update(&st, t, sizeof(t)) != 0) ||
+            crypto_auth_hmacsha256_update(&st, info, info_len) != 0 ||
+            crypto_auth_hmacsha256_update(&st, &counter, 1) != 0 ||
+            crypto_auth_hmacsha256_final(&st, t) != 0) {
+            rc = FA_ERR_CRYPTO;
+            break;
+        }
         memcpy(out + done, t, n);
         done += n;
         counter++;
     }
+    if (rc != 0)
+        sodium_memzero(out, out_len); /* never a partial key */
     sodium_memzero(prk, sizeof(prk));
     sodium_memzero(t, sizeof(t));
     sodium_memzero(&st, sizeof(st));
-    return 0;
+    return rc;
 }

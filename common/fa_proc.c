@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fa_time.h"
+
 extern char **environ;
 
 struct fa_proc {
@@ -129,13 +131,6 @@ int fa_proc_poll(fa_proc *p, int *status)
     return 1;
 }
 
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 void fa_proc_kill(fa_proc *p, uint32_t grace_ms)
 {
     int status;
@@ -146,7 +141,7 @@ void fa_proc_kill(fa_proc *p, uint32_t grace_ms)
     for (uint32_t waited = 0; waited < grace_ms; waited += 10) {
         if (fa_proc_poll(p, &status) != 0)
             return;
-        sleep_ms(10);
+        fa_time_sleep_ms(10, NULL);
     }
     kill(-p->pid, SIGKILL);
     while (waitpid(p->pid, &p->status, 0) < 0 && errno == EINTR)

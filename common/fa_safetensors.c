@@ -14,6 +14,7 @@
 #include "common/fa_crc32c.h"
 #include "common/fa_endian.h"
 #include "common/fa_file.h"
+#include "common/fa_json.h"
 #include "common/fa_sha256.h"
 
 /* Chunk size of fa_st_view fill callbacks. */
@@ -197,6 +198,106 @@ const uint8_t *fa_st_data(const fa_safetensors *st, const fa_st_tensor *t)
     return st->buf ? st->buf + st->data_offset + t->begin : NULL;
 }
 
+/* The code point of the UTF-8 sequence at s (*len its bytes), or -1 when
+ * it is not well-formed (overlong, surrogate, beyond U+10FFFF, cut off). */
+static long utf8_next(const unsigned char *s, size_t *len)
+{
+    unsigned char c = s[0];
+    long cp, min;
+    size_t n;
+
+    if (c < 0x80) {
+        *len = 1;
+        return c;
+    }
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return -1;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return -1;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return -1;
+    *len = n;
+    return cp;
+}
+
+/* Whether a terminal shows code point cp as itself: not a control (C0,
+ * DEL, C1) and not one of the invisible characters that reorder or break
+ * the text around it (bidirectional controls, line and paragraph
+ * separators, zero-width marks). */
+static int printable_cp(long cp)
+{
+    return !(cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x200b && cp <= 0x200f) ||
+             (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff);
+}
+
+int fa_st_name_check(const char *name, size_t *bad_at)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    size_t i = 0, n = strlen(name);
+
+    *bad_at = 0;
+    if (n == 0 || n > FA_ST_MAX_NAME)
+        return FA_ERR_RANGE;
+    while (i < n) {
+        size_t len;
+        long cp = utf8_next(s + i, &len);
+        if (cp < 0 || !printable_cp(cp)) {
+            *bad_at = i;
+            return FA_ERR_PARSE;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+char *fa_st_escape(char *out, size_t cap, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+
+    if (cap == 0)
+        return out;
+    while (*p) {
+        size_t len = 1;
+        long cp = utf8_next(p, &len);
+        char esc[8];
+        size_t k;
+        if (cp >= 0 && printable_cp(cp) && cp != '\\') {
+            if (o + len >= cap)
+                break;
+            memcpy(out + o, p, len);
+            o += len;
+            p += len;
+            continue;
+        }
+        if (cp < 0)
+            len = 1; /* one byte at a time through a malformed sequence */
+        for (size_t b = 0; b < len; b++) {
+            if (cp == '\\')
+                k = (size_t)snprintf(esc, sizeof(esc), "\\\\");
+            else
+                k = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", p[b]);
+            if (o + k >= cap)
+                goto done;
+            memcpy(out + o, esc, k);
+            o += k;
+        }
+        p += len;
+    }
+done:
+    out[o] = '\0';
+    return out;
+}
+
 /* Reads a non-negative JSON integer. */
 static int json_u64(const json_t *v, uint64_t *out)
 {
@@ -228,6 +329,13 @@ static int parse_tensor(fa_safetensors *st, const char *name, json_t *v, fa_st_t
     if (strlen(name) == 0 || strlen(name) > FA_ST_MAX_NAME)
         return fa_errorf(err, FA_ERR_PARSE, "%s: tensor name of %zu bytes (must be 1..%u)", w,
                          strlen(name), FA_ST_MAX_NAME);
+    if (fa_st_name_check(name, &i) != 0) {
+        char shown[200];
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: tensor name '%s' has a control or invisible character at byte %zu "
+                         "(a name must be printable UTF-8)",
+                         w, fa_st_escape(shown, sizeof(shown), name), i);
+    }
     if (!json_is_object(v))
         return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': entry is not a JSON object", w, name);
     json_object_foreach(v, key, x) {
@@ -339,6 +447,8 @@ static int parse_json(fa_safetensors *st, const uint8_t *hdr, size_t hdr_len, fa
         return fa_errorf(err, FA_ERR_PARSE, "%s: header does not start with '{'", st->what);
     root = json_loadb((const char *)hdr, hdr_len, JSON_REJECT_DUPLICATES | JSON_PRESERVE_ORDER,
                       &jerr);
+    if (!root && fa_json_out_of_memory(&jerr))
+        return fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory reading the header", st->what);
     if (!root)
         return fa_errorf(err, FA_ERR_PARSE, "%s: header is not valid JSON: %s (line %d, column %d)",
                          st->what, jerr.text, jerr.line, jerr.column);
@@ -444,6 +554,52 @@ static int check_prefix(const uint8_t p[8], uint64_t total, const char *what, ui
     return 0;
 }
 
+static int pread_full(int fd, void *dst, size_t len, uint64_t off);
+
+/* The first byte of BOOL tensor t other than 0 and 1 in p[0..n) (p holds
+ * t's bytes from offset off), as an error naming it. */
+static int bool_bytes(const fa_safetensors *st, const fa_st_tensor *t, const uint8_t *p, size_t n,
+                      uint64_t off, fa_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] > 1)
+            return fa_errorf(err, FA_ERR_PARSE,
+                             "%s: tensor '%s' is BOOL but its element %llu is %u (only 0 and 1 "
+                             "are booleans)",
+                             st->what, t->name, (unsigned long long)(off + i), p[i]);
+    return 0;
+}
+
+/* Every BOOL tensor's bytes are 0 or 1 (read from the file in pieces when
+ * st is not in memory). */
+static int check_bools(const fa_safetensors *st, fa_error *err)
+{
+    uint8_t buf[1 << 16];
+    int rc = 0;
+
+    for (size_t i = 0; i < st->n && rc == 0; i++) {
+        const fa_st_tensor *t = &st->tensors[i];
+        if (t->dtype != FA_ST_BOOL)
+            continue;
+        if (st->buf) {
+            rc = bool_bytes(st, t, st->buf + st->data_offset + t->begin,
+                            (size_t)(t->end - t->begin), 0, err);
+            continue;
+        }
+        for (uint64_t off = 0; off < t->end - t->begin && rc == 0; off += sizeof(buf)) {
+            size_t k = t->end - t->begin - off < sizeof(buf) ? (size_t)(t->end - t->begin - off)
+                                                             : sizeof(buf);
+            int e = pread_full(st->fd, buf, k, st->data_offset + t->begin + off);
+            if (e != 0)
+                rc = fa_errorf(err, FA_ERR_IO, "%s: tensor '%s': read: %s", st->what, t->name,
+                               strerror(-e));
+            else
+                rc = bool_bytes(st, t, buf, k, off, err);
+        }
+    }
+    return rc;
+}
+
 int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char *what,
                 fa_error *err)
 {
@@ -460,6 +616,10 @@ int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char
     rc = fa_st_parse_header(out, buf + 8, (size_t)n, len - 8 - n, what, err);
     if (rc == 0)
         (*out)->buf = buf;
+    if (rc == 0 && (rc = check_bools(*out, err)) != 0) {
+        fa_st_del(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
@@ -523,7 +683,11 @@ int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
         goto fail;
     (*out)->fd = fd;
     free(hdr);
-    return 0;
+    if ((rc = check_bools(*out, err)) != 0) {
+        fa_st_del(*out); /* closes fd */
+        *out = NULL;
+    }
+    return rc;
 fail:
     free(hdr);
     close(fd);
@@ -684,14 +848,19 @@ int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsig
 {
     struct wtensor *t;
     uint64_t numel = 1;
-    size_t esize = fa_st_dtype_size(dtype);
+    size_t esize = fa_st_dtype_size(dtype), bad;
 
     if (w->state != W_ADDING)
         return fa_errorf(err, FA_ERR_STATE, "safetensors writer: tensor '%s' added after the header",
                          name);
-    if (!name || !*name || strlen(name) > FA_ST_MAX_NAME || strcmp(name, "__metadata__") == 0)
-        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid tensor name '%s'",
-                         name ? name : "(null)");
+    if (!name || fa_st_name_check(name, &bad) != 0 || strcmp(name, "__metadata__") == 0) {
+        char shown[200];
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: invalid tensor name '%s' (1..%u bytes of printable "
+                         "UTF-8)",
+                         name ? fa_st_escape(shown, sizeof(shown), name) : "(null)",
+                         FA_ST_MAX_NAME);
+    }
     if (esize == 0)
         return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': unknown dtype %d",
                          name, (int)dtype);
@@ -742,12 +911,14 @@ int fa_st_writer_metadata(fa_st_writer *w, const char *key, const char *value, f
                          key);
     if (!key || !value || strlen(key) > FA_ST_MAX_NAME)
         return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid metadata key");
-    if (!(s = json_string(value)))
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "safetensors writer: metadata '%s': value is not valid UTF-8", key);
-    if (json_object_set_new(w->meta, key, s) != 0)
+    if (!fa_json_utf8_valid(key))
         return fa_errorf(err, FA_ERR_INVAL,
                          "safetensors writer: metadata key '%s' is not valid UTF-8", key);
+    if (!fa_json_utf8_valid(value))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "safetensors writer: metadata '%s': value is not valid UTF-8", key);
+    if (!(s = json_string(value)) || json_object_set_new(w->meta, key, s) != 0)
+        return fa_errorf(err, FA_ERR_NOMEM, "safetensors writer: out of memory");
     return 0;
 }
 
@@ -766,20 +937,21 @@ static int build_header(fa_st_writer *w, fa_error *err)
     for (size_t i = 0; i < w->n; i++) {
         const struct wtensor *t = &w->t[i];
         json_t *shape = json_array();
-        if (!(e = json_object()) || json_object_set_new(root, t->name, e) != 0) {
+        /* every name is valid UTF-8 (fa_st_writer_add): a failure is memory */
+        if (!shape || !(e = json_object()) || json_object_set_new(root, t->name, e) != 0) {
             json_decref(shape);
-            rc = fa_errorf(err, FA_ERR_INVAL,
-                           "safetensors writer: tensor name '%s' is not valid UTF-8", t->name);
-            goto out;
+            goto nomem;
         }
-        if (!shape)
+        if (json_object_set_new(e, "shape", shape) != 0)
             goto nomem;
         for (unsigned k = 0; k < t->ndim; k++)
-            json_array_append_new(shape, json_integer((json_int_t)t->shape[k]));
-        json_object_set_new(e, "dtype", json_string(fa_st_dtype_name(t->dtype)));
-        json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets",
-                            json_pack("[II]", (json_int_t)off, (json_int_t)(off + t->bytes)));
+            if (json_array_append_new(shape, json_integer((json_int_t)t->shape[k])) != 0)
+                goto nomem;
+        if (json_object_set_new(e, "dtype", json_string(fa_st_dtype_name(t->dtype))) != 0 ||
+            json_object_set_new(e, "data_offsets",
+                                json_pack("[II]", (json_int_t)off, (json_int_t)(off + t->bytes))) !=
+                0)
+            goto nomem;
         off += t->bytes;
     }
     text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -9,12 +9,13 @@
  *    signature covers the text including its final newline.
  *  - C2SP checkpoints (https://c2sp.org/tlog-checkpoint): a note whose text is
  *    "<origin>\n<tree size>\n<base64 root hash>\n".  Our key name is the origin.
- *  - Region upload commitments: a region's Ed25519 signature over
- *    (federation, round, attempt, region, SHA-256 of its masked upload), in
- *    the format of crypto/secagg.h, recorded in the audit record.
  *  - Proof bundles: one text file holding an audit record, its inclusion proof
  *    and the checkpoint it is proven against (`fedagg audit prove`), which a
  *    region checks offline (`fedagg audit check-proof`).
+ *
+ * One file each: note.c (fa_note_*), checkpoint.c (fa_checkpoint_*),
+ * proof_bundle.c (fa_proof_bundle_*).  A region's upload commitment, also
+ * recorded in the audit log, is crypto/secagg.h's fa_secagg_commitment_*.
  *
  * Pure code: parsing and formatting of bytes, Ed25519 by libsodium; no I/O.
  * Secret keys live in sodium_malloc'ed memory and are wiped on every path.
@@ -139,23 +140,30 @@ int fa_checkpoint_parse(const char *note, size_t len, fa_checkpoint *out, fa_err
 int fa_checkpoint_open(const char *note, size_t len, const fa_note_verifier *v, fa_checkpoint *out,
                        fa_error *err);
 
-/* ---------------------------------------------------------------------------
- * Region upload commitments (proto/audit.proto RegionCommitment)
+/* A consistency proof (RFC 9162 2.1.4) between the trees of old_size and
+ * size records, as text: what GET /v1/audit/consistency serves, and what a
+ * region checks before it trusts a larger checkpoint than the one it holds.
  *
- * The secure-aggregation client signs its masked upload; the message and its
- * verification are crypto/secagg.h's (fa_secagg_commitment_verify), which the
- * audit log uses.  This signs the same message, for tools, simulations and
- * tests that have no secagg client at hand.
- * ------------------------------------------------------------------------- */
+ *   fedagg-audit-consistency v1
+ *   old <old_size>
+ *   size <size>
+ *   hash <base64 of a proof hash>        (0..FA_MERKLE_MAX_PROOF lines, RFC 9162 order)
+ *
+ * fa_checkpoint_consistency_format writes the n hashes of proof (n *
+ * FA_MERKLE_HASH_LEN bytes) so, into *text (malloc'ed, NUL-terminated; *len
+ * without the NUL).  Returns 0, FA_ERR_INVAL (n > FA_MERKLE_MAX_PROOF) or
+ * FA_ERR_NOMEM. */
+int fa_checkpoint_consistency_format(uint64_t old_size, uint64_t size, const uint8_t *proof,
+                                     size_t n, char **text, size_t *len, fa_error *err);
 
-/* Signs (federation, round, attempt, region, digest) under the label of
- * `alg` (crypto/secagg.h enum fa_secagg_upload_digest) with the region's
- * Ed25519 identity seed (crypto/identity.h) so that
- * fa_secagg_commitment_verify accepts it.  Returns 0, FA_ERR_INVAL (empty or
- * over-long ids, an unknown alg), FA_ERR_NOMEM or FA_ERR_CRYPTO. */
-int fa_commitment_sign(const uint8_t seed[FA_ED25519_SEED_LEN], const char *federation,
-                       uint64_t round, uint32_t attempt, const char *region, int alg,
-                       const uint8_t digest[32], uint8_t sig[FA_ED25519_SIG_LEN]);
+/* Parses such text (len bytes, from a peer: any bytes) into proof (room for
+ * FA_MERKLE_MAX_PROOF hashes) and *n, the hashes it holds; a final empty
+ * line is allowed.  Checking the proof is fa_merkle_verify_consistency's.
+ * Returns 0, FA_ERR_PARSE (malformed: the message names the line) or
+ * FA_ERR_RANGE (a proof between other sizes than old_size and size: the
+ * message names both). */
+int fa_checkpoint_consistency_parse(const char *text, size_t len, uint64_t old_size, uint64_t size,
+                                    uint8_t *proof, size_t *n, fa_error *err);
 
 /* ---------------------------------------------------------------------------
  * Proof bundles

@@ -6,7 +6,7 @@
 
 #include <sodium.h>
 
-#include "crypto/shamir.h"
+#include "crypto/secagg_internal.h"
 
 static const char secret_tag[] = "fedagg-ed25519-secret-v1";
 
@@ -16,7 +16,7 @@ int fa_identity_generate(uint8_t seed[FA_IDENTITY_SEED_BYTES], uint8_t pk[FA_IDE
     int rc;
     if (sodium_init() < 0)
         return FA_ERR_CRYPTO;
-    rc = fa_rng_fill(rng, seed, FA_IDENTITY_SEED_BYTES);
+    rc = fa_secagg_rng_fill(rng, seed, FA_IDENTITY_SEED_BYTES);
     if (rc != 0)
         return rc;
     return fa_identity_public_key(seed, pk);

@@ -1,6 +1,8 @@
-#include "crypto/kdf.h"
+#include "crypto/kdf_internal.h"
 
 #include <string.h>
+
+#include <sodium.h>
 
 #include "common/fa_err.h"
 #include "crypto/wire.h"
@@ -29,10 +31,11 @@ int fa_kdf_derive(uint8_t *out, size_t out_len, const uint8_t *ikm, size_t ikm_l
     fa_wbuf_str(&info, id_b ? id_b : "");
     if (info.failed) {
         fa_wbuf_free(&info);
+        sodium_memzero(out, out_len);
         return FA_ERR_NOMEM;
     }
     rc = fa_hkdf_sha256(out, out_len, (const uint8_t *)kdf_label, sizeof(kdf_label) - 1, ikm,
-                        ikm_len, info.p, info.len);
+                            ikm_len, info.p, info.len);
     fa_wbuf_free(&info);
-    return rc == 0 ? 0 : FA_ERR_INVAL;
+    return rc;
 }

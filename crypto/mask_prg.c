@@ -1,4 +1,4 @@
-#include "crypto/mask_prg.h"
+#include "crypto/mask_prg_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -6,14 +6,14 @@
 #include <openssl/evp.h>
 
 #include "common/fa_err.h"
-#include "crypto/mask_prg_vaes.h"
-#include "crypto/ring.h"
+#include "crypto/mask_prg_vaes_internal.h"
+#include "crypto/ring_internal.h"
 
 /* Words per sub-block of the VAES path's masking loop (16 KiB). */
-#define FA_PRG_VAES_SUB_WORDS 4096
+#define FA_MASK_PRG_VAES_SUB_WORDS 4096
 
 /* Plaintext of the keystream: CTR mode XORs it in, so zeros give the stream. */
-static const uint8_t prg_zeros[FA_PRG_BLOCK_WORDS * 4];
+static const uint8_t prg_zeros[FA_MASK_PRG_BLOCK_WORDS * 4];
 
 static void counter_iv(uint8_t iv[16], uint64_t word)
 {
@@ -30,8 +30,8 @@ static int prg_width = -1;
 
 static int prg_auto_width(void)
 {
-#if FA_PRG_HAVE_VAES
-    return fa_prg_vaes_width();
+#if FA_MASK_PRG_HAVE_VAES
+    return fa_mask_prg_vaes_width();
 #else
     return FA_VAES_NONE;
 #endif
@@ -47,7 +47,7 @@ static int prg_current_width(void)
     return w;
 }
 
-int fa_prg_use(const char *name)
+int fa_mask_prg_use(const char *name)
 {
     int want, have = prg_auto_width();
     if (!name)
@@ -72,28 +72,25 @@ int fa_prg_use(const char *name)
 static const char *width_name(int width)
 {
     switch (width) {
-    case FA_VAES_512:
-        return "vaes512";
-    case FA_VAES_256:
-        return "vaes256";
-    default:
-        return "openssl";
+    case FA_VAES_512: return "vaes512";
+    case FA_VAES_256: return "vaes256";
+    default: return "openssl";
     }
 }
 
-const char *fa_prg_impl(void)
+const char *fa_mask_prg_impl(void)
 {
     return width_name(prg_current_width());
 }
 
-const char *fa_prg_best(void)
+const char *fa_mask_prg_best(void)
 {
     return width_name(prg_auto_width());
 }
 
 /* ---- keying, seeking, words ---------------------------------------------- */
 
-int fa_prg_init(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], uint64_t word)
+int fa_mask_prg_init(fa_mask_prg *g, const uint8_t key[FA_MASK_PRG_KEY_BYTES], uint64_t word)
 {
     uint8_t iv[16];
     g->ctx = NULL;
@@ -101,23 +98,24 @@ int fa_prg_init(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], uint64_t word)
     if (word % 4)
         return FA_ERR_INVAL;
     counter_iv(iv, word);
-    return fa_prg_init_iv(g, key, iv);
+    return fa_mask_prg_init_iv(g, key, iv);
 }
 
-int fa_prg_init_iv(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], const uint8_t iv[16])
+int fa_mask_prg_init_iv(fa_mask_prg *g, const uint8_t key[FA_MASK_PRG_KEY_BYTES],
+                        const uint8_t iv[16])
 {
     EVP_CIPHER_CTX *ctx;
     int width = prg_current_width();
 
     g->ctx = NULL;
     g->vaes = NULL;
-#if FA_PRG_HAVE_VAES
+#if FA_MASK_PRG_HAVE_VAES
     if (width != FA_VAES_NONE) {
         void *p = NULL;
-        if (posix_memalign(&p, 64, sizeof(struct fa_prg_vaes)) != 0)
+        if (posix_memalign(&p, 64, sizeof(struct fa_mask_prg_vaes)) != 0)
             return FA_ERR_NOMEM;
         g->vaes = p;
-        fa_prg_vaes_key(g->vaes, width, key, iv);
+        fa_mask_prg_vaes_key(g->vaes, width, key, iv);
         return 0;
     }
 #else
@@ -134,14 +132,14 @@ int fa_prg_init_iv(fa_prg *g, const uint8_t key[FA_PRG_KEY_BYTES], const uint8_t
     return 0;
 }
 
-int fa_prg_seek(fa_prg *g, uint64_t word)
+int fa_mask_prg_seek(fa_mask_prg *g, uint64_t word)
 {
     uint8_t iv[16];
     if (word % 4 || (!g->ctx && !g->vaes))
         return FA_ERR_INVAL;
-#if FA_PRG_HAVE_VAES
+#if FA_MASK_PRG_HAVE_VAES
     if (g->vaes) {
-        fa_prg_vaes_seek(g->vaes, 0, word / 4);
+        fa_mask_prg_vaes_seek(g->vaes, 0, word / 4);
         return 0;
     }
 #endif
@@ -150,7 +148,7 @@ int fa_prg_seek(fa_prg *g, uint64_t word)
     return EVP_EncryptInit_ex(g->ctx, NULL, NULL, NULL, iv) == 1 ? 0 : FA_ERR_CRYPTO;
 }
 
-void fa_prg_free(fa_prg *g)
+void fa_mask_prg_free(fa_mask_prg *g)
 {
     if (!g)
         return;
@@ -158,25 +156,25 @@ void fa_prg_free(fa_prg *g)
         EVP_CIPHER_CTX_free(g->ctx); /* cleanses the key schedule */
         g->ctx = NULL;
     }
-#if FA_PRG_HAVE_VAES
+#if FA_MASK_PRG_HAVE_VAES
     if (g->vaes) {
-        fa_prg_vaes_wipe(g->vaes);
+        fa_mask_prg_vaes_wipe(g->vaes);
         free(g->vaes);
         g->vaes = NULL;
     }
 #endif
 }
 
-int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
+int fa_mask_prg_words(fa_mask_prg *g, uint32_t *out, size_t n)
 {
     int outl = 0;
-    if (n > FA_PRG_BLOCK_WORDS)
+    if (n > FA_MASK_PRG_BLOCK_WORDS)
         return FA_ERR_INVAL;
     if (n == 0)
         return 0;
-#if FA_PRG_HAVE_VAES
+#if FA_MASK_PRG_HAVE_VAES
     if (g->vaes) {
-        fa_prg_vaes_run(g->vaes, FA_VAES_STORE, NULL, out, n);
+        fa_mask_prg_vaes_run(g->vaes, FA_VAES_STORE, NULL, out, n);
         return 0;
     }
 #endif
@@ -195,8 +193,8 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
  * Masking is AES-bound: the add is a few instructions per word, the
  * keystream ~0.3 cycles per byte.  What costs beyond AES is memory traffic,
  * so the loop is arranged around it:
- *  - Keystreams of up to FA_PRG_GROUP generators for one sub-block of
- *    FA_PRG_SUB_WORDS words are generated into the scratch block, then added
+ *  - Keystreams of up to FA_MASK_PRG_GROUP generators for one sub-block of
+ *    FA_MASK_PRG_SUB_WORDS words are generated into the scratch block, then added
  *    to the accumulator in ONE pass (mask_add below): one load and store of
  *    acc per group instead of one per generator.  The scratch (16 KiB), the
  *    accumulator's sub-block (4 KiB), the input's (4 KiB) and the zero
@@ -215,20 +213,20 @@ int fa_prg_words(fa_prg *g, uint32_t *out, size_t n)
  * keystream into its input, and XOR is not addition mod 2^32. */
 
 /* acc = base + (ks_0 + ... + ks_{P-1}) - (ks_P + ... + ks_{K-1}) for K
- * keystreams at ks + k * FA_PRG_SUB_WORDS, the first P added and the rest
+ * keystreams at ks + k * FA_MASK_PRG_SUB_WORDS, the first P added and the rest
  * subtracted: one add or subtract per keystream and word.  (Applying each
  * sign in the loop, as -x = (x ^ 0xffffffff) + 1, took twice the vector
  * operations, and 512-bit ones issue on two ports only: the pass was
  * ALU-bound.)  K and P are compile-time constants of each instance below.
  * INPLACE reads acc as base.  Fixed-size FA_CHUNK inner loops so that -O2
- * vectorises (see crypto/ring.h). */
+ * vectorises (see crypto/ring_internal.h). */
 static inline __attribute__((always_inline)) void
 mask_add(uint32_t *restrict acc, const uint32_t *restrict base, const uint32_t *restrict ks,
          size_t n, const unsigned K, const unsigned P, const int INPLACE)
 {
-    const uint32_t *restrict k0 = ks, *restrict k1 = ks + FA_PRG_SUB_WORDS,
-                             *restrict k2 = ks + 2 * FA_PRG_SUB_WORDS,
-                             *restrict k3 = ks + 3 * FA_PRG_SUB_WORDS;
+    const uint32_t *restrict k0 = ks, *restrict k1 = ks + FA_MASK_PRG_SUB_WORDS,
+                             *restrict k2 = ks + 2 * FA_MASK_PRG_SUB_WORDS,
+                             *restrict k3 = ks + 3 * FA_MASK_PRG_SUB_WORDS;
 #define FA_KS(x, j) ((x) < K ? ((x) < P ? k##x[j] : -k##x[j]) : 0)
 #define FA_MASK_WORD(j)                                                                            \
     ((INPLACE ? acc[j] : base[j]) + FA_KS(0, j) + FA_KS(1, j) + FA_KS(2, j) + FA_KS(3, j))
@@ -273,12 +271,12 @@ FA_MASK_ADD_FN(4, 1)
 FA_MASK_ADD_FN(4, 2)
 FA_MASK_ADD_FN(4, 3)
 FA_MASK_ADD_FN(4, 4)
-#if FA_PRG_GROUP != 4
-#error "mask_add is written for FA_PRG_GROUP == 4"
+#if FA_MASK_PRG_GROUP != 4
+#error "mask_add is written for FA_MASK_PRG_GROUP == 4"
 #endif
 
 /* [in place][K keystreams][P of them added] */
-static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1][FA_PRG_GROUP + 1] = {
+static const mask_add_fn mask_add_table[2][FA_MASK_PRG_GROUP + 1][FA_MASK_PRG_GROUP + 1] = {
     {
         {NULL},
         {mask_add_1_0, mask_add_1_1},
@@ -296,36 +294,37 @@ static const mask_add_fn mask_add_table[2][FA_PRG_GROUP + 1][FA_PRG_GROUP + 1] =
     },
 };
 
-#if FA_PRG_HAVE_VAES
-/* fa_prg_mask on the VAES path: each generator's keystream goes into acc
+#if FA_MASK_PRG_HAVE_VAES
+/* fa_mask_prg_mask on the VAES path: each generator's keystream goes into acc
  * from registers, one sub-block at a time, so acc's sub-block stays in L1
  * through every mask, and no scratch block is written or read. */
-static void mask_vaes(fa_prg *g, const int *sign, size_t count, const uint32_t *base,
+static void mask_vaes(fa_mask_prg *g, const int *sign, size_t count, const uint32_t *base,
                       uint32_t *acc, size_t n)
 {
-    const size_t lines = FA_PRG_VAES_SUB_WORDS * sizeof(uint32_t) / 64;
+    const size_t lines = FA_MASK_PRG_VAES_SUB_WORDS * sizeof(uint32_t) / 64;
     const size_t slice = (lines + count - 1) / count;
 
-    for (size_t off = 0; off < n; off += FA_PRG_VAES_SUB_WORDS) {
-        const size_t m = n - off < FA_PRG_VAES_SUB_WORDS ? n - off : FA_PRG_VAES_SUB_WORDS;
+    for (size_t off = 0; off < n; off += FA_MASK_PRG_VAES_SUB_WORDS) {
+        const size_t m =
+            n - off < FA_MASK_PRG_VAES_SUB_WORDS ? n - off : FA_MASK_PRG_VAES_SUB_WORDS;
         const char *next =
-            (const char *)((uintptr_t)(base + off) + FA_PRG_VAES_SUB_WORDS * sizeof(uint32_t));
+            (const char *)((uintptr_t)(base + off) + FA_MASK_PRG_VAES_SUB_WORDS * sizeof(uint32_t));
         for (size_t i = 0; i < count; i++) {
             for (size_t l = i * slice; l < (i + 1) * slice && l < lines; l++)
                 __builtin_prefetch(next + 64 * l, 0, 3);
-            fa_prg_vaes_run(g[i].vaes, sign[i] < 0 ? FA_VAES_SUB : FA_VAES_ADD,
-                            i == 0 ? base + off : acc + off, acc + off, m);
+            fa_mask_prg_vaes_run(g[i].vaes, sign[i] < 0 ? FA_VAES_SUB : FA_VAES_ADD,
+                                 i == 0 ? base + off : acc + off, acc + off, m);
         }
     }
 }
 #endif
 
-int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, uint32_t *acc,
-                size_t n, uint32_t *scratch)
+int fa_mask_prg_mask(fa_mask_prg *g, const int *sign, size_t count, const uint32_t *base,
+                     uint32_t *acc, size_t n, uint32_t *scratch)
 {
     /* A sub-block of input is `lines` cache lines, prefetched `slice` per
      * AES call (no division in the loop: it shows in the timings). */
-    const size_t lines = FA_PRG_SUB_WORDS * sizeof(uint32_t) / 64;
+    const size_t lines = FA_MASK_PRG_SUB_WORDS * sizeof(uint32_t) / 64;
     const size_t slice = count ? (lines + count - 1) / count : 0;
     int rc;
 
@@ -334,7 +333,7 @@ int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, 
             memcpy(acc, base, n * sizeof(uint32_t));
         return 0;
     }
-#if FA_PRG_HAVE_VAES
+#if FA_MASK_PRG_HAVE_VAES
     {
         size_t keyed = 0;
         while (keyed < count && g[keyed].vaes)
@@ -344,17 +343,17 @@ int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, 
             return 0;
         }
         /* generators keyed under different implementations (a test that
-         * switched): word by word through fa_prg_words below */
+         * switched): word by word through fa_mask_prg_words below */
     }
 #endif
-    for (size_t off = 0; off < n; off += FA_PRG_SUB_WORDS) {
-        const size_t m = n - off < FA_PRG_SUB_WORDS ? n - off : FA_PRG_SUB_WORDS;
+    for (size_t off = 0; off < n; off += FA_MASK_PRG_SUB_WORDS) {
+        const size_t m = n - off < FA_MASK_PRG_SUB_WORDS ? n - off : FA_MASK_PRG_SUB_WORDS;
         /* The input's next sub-block.  Past the end of this call it is what
          * a caller streaming through a long input passes next; elsewhere a
          * wasted prefetch, harmless (a prefetch never faults).  Computed as
          * an integer: a pointer past the end of base would be undefined. */
         const char *next =
-            (const char *)((uintptr_t)(base + off) + FA_PRG_SUB_WORDS * sizeof(uint32_t));
+            (const char *)((uintptr_t)(base + off) + FA_MASK_PRG_SUB_WORDS * sizeof(uint32_t));
         size_t calls = 0;
         unsigned k_n = 0, k_add = 0;
         int first = 1;
@@ -368,10 +367,10 @@ int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, 
                 for (size_t l = calls * slice; l < (calls + 1) * slice && l < lines; l++)
                     __builtin_prefetch(next + 64 * l, 0, 3);
                 calls++;
-                if ((rc = fa_prg_words(&g[i], scratch + k_n * FA_PRG_SUB_WORDS, m)) != 0)
+                if ((rc = fa_mask_prg_words(&g[i], scratch + k_n * FA_MASK_PRG_SUB_WORDS, m)) != 0)
                     return rc;
                 k_add += !sub;
-                if (++k_n == FA_PRG_GROUP || calls == count) {
+                if (++k_n == FA_MASK_PRG_GROUP || calls == count) {
                     const int inplace = !first || base == acc;
                     mask_add_table[inplace][k_n][k_add](acc + off, inplace ? NULL : base + off,
                                                         scratch, m);
@@ -384,7 +383,7 @@ int fa_prg_mask(fa_prg *g, const int *sign, size_t count, const uint32_t *base, 
     return 0;
 }
 
-int fa_prg_apply(fa_prg *g, uint32_t *acc, size_t n, int sign, uint32_t *scratch)
+int fa_mask_prg_apply(fa_mask_prg *g, uint32_t *acc, size_t n, int sign, uint32_t *scratch)
 {
-    return fa_prg_mask(g, &sign, 1, acc, acc, n, scratch);
+    return fa_mask_prg_mask(g, &sign, 1, acc, acc, n, scratch);
 }

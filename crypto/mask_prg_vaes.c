@@ -1,5 +1,5 @@
 /* AES-128-CTR on VAES, the keystream applied in registers.  See
- * crypto/mask_prg_vaes.h.
+ * crypto/mask_prg_vaes_internal.h.
  *
  * Layout of the counter.  CTR block i is the 16-byte big-endian number
  * (hi:lo) + i.  A 128-bit lane holding the 64-bit integers lo and hi in that
@@ -14,11 +14,11 @@
  * The kernels keep eight vectors of counters in flight (VAES has a latency
  * of several cycles and two or more issue a cycle), so eight vectors of
  * blocks are encrypted before any is applied. */
-#include "crypto/mask_prg_vaes.h"
+#include "crypto/mask_prg_vaes_internal.h"
 
 #include <openssl/crypto.h>
 
-#if FA_PRG_HAVE_VAES
+#if FA_MASK_PRG_HAVE_VAES
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -28,7 +28,7 @@
 /* CPUID and XGETBV directly: compilers differ in which feature names
  * __builtin_cpu_supports knows (Clang 14 has no "vaes").  A feature counts
  * only when the kernel saves its registers (XCR0). */
-__attribute__((target("xsave"))) int fa_prg_vaes_width(void)
+__attribute__((target("xsave"))) int fa_mask_prg_vaes_width(void)
 {
     unsigned a, b, c, d, b7, c7;
     unsigned long long xcr0;
@@ -62,9 +62,9 @@ __attribute__((target("aes,sse2"))) static __m128i expand_step(__m128i k, __m128
     return _mm_xor_si128(k, assist);
 }
 
-__attribute__((target("aes,sse2"))) void fa_prg_vaes_key(struct fa_prg_vaes *v, int width,
-                                                         const uint8_t key[16],
-                                                         const uint8_t iv[16])
+__attribute__((target("aes,sse2"))) void fa_mask_prg_vaes_key(struct fa_mask_prg_vaes *v, int width,
+                                                              const uint8_t key[16],
+                                                              const uint8_t iv[16])
 {
     __m128i k[11];
     uint64_t hi = 0, lo = 0;
@@ -92,10 +92,10 @@ __attribute__((target("aes,sse2"))) void fa_prg_vaes_key(struct fa_prg_vaes *v, 
         lo = lo << 8 | iv[8 + i];
     }
     v->width = width;
-    fa_prg_vaes_seek(v, hi, lo);
+    fa_mask_prg_vaes_seek(v, hi, lo);
 }
 
-void fa_prg_vaes_seek(struct fa_prg_vaes *v, uint64_t hi, uint64_t lo)
+void fa_mask_prg_vaes_seek(struct fa_mask_prg_vaes *v, uint64_t hi, uint64_t lo)
 {
     v->hi = hi;
     v->lo = lo;
@@ -103,14 +103,15 @@ void fa_prg_vaes_seek(struct fa_prg_vaes *v, uint64_t hi, uint64_t lo)
     OPENSSL_cleanse(v->held, sizeof(v->held));
 }
 
-void fa_prg_vaes_wipe(struct fa_prg_vaes *v)
+void fa_mask_prg_vaes_wipe(struct fa_mask_prg_vaes *v)
 {
     OPENSSL_cleanse(v, sizeof(*v));
 }
 
 /* The next block of keystream into ks (four words); the counter steps with
  * its carry into hi. */
-__attribute__((target("aes,ssse3"))) static void one_block(struct fa_prg_vaes *v, uint32_t ks[4])
+__attribute__((target("aes,ssse3"))) static void one_block(struct fa_mask_prg_vaes *v,
+                                                           uint32_t ks[4])
 {
     const __m128i rev = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     __m128i s = _mm_shuffle_epi8(_mm_set_epi64x((long long)v->hi, (long long)v->lo), rev);
@@ -131,13 +132,13 @@ __attribute__((target("aes,ssse3"))) static void one_block(struct fa_prg_vaes *v
         if ((OP) == FA_VAES_STORE)                                                                 \
             _mm##W##_storeu_si##W((void *)(out), (s));                                             \
         else if ((OP) == FA_VAES_ADD)                                                              \
-            _mm##W##_storeu_si##W((void *)(out),                                                   \
-                                  _mm##W##_add_epi32(                                              \
-                                      _mm##W##_loadu_si##W((const void *)(base)), (s)));           \
+            _mm##W##_storeu_si##W(                                                                 \
+                (void *)(out),                                                                     \
+                _mm##W##_add_epi32(_mm##W##_loadu_si##W((const void *)(base)), (s)));              \
         else                                                                                       \
-            _mm##W##_storeu_si##W((void *)(out),                                                   \
-                                  _mm##W##_sub_epi32(                                              \
-                                      _mm##W##_loadu_si##W((const void *)(base)), (s)));           \
+            _mm##W##_storeu_si##W(                                                                 \
+                (void *)(out),                                                                     \
+                _mm##W##_sub_epi32(_mm##W##_loadu_si##W((const void *)(base)), (s)));              \
     } while (0)
 
 #define FA_REV16 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0
@@ -146,7 +147,7 @@ __attribute__((target("aes,ssse3"))) static void one_block(struct fa_prg_vaes *v
 #define FA_TARGET_256 "avx2,vaes,aes"
 
 __attribute__((target(FA_TARGET_512), always_inline)) static inline void
-kernel512(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out,
+kernel512(const struct fa_mask_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out,
           size_t nb)
 {
     const __m512i rev = _mm512_broadcast_i32x4(_mm_setr_epi8(FA_REV16));
@@ -189,7 +190,7 @@ kernel512(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint3
 /* Two blocks a vector.  Sixteen registers do not hold the eleven keys and
  * eight vectors in flight: the keys are read from v as memory operands. */
 __attribute__((target(FA_TARGET_256), always_inline)) static inline void
-kernel256(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out,
+kernel256(const struct fa_mask_prg_vaes *v, const int op, const uint32_t *base, uint32_t *out,
           size_t nb)
 {
     const __m256i rev = _mm256_setr_epi8(FA_REV16, FA_REV16);
@@ -231,8 +232,8 @@ kernel256(const struct fa_prg_vaes *v, const int op, const uint32_t *base, uint3
 
 /* One instance per width and op, the op folded in. */
 #define FA_KERNEL_FN(W, NAME, OP)                                                                  \
-    __attribute__((noinline, target(FA_TARGET_##W))) static void kernel##W##_##NAME(              \
-        const struct fa_prg_vaes *v, const uint32_t *base, uint32_t *out, size_t nb)               \
+    __attribute__((noinline, target(FA_TARGET_##W))) static void kernel##W##_##NAME(               \
+        const struct fa_mask_prg_vaes *v, const uint32_t *base, uint32_t *out, size_t nb)          \
     {                                                                                              \
         kernel##W(v, OP, base, out, nb);                                                           \
     }
@@ -244,7 +245,7 @@ FA_KERNEL_FN(256, add, FA_VAES_ADD)
 FA_KERNEL_FN(256, sub, FA_VAES_SUB)
 #undef FA_KERNEL_FN
 
-typedef void (*kernel_fn)(const struct fa_prg_vaes *, const uint32_t *, uint32_t *, size_t);
+typedef void (*kernel_fn)(const struct fa_mask_prg_vaes *, const uint32_t *, uint32_t *, size_t);
 
 static uint32_t apply_word(enum fa_vaes_op op, uint32_t base, uint32_t ks)
 {
@@ -255,8 +256,8 @@ static uint32_t apply_word(enum fa_vaes_op op, uint32_t base, uint32_t ks)
  * or end of a call off a block boundary, the last blocks before lo wraps)
  * goes one block at a time through held, which keeps what a call leaves of
  * its last block for the next. */
-void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
-                     uint32_t *out, size_t n)
+void fa_mask_prg_vaes_run(struct fa_mask_prg_vaes *v, enum fa_vaes_op op, const uint32_t *base,
+                          uint32_t *out, size_t n)
 {
     static const kernel_fn k512[3] = {kernel512_store, kernel512_add, kernel512_sub},
                            k256[3] = {kernel256_store, kernel256_add, kernel256_sub};
@@ -288,4 +289,4 @@ void fa_prg_vaes_run(struct fa_prg_vaes *v, enum fa_vaes_op op, const uint32_t *
     }
 }
 
-#endif /* FA_PRG_HAVE_VAES */
+#endif /* FA_MASK_PRG_HAVE_VAES */

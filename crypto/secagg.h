@@ -101,12 +101,12 @@ typedef struct fa_secagg_quant {
 typedef struct fa_secagg_config {
     const char *federation_id; /* domain separation of every key and signature; copied */
     uint64_t round;
-    uint32_t attempt;               /* fresh keys and seeds for every attempt */
-    uint32_t threshold;             /* t: fewest clients at every phase; Shamir threshold */
-    uint32_t neighbours;            /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
-    uint64_t vector_len;            /* ring coordinates of one upload: num_params + 1 (weight) */
-    uint32_t ring_bits;             /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
-    fa_secagg_quant quant;          /* for float inputs and fa_secagg_server_result_f32 */
+    uint32_t attempt;      /* fresh keys and seeds for every attempt */
+    uint32_t threshold;    /* t: fewest clients at every phase; Shamir threshold */
+    uint32_t neighbours;   /* SecAgg+ degree K (even), 0 = every pair (plain Bonawitz) */
+    uint64_t vector_len;   /* ring coordinates of one upload: num_params + 1 (weight) */
+    uint32_t ring_bits;    /* k, 1..32; at least fa_secagg_ring_bits_for(b, n) */
+    fa_secagg_quant quant; /* for float inputs and fa_secagg_server_result_f32 */
     uint8_t model_sha256[FA_SECAGG_SHA256_BYTES]; /* client: the model trained from (above) */
     uint32_t max_uploads_in_flight; /* server: concurrent masked uploads, 0 = 4 (see below) */
     uint32_t unmask_threads;        /* server: threads that remove the masks at unmasking, each
@@ -175,6 +175,17 @@ int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint3
                                 const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
                                 const uint8_t signature[FA_SECAGG_SIGNATURE_BYTES],
                                 const uint8_t identity_pk[FA_SECAGG_IDENTITY_PK_BYTES]);
+
+/* Signs the same message with the region's Ed25519 identity seed
+ * (crypto/identity.h), so that fa_secagg_commitment_verify accepts it: what
+ * the client does for its upload, for tools, simulations and tests that
+ * have no client at hand.  Returns 0, FA_ERR_INVAL (empty or over-long ids,
+ * an unknown alg), FA_ERR_NOMEM or FA_ERR_CRYPTO. */
+int fa_secagg_commitment_sign(const uint8_t seed[FA_SECAGG_IDENTITY_SK_BYTES],
+                              const char *federation_id, uint64_t round, uint32_t attempt,
+                              const char *client_id, int alg,
+                              const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
+                              uint8_t signature[FA_SECAGG_SIGNATURE_BYTES]);
 
 /* ----------------------------------------------------------------------------
  * Client (one region's worker, one round attempt)
@@ -346,6 +357,17 @@ enum fa_secagg_phase {
     FA_SECAGG_FAILED = 6,      /* an internal failure (out of memory) spoilt the sum */
 };
 
+/* The phases a client takes part in, ADVERTISE .. UNMASK.  Their names,
+ * indexed by enum fa_secagg_phase, are the last segment of each phase's
+ * HTTP path (POST /v1/rounds/{r}/{a}/<name>) and its label in logs,
+ * metrics, the admin documents and the dashboard: one table for all. */
+#define FA_SECAGG_N_PHASES 5
+extern const char *const fa_secagg_phase_names[FA_SECAGG_N_PHASES];
+
+/* The name of phase: fa_secagg_phase_names[phase], "done", "failed", or "?"
+ * for a value outside enum fa_secagg_phase. */
+const char *fa_secagg_phase_name(int phase);
+
 /* Creates the server of one round attempt.  members are the federation's
  * regions (copied).  Allocates the O(vector_len) running sum.
  * Returns 0, FA_ERR_INVAL or FA_ERR_NOMEM. */
@@ -462,7 +484,8 @@ int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint
  * checks them against their commitments and public keys, removes the masks
  * from the sum).  FA_ERR_THRESHOLD (unchanged) when fewer than t clients
  * answered or a secret has fewer than t shares; FA_ERR_VERIFY when a
- * reconstructed secret does not match (a client sent a bad share). */
+ * secret cannot be rebuilt to match its commitment (too many bad shares:
+ * one bad share is found and left out, fa_secagg_server_share_fault). */
 int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err);
 
 /* Messages the server sends (after the phase that makes them closed):
@@ -512,6 +535,24 @@ size_t fa_secagg_server_survivor_count(const fa_secagg_server *s);
 const char *fa_secagg_server_survivor(const fa_secagg_server *s, size_t i);
 size_t fa_secagg_server_dropout_count(const fa_secagg_server *s);
 const char *fa_secagg_server_dropout(const fa_secagg_server *s, size_t i);
+
+/* The clients whose revealed share (round 4) was found bad when the unmask
+ * phase closed, in the order found (phase DONE; none before).  The round
+ * completes without them: each secret is rebuilt from the shares that agree
+ * with one another and with its commitment (b_u) or public key (s_sk_v),
+ * and no share of a client found bad is used after.  Found so where at most
+ * (m - t) / 2 of the m shares of one secret are bad, or one of t + 1; more
+ * bad shares than that fail the close with FA_ERR_VERIFY as before, naming
+ * no one.  A client found bad is a survivor (only U4 reveals shares): its
+ * own input stays in the sum.  fa_secagg_server_share_fault gives the i-th:
+ * the client, the client whose secret the share was of (owner: the first
+ * one found; it may also be the owner who dealt inconsistent shares, which
+ * the server cannot tell from one bad share), and which secret.  Returns 0
+ * or FA_ERR_NOTFOUND; the pointers are into s. */
+enum { FA_SECAGG_SHARE_SELF_MASK = 0, FA_SECAGG_SHARE_MASK_KEY = 1 };
+size_t fa_secagg_server_share_fault_count(const fa_secagg_server *s);
+int fa_secagg_server_share_fault(const fa_secagg_server *s, size_t i, const char **region,
+                                 const char **owner, int *kind);
 
 /* Upload commitment of survivor i (same order as fa_secagg_server_survivor):
  * the digest of the bytes the server received and its hash (*alg:

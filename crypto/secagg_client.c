@@ -2,6 +2,7 @@
  * "User" column), as a sans-I/O state machine.  See crypto/secagg.h. */
 #include "crypto/secagg.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +13,13 @@
 #include "common/fa_endian.h"
 #include "common/fa_hex.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
-#include "crypto/secagg_client_int.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/codec_internal.h"
+#include "crypto/ring_internal.h"
+#include "crypto/secagg_client_internal.h"
 #include "crypto/secagg_internal.h"
-#include "crypto/shamir.h"
+#include "crypto/shamir_internal.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
@@ -34,7 +36,7 @@ void fa_secagg_client_del(fa_secagg_client *c)
 {
     if (!c)
         return;
-    fa_sa_cli_stream_free(&c->st);
+    fa_secagg_client_stream_free(&c->st);
     if (c->sec)
         sodium_free(c->sec);
     if (c->held)
@@ -43,16 +45,16 @@ void fa_secagg_client_del(fa_secagg_client *c)
         sodium_free(c->ck);
     free(c->peers);
     free(c->sharekeys);
-    fa_sa_roster_free(&c->roster);
+    fa_secagg_roster_free(&c->roster);
     sodium_memzero(c, sizeof(*c));
     free(c);
 }
 
 /* The parts of new and restore before any key is drawn or loaded. */
-int fa_sa_cli_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
-                    const uint8_t identity_sk[32], const char *client_id,
-                    const fa_secagg_member *members, size_t n_members, const fa_secagg_rng *rng,
-                    fa_error *err)
+int fa_secagg_client_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
+                           const uint8_t identity_sk[32], const char *client_id,
+                           const fa_secagg_member *members, size_t n_members,
+                           const fa_secagg_rng *rng, fa_error *err)
 {
     fa_secagg_client *c;
     uint8_t pk[32];
@@ -64,10 +66,10 @@ int fa_sa_cli_alloc(fa_secagg_client **out, const fa_secagg_config *cfg,
     c = calloc(1, sizeof(*c));
     if (!c)
         return fa_errorf(err, FA_ERR_NOMEM, "secagg client: out of memory");
-    if ((rc = fa_sa_cfg_init(&c->cfg, cfg, err)) != 0 ||
-        (rc = fa_sa_roster_init(&c->roster, members, n_members, err)) != 0)
+    if ((rc = fa_secagg_cfg_init(&c->cfg, cfg, err)) != 0 ||
+        (rc = fa_secagg_roster_init(&c->roster, members, n_members, err)) != 0)
         goto fail;
-    if (!client_id || (r = fa_sa_roster_find(&c->roster, client_id)) < 0) {
+    if (!client_id || (r = fa_secagg_roster_find(&c->roster, client_id)) < 0) {
         rc = fa_errorf(err, FA_ERR_INVAL, "secagg client: '%s' is not a member of federation '%s'",
                        client_id ? client_id : "(none)", c->cfg.fed);
         goto fail;
@@ -106,14 +108,15 @@ int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
     size_t sm_len = 0;
     int rc;
 
-    if ((rc = fa_sa_cli_alloc(&c, cfg, identity_sk, client_id, members, n_members, rng, err)) != 0)
+    if ((rc = fa_secagg_client_alloc(&c, cfg, identity_sk, client_id, members, n_members, rng,
+                                     err)) != 0)
         return rc;
     /* Round 0: two fresh X25519 key pairs; b_u is drawn here (rather than
      * in round 1) so that its commitment can be signed with the keys. */
-    if ((rc = fa_rng_fill(&c->rng, c->sec->c_sk, 32)) != 0 ||
-        (rc = fa_rng_fill(&c->rng, c->sec->s_sk, 32)) != 0 ||
-        (rc = fa_rng_fill(&c->rng, c->sec->b, 32)) != 0 ||
-        (rc = fa_rng_fill(&c->rng, c->sec->round_seed, 32)) != 0) {
+    if ((rc = fa_secagg_rng_fill(&c->rng, c->sec->c_sk, 32)) != 0 ||
+        (rc = fa_secagg_rng_fill(&c->rng, c->sec->s_sk, 32)) != 0 ||
+        (rc = fa_secagg_rng_fill(&c->rng, c->sec->b, 32)) != 0 ||
+        (rc = fa_secagg_rng_fill(&c->rng, c->sec->round_seed, 32)) != 0) {
         fa_errorf(err, rc, "secagg client: the random source failed");
         goto fail;
     }
@@ -124,8 +127,8 @@ int fa_secagg_client_new(fa_secagg_client **out, const fa_secagg_config *cfg,
         rc = fa_errorf(err, FA_ERR_CRYPTO, "secagg client: X25519 key generation failed");
         goto fail;
     }
-    if ((rc = fa_sa_b_commit(&c->cfg, c->id, c->sec->b, c->self.b_commit)) != 0 ||
-        (rc = fa_sa_msg_advertise(&c->cfg, &c->self, &sm, &sm_len)) != 0 ||
+    if ((rc = fa_secagg_b_commit(&c->cfg, c->id, c->sec->b, c->self.b_commit)) != 0 ||
+        (rc = fa_secagg_msg_advertise(&c->cfg, &c->self, &sm, &sm_len)) != 0 ||
         (rc = fa_identity_sign(c->sec->identity, sm, sm_len, c->self.sig)) != 0) {
         fa_errorf(err, rc, "secagg client: signing the key advertisement failed");
         goto fail;
@@ -154,9 +157,10 @@ static int check_round(const fa_secagg_client *c, uint64_t round, uint32_t attem
     return 0;
 }
 
-int fa_sa_cli_check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
-                          fa_error *err)
+int fa_secagg_client_check_phase(const fa_secagg_client *c, int lo, int hi, const char *what,
+                                 fa_error *err)
 {
+    assert(CP_CREATED <= lo && lo <= hi && hi <= CP_UNMASKED); /* the caller's constants */
     if (c->phase < lo || c->phase > hi)
         return fa_errorf(err, FA_ERR_STATE, "%s for '%s': not now (the client is at: %s)", what,
                          c->id, client_phase_name(c->phase));
@@ -198,7 +202,7 @@ int fa_secagg_client_advertise(fa_secagg_client *c, uint8_t **out, size_t *out_l
     m.self_mask_commitment.len = 32;
     m.model_sha256.data = c->self.model_sha;
     m.model_sha256.len = 32;
-    rc = fa_sa_pack(&m.base, out, out_len);
+    rc = fa_secagg_pack(&m.base, out, out_len);
     return rc == 0 ? 0 : fa_errorf(err, rc, "AdvertiseKeys: out of memory");
 }
 
@@ -210,15 +214,15 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
                                fa_error *err)
 {
     Fedagg__PeerList *m = NULL;
-    fa_sa_peer *peers = NULL;
+    fa_secagg_peer *peers = NULL;
     uint8_t *sm = NULL;
     size_t sm_len = 0, me = SIZE_MAX, closed[FA_SECAGG_MAX_CLIENTS];
-    fa_sa_graph g;
+    fa_secagg_graph g;
     int rc;
 
-    if ((rc = fa_sa_cli_check_phase(c, CP_CREATED, CP_CREATED, "PeerList", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_CREATED, CP_CREATED, "PeerList", err)) != 0)
         return rc;
-    m = fedagg__peer_list__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__peer_list__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "PeerList for '%s': not a valid protobuf message",
                          c->id);
@@ -253,8 +257,8 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
     }
     for (size_t i = 0; i < m->n_peers; i++) {
         const Fedagg__AdvertiseKeys *a = m->peers[i];
-        fa_sa_peer *p = &peers[i];
-        int r = fa_sa_roster_find(&c->roster, a->client_id);
+        fa_secagg_peer *p = &peers[i];
+        int r = fa_secagg_roster_find(&c->roster, a->client_id);
         if (r < 0) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "PeerList for '%s': peer %zu '%s' is not a federation member", c->id, i,
@@ -284,7 +288,7 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
         memcpy(p->sig, a->signature.data, 64);
         free(sm);
         sm = NULL;
-        if ((rc = fa_sa_msg_advertise(&c->cfg, p, &sm, &sm_len)) != 0) {
+        if ((rc = fa_secagg_msg_advertise(&c->cfg, p, &sm, &sm_len)) != 0) {
             fa_errorf(err, rc, "PeerList: out of memory");
             goto out;
         }
@@ -329,11 +333,11 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
         rc = fa_errorf(err, FA_ERR_PROTOCOL, "PeerList for '%s': this client is not in it", c->id);
         goto out;
     }
-    if ((rc = fa_sa_graph_init(&g, &c->cfg, peers, m->n_peers)) != 0) {
+    if ((rc = fa_secagg_graph_init(&g, &c->cfg, peers, m->n_peers)) != 0) {
         fa_errorf(err, rc, "PeerList: %s", fa_strerror(rc));
         goto out;
     }
-    if (fa_sa_graph_closed(&g, me, closed) < g.shamir_t) {
+    if (fa_secagg_graph_closed(&g, me, closed) < g.shamir_t) {
         rc = fa_errorf(err, FA_ERR_THRESHOLD,
                        "PeerList for '%s': its neighbourhood is smaller than the threshold %u",
                        c->id, g.shamir_t);
@@ -350,11 +354,12 @@ int fa_secagg_client_peer_list(fa_secagg_client *c, const uint8_t *msg, size_t l
     c->n1 = m->n_peers;
     c->me = (int)me;
     c->graph = g;
+    assert(c->phase == CP_CREATED && c->n1 <= FA_SECAGG_MAX_CLIENTS && me < c->n1);
     c->phase = CP_PEERS;
 out:
     free(sm);
     free(peers);
-    fedagg__peer_list__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__peer_list__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -369,8 +374,8 @@ static int share_key(fa_secagg_client *c, size_t j, uint8_t key[32])
         memcpy(key, c->ck + j * 32, 32);
         return 0;
     }
-    rc = fa_sa_agree(key, 32, FA_KDF_SHARE_ENC, &c->cfg, c->sec->c_sk, c->self.c_pk, c->id,
-                     c->peers[j].c_pk, c->peers[j].id);
+    rc = fa_secagg_agree(key, 32, FA_KDF_SHARE_ENC, &c->cfg, c->sec->c_sk, c->self.c_pk, c->id,
+                         c->peers[j].c_pk, c->peers[j].id);
     if (rc == 0 && c->ck) {
         memcpy(c->ck + j * 32, key, 32);
         c->ck_have[j] = 1;
@@ -395,7 +400,7 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
     size_t closed[FA_SECAGG_MAX_CLIENTS], nc, ne = 0, ad_len = 0;
     int rc;
 
-    if ((rc = fa_sa_cli_check_phase(c, CP_PEERS, CP_UNMASKED, "ShareKeys", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_PEERS, CP_UNMASKED, "ShareKeys", err)) != 0)
         return rc;
     if (c->sharekeys) {
         *out = malloc(c->sharekeys_len);
@@ -405,18 +410,18 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
         *out_len = c->sharekeys_len;
         return 0;
     }
-    nc = fa_sa_graph_closed(&c->graph, (size_t)c->me, closed);
+    nc = fa_secagg_graph_closed(&c->graph, (size_t)c->me, closed);
     for (size_t i = 0; i < nc; i++)
         xs[i] = (uint8_t)(closed[i] + 1);
     if (!c->ck && (c->ck = sodium_malloc(c->n1 * 32)) != NULL)
         memset(c->ck_have, 0, sizeof(c->ck_have));
     shares_b = sodium_malloc(nc * 32);
     shares_s = sodium_malloc(nc * 32);
-    plain = sodium_malloc(FA_SA_SHARE_PLAIN);
+    plain = sodium_malloc(FA_SECAGG_SHARE_PLAIN);
     key = sodium_malloc(32);
     es = calloc(nc, sizeof(*es));
     ptrs = calloc(nc, sizeof(*ptrs));
-    cts = malloc(nc * FA_SA_SHARE_CT);
+    cts = malloc(nc * FA_SECAGG_SHARE_CT);
     if (!shares_b || !shares_s || !plain || !key || !es || !ptrs || !cts) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "ShareKeys: out of memory");
         goto out;
@@ -429,7 +434,7 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
     }
     for (size_t i = 0; i < nc; i++) {
         size_t j = closed[i];
-        uint8_t *ct = cts + ne * FA_SA_SHARE_CT;
+        uint8_t *ct = cts + ne * FA_SECAGG_SHARE_CT;
         Fedagg__EncryptedShare init = FEDAGG__ENCRYPTED_SHARE__INIT;
         if ((int)j == c->me) {
             memcpy(c->held + j * 64, shares_b + i * 32, 32);
@@ -444,19 +449,20 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
         free(ad);
         ad = NULL;
         if ((rc = share_key(c, j, key)) != 0 ||
-            (rc = fa_sa_share_ad(&c->cfg, c->id, c->peers[j].id, &ad, &ad_len)) != 0 ||
-            (rc = fa_rng_fill(&c->rng, ct, FA_SA_NONCE_BYTES)) != 0) {
+            (rc = fa_secagg_share_ad(&c->cfg, c->id, c->peers[j].id, &ad, &ad_len)) != 0 ||
+            (rc = fa_secagg_rng_fill(&c->rng, ct, FA_SECAGG_NONCE_BYTES)) != 0) {
             fa_errorf(err, rc, "ShareKeys: encrypting the shares for '%s' failed (%s)",
                       c->peers[j].id, fa_strerror(rc));
             goto out;
         }
-        crypto_aead_xchacha20poly1305_ietf_encrypt(ct + FA_SA_NONCE_BYTES, NULL, plain,
-                                                   FA_SA_SHARE_PLAIN, ad, ad_len, NULL, ct, key);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(ct + FA_SECAGG_NONCE_BYTES, NULL, plain,
+                                                   FA_SECAGG_SHARE_PLAIN, ad, ad_len, NULL, ct,
+                                                   key);
         es[ne] = init;
         es[ne].from = c->id;
         es[ne].to = c->peers[j].id;
         es[ne].ciphertext.data = ct;
-        es[ne].ciphertext.len = FA_SA_SHARE_CT;
+        es[ne].ciphertext.len = FA_SECAGG_SHARE_CT;
         ptrs[ne] = &es[ne];
         ne++;
     }
@@ -465,7 +471,7 @@ int fa_secagg_client_share_keys(fa_secagg_client *c, uint8_t **out, size_t *out_
     m.client_id = c->id;
     m.n_shares = ne;
     m.shares = ptrs;
-    if ((rc = fa_sa_pack(&m.base, &c->sharekeys, &c->sharekeys_len)) != 0 ||
+    if ((rc = fa_secagg_pack(&m.base, &c->sharekeys, &c->sharekeys_len)) != 0 ||
         !(*out = malloc(c->sharekeys_len))) {
         free(c->sharekeys);
         c->sharekeys = NULL;
@@ -502,16 +508,16 @@ int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
     size_t ad_len = 0, count = 1;
     int rc;
 
-    if ((rc = fa_sa_cli_check_phase(c, CP_SHARED, CP_SHARED, "SharesForYou", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_SHARED, CP_SHARED, "SharesForYou", err)) != 0)
         return rc;
-    m = fedagg__shares_for_you__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__shares_for_you__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "SharesForYou for '%s': not a valid protobuf message",
                          c->id);
     if ((rc = check_round(c, m->round, m->attempt, "SharesForYou", err)) != 0)
         goto out;
     held = sodium_malloc(c->n1 * 64);
-    plain = sodium_malloc(FA_SA_SHARE_PLAIN);
+    plain = sodium_malloc(FA_SECAGG_SHARE_PLAIN);
     key = sodium_malloc(32);
     if (!held || !plain || !key) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "SharesForYou: out of secure memory");
@@ -523,30 +529,31 @@ int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
         const Fedagg__EncryptedShare *e = m->shares[i];
         int f = peer_find(c, e->from);
         if (strcmp(e->to, c->id) != 0 || f < 0 || f == c->me ||
-            !fa_sa_graph_adjacent(&c->graph, (size_t)c->me, (size_t)f) || got[f]) {
+            !fa_secagg_graph_adjacent(&c->graph, (size_t)c->me, (size_t)f) || got[f]) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "SharesForYou for '%s': share %zu from '%s' to '%s' is not from a "
                            "peer of U1, not for this client, or repeated",
                            c->id, i, e->from, e->to);
             goto out;
         }
-        if (e->ciphertext.len != FA_SA_SHARE_CT) {
+        if (e->ciphertext.len != FA_SECAGG_SHARE_CT) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "SharesForYou for '%s': ciphertext from '%s' has %zu bytes, not %d",
-                           c->id, e->from, e->ciphertext.len, FA_SA_SHARE_CT);
+                           c->id, e->from, e->ciphertext.len, FA_SECAGG_SHARE_CT);
             goto out;
         }
         free(ad);
         ad = NULL;
         if ((rc = share_key(c, (size_t)f, key)) != 0 ||
-            (rc = fa_sa_share_ad(&c->cfg, e->from, c->id, &ad, &ad_len)) != 0) {
+            (rc = fa_secagg_share_ad(&c->cfg, e->from, c->id, &ad, &ad_len)) != 0) {
             fa_errorf(err, rc, "SharesForYou for '%s': key agreement with '%s' failed", c->id,
                       e->from);
             goto out;
         }
-        if (crypto_aead_xchacha20poly1305_ietf_decrypt(
-                plain, NULL, NULL, e->ciphertext.data + FA_SA_NONCE_BYTES,
-                FA_SA_SHARE_CT - FA_SA_NONCE_BYTES, ad, ad_len, e->ciphertext.data, key) != 0) {
+        if (crypto_aead_xchacha20poly1305_ietf_decrypt(plain, NULL, NULL,
+                                                       e->ciphertext.data + FA_SECAGG_NONCE_BYTES,
+                                                       FA_SECAGG_SHARE_CT - FA_SECAGG_NONCE_BYTES,
+                                                       ad, ad_len, e->ciphertext.data, key) != 0) {
             rc = fa_errorf(err, FA_ERR_VERIFY,
                            "SharesForYou for '%s': the ciphertext from '%s' does not decrypt "
                            "(tampered, or for another round, attempt or pair)",
@@ -572,6 +579,7 @@ int fa_secagg_client_shares(fa_secagg_client *c, const uint8_t *msg, size_t len,
     }
     memcpy(c->held, held, c->n1 * 64);
     memcpy(c->in_u2, got, sizeof(got));
+    assert(c->phase == CP_SHARED);
     c->phase = CP_GOT_SHARES;
     share_keys_forget(c);
 out:
@@ -582,7 +590,7 @@ out:
     if (key)
         sodium_free(key);
     free(ad);
-    fedagg__shares_for_you__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__shares_for_you__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -667,7 +675,7 @@ int fa_secagg_client_set_input_f32(fa_secagg_client *c, const float *x, size_t d
     double norm;
     int rc;
 
-    if ((rc = fa_sa_cli_check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
         return rc;
     if (d + 1 != c->cfg.c.vector_len)
         return fa_errorf(err, FA_ERR_INVAL,
@@ -705,7 +713,7 @@ int fa_secagg_client_set_input_ring(fa_secagg_client *c, const uint32_t *q, size
 {
     uint8_t sha[32];
     int rc;
-    if ((rc = fa_sa_cli_check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_CREATED, CP_GOT_SHARES, "secagg input", err)) != 0)
         return rc;
     if (n != c->cfg.c.vector_len)
         return fa_errorf(err, FA_ERR_INVAL,
@@ -730,7 +738,7 @@ static int survivors_msg(const fa_secagg_client *c, const char *signer, uint8_t 
     for (size_t j = 0; j < c->n1; j++)
         if (c->in_u3[j])
             ids[n++] = c->peers[j].id;
-    return fa_sa_msg_survivors(&c->cfg, signer, c->cfg.c.model_sha256, ids, n, out, len);
+    return fa_secagg_msg_survivors(&c->cfg, signer, c->cfg.c.model_sha256, ids, n, out, len);
 }
 
 int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t len, uint64_t now_ms,
@@ -743,13 +751,14 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     size_t sm_len = 0;
     int rc;
 
-    if ((rc = fa_sa_cli_check_phase(c, CP_GOT_SHARES, CP_SURVIVORS, "SurvivorList", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_GOT_SHARES, CP_SURVIVORS, "SurvivorList", err)) !=
+        0)
         return rc;
     if (!c->upload_done)
         return fa_errorf(err, FA_ERR_STATE,
                          "SurvivorList for '%s': the masked stream was not produced to its end",
                          c->id);
-    m = fedagg__survivor_list__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__survivor_list__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "SurvivorList for '%s': not a valid protobuf message",
                          c->id);
@@ -765,7 +774,7 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
             goto out;
         }
         /* U3 must be inside U2 (as far as this client sees U2: its peers). */
-        if (j != c->me && fa_sa_graph_adjacent(&c->graph, (size_t)c->me, (size_t)j) &&
+        if (j != c->me && fa_secagg_graph_adjacent(&c->graph, (size_t)c->me, (size_t)j) &&
             !c->in_u2[j]) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "SurvivorList for '%s': '%s' is a survivor but sent no shares in round "
@@ -805,8 +814,8 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     }
     free(sm);
     sm = NULL;
-    if ((rc = fa_sa_msg_upload(c->cfg.fed, c->cfg.c.round, c->cfg.c.attempt, c->id,
-                               FA_SECAGG_UPLOAD_BLAKE3, c->upload_digest, &sm, &sm_len)) != 0 ||
+    if ((rc = fa_secagg_msg_upload(c->cfg.fed, c->cfg.c.round, c->cfg.c.attempt, c->id,
+                                   FA_SECAGG_UPLOAD_BLAKE3, c->upload_digest, &sm, &sm_len)) != 0 ||
         (rc = fa_identity_sign(c->sec->identity, sm, sm_len, usig)) != 0) {
         memcpy(c->in_u3, saved, sizeof(saved));
         fa_errorf(err, rc, "SurvivorList: signing failed");
@@ -821,16 +830,18 @@ int fa_secagg_client_survivors(fa_secagg_client *c, const uint8_t *msg, size_t l
     ss.upload_digest.len = 32;
     ss.upload_signature.data = usig;
     ss.upload_signature.len = 64;
-    if ((rc = fa_sa_pack(&ss.base, out, out_len)) != 0) {
+    if ((rc = fa_secagg_pack(&ss.base, out, out_len)) != 0) {
         memcpy(c->in_u3, saved, sizeof(saved));
         fa_errorf(err, rc, "SignedSurvivors: out of memory");
         goto out;
     }
+    /* U3 comes once; a retry of the same U3 finds it accepted already */
+    assert(c->phase == CP_GOT_SHARES || c->phase == CP_SURVIVORS);
     c->phase = CP_SURVIVORS;
-    fa_sa_cli_stream_free(&c->st); /* the upload is over: drop the PRGs */
+    fa_secagg_client_stream_free(&c->st); /* the upload is over: drop the PRGs */
 out:
     free(sm);
-    fedagg__survivor_list__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__survivor_list__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -847,9 +858,10 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
     size_t sm_len = 0, nb = 0, ns = 0;
     int rc;
 
-    if ((rc = fa_sa_cli_check_phase(c, CP_SURVIVORS, CP_UNMASKED, "SurvivorSignatures", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_SURVIVORS, CP_UNMASKED, "SurvivorSignatures",
+                                           err)) != 0)
         return rc;
-    m = fedagg__survivor_signatures__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__survivor_signatures__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE,
                          "SurvivorSignatures for '%s': not a valid protobuf message", c->id);
@@ -865,7 +877,7 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
     for (size_t i = 0; i < m->n_signatures; i++) {
         const Fedagg__SignedSurvivors *s = m->signatures[i];
         int j = peer_find(c, s->client_id);
-        int r = fa_sa_roster_find(&c->roster, s->client_id);
+        int r = fa_secagg_roster_find(&c->roster, s->client_id);
         if (j < 0 || r < 0 || !c->in_u3[j] || seen[j]) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "SurvivorSignatures for '%s': signature by '%s', who is not a "
@@ -894,7 +906,8 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
     /* Shares to reveal: b_v for survivors, s_sk_v for dropouts of U2 (both
      * within the neighbourhood); never both for one v. */
     for (size_t j = 0; j < c->n1; j++) {
-        if ((int)j != c->me && (!c->in_u2[j] || !fa_sa_graph_adjacent(&c->graph, (size_t)c->me, j)))
+        if ((int)j != c->me &&
+            (!c->in_u2[j] || !fa_secagg_graph_adjacent(&c->graph, (size_t)c->me, j)))
             continue;
         kinds[j] = c->in_u3[j] ? REV_B : REV_S;
         if (c->revealed[j] != REV_NONE && c->revealed[j] != kinds[j]) {
@@ -931,17 +944,18 @@ int fa_secagg_client_signatures(fa_secagg_client *c, const uint8_t *msg, size_t 
     um.self_mask_shares = bp;
     um.n_key_shares = ns;
     um.key_shares = sp;
-    if ((rc = fa_sa_pack(&um.base, out, out_len)) != 0) {
+    if ((rc = fa_secagg_pack(&um.base, out, out_len)) != 0) {
         fa_errorf(err, rc, "UnmaskShares: out of memory");
         goto out;
     }
     memcpy(c->revealed, kinds, sizeof(kinds));
+    assert(c->phase == CP_SURVIVORS || c->phase == CP_UNMASKED);
     c->phase = CP_UNMASKED;
 out:
     free(sm);
     free(rs);
     free(bp);
     free(sp);
-    fedagg__survivor_signatures__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__survivor_signatures__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }

@@ -8,9 +8,9 @@
 #include <sodium.h>
 
 #include "common/fa_sha256.h"
-#include "crypto/kdf.h"
-#include "crypto/secagg_client_int.h"
-#include "crypto/shamir.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/secagg_client_internal.h"
+#include "crypto/shamir_internal.h"
 #include "crypto/wire.h"
 
 /* ---- save / restore -------------------------------------------------------------- */
@@ -22,7 +22,7 @@ static const uint8_t cli_magic[8] = {'F', 'A', 'S', 'A', 'C', 'L', 'I', 3};
 
 /* Header (clear, authenticated as associated data): magic, federation,
  * round, attempt, id.  Then nonce and the sealed body. */
-static int put_header(fa_wbuf *w, const fa_sa_cfg *cfg, const char *id)
+static int put_header(fa_wbuf *w, const fa_secagg_cfg *cfg, const char *id)
 {
     fa_wbuf_raw(w, cli_magic, sizeof(cli_magic));
     fa_wbuf_str(w, cfg->fed);
@@ -68,7 +68,7 @@ static void put_body(fa_wbuf *body, const fa_secagg_client *c)
     fa_wbuf_u32(body, (uint32_t)c->phase);
     fa_wbuf_u32(body, (uint32_t)c->n1);
     for (size_t j = 0; j < c->n1; j++) {
-        const fa_sa_peer *p = &c->peers[j];
+        const fa_secagg_peer *p = &c->peers[j];
         fa_wbuf_str(body, p->id);
         fa_wbuf_raw(body, p->c_pk, 32);
         fa_wbuf_raw(body, p->s_pk, 32);
@@ -88,7 +88,7 @@ static void put_body(fa_wbuf *body, const fa_secagg_client *c)
     fa_wbuf_raw(body, c->upload_digest, 32);
 }
 
-int fa_sa_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
+int fa_secagg_client_state_digest(const fa_secagg_client *c, uint8_t out[32])
 {
     fa_wbuf body;
     int rc;
@@ -124,18 +124,18 @@ int fa_secagg_client_save(const fa_secagg_client *c, uint8_t **out, size_t *out_
         goto out;
     }
     head_len = w.len;
-    dst = fa_wbuf_reserve(&w, FA_SA_NONCE_BYTES + body.len + FA_SA_MAC_BYTES);
+    dst = fa_wbuf_reserve(&w, FA_SECAGG_NONCE_BYTES + body.len + FA_SECAGG_MAC_BYTES);
     if (!dst) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg client save: out of memory");
         goto out;
     }
     if ((rc = state_key(key, c->sec->identity, c->cfg.fed, k->round, k->attempt, c->id)) != 0 ||
-        (rc = fa_rng_fill(&c->rng, dst, FA_SA_NONCE_BYTES)) != 0) {
+        (rc = fa_secagg_rng_fill(&c->rng, dst, FA_SECAGG_NONCE_BYTES)) != 0) {
         fa_errorf(err, rc, "secagg client save: %s", fa_strerror(rc));
         goto out;
     }
-    crypto_aead_xchacha20poly1305_ietf_encrypt(dst + FA_SA_NONCE_BYTES, NULL, body.p, body.len, w.p,
-                                               head_len, NULL, dst, key);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(dst + FA_SECAGG_NONCE_BYTES, NULL, body.p, body.len,
+                                               w.p, head_len, NULL, dst, key);
     *out = w.p;
     *out_len = w.len;
     w.p = NULL;
@@ -154,7 +154,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
 {
     fa_secagg_client *c = NULL;
     fa_secagg_config cfg;
-    char fed[FA_SA_FED_CAP], id[FA_SA_ID_CAP];
+    char fed[FA_SECAGG_FED_CAP], id[FA_SECAGG_ID_CAP];
     uint8_t *key = NULL, *body = NULL;
     size_t body_len = 0;
     fa_rbuf r;
@@ -176,11 +176,11 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     cfg.round = fa_rbuf_u64(&r);
     cfg.attempt = fa_rbuf_u32(&r);
     fa_rbuf_str(&r, id, sizeof(id));
-    if (r.failed || len - r.off < FA_SA_NONCE_BYTES + FA_SA_MAC_BYTES)
+    if (r.failed || len - r.off < FA_SECAGG_NONCE_BYTES + FA_SECAGG_MAC_BYTES)
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: truncated header");
     if (sodium_init() < 0)
         return fa_errorf(err, FA_ERR_CRYPTO, "secagg client restore: libsodium failed");
-    body_len = len - r.off - FA_SA_NONCE_BYTES - FA_SA_MAC_BYTES;
+    body_len = len - r.off - FA_SECAGG_NONCE_BYTES - FA_SECAGG_MAC_BYTES;
     key = sodium_malloc(32);
     body = sodium_malloc(body_len ? body_len : 1);
     if (!key || !body) {
@@ -190,8 +190,8 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
     if ((rc = state_key(key, identity_sk, fed, cfg.round, cfg.attempt, id)) != 0)
         goto out;
     if (crypto_aead_xchacha20poly1305_ietf_decrypt(
-            body, NULL, NULL, blob + r.off + FA_SA_NONCE_BYTES, len - r.off - FA_SA_NONCE_BYTES,
-            blob, r.off, blob + r.off, key) != 0) {
+            body, NULL, NULL, blob + r.off + FA_SECAGG_NONCE_BYTES,
+            len - r.off - FA_SECAGG_NONCE_BYTES, blob, r.off, blob + r.off, key) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "secagg client restore: the state does not decrypt with this identity key "
                        "(another key, or the file was altered)");
@@ -212,14 +212,14 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
         rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg client restore: malformed state");
         goto out;
     }
-    if ((rc = fa_sa_cli_alloc(&c, &cfg, identity_sk, id, members, n_members, rng, err)) != 0)
+    if ((rc = fa_secagg_client_alloc(&c, &cfg, identity_sk, id, members, n_members, rng, err)) != 0)
         goto out;
     /* The federation must be the one the state was saved with. */
     v = fa_rbuf_u32(&r);
     if (v != c->roster.n)
         r.failed = 2;
     for (size_t i = 0; i < c->roster.n && !r.failed; i++) {
-        char mid[FA_SA_ID_CAP];
+        char mid[FA_SECAGG_ID_CAP];
         uint8_t pk[32];
         fa_rbuf_str(&r, mid, sizeof(mid));
         fa_rbuf_copy(&r, pk, 32);
@@ -259,7 +259,7 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
         }
         c->me = -1;
         for (size_t j = 0; j < c->n1 && !r.failed; j++) {
-            fa_sa_peer *p = &c->peers[j];
+            fa_secagg_peer *p = &c->peers[j];
             fa_rbuf_str(&r, p->id, sizeof(p->id));
             fa_rbuf_copy(&r, p->c_pk, 32);
             fa_rbuf_copy(&r, p->s_pk, 32);
@@ -270,14 +270,15 @@ int fa_secagg_client_restore(fa_secagg_client **out, const uint8_t *blob, size_t
             c->in_u3[j] = fa_rbuf_u8(&r);
             c->revealed[j] = fa_rbuf_u8(&r);
             fa_rbuf_copy(&r, c->held + j * 64, 64);
-            if (fa_sa_roster_find(&c->roster, p->id) < 0 ||
+            if (fa_secagg_roster_find(&c->roster, p->id) < 0 ||
                 (j > 0 && strcmp(c->peers[j - 1].id, p->id) >= 0) || c->in_u2[j] > 1 ||
                 c->in_u3[j] > 1 || c->revealed[j] > REV_S)
                 r.failed = 1;
             if (strcmp(p->id, c->id) == 0)
                 c->me = (int)j;
         }
-        if (!r.failed && (c->me < 0 || fa_sa_graph_init(&c->graph, &c->cfg, c->peers, c->n1) != 0))
+        if (!r.failed &&
+            (c->me < 0 || fa_secagg_graph_init(&c->graph, &c->cfg, c->peers, c->n1) != 0))
             r.failed = 1;
     }
     {

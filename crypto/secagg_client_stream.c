@@ -11,20 +11,21 @@
 #include <sodium.h>
 
 #include "common/fa_blake3.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
-#include "crypto/secagg_client_int.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/codec_internal.h"
+#include "crypto/ring_internal.h"
+#include "crypto/secagg_client_internal.h"
 
-void fa_sa_cli_stream_free(struct stream *st)
+void fa_secagg_client_stream_free(struct stream *st)
 {
     if (st->prg) {
         for (size_t i = 0; i < st->nprg; i++)
-            fa_prg_free(&st->prg[i]);
+            fa_mask_prg_free(&st->prg[i]);
         free(st->prg);
     }
     free(st->sign);
-    fa_prg_free(&st->round_prg);
+    fa_mask_prg_free(&st->round_prg);
     if (st->acc)
         sodium_free(st->acc); /* holds masked and unmasked input */
     if (st->scratch)
@@ -38,7 +39,7 @@ void fa_sa_cli_stream_free(struct stream *st)
 /* ---- round 2: the masked stream ------------------------------------------------ */
 
 /* The rounding generator of this attempt, at word 0. */
-static int rounding_prg_init(const fa_secagg_client *c, fa_prg *g)
+static int rounding_prg_init(const fa_secagg_client *c, fa_mask_prg *g)
 {
     uint8_t *key = sodium_malloc(16);
     int rc;
@@ -47,7 +48,7 @@ static int rounding_prg_init(const fa_secagg_client *c, fa_prg *g)
     rc = fa_kdf_derive(key, 16, c->sec->round_seed, 32, FA_KDF_ROUNDING, c->cfg.fed, c->cfg.c.round,
                        c->cfg.c.attempt, c->id, NULL);
     if (rc == 0)
-        rc = fa_prg_init(g, key, 0);
+        rc = fa_mask_prg_init(g, key, 0);
     sodium_free(key);
     return rc;
 }
@@ -56,7 +57,7 @@ static int rounding_prg_init(const fa_secagg_client *c, fa_prg *g)
  * codec (draws from the rounding generator, which must be at word pos), the
  * weight as the last coordinate; or the ring input as is.  rnd holds m
  * words. */
-static int encode_block(const fa_secagg_client *c, fa_prg *round_prg, uint64_t pos, size_t m,
+static int encode_block(const fa_secagg_client *c, fa_mask_prg *round_prg, uint64_t pos, size_t m,
                         uint32_t *rnd, uint32_t *out)
 {
     const uint64_t d = c->cfg.c.vector_len - 1;
@@ -67,7 +68,7 @@ static int encode_block(const fa_secagg_client *c, fa_prg *round_prg, uint64_t p
         return 0;
     }
     mf = pos < d ? (size_t)(d - pos < m ? d - pos : m) : 0;
-    if ((rc = fa_prg_words(round_prg, rnd, m)) != 0)
+    if ((rc = fa_mask_prg_words(round_prg, rnd, m)) != 0)
         return rc;
     fa_codec_encode(&c->codec, c->xf + pos, mf, rnd, out);
     if (pos + m > d) /* the weight coordinate */
@@ -82,7 +83,7 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
     uint8_t *key = NULL;
     int rc = 0;
 
-    fa_sa_cli_stream_free(st);
+    fa_secagg_client_stream_free(st);
     if (c->input_kind == INPUT_F32 &&
         c->cfg.c.ring_bits < fa_secagg_ring_bits_for(c->cfg.c.quant.bits, (uint32_t)c->n1))
         return fa_errorf(err, FA_ERR_RANGE,
@@ -92,30 +93,31 @@ static int stream_setup(fa_secagg_client *c, fa_error *err)
                          fa_secagg_ring_bits_for(c->cfg.c.quant.bits, (uint32_t)c->n1));
     st->prg = calloc(c->n1, sizeof(*st->prg));
     st->sign = calloc(c->n1, sizeof(*st->sign));
-    st->acc = sodium_malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->scratch = sodium_malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
-    st->pending = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    st->acc = sodium_malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    st->scratch = sodium_malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    st->rnd = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    st->pending = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
     key = sodium_malloc(16);
     if (!st->prg || !st->sign || !st->acc || !st->scratch || !st->rnd || !st->pending || !key) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg masked stream: out of memory");
         goto out;
     }
     /* p_u = PRG(b_u) */
-    if ((rc = fa_sa_self_mask_key(key, &c->cfg, c->id, c->sec->b)) != 0 ||
-        (rc = fa_prg_init(&st->prg[0], key, 0)) != 0)
+    if ((rc = fa_secagg_self_mask_key(key, &c->cfg, c->id, c->sec->b)) != 0 ||
+        (rc = fa_mask_prg_init(&st->prg[0], key, 0)) != 0)
         goto crypto;
     st->sign[0] = 1;
     st->nprg = 1;
     /* p_uv = Delta_uv * PRG(s_uv) for every v of U2 (neighbours with SecAgg+) */
     for (size_t v = 0; v < c->n1; v++) {
-        if ((int)v == c->me || !c->in_u2[v] || !fa_sa_graph_adjacent(&c->graph, (size_t)c->me, v))
+        if ((int)v == c->me || !c->in_u2[v] ||
+            !fa_secagg_graph_adjacent(&c->graph, (size_t)c->me, v))
             continue;
-        if ((rc = fa_sa_agree(key, 16, FA_KDF_PAIR_MASK, &c->cfg, c->sec->s_sk, c->self.s_pk, c->id,
-                              c->peers[v].s_pk, c->peers[v].id)) != 0 ||
-            (rc = fa_prg_init(&st->prg[st->nprg], key, 0)) != 0)
+        if ((rc = fa_secagg_agree(key, 16, FA_KDF_PAIR_MASK, &c->cfg, c->sec->s_sk, c->self.s_pk,
+                                  c->id, c->peers[v].s_pk, c->peers[v].id)) != 0 ||
+            (rc = fa_mask_prg_init(&st->prg[st->nprg], key, 0)) != 0)
             goto crypto;
-        st->sign[st->nprg++] = fa_sa_pair_sign(c->id, c->peers[v].id);
+        st->sign[st->nprg++] = fa_secagg_pair_sign(c->id, c->peers[v].id);
     }
     if (c->input_kind == INPUT_F32 && (rc = rounding_prg_init(c, &st->round_prg)) != 0)
         goto crypto;
@@ -129,7 +131,7 @@ out:
     if (key)
         sodium_free(key);
     if (rc != 0)
-        fa_sa_cli_stream_free(st);
+        fa_secagg_client_stream_free(st);
     return rc;
 }
 
@@ -140,21 +142,22 @@ static int stream_block(fa_secagg_client *c, uint8_t *out, size_t room, size_t *
 {
     struct stream *st = &c->st;
     const uint64_t len = c->cfg.c.vector_len, pos = st->pos;
-    const size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
+    const size_t m =
+        len - pos < FA_MASK_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_MASK_PRG_BLOCK_WORDS;
     const size_t bytes = (size_t)fa_ring_packed_bytes(m, c->cfg.c.ring_bits);
     uint8_t *dst = bytes <= room ? out : st->pending;
     const uint32_t *x = st->acc;
     int rc;
 
     *direct = 0;
-    /* A ring input is masked straight from where it lies (fa_prg_mask reads
+    /* A ring input is masked straight from where it lies (fa_mask_prg_mask reads
      * it once, prefetching ahead): copying it into acc first would cost a
      * pass over memory for nothing.  A float input is encoded into acc. */
     if (c->input_kind == INPUT_RING)
         x = c->xq + pos;
     else if ((rc = encode_block(c, &st->round_prg, pos, m, st->rnd, st->acc)) != 0)
         return rc;
-    if ((rc = fa_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
+    if ((rc = fa_mask_prg_mask(st->prg, st->sign, st->nprg, x, st->acc, m, st->scratch)) != 0)
         return rc;
     fa_ring_pack(dst, st->acc, m, c->cfg.c.ring_bits);
     if (dst == out) {
@@ -192,7 +195,8 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
     int rc;
 
     *n = 0;
-    if ((rc = fa_sa_cli_check_phase(c, CP_GOT_SHARES, CP_GOT_SHARES, "masked stream", err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_GOT_SHARES, CP_GOT_SHARES, "masked stream",
+                                           err)) != 0)
         return rc;
     if (!c->input_bound)
         return fa_errorf(err, FA_ERR_STATE, "masked stream of '%s': no input set", c->id);
@@ -235,8 +239,8 @@ int fa_secagg_client_masked_next(fa_secagg_client *c, uint8_t *out, size_t cap, 
 int fa_secagg_client_masked_rewind(fa_secagg_client *c, fa_error *err)
 {
     int rc;
-    if ((rc = fa_sa_cli_check_phase(c, CP_GOT_SHARES, CP_GOT_SHARES, "masked stream rewind",
-                                    err)) != 0)
+    if ((rc = fa_secagg_client_check_phase(c, CP_GOT_SHARES, CP_GOT_SHARES, "masked stream rewind",
+                                           err)) != 0)
         return rc;
     c->st.ready = 0; /* the next masked_next sets every PRG back to word 0 */
     return 0;
@@ -262,7 +266,7 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
 {
     const uint64_t len = c->cfg.c.vector_len;
     uint32_t *rnd = NULL;
-    fa_prg prg;
+    fa_mask_prg prg;
     int rc = 0, have_prg = 0;
 
     if (!c->input_bound)
@@ -275,7 +279,7 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
         return 0;
     }
     /* The same draws as the masked stream (encode_block). */
-    rnd = malloc(FA_PRG_BLOCK_WORDS * sizeof(uint32_t));
+    rnd = malloc(FA_MASK_PRG_BLOCK_WORDS * sizeof(uint32_t));
     if (!rnd) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "secagg input: out of memory");
         goto out;
@@ -286,7 +290,8 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
     }
     have_prg = 1;
     for (uint64_t pos = 0; pos < len;) {
-        size_t m = len - pos < FA_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_PRG_BLOCK_WORDS;
+        size_t m =
+            len - pos < FA_MASK_PRG_BLOCK_WORDS ? (size_t)(len - pos) : FA_MASK_PRG_BLOCK_WORDS;
         if ((rc = encode_block(c, &prg, pos, m, rnd, out + pos)) != 0) {
             rc = fa_errorf(err, rc, "secagg input: %s", fa_strerror(rc));
             goto out;
@@ -295,7 +300,7 @@ int fa_secagg_client_input_ring(const fa_secagg_client *c, uint32_t *out, size_t
     }
 out:
     if (have_prg)
-        fa_prg_free(&prg);
+        fa_mask_prg_free(&prg);
     free(rnd);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* The parts of secure aggregation that client and server share. */
 #include "crypto/secagg_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +10,25 @@
 
 #include "common/fa_sha256.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
 
+const char *const fa_secagg_phase_names[FA_SECAGG_N_PHASES] = {"advertise", "shares", "masked",
+                                                               "consistency", "unmask"};
+
+const char *fa_secagg_phase_name(int phase)
+{
+    if (phase >= 0 && phase < FA_SECAGG_N_PHASES)
+        return fa_secagg_phase_names[phase];
+    return phase == FA_SECAGG_DONE ? "done" : phase == FA_SECAGG_FAILED ? "failed" : "?";
+}
+
 const char *fa_secagg_mask_prg(void)
 {
-    return fa_prg_impl();
+    return fa_mask_prg_impl();
 }
 
 int fa_secagg_mask_prg_from_env(fa_error *err)
@@ -26,7 +37,7 @@ int fa_secagg_mask_prg_from_env(fa_error *err)
     int rc;
     if (!e || !*e)
         return 0;
-    rc = fa_prg_use(e);
+    rc = fa_mask_prg_use(e);
     if (rc == FA_ERR_INVAL)
         return fa_errorf(err, rc,
                          "FEDAGG_MASK_PRG=%.64s: not a mask generator (auto, openssl, vaes256, "
@@ -36,7 +47,7 @@ int fa_secagg_mask_prg_from_env(fa_error *err)
         return fa_errorf(err, rc,
                          "FEDAGG_MASK_PRG=%s: this CPU cannot run it (its best is %s; auto "
                          "picks that)",
-                         e, fa_prg_best());
+                         e, fa_mask_prg_best());
     return rc;
 }
 
@@ -55,7 +66,7 @@ uint64_t fa_secagg_masked_bytes(uint64_t vector_len, uint32_t ring_bits)
     return fa_ring_packed_bytes(vector_len, ring_bits);
 }
 
-int fa_sa_id_valid(const char *id)
+int fa_secagg_id_valid(const char *id)
 {
     size_t n = strlen(id);
     if (n < 1 || n > FA_SECAGG_MAX_ID_LEN)
@@ -69,9 +80,9 @@ int fa_sa_id_valid(const char *id)
 int fa_secagg_config_check(const fa_secagg_config *cfg, fa_error *err)
 {
     const fa_secagg_quant *q = &cfg->quant;
-    if (!cfg->federation_id || strlen(cfg->federation_id) >= FA_SA_FED_CAP)
+    if (!cfg->federation_id || strlen(cfg->federation_id) >= FA_SECAGG_FED_CAP)
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: federation_id missing or over %d bytes",
-                         FA_SA_FED_CAP - 1);
+                         FA_SECAGG_FED_CAP - 1);
     if (cfg->threshold < 1 || cfg->threshold > FA_SECAGG_MAX_CLIENTS)
         return fa_errorf(err, FA_ERR_INVAL, "secagg config: threshold %u is not in 1..%d",
                          cfg->threshold, FA_SECAGG_MAX_CLIENTS);
@@ -111,7 +122,7 @@ int fa_secagg_config_check(const fa_secagg_config *cfg, fa_error *err)
     return 0;
 }
 
-int fa_sa_cfg_init(fa_sa_cfg *out, const fa_secagg_config *cfg, fa_error *err)
+int fa_secagg_cfg_init(fa_secagg_cfg *out, const fa_secagg_config *cfg, fa_error *err)
 {
     int rc = fa_secagg_config_check(cfg, err);
     if (rc != 0)
@@ -127,10 +138,12 @@ int fa_sa_cfg_init(fa_sa_cfg *out, const fa_secagg_config *cfg, fa_error *err)
 
 static int member_cmp(const void *a, const void *b)
 {
-    return strcmp(((const fa_sa_member *)a)->id, ((const fa_sa_member *)b)->id);
+    return strcmp(((const fa_secagg_roster_member *)a)->id,
+                  ((const fa_secagg_roster_member *)b)->id);
 }
 
-int fa_sa_roster_init(fa_sa_roster *r, const fa_secagg_member *members, size_t n, fa_error *err)
+int fa_secagg_roster_init(fa_secagg_roster *r, const fa_secagg_member *members, size_t n,
+                          fa_error *err)
 {
     r->m = NULL;
     r->n = 0;
@@ -141,8 +154,8 @@ int fa_sa_roster_init(fa_sa_roster *r, const fa_secagg_member *members, size_t n
     if (!r->m)
         return fa_errorf(err, FA_ERR_NOMEM, "secagg: out of memory");
     for (size_t i = 0; i < n; i++) {
-        if (!members[i].id || !fa_sa_id_valid(members[i].id)) {
-            fa_sa_roster_free(r);
+        if (!members[i].id || !fa_secagg_id_valid(members[i].id)) {
+            fa_secagg_roster_free(r);
             return fa_errorf(err, FA_ERR_INVAL,
                              "secagg: member %zu: client id must be 1..%d printable bytes", i,
                              FA_SECAGG_MAX_ID_LEN);
@@ -154,21 +167,21 @@ int fa_sa_roster_init(fa_sa_roster *r, const fa_secagg_member *members, size_t n
     for (size_t i = 1; i < n; i++)
         if (strcmp(r->m[i - 1].id, r->m[i].id) == 0) {
             int rc = fa_errorf(err, FA_ERR_INVAL, "secagg: member '%s' listed twice", r->m[i].id);
-            fa_sa_roster_free(r);
+            fa_secagg_roster_free(r);
             return rc;
         }
     r->n = n;
     return 0;
 }
 
-void fa_sa_roster_free(fa_sa_roster *r)
+void fa_secagg_roster_free(fa_secagg_roster *r)
 {
     free(r->m);
     r->m = NULL;
     r->n = 0;
 }
 
-int fa_sa_roster_find(const fa_sa_roster *r, const char *id)
+int fa_secagg_roster_find(const fa_secagg_roster *r, const char *id)
 {
     size_t lo = 0, hi = r->n;
     while (lo < hi) {
@@ -200,7 +213,8 @@ static int graph_key_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-int fa_sa_graph_init(fa_sa_graph *g, const fa_sa_cfg *cfg, const fa_sa_peer *peers, size_t n)
+int fa_secagg_graph_init(fa_secagg_graph *g, const fa_secagg_cfg *cfg, const fa_secagg_peer *peers,
+                         size_t n)
 {
     struct graph_key keys[FA_SECAGG_MAX_CLIENTS];
     uint32_t k = cfg->c.neighbours;
@@ -245,9 +259,10 @@ int fa_sa_graph_init(fa_sa_graph *g, const fa_sa_cfg *cfg, const fa_sa_peer *pee
     return 0;
 }
 
-int fa_sa_graph_adjacent(const fa_sa_graph *g, size_t u, size_t v)
+int fa_secagg_graph_adjacent(const fa_secagg_graph *g, size_t u, size_t v)
 {
     size_t d;
+    assert(u < g->n && v < g->n);
     if (u == v)
         return 0;
     if (g->half == 0)
@@ -256,12 +271,13 @@ int fa_sa_graph_adjacent(const fa_sa_graph *g, size_t u, size_t v)
     return d <= g->half || d >= g->n - g->half;
 }
 
-size_t fa_sa_graph_closed(const fa_sa_graph *g, size_t u, size_t *out)
+size_t fa_secagg_graph_closed(const fa_secagg_graph *g, size_t u, size_t *out)
 {
     size_t m = 0;
     for (size_t v = 0; v < g->n; v++)
-        if (v == u || fa_sa_graph_adjacent(g, u, v))
+        if (v == u || fa_secagg_graph_adjacent(g, u, v))
             out[m++] = v;
+    assert(m >= 1 && m <= g->n); /* u's closed neighbourhood holds u */
     return m;
 }
 
@@ -292,7 +308,8 @@ static void put_head(fa_wbuf *w, const char *label, const char *fed, uint64_t ro
  * the client trained from, so that an aggregator cannot serve one region
  * another model and pass its advertisement off as one for the common model
  * (Pasquini, Francati, Ateniese, CCS 2022). */
-int fa_sa_msg_advertise(const fa_sa_cfg *cfg, const fa_sa_peer *p, uint8_t **out, size_t *len)
+int fa_secagg_msg_advertise(const fa_secagg_cfg *cfg, const fa_secagg_peer *p, uint8_t **out,
+                            size_t *len)
 {
     fa_wbuf w;
     fa_wbuf_init(&w, 0);
@@ -309,8 +326,9 @@ int fa_sa_msg_advertise(const fa_sa_cfg *cfg, const fa_sa_peer *p, uint8_t **out
  * model_sha256 || u32 n || lp(id_1) ... lp(id_n) (sorted).  The consistency
  * check signs the model too (the signer's, as it advertised it): a verifier
  * that trained from another model rejects the signature. */
-int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, const uint8_t model_sha[32],
-                        char *const *ids, size_t n, uint8_t **out, size_t *len)
+int fa_secagg_msg_survivors(const fa_secagg_cfg *cfg, const char *signer,
+                            const uint8_t model_sha[32], char *const *ids, size_t n, uint8_t **out,
+                            size_t *len)
 {
     fa_wbuf w;
     fa_wbuf_init(&w, 0);
@@ -326,15 +344,15 @@ int fa_sa_msg_survivors(const fa_sa_cfg *cfg, const char *signer, const uint8_t 
 /* "fedagg/secagg/upload/v2" || lp(fed) || round || attempt || lp(id) || digest
  * for a BLAKE3-256 digest; "fedagg/secagg/upload/v1" for the SHA-256 of
  * secagg.proto version 3, which only the audit log's old records carry. */
-int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id, int alg,
-                     const uint8_t digest[32], uint8_t **out, size_t *len)
+int fa_secagg_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const char *id, int alg,
+                         const uint8_t digest[32], uint8_t **out, size_t *len)
 {
     fa_wbuf w;
     if (alg != FA_SECAGG_UPLOAD_SHA256 && alg != FA_SECAGG_UPLOAD_BLAKE3)
         return FA_ERR_INVAL;
     fa_wbuf_init(&w, 0);
-    put_head(&w, alg == FA_SECAGG_UPLOAD_BLAKE3 ? "fedagg/secagg/upload/v2"
-                                                : "fedagg/secagg/upload/v1",
+    put_head(&w,
+             alg == FA_SECAGG_UPLOAD_BLAKE3 ? "fedagg/secagg/upload/v2" : "fedagg/secagg/upload/v1",
              fed, round, attempt);
     fa_wbuf_str(&w, id);
     fa_wbuf_raw(&w, digest, 32);
@@ -342,8 +360,8 @@ int fa_sa_msg_upload(const char *fed, uint64_t round, uint32_t attempt, const ch
 }
 
 /* "fedagg/secagg/share/v1" || lp(fed) || round || attempt || lp(from) || lp(to) */
-int fa_sa_share_ad(const fa_sa_cfg *cfg, const char *from, const char *to, uint8_t **out,
-                   size_t *len)
+int fa_secagg_share_ad(const fa_secagg_cfg *cfg, const char *from, const char *to, uint8_t **out,
+                       size_t *len)
 {
     fa_wbuf w;
     fa_wbuf_init(&w, 0);
@@ -354,7 +372,8 @@ int fa_sa_share_ad(const fa_sa_cfg *cfg, const char *from, const char *to, uint8
 }
 
 /* SHA-256("fedagg/secagg/self-mask-commit/v1" || lp(fed) || round || attempt || lp(id) || b) */
-int fa_sa_b_commit(const fa_sa_cfg *cfg, const char *id, const uint8_t b[32], uint8_t out[32])
+int fa_secagg_b_commit(const fa_secagg_cfg *cfg, const char *id, const uint8_t b[32],
+                       uint8_t out[32])
 {
     fa_sha256_ctx h = {0};
     int rc = FA_ERR_NOMEM;
@@ -373,9 +392,9 @@ int fa_sa_b_commit(const fa_sa_cfg *cfg, const char *id, const uint8_t b[32], ui
     return rc;
 }
 
-int fa_sa_agree(uint8_t *key, size_t key_len, const char *purpose, const fa_sa_cfg *cfg,
-                const uint8_t sk[32], const uint8_t my_pk[32], const char *my_id,
-                const uint8_t peer_pk[32], const char *peer_id)
+int fa_secagg_agree(uint8_t *key, size_t key_len, const char *purpose, const fa_secagg_cfg *cfg,
+                    const uint8_t sk[32], const uint8_t my_pk[32], const char *my_id,
+                    const uint8_t peer_pk[32], const char *peer_id)
 {
     uint8_t ikm[96];
     int rc;
@@ -396,7 +415,8 @@ int fa_sa_agree(uint8_t *key, size_t key_len, const char *purpose, const fa_sa_c
     return rc;
 }
 
-int fa_sa_self_mask_key(uint8_t key[16], const fa_sa_cfg *cfg, const char *id, const uint8_t b[32])
+int fa_secagg_self_mask_key(uint8_t key[16], const fa_secagg_cfg *cfg, const char *id,
+                            const uint8_t b[32])
 {
     return fa_kdf_derive(key, 16, b, 32, FA_KDF_SELF_MASK, cfg->fed, cfg->c.round, cfg->c.attempt,
                          id, NULL);
@@ -405,7 +425,7 @@ int fa_sa_self_mask_key(uint8_t key[16], const fa_sa_cfg *cfg, const char *id, c
 int fa_secagg_advertise_model(const uint8_t *msg, size_t len,
                               uint8_t model_sha256[FA_SECAGG_SHA256_BYTES])
 {
-    Fedagg__AdvertiseKeys *m = fedagg__advertise_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    Fedagg__AdvertiseKeys *m = fedagg__advertise_keys__unpack(&fa_secagg_pb_alloc, len, msg);
     int rc = 0;
     if (!m)
         return FA_ERR_PARSE;
@@ -413,7 +433,7 @@ int fa_secagg_advertise_model(const uint8_t *msg, size_t len,
         rc = FA_ERR_PROTOCOL;
     else
         memcpy(model_sha256, m->model_sha256.data, FA_SECAGG_SHA256_BYTES);
-    fedagg__advertise_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__advertise_keys__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -428,12 +448,46 @@ int fa_secagg_commitment_verify(const char *federation_id, uint64_t round, uint3
     int rc;
     if (sodium_init() < 0)
         return FA_ERR_CRYPTO;
-    rc = fa_sa_msg_upload(federation_id, round, attempt, client_id, alg, digest, &m, &mlen);
+    rc = fa_secagg_msg_upload(federation_id, round, attempt, client_id, alg, digest, &m, &mlen);
     if (rc != 0)
         return rc;
     rc = fa_identity_verify(identity_pk, m, mlen, signature);
     free(m);
     return rc;
+}
+
+int fa_secagg_commitment_sign(const uint8_t seed[FA_SECAGG_IDENTITY_SK_BYTES],
+                              const char *federation_id, uint64_t round, uint32_t attempt,
+                              const char *client_id, int alg,
+                              const uint8_t digest[FA_SECAGG_DIGEST_BYTES],
+                              uint8_t signature[FA_SECAGG_SIGNATURE_BYTES])
+{
+    uint8_t pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES], *msg = NULL;
+    size_t fl = federation_id ? strlen(federation_id) : 0, rl = client_id ? strlen(client_id) : 0,
+           len = 0;
+    int rc;
+
+    if (fl == 0 || fl > 255 || rl == 0 || rl > 255)
+        return FA_ERR_INVAL;
+    if ((rc = fa_secagg_msg_upload(federation_id, round, attempt, client_id, alg, digest, &msg,
+                                   &len)) != 0)
+        return rc;
+    rc = crypto_sign_seed_keypair(pk, sk, seed) == 0 &&
+                 crypto_sign_detached(signature, NULL, msg, len, sk) == 0
+             ? 0
+             : FA_ERR_CRYPTO;
+    sodium_memzero(sk, sizeof(sk));
+    free(msg);
+    return rc;
+}
+
+int fa_secagg_rng_fill(const fa_secagg_rng *rng, void *buf, size_t len)
+{
+    if (!rng || !rng->fill) {
+        randombytes_buf(buf, len);
+        return 0;
+    }
+    return rng->fill(rng->ctx, buf, len) == 0 ? 0 : FA_ERR_CRYPTO;
 }
 
 /* ---- protobuf ------------------------------------------------------------ */
@@ -464,9 +518,9 @@ static void pb_free(void *ad, void *ptr)
     free(p);
 }
 
-ProtobufCAllocator fa_sa_pb_alloc = {pb_alloc, pb_free, NULL};
+ProtobufCAllocator fa_secagg_pb_alloc = {pb_alloc, pb_free, NULL};
 
-int fa_sa_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
+int fa_secagg_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     uint8_t *p = malloc(n ? n : 1);

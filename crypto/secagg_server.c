@@ -2,6 +2,7 @@
  * "Server" column), as a sans-I/O state machine.  See crypto/secagg.h. */
 #include "crypto/secagg.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,21 +12,14 @@
 
 #include "common/fa_endian.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
-#include "crypto/ring.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg_internal.h"
-#include "crypto/secagg_server_int.h"
-#include "crypto/shamir.h"
+#include "crypto/secagg_server_internal.h"
+#include "crypto/shamir_internal.h"
 #include "crypto/wire.h"
 #include "secagg.pb-c.h"
-
-static const char *phase_name(int phase)
-{
-    static const char *names[] = {"advertise", "shares", "masked", "consistency",
-                                  "unmask",    "done",   "failed"};
-    return phase >= 0 && phase <= FA_SECAGG_FAILED ? names[phase] : "?";
-}
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
@@ -40,10 +34,10 @@ static void free_tables(fa_secagg_server *s)
     s->ct = s->ct_have = s->rev = s->rev_kind = NULL;
 }
 
-int fa_sa_srv_alloc_tables(fa_secagg_server *s)
+int fa_secagg_server_alloc_tables(fa_secagg_server *s)
 {
     size_t n = s->n1;
-    s->ct = calloc(n * n, FA_SA_SHARE_CT);
+    s->ct = calloc(n * n, FA_SECAGG_SHARE_CT);
     s->ct_have = calloc(n * n, 1);
     s->rev = calloc(n * n, 32);
     s->rev_kind = calloc(n * n, 1);
@@ -75,7 +69,7 @@ void fa_secagg_server_del(fa_secagg_server *s)
     free_tables(s);
     free(s->sum);
     free(s->cl);
-    fa_sa_roster_free(&s->roster);
+    fa_secagg_roster_free(&s->roster);
     free(s);
 }
 
@@ -99,9 +93,9 @@ static int srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
         return fa_errorf(err, FA_ERR_NOMEM, "secagg server: out of memory");
     }
     s->sum = sum;
-    rc = fa_sa_cfg_init(&s->cfg, cfg, err);
+    rc = fa_secagg_cfg_init(&s->cfg, cfg, err);
     if (rc == 0)
-        rc = fa_sa_roster_init(&s->roster, members, n_members, err);
+        rc = fa_secagg_roster_init(&s->roster, members, n_members, err);
     if (rc != 0) {
         fa_secagg_server_del(s);
         return rc;
@@ -129,8 +123,8 @@ static int srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
     return 0;
 }
 
-int fa_sa_srv_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
-                    const fa_secagg_member *members, size_t n_members, fa_error *err)
+int fa_secagg_server_alloc(fa_secagg_server **out, const fa_secagg_config *cfg,
+                           const fa_secagg_member *members, size_t n_members, fa_error *err)
 {
     return srv_alloc(out, cfg, members, n_members, NULL, err);
 }
@@ -167,9 +161,7 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
     st->phase_opened_ms = s->phase_opened_ms;
     st->in_flight = s->in_flight;
     switch (s->phase) {
-    case FA_SECAGG_ADVERTISE:
-        flag = CF_ADV;
-        break;
+    case FA_SECAGG_ADVERTISE: flag = CF_ADV; break;
     case FA_SECAGG_SHARES:
         flag = CF_SHARES;
         prev = CF_ADV;
@@ -186,8 +178,7 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
         flag = CF_UNMASKED;
         prev = CF_SIGNED;
         break;
-    default:
-        return;
+    default: return;
     }
     for (size_t i = 0; i < s->roster.n; i++) {
         if (!prev || (s->cl[i].flags & prev))
@@ -202,10 +193,10 @@ void fa_secagg_server_status_get(const fa_secagg_server *s, fa_secagg_server_sta
 
 /* The sender of a message: the authenticated id must name a member and match
  * the id in the message. */
-int fa_sa_srv_check_sender(const fa_secagg_server *s, const char *auth_id, const char *msg_id,
-                           const char *what, int *r, fa_error *err)
+int fa_secagg_server_check_sender(const fa_secagg_server *s, const char *auth_id,
+                                  const char *msg_id, const char *what, int *r, fa_error *err)
 {
-    if (!auth_id || (*r = fa_sa_roster_find(&s->roster, auth_id)) < 0)
+    if (!auth_id || (*r = fa_secagg_roster_find(&s->roster, auth_id)) < 0)
         return fa_errorf(err, FA_ERR_AUTH, "%s: '%s' is not a member of federation '%s'", what,
                          auth_id ? auth_id : "(none)", s->cfg.fed);
     if (msg_id && strcmp(msg_id, auth_id) != 0)
@@ -216,8 +207,8 @@ int fa_sa_srv_check_sender(const fa_secagg_server *s, const char *auth_id, const
     return 0;
 }
 
-int fa_sa_srv_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
-                          const char *what, const char *who, fa_error *err)
+int fa_secagg_server_check_round(const fa_secagg_server *s, uint64_t round, uint32_t attempt,
+                                 const char *what, const char *who, fa_error *err)
 {
     if (round != s->cfg.c.round || attempt != s->cfg.c.attempt)
         return fa_errorf(err, FA_ERR_REPLAY,
@@ -228,11 +219,13 @@ int fa_sa_srv_check_round(const fa_secagg_server *s, uint64_t round, uint32_t at
     return 0;
 }
 
-int fa_sa_srv_check_phase(const fa_secagg_server *s, int phase, const char *what, fa_error *err)
+int fa_secagg_server_check_phase(const fa_secagg_server *s, int phase, const char *what,
+                                 fa_error *err)
 {
+    assert(phase >= FA_SECAGG_ADVERTISE && phase < FA_SECAGG_N_PHASES); /* the caller's constant */
     if (s->phase != phase)
         return fa_errorf(err, FA_ERR_STATE, "%s: the %s phase is not open (phase is %s)", what,
-                         phase_name(phase), phase_name(s->phase));
+                         fa_secagg_phase_name(phase), fa_secagg_phase_name(s->phase));
     return 0;
 }
 
@@ -246,17 +239,19 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
     Fedagg__AdvertiseKeys *m = NULL;
     uint8_t *signed_msg = NULL;
     size_t signed_len = 0;
-    fa_sa_peer p;
+    fa_secagg_peer p;
     int r = -1, rc;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_ADVERTISE, "AdvertiseKeys", err)) != 0)
         return rc;
-    m = fedagg__advertise_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__advertise_keys__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "AdvertiseKeys from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "AdvertiseKeys", &r, err)) !=
+            0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "AdvertiseKeys", auth_id,
+                                           err)) != 0)
         goto out;
     if ((s->cl[r].flags & CF_ADV) && !replace) {
         rc = fa_errorf(err, FA_ERR_EXISTS, "AdvertiseKeys from '%s': already received", auth_id);
@@ -289,7 +284,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
         goto out;
     }
     for (size_t i = 0; i < s->roster.n; i++) {
-        const fa_sa_peer *q = &s->cl[i].adv;
+        const fa_secagg_peer *q = &s->cl[i].adv;
         if (!(s->cl[i].flags & CF_ADV) || (int)i == r)
             continue; /* (its own old keys: replaced below, never used) */
         if (!memcmp(q->c_pk, p.c_pk, 32) || !memcmp(q->s_pk, p.s_pk, 32) ||
@@ -299,7 +294,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
             goto out;
         }
     }
-    if ((rc = fa_sa_msg_advertise(&s->cfg, &p, &signed_msg, &signed_len)) != 0) {
+    if ((rc = fa_secagg_msg_advertise(&s->cfg, &p, &signed_msg, &signed_len)) != 0) {
         fa_errorf(err, rc, "AdvertiseKeys: out of memory");
         goto out;
     }
@@ -316,7 +311,7 @@ static int advertise(fa_secagg_server *s, const char *auth_id, const uint8_t *ms
         s->phase_opened_ms = now_ms;
 out:
     free(signed_msg);
-    fedagg__advertise_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__advertise_keys__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -349,7 +344,7 @@ int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t 
         return fa_errorf(err, FA_ERR_NOMEM, "PeerList: out of memory");
     }
     for (size_t i = 0; i < s->n1; i++) {
-        const fa_sa_peer *p = &s->cl[s->u1[i]].adv;
+        const fa_secagg_peer *p = &s->cl[s->u1[i]].adv;
         Fedagg__AdvertiseKeys init = FEDAGG__ADVERTISE_KEYS__INIT;
         ads[i] = init;
         ads[i].round = s->cfg.c.round;
@@ -375,7 +370,7 @@ int fa_secagg_server_peer_list(const fa_secagg_server *s, uint8_t **out, size_t 
     pl.vector_len = s->cfg.c.vector_len;
     pl.n_peers = s->n1;
     pl.peers = ptrs;
-    rc = fa_sa_pack(&pl.base, out, out_len);
+    rc = fa_secagg_pack(&pl.base, out, out_len);
     free(ads);
     free(ptrs);
     return rc == 0 ? 0 : fa_errorf(err, rc, "PeerList: out of memory");
@@ -391,14 +386,15 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     size_t expected = 0;
     int r = -1, rc, from;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_SHARES, "ShareKeys", err)) != 0)
         return rc;
-    m = fedagg__share_keys__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__share_keys__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE, "ShareKeys from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "ShareKeys", &r, err)) != 0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "ShareKeys", auth_id, err)) !=
+            0)
         goto out;
     if (!u1_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': not in this round's PeerList",
@@ -411,7 +407,7 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     }
     from = s->cl[r].u1;
     for (size_t v = 0; v < s->n1; v++)
-        expected += fa_sa_graph_adjacent(&s->graph, (size_t)from, v);
+        expected += fa_secagg_graph_adjacent(&s->graph, (size_t)from, v);
     if (m->n_shares != expected) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
                        "ShareKeys from '%s': %zu ciphertexts, expected one for each of the %zu "
@@ -421,14 +417,14 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
     }
     for (size_t i = 0; i < m->n_shares; i++) {
         const Fedagg__EncryptedShare *e = m->shares[i];
-        int to = fa_sa_roster_find(&s->roster, e->to);
+        int to = fa_secagg_roster_find(&s->roster, e->to);
         if (strcmp(e->from, auth_id) != 0) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL, "ShareKeys from '%s': share %zu is from '%s'",
                            auth_id, i, e->from);
             goto out;
         }
         if (to < 0 || !u1_member(s, to) ||
-            !fa_sa_graph_adjacent(&s->graph, (size_t)from, (size_t)s->cl[to].u1)) {
+            !fa_secagg_graph_adjacent(&s->graph, (size_t)from, (size_t)s->cl[to].u1)) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "ShareKeys from '%s': share %zu is for '%s', not one of its peers",
                            auth_id, i, e->to);
@@ -439,23 +435,23 @@ int fa_secagg_server_share_keys(fa_secagg_server *s, const char *auth_id, const 
                            auth_id, e->to);
             goto out;
         }
-        if (e->ciphertext.len != FA_SA_SHARE_CT) {
+        if (e->ciphertext.len != FA_SECAGG_SHARE_CT) {
             rc = fa_errorf(err, FA_ERR_PROTOCOL,
                            "ShareKeys from '%s': ciphertext for '%s' has %zu bytes, not %d",
-                           auth_id, e->to, e->ciphertext.len, FA_SA_SHARE_CT);
+                           auth_id, e->to, e->ciphertext.len, FA_SECAGG_SHARE_CT);
             goto out;
         }
     }
     for (size_t i = 0; i < m->n_shares; i++) {
         const Fedagg__EncryptedShare *e = m->shares[i];
-        size_t to = (size_t)s->cl[fa_sa_roster_find(&s->roster, e->to)].u1;
+        size_t to = (size_t)s->cl[fa_secagg_roster_find(&s->roster, e->to)].u1;
         size_t cell = (size_t)from * s->n1 + to;
-        memcpy(s->ct + cell * FA_SA_SHARE_CT, e->ciphertext.data, FA_SA_SHARE_CT);
+        memcpy(s->ct + cell * FA_SECAGG_SHARE_CT, e->ciphertext.data, FA_SECAGG_SHARE_CT);
         s->ct_have[cell] = 1;
     }
     s->cl[r].flags |= CF_SHARES;
 out:
-    fedagg__share_keys__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__share_keys__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -469,7 +465,7 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
 
     if (s->phase <= FA_SECAGG_SHARES || s->phase == FA_SECAGG_FAILED)
         return fa_errorf(err, FA_ERR_STATE, "SharesForYou: the shares phase is not closed");
-    r = client_id ? fa_sa_roster_find(&s->roster, client_id) : -1;
+    r = client_id ? fa_secagg_roster_find(&s->roster, client_id) : -1;
     if (r < 0 || !u2_member(s, r))
         return fa_errorf(err, FA_ERR_NOTFOUND,
                          "SharesForYou: '%s' did not send its shares in round %llu attempt %u",
@@ -491,8 +487,8 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
         es[n] = init;
         es[n].from = s->cl[s->u1[from]].adv.id;
         es[n].to = s->cl[r].adv.id;
-        es[n].ciphertext.data = s->ct + cell * FA_SA_SHARE_CT;
-        es[n].ciphertext.len = FA_SA_SHARE_CT;
+        es[n].ciphertext.data = s->ct + cell * FA_SECAGG_SHARE_CT;
+        es[n].ciphertext.len = FA_SECAGG_SHARE_CT;
         ptrs[n] = &es[n];
         n++;
     }
@@ -500,7 +496,7 @@ int fa_secagg_server_shares_for(const fa_secagg_server *s, const char *client_id
     sf.attempt = s->cfg.c.attempt;
     sf.n_shares = n;
     sf.shares = ptrs;
-    rc = fa_sa_pack(&sf.base, out, out_len);
+    rc = fa_secagg_pack(&sf.base, out, out_len);
     free(es);
     free(ptrs);
     return rc == 0 ? 0 : fa_errorf(err, rc, "SharesForYou: out of memory");
@@ -512,9 +508,9 @@ static int upload_client(fa_secagg_server *s, const char *auth_id, const char *w
                          fa_error *err)
 {
     int rc;
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_MASKED, what, err)) != 0)
         return rc;
-    return fa_sa_srv_check_sender(s, auth_id, NULL, what, r, err);
+    return fa_secagg_server_check_sender(s, auth_id, NULL, what, r, err);
 }
 
 int fa_secagg_server_masked_begin(fa_secagg_server *s, const char *auth_id, uint64_t now_ms,
@@ -617,7 +613,10 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
         data += groups * k;
         len -= (size_t)groups * k;
     }
-    /* The rest waits for the next chunk (or is the partial last group). */
+    /* The rest waits for the next chunk (or is the partial last group):
+     * less than a group, since the length was bounded by the upload's. */
+    assert(sl->carry_len + len < k || (sl->coords / 8 == full_groups && sl->carry_len + len <= k));
+    assert(sl->coords <= s->cfg.c.vector_len);
     memcpy(sl->carry + sl->carry_len, data, len);
     sl->carry_len += len;
     return 0;
@@ -625,6 +624,8 @@ int fa_secagg_server_masked_chunk(fa_secagg_server *s, const char *auth_id, cons
 
 static void slot_release(fa_secagg_server *s, struct upload_slot *sl)
 {
+    assert(s->in_flight > 0 && sl->client >= 0 && (size_t)sl->client < s->roster.n);
+    assert(s->cl[sl->client].slot == (int)(sl - s->slots));
     if (s->ext_journal)
         s->journal.clear(s->journal.ctx, (uint32_t)(sl - s->slots));
     s->cl[sl->client].slot = -1;
@@ -656,6 +657,8 @@ int fa_secagg_server_masked_end(fa_secagg_server *s, const char *auth_id, uint64
         return fa_errorf(err, FA_ERR_PROTOCOL,
                          "masked upload from '%s': the padding bits of the last byte are not zero",
                          auth_id);
+    /* every whole group is in the sum; the carry holds exactly the tail */
+    assert(sl->coords == n / 8 * 8);
     if (n % 8)
         fa_ring_unpack_add(s->sum + sl->coords, sl->carry, (size_t)(n % 8), k, 1);
     s->sum_gen++;
@@ -750,8 +753,8 @@ static int survivors_signed_msg(const fa_secagg_server *s, int r, uint8_t **out,
     char *ids[FA_SECAGG_MAX_CLIENTS];
     for (size_t i = 0; i < s->n3; i++)
         ids[i] = s->roster.m[s->surv[i]].id;
-    return fa_sa_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3, out,
-                               len);
+    return fa_secagg_msg_survivors(&s->cfg, s->roster.m[r].id, s->cl[r].adv.model_sha, ids, s->n3,
+                                   out, len);
 }
 
 int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, size_t *out_len,
@@ -768,7 +771,7 @@ int fa_secagg_server_survivor_list(const fa_secagg_server *s, uint8_t **out, siz
     sl.attempt = s->cfg.c.attempt;
     sl.n_survivors = s->n3;
     sl.survivors = ids;
-    rc = fa_sa_pack(&sl.base, out, out_len);
+    rc = fa_secagg_pack(&sl.base, out, out_len);
     return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorList: out of memory");
 }
 
@@ -780,15 +783,17 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     size_t sm_len = 0;
     int r = -1, rc;
 
-    if ((rc = fa_sa_srv_check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
+    if ((rc = fa_secagg_server_check_phase(s, FA_SECAGG_CONSISTENCY, "SignedSurvivors", err)) != 0)
         return rc;
-    m = fedagg__signed_survivors__unpack(&fa_sa_pb_alloc, len, msg);
+    m = fedagg__signed_survivors__unpack(&fa_secagg_pb_alloc, len, msg);
     if (!m)
         return fa_errorf(err, FA_ERR_PARSE,
                          "SignedSurvivors from '%s': not a valid protobuf message",
                          auth_id ? auth_id : "?");
-    if ((rc = fa_sa_srv_check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r, err)) != 0 ||
-        (rc = fa_sa_srv_check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id, err)) != 0)
+    if ((rc = fa_secagg_server_check_sender(s, auth_id, m->client_id, "SignedSurvivors", &r,
+                                            err)) != 0 ||
+        (rc = fa_secagg_server_check_round(s, m->round, m->attempt, "SignedSurvivors", auth_id,
+                                           err)) != 0)
         goto out;
     if (!u3_member(s, r)) {
         rc = fa_errorf(err, FA_ERR_PROTOCOL,
@@ -812,7 +817,8 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
                        "SignedSurvivors from '%s': its upload digest differs from the %s of the "
                        "bytes the aggregator received (a region older than secagg.proto "
                        "version 4 sends a SHA-256)",
-                       auth_id, s->cl[r].upload_alg == FA_SECAGG_UPLOAD_BLAKE3 ? "BLAKE3" : "SHA-256");
+                       auth_id,
+                       s->cl[r].upload_alg == FA_SECAGG_UPLOAD_BLAKE3 ? "BLAKE3" : "SHA-256");
         goto out;
     }
     if ((rc = survivors_signed_msg(s, r, &sm, &sm_len)) != 0) {
@@ -828,8 +834,7 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     }
     if (fa_secagg_commitment_verify(s->cfg.fed, s->cfg.c.round, s->cfg.c.attempt, auth_id,
                                     s->cl[r].upload_alg, s->cl[r].upload_digest,
-                                    m->upload_signature.data,
-                                    s->roster.m[r].pk) != 0) {
+                                    m->upload_signature.data, s->roster.m[r].pk) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "SignedSurvivors from '%s': the upload commitment signature does not "
                        "verify",
@@ -841,7 +846,7 @@ int fa_secagg_server_consistency(fa_secagg_server *s, const char *auth_id, const
     s->cl[r].flags |= CF_SIGNED;
 out:
     free(sm);
-    fedagg__signed_survivors__free_unpacked(m, &fa_sa_pb_alloc);
+    fedagg__signed_survivors__free_unpacked(m, &fa_secagg_pb_alloc);
     return rc;
 }
 
@@ -885,7 +890,7 @@ int fa_secagg_server_survivor_signatures(const fa_secagg_server *s, uint8_t **ou
     ss.attempt = s->cfg.c.attempt;
     ss.n_signatures = n;
     ss.signatures = ptrs;
-    rc = fa_sa_pack(&ss.base, out, out_len);
+    rc = fa_secagg_pack(&ss.base, out, out_len);
     free(sg);
     free(ptrs);
     return rc == 0 ? 0 : fa_errorf(err, rc, "SurvivorSignatures: out of memory");
@@ -907,11 +912,12 @@ static int threshold_error(const fa_secagg_server *s, size_t have, fa_error *err
                      "secagg round %llu attempt %u: only %zu clients in the %s phase, threshold "
                      "is %u",
                      (unsigned long long)s->cfg.c.round, s->cfg.c.attempt, have,
-                     phase_name(s->phase), s->cfg.c.threshold);
+                     fa_secagg_phase_name(s->phase), s->cfg.c.threshold);
 }
 
-void fa_sa_srv_build_survivors(fa_secagg_server *s)
+void fa_secagg_server_build_survivors(fa_secagg_server *s)
 {
+    assert(s->phase > FA_SECAGG_MASKED && s->phase <= FA_SECAGG_DONE);
     s->n3 = s->ndrop = 0;
     for (size_t i = 0; i < s->roster.n; i++) {
         if (!u1_member(s, (int)i))
@@ -921,12 +927,14 @@ void fa_sa_srv_build_survivors(fa_secagg_server *s)
         else
             s->drop[s->ndrop++] = (int)i;
     }
+    /* U1 splits into the survivors U3 and the dropouts */
+    assert(s->n3 + s->ndrop == s->n1);
 }
 
 /* U1 from the advertisements; the graph; the ciphertext and share tables. */
-int fa_sa_srv_build_u1(fa_secagg_server *s)
+int fa_secagg_server_build_u1(fa_secagg_server *s)
 {
-    fa_sa_peer peers[FA_SECAGG_MAX_CLIENTS];
+    fa_secagg_peer peers[FA_SECAGG_MAX_CLIENTS];
     s->n1 = 0;
     for (size_t i = 0; i < s->roster.n; i++) {
         s->cl[i].u1 = -1;
@@ -936,9 +944,10 @@ int fa_sa_srv_build_u1(fa_secagg_server *s)
             s->u1[s->n1++] = (int)i;
         }
     }
+    assert(s->n1 <= s->roster.n);
     if (s->n1 == 0)
         return FA_ERR_THRESHOLD;
-    return fa_sa_graph_init(&s->graph, &s->cfg, peers, s->n1);
+    return fa_secagg_graph_init(&s->graph, &s->cfg, peers, s->n1);
 }
 
 int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
@@ -947,14 +956,19 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
     size_t have;
     int rc;
 
+    _Static_assert(sizeof(flag_of) / sizeof(flag_of[0]) == FA_SECAGG_N_PHASES,
+                   "one flag per phase");
     if (s->phase >= FA_SECAGG_DONE)
-        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s", phase_name(s->phase));
+        return fa_errorf(err, FA_ERR_STATE, "secagg close: the round is %s",
+                         fa_secagg_phase_name(s->phase));
+    assert(s->phase >= FA_SECAGG_ADVERTISE);
     have = count_flag(s, flag_of[s->phase]);
     if (have < s->cfg.c.threshold)
         return threshold_error(s, have, err);
     switch (s->phase) {
     case FA_SECAGG_ADVERTISE:
-        if ((rc = fa_sa_srv_build_u1(s)) != 0 || (rc = fa_sa_srv_alloc_tables(s)) != 0) {
+        if ((rc = fa_secagg_server_build_u1(s)) != 0 ||
+            (rc = fa_secagg_server_alloc_tables(s)) != 0) {
             s->n1 = 0;
             return fa_errorf(err, rc, "secagg close: %s", fa_strerror(rc));
         }
@@ -971,16 +985,17 @@ int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err)
         s->masked_gen = s->sum_gen;
         break;
     case FA_SECAGG_UNMASK:
-        if ((rc = fa_sa_srv_close_unmask(s, err)) != 0)
+        if ((rc = fa_secagg_server_close_unmask(s, err)) != 0)
             return rc;
         break;
-    default:
-        break;
+    default: break;
     }
+    /* the phases close in order, one at a time */
+    assert(s->phase < FA_SECAGG_DONE);
     s->phase++;
     s->phase_opened_ms = now_ms;
     if (s->phase == FA_SECAGG_CONSISTENCY)
-        fa_sa_srv_build_survivors(s);
+        fa_secagg_server_build_survivors(s);
     return 0;
 }
 
@@ -991,7 +1006,7 @@ int fa_secagg_server_result_ring(const fa_secagg_server *s, uint32_t *out, size_
     const uint32_t mask = fa_ring_mask(s->cfg.c.ring_bits);
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
-                         phase_name(s->phase));
+                         fa_secagg_phase_name(s->phase));
     if (s->decoded)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the sum was decoded in place");
     if (n != s->cfg.c.vector_len)
@@ -1011,7 +1026,7 @@ int fa_secagg_server_result_weight(const fa_secagg_server *s, double *weight_sum
 
     if (s->phase != FA_SECAGG_DONE)
         return fa_errorf(err, FA_ERR_STATE, "secagg result: the round is in phase %s",
-                         phase_name(s->phase));
+                         fa_secagg_phase_name(s->phase));
     w = (double)fa_ring_signed(s->sum[d], s->cfg.c.ring_bits) /
         qmax; /* kept by an in-place decode */
     if (weight_sum)

@@ -7,7 +7,7 @@
 
 #include "common/fa_endian.h"
 #include "common/fa_sha256.h"
-#include "crypto/secagg_server_int.h"
+#include "crypto/secagg_server_internal.h"
 #include "crypto/wire.h"
 
 /* ---- save / restore ---------------------------------------------------------- */
@@ -46,7 +46,7 @@ static int state_has_upload_alg(uint8_t version)
 }
 static const uint8_t srv_magic[7] = {'F', 'A', 'S', 'A', 'S', 'R', 'V'};
 
-static void put_cfg(fa_wbuf *w, const fa_sa_cfg *cfg)
+static void put_cfg(fa_wbuf *w, const fa_secagg_cfg *cfg)
 {
     const fa_secagg_config *c = &cfg->c;
     fa_wbuf_str(w, cfg->fed);
@@ -62,7 +62,7 @@ static void put_cfg(fa_wbuf *w, const fa_sa_cfg *cfg)
     fa_wbuf_f64(w, c->quant.clip_value);
 }
 
-static void put_roster(fa_wbuf *w, const fa_sa_roster *r)
+static void put_roster(fa_wbuf *w, const fa_secagg_roster *r)
 {
     fa_wbuf_u32(w, (uint32_t)r->n);
     for (size_t i = 0; i < r->n; i++) {
@@ -98,7 +98,7 @@ static void put_state(fa_wbuf *w, const fa_secagg_server *s, uint8_t version)
         for (size_t c = 0; c < s->n1 * s->n1; c++) {
             fa_wbuf_u8(w, s->ct_have[c]);
             if (s->ct_have[c])
-                fa_wbuf_raw(w, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
+                fa_wbuf_raw(w, s->ct + c * FA_SECAGG_SHARE_CT, FA_SECAGG_SHARE_CT);
             fa_wbuf_u8(w, s->rev_kind[c]);
             if (s->rev_kind[c])
                 fa_wbuf_raw(w, s->rev + c * 32, 32);
@@ -213,7 +213,7 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
         return fa_errorf(err, rc, "secagg restore: the checksum (SHA-256) failed");
     if (memcmp(sum, blob + len - 32, 32) != 0)
         return fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: the state fails its checksum");
-    if ((rc = fa_sa_srv_alloc(&s, cfg, members, n_members, err)) != 0)
+    if ((rc = fa_secagg_server_alloc(&s, cfg, members, n_members, err)) != 0)
         return rc;
     /* The blob must have been made with exactly this config and federation. */
     fa_wbuf_init(&expect, 0);
@@ -262,7 +262,7 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
             r.failed = 1;
     }
     if (!r.failed && s->phase > FA_SECAGG_ADVERTISE) {
-        if (fa_sa_srv_build_u1(s) != 0 || fa_sa_srv_alloc_tables(s) != 0) {
+        if (fa_secagg_server_build_u1(s) != 0 || fa_secagg_server_alloc_tables(s) != 0) {
             rc = fa_errorf(err, FA_ERR_CORRUPT, "secagg restore: no advertisements in the state");
             goto fail;
         }
@@ -271,7 +271,7 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
             if (s->ct_have[c] > 1)
                 r.failed = 1;
             if (s->ct_have[c])
-                fa_rbuf_copy(&r, s->ct + c * FA_SA_SHARE_CT, FA_SA_SHARE_CT);
+                fa_rbuf_copy(&r, s->ct + c * FA_SECAGG_SHARE_CT, FA_SECAGG_SHARE_CT);
             s->rev_kind[c] = fa_rbuf_u8(&r);
             if (s->rev_kind[c] > REV_S)
                 r.failed = 1;
@@ -331,16 +331,24 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
          * shares give the same secrets, so the same result). */
         uint64_t gen = s->sum_gen;
         s->phase = FA_SECAGG_UNMASK;
-        fa_sa_srv_build_survivors(s);
-        if ((rc = fa_sa_srv_close_unmask(s, err)) != 0) {
+        fa_secagg_server_build_survivors(s);
+        if ((rc = fa_secagg_server_close_unmask(s, err)) != 0) {
             fa_error_prefix(err, rc, "secagg restore");
             goto fail;
         }
         s->phase = FA_SECAGG_DONE;
         s->sum_gen = gen;
+    } else if (s->phase == FA_SECAGG_DONE) {
+        /* the result itself was saved: find the bad shares again (the
+         * same shares, the same ones) for the caller's record */
+        fa_secagg_server_build_survivors(s);
+        if ((rc = fa_secagg_server_find_share_faults(s, err)) != 0) {
+            fa_error_prefix(err, rc, "secagg restore");
+            goto fail;
+        }
     }
     if (s->phase > FA_SECAGG_MASKED)
-        fa_sa_srv_build_survivors(s);
+        fa_secagg_server_build_survivors(s);
     if (s->phase > FA_SECAGG_MASKED)
         for (uint32_t i = 0; i < s->cfg.c.max_uploads_in_flight; i++) {
             free(s->slots[i].journal);

@@ -157,13 +157,6 @@ double fa_rbuf_f64(fa_rbuf *r)
     return v;
 }
 
-void fa_rbuf_bytes_exact(fa_rbuf *r, void *out, size_t n)
-{
-    if (fa_rbuf_u32(r) != n)
-        r->failed = 1;
-    fa_rbuf_copy(r, out, n);
-}
-
 void fa_rbuf_str(fa_rbuf *r, char *out, size_t cap)
 {
     uint32_t n = fa_rbuf_u32(r);

@@ -46,8 +46,6 @@ uint8_t fa_rbuf_u8(fa_rbuf *r);
 uint32_t fa_rbuf_u32(fa_rbuf *r);
 uint64_t fa_rbuf_u64(fa_rbuf *r);
 double fa_rbuf_f64(fa_rbuf *r);
-/* A length-prefixed byte string of exactly n bytes copied to out. */
-void fa_rbuf_bytes_exact(fa_rbuf *r, void *out, size_t n);
 /* A length-prefixed string into out[cap] (NUL-terminated); fails when it is
  * longer than cap - 1 or contains a NUL. */
 void fa_rbuf_str(fa_rbuf *r, char *out, size_t cap);

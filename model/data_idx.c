@@ -1,4 +1,4 @@
-/* idx.c - IDX files (gzip or plain) and the labelled image sets built from
+/* data_idx.c - IDX files (gzip or plain) and the labelled image sets built from
  * them (see data.h). */
 #include "model/data.h"
 

@@ -1,5 +1,5 @@
 /* delta.h - a published model version as a quantised delta against the
- * previous one (issue 12, "Bytes").
+ * previous one (docs/model.md, "Downloads as deltas").
  *
  * Version v of the published model is DEFINED, tensor by tensor, as the
  * reconstruction from version v-1 and the delta file of v:

@@ -110,7 +110,8 @@ int fa_rdp_sgm(double q, double sigma, const double *orders, size_t n, double *r
  * (distributed_dp/accounting_utils.py, compute_rdp_dgaussian with q = 1); the
  * side conditions of the paper's Theorem 1 on sigma2 and n are not checked
  * here: keep sigma2 >= 1 (integer units), where tau is tiny anyway.  The integer units are those
- * after scaling and rounding (privacy/rotation.h gives l2_sens as fa_rotation_rounded_bound).
+ * after scaling and rounding (privacy/rotation_internal.h gives l2_sens as
+ * fa_rotation_rounded_bound).
  * ------------------------------------------------------------------------- */
 typedef struct fa_rdp_ddg_params {
     double l2_sens;     /* > 0, in integer units */

@@ -1,5 +1,5 @@
-/* bignum.c - fixed-width unsigned integer arithmetic (see bignum.h). */
-#include "privacy/bignum.h"
+/* bignum.c - fixed-width unsigned integer arithmetic (see bignum_internal.h). */
+#include "privacy/bignum_internal.h"
 
 #include <string.h>
 

@@ -7,7 +7,8 @@
 
 #include <sodium.h>
 
-#include "privacy/dgauss.h"
+#include "privacy/dgauss_internal.h"
+#include "privacy/rotation_internal.h"
 
 #define DECODE_CHUNK 4096 /* ring words decoded at a time */
 
@@ -96,6 +97,11 @@ int fa_ddg_derive(fa_ddg_params *p, const fa_ddg_config *cfg, fa_error *err)
 uint64_t fa_ddg_vector_len(const fa_ddg_params *p)
 {
     return p->padded + 1;
+}
+
+size_t fa_ddg_padded_dim(size_t d)
+{
+    return fa_rotation_padded_dim(d);
 }
 
 void fa_ddg_rotation_seed(const char *federation_id, uint8_t seed[FA_ROTATION_SEED_BYTES])

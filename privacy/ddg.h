@@ -1,7 +1,7 @@
 /* ddg.h - one round of the distributed discrete Gaussian on the secure sum:
  * a region's encoding of its update into the ring and the server's decoding
  * of the sum (Kairouz, Liu, Steinke, ICML 2021, arXiv:2102.06387,
- * Algorithm 1 and 2), over privacy/rotation.h and privacy/dgauss.h.
+ * Algorithm 1 and 2), over privacy/rotation_internal.h and privacy/dgauss_internal.h.
  *
  * Parameters (fa_ddg_config, the federation's; fa_ddg_derive the rest, the
  * same on every machine):
@@ -43,11 +43,22 @@
 #include <stdint.h>
 
 #include "common/fa_err.h"
-#include "privacy/random.h"
-#include "privacy/rotation.h"
 
 #define FA_DDG_MIN_BITS 4
 #define FA_DDG_MAX_BITS 30
+
+/* The rotation seed's size (privacy/rotation_internal.h). */
+#define FA_ROTATION_SEED_BYTES 32
+
+/* The injectable random source of privacy/: fill(ctx, buf, len) writes len
+ * random bytes and returns 0 or a negative FA_ERR_* code; a NULL fill (or a
+ * NULL rng) means libsodium's randombytes_buf.  It has the shape of
+ * crypto/secagg.h's fa_secagg_rng.  Tests pass a seeded generator to replay
+ * a run. */
+typedef struct fa_privacy_rng {
+    int (*fill)(void *ctx, void *buf, size_t len);
+    void *ctx;
+} fa_privacy_rng;
 
 typedef struct fa_ddg_config {
     double clip;             /* c > 0, model units */
@@ -79,6 +90,10 @@ int fa_ddg_derive(fa_ddg_params *p, const fa_ddg_config *cfg, fa_error *err);
 
 /* Coordinates of the ring vector: P + 1 (the count last). */
 uint64_t fa_ddg_vector_len(const fa_ddg_params *p);
+
+/* P for an update of d floats: the smallest power of two >= d, as the
+ * rotation pads it; 0 when d = 0 or it does not fit in a size_t. */
+size_t fa_ddg_padded_dim(size_t d);
 
 /* The public rotation seed of a federation: BLAKE2b-256 of
  * "fedagg-ddg-rotation-v1" || 0x00 || federation_id.  The stream of a

@@ -1,7 +1,7 @@
 /* dgauss.c - the exact discrete Gaussian sampler of Canonne, Kamath, Steinke
- * 2020 (see dgauss.h for the algorithm and its sources).
+ * 2020 (see dgauss_internal.h for the algorithm and its sources).
  *
- * Bounds that keep every product inside privacy/bignum.h's 384 bits, for
+ * Bounds that keep every product inside privacy/bignum_internal.h's 384 bits, for
  * sigma^2 = N/D with N, D < 2^63:
  *   t = floor(sqrt(N/D)) + 1 < 2^32
  *   |Y| = U + t V < 2^60       (V is capped at 2^28: reaching it would take
@@ -9,7 +9,7 @@
  *   x = | |Y| D t - N | < 2^155, x^2 < 2^310
  *   2 N D t^2 < 2^191, and times K (< 2^32) < 2^223.
  */
-#include "privacy/dgauss.h"
+#include "privacy/dgauss_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 
 #include <sodium.h>
 
-#include "privacy/bignum.h"
+#include "privacy/bignum_internal.h"
 
 #define LAPLACE_MAX_V (UINT64_C(1) << 28)
 #define VON_NEUMANN_MAX_K (UINT64_C(1) << 32)

@@ -1,5 +1,5 @@
 /* random.c - buffered, unbiased draws from an injectable byte source. */
-#include "privacy/random.h"
+#include "privacy/random_internal.h"
 
 #include <string.h>
 

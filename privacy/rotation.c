@@ -1,6 +1,6 @@
 /* rotation.c - randomized Walsh-Hadamard rotation, conditional randomized
- * rounding and ring sizing (see rotation.h for the mathematics). */
-#include "privacy/rotation.h"
+ * rounding and ring sizing (see rotation_internal.h for the mathematics). */
+#include "privacy/rotation_internal.h"
 
 #include <math.h>
 #include <string.h>

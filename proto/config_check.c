@@ -590,6 +590,10 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
                 "command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]");
     if (cfg->evaluation->timeout_s == 0)
         problem(c, cfg->evaluation, "timeout_s", 0, "`evaluation.timeout_s` must be positive");
+    if (cfg->evaluation->max_region_examples == 0 ||
+        cfg->evaluation->max_region_examples > ((uint64_t)1 << 44))
+        problem(c, cfg->evaluation, "max_region_examples", 0,
+                "`evaluation.max_region_examples` must be 1 .. 2^44 (17592186044416)");
     check_log_level(c, cfg, cfg->log_level);
 }
 

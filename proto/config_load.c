@@ -548,9 +548,9 @@ int fa_config_load_report(fa_config_kind kind, const char *path, const char *pro
     }
     rc = fa_config_load(kind, path, 0, out, diags, &err);
     if (rc != 0) {
-        for (size_t i = 0; i < fa_diags_count(diags); i++)
+        for (size_t i = 0; fa_diags_get(diags, i); i++)
             fprintf(stderr, "%s\n", fa_diags_get(diags, i));
-        if (fa_diags_count(diags) == 0)
+        if (fa_diags_lost(diags) || fa_diags_count(diags) == 0)
             fprintf(stderr, "%s: %s\n", prog, fa_error_msg(&err, rc));
     }
     fa_diags_del(diags);

@@ -6,9 +6,9 @@
 #include <string.h>
 
 struct fa_diags {
-    char **items; /* NULL entries are diagnostics lost to out of memory */
+    char **items; /* the diagnostics kept */
     size_t n, cap;
-    size_t lost; /* appends that could not even get a slot */
+    size_t lost; /* appends lost to out of memory */
 };
 
 int fa_diags_new(fa_diags **out)
@@ -55,15 +55,23 @@ int fa_diags_addf(fa_diags *d, const char *file, unsigned line, unsigned col, co
     va_end(ap);
     n = strlen(prefix) + 2 + strlen(body) + 1;
     s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s: %s", prefix, body);
+    if (!s) {
+        d->lost++;
+        return FA_ERR_NOMEM;
+    }
+    snprintf(s, n, "%s: %s", prefix, body);
     d->items[d->n++] = s;
-    return s ? 0 : FA_ERR_NOMEM;
+    return 0;
 }
 
 size_t fa_diags_count(const fa_diags *d)
 {
     return d ? d->n + d->lost : 0;
+}
+
+size_t fa_diags_lost(const fa_diags *d)
+{
+    return d ? d->lost : 0;
 }
 
 const char *fa_diags_get(const fa_diags *d, size_t i)
@@ -76,8 +84,12 @@ int fa_diags_to_error(const fa_diags *d, int code, fa_error *err)
     const char *first = fa_diags_get(d, 0);
     size_t n = fa_diags_count(d);
 
+    if (d && d->lost)
+        return fa_errorf(err, FA_ERR_NOMEM,
+                         "%s%sout of memory: %zu of the %zu problems found lost%s",
+                         first ? first : "", first ? " (" : "", d->lost, n, first ? ")" : "");
     if (!first)
-        first = fa_strerror(n ? FA_ERR_NOMEM : code);
+        first = fa_strerror(code);
     if (n > 1)
         return fa_errorf(err, code, "%s (and %zu more)", first, n - 1);
     return fa_errorf(err, code, "%s", first);

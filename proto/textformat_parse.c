@@ -1214,6 +1214,8 @@ int fa_textformat_parse_ex(const ProtobufCMessageDescriptor *d, const char *text
     p->pos = calloc(1, sizeof(*p->pos));
     msg = malloc(d->sizeof_message);
     if (!p->pos || !msg) {
+        free(msg); /* not initialised: not for protobuf_c_message_free_unpacked */
+        msg = NULL;
         rc = fa_errorf(err, FA_ERR_NOMEM, "out of memory");
         goto out;
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "aggregator/dashboard.h"
+#include "crypto/secagg.h"
 
 /* ------------------------------------------------------------ documents */
 
@@ -352,7 +353,6 @@ int fa_admin_render_rounds(FILE *out, const char *prog, const char *json, size_t
     static const char *const head[] = {"ROUND",     "ATTEMPT", "OUTCOME", "STARTED",     "SECONDS",
                                        "ADVERTISE", "SHARES",  "MASKED",  "CONSISTENCY", "UNMASK",
                                        "REGIONS",   "DROPPED", "VERSION", "ACCURACY",    "REASON"};
-    static const char *const phases[] = {"advertise", "shares", "masked", "consistency", "unmask"};
     struct table t = {15, 0, 0, head, "rr  rrrrrrr r  ", NULL, 0};
     json_t *d = load(prog, json);
     const json_t *rs;
@@ -370,8 +370,8 @@ int fa_admin_render_rounds(FILE *out, const char *prog, const char *json, size_t
     first = last && n > last ? n - last : 0;
     for (size_t i = first; i < n; i++) {
         const json_t *a = json_array_get(rs, i), *ph = json_object_get(a, "phases");
-        char r[24], at[24], start[64], secs[32], p[5][32], parts[24], dropped[256], ver[24],
-            acc[160];
+        char r[24], at[24], start[64], secs[32], p[FA_SECAGG_N_PHASES][32], parts[24], dropped[256],
+            ver[24], acc[160];
         double v, s;
         snprintf(r, sizeof(r), "%.0f", num_or(a, "round", 0));
         snprintf(at, sizeof(at), "%.0f", num_or(a, "attempt", 0));
@@ -380,8 +380,8 @@ int fa_admin_render_rounds(FILE *out, const char *prog, const char *json, size_t
             snprintf(secs, sizeof(secs), "%.2f", s);
         else
             snprintf(secs, sizeof(secs), "-");
-        for (int k = 0; k < 5; k++)
-            if (json_is_object(ph) && num(ph, phases[k], &s))
+        for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
+            if (json_is_object(ph) && num(ph, fa_secagg_phase_names[k], &s))
                 snprintf(p[k], sizeof(p[k]), "%.2f", s);
             else
                 snprintf(p[k], sizeof(p[k]), "-");

@@ -103,6 +103,20 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         json_array_append_new(cs, cj);
     }
     json_object_set_new(o, "commitments", cs);
+    if (r->n_share_faults) {
+        json_t *fs = json_array();
+        for (size_t i = 0; fs && i < r->n_share_faults; i++) {
+            const Fedagg__ShareFault *sf = r->share_faults[i];
+            json_t *fj = json_object();
+            if (!fj)
+                break;
+            json_object_set_new(fj, "region", json_string(sf->region ? sf->region : ""));
+            json_object_set_new(fj, "owner", json_string(sf->owner ? sf->owner : ""));
+            json_object_set_new(fj, "secret", json_string(sf->secret ? sf->secret : ""));
+            json_array_append_new(fs, fj);
+        }
+        json_object_set_new(o, "share_faults", fs);
+    }
     json_object_set_new(o, "prev_version", json_integer((json_int_t)r->prev_version));
     json_object_set_new(o, "new_version", json_integer((json_int_t)r->new_version));
     json_object_set_new(o, "prev_model_sha256",

@@ -307,14 +307,19 @@ static int cmd_inspect(int argc, char **argv)
                (unsigned long long)fa_st_data_len(st), (unsigned long long)fa_st_data_offset(st),
                file_sha);
         printf("metadata:%s\n", fa_st_metadata_count(st) ? "" : " (none)");
+        /* metadata may hold anything (a newline, a terminal's escape
+         * sequence): shown escaped (tensor names are printable already:
+         * the reader refuses others) */
         for (size_t i = 0; i < fa_st_metadata_count(st); i++) {
             const char *k, *v;
+            char ek[FA_ST_MAX_NAME * 4 + 1], ev[META_PRINT_MAX * 4 + 1];
             fa_st_metadata_at(st, i, &k, &v);
+            fa_st_escape(ek, sizeof(ek), k);
             if (strlen(v) <= META_PRINT_MAX)
-                printf("  %s: %s\n", k, v);
+                printf("  %s: %s\n", ek, fa_st_escape(ev, sizeof(ev), v));
             else
-                printf("  %s: %.*s... (%zu bytes; --json prints it whole)\n", k, META_PRINT_MAX, v,
-                       strlen(v));
+                printf("  %s: %s... (%zu bytes; --json prints it whole)\n", ek,
+                       fa_st_escape(ev, META_PRINT_MAX + 1, v), strlen(v));
         }
         printf("tensors: %zu\n", fa_st_count(st));
         printf("  %-24s %-5s %-16s %12s  %-15s  %-64s  %s\n", "name", "dtype", "shape", "bytes",

@@ -33,7 +33,7 @@ struct fa_comm {
     fa_comm_stats stats;
 };
 
-/* Backends' constructors.  fa_comm_mpi_init_world() initialises MPI when
+/* Backends' constructors.  fa_comm_mpi_world() initialises MPI when
  * needed and returns the world rank and size. */
 int fa_comm_mpi_world(int *rank, int *size, fa_error *err);
 int fa_comm_mpi_new(fa_comm **out, fa_error *err);

@@ -74,7 +74,7 @@ uint64_t fa_ddp_vector_len(const Fedagg__FederationInfo *info)
     size_t padded;
     if (!info->ddp)
         return info->num_params + 1;
-    padded = info->num_params ? fa_rotation_padded_dim((size_t)info->num_params) : 0;
+    padded = info->num_params ? fa_ddg_padded_dim((size_t)info->num_params) : 0;
     return padded ? (uint64_t)padded + 1 : 0;
 }
 

@@ -15,7 +15,7 @@
  * federation, the region, the round, the model version trained from and
  * the update's bytes; the ring vector is then the XChaCha20 keystream's
  * (fa_ddg_stream).  So:
- *   - a resumed attempt (the worker restarted; worker/round_client.c
+ *   - a resumed attempt (the worker restarted; worker/round_client_attempt.c
  *     re-sets the saved update) encodes the identical ring vector, which
  *     the restored secure-aggregation client checks against the input it
  *     bound before the crash;

@@ -15,6 +15,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "config.pb-c.h"
 #include "worker/local_tensors.h"
 #include "worker/trainer_process.h"
@@ -397,7 +398,7 @@ static int run_once(fa_external_trainer *x, const char *task, const fa_external_
             fa_log_info("forwarding SIGTERM to the external trainer", "pid=%d grace_ms=%u",
                         (int)p.pid, x->o.preempt_grace_ms);
         fa_trainer_proc_stop(&p, cancelled ? x->o.preempt_grace_ms : x->o.kill_grace_ms);
-        res->seconds = fa_trainer_now_s() - p.started;
+        res->seconds = fa_time_mono_s() - p.started;
         fa_trainer_log_tail(x->log_path, tail, sizeof(tail));
         if (cancelled) {
             fa_trainer_proc_describe_end(&p, end, sizeof(end), NULL);
@@ -415,7 +416,7 @@ static int run_once(fa_external_trainer *x, const char *task, const fa_external_
     /* The command has exited (a launcher such as torchrun after its ranks);
      * stragglers of its group go now. */
     fa_trainer_proc_finish(&p);
-    res->seconds = fa_trainer_now_s() - p.started;
+    res->seconds = fa_time_mono_s() - p.started;
     if (w < 0) {
         rc = fa_errorf(err, FA_ERR_CHILD, "external trainer `%s`: waitpid failed: %s", p.cmd,
                        strerror(-w));
@@ -438,7 +439,7 @@ static int run_session(fa_external_trainer *x, const char *task, const fa_extern
                        fa_external_result *res, fa_error *err)
 {
     fa_trainer_round_msg msg;
-    double t0 = fa_trainer_now_s();
+    double t0 = fa_time_mono_s();
     int rc;
 
     if (!x->session) {
@@ -490,7 +491,7 @@ static int run_session(fa_external_trainer *x, const char *task, const fa_extern
     msg.input = x->in_path;
     msg.output = !strcmp(task, "train") ? x->out_path : NULL;
     rc = fa_trainer_session_round(x->session, &msg, &res->r, err);
-    res->seconds = fa_trainer_now_s() - t0;
+    res->seconds = fa_time_mono_s() - t0;
     return rc;
 }
 

@@ -156,13 +156,6 @@ static const char usage[] =
     "  --log-level LEVEL  overrides the config's log_level\n"
     "  --version          prints the version\n";
 
-static void sleep_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested)
-        ;
-}
-
 struct worker {
     const Fedagg__WorkerConfig *cfg;
     fa_comm *comm;
@@ -507,8 +500,10 @@ static int evaluate_builtin(struct worker *w, uint64_t version)
     return 0;
 }
 
-/* Tests of preemption: FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a
- * SIGTERM when the local round reaches step k (k steps done), once. */
+#ifdef FA_TEST_HOOKS
+/* Tests of preemption (a test hook, common/fa_failpoint.h):
+ * FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a SIGTERM when the local
+ * round reaches step k (k steps done), once. */
 static void sigterm_at_step(void *user, uint64_t step)
 {
     struct worker *w = user;
@@ -517,14 +512,16 @@ static void sigterm_at_step(void *user, uint64_t step)
         kill(getpid(), SIGTERM);
     }
 }
+#endif
 
-/* Tests: with FEDAGG_DEBUG_DUMP_DIR set, rank 0 writes the federated delta
- * of each local round as trained, before clipping and quantisation
- * (delta-<region>-v<version>.f32, little-endian floats), so that a test can
- * compare a preempted and resumed round with an uninterrupted one.  Never
- * set this in production. */
+/* Tests (a test hook, common/fa_failpoint.h): with FEDAGG_DEBUG_DUMP_DIR
+ * set, rank 0 writes the federated delta of each local round as trained,
+ * before clipping and quantisation (delta-<region>-v<version>.f32,
+ * little-endian floats), so that a test can compare a preempted and resumed
+ * round with an uninterrupted one.  Not in a release build. */
 static void debug_dump_delta(const struct worker *w)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     char path[4096];
     fa_error e;
@@ -536,6 +533,9 @@ static void debug_dump_delta(const struct worker *w)
     if (fa_file_write_atomic(path, w->delta, w->d * sizeof(float), 0600, &e) == 0)
         fa_log(FA_LOG_WARN, "debug dump of the trained delta written (FEDAGG_DEBUG_DUMP_DIR)",
                "file=%s", path);
+#else
+    (void)w;
+#endif
 }
 
 /* Collective: one local round; rank 0 gets the federated delta.  Returns
@@ -576,10 +576,12 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
     ck.version = w->have_version;
     memcpy(ck.model_sha256, w->global_sha, 32);
     ck.shard_digest = w->shard_digest;
+#ifdef FA_TEST_HOOKS
     if (w->test_sigterm_step != UINT64_MAX) {
         ck.on_boundary = sigterm_at_step;
         ck.on_boundary_user = w;
     }
+#endif
     if (w->dp && !w->ddg_budget) {
         /* A fresh secret for every run, resumed ones included: the Poisson
          * samples and the noise are its streams (rank 0's reaches the
@@ -1220,7 +1222,7 @@ static int leader_loop(struct worker *w, fa_error *err)
                     last_round = info->round;
                     last_attempt = info->attempt;
                 } else {
-                    sleep_ms(250);
+                    fa_time_sleep_ms(250, &stop_requested);
                 }
                 fedagg__federation_info__free_unpacked(info, NULL);
                 continue;
@@ -1232,7 +1234,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             (info->round == last_round && info->attempt == last_attempt)) {
             /* Mid-round, or this attempt is done for us: wait for the next. */
             fedagg__federation_info__free_unpacked(info, NULL);
-            sleep_ms(500);
+            fa_time_sleep_ms(500, &stop_requested);
             continue;
         }
         if (w->pstate) {
@@ -1250,7 +1252,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (!state_dir_has_room(w, info->num_params)) {
             /* no room to download, train or save an attempt: sit this one out */
             fedagg__federation_info__free_unpacked(info, NULL);
-            sleep_ms(1000);
+            fa_time_sleep_ms(1000, &stop_requested);
             continue;
         }
         rc = get_global(w, info, FETCH_MS, err);
@@ -1264,7 +1266,7 @@ static int leader_loop(struct worker *w, fa_error *err)
         if (rc != 0) {
             fedagg__federation_info__free_unpacked(info, NULL);
             log_err("cannot get the global model; retrying", rc, err);
-            sleep_ms(2000);
+            fa_time_sleep_ms(2000, &stop_requested);
             continue;
         }
         w->metrics.model_version = (double)w->have_version;
@@ -1330,7 +1332,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             if (pr != PRIV_GO) {
                 if (pr == FA_ERR_REPLAY) {
                     last_attempt = UINT32_MAX; /* as a refused upload: resynchronise */
-                    sleep_ms(250);
+                    fa_time_sleep_ms(250, &stop_requested);
                 } else {
                     last_round = info->round;
                     last_attempt = info->attempt;
@@ -1381,7 +1383,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             last_attempt = UINT32_MAX;
             if (out.model_stale) /* trained from another model: get it again */
                 w->have_version = w->delta_version = UINT64_MAX;
-            sleep_ms(250);
+            fa_time_sleep_ms(250, &stop_requested);
         } else if (rc == FA_ERR_TLS || rc == FA_ERR_AUTH) {
             fedagg__federation_info__free_unpacked(info, NULL);
             return rc;
@@ -1392,7 +1394,7 @@ static int leader_loop(struct worker *w, fa_error *err)
             w->metrics.round_failures_total++;
             write_metrics(w);
             log_err("round attempt failed; retrying", rc, err);
-            sleep_ms(1000u << (failures < 4 ? failures : 4));
+            fa_time_sleep_ms(1000u << (failures < 4 ? failures : 4), &stop_requested);
             failures++;
         }
         fedagg__federation_info__free_unpacked(info, NULL);
@@ -1508,16 +1510,18 @@ int main(int argc, char **argv)
              "round, or trains it afresh)\" proc=worker region=%.64s rank=%d\n",
              cfg->preempt_grace_s, cfg->region_id ? cfg->region_id : "", w.rank);
     grace_msg_len = strlen(grace_msg);
+    w.test_sigterm_step = UINT64_MAX;
+#ifdef FA_TEST_HOOKS
     {
         const char *k = getenv("FEDAGG_TEST_SIGTERM_AT_STEP");
         char *end = NULL;
-        w.test_sigterm_step = UINT64_MAX;
         if (k && *k) {
             unsigned long long v = strtoull(k, &end, 10);
             if (end && !*end)
                 w.test_sigterm_step = v;
         }
     }
+#endif
     if (rc != 0) {
         log_err("cannot start", rc, &err);
         goto out;

@@ -55,6 +55,7 @@
 #include "common/fa_err.h"
 #include "config.pb-c.h"
 #include "crypto/checkpoint.h"
+#include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 #include "model/tensors.h"
 
@@ -73,19 +74,14 @@ void fa_round_client_del(fa_round_client *rc);
 int fa_round_client_info(fa_round_client *rc, uint32_t timeout_ms, Fedagg__FederationInfo **info,
                          fa_error *err);
 
-/* Downloads the current global model into path (atomically), checking its
- * SHA-256 against the fedagg-model-sha256 header, and then that the signed
- * audit log records it as the latest model (see above; a model that moved on
- * meanwhile is downloaded again).  Returns 0 with the version and digest, or
- * an error: FA_ERR_VERIFY with an ALARM (the client is then alarmed for good),
+/* Downloads the current global model into path (atomically) within
+ * timeout_ms (connecting included), checking its SHA-256 against the
+ * fedagg-model-sha256 header, and then that the signed audit log records it
+ * as the latest model (see above; a model that moved on meanwhile is
+ * downloaded again).  Returns 0 with the version and digest, or an error:
+ * FA_ERR_VERIFY with an ALARM (the client is then alarmed for good),
  * FA_ERR_AGAIN when the log does not record the version yet (try later),
- * FA_ERR_PROTOCOL, or a transport error. */
-int fa_round_client_fetch_model(fa_round_client *rc, const char *path, uint64_t *version,
-                                uint8_t sha256[32], fa_error *err);
-
-/* The same within timeout_ms (connecting included), for a caller that must
- * not wait long: the final model of a federation whose aggregator is
- * draining.  Returns the errors above, FA_ERR_TIMEOUT among them. */
+ * FA_ERR_PROTOCOL, FA_ERR_TIMEOUT, or a transport error. */
 int fa_round_client_fetch_model_within(fa_round_client *rc, const char *path, uint32_t timeout_ms,
                                        uint64_t *version, uint8_t sha256[32], fa_error *err);
 
@@ -122,7 +118,7 @@ typedef struct fa_round_outcome {
     int proof_verified; /* the audit record was proven against a signed checkpoint */
     uint64_t leaf_index;
     uint64_t bytes_up, bytes_down;
-    double phase_seconds[5]; /* advertise, shares, masked, consistency, unmask */
+    double phase_seconds[FA_SECAGG_N_PHASES]; /* by enum fa_secagg_phase */
     /* With FA_ERR_REPLAY: the aggregator refused the advertisement and
      * announces another model than the one this region trained from: the
      * caller downloads the model again (and trains anew) before the next

@@ -13,25 +13,9 @@
 #include <unistd.h>
 
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 
 extern char **environ;
-
-double fa_trainer_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(double ms)
-{
-    struct timespec ts;
-    if (ms <= 0)
-        return;
-    ts.tv_sec = (time_t)(ms / 1000.0);
-    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000.0) * 1e6);
-    nanosleep(&ts, NULL); /* a signal cuts it short: the caller re-checks */
-}
 
 char *fa_trainer_substitute(const char *s, const char *input, const char *output,
                             const char *result)
@@ -155,7 +139,7 @@ int fa_trainer_proc_spawn(fa_trainer_proc *p, char *const *argv, char *const *en
                          p->cmd, strerror(e),
                          e == ENOENT ? " (command or working directory not found)" : "");
     }
-    p->started = fa_trainer_now_s();
+    p->started = fa_time_mono_s();
     fa_log_debug("external trainer started", "pid=%d", (int)p->pid);
     return 0;
 }
@@ -176,7 +160,7 @@ int fa_trainer_proc_exited(fa_trainer_proc *p)
 
 int fa_trainer_proc_wait(fa_trainer_proc *p, double deadline, const volatile sig_atomic_t *cancel)
 {
-    double pause = 1.0;
+    uint64_t pause = 1; /* ms */
     for (;;) {
         int r = fa_trainer_proc_exited(p);
         double left;
@@ -184,11 +168,12 @@ int fa_trainer_proc_wait(fa_trainer_proc *p, double deadline, const volatile sig
             return r;
         if (cancel && *cancel)
             return 0;
-        left = (deadline - fa_trainer_now_s()) * 1000.0;
+        left = (deadline - fa_time_mono_s()) * 1000.0;
         if (left <= 0)
             return 0;
-        sleep_ms(pause < left ? pause : left);
-        if (pause < 50.0)
+        /* cut short by *cancel; a deadline less than 1 ms away is slept to */
+        fa_time_sleep_ms((double)pause < left ? pause : (uint64_t)left + 1, cancel);
+        if (pause < 50)
             pause *= 2;
     }
 }
@@ -211,7 +196,7 @@ void fa_trainer_proc_stop(fa_trainer_proc *p, uint32_t grace_ms)
         return;
     if (fa_trainer_proc_exited(p) == 0) {
         kill(-p->pid, SIGTERM);
-        fa_trainer_proc_wait(p, fa_trainer_now_s() + grace_ms / 1000.0, NULL);
+        fa_trainer_proc_wait(p, fa_time_mono_s() + grace_ms / 1000.0, NULL);
     }
     fa_trainer_proc_finish(p);
 }

@@ -28,9 +28,6 @@ typedef struct fa_trainer_proc {
     char log_path[4200];
 } fa_trainer_proc;
 
-/* Monotonic seconds. */
-double fa_trainer_now_s(void);
-
 /* s with every "{input}", "{output}" and "{result}" replaced (NULL
  * replacements leave the placeholder).  malloc'ed, or NULL when out of
  * memory. */

@@ -2,6 +2,7 @@
  * (trainer_proto.h). */
 #include "worker/trainer_proto.h"
 
+#include "common/fa_json.h"
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -145,6 +146,8 @@ static int handle(fa_trainer_proto *p, const char *line, size_t n, fa_trainer_ev
     const char *type;
     int rc = 0;
 
+    if (!o && fa_json_out_of_memory(&je))
+        return broken(p, fa_errorf(err, FA_ERR_NOMEM, "out of memory reading the trainer's line"));
     if (!o)
         return broken(p, fa_errorf(err, FA_ERR_PROTOCOL,
                                    "the trainer sent a line that is not JSON (column %d: %s)",
@@ -298,6 +301,11 @@ int fa_trainer_proto_round(fa_trainer_proto *p, const fa_trainer_round_msg *m, u
     if (!m->task || !m->input || (!strcmp(m->task, "train") && !m->output))
         return fa_errorf(err, FA_ERR_INVAL,
                          "trainer protocol: round without task, input or output");
+    if (!fa_json_utf8_valid(m->task) || !fa_json_utf8_valid(m->input) ||
+        (m->region && !fa_json_utf8_valid(m->region)) ||
+        (m->output && !fa_json_utf8_valid(m->output)))
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "trainer protocol: a path or the region is not valid UTF-8");
     o = json_object();
     if (!o)
         return fa_errorf(err, FA_ERR_NOMEM, "trainer protocol: out of memory");
@@ -312,8 +320,7 @@ int fa_trainer_proto_round(fa_trainer_proto *p, const fa_trainer_round_msg *m, u
         bad |= json_object_set_new(o, "output", json_string(m->output));
     if (bad) {
         json_decref(o);
-        return fa_errorf(err, FA_ERR_INVAL,
-                         "trainer protocol: a path or the region is not valid UTF-8");
+        return fa_errorf(err, FA_ERR_NOMEM, "trainer protocol: out of memory");
     }
     rc = dump_line(o, line, len, err);
     json_decref(o);

@@ -1,6 +1,7 @@
 /* trainer_result.c - the results of an external trainer's round (trainer_result.h). */
 #include "worker/trainer_result.h"
 
+#include "common/fa_json.h"
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -206,6 +207,8 @@ int fa_trainer_result_parse(fa_trainer_result *r, const char *text, size_t len, 
     if (!what)
         what = "trainer results";
     o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o && fa_json_out_of_memory(&je))
+        return fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", what);
     if (!o)
         return fa_errorf(err, FA_ERR_PARSE, "%s:%d:%d: %s", what, je.line, je.column, je.text);
     rc = fa_trainer_result_from_json(r, o, what, err);

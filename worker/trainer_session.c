@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/fa_log.h"
+#include "common/fa_time.h"
 #include "worker/trainer_process.h"
 
 #define POLL_MS 50
@@ -33,11 +34,6 @@ struct fa_trainer_session {
     fa_trainer_proto *proto;
     unsigned starts;
 };
-
-static uint64_t now_ms(void)
-{
-    return (uint64_t)(fa_trainer_now_s() * 1000.0);
-}
 
 static char *dup_or_null(const char *s, int *oom)
 {
@@ -152,7 +148,7 @@ static int send_line(fa_trainer_session *s, const char *line, size_t len, uint64
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             struct pollfd pf = {s->conn_fd, POLLOUT, 0};
-            if (now_ms() >= deadline)
+            if (fa_time_mono_ms() >= deadline)
                 return fa_errorf(err, FA_ERR_TIMEOUT,
                                  "the trainer does not read its socket (a message could not be "
                                  "sent in time)");
@@ -174,8 +170,8 @@ void fa_trainer_session_del(fa_trainer_session *s)
         /* Ask first; the group is signalled only after the grace period. */
         if (s->conn_fd >= 0 && s->proto &&
             fa_trainer_proto_shutdown(s->proto, &line, &len, NULL) == 0 &&
-            send_line(s, line, len, now_ms() + s->o.kill_grace_ms, NULL) == 0) {
-            fa_trainer_proc_wait(&s->proc, fa_trainer_now_s() + s->o.kill_grace_ms / 1000.0, NULL);
+            send_line(s, line, len, fa_time_mono_ms() + s->o.kill_grace_ms, NULL) == 0) {
+            fa_trainer_proc_wait(&s->proc, fa_time_mono_s() + s->o.kill_grace_ms / 1000.0, NULL);
         }
         free(line);
         if (fa_trainer_proc_exited(&s->proc) == 0)
@@ -313,7 +309,8 @@ static int start(fa_trainer_session *s, fa_error *err)
     s->starts++;
     fa_log_info("long-lived trainer started", "pid=%d start=%u socket=%s", (int)s->proc.pid,
                 s->starts, s->sock_path);
-    rc = fa_trainer_proto_new(&s->proto, now_ms(), (uint64_t)s->o.start_timeout_s * 1000u, err);
+    rc = fa_trainer_proto_new(&s->proto, fa_time_mono_ms(), (uint64_t)s->o.start_timeout_s * 1000u,
+                              err);
     if (rc != 0)
         goto fail;
     for (;;) {
@@ -330,7 +327,7 @@ static int start(fa_trainer_session *s, fa_error *err)
             rc = died(s, "before saying hello", err);
             goto fail;
         }
-        if ((rc = fa_trainer_proto_check_time(s->proto, now_ms(), err)) != 0)
+        if ((rc = fa_trainer_proto_check_time(s->proto, fa_time_mono_ms(), err)) != 0)
             goto fail;
         pf.fd = s->conn_fd >= 0 ? s->conn_fd : s->listen_fd;
         pf.events = POLLIN;
@@ -361,7 +358,7 @@ static int start(fa_trainer_session *s, fa_error *err)
                 goto fail;
             if (ev.kind == FA_TRAINER_EV_HELLO) {
                 fa_log_info("long-lived trainer connected", "pid=%d seconds=%.2f", (int)s->proc.pid,
-                            fa_trainer_now_s() - s->proc.started);
+                            fa_time_mono_s() - s->proc.started);
                 return 0;
             }
         }
@@ -385,8 +382,8 @@ int fa_trainer_session_round(fa_trainer_session *s, const fa_trainer_round_msg *
         if ((rc = start(s, err)) != 0)
             return rc;
     }
-    rc = fa_trainer_proto_round(s->proto, m, now_ms(), (uint64_t)s->o.timeout_s * 1000u, &line,
-                                &len, err);
+    rc = fa_trainer_proto_round(s->proto, m, fa_time_mono_ms(), (uint64_t)s->o.timeout_s * 1000u,
+                                &line, &len, err);
     if (rc == FA_ERR_INVAL || rc == FA_ERR_NOMEM) {
         free(line);
         return rc; /* ours, not the trainer's: it stays */
@@ -418,7 +415,7 @@ int fa_trainer_session_round(fa_trainer_session *s, const fa_trainer_round_msg *
             preempt_trainer(s);
             return rc;
         }
-        if ((rc = fa_trainer_proto_check_time(s->proto, now_ms(), err)) != 0)
+        if ((rc = fa_trainer_proto_check_time(s->proto, fa_time_mono_ms(), err)) != 0)
             break;
         if (poll(&pf, 1, POLL_MS) <= 0) {
             if (fa_trainer_proc_exited(&s->proc) != 0) {
@@ -436,7 +433,7 @@ int fa_trainer_session_round(fa_trainer_session *s, const fa_trainer_round_msg *
             snprintf(when, sizeof(when), "during round %" PRIu64 " (it closed its connection)",
                      m->round);
             /* give it a moment to exit, for a better message */
-            if (fa_trainer_proc_wait(&s->proc, fa_trainer_now_s() + 0.5, NULL) == 1)
+            if (fa_trainer_proc_wait(&s->proc, fa_time_mono_s() + 0.5, NULL) == 1)
                 rc = died(s, when, err);
             else
                 rc = fa_errorf(err, FA_ERR_CHILD, "closed its connection during round %" PRIu64,

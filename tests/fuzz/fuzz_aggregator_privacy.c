@@ -14,7 +14,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static fa_fed_eval_member m;
+    static fa_eval_reports_member m;
     static int ready;
     fa_privacy_ledger *l = NULL;
     double eps, delta, budget;

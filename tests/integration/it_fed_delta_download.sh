@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quantised-delta download (issue 12): regions and aggregator hold
+# The quantised-delta download (docs/model.md): regions and aggregator hold
 # bit-identical weights after 20 rounds.  With `model_delta { enabled: true }`
 # the aggregator publishes every version v also as a delta of 4- or 8-bit
 # steps against v-1, and defines model-<v> as what that delta rebuilds
@@ -22,6 +22,7 @@
 #     with deltas; the metrics files count both;
 #   - the audit log verifies.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 ROUNDS=20
 # the width the delta files must say: the config's default unless named

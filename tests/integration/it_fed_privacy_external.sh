@@ -13,7 +13,6 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 
 PY=$(python3 -c "import sys; print(sys.executable)")
 ROUNDS=3
-export FED_ADVERTISE_MS=6000
 fed_test_config "$ROUNDS"
 FED_WORKER_TRAINER="external { command: [\"$PY\", \"$FA_SRC/tests/worker/fake_trainer.py\", \"ok\"] timeout_s: 60 }" \
     fed_write_worker "$D" ap-south "$PORT" "$ALL" 'metrics_file: "worker-ap-south/metrics.prom"

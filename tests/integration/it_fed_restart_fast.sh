@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Recovery in seconds (issue 11), with the default 60 s QUIC idle timeout:
+# Recovery in seconds (docs/history.md, "Recovery"), with the default 60 s
+# QUIC idle timeout:
 #  1. the aggregator SIGKILLed while every worker waits in a long-poll and
 #     restarted at once on the same address (same static secret): the next
 #     round completes within seconds of the restart, and every worker is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HTTP/3 through the UDP impairment relay (tests/tools/relay), the WAN
-# profiles of issue 4; every transfer must arrive intact (SHA-256):
+# profiles of tests/tools/relay/README.md; every transfer must arrive intact
+# (SHA-256):
 #   wan80     80 ms RTT, 1 % random loss
 #   wan220    220 ms RTT, 2 % bursty loss, reordering
 #   corrupt3  3 % of datagrams with a flipped bit

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# soak.sh - a federation under faults for a bounded time (issue 11, Recovery).
+# soak.sh - a federation under faults for a bounded time (docs/history.md,
+# "Recovery").
 #
 #   tests/soak/soak.sh [BUILD_DIR]      (make soak; FA_BIN may be set instead)
 #

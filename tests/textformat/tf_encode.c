@@ -116,7 +116,7 @@ int main(int argc, char **argv)
         o.filename = file ? file : "<stdin>";
         o.diags = diags;
         if (fa_textformat_parse_ex(d, in, len, &o, &m, &err) != 0) {
-            for (size_t k = 0; k < fa_diags_count(diags); k++)
+            for (size_t k = 0; fa_diags_get(diags, k); k++)
                 fprintf(stderr, "%s\n", fa_diags_get(diags, k));
             if (fa_diags_count(diags) == 0)
                 fprintf(stderr, "%s\n", err.msg);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -433,8 +434,24 @@ static void test_complete_round(void **state)
     size_t alen;
     Fedagg__RoundResult *res;
 
+    uint64_t opened = s->now;
+    char *json;
+    fa_error aerr;
+
     model_params(s, before);
     finish_round_1_all(s);
+    /* the attempt's duration is on the clock the federation is given (the
+     * wall clock may step back): from the open to the commit */
+    must(fa_fed_admin_json(s->f, "rounds", s->now, &json, &aerr), &aerr);
+    {
+        json_t *doc = json_loads(json, 0, NULL);
+        json_t *secs =
+            json_object_get(json_array_get(json_object_get(doc, "rounds"), 0), "seconds");
+        assert_true(json_is_real(secs));
+        assert_true(fabs(json_real_value(secs) - (double)(s->now - opened) / 1000.0) < 1e-9);
+        json_decref(doc);
+    }
+    free(json);
     a = poll_ok(s, FA_FED_UNMASK, 1, 1, 0, &alen);
     res = fedagg__round_result__unpack(NULL, alen, a);
     assert_non_null(res);
@@ -664,6 +681,18 @@ static void test_advertised_model(void **state)
                      0);
     assert_string_equal(opath, path);
     assert_memory_equal(osha, sha, 32);
+#ifndef FA_TEST_HOOKS
+    /* A build without test hooks ignores the switch: eu-west gets the
+     * model itself all the same. */
+    setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west", 1);
+    assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_string_equal(opath, path);
+    assert_memory_equal(osha, sha, 32);
+    unsetenv("FEDAGG_FAILPOINTS");
+    sim_del(s);
+    return;
+#endif
     /* from version 1 on: not yet */
     setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west@1", 1);
     assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
@@ -735,6 +764,31 @@ static void test_restart_mid_round(void **state)
     fa_fed_close(s->f);
     s->f = NULL;
     s->now += 50;
+    {
+        /* A round state whose phase does not match its secure-aggregation
+         * state (a damaged file) is refused, and changes nothing. */
+        uint8_t *orig = NULL, *bad;
+        size_t olen = 0, blen;
+        Fedagg__RoundState *st;
+        fa_error err;
+        snprintf(path, sizeof(path), "%s/store/round.state", s->dir);
+        must(fa_file_read_all(path, &orig, &olen, 1 << 30, &err), &err);
+        st = fedagg__round_state__unpack(NULL, olen, orig);
+        assert_non_null(st);
+        assert_int_equal(st->phase, FEDAGG__PHASE__PHASE_MASKED);
+        st->phase = FEDAGG__PHASE__PHASE_UNMASK;
+        blen = fedagg__round_state__get_packed_size(st);
+        bad = malloc(blen);
+        fedagg__round_state__pack(st, bad);
+        fedagg__round_state__free_unpacked(st, NULL);
+        must(fa_file_write_atomic(path, bad, blen, 0600, &err), &err);
+        assert_int_equal(fa_fed_open(&s->f, s->cfg, NULL, s->now, &err), FA_ERR_CORRUPT);
+        assert_non_null(strstr(err.msg, "secure-aggregation state in phase masked"));
+        assert_null(s->f);
+        must(fa_file_write_atomic(path, orig, olen, 0600, &err), &err);
+        free(bad);
+        free(orig);
+    }
     sim_open(s);
     position(s, &round, &attempt, &phase, &version);
     assert_int_equal(round, 1);
@@ -966,6 +1020,16 @@ static int unset_failpoints(void **state)
  * (a second name), nor with a byte less; then it opens again by itself. */
 static void test_storage_gate_counts_spares(void **state)
 {
+#ifndef FA_TEST_HOOKS
+    /* A build without test hooks ignores the switch: with the free space
+     * said to be short by far more than the disk has, an attempt opens. */
+    struct sim *s0 = sim_new(1000);
+    (void)state;
+    setenv("FEDAGG_FAILPOINTS", "fed-storage-short=18446744073709551615", 1);
+    assert_int_equal(abort_and_reopen(s0), FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s0);
+    return;
+#endif
     struct sim *s = sim_new(1000);
     const int all[] = {0, 1, 2};
     char sum_spare[800], state_spare[800], away[800], sv[64];
@@ -1611,6 +1675,205 @@ static void test_federated_evaluation(void **state)
     sim_del(s);
 }
 
+/* Checks the sim's audit log with the aggregator's key and the regions'
+ * keys (the aggregator closed). */
+static void verify_sim_log(struct sim *s, fa_audit_verify_result *res)
+{
+    fa_audit_region_key keys[NR];
+    fa_audit_verify_opts o;
+    fa_note_verifier nv;
+    char kp[600], path[600];
+    uint8_t *kd, aseed[32];
+    size_t kl;
+    fa_error err;
+
+    snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+    must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+    free(kd);
+    memset(&nv, 0, sizeof(nv));
+    snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+    must(fa_identity_public_key(aseed, nv.pk), NULL);
+    for (int i = 0; i < NR; i++) {
+        keys[i].region = ids[i];
+        memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+    }
+    memset(&o, 0, sizeof(o));
+    o.key = &nv;
+    o.region_keys = keys;
+    o.nregion_keys = NR;
+    memset(res, 0, sizeof(*res));
+    must(fa_audit_verify(path, &o, res, &err), &err);
+}
+
+/* A region that reveals bad shares in the unmasking cannot stall the
+ * round: with all three unmasking and t = 2, the secrets are rebuilt
+ * without its shares, the round commits, and its audit record names it
+ * (share_faults), which audit verify takes. */
+static void test_bad_shares_do_not_stall(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    uint8_t *m, *a, *rec;
+    size_t len, alen, rlen;
+    uint64_t version;
+    fa_error err;
+    fa_audit_verify_result res;
+    (void)state;
+
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload_all_and_close(s);
+    for (int k = 0; k < NR; k++) {
+        a = poll_ok(s, FA_FED_MASKED, k, 1, 0, &alen);
+        must(fa_secagg_client_survivors(s->c[k], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        assert_int_equal(submit(s, FA_FED_CONSISTENCY, k, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    for (int k = 0; k < NR; k++) {
+        a = poll_ok(s, FA_FED_CONSISTENCY, k, 1, 0, &alen);
+        must(fa_secagg_client_signatures(s->c[k], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        if (k == 0) { /* ap-south lies in every share it reveals */
+            Fedagg__UnmaskShares *u = fedagg__unmask_shares__unpack(NULL, len, m);
+            assert_non_null(u);
+            for (size_t x = 0; x < u->n_self_mask_shares; x++)
+                for (size_t b = 0; b < u->self_mask_shares[x]->share.len; b++)
+                    u->self_mask_shares[x]->share.data[b] ^= (uint8_t)(0x11 + b);
+            free(m);
+            len = fedagg__unmask_shares__get_packed_size(u);
+            m = malloc(len);
+            fedagg__unmask_shares__pack(u, m);
+            fedagg__unmask_shares__free_unpacked(u, NULL);
+        }
+        assert_int_equal(submit(s, FA_FED_UNMASK, k, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    {
+        fa_audit_log *log;
+        Fedagg__AuditRecord *r;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        fa_fed_close(s->f);
+        s->f = NULL;
+        must(fa_audit_log_open_readonly(&log, path, NULL, NULL, &err), &err);
+        must(fa_audit_log_read(log, 0, &rec, &rlen, &err), &err);
+        fa_audit_log_close(log);
+        r = fedagg__audit_record__unpack(NULL, rlen, rec);
+        assert_non_null(r);
+        assert_int_equal(r->n_participants, 3); /* its own update is in the sum */
+        assert_int_equal(r->n_share_faults, 1);
+        assert_string_equal(r->share_faults[0]->region, "ap-south");
+        assert_string_equal(r->share_faults[0]->secret, "self_mask");
+        fedagg__audit_record__free_unpacked(r, NULL);
+        free(rec);
+    }
+    verify_sim_log(s, &res);
+    assert_int_equal(res.records, 1);
+    assert_int_equal(res.problems, 0);
+    assert_int_equal(res.region_signatures, 3);
+    sim_open(s);
+    sim_del(s);
+}
+
+/* The audit log cut short under a running federation: within a second
+ * the damage is found, the attempt in flight is abandoned (no model it
+ * could not record is committed), /readyz says why, and no attempt opens
+ * however long it waits. */
+static void test_audit_damage_stops_rounds(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    char path[600], why[512];
+    uint64_t version;
+    int phase;
+    struct stat st;
+    (void)state;
+
+    finish_round_1_all(s);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size - 3), 0);
+    assert_int_equal(fa_fed_ready(s->f, s->now, why, sizeof(why)), 1);
+    s->now += 1000;
+    fa_fed_tick(s->f, s->now);
+    position(s, NULL, NULL, &phase, &version);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    assert_int_equal(version, 1);
+    assert_int_equal(fa_fed_ready(s->f, s->now, why, sizeof(why)), 0);
+    assert_non_null(strstr(why, "the audit log is damaged"));
+    assert_non_null(strstr(why, "fedagg audit repair"));
+    for (int i = 0; i < 3; i++) {
+        s->now += 120000;
+        fa_fed_tick(s->f, s->now);
+        position(s, NULL, NULL, &phase, NULL);
+        assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    }
+    sim_del(s);
+}
+
+/* A region cannot steer the federated means by the weight of its count: a
+ * report claiming 1.8 x 10^19 examples (it made the accuracy 1, the loss
+ * +Inf and the count negative in the status) is refused with 400, and so
+ * is one whose loss, over a count within the bound, would make the mean
+ * overflow; the honest reports make the means as before, and that region's
+ * honest report is taken afterwards. */
+static void test_evaluation_cannot_be_steered(void **state)
+{
+    struct sim *s = sim_new(1000);
+    uint8_t *b;
+    size_t len;
+    int status;
+    char *json;
+    fa_fed_reply r = {0};
+    fa_error err;
+    (void)state;
+
+    len = eval_report(s, 0, ids[0], 0, 100, 0.5, 0.8, 0, &b);
+    assert_int_equal(submit_eval(s, 0, b, len, &status), 0);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 18000000000000000000u, 0.5, 1.0, 0, &b);
+    assert_int_equal(fa_fed_submit_eval(s->f, ids[1], b, len, &r), FA_ERR_RANGE);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 400);
+    assert_non_null(strstr(r.msg, "num_examples 18000000000000000000 is more than a region may "
+                                  "claim (1000000000"));
+    fa_fed_reply_free(&r);
+    free(b);
+    /* at the bound the count is taken, not a loss that overflows the sum */
+    len = eval_report(s, 1, ids[1], 0, 1000000000u, 1e300, 1.0, 0, &b);
+    assert_int_equal(fa_fed_submit_eval(s->f, ids[1], b, len, &r), FA_ERR_RANGE);
+    assert_non_null(strstr(r.msg, "its loss over 1000000000 examples would make the federated "
+                                  "mean overflow"));
+    fa_fed_reply_free(&r);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 1000000001u, 0.5, 1.0, 0, &b); /* one over */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_RANGE);
+    free(b);
+    /* Nothing of the refused reports counts. */
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"num_examples\":100,") ? json : NULL);
+    assert_null(strstr(json, "\"num_examples\":-"));
+    free(json);
+    len = eval_report(s, 1, ids[1], 0, 300, 1.0, 0.6, 0, &b);
+    assert_int_equal(submit_eval(s, 1, b, len, &status), 0);
+    free(b);
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"num_examples\":400,"));
+    assert_non_null(strstr(json, "\"accuracy\": 0.65") ? json : strstr(json, "\"accuracy\":0.65"));
+    free(json);
+    sim_del(s);
+}
+
 static void make_evaluator(const char *dir)
 {
     char path[512];
@@ -2138,6 +2401,9 @@ int main(void)
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits8),
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits4),
         cmocka_unit_test(test_federated_evaluation),
+        cmocka_unit_test(test_evaluation_cannot_be_steered),
+        cmocka_unit_test(test_bad_shares_do_not_stall),
+        cmocka_unit_test(test_audit_damage_stops_rounds),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),

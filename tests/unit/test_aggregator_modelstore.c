@@ -111,6 +111,60 @@ static void test_commit_retain_reopen(void **state)
     fa_model_store_del(s);
 }
 
+/* Going back to a retained version (fedagg audit repair --store): the newer
+ * versions' files and the old MANIFEST move aside, nothing is deleted, the
+ * store opens at that version and commits the next one over again; a
+ * version no longer retained, or damaged, is refused with nothing moved. */
+static void test_rollback(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version cur;
+    char sub[300], aside[400], p[600];
+    uint64_t was = 0;
+    struct stat st;
+    fa_error err;
+    (void)state;
+
+    snprintf(sub, sizeof(sub), "%s/rollback", dir);
+    snprintf(aside, sizeof(aside), "%s/aside", sub);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), 0);
+    for (uint64_t v = 0; v < 5; v++)
+        assert_int_equal(commit(s, v, &err), 0);
+    fa_model_store_del(s);
+    /* retained: 2, 3, 4 */
+    assert_int_equal(fa_model_store_rollback(sub, 1, aside, 0, &was, &err), FA_ERR_NOTFOUND);
+    assert_non_null(strstr(err.msg, "the store keeps 2, 3, 4"));
+    assert_int_equal(stat(aside, &st), -1);
+    assert_int_equal(fa_model_store_rollback(sub, 4, aside, 0, &was, &err), 0); /* current */
+    assert_int_equal(was, 4);
+    assert_int_equal(stat(aside, &st), -1);
+    assert_int_equal(fa_model_store_rollback(sub, 2, aside, 1, &was, &err), 0); /* dry run */
+    assert_int_equal(stat(aside, &st), -1);
+    assert_int_equal(fa_model_store_rollback(sub, 2, aside, 0, &was, &err), 0);
+    assert_int_equal(was, 4);
+    for (uint64_t v = 3; v <= 4; v++) {
+        snprintf(p, sizeof(p), "%s/model-%08llu.safetensors", aside, (unsigned long long)v);
+        assert_int_equal(stat(p, &st), 0);
+        snprintf(p, sizeof(p), "%s/state-%08llu.safetensors", aside, (unsigned long long)v);
+        assert_int_equal(stat(p, &st), 0);
+        snprintf(p, sizeof(p), "%s/model-%08llu.safetensors", sub, (unsigned long long)v);
+        assert_int_equal(stat(p, &st), -1);
+    }
+    snprintf(p, sizeof(p), "%s/MANIFEST", aside);
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), 0);
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 2);
+    assert_int_equal(commit(s, 3, &err), 0);
+    fa_model_store_del(s);
+    /* a damaged version is not gone back to */
+    snprintf(p, sizeof(p), "%s/model-%08llu.safetensors", sub, 2ull);
+    flip_last_bit(p);
+    snprintf(aside, sizeof(aside), "%s/aside2", sub);
+    assert_int_equal(fa_model_store_rollback(sub, 2, aside, 0, &was, &err), FA_ERR_CORRUPT);
+    assert_int_equal(stat(aside, &st), -1);
+}
+
 static void test_interrupted_commit_is_cleaned(void **state)
 {
     fa_model_store *s;
@@ -682,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_delta_files),
         cmocka_unit_test(test_state_written_over_spare),
         cmocka_unit_test(test_staged_commit),
+        cmocka_unit_test(test_rollback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

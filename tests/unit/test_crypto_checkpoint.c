@@ -1,6 +1,7 @@
 /* Unit tests of crypto/checkpoint: C2SP signed notes against the known
  * answers of golang.org/x/mod/sumdb/note (note_test.go), checkpoints, key
- * file forms, region upload commitments and proof bundles. */
+ * file forms, region upload commitments, proof bundles and the text of
+ * consistency proofs. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -343,7 +344,7 @@ static void test_commitments(void **state)
     randombytes_buf(seed, sizeof(seed));
     crypto_sign_seed_keypair(pk, sk, seed);
     memset(h, 0xab, sizeof(h));
-    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", B3, h, sig), 0);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "fed", 12, 1, "eu-west", B3, h, sig), 0);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig, pk), 0);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", S2, h, sig, pk),
                      FA_ERR_VERIFY);
@@ -356,7 +357,7 @@ static void test_commitments(void **state)
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-east", B3, h, sig, pk),
                      FA_ERR_VERIFY);
     /* the SHA-256 commitments of secagg.proto version 3, as old records hold them */
-    assert_int_equal(fa_commitment_sign(seed, "fed", 12, 1, "eu-west", S2, h, sig1), 0);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "fed", 12, 1, "eu-west", S2, h, sig1), 0);
     assert_memory_not_equal(sig, sig1, 64);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", S2, h, sig1, pk), 0);
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig1, pk),
@@ -366,9 +367,9 @@ static void test_commitments(void **state)
     h[31] ^= 1;
     assert_int_equal(fa_secagg_commitment_verify("fed", 12, 1, "eu-west", B3, h, sig, pk),
                      FA_ERR_VERIFY);
-    assert_int_equal(fa_commitment_sign(seed, "", 1, 1, "r", B3, h, sig), FA_ERR_INVAL);
-    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, NULL, B3, h, sig), FA_ERR_INVAL);
-    assert_int_equal(fa_commitment_sign(seed, "f", 1, 1, "r", 7, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "", 1, 1, "r", B3, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "f", 1, 1, NULL, B3, h, sig), FA_ERR_INVAL);
+    assert_int_equal(fa_secagg_commitment_sign(seed, "f", 1, 1, "r", 7, h, sig), FA_ERR_INVAL);
 }
 
 static void test_proof_bundle(void **state)
@@ -465,12 +466,81 @@ static void test_proof_bundle(void **state)
     fa_note_signer_del(s);
 }
 
+/* The text of a consistency proof: written by the audit log's endpoint,
+ * read by a region from an aggregator it must not trust. */
+static void test_consistency_text(void **state)
+{
+    uint8_t proof[3 * FA_MERKLE_HASH_LEN], got[FA_MERKLE_MAX_PROOF * FA_MERKLE_HASH_LEN];
+    char *text = NULL, bad[512];
+    size_t len = 0, n = 99;
+    fa_error err;
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(proof); i++)
+        proof[i] = (uint8_t)(i * 7 + 1);
+    assert_int_equal(fa_checkpoint_consistency_format(3, 9, proof, 3, &text, &len, &err), 0);
+    assert_int_equal(len, strlen(text));
+    {
+        static const char head[] = "fedagg-audit-consistency v1\nold 3\nsize 9\nhash ";
+        assert_memory_equal(text, head, sizeof(head) - 1);
+    }
+    assert_int_equal(fa_checkpoint_consistency_parse(text, len, 3, 9, got, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_memory_equal(got, proof, sizeof(proof));
+    /* without the final newline, too */
+    assert_int_equal(fa_checkpoint_consistency_parse(text, len - 1, 3, 9, got, &n, &err), 0);
+    assert_int_equal(n, 3);
+
+    /* a proof between other sizes than asked */
+    assert_int_equal(fa_checkpoint_consistency_parse(text, len, 2, 9, got, &n, &err), FA_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "from 3 to 9 records, 2 to 9 asked"));
+
+    /* malformed: each names what is wrong */
+    static const char *const cases[] = {
+        "",
+        "fedagg-audit-consistency v2\nold 3\nsize 9\n",
+        "fedagg-audit-consistency v1\nold 03\nsize 9\n",
+        "fedagg-audit-consistency v1\nold -3\nsize 9\n",
+        "fedagg-audit-consistency v1\nold 3 \nsize 9\n",
+        "fedagg-audit-consistency v1\nold 3\nsize 99999999999999999999\n",
+        "fedagg-audit-consistency v1\nold 3\n",
+        "fedagg-audit-consistency v1\nold 3\nsize 9\nhash AAAA\n",
+        "fedagg-audit-consistency v1\nold 3\nsize 9\nhush "
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n",
+        "fedagg-audit-consistency v1\nold 3\nsize 9\n\nhash "
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n",
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(
+            fa_checkpoint_consistency_parse(cases[i], strlen(cases[i]), 3, 9, got, &n, &err),
+            FA_ERR_PARSE);
+        assert_true(strstr(err.msg, "malformed") != NULL);
+    }
+    /* a line longer than any hash line is malformed, not the end */
+    snprintf(bad, sizeof(bad), "%.*shash %0300d\n", (int)(len), text, 0);
+    assert_int_equal(fa_checkpoint_consistency_parse(bad, strlen(bad), 3, 9, got, &n, &err),
+                     FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "hash line 4"));
+    /* a NUL inside the text */
+    memcpy(bad, text, len);
+    bad[len - 3] = '\0';
+    assert_int_equal(fa_checkpoint_consistency_parse(bad, len, 3, 9, got, &n, &err), FA_ERR_PARSE);
+    free(text);
+
+    /* more hashes than any proof holds */
+    assert_int_equal(
+        fa_checkpoint_consistency_format(1, 2, proof, FA_MERKLE_MAX_PROOF + 1, &text, &len, &err),
+        FA_ERR_INVAL);
+    assert_null(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_go_note_sign_kat), cmocka_unit_test(test_go_note_open),
         cmocka_unit_test(test_signer_forms),     cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_commitments),      cmocka_unit_test(test_proof_bundle),
+        cmocka_unit_test(test_consistency_text),
     };
     if (sodium_init() < 0)
         return 1;

@@ -1,7 +1,7 @@
 /* Known-answer tests of the primitives secure aggregation is built on,
  * compared byte for byte: RFC 7748 (X25519), RFC 8032 (Ed25519, through
  * crypto/identity.h), NIST SP 800-38A F.5.1 (AES-128-CTR, through the mask
- * PRG), RFC 5869 (HKDF-SHA256, crypto/kdf.h); plus the properties of the
+ * PRG), RFC 5869 (HKDF-SHA256, crypto/kdf_internal.h); plus the properties of the
  * derived keys (domain separation) and of the mask PRG (seeking, blocks). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +17,8 @@
 
 #include "common/fa_hex.h"
 #include "crypto/identity.h"
-#include "crypto/kdf.h"
-#include "crypto/mask_prg.h"
+#include "crypto/kdf_internal.h"
+#include "crypto/mask_prg_internal.h"
 
 static size_t unhex(const char *hex, uint8_t *out)
 {
@@ -81,7 +81,7 @@ static void test_x25519_rfc7748_6_1(void **state)
 }
 
 /* A low-order point gives the all-zero agreement, which the library
- * refuses (crypto_scalarmult fails and fa_sa_agree returns FA_ERR_VERIFY). */
+ * refuses (crypto_scalarmult fails and fa_secagg_agree returns FA_ERR_VERIFY). */
 static void test_x25519_low_order_refused(void **state)
 {
     uint8_t k[32] = {1}, zero[32] = {0}, out[32];
@@ -127,14 +127,14 @@ static void test_aes128ctr_sp800_38a_f51(void **state)
 {
     uint8_t key[16], iv[16], pt[64], ct[64];
     uint32_t ks[16];
-    fa_prg g;
+    fa_mask_prg g;
     unhex("2b7e151628aed2a6abf7158809cf4f3c", key);
     unhex("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff", iv);
     unhex("6bc1bee22e409f96e93d7e117393172aae2d8a571e03ac9c9eb76fac45af8e51"
           "30c81c46a35ce411e5fbc1191a0a52eff69f2445df4f9b17ad2b417be66c3710",
           pt);
-    assert_int_equal(fa_prg_init_iv(&g, key, iv), 0);
-    assert_int_equal(fa_prg_words(&g, ks, 16), 0);
+    assert_int_equal(fa_mask_prg_init_iv(&g, key, iv), 0);
+    assert_int_equal(fa_mask_prg_words(&g, ks, 16), 0);
     for (int i = 0; i < 16; i++) {
         uint8_t b[4] = {(uint8_t)ks[i], (uint8_t)(ks[i] >> 8), (uint8_t)(ks[i] >> 16),
                         (uint8_t)(ks[i] >> 24)};
@@ -143,7 +143,7 @@ static void test_aes128ctr_sp800_38a_f51(void **state)
     }
     assert_hex(ct, "874d6191b620e3261bef6864990db6ce9806f66b7970fdff8617187bb9fffdff"
                    "5ae4df3edbd5d35e5b4f09020db03eab1e031dda2fbe03d1792170a0f3009cee");
-    fa_prg_free(&g);
+    fa_mask_prg_free(&g);
 }
 
 /* The mask PRG: word i is the same whether reached in one block, in odd
@@ -151,43 +151,45 @@ static void test_aes128ctr_sp800_38a_f51(void **state)
 static void test_prg_blocks_and_seek(void **state)
 {
     uint8_t key[16];
-    enum { N = 3 * FA_PRG_BLOCK_WORDS + 20 };
+    enum { N = 3 * FA_MASK_PRG_BLOCK_WORDS + 20 };
     uint32_t *all = malloc(N * 4), *piece = malloc(N * 4), *acc = calloc(N, 4),
-             *scratch = malloc(FA_PRG_BLOCK_WORDS * 4);
-    fa_prg g;
+             *scratch = malloc(FA_MASK_PRG_BLOCK_WORDS * 4);
+    fa_mask_prg g;
     size_t off = 0, step = 1;
     for (int i = 0; i < 16; i++)
         key[i] = (uint8_t)(i * 7 + 1);
-    assert_int_equal(fa_prg_init(&g, key, 0), 0);
-    for (size_t o = 0; o < N; o += FA_PRG_BLOCK_WORDS)
+    assert_int_equal(fa_mask_prg_init(&g, key, 0), 0);
+    for (size_t o = 0; o < N; o += FA_MASK_PRG_BLOCK_WORDS)
         assert_int_equal(
-            fa_prg_words(&g, all + o, N - o < FA_PRG_BLOCK_WORDS ? N - o : FA_PRG_BLOCK_WORDS), 0);
-    fa_prg_free(&g);
-    assert_int_equal(fa_prg_init(&g, key, 0), 0);
+            fa_mask_prg_words(&g, all + o,
+                              N - o < FA_MASK_PRG_BLOCK_WORDS ? N - o : FA_MASK_PRG_BLOCK_WORDS),
+            0);
+    fa_mask_prg_free(&g);
+    assert_int_equal(fa_mask_prg_init(&g, key, 0), 0);
     while (off < N) { /* pieces of 1, 2, 3, ... words: CTR keeps partial blocks */
         size_t m = N - off < step ? N - off : step;
-        assert_int_equal(fa_prg_words(&g, piece + off, m), 0);
+        assert_int_equal(fa_mask_prg_words(&g, piece + off, m), 0);
         off += m;
         step = step % 997 + 1;
     }
     assert_memory_equal(all, piece, N * 4);
     for (uint64_t w = 0; w < N - 8; w += 4 * 1001) {
         uint32_t two[8];
-        assert_int_equal(fa_prg_seek(&g, w), 0);
-        assert_int_equal(fa_prg_words(&g, two, 8), 0);
+        assert_int_equal(fa_mask_prg_seek(&g, w), 0);
+        assert_int_equal(fa_mask_prg_words(&g, two, 8), 0);
         assert_memory_equal(two, all + w, sizeof(two));
     }
-    assert_int_equal(fa_prg_seek(&g, 3), FA_ERR_INVAL);
-    assert_int_equal(fa_prg_seek(&g, 0), 0);
-    for (size_t o = 0; o < N; o += FA_PRG_BLOCK_WORDS) {
-        size_t m = N - o < FA_PRG_BLOCK_WORDS ? N - o : FA_PRG_BLOCK_WORDS;
-        assert_int_equal(fa_prg_apply(&g, acc + o, m, 1, scratch), 0);
+    assert_int_equal(fa_mask_prg_seek(&g, 3), FA_ERR_INVAL);
+    assert_int_equal(fa_mask_prg_seek(&g, 0), 0);
+    for (size_t o = 0; o < N; o += FA_MASK_PRG_BLOCK_WORDS) {
+        size_t m = N - o < FA_MASK_PRG_BLOCK_WORDS ? N - o : FA_MASK_PRG_BLOCK_WORDS;
+        assert_int_equal(fa_mask_prg_apply(&g, acc + o, m, 1, scratch), 0);
     }
     assert_memory_equal(acc, all, N * 4);
-    assert_int_equal(fa_prg_seek(&g, 0), 0);
-    for (size_t o = 0; o < N; o += FA_PRG_BLOCK_WORDS) {
-        size_t m = N - o < FA_PRG_BLOCK_WORDS ? N - o : FA_PRG_BLOCK_WORDS;
-        assert_int_equal(fa_prg_apply(&g, acc + o, m, -1, scratch), 0);
+    assert_int_equal(fa_mask_prg_seek(&g, 0), 0);
+    for (size_t o = 0; o < N; o += FA_MASK_PRG_BLOCK_WORDS) {
+        size_t m = N - o < FA_MASK_PRG_BLOCK_WORDS ? N - o : FA_MASK_PRG_BLOCK_WORDS;
+        assert_int_equal(fa_mask_prg_apply(&g, acc + o, m, -1, scratch), 0);
     }
     for (size_t i = 0; i < N; i++)
         assert_int_equal(acc[i], 0);
@@ -195,15 +197,15 @@ static void test_prg_blocks_and_seek(void **state)
     {
         uint8_t iv[16] = {0};
         uint32_t w[4];
-        fa_prg h;
+        fa_mask_prg h;
         iv[15] = 1;
-        assert_int_equal(fa_prg_init_iv(&h, key, iv), 0);
-        assert_int_equal(fa_prg_words(&h, w, 4), 0);
+        assert_int_equal(fa_mask_prg_init_iv(&h, key, iv), 0);
+        assert_int_equal(fa_mask_prg_words(&h, w, 4), 0);
         assert_memory_equal(w, all + 4, sizeof(w));
-        fa_prg_free(&h);
+        fa_mask_prg_free(&h);
     }
-    fa_prg_free(&g);
-    fa_prg_free(&g); /* twice is harmless */
+    fa_mask_prg_free(&g);
+    fa_mask_prg_free(&g); /* twice is harmless */
     free(all);
     free(piece);
     free(acc);

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crypto/ring.h"
+#include "crypto/codec_internal.h"
+#include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
 #include "test_crypto_harness.h"
 

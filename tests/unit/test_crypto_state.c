@@ -39,14 +39,14 @@ static void crash_client(struct world *w, int i)
 {
     uint8_t *blob, d0[32], d1[32];
     size_t len;
-    assert_int_equal(fa_sa_client_state_digest(w->c[i], d0), 0);
+    assert_int_equal(fa_secagg_client_state_digest(w->c[i], d0), 0);
     assert_int_equal(fa_secagg_client_save(w->c[i], &blob, &len, NULL), 0);
     fa_secagg_client_del(w->c[i]);
     w->c[i] = NULL;
     assert_int_equal(fa_secagg_client_restore(&w->c[i], blob, len, w->f.seeds[i], w->f.members, N,
                                               &w->rng, NULL),
                      0);
-    assert_int_equal(fa_sa_client_state_digest(w->c[i], d1), 0);
+    assert_int_equal(fa_secagg_client_state_digest(w->c[i], d1), 0);
     assert_memory_equal(d0, d1, 32);
     free(blob);
 }
@@ -91,9 +91,9 @@ static void crash_server_meta(struct world *w)
     w->s = NULL;
     if (need != 0) { /* the sum is needed */
         fa_error_clear(&e);
-        assert_int_equal(fa_secagg_server_restore_meta(&w->s, blob, len, NULL, 0, &w->cfg,
-                                                       w->f.members, N, &e),
-                         FA_ERR_INVAL);
+        assert_int_equal(
+            fa_secagg_server_restore_meta(&w->s, blob, len, NULL, 0, &w->cfg, w->f.members, N, &e),
+            FA_ERR_INVAL);
         assert_non_null(strstr(e.msg, "needs its sum"));
         assert_int_equal(fa_secagg_server_restore_meta(&w->s, blob, len, w->kept, LEN - 1, &w->cfg,
                                                        w->f.members, N, NULL),

@@ -17,7 +17,8 @@
 #include <sodium.h>
 
 #include "privacy/ddg.h"
-#include "privacy/random.h"
+#include "privacy/random_internal.h"
+#include "privacy/rotation_internal.h"
 
 static fa_ddg_config base_config(uint64_t d)
 {

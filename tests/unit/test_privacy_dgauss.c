@@ -1,4 +1,4 @@
-/* The exact discrete Gaussian sampler (privacy/dgauss.h): goodness of fit
+/* The exact discrete Gaussian sampler (privacy/dgauss_internal.h): goodness of fit
  * against the exact pmf (chi-squared with a fixed seed, so every run draws
  * the same samples and the verdict is deterministic), the same test refusing
  * a wrong sigma and a rounded continuous Gaussian, mean and variance, the
@@ -15,8 +15,8 @@
 
 #include <sodium.h>
 
-#include "privacy/bignum.h"
-#include "privacy/dgauss.h"
+#include "privacy/bignum_internal.h"
+#include "privacy/dgauss_internal.h"
 
 /* ---- a seeded source: ChaCha20 keystream, one nonce per fill call ---------- */
 
@@ -199,7 +199,7 @@ static void test_goodness_of_fit(void **state)
             fail_msg("sigma^2 = %g: mean %g", s2, m);
         if (!(fabs(v - var) < 5 * var * sqrt(2.0 / N_FIT)))
             fail_msg("sigma^2 = %g: variance %g, exact %g", s2, v, var);
-        if (s2 >= 1) /* the deficit of dgauss.h, below double precision here */
+        if (s2 >= 1) /* the deficit of dgauss_internal.h, below double precision here */
             assert_true(var <= s2 * (1 + 1e-12) && var > s2 * (1 - 1e-6));
         free(y);
     }
@@ -379,7 +379,7 @@ static void test_determinism(void **state)
 
 /* Each of n = 10 regions adds N_Z(0, sigma^2 / n) with sigma^2 = 25: the
  * sum's variance is n times each share's, within 2e-17 of sigma^2 (the
- * discrete Gaussian's deficit at 5/2, see dgauss.h), measured to 5 standard
+ * discrete Gaussian's deficit at 5/2, see dgauss_internal.h), measured to 5 standard
  * errors. */
 static void test_sum_of_shares(void **state)
 {

@@ -1,5 +1,5 @@
 /* Randomized rotation, conditional randomized rounding and ring sizing
- * (privacy/rotation.h): known Walsh-Hadamard outputs and the O(n^2)
+ * (privacy/rotation_internal.h): known Walsh-Hadamard outputs and the O(n^2)
  * definition, orthonormality and the exact inverse, the signs' determinism,
  * the rounding bound (never exceeded, retries as rare as beta says, bias
  * within its bound), the subgaussian tail the ring sizing rests on, and a
@@ -17,8 +17,8 @@
 #include <sodium.h>
 
 #include "privacy/accountant.h"
-#include "privacy/dgauss.h"
-#include "privacy/rotation.h"
+#include "privacy/dgauss_internal.h"
+#include "privacy/rotation_internal.h"
 
 typedef struct seeded {
     uint8_t key[32];

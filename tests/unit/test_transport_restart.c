@@ -1,5 +1,5 @@
 /* A server that crashes under a client's long-poll and is replaced by a new
- * one on the same port with the same static secret (issue 11, Recovery):
+ * one on the same port with the same static secret (docs/history.md, Recovery):
  * the client's keep-alive PINGs reach the new server, which knows no
  * connection and answers with a stateless reset the client can verify; the
  * request fails over at once and the new server answers it.  Without the

@@ -1,4 +1,4 @@
-/* Unit tests of worker/idx.c and worker/data_split.c: IDX round trips (gzip
+/* Unit tests of model/data_idx.c and worker/data_split.c: IDX round trips (gzip
  * and plain), every reader error with the file named, Fashion-MNIST as
  * Debian installs it, the Gamma sampler, and the Dirichlet split:
  * determinism, a partition of the data, skew that follows alpha, the files

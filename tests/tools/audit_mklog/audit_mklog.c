@@ -190,8 +190,8 @@ int main(int argc, char **argv)
             c[np].region = (char *)regions[i];
             upload_digest(regions[i], round, up[np]);
             derive(key_seed, regions[i], rs);
-            fa_commitment_sign(rs, r.federation_id, r.round, r.attempt, regions[i],
-                               FA_SECAGG_UPLOAD_BLAKE3, up[np], sig[np]);
+            fa_secagg_commitment_sign(rs, r.federation_id, r.round, r.attempt, regions[i],
+                                      FA_SECAGG_UPLOAD_BLAKE3, up[np], sig[np]);
             sodium_memzero(rs, sizeof(rs));
             c[np].upload_digest.data = up[np];
             c[np].upload_digest.len = 32;

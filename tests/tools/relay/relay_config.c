@@ -289,7 +289,7 @@ int fa_relay_option_parse(fa_relay_config *cfg, const char *name, const char *va
     return rv;
 }
 
-/* The WAN profiles of the transport tests (issue 4).  RTTs are split evenly
+/* The WAN profiles of the transport tests (README.md).  RTTs are split evenly
  * between the directions, and each direction gets the loss rate. */
 static const struct {
     const char *name;

@@ -28,6 +28,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_version.h"
 #include "common/fa_time.h"
 
 #ifndef UDP_GRO
@@ -844,7 +845,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--version")) {
-            printf("fedagg-relay %s\n", FA_VERSION);
+            printf("fedagg-relay %s\n", fa_version);
             return 0;
         }
     }
