@@ -709,15 +709,39 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     if (!c->discard)
         c->uploading = 1;
-    fa_log(FA_LOG_DEBUG, "masked upload started", "region=%s round=%" PRIu64 " attempt=%u%s",
-           c->region, c->round, c->attempt, c->discard ? " (duplicate, discarded)" : "");
+    fa_log(FA_LOG_DEBUG, "masked upload started",
+           "region=%s round=%" PRIu64 " attempt=%u duplicate_discarded=%d", c->region, c->round,
+           c->attempt, c->discard);
     return 0;
+}
+
+/* The transport's budget of buffered request bytes (fa_h3_request_reserve)
+ * refused to let this body grow: 429 when the region's own requests hold
+ * its share, 503 when the aggregator's whole budget is in use.  What was
+ * buffered is dropped and the upload stopped; the region may try again. */
+static void refuse_buffer(struct req_ctx *c, fa_h3_request *req, int rc, size_t want)
+{
+    int share = rc == FA_ERR_NOSPACE;
+    fa_log(FA_LOG_WARN, "request refused: buffered request bytes over budget",
+           "region=%s path=%s status=%d buffered=%zu want=%zu", c->region, fa_h3_request_path(req),
+           share ? 429 : 503, c->cap, want);
+    respond_error(c, req, share ? 429 : 503, "%s",
+                  share ? "this region's requests hold their share of the aggregator's memory "
+                          "(quic.max_buffered_request_bytes_per_identity): retry once they are done"
+                        : "the aggregator's memory for requests is in use "
+                          "(quic.max_buffered_request_bytes): retry later");
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    fa_h3_request_release(req, UINT64_MAX);
+    fa_h3_request_set_max_body(req, 0); /* stop the upload (STOP_SENDING) */
 }
 
 static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
 {
     fa_api *a = arg;
     struct req_ctx *c = fa_h3_request_get_data(req);
+    int rc;
 
     if (!c)
         return 0;
@@ -751,8 +775,13 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
                           fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
+        if ((rc = fa_h3_request_reserve(req, ncap - c->cap)) != 0) {
+            refuse_buffer(c, req, rc, ncap);
+            return 0;
+        }
         nb = realloc(c->buf, ncap);
         if (!nb) {
+            fa_h3_request_release(req, ncap - c->cap);
             respond_error(c, req, 500, "out of memory");
             return 0;
         }
@@ -791,6 +820,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;
+    fa_h3_request_release(req, UINT64_MAX); /* a long-poll holds no body */
     if (rc != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
@@ -838,6 +868,11 @@ static int on_eval_body(fa_h3_request *req, const uint8_t *data, size_t len, voi
         return 0;
     }
     if (c->len + len > c->cap) {
+        int rc = fa_h3_request_reserve(req, MAX_EVAL_REPORT);
+        if (rc != 0) {
+            refuse_buffer(c, req, rc, MAX_EVAL_REPORT);
+            return 0;
+        }
         if (!(nb = realloc(c->buf, MAX_EVAL_REPORT))) {
             respond_error(c, req, 500, "out of memory");
             return 0;
@@ -860,7 +895,8 @@ static void on_eval_end(fa_h3_request *req, void *arg)
         return;
     if ((c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(a->fed, c->region, c->buf, c->len, &r)
          : c->kind == KIND_DATA  ? fa_fed_submit_data(a->fed, c->region, c->buf, c->len, &r)
-                                : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) != 0) {
+                                 : fa_fed_submit_eval(a->fed, c->region, c->buf, c->len, &r)) !=
+        0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
         return;

@@ -330,8 +330,8 @@ static void on_post_end(fa_h3_request *req, void *arg)
                  region, op);
         break;
     }
-    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s%s%s round=%llu attempt=%u", op, name,
-           region[0] ? " region=" : "", region, (unsigned long long)round, attempt);
+    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s region=%s round=%llu attempt=%u", op,
+           name, region[0] ? region : "-", (unsigned long long)round, attempt);
     respond_msg(req, 200, msg);
 }
 

@@ -552,6 +552,9 @@ int fa_fed_open(fa_fed **out, const Fedagg__AggregatorConfig *cfg, struct fa_met
             if (need.initial > need.total)
                 need.total = need.initial;
         }
+        /* the transport's budget of request bodies held while received */
+        if (cfg->quic)
+            fa_memory_add_requests(&need, cfg->quic->max_buffered_request_bytes);
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc = fa_memory_check(&need, limit, source, err);

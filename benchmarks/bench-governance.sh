@@ -67,7 +67,8 @@ fed)
   consistency_deadline_ms: 20000
   unmask_deadline_ms: 20000"
     if [ "$gate" = on ]; then
-        export FED_AGG_EXTRA="promotion {
+        export FED_AGG_EXTRA="operators: [\"bench\"]
+promotion {
   enabled: true
   metric: \"accuracy\"
   baseline: BASELINE_BEST_OF_LAST

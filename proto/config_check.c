@@ -261,6 +261,8 @@ static void check_tls(struct ck *c, const Fedagg__TlsConfig *t, const char *who)
     snprintf(what, sizeof(what), "tls.ca_file");
     need_string(c, t, "ca_file", t->ca_file, what, "the federation CA certificate (PEM)");
     need_file(c, t, "ca_file", 0, t->ca_file, what);
+    if (!empty(t->crl_file))
+        need_file(c, t, "crl_file", 0, t->crl_file, "tls.crl_file");
 }
 
 static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
@@ -294,6 +296,34 @@ static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
         access(q->static_secret_file, F_OK) == 0)
         need_key_file(c, q, "static_secret_file", q->static_secret_file, "quic.static_secret_file");
     maybe_dir(c, q, "qlog_dir", q->qlog_dir, "quic.qlog_dir");
+    if (!server)
+        return;
+    if (q->max_connections_per_address == 0)
+        problem(c, q, "max_connections_per_address", 0,
+                "`quic.max_connections_per_address` must be positive");
+    if (q->max_handshakes == 0)
+        problem(c, q, "max_handshakes", 0, "`quic.max_handshakes` must be positive");
+    if (q->max_handshakes_per_address == 0)
+        problem(c, q, "max_handshakes_per_address", 0,
+                "`quic.max_handshakes_per_address` must be positive");
+    if (q->handshake_timeout_ms < 100)
+        problem(c, q, "handshake_timeout_ms", 0,
+                "`quic.handshake_timeout_ms` (%u) must be at least 100", q->handshake_timeout_ms);
+    if (q->max_connections_per_identity == 0)
+        problem(c, q, "max_connections_per_identity", 0,
+                "`quic.max_connections_per_identity` must be positive");
+    if (q->max_buffered_request_bytes == 0)
+        problem(c, q, "max_buffered_request_bytes", 0,
+                "`quic.max_buffered_request_bytes` must be positive");
+    if (q->max_buffered_request_bytes_per_identity == 0)
+        problem(c, q, "max_buffered_request_bytes_per_identity", 0,
+                "`quic.max_buffered_request_bytes_per_identity` must be positive");
+    else if (q->max_buffered_request_bytes_per_identity > q->max_buffered_request_bytes)
+        problem(c, q, "max_buffered_request_bytes_per_identity", 0,
+                "`quic.max_buffered_request_bytes_per_identity` (%llu) exceeds "
+                "`quic.max_buffered_request_bytes` (%llu)",
+                (unsigned long long)q->max_buffered_request_bytes_per_identity,
+                (unsigned long long)q->max_buffered_request_bytes);
 }
 
 /* The federation's regions (the aggregator's list, or the worker's copy of
@@ -550,6 +580,14 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_tls(c, cfg->tls, "the aggregator's PEM certificate");
     check_quic(c, cfg->quic, 1);
     check_regions(c, cfg, cfg->regions, cfg->n_regions);
+    for (size_t i = 0; i < cfg->n_operators; i++) {
+        check_region_id(c, cfg, "operators", i, "operators", cfg->operators[i]);
+        for (size_t j = 0; j < i; j++)
+            if (cfg->operators[i] && cfg->operators[j] &&
+                !strcmp(cfg->operators[i], cfg->operators[j]))
+                problem(c, cfg, "operators", i, "`operators` names \"%s\" twice",
+                        cfg->operators[i]);
+    }
     check_round(c, cfg->round, cfg->n_regions);
     check_model(c, cfg->model);
     check_optimizer(c, cfg->optimizer);
@@ -557,6 +595,12 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
     check_model_delta(c, cfg->model_delta);
     check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
     check_promotion(c, cfg->promotion, cfg->n_regions, cfg->evaluation->n_command > 0);
+    if (cfg->dashboard && cfg->dashboard->protect_metrics &&
+        (empty(cfg->dashboard->username) || empty(cfg->dashboard->password_file) ||
+         !cfg->dashboard->enabled))
+        problem(c, cfg->dashboard, "protect_metrics", 0,
+                "`dashboard.protect_metrics` puts /metrics behind the dashboard's password: it "
+                "needs `dashboard.username`, `dashboard.password_file` and the dashboard enabled");
     need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
                 "the directory of model versions and round state");
     maybe_dir(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir");

@@ -22,7 +22,8 @@ F="$FA_BIN/fedagg"
 export FED_TRAINER="local_steps: 20 batch_size: 32 learning_rate: 0.05 momentum: 0.9"
 export FED_QUANT="bits: 16 clip: CLIP_L2 clip_l2_norm: 10.0 clip_value: 0.05 max_examples: 640"
 export FED_OPTIMIZER="kind: FEDAVG learning_rate: 1.0"
-export FED_AGG_EXTRA='promotion {
+export FED_AGG_EXTRA='operators: ["alice"]
+promotion {
   enabled: true
   metric: "accuracy"
   baseline: BASELINE_BEST_OF_LAST

@@ -32,7 +32,8 @@ export FED_ROUND="min_regions: 3
   consistency_deadline_ms: 20000
   unmask_deadline_ms: 20000"
 export FED_EVALUATION=""
-export FED_AGG_EXTRA='distributed_dp { enabled: true clip: 2.0 noise_multiplier: 0.001 min_regions: 3 }
+export FED_AGG_EXTRA='operators: ["alice"]
+distributed_dp { enabled: true clip: 2.0 noise_multiplier: 0.001 min_regions: 3 }
 promotion { enabled: true metric: "accuracy" tolerance: 0.5 min_regions: 3 channels: ["production"] }'
 fed_test_config 100000
 for r in "${REGIONS[@]}"; do

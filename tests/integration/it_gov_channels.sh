@@ -13,7 +13,8 @@
 source "$FA_SRC/tests/integration/fedtest.sh"
 
 F="$FA_BIN/fedagg"
-export FED_AGG_EXTRA='promotion { enabled: true tolerance: 0.05 min_regions: 2 channels: ["staging"] }'
+export FED_AGG_EXTRA='operators: ["alice"]
+promotion { enabled: true tolerance: 0.05 min_regions: 2 channels: ["staging"] }'
 fed_test_config 100000
 TEST_SET='test_images: "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz" test_labels: "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"'
 for r in "${REGIONS[@]}"; do

@@ -14,7 +14,8 @@ fed_need_test_hooks
 
 F="$FA_BIN/fedagg"
 # loss, lower is better, a wide tolerance: every candidate is promoted
-export FED_AGG_EXTRA='promotion { enabled: true metric: "loss" tolerance: 100 min_regions: 2 }'
+export FED_AGG_EXTRA='operators: ["alice"]
+promotion { enabled: true metric: "loss" tolerance: 100 min_regions: 2 }'
 fed_test_config 100000
 TEST_SET='test_images: "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz" test_labels: "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"'
 for r in "${REGIONS[@]}"; do

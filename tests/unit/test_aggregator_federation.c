@@ -1949,11 +1949,15 @@ static void test_memory_budget(void **state)
     assert_non_null(strstr(err.msg, "MiB at the aggregator"));
     assert_non_null(strstr(err.msg, "secure-aggregation sum"));
     assert_non_null(strstr(err.msg, "memory_limit_bytes"));
+    /* the transport's budget of buffered requests is one of the parts */
+    assert_non_null(strstr(err.msg, "request bodies being received 256.0"));
     /* With room for it, it starts. */
     protobuf_c_message_free_unpacked(&s->cfg->base, NULL);
     s->model_txt = "model { input_dim: 784 hidden: [256] output_dim: 10 }\n"
                    "optimizer { kind: FEDADAM }\n"
-                   "memory_limit_bytes: 100000000\n";
+                   "memory_limit_bytes: 100000000\n"
+                   "quic { max_buffered_request_bytes: 33554432 "
+                   "max_buffered_request_bytes_per_identity: 16777216 }\n";
     write_config(s, 1000);
     sim_open(s);
     sim_del(s);
