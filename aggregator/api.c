@@ -2,6 +2,8 @@
 #include "aggregator/api.h"
 #include "aggregator/api_admin.h"
 #include "aggregator/service_api.h"
+#include "aggregator/fed_gov.h"
+#include "audit/audit_gov.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -589,6 +591,42 @@ static void file_done(void *arg, int err)
     free(s);
 }
 
+/* GET /v1/models/channels/<name> of federation fed (fed_gov.h): the proof
+ * bundle (text) of the signed record that pointed the channel at its
+ * version, with the version and its model digest in headers; the model
+ * itself is GET /v1/models/<version>. */
+static void respond_channel(struct req_ctx *c, fa_fed *fed, const char *name)
+{
+    fa_h3_header h[4];
+    char hex[65], vs[32], *proof = NULL;
+    uint8_t sha[32];
+    uint64_t version;
+    size_t len = 0;
+    fa_error err;
+    int rc;
+
+    if (!fa_audit_gov_channel_name_ok(name)) {
+        respond_error(c, c->req, 404, "no release channel '%.64s' ([a-z0-9._-], 1 to 63 bytes)",
+                      name);
+        return;
+    }
+    fa_error_clear(&err);
+    rc = fa_fed_channel(fed, name, &version, sha, NULL, 0, &proof, &len, &err);
+    if (rc != 0) {
+        respond_error(c, c->req, rc == FA_ERR_NOTFOUND ? 404 : 500, "%s", fa_error_msg(&err, rc));
+        return;
+    }
+    fa_hex_encode(hex, sizeof(hex), sha, 32);
+    snprintf(vs, sizeof(vs), "%" PRIu64, version);
+    h[0] = (fa_h3_header){"content-type", "text/plain; charset=utf-8"};
+    h[1] = (fa_h3_header){"fedagg-model-version", vs};
+    h[2] = (fa_h3_header){"fedagg-model-sha256", hex};
+    h[3] = (fa_h3_header){"fedagg-channel", name};
+    c->responded = 1;
+    fa_h3_respond(c->req, 200, h, 4, proof, len);
+    free(proof);
+}
+
 static int on_model(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
@@ -604,6 +642,10 @@ static int on_model(fa_h3_request *req, void *arg)
     if (!c)
         return 0;
     which = c->path + strlen("/v1/models/");
+    if (!strncmp(which, "channels/", 9)) {
+        respond_channel(c, c->fed, which + 9);
+        return 0;
+    }
     if (strcmp(which, "latest") != 0 &&
         fa_api_parse_number(which, strlen(which), FA_API_MAX_NUMBER, &version) != 0) {
         respond_error(c, req, 404,
@@ -859,15 +901,39 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     if (!c->discard)
         c->uploading = 1;
-    fa_log(FA_LOG_DEBUG, "masked upload started", "region=%s round=%" PRIu64 " attempt=%u%s",
-           c->region, c->round, c->attempt, c->discard ? " (duplicate, discarded)" : "");
+    fa_log(FA_LOG_DEBUG, "masked upload started",
+           "region=%s round=%" PRIu64 " attempt=%u duplicate_discarded=%d", c->region, c->round,
+           c->attempt, c->discard);
     return 0;
+}
+
+/* The transport's budget of buffered request bytes (fa_h3_request_reserve)
+ * refused to let this body grow: 429 when the region's own requests hold
+ * its share, 503 when the aggregator's whole budget is in use.  What was
+ * buffered is dropped and the upload stopped; the region may try again. */
+static void refuse_buffer(struct req_ctx *c, fa_h3_request *req, int rc, size_t want)
+{
+    int share = rc == FA_ERR_NOSPACE;
+    fa_log(FA_LOG_WARN, "request refused: buffered request bytes over budget",
+           "region=%s path=%s status=%d buffered=%zu want=%zu", c->region, fa_h3_request_path(req),
+           share ? 429 : 503, c->cap, want);
+    respond_error(c, req, share ? 429 : 503, "%s",
+                  share ? "this region's requests hold their share of the aggregator's memory "
+                          "(quic.max_buffered_request_bytes_per_identity): retry once they are done"
+                        : "the aggregator's memory for requests is in use "
+                          "(quic.max_buffered_request_bytes): retry later");
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    fa_h3_request_release(req, UINT64_MAX);
+    fa_h3_request_set_max_body(req, 0); /* stop the upload (STOP_SENDING) */
 }
 
 static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
 {
     fa_api *a = arg;
     struct req_ctx *c = fa_h3_request_get_data(req);
+    int rc;
 
     if (!c)
         return 0;
@@ -902,8 +968,13 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
                           fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
+        if ((rc = fa_h3_request_reserve(req, ncap - c->cap)) != 0) {
+            refuse_buffer(c, req, rc, ncap);
+            return 0;
+        }
         nb = realloc(c->buf, ncap);
         if (!nb) {
+            fa_h3_request_release(req, ncap - c->cap);
             respond_error(c, req, 500, "out of memory");
             return 0;
         }
@@ -945,6 +1016,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;
+    fa_h3_request_release(req, UINT64_MAX); /* a long-poll holds no body */
     if (rc != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
@@ -958,10 +1030,10 @@ static void on_round_end(fa_h3_request *req, void *arg)
 
 #define MAX_EVAL_REPORT (64u << 10)
 
-/* POST /v1/evaluations, POST /v1/privacy and POST
- * /v1/federations/{id}/decision: a signed statement of a region in a small
- * body, answered 200 (empty) when accepted. */
-enum { KIND_EVAL = -2, KIND_PRIVACY = -3, KIND_DECISION = -4 };
+/* POST /v1/evaluations, POST /v1/privacy, POST /v1/data-statements and
+ * POST /v1/federations/{id}/decision: a signed statement of a region in a
+ * small body, answered 200 (empty) when accepted. */
+enum { KIND_EVAL = -2, KIND_PRIVACY = -3, KIND_DATA = -4, KIND_DECISION = -5 };
 
 static int on_eval_request(fa_h3_request *req, void *arg)
 {
@@ -969,9 +1041,10 @@ static int on_eval_request(fa_h3_request *req, void *arg)
     struct req_ctx *c = admit(a, req, 1);
     if (!c)
         return 0;
-    c->kind = !strcmp(c->path, "/v1/privacy")    ? KIND_PRIVACY
-              : !strcmp(c->path, "/v1/decision") ? KIND_DECISION
-                                                 : KIND_EVAL;
+    c->kind = !strcmp(c->path, "/v1/privacy")           ? KIND_PRIVACY
+              : !strcmp(c->path, "/v1/data-statements") ? KIND_DATA
+              : !strcmp(c->path, "/v1/decision")        ? KIND_DECISION
+                                                        : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }
@@ -988,6 +1061,11 @@ static int on_eval_body(fa_h3_request *req, const uint8_t *data, size_t len, voi
         return 0;
     }
     if (c->len + len > c->cap) {
+        int rc = fa_h3_request_reserve(req, MAX_EVAL_REPORT);
+        if (rc != 0) {
+            refuse_buffer(c, req, rc, MAX_EVAL_REPORT);
+            return 0;
+        }
         if (!(nb = realloc(c->buf, MAX_EVAL_REPORT))) {
             respond_error(c, req, 500, "out of memory");
             return 0;
@@ -1014,6 +1092,7 @@ static void on_eval_end(fa_h3_request *req, void *arg)
         return;
     }
     rc = c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(c->fed, c->region, c->buf, c->len, &r)
+         : c->kind == KIND_DATA  ? fa_fed_submit_data(c->fed, c->region, c->buf, c->len, &r)
          : c->kind == KIND_EVAL
              ? fa_fed_submit_eval(c->fed, c->region, c->buf, c->len, &r)
              : fa_fed_submit_decision(c->fed, c->region, c->buf, c->len, &changed, &r);
@@ -1048,7 +1127,8 @@ static const struct route {
     {"GET", "/v1/federation", 0, 1, &federation_h}, {"GET", "/v1/status", 0, 1, &status_h},
     {"GET", "/v1/models/", 1, 1, &model_h},         {"GET", "/v1/audit/", 1, 1, &audit_h},
     {"POST", "/v1/rounds/", 1, 1, &rounds_h},       {"POST", "/v1/evaluations", 0, 1, &evals_h},
-    {"POST", "/v1/privacy", 0, 1, &evals_h},        {"POST", "/v1/decision", 0, 0, &evals_h},
+    {"POST", "/v1/privacy", 0, 1, &evals_h},        {"POST", "/v1/data-statements", 0, 1, &evals_h},
+    {"POST", "/v1/decision", 0, 0, &evals_h},
 };
 
 #define FEDERATIONS "/v1/federations"
@@ -1111,10 +1191,12 @@ static int dispatch_request(fa_h3_request *req, void *arg)
         slash = strchr(id, '/');
         if (!slash || slash == id || (size_t)(slash - id) >= sizeof(c->fed_id) ||
             (size_t)snprintf(sub, sizeof(sub), "/v1/%s", slash + 1) >= sizeof(sub)) {
-            respond_error(NULL, req, 404,
-                          "no such resource: %s (expected /v1/federations/{id}/{federation|"
-                          "status|models/...|audit/...|rounds/...|evaluations|privacy|decision})",
-                          full);
+            respond_error(
+                NULL, req, 404,
+                "no such resource: %s (expected /v1/federations/{id}/{federation|"
+                "status|models/...|audit/...|rounds/...|evaluations|privacy|data-statements|"
+                "decision})",
+                full);
             return 0;
         }
     } else {

@@ -175,6 +175,7 @@ static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
     }
     if (st->ranges_sha256.len == 32)
         memcpy(f->round_ranges_sha, st->ranges_sha256.data, 32);
+    fa_fed_gov_restore_data(f, st);
     fa_privacy_ledger_begin(f->privacy, st->round, st->attempt);
     for (size_t i = 0; i < st->n_privacy; i++) {
         fa_error e;
@@ -578,11 +579,16 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
             if (need.initial > need.total)
                 need.total = need.initial;
         }
+        /* this federation's share, beside the others' */
+        f->memory_need = need.total;
+        /* the transport's budget of request bodies held while received:
+         * the process's, counted once */
+        fa_memory_add_requests(&need, cfg->quic ? cfg->quic->max_buffered_request_bytes
+                                                : o->memory_requests);
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc =
                 fa_memory_check_beside(&need, o->memory_used, o->memory_others, limit, source, err);
-        f->memory_need = need.total;
         if (rc == 0)
             rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight,
                                        fa_secagg_masked_bytes(vector_len, ring_bits),
@@ -596,13 +602,15 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
     /* The config digest that every record names: the configuration's
      * binary encoding followed by the tensor table's digest, so that the
      * model's tensors (not only the file naming them) are bound too.  The
-     * service's parts (its block, its operators) are the process's, not
+     * service's parts (its block, its operators and teams) are the process's, not
      * the federation's: a config without them digests as it always did. */
     {
         Fedagg__AggregatorConfig own = *cfg;
         own.service = NULL;
         own.n_operators = 0;
         own.operators = NULL;
+        own.n_teams = 0;
+        own.teams = NULL;
         enc_len = fedagg__aggregator_config__get_packed_size(&own);
         enc = malloc(enc_len + 32);
         if (!enc) {
@@ -706,6 +714,9 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
         goto fail;
     }
     fa_fed_define_metrics(f);
+    rc = fa_fed_gov_open(f, cfg, err); /* fed_gov.c */
+    if (rc != 0)
+        goto fail;
     rc = restore_round(f, now_ms, err);
     if (rc != 0)
         goto fail;
@@ -732,6 +743,7 @@ void fa_fed_close(fa_fed *f)
     if (!f)
         return;
     fa_secagg_server_del(f->sa);
+    fa_fed_gov_close(f);
     fa_audit_log_close(f->audit);
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);

@@ -54,6 +54,7 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
     Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
     Fedagg__DdpParams ddp_params;
+    Fedagg__SignedDataStatement *dss = NULL, **dsp = NULL;
     size_t nf = fa_secagg_server_share_fault_count(f->sa);
     Fedagg__ShareFault *sfs = calloc(nf ? nf : 1, sizeof(*sfs));
     Fedagg__ShareFault **sfp = calloc(nf ? nf : 1, sizeof(*sfp));
@@ -161,6 +162,10 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     }
     rec.n_privacy = npr;
     rec.privacy = pvp;
+    /* The participants' data statements (fed_gov.c). */
+    rec.n_data_statements =
+        fa_fed_gov_data_statements(f, prev_version, prev_sha, parts, ns, &dss, &dsp);
+    rec.data_statements = dsp;
     /* Regions whose revealed share was found bad (the round went on
      * without it), sorted by region as the record rules want. */
     for (size_t i = 0; i < nf; i++) {
@@ -201,6 +206,8 @@ out:
     free(evp);
     free(pvs);
     free(pvp);
+    free(dss);
+    free(dsp);
     free(sfs);
     free(sfp);
     return rc;

@@ -749,6 +749,10 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
      * is in the same phase (or failed: its close then says so) */
     assert(closing >= FEDAGG__PHASE__PHASE_ADVERTISE && closing <= FEDAGG__PHASE__PHASE_UNMASK);
     fa_error_clear(&err);
+    /* The gate decides the candidate once the regions that trained from it
+     * have evaluated it (fed_gov.c); a rejection may abandon the attempt. */
+    if (closing == FEDAGG__PHASE__PHASE_ADVERTISE && fa_fed_gov_decide(f, 0, now_ms))
+        return 1;
     fa_secagg_server_status_get(f->sa, &st);
     assert(st.phase == closing - FEDAGG__PHASE__PHASE_ADVERTISE || st.phase == FA_SECAGG_FAILED);
     if (closing == FEDAGG__PHASE__PHASE_ADVERTISE) {
@@ -806,6 +810,9 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
                        kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key", f->round,
                        f->attempt);
         }
+        /* the last word on the candidate before the next version */
+        if (fa_fed_gov_decide(f, 1, now_ms))
+            return 1;
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from
          * this state on restart (fa_fed_open). */

@@ -161,6 +161,25 @@ int fa_model_store_has(const fa_model_store *s, uint64_t version);
  * hashing it).  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
 int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], fa_error *err);
 
+/* Keeps a version beyond the window of `keep` (pin 1) or lets it retire
+ * again at the next commit (pin 0): what the governance of released models
+ * holds on to (aggregator/fed_gov.c: the last promoted version, which a
+ * rollback restores with its optimizer state; every version a release
+ * channel points at; rejected versions, kept for forensics).  In memory
+ * only: the owner pins again after a restart, before the next commit.
+ * Returns 0 or FA_ERR_NOMEM. */
+int fa_model_store_pin(fa_model_store *s, uint64_t version, int pin);
+
+/* Commits `version` (made in `round`) as a copy of the retained version
+ * `from`: its model, master weights and optimizer state byte for byte (so
+ * the same digests), no delta file.  Each source file is checked against
+ * its MANIFEST digest while it is copied.  A rollback.  Returns 0,
+ * FA_ERR_INVAL (version not increasing; a version older aggregators
+ * committed), FA_ERR_NOTFOUND (from not retained), FA_ERR_CORRUPT (a source
+ * file damaged), FA_ERR_IO; on failure the store is unchanged. */
+int fa_model_store_restore(fa_model_store *s, uint64_t version, uint64_t round, uint64_t from,
+                           fa_error *err);
+
 /* Makes a retained version current again, for a store ahead of its audit
  * log after `fedagg audit repair` (a version whose record was lost must not
  * be served): the files of every newer version are moved into the

@@ -235,8 +235,9 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
 int fa_audit_record_check(const Fedagg__AuditRecord *rec, char *why, size_t why_len);
 
 /* 1 when the record is an action between aggregations rather than one: an
- * operator's (admin), a region's decision, or a service log's lifecycle
- * record.  Such records change no model, carry no participants and may
+ * operator's (admin), a region's decision, a service log's lifecycle
+ * record, or a governance record (audit/audit_gov.h: a promotion decision,
+ * a rollback, a channel move).  Such records carry no participants and may
  * share the (round, attempt) of the record before them. */
 int fa_audit_record_is_action(const Fedagg__AuditRecord *rec);
 
@@ -295,6 +296,8 @@ typedef struct fa_audit_verify_result {
     uint64_t region_signatures; /* region commitment signatures verified */
     uint64_t eval_signatures;   /* federated-evaluation statements verified */
     uint64_t privacy_signatures; /* privacy statements verified */
+    uint64_t data_signatures;    /* data statements verified (audit/audit_gov.h) */
+    uint64_t decisions;          /* promotion decisions recomputed */
     uint64_t region_unknown;    /* commitments of regions with no key given */
     uint64_t problems;
     int64_t first_bad; /* lowest record index at fault; -1 for the file

@@ -537,10 +537,43 @@ int fa_st_parse_header(fa_safetensors **out, const uint8_t *hdr, size_t hdr_len,
     return 0;
 }
 
-/* Checks the 8-byte prefix against the total size; returns N. */
-static int check_prefix(const uint8_t p[8], uint64_t total, const char *what, uint64_t *n,
-                        fa_error *err)
+const char *fa_st_foreign_format(const uint8_t *p, size_t n)
 {
+    /* A safetensors header is a JSON object right after its 8-byte
+     * length: with a '{' there the length bytes are one, whatever they
+     * look like. */
+    if (n >= 9 && p[8] == '{')
+        return NULL;
+    if (n >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5)
+        return "a Python pickle (torch.save's legacy format, or pickle.dump)";
+    if (n >= 4 && p[0] == 'P' && p[1] == 'K' &&
+        ((p[2] == 3 && p[3] == 4) || (p[2] == 5 && p[3] == 6)))
+        return "a zip archive (torch.save's format since PyTorch 1.6 is a zip holding a pickle; "
+               "also TorchScript and .npz)";
+    if (n >= 6 && !memcmp(p, "\x93NUMPY", 6))
+        return "a NumPy .npy array";
+    if (n >= 8 && !memcmp(p, "\x89HDF\r\n\x1a\n", 8))
+        return "an HDF5 file (a Keras model?)";
+    if (n >= 4 && !memcmp(p, "GGUF", 4))
+        return "a GGUF file";
+    if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+        return "a gzip stream (decompress it first)";
+    return NULL;
+}
+
+/* Checks the 8-byte prefix (of the avail >= 8 first bytes at p) against
+ * the total size; returns N. */
+static int check_prefix(const uint8_t *p, size_t avail, uint64_t total, const char *what,
+                        uint64_t *n, fa_error *err)
+{
+    const char *foreign = fa_st_foreign_format(p, avail);
+
+    if (foreign)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s is %s, not safetensors: fedagg reads model files as safetensors "
+                         "only (loading a pickle can run code); save the state_dict with "
+                         "safetensors.torch.save_file (python/fedagg does)",
+                         what, foreign);
     *n = fa_le_get_u64(p);
     if (*n > FA_ST_MAX_HEADER)
         return fa_errorf(err, FA_ERR_TOOBIG,
@@ -611,7 +644,7 @@ int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char
     if (len < 8)
         return fa_errorf(err, FA_ERR_PARSE, "%s: %zu bytes, too short for a safetensors file",
                          what, len);
-    if ((rc = check_prefix(buf, len, what, &n, err)) != 0)
+    if ((rc = check_prefix(buf, len < 9 ? len : 9, len, what, &n, err)) != 0)
         return rc;
     rc = fa_st_parse_header(out, buf + 8, (size_t)n, len - 8 - n, what, err);
     if (rc == 0)
@@ -641,7 +674,7 @@ static int pread_full(int fd, void *dst, size_t len, uint64_t off)
 
 int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
 {
-    uint8_t prefix[8], *hdr = NULL;
+    uint8_t prefix[9], *hdr = NULL;
     struct stat sb;
     uint64_t n;
     int fd, rc, e;
@@ -662,11 +695,12 @@ int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
                        path, (long long)sb.st_size);
         goto fail;
     }
-    if ((e = pread_full(fd, prefix, 8, 0)) != 0) {
+    if ((e = pread_full(fd, prefix, sb.st_size > 8 ? 9 : 8, 0)) != 0) {
         rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", path, strerror(-e));
         goto fail;
     }
-    if ((rc = check_prefix(prefix, (uint64_t)sb.st_size, path, &n, err)) != 0)
+    if ((rc = check_prefix(prefix, sb.st_size > 8 ? 9 : 8, (uint64_t)sb.st_size, path, &n, err)) !=
+        0)
         goto fail;
     hdr = malloc(n ? n : 1);
     if (!hdr) {

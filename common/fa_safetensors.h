@@ -99,6 +99,17 @@ typedef struct fa_st_tensor {
 /* A parsed safetensors file (header, and a data source).  Opaque. */
 typedef struct fa_safetensors fa_safetensors;
 
+/* What a model file in another format is, from its first n bytes (9 tell
+ * it from a safetensors file whose length bytes happen to look the same: a
+ * safetensors header opens with '{' at byte 8): a Python pickle
+ * (torch.save's legacy format, pickle.dump), a zip archive (torch.save's
+ * format since PyTorch 1.6, a TorchScript archive, a .npz), a NumPy array,
+ * an HDF5 file (Keras), a GGUF file, a gzip stream; NULL when it starts as
+ * none of them.  fedagg reads models as safetensors only: loading a pickle
+ * can run code.  fa_st_parse and fa_st_open refuse such a file with
+ * FA_ERR_PARSE and this description. */
+const char *fa_st_foreign_format(const uint8_t *p, size_t n);
+
 /* Parses a whole file held in memory (len bytes at buf).  The buffer is
  * borrowed: it must outlive *out.  Returns 0, FA_ERR_PARSE (malformed
  * header: message names the tensor and what is wrong), FA_ERR_UNSUPPORTED

@@ -17,6 +17,7 @@
 
 #include "aggregator/model_store.h"
 #include "audit/audit_log.h"
+#include "audit/lineage.h"
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
@@ -24,10 +25,11 @@
 #include "crypto/merkle.h"
 #include "audit/privacy_audit.h"
 #include "tools/audit_cli.h"
+#include "tools/card_render.h"
 
 const char fa_cmd_audit_help[] =
     "verify, show, prove and repair the signed audit log (verify, show, prove, check-proof, "
-    "consistency, repair)";
+    "consistency, repair, lineage)";
 
 static const char usage_text[] =
     "usage: fedagg audit verify LOG --pubkey KEY [--config AGGREGATOR.textproto]\n"
@@ -42,6 +44,8 @@ static const char usage_text[] =
     "       fedagg audit privacy LOG [--region ID] [--config AGGREGATOR.textproto]\n"
     "                    [--region-key REGION=KEY]... [--pubkey KEY] [--json]\n"
     "       fedagg audit repair LOG --pubkey KEY [--store DIR] [--dry-run]\n"
+    "       fedagg audit lineage VERSION --log LOG --pubkey KEY [--config AGGREGATOR.textproto]\n"
+    "                    [--region-key REGION=KEY]... [--json]\n"
     "\n"
     "LOG is the aggregator's audit log (audit.log_file; default <storage.dir>/audit.log),\n"
     "with LOG.checkpoints and LOG.tree beside it.  KEY is the aggregator's Ed25519\n"
@@ -71,6 +75,11 @@ static const char usage_text[] =
     "             the repaired log goes back to the log's last version: the newer\n"
     "             versions and the round in flight move into DIR/damaged-<time>/.\n"
     "             Stop the aggregator first; --dry-run says what would be done.\n"
+    "lineage      recomputes the model card of VERSION from the log alone (what\n"
+    "             `fedagg model card` shows): its parent, round, regions and their\n"
+    "             signed data statements, settings, privacy, evaluations, promotion\n"
+    "             decision, channels and ancestry; after every check of verify.  Fails\n"
+    "             naming the record when anything does not follow.\n"
     "\n"
     "Exit status: 0 verified, 1 not verified or an error, 2 usage.\n";
 
@@ -108,7 +117,7 @@ static int parse_u64(const char *s, uint64_t *out)
 struct opts {
     const char *pos[2];
     int npos;
-    const char *pubkey, *config, *out, *region, *upload_digest, *origin, *store;
+    const char *pubkey, *config, *out, *region, *upload_digest, *origin, *store, *log;
     int json, have_round, dry_run;
     uint64_t round, from, count, max_problems;
     fa_audit_region_key *keys;
@@ -143,6 +152,8 @@ static int parse_opts(int argc, char **argv, struct opts *o, fa_error *err)
             o->upload_digest = v; /* --upload-sha256: its name before BLAKE3 */
         } else if (!strcmp(a, "--origin") && v) {
             o->origin = v;
+        } else if (!strcmp(a, "--log") && v) {
+            o->log = v;
         } else if (!strcmp(a, "--round") && v) {
             if (parse_u64(v, &o->round) != 0)
                 return usage_error("--round %s: expected a round number", v);
@@ -268,6 +279,9 @@ static int cmd_verify(struct opts *o)
                             json_integer((json_int_t)res.eval_signatures));
         json_object_set_new(j, "privacy_signatures",
                             json_integer((json_int_t)res.privacy_signatures));
+        json_object_set_new(j, "data_statement_signatures",
+                            json_integer((json_int_t)res.data_signatures));
+        json_object_set_new(j, "decisions_recomputed", json_integer((json_int_t)res.decisions));
         json_object_set_new(j, "region_signatures_unchecked",
                             json_integer((json_int_t)res.region_unknown));
         json_object_set_new(j, "problems", json_integer((json_int_t)res.problems));
@@ -292,6 +306,10 @@ static int cmd_verify(struct opts *o)
             printf(", %" PRIu64 " evaluation reports verified", res.eval_signatures);
         if (res.privacy_signatures)
             printf(", %" PRIu64 " privacy statements verified", res.privacy_signatures);
+        if (res.data_signatures)
+            printf(", %" PRIu64 " data statements verified", res.data_signatures);
+        if (res.decisions)
+            printf(", %" PRIu64 " promotion decisions recomputed", res.decisions);
         if (res.region_unknown)
             printf(", %" PRIu64 " not checked (no key given)", res.region_unknown);
         printf("\n");
@@ -422,6 +440,54 @@ static int cmd_prove(struct opts *o)
     if (o->out)
         fprintf(stderr, PROG ": wrote the proof of record %" PRIu64 " to %s\n", index, o->out);
     return 0;
+}
+
+/* fedagg audit lineage: `verify` first (every frame, signature and rule,
+ * the governance records recomputed), then the card from the records. */
+static int cmd_lineage(struct opts *o)
+{
+    fa_note_verifier key;
+    fa_audit_verify_opts vo;
+    fa_audit_verify_result res;
+    fa_audit_log *log = NULL;
+    uint64_t version;
+    char *json = NULL;
+    fa_error err;
+    int rc;
+
+    if (need_pos(o, 1, "one VERSION"))
+        return 2;
+    if (parse_u64(o->pos[0], &version) != 0)
+        return usage_error("'%s' is not a model version", o->pos[0]);
+    if (!o->log || !o->pubkey)
+        return usage_error("%s needs --log LOG and --pubkey KEY", "lineage");
+    fa_error_clear(&err);
+    if ((rc = fa_audit_cli_pubkey(o->pubkey, &key, &err)) != 0)
+        return fail(&err, rc);
+    memset(&vo, 0, sizeof(vo));
+    vo.key = &key;
+    vo.region_keys = o->keys;
+    vo.nregion_keys = o->nkeys;
+    rc = fa_audit_verify(o->log, &vo, &res, &err);
+    if (rc == FA_ERR_VERIFY) {
+        fprintf(stderr, PROG ": %s does not verify, so no card follows from it: %s\n", o->log,
+                err.msg);
+        return 1;
+    }
+    if (rc != 0)
+        return fail(&err, rc);
+    rc = fa_audit_log_open_readonly(&log, o->log, &key, NULL, &err);
+    if (rc == 0)
+        rc = fa_lineage_card_json(log, version, o->keys, o->nkeys, &json, &err);
+    fa_audit_log_close(log);
+    if (rc != 0)
+        return fail(&err, rc);
+    if (o->json)
+        printf("%s\n", json);
+    else
+        rc = fa_card_render_markdown(stdout, json);
+    free(json);
+    return rc;
 }
 
 static int cmd_checkpoint(struct opts *o)
@@ -969,6 +1035,8 @@ int fa_cmd_audit(int argc, char **argv)
         rc = cmd_privacy(&o);
     else if (!strcmp(cmd, "repair"))
         rc = cmd_repair(&o);
+    else if (!strcmp(cmd, "lineage"))
+        rc = cmd_lineage(&o);
     else
         rc = usage_error("unknown command '%s'", cmd);
     fa_audit_cli_free_keys(o.keys, o.nkeys);

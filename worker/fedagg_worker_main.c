@@ -57,6 +57,7 @@
 #include "worker/comm.h"
 #include "worker/compress.h"
 #include "worker/data.h"
+#include "worker/data_statement.h"
 #include "worker/builtin_model.h"
 #include "worker/external_trainer.h"
 #include "worker/local_checkpoint.h"
@@ -222,6 +223,11 @@ struct worker {
     fa_privacy_spend spend;   /* built-in: what one round costs */
     fa_trainer_privacy xpriv; /* external: what its last round reported */
     uint64_t exhausted_round; /* the round last refused for the budget (said once); UINT64_MAX */
+
+    /* What the region states it trains on (worker/data_statement.h);
+     * data_src_state 0 not read yet, 1 read, -1 unavailable. */
+    fa_data_source data_src;
+    int data_src_state;
 };
 
 /* What the privacy checks tell the leader loop to do. */
@@ -1130,6 +1136,29 @@ static int privacy_before_upload(struct worker *w, const Fedagg__FederationInfo 
     return privacy_post(w, info->round, info->attempt);
 }
 
+/* Rank 0, before the masked upload of an attempt: the signed statement of
+ * what its update was trained on.  Best effort: the round goes on without
+ * it (its model card then shows none). */
+static void send_data_statement(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    fa_error e;
+    int rc;
+
+    fa_error_clear(&e);
+    if (w->data_src_state == 0) {
+        rc = fa_data_source_from_config(&w->data_src, w->cfg, &e);
+        w->data_src_state = rc == 0 ? 1 : -1;
+        if (rc != 0)
+            log_warn("no data statements: the data manifest cannot be made", rc, &e);
+    }
+    if (w->data_src_state < 0)
+        return;
+    NETWORK_WAIT(fa_data_statement_post(w->rc, &w->data_src, info->round, info->attempt,
+                                        w->delta_version, w->global_sha, w->n_examples, &e));
+    if (rc != 0)
+        log_warn("data statement not accepted; the round goes on without it", rc, &e);
+}
+
 /* Rank 0: follows the federation until it finishes. */
 /* Room in the state directory for an attempt's saved state (the update, 4
  * bytes a coordinate unless it is in the update buffer, and the sealed
@@ -1343,6 +1372,7 @@ static int leader_loop(struct worker *w, fa_error *err)
                 continue;
             }
         }
+        send_data_statement(w, info);
         weight = (double)(w->n_examples < info->quant->max_examples ? w->n_examples
                                                                     : info->quant->max_examples) /
                  (double)(info->quant->max_examples ? info->quant->max_examples : 1);

@@ -168,6 +168,8 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
     hc.ca_file = cfg->tls ? cfg->tls->ca_file : NULL;
     hc.cert_file = cfg->tls ? cfg->tls->cert_file : NULL;
     hc.key_file = cfg->tls ? cfg->tls->key_file : NULL;
+    hc.crl_file =
+        cfg->tls && cfg->tls->crl_file && cfg->tls->crl_file[0] ? cfg->tls->crl_file : NULL;
     fa_netconfig_quic_opts(&hc.quic, cfg->quic);
     if (cfg->quic) {
         hc.reconnect_initial_ms = cfg->quic->reconnect_initial_ms;

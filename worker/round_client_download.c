@@ -198,8 +198,8 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         rc->dl.last_delta = 0;
         fa_hex_encode(q, sizeof(q), got, 32);
         fa_log(FA_LOG_INFO, "global model downloaded",
-               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s%s", *version,
-               resp.body_received, q, base ? " delta_asked=1" : "");
+               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s delta_asked=%d",
+               *version, resp.body_received, q, base ? 1 : 0);
     }
     memcpy(sha256, got, 32);
     goto out;

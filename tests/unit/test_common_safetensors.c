@@ -686,6 +686,51 @@ static void test_prefix_errors(void **state)
     fa_st_del(st);
 }
 
+/* Model files of other formats are named, not parsed: a pickle (what
+ * torch.save wrote before PyTorch 1.6; protocol 4 as pickle.dump writes
+ * it), a zip (torch.save since 1.6); and a safetensors file whose length
+ * bytes look like a pickle's opening is still safetensors. */
+static void test_foreign_formats(void **state)
+{
+    static const uint8_t legacy[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20};
+    static const uint8_t proto4[] = {0x80, 0x04, 0x95, 0x2a, 0, 0, 0, 0, 0, 0, 0, 0x7d};
+    static const uint8_t zip[] = {'P', 'K', 3, 4, 0x14, 0, 0, 8, 0, 0, 0, 0};
+    fa_safetensors *st;
+    fa_error err;
+    char path[300];
+    uint8_t *buf;
+    size_t n;
+
+    (void)state;
+    assert_int_equal(fa_st_parse(&st, legacy, sizeof(legacy), "m.pt", &err), FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "m.pt is a Python pickle"));
+    assert_non_null(strstr(err.msg, "safetensors only"));
+    assert_int_equal(fa_st_parse(&st, proto4, sizeof(proto4), "m.pkl", &err), FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "pickle"));
+    snprintf(path, sizeof(path), "%s/model.pt", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, zip, sizeof(zip), 0644, &err), 0);
+    assert_int_equal(fa_st_open(&st, path, &err), FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "model.pt is a zip archive (torch.save"));
+    assert_non_null(fa_st_foreign_format((const uint8_t *)"\x93NUMPY\x01\x00v\x00", 10));
+    assert_non_null(fa_st_foreign_format((const uint8_t *)"\x89HDF\r\n\x1a\n\x00", 9));
+    assert_null(fa_st_foreign_format((const uint8_t *)"\x10\x00\x00\x00\x00\x00\x00\x00{", 9));
+
+    /* A header padded to 0x280 bytes: its length opens with 80 02, as a
+     * protocol-2 pickle does, and it is read as the safetensors it is. */
+    n = 8 + 0x280;
+    buf = malloc(n);
+    assert_non_null(buf);
+    memset(buf, ' ', n);
+    memset(buf, 0, 8);
+    buf[0] = 0x80;
+    buf[1] = 0x02;
+    memcpy(buf + 8, "{}", 2);
+    assert_int_equal(fa_st_parse(&st, buf, n, "padded", &err), 0);
+    assert_int_equal(fa_st_count(st), 0);
+    fa_st_del(st);
+    free(buf);
+}
+
 static void test_half_conversions(void **state)
 {
     assert_int_equal(fa_st_f32_to_f16(1.0f), 0x3c00);
@@ -732,7 +777,7 @@ int main(void)
         cmocka_unit_test(test_validation_errors),     cmocka_unit_test(test_prefix_errors),
         cmocka_unit_test(test_half_conversions),      cmocka_unit_test(test_read_range),
         cmocka_unit_test(test_writer_put_any_order),  cmocka_unit_test(test_writer_put_errors),
-        cmocka_unit_test(test_names_and_bools),
+        cmocka_unit_test(test_names_and_bools),       cmocka_unit_test(test_foreign_formats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
