@@ -241,7 +241,7 @@ int fa_model_fetch_main(int argc, char **argv)
     fa_note_verifier key;
     struct released rel;
     struct sink s = {0};
-    char path[256], proof_path[4200], got_hex[65], want_hex[65], msg[600];
+    char path[256], base[128], proof_path[4200], got_hex[65], want_hex[65], msg[600];
     uint8_t got[32];
     char *proof = NULL;
     size_t proof_len = 0;
@@ -303,8 +303,14 @@ int fa_model_fetch_main(int argc, char **argv)
     if ((rc = fa_h3_client_new(&h3, &hc, &err)) != 0)
         goto fail;
 
+    /* The federation's routes: under its prefix on a service
+     * (WorkerConfig.service_routes, docs/service.md). */
+    if (cfg->service_routes && cfg->federation_id)
+        snprintf(base, sizeof(base), "/v1/federations/%s", cfg->federation_id);
+    else
+        snprintf(base, sizeof(base), "/v1");
     /* The proof first: it names the version and the digest to expect. */
-    snprintf(path, sizeof(path), "/v1/models/channels/%s", channel);
+    snprintf(path, sizeof(path), "%s/models/channels/%s", base, channel);
     if ((rc = get(h3, path, timeout_ms, NULL, &resp, &err)) != 0)
         goto fail;
     if (resp.status != 200) {
@@ -332,7 +338,7 @@ int fa_model_fetch_main(int argc, char **argv)
     }
 
     /* The model, hashed as it arrives into a temporary file. */
-    snprintf(path, sizeof(path), "/v1/models/%" PRIu64, rel.version);
+    snprintf(path, sizeof(path), "%s/models/%" PRIu64, base, rel.version);
     s.err = &err;
     if ((rc = fa_atomic_file_open(&s.f, out, 0644, &err)) != 0)
         goto fail;

@@ -156,11 +156,17 @@ int fa_round_client_post_signed(fa_round_client *rc, const char *path, const cha
      * on the wire: SignedEval's layout stands for them all. */
     Fedagg__SignedEval se = FEDAGG__SIGNED_EVAL__INIT;
     uint8_t *body, sig[64];
+    char route[512];
     size_t blen;
     int r = fa_identity_sign_statement(rc->seed, domain, statement, len, sig);
 
     if (r != 0)
         return fa_errorf(err, r, "%s: signing failed", what);
+    /* "/v1/<rest>" is the federation's route: under its prefix on a service */
+    if (!strncmp(path, "/v1/", 4)) {
+        snprintf(route, sizeof(route), "%s/%s", rc->base, path + 4);
+        path = route;
+    }
     se.statement.data = (uint8_t *)statement;
     se.statement.len = len;
     se.signature.data = sig;

@@ -441,13 +441,15 @@ static void test_federation_file(void **state)
         "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n"
         "regions { id: \"us-east\" identity_public_key_file: \"keys/us.pub\" }\n"
         "model { init_file: \"models/m.safetensors\" }\n"
-        "evaluator: \"fmnist-test\" trainer: \"cnn\" dataset: \"fmnist\"\n";
+        "evaluator: \"fmnist-test\" trainer: \"cnn\" dataset: \"fmnist\"\n"
+        "promotion { enabled: true source: SOURCE_CENTRAL channels: \"staging\" }\n";
     static const char bad[] =
         "federation_id: \"../x\"\n"                                        /* 1 */
         "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n" /* 2 */
         "round { threshold: 3 }\n"                                         /* 3 */
         "evaluation { command: [\"rm\", \"-rf\", \"/\"] }\n"               /* 4 */
-        "keep_versions: 0\n";                                              /* 5 */
+        "keep_versions: 0\n"                                               /* 5 */
+        "promotion { enabled: true source: SOURCE_CENTRAL }\n";            /* 6 */
     Fedagg__FederationConfig *f = NULL;
     ProtobufCMessage *m = NULL;
     fa_diags *d = NULL;
@@ -462,6 +464,7 @@ static void test_federation_file(void **state)
     assert_int_equal(f->round->threshold, 2); /* the same defaults as an aggregator's */
     assert_int_equal(f->model->n_hidden, 2);
     assert_int_equal(f->keep_versions, 10);
+    assert_true(f->promotion->enabled); /* its own gate, judged by its evaluator */
     protobuf_c_message_free_unpacked(&f->base, NULL);
     fa_diags_del(d);
 
@@ -474,6 +477,7 @@ static void test_federation_file(void **state)
     assert_true(has_diag(d, "c.textproto:4:14: `evaluation.command`: a federation file cannot "
                             "carry a command"));
     assert_true(has_diag(d, "c.textproto:5:1: `keep_versions` must be at least 1"));
+    assert_true(has_diag(d, "`promotion.source` SOURCE_CENTRAL judges by the evaluator command"));
     fa_diags_del(d);
     /* An aggregator config is not a federation file. */
     assert_int_equal(fa_config_guess_kind(agg_text, strlen(agg_text)), FA_CONFIG_AGGREGATOR);
