@@ -4,8 +4,11 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The test switches (common/fa_failpoint.h): compiled into $(BUILD), which
+# `make check` tests; never into a release (CMake's default is OFF).
+TEST_HOOKS ?= ON
 
-.PHONY: all deps build check check-large bench soak fuzz sanitize demo clean
+.PHONY: all deps build check check-large check-deploy bench soak fuzz sanitize demo clean
 
 all: build
 
@@ -13,7 +16,7 @@ deps:
 	@./deploy/install-deps.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DFEDAGG_TEST_HOOKS=$(TEST_HOOKS) $(CMAKE_FLAGS)
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -26,6 +29,16 @@ check: build
 # memory and ~25 GB of disk.
 check-large: build
 	cd $(BUILD) && ctest --output-on-failure -L large $(CTEST_FLAGS)
+
+# Deployment as users deploy it (tests/deploy/check-deploy.sh, as root): the
+# images built with podman from a clean clone and run as a federation across
+# container networks with faults and an upgrade, the Kubernetes manifests
+# rendered, schema-validated and run with podman kube play, the systemd units
+# started by systemd.  Installs the deploy set (podman, debootstrap, kubectl,
+# npm) first; ~10 minutes on 2 cores, more on the first run (base image).
+check-deploy: build
+	@./deploy/install-deps.sh deploy
+	./tests/deploy/check-deploy.sh $(BUILD)
 
 # A 3-region federation on loopback (deploy/demo.sh): ~3 minutes on 2 cores.
 demo: build
@@ -46,9 +59,11 @@ fuzz: deps
 	cmake --build build-fuzz -j $(JOBS)
 	./tests/fuzz/run-all.sh build-fuzz/fuzz $(FUZZ_SECONDS)
 
-# The unit tests under ASan + UBSan.
+# The unit tests under ASan + UBSan, built as a release is: without the test
+# switches (tests that need them skip, those that show they are ignored run).
 sanitize: deps
-	cmake -S . -B build-asan -DFEDAGG_SANITIZE=ON -DFEDAGG_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+	cmake -S . -B build-asan -DFEDAGG_SANITIZE=ON -DFEDAGG_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+		-DFEDAGG_TEST_HOOKS=OFF
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|fuzz'
 

@@ -2,6 +2,8 @@
 #include "aggregator/api.h"
 #include "aggregator/api_admin.h"
 #include "aggregator/service_api.h"
+#include "aggregator/fed_gov.h"
+#include "audit/audit_gov.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,11 +64,74 @@ struct fa_api {
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+int fa_api_parse_number(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (len == 0 || len > 20 || (s[0] == '0' && len > 1))
+        return FA_ERR_PARSE;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return FA_ERR_PARSE;
+        v = v * 10 + d;
+    }
+    if (v > max)
+        return FA_ERR_RANGE;
+    *out = v;
+    return 0;
+}
+
+/* Whether an absolute path may start at s[i]: a '/' at the start or after
+ * a separator, and not one of the API's own paths (which the messages
+ * name to say what to use). */
+static int path_starts(const char *s, size_t i)
+{
+    if (s[i] != '/' || !strncmp(s + i, "/v1/", 4) || s[i + 1] == '\0' || s[i + 1] == ' ')
+        return 0;
+    return i == 0 || strchr(" \t'\"(=:,[", s[i - 1]) != NULL;
+}
+
+void fa_api_public_message(char *out, size_t cap, const char *msg)
+{
+    size_t o = 0;
+
+    if (cap == 0)
+        return;
+    for (size_t i = 0; msg[i] && o + 1 < cap;) {
+        if (path_starts(msg, i)) {
+            static const char mark[] = "<path>";
+            for (size_t k = 0; mark[k] && o + 1 < cap; k++)
+                out[o++] = mark[k];
+            while (msg[i] && !strchr(" \t'\"),;", msg[i]) &&
+                   !(msg[i] == ':' && (msg[i + 1] == ' ' || msg[i + 1] == '\0')))
+                i++;
+            continue;
+        }
+        out[o++] = msg[i++];
+    }
+    out[o] = '\0';
+}
+
+/* What a peer may read of an error: the message without the server's
+ * paths, or for a failure of this aggregator (500) none of it: that goes
+ * to the log. */
+static void peer_message(char *out, size_t cap, int status, const char *msg, const char *region)
+{
+    if (status == 500) {
+        fa_log(FA_LOG_ERROR, "internal error answered with 500", "region=%s error=\"%s\"",
+               region && region[0] ? region : "-", msg);
+        snprintf(out, cap, "internal error of the aggregator (its log says what)");
+        return;
+    }
+    fa_api_public_message(out, cap, msg);
+}
+
 static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, const char *fmt, ...)
 {
     Fedagg__Error e = FEDAGG__ERROR__INIT;
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
-    char msg[512];
+    char raw[512], msg[512];
     uint8_t buf[1024];
     uint64_t round = 0;
     uint32_t attempt = 0;
@@ -74,8 +139,9 @@ static void respond_error(struct req_ctx *c, fa_h3_request *req, int status, con
     size_t n;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    peer_message(msg, sizeof(msg), status, raw, c ? c->region : NULL);
     if (c && c->fed)
         fa_fed_position(c->fed, &round, &attempt, NULL, NULL);
     e.code = (uint32_t)status;
@@ -95,6 +161,9 @@ int fa_api_http_status(int code, int internal)
     if (internal)
         return 500;
     switch (code) {
+    case FA_ERR_IO:
+    case FA_ERR_CORRUPT: return 500; /* this aggregator's storage, not the request */
+    case FA_ERR_NOSPACE: return 503;
     case FA_ERR_AUTH: return 403;
     case FA_ERR_REPLAY:
     case FA_ERR_STATE:
@@ -114,6 +183,7 @@ static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
     fa_h3_header h[] = {{"content-type", "application/x-protobuf"}};
     int status = fa_api_http_status(r->code, r->internal);
     Fedagg__Error e = FEDAGG__ERROR__INIT;
+    char msg[sizeof(r->msg)];
     uint8_t *buf;
     size_t n;
 
@@ -124,8 +194,9 @@ static void respond_reply(struct req_ctx *c, const fa_fed_reply *r)
     }
     fa_log(FA_LOG_INFO, "request refused", "region=%s status=%d reason=\"%s\"", c->region, status,
            r->msg);
+    peer_message(msg, sizeof(msg), status, r->msg, c->region);
     e.code = (uint32_t)status;
-    e.message = (char *)r->msg;
+    e.message = msg;
     e.round = r->round;
     e.attempt = r->attempt;
     n = fedagg__error__get_packed_size(&e);
@@ -520,6 +591,42 @@ static void file_done(void *arg, int err)
     free(s);
 }
 
+/* GET /v1/models/channels/<name> of federation fed (fed_gov.h): the proof
+ * bundle (text) of the signed record that pointed the channel at its
+ * version, with the version and its model digest in headers; the model
+ * itself is GET /v1/models/<version>. */
+static void respond_channel(struct req_ctx *c, fa_fed *fed, const char *name)
+{
+    fa_h3_header h[4];
+    char hex[65], vs[32], *proof = NULL;
+    uint8_t sha[32];
+    uint64_t version;
+    size_t len = 0;
+    fa_error err;
+    int rc;
+
+    if (!fa_audit_gov_channel_name_ok(name)) {
+        respond_error(c, c->req, 404, "no release channel '%.64s' ([a-z0-9._-], 1 to 63 bytes)",
+                      name);
+        return;
+    }
+    fa_error_clear(&err);
+    rc = fa_fed_channel(fed, name, &version, sha, NULL, 0, &proof, &len, &err);
+    if (rc != 0) {
+        respond_error(c, c->req, rc == FA_ERR_NOTFOUND ? 404 : 500, "%s", fa_error_msg(&err, rc));
+        return;
+    }
+    fa_hex_encode(hex, sizeof(hex), sha, 32);
+    snprintf(vs, sizeof(vs), "%" PRIu64, version);
+    h[0] = (fa_h3_header){"content-type", "text/plain; charset=utf-8"};
+    h[1] = (fa_h3_header){"fedagg-model-version", vs};
+    h[2] = (fa_h3_header){"fedagg-model-sha256", hex};
+    h[3] = (fa_h3_header){"fedagg-channel", name};
+    c->responded = 1;
+    fa_h3_respond(c->req, 200, h, 4, proof, len);
+    free(proof);
+}
+
 static int on_model(fa_h3_request *req, void *arg)
 {
     fa_api *a = arg;
@@ -527,7 +634,7 @@ static int on_model(fa_h3_request *req, void *arg)
     const char *which;
     uint64_t version = UINT64_MAX, got, delta_from = 0;
     uint8_t sha[32], dsha[32] = {0};
-    char path[4096], hex[65], dhex[65], vs[32], fs[32], *end;
+    char path[4096], hex[65], dhex[65], vs[32], fs[32];
     struct file_src *src;
     off_t size;
     int f32, want_delta = 0, is_delta = 0;
@@ -535,14 +642,17 @@ static int on_model(fa_h3_request *req, void *arg)
     if (!c)
         return 0;
     which = c->path + strlen("/v1/models/");
-    if (strcmp(which, "latest") != 0) {
-        errno = 0;
-        version = strtoull(which, &end, 10);
-        if (!which[0] || *end || errno) {
-            respond_error(c, req, 404, "no model '%s': use /v1/models/latest or a version number",
-                          which);
-            return 0;
-        }
+    if (!strncmp(which, "channels/", 9)) {
+        respond_channel(c, c->fed, which + 9);
+        return 0;
+    }
+    if (strcmp(which, "latest") != 0 &&
+        fa_api_parse_number(which, strlen(which), FA_API_MAX_NUMBER, &version) != 0) {
+        respond_error(c, req, 404,
+                      "no model '%.64s': use /v1/models/latest or a version number (decimal "
+                      "digits, at most %" PRIu64 ")",
+                      which, (uint64_t)FA_API_MAX_NUMBER);
+        return 0;
     }
     /* ?dtype=f32: the float32 master weights instead of the model's own
      * dtypes.  ?delta_from=N: the version as a delta against version N when
@@ -557,14 +667,10 @@ static int on_model(fa_h3_request *req, void *arg)
                 f32 = 1;
             } else if (len == 12 && !strncmp(q, "dtype=native", 12)) {
                 f32 = 0;
-            } else if (len > 11 && !strncmp(q, "delta_from=", 11) && len - 11 < 21) {
-                char num[24];
-                memcpy(num, q + 11, len - 11);
-                num[len - 11] = '\0';
-                errno = 0;
-                delta_from = strtoull(num, &end, 10);
-                if (!num[0] || *end || errno || num[0] == '-' || num[0] == '+') {
-                    respond_error(c, req, 400, "delta_from '%s' is not a version number", num);
+            } else if (len >= 11 && !strncmp(q, "delta_from=", 11)) {
+                if (fa_api_parse_number(q + 11, len - 11, FA_API_MAX_NUMBER, &delta_from) != 0) {
+                    respond_error(c, req, 400, "delta_from '%.*s' is not a version number",
+                                  (int)(len - 11 < 32 ? len - 11 : 32), q + 11);
                     return 0;
                 }
                 want_delta = 1;
@@ -652,7 +758,7 @@ static int on_audit(fa_h3_request *req, void *arg)
     const char *path;
     const char *q = fa_h3_request_query(req);
     fa_h3_header h[] = {{"content-type", "text/plain; charset=utf-8"}};
-    char *out = NULL, round_s[32], region[64], *end;
+    char *out = NULL, round_s[32], region[64];
     size_t len;
     fa_error err;
     int rc;
@@ -671,8 +777,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/proof?round=R&region=ID");
             return 0;
         }
-        round = strtoull(round_s, &end, 10);
-        if (*end || !round_s[0]) {
+        if (fa_api_parse_number(round_s, strlen(round_s), FA_API_MAX_NUMBER, &round) != 0) {
             respond_error(c, req, 400, "round '%s' is not a number", round_s);
             return 0;
         }
@@ -685,8 +790,7 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/record?version=V");
             return 0;
         }
-        version = strtoull(vs, &end, 10);
-        if (*end || !vs[0]) {
+        if (fa_api_parse_number(vs, strlen(vs), FA_API_MAX_NUMBER, &version) != 0) {
             respond_error(c, req, 400, "version '%s' is not a number", vs);
             return 0;
         }
@@ -698,17 +802,14 @@ static int on_audit(fa_h3_request *req, void *arg)
             respond_error(c, req, 400, "usage: /v1/audit/consistency?from=N[&to=M]");
             return 0;
         }
-        from = strtoull(fs, &end, 10);
-        if (*end || !fs[0]) {
+        if (fa_api_parse_number(fs, strlen(fs), FA_API_MAX_NUMBER, &from) != 0) {
             respond_error(c, req, 400, "from '%s' is not a number", fs);
             return 0;
         }
-        if (query_param(q, "to", ts, sizeof(ts))) {
-            to = strtoull(ts, &end, 10);
-            if (*end || !ts[0]) {
-                respond_error(c, req, 400, "to '%s' is not a number", ts);
-                return 0;
-            }
+        if (query_param(q, "to", ts, sizeof(ts)) &&
+            fa_api_parse_number(ts, strlen(ts), FA_API_MAX_NUMBER, &to) != 0) {
+            respond_error(c, req, 400, "to '%s' is not a number", ts);
+            return 0;
         }
         rc = fa_fed_audit_consistency(c->fed, from, to, &out, &len, &err);
         if (rc == FA_ERR_RANGE) {
@@ -737,19 +838,17 @@ static int on_audit(fa_h3_request *req, void *arg)
 
 static int parse_round_path(const char *path, uint64_t *round, uint32_t *attempt, int *kind)
 {
-    const char *p = path + strlen("/v1/rounds/");
-    char *end;
-    unsigned long long r, at;
+    const char *p = path + strlen("/v1/rounds/"), *slash;
+    uint64_t r, at;
 
-    errno = 0;
-    r = strtoull(p, &end, 10);
-    if (end == p || *end != '/' || errno)
+    if (!(slash = strchr(p, '/')) ||
+        fa_api_parse_number(p, (size_t)(slash - p), FA_API_MAX_NUMBER, &r) != 0)
         return -1;
-    p = end + 1;
-    at = strtoull(p, &end, 10);
-    if (end == p || *end != '/' || errno || at > UINT32_MAX)
+    p = slash + 1;
+    if (!(slash = strchr(p, '/')) ||
+        fa_api_parse_number(p, (size_t)(slash - p), UINT32_MAX - 1u, &at) != 0)
         return -1;
-    p = end + 1;
+    p = slash + 1;
     for (int k = 0; k < FA_SECAGG_N_PHASES; k++)
         if (!strcmp(p, fa_secagg_phase_names[k])) {
             *round = r;
@@ -770,9 +869,9 @@ static int on_round_request(fa_h3_request *req, void *arg)
         return 0;
     if (parse_round_path(c->path, &c->round, &c->attempt, &c->kind) != 0) {
         respond_error(c, req, 404,
-                      "no such round resource: %s (expected "
+                      "no such round resource: %.80s (expected "
                       "/v1/rounds/{round}/{attempt}/{advertise|shares|masked|"
-                      "consistency|unmask})",
+                      "consistency|unmask}, numbers in decimal digits)",
                       fa_h3_request_path(req));
         return 0;
     }
@@ -802,15 +901,39 @@ static int on_round_request(fa_h3_request *req, void *arg)
     }
     if (!c->discard)
         c->uploading = 1;
-    fa_log(FA_LOG_DEBUG, "masked upload started", "region=%s round=%" PRIu64 " attempt=%u%s",
-           c->region, c->round, c->attempt, c->discard ? " (duplicate, discarded)" : "");
+    fa_log(FA_LOG_DEBUG, "masked upload started",
+           "region=%s round=%" PRIu64 " attempt=%u duplicate_discarded=%d", c->region, c->round,
+           c->attempt, c->discard);
     return 0;
+}
+
+/* The transport's budget of buffered request bytes (fa_h3_request_reserve)
+ * refused to let this body grow: 429 when the region's own requests hold
+ * its share, 503 when the aggregator's whole budget is in use.  What was
+ * buffered is dropped and the upload stopped; the region may try again. */
+static void refuse_buffer(struct req_ctx *c, fa_h3_request *req, int rc, size_t want)
+{
+    int share = rc == FA_ERR_NOSPACE;
+    fa_log(FA_LOG_WARN, "request refused: buffered request bytes over budget",
+           "region=%s path=%s status=%d buffered=%zu want=%zu", c->region, fa_h3_request_path(req),
+           share ? 429 : 503, c->cap, want);
+    respond_error(c, req, share ? 429 : 503, "%s",
+                  share ? "this region's requests hold their share of the aggregator's memory "
+                          "(quic.max_buffered_request_bytes_per_identity): retry once they are done"
+                        : "the aggregator's memory for requests is in use "
+                          "(quic.max_buffered_request_bytes): retry later");
+    free(c->buf);
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    fa_h3_request_release(req, UINT64_MAX);
+    fa_h3_request_set_max_body(req, 0); /* stop the upload (STOP_SENDING) */
 }
 
 static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, void *arg)
 {
     fa_api *a = arg;
     struct req_ctx *c = fa_h3_request_get_data(req);
+    int rc;
 
     if (!c)
         return 0;
@@ -845,8 +968,13 @@ static int on_round_body(fa_h3_request *req, const uint8_t *data, size_t len, vo
                           fa_secagg_phase_names[c->kind], MAX_MESSAGE);
             return 0;
         }
+        if ((rc = fa_h3_request_reserve(req, ncap - c->cap)) != 0) {
+            refuse_buffer(c, req, rc, ncap);
+            return 0;
+        }
         nb = realloc(c->buf, ncap);
         if (!nb) {
+            fa_h3_request_release(req, ncap - c->cap);
             respond_error(c, req, 500, "out of memory");
             return 0;
         }
@@ -888,6 +1016,7 @@ static void on_round_end(fa_h3_request *req, void *arg)
     free(c->buf);
     c->buf = NULL;
     c->len = c->cap = 0;
+    fa_h3_request_release(req, UINT64_MAX); /* a long-poll holds no body */
     if (rc != 0) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
@@ -901,10 +1030,10 @@ static void on_round_end(fa_h3_request *req, void *arg)
 
 #define MAX_EVAL_REPORT (64u << 10)
 
-/* POST /v1/evaluations, POST /v1/privacy and POST
- * /v1/federations/{id}/decision: a signed statement of a region in a small
- * body, answered 200 (empty) when accepted. */
-enum { KIND_EVAL = -2, KIND_PRIVACY = -3, KIND_DECISION = -4 };
+/* POST /v1/evaluations, POST /v1/privacy, POST /v1/data-statements and
+ * POST /v1/federations/{id}/decision: a signed statement of a region in a
+ * small body, answered 200 (empty) when accepted. */
+enum { KIND_EVAL = -2, KIND_PRIVACY = -3, KIND_DATA = -4, KIND_DECISION = -5 };
 
 static int on_eval_request(fa_h3_request *req, void *arg)
 {
@@ -912,9 +1041,10 @@ static int on_eval_request(fa_h3_request *req, void *arg)
     struct req_ctx *c = admit(a, req, 1);
     if (!c)
         return 0;
-    c->kind = !strcmp(c->path, "/v1/privacy")    ? KIND_PRIVACY
-              : !strcmp(c->path, "/v1/decision") ? KIND_DECISION
-                                                 : KIND_EVAL;
+    c->kind = !strcmp(c->path, "/v1/privacy")           ? KIND_PRIVACY
+              : !strcmp(c->path, "/v1/data-statements") ? KIND_DATA
+              : !strcmp(c->path, "/v1/decision")        ? KIND_DECISION
+                                                        : KIND_EVAL;
     fa_h3_request_set_max_body(req, MAX_EVAL_REPORT);
     return 0;
 }
@@ -931,6 +1061,11 @@ static int on_eval_body(fa_h3_request *req, const uint8_t *data, size_t len, voi
         return 0;
     }
     if (c->len + len > c->cap) {
+        int rc = fa_h3_request_reserve(req, MAX_EVAL_REPORT);
+        if (rc != 0) {
+            refuse_buffer(c, req, rc, MAX_EVAL_REPORT);
+            return 0;
+        }
         if (!(nb = realloc(c->buf, MAX_EVAL_REPORT))) {
             respond_error(c, req, 500, "out of memory");
             return 0;
@@ -957,6 +1092,7 @@ static void on_eval_end(fa_h3_request *req, void *arg)
         return;
     }
     rc = c->kind == KIND_PRIVACY ? fa_fed_submit_privacy(c->fed, c->region, c->buf, c->len, &r)
+         : c->kind == KIND_DATA  ? fa_fed_submit_data(c->fed, c->region, c->buf, c->len, &r)
          : c->kind == KIND_EVAL
              ? fa_fed_submit_eval(c->fed, c->region, c->buf, c->len, &r)
              : fa_fed_submit_decision(c->fed, c->region, c->buf, c->len, &changed, &r);
@@ -991,7 +1127,8 @@ static const struct route {
     {"GET", "/v1/federation", 0, 1, &federation_h}, {"GET", "/v1/status", 0, 1, &status_h},
     {"GET", "/v1/models/", 1, 1, &model_h},         {"GET", "/v1/audit/", 1, 1, &audit_h},
     {"POST", "/v1/rounds/", 1, 1, &rounds_h},       {"POST", "/v1/evaluations", 0, 1, &evals_h},
-    {"POST", "/v1/privacy", 0, 1, &evals_h},        {"POST", "/v1/decision", 0, 0, &evals_h},
+    {"POST", "/v1/privacy", 0, 1, &evals_h},        {"POST", "/v1/data-statements", 0, 1, &evals_h},
+    {"POST", "/v1/decision", 0, 0, &evals_h},
 };
 
 #define FEDERATIONS "/v1/federations"
@@ -1054,10 +1191,12 @@ static int dispatch_request(fa_h3_request *req, void *arg)
         slash = strchr(id, '/');
         if (!slash || slash == id || (size_t)(slash - id) >= sizeof(c->fed_id) ||
             (size_t)snprintf(sub, sizeof(sub), "/v1/%s", slash + 1) >= sizeof(sub)) {
-            respond_error(NULL, req, 404,
-                          "no such resource: %s (expected /v1/federations/{id}/{federation|"
-                          "status|models/...|audit/...|rounds/...|evaluations|privacy|decision})",
-                          full);
+            respond_error(
+                NULL, req, 404,
+                "no such resource: %s (expected /v1/federations/{id}/{federation|"
+                "status|models/...|audit/...|rounds/...|evaluations|privacy|data-statements|"
+                "decision})",
+                full);
             return 0;
         }
     } else {

@@ -17,6 +17,11 @@
  *                                            (federation, status, models/..., ...)
  *   POST /v1/federations/{id}/decision       SignedDecision: the region's answer
  *
+ * Paths match exactly, and their numbers are decimal digits only
+ * (fa_api_parse_number): anything else is 404.  No answer names a path of
+ * the server's files (fa_api_public_message); a failure of the aggregator
+ * itself is answered 500 with a generic message and logged.
+ *
  * The unprefixed routes are the service's default federation's
  * (service.h).  The caller's region is the one its verified client
  * certificate names; a region not in the default federation gets 403 on
@@ -52,5 +57,19 @@ void fa_api_tick(fa_api *a);
  * FA_ERR_TOOBIG; 503 FA_ERR_AGAIN (retry); 500 FA_ERR_NOMEM; 400 for the
  * rest (a malformed, unverifiable or misplaced message). */
 int fa_api_http_status(int code, int internal);
+
+/* The largest round or model version a path or query may name: 2^53 - 1
+ * (exact in a JSON number); UINT64_MAX means "latest" inside. */
+#define FA_API_MAX_NUMBER ((UINT64_C(1) << 53) - 1)
+
+/* A number of a path or query: s[0..len) must be decimal digits only (no
+ * sign, space or leading zero), at most max.  Returns 0 with *out set,
+ * FA_ERR_PARSE or FA_ERR_RANGE. */
+int fa_api_parse_number(const char *s, size_t len, uint64_t max, uint64_t *out);
+
+/* An error message as a peer may read it: every absolute path of this
+ * server in msg (a '/' that starts a word, other than the API's own /v1/
+ * paths) replaced by "<path>".  Writes at most cap bytes, terminated. */
+void fa_api_public_message(char *out, size_t cap, const char *msg);
 
 #endif

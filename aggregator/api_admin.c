@@ -1,11 +1,13 @@
 /* api_admin.c - the operators' HTTP/3 API.  See api_admin.h. */
 #include "aggregator/api_admin.h"
+#include "aggregator/api.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "aggregator/fed_gov.h"
 #include "common/fa_log.h"
 #include "common/fa_time.h"
 
@@ -40,14 +42,23 @@ void fa_api_admin_respond_json(fa_h3_request *req, int status, const char *json)
 void fa_api_admin_respond_msg(fa_h3_request *req, int status, const char *msg)
 {
     json_t *o = json_object();
-    char *text = NULL;
+    char *text = NULL, pub[512];
 
+    /* as an operator's client may read it: no paths of the server's files;
+     * a failure of the aggregator itself is logged, not answered */
+    if (status == 500) {
+        fa_log(FA_LOG_ERROR, "admin request failed", "operator=%s path=%s error=\"%s\"", who(req),
+               fa_h3_request_path(req), msg);
+        snprintf(pub, sizeof(pub), "internal error of the aggregator (its log says what)");
+    } else {
+        fa_api_public_message(pub, sizeof(pub), msg);
+    }
     if (o) {
         if (status < 400) {
             json_object_set_new(o, "ok", json_true());
-            json_object_set_new(o, "message", json_string(msg));
+            json_object_set_new(o, "message", json_string(pub));
         } else {
-            json_object_set_new(o, "error", json_string(msg));
+            json_object_set_new(o, "error", json_string(pub));
         }
         text = json_dumps(o, JSON_COMPACT);
         json_decref(o);
@@ -106,6 +117,82 @@ int fa_api_admin_operator_only(fa_h3_request *req)
     return 0;
 }
 
+/* ---- Governance of released models (aggregator/fed_gov.h) ---- */
+
+/* GET .../governance, GET .../card?version=V (the default federation's
+ * under /v1/admin/, another's under /v1/admin/federations/{id}/). */
+static void gov_document(fa_h3_request *req, fa_fed *fed, const char *what)
+{
+    char vs[24], *doc = NULL, *end;
+    unsigned long long v;
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    if (!strcmp(what, "governance")) {
+        rc = fa_fed_governance_json(fed, &doc, &err);
+    } else {
+        if (!fa_api_admin_query_value(fa_h3_request_query(req), "version", vs, sizeof(vs)) ||
+            (v = strtoull(vs, &end, 10), *end) || vs[0] == '-') {
+            fa_api_admin_respond_msg(req, 400, "usage: GET .../card?version=V");
+            return;
+        }
+        rc = fa_fed_model_card(fed, v, &doc, &err);
+    }
+    if (rc != 0) {
+        fa_api_admin_respond_msg(req, rc == FA_ERR_NOTFOUND ? 404 : 500, fa_error_msg(&err, rc));
+        return;
+    }
+    fa_api_admin_respond_json(req, 200, doc);
+    free(doc);
+}
+
+/* POST .../release?version=V&channel=NAME, POST .../rollback. */
+static void gov_action(fa_h3_request *req, fa_fed *fed, const char *name, const char *op)
+{
+    char vs[24], ch[64], msg[512], *end;
+    unsigned long long v = 0;
+    uint64_t round = 0, version = 0;
+    uint32_t attempt = 0;
+    fa_error err;
+    int rc;
+
+    fa_error_clear(&err);
+    if (!strcmp(name, "release")) {
+        if (!fa_api_admin_query_value(fa_h3_request_query(req), "version", vs, sizeof(vs)) ||
+            !fa_api_admin_query_value(fa_h3_request_query(req), "channel", ch, sizeof(ch)) ||
+            (v = strtoull(vs, &end, 10), *end) || vs[0] == '-') {
+            fa_api_admin_respond_msg(req, 400, "usage: POST .../release?version=V&channel=NAME");
+            return;
+        }
+        rc = fa_fed_admin_release(fed, op, v, ch, fa_time_mono_ms(), &err);
+        if (rc == 0)
+            snprintf(msg, sizeof(msg), "channel %s now points at version %llu (released by %s)", ch,
+                     v, op);
+    } else {
+        rc = fa_fed_admin_rollback(fed, op, fa_time_mono_ms(), &err);
+        fa_fed_position(fed, &round, &attempt, NULL, &version);
+        if (rc == 0)
+            snprintf(msg, sizeof(msg),
+                     "rolled back by %s: the current model is version %llu, the last promoted "
+                     "one; round %llu attempt %u trains from it",
+                     op, (unsigned long long)version, (unsigned long long)round, attempt);
+    }
+    if (rc != 0) {
+        fa_api_admin_respond_msg(req,
+                                 rc == FA_ERR_STATE      ? 409
+                                 : rc == FA_ERR_NOTFOUND ? 404
+                                 : rc == FA_ERR_INVAL    ? 400
+                                 : rc == FA_ERR_IO       ? 503
+                                                         : 500,
+                                 fa_error_msg(&err, rc));
+        return;
+    }
+    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s federation=%s", op, name,
+           fa_fed_id(fed));
+    fa_api_admin_respond_msg(req, 200, msg);
+}
+
 /* The HTTP status of a refusal of the service (service.h). */
 int fa_api_admin_status_of(int rc)
 {
@@ -128,16 +215,20 @@ void fa_api_admin_document(fa_h3_request *req, fa_service *svc, const char *id, 
     fa_error err;
     fa_fed *fed;
     char *doc = NULL, msg[256];
+    int gov = !strcmp(what, "governance") || !strcmp(what, "card");
     int rc;
 
-    if (lookup(what, documents, sizeof(documents) / sizeof(documents[0])) < 0) {
+    if (!gov && lookup(what, documents, sizeof(documents) / sizeof(documents[0])) < 0) {
         if (lookup(what, actions, sizeof(actions) / sizeof(actions[0])) >= 0 ||
-            !strcmp(what, "archive") || !strcmp(what, "abort-round")) {
+            !strcmp(what, "archive") || !strcmp(what, "abort-round") || !strcmp(what, "release") ||
+            !strcmp(what, "rollback")) {
             snprintf(msg, sizeof(msg), "%s is an action: use POST", what);
             fa_api_admin_respond_msg(req, 405, msg);
         } else {
             snprintf(msg, sizeof(msg),
-                     "no admin document '%s' (status, regions, rounds, models, audit-head)", what);
+                     "no admin document '%s' (status, regions, rounds, models, audit-head, "
+                     "governance, card?version=V)",
+                     what);
             fa_api_admin_respond_msg(req, 404, msg);
         }
         return;
@@ -146,6 +237,10 @@ void fa_api_admin_document(fa_h3_request *req, fa_service *svc, const char *id, 
     rc = fa_service_authorize(svc, fa_h3_request_peer_name(req), id, &err);
     if (rc == 0)
         rc = fa_service_fed(svc, id, &fed, &err);
+    if (rc == 0 && gov) {
+        gov_document(req, fed, what);
+        return;
+    }
     if (rc == 0)
         rc = fa_fed_admin_json(fed, what, fa_time_mono_ms(), &doc, &err);
     if (rc != 0) {
@@ -179,7 +274,12 @@ void fa_api_admin_action(fa_h3_request *req, fa_service *svc, const char *id, co
     }
     fa_error_clear(&err);
     rc = fa_service_authorize(svc, op, id, &err);
-    if (rc == 0)
+    if (rc == 0 && (!strcmp(action, "release") || !strcmp(action, "rollback"))) {
+        if ((rc = fa_service_fed(svc, id, &fed, &err)) == 0) {
+            gov_action(req, fed, action, op);
+            return;
+        }
+    } else if (rc == 0)
         rc = fa_service_act(svc, op, id, svc_action, drain ? region : NULL, fa_time_mono_ms(), msg,
                             sizeof(msg), &err);
     if (rc != 0) {
@@ -189,9 +289,9 @@ void fa_api_admin_action(fa_h3_request *req, fa_service *svc, const char *id, co
     fa_error_clear(&err);
     if (fa_service_fed(svc, id, &fed, &err) == 0)
         fa_fed_position(fed, &round, &attempt, NULL, NULL);
-    fa_log(FA_LOG_INFO, "admin action", "operator=%s action=%s%s%s round=%llu attempt=%u%s%s", op,
-           action, region[0] ? " region=" : "", region, (unsigned long long)round, attempt,
-           id ? " federation=" : "", id ? id : "");
+    fa_log(FA_LOG_INFO, "admin action",
+           "operator=%s action=%s region=%s round=%llu attempt=%u federation=%s", op, action,
+           region[0] ? region : "-", (unsigned long long)round, attempt, id ? id : "-");
     fa_api_admin_respond_msg(req, 200, msg);
 }
 
@@ -221,14 +321,15 @@ static void on_post_end(fa_h3_request *req, void *arg)
 
     if (fa_h3_request_get_data(req) == &answered)
         return;
-    if (lookup(name, actions, sizeof(actions) / sizeof(actions[0])) < 0) {
+    if (lookup(name, actions, sizeof(actions) / sizeof(actions[0])) < 0 &&
+        strcmp(name, "release") != 0 && strcmp(name, "rollback") != 0) {
         if (lookup(name, documents, sizeof(documents) / sizeof(documents[0])) >= 0) {
             snprintf(msg, sizeof(msg), "%s is a document: use GET %s%s", name, ADMIN_PREFIX, name);
             fa_api_admin_respond_msg(req, 405, msg);
         } else {
             snprintf(msg, sizeof(msg),
                      "no admin action '%s' (pause, resume, abort, drain?region=ID, "
-                     "admit?region=ID)",
+                     "admit?region=ID, release?version=V&channel=NAME, rollback)",
                      name);
             fa_api_admin_respond_msg(req, 404, msg);
         }

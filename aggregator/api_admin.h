@@ -14,6 +14,9 @@
  *                                (a federation's end is service_api.h's)
  *   POST /v1/admin/drain?region=ID   the region sits out until admitted
  *   POST /v1/admin/admit?region=ID   undoes drain
+ *   GET  /v1/admin/governance, /v1/admin/card?version=V,
+ *   POST /v1/admin/release?version=V&channel=NAME, /v1/admin/rollback
+ *                                    the promotion gate (aggregator/fed_gov.h)
  *
  * Every answer is application/json: the document, {"ok": true, "message":
  * "..."} for an action, or {"error": "..."} with the HTTP status (400 a bad
@@ -23,10 +26,10 @@
  *
  * Who.  Only a client certificate with the operator role (SAN URI
  * fedagg://operator/<name>, transport/h3.h) may use these paths; a region's
- * gets 403 on every one of them.  Without an operators list in the config
- * any operator certificate of the federation CA is accepted: issuing one
- * (deploy/pki.sh --operators) is the grant; with one, only the operators it
- * lists, on the federations of their teams (service.h).  The reverse holds too:
+ * gets 403 on every one of them.  Only the operators the config lists
+ * (`operators`) pass the TLS handshake (fedagg_aggregator_main.c, admit);
+ * with `teams`, each acts only on the federations of their teams
+ * (service.h), 403 otherwise.  The reverse holds too:
  * fa_h3_request_peer() is "" for an operator, so aggregator/api.c refuses operators (403) on every
  * region path, the model downloads and /v1/status included (operators read /v1/admin/models and
  * /v1/admin/status instead).

@@ -340,6 +340,36 @@ static void overview(fa_strbuf *b, const json_t *st, uint64_t now)
         }
     }
 
+    /* Released models (docs/governance.md): the last promoted version,
+     * the channels, a run of rejections. */
+    {
+        const json_t *g = json_object_get(st, "governance");
+        const json_t *pol = json_object_get(g, "policy"), *chans = json_object_get(g, "channels");
+        if (json_is_object(g) && (json_is_object(pol) || json_array_size(chans))) {
+            size_t i, l;
+            const json_t *ch;
+            if (num(g, "last_promoted", &d))
+                snprintf(v, sizeof(v), "v%.0f", d);
+            else
+                snprintf(v, sizeof(v), "%s", json_is_object(pol) ? "none yet" : "gate off");
+            sub[0] = '\0';
+            json_array_foreach(chans, i, ch)
+            {
+                const char *name = json_string_value(json_object_get(ch, "channel"));
+                l = strlen(sub);
+                snprintf(sub + l, sizeof(sub) - l, "%s%s v%.0f", l ? ", " : "", name ? name : "?",
+                         num_or(ch, "version", 0));
+            }
+            l = strlen(sub);
+            if (num(g, "rejections_in_a_row", &e) && e > 0)
+                snprintf(sub + l, sizeof(sub) - l, "%s%.0f rejected in a row", l ? "; " : "", e);
+            else if (json_is_object(pol))
+                snprintf(sub + l, sizeof(sub) - l, "%s%.0f promoted, %.0f rejected", l ? "; " : "",
+                         num_or(g, "promotions", 0), num_or(g, "rejections", 0));
+            card(b, "Released model", "released", v, sub);
+        }
+    }
+
     {
         double tree = num_or(st, "audit_tree_size", 0), signed_size = tree;
         if (json_is_object(audit)) {

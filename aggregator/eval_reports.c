@@ -34,6 +34,7 @@ struct fa_eval_reports {
     struct report *reports;
     size_t n_reports;
     fa_eval_summary last;
+    uint64_t max_examples; /* what one report may claim */
 };
 
 void fa_eval_summary_to_pb(const fa_eval_summary *s, Fedagg__EvalSummary *pb,
@@ -56,13 +57,19 @@ void fa_eval_summary_to_pb(const fa_eval_summary *s, Fedagg__EvalSummary *pb,
 }
 
 int fa_eval_reports_new(fa_eval_reports **out, const char *federation_id,
-                        const fa_eval_reports_member *members, size_t n, fa_error *err)
+                        const fa_eval_reports_member *members, size_t n, uint64_t max_examples,
+                        fa_error *err)
 {
-    fa_eval_reports *e = calloc(1, sizeof(*e));
+    fa_eval_reports *e;
 
     *out = NULL;
-    if (!e)
+    if (max_examples > FA_EVAL_MAX_EXAMPLES)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "evaluation.max_region_examples %" PRIu64 " is over %" PRIu64,
+                         max_examples, (uint64_t)FA_EVAL_MAX_EXAMPLES);
+    if (!(e = calloc(1, sizeof(*e))))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    e->max_examples = max_examples ? max_examples : FA_EVAL_DEFAULT_MAX_EXAMPLES;
     e->federation_id = strdup(federation_id);
     e->members = calloc(n ? n : 1, sizeof(*e->members));
     e->ids = calloc(n ? n : 1, sizeof(char *));
@@ -129,11 +136,19 @@ static long find_member(const fa_eval_reports *e, const char *id)
 }
 
 /* The values of a decoded statement into r, checked. */
-static int take_values(const Fedagg__EvalStatement *s, struct report *r, const char *region,
-                       fa_error *err)
+static int take_values(const fa_eval_reports *e, const Fedagg__EvalStatement *s, struct report *r,
+                       const char *region, fa_error *err)
 {
     if (s->num_examples == 0)
         return fa_errorf(err, FA_ERR_INVAL, "evaluation report of %s: num_examples is 0", region);
+    /* The count weights the region's values in the federated means: one
+     * region claiming more examples than it can have would steer them. */
+    if (s->num_examples > e->max_examples)
+        return fa_errorf(err, FA_ERR_RANGE,
+                         "evaluation report of %s: num_examples %" PRIu64
+                         " is more than a region may claim (%" PRIu64
+                         ", the aggregator's evaluation.max_region_examples)",
+                         region, s->num_examples, e->max_examples);
     if (!isfinite(s->loss) && !isnan(s->loss))
         return fa_errorf(err, FA_ERR_INVAL, "evaluation report of %s: loss %g is not finite",
                          region, s->loss);
@@ -176,6 +191,94 @@ static int take_values(const Fedagg__EvalStatement *s, struct report *r, const c
         r->values[i] = s->metrics[i]->value;
     }
     return 0;
+}
+
+/* The example-weighted means of reports[0..n) (the first `extra` of them
+ * included once more, as a candidate): 0, or FA_ERR_RANGE when a count or a
+ * weighted sum overflows (a sum of counts over 2^64, a mean that is not
+ * finite although its values are), naming what in *what. */
+static int summarize(const struct report *reports, size_t n, const struct report *extra,
+                     fa_eval_summary *out, const char **what)
+{
+    double wl = 0, wa = 0, sl = 0, sa = 0;
+    size_t total = n + (extra != NULL);
+
+    memset(out, 0, sizeof(*out));
+    *what = NULL;
+    if (total == 0)
+        return 0;
+    out->valid = 1;
+    out->regions = (uint32_t)total;
+    for (size_t i = 0; i < total; i++) {
+        const struct report *r = i < n ? &reports[i] : extra;
+        if (__builtin_add_overflow(out->n, r->n, &out->n)) {
+            *what = "num_examples";
+            return FA_ERR_RANGE;
+        }
+        if (!isnan(r->loss)) {
+            sl += (double)r->n * r->loss;
+            wl += (double)r->n;
+        }
+        if (!isnan(r->accuracy)) {
+            sa += (double)r->n * r->accuracy;
+            wa += (double)r->n;
+        }
+    }
+    out->loss = wl > 0 ? sl / wl : NAN;
+    out->accuracy = wa > 0 ? sa / wa : NAN;
+    if (wl > 0 && !isfinite(out->loss)) {
+        *what = "loss";
+        return FA_ERR_RANGE;
+    }
+    if (wa > 0 && !isfinite(out->accuracy)) {
+        *what = "accuracy";
+        return FA_ERR_RANGE;
+    }
+    /* Each metric over the reports that have it, in order of first sight. */
+    for (size_t i = 0; i < total; i++) {
+        const struct report *ri = i < n ? &reports[i] : extra;
+        for (size_t k = 0; k < ri->n_metrics; k++) {
+            const char *name = ri->names[k];
+            size_t j = 0;
+            while (j < out->n_metrics && strcmp(out->names[j], name))
+                j++;
+            if (j == out->n_metrics && j < FA_EVAL_MAX_METRICS) {
+                double s = 0, w = 0;
+                for (size_t q = i; q < total; q++) {
+                    const struct report *rq = q < n ? &reports[q] : extra;
+                    for (size_t p = 0; p < rq->n_metrics; p++)
+                        if (!strcmp(rq->names[p], name)) {
+                            s += (double)rq->n * rq->values[p];
+                            w += (double)rq->n;
+                        }
+                }
+                snprintf(out->names[j], sizeof(out->names[j]), "%s", name);
+                out->values[j] = w > 0 ? s / w : NAN;
+                out->n_metrics++;
+                if (w > 0 && !isfinite(out->values[j])) {
+                    *what = ri->names[k];
+                    return FA_ERR_RANGE;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Whether the means stay finite with r added: the report whose weighted
+ * values would overflow them is refused, and the means stand as they were. */
+static int check_means(const fa_eval_reports *e, const struct report *r, const char *region,
+                       fa_error *err)
+{
+    fa_eval_summary sum;
+    const char *what;
+
+    if (summarize(e->reports, e->n_reports, r, &sum, &what) == 0)
+        return 0;
+    return fa_errorf(err, FA_ERR_RANGE,
+                     "evaluation report of %s: its %s over %" PRIu64
+                     " examples would make the federated mean overflow; not taken",
+                     region, what, r->n);
 }
 
 int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t *body, size_t len,
@@ -246,7 +349,9 @@ int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t
                        region, s->model_version, e->version);
         goto out;
     }
-    rc = take_values(s, &r, region, err);
+    rc = take_values(e, s, &r, region, err);
+    if (rc == 0)
+        rc = check_means(e, &r, region, err);
     if (rc != 0)
         goto out;
     r.member = (size_t)m;
@@ -290,48 +395,13 @@ void fa_eval_reports_at(const fa_eval_reports *e, size_t i, Fedagg__SignedEval *
 
 void fa_eval_reports_summary(const fa_eval_reports *e, fa_eval_summary *out)
 {
-    double wl = 0, wa = 0, sl = 0, sa = 0;
+    const char *what;
 
-    memset(out, 0, sizeof(*out));
+    /* every report taken passed check_means: the sums do not overflow */
+    summarize(e->reports, e->n_reports, NULL, out, &what);
     out->version = e->version;
-    if (!e->have_version || e->n_reports == 0)
-        return;
-    out->valid = 1;
-    out->regions = (uint32_t)e->n_reports;
-    for (size_t i = 0; i < e->n_reports; i++) {
-        const struct report *r = &e->reports[i];
-        out->n += r->n;
-        if (!isnan(r->loss)) {
-            sl += (double)r->n * r->loss;
-            wl += (double)r->n;
-        }
-        if (!isnan(r->accuracy)) {
-            sa += (double)r->n * r->accuracy;
-            wa += (double)r->n;
-        }
-    }
-    out->loss = wl > 0 ? sl / wl : NAN;
-    out->accuracy = wa > 0 ? sa / wa : NAN;
-    /* Each metric over the reports that have it, in order of first sight. */
-    for (size_t i = 0; i < e->n_reports; i++)
-        for (size_t k = 0; k < e->reports[i].n_metrics; k++) {
-            const char *name = e->reports[i].names[k];
-            size_t j = 0;
-            while (j < out->n_metrics && strcmp(out->names[j], name))
-                j++;
-            if (j == out->n_metrics && j < FA_EVAL_MAX_METRICS) {
-                double s = 0, w = 0;
-                for (size_t q = i; q < e->n_reports; q++)
-                    for (size_t p = 0; p < e->reports[q].n_metrics; p++)
-                        if (!strcmp(e->reports[q].names[p], name)) {
-                            s += (double)e->reports[q].n * e->reports[q].values[p];
-                            w += (double)e->reports[q].n;
-                        }
-                snprintf(out->names[j], sizeof(out->names[j]), "%s", name);
-                out->values[j] = w > 0 ? s / w : NAN;
-                out->n_metrics++;
-            }
-        }
+    if (!e->have_version)
+        out->valid = 0;
 }
 
 void fa_eval_reports_last(const fa_eval_reports *e, fa_eval_summary *out)

@@ -24,6 +24,12 @@
 /* Most named metrics of one report, and the longest name (bytes). */
 #define FA_EVAL_MAX_METRICS 32
 #define FA_EVAL_MAX_NAME 63
+/* Examples one region's report may claim (config
+ * evaluation.max_region_examples): the default, and the most that may be
+ * configured, 2^44, so that the counts of 255 regions still add up exactly
+ * in a double (audit/audit_verify.c recomputes the means so). */
+#define FA_EVAL_DEFAULT_MAX_EXAMPLES 1000000000u
+#define FA_EVAL_MAX_EXAMPLES ((uint64_t)1 << 44)
 
 /* Means over reports (or one evaluator's result).  A value that no report
  * had is NaN. */
@@ -51,9 +57,12 @@ typedef struct fa_eval_reports_member {
     uint8_t pk[32];
 } fa_eval_reports_member;
 
-/* Copies federation_id and the members.  Returns 0 or FA_ERR_NOMEM. */
+/* Copies federation_id and the members; a report may claim at most
+ * max_examples examples (0: FA_EVAL_DEFAULT_MAX_EXAMPLES).  Returns 0,
+ * FA_ERR_INVAL (max_examples over FA_EVAL_MAX_EXAMPLES) or FA_ERR_NOMEM. */
 int fa_eval_reports_new(fa_eval_reports **out, const char *federation_id,
-                        const fa_eval_reports_member *members, size_t n, fa_error *err);
+                        const fa_eval_reports_member *members, size_t n, uint64_t max_examples,
+                        fa_error *err);
 void fa_eval_reports_del(fa_eval_reports *e);
 
 /* From now on reports are for `version` (model file sha256): the reports
@@ -70,7 +79,8 @@ void fa_eval_reports_begin(fa_eval_reports *e, uint64_t version, const uint8_t s
  * current one: the message names both), FA_ERR_EXISTS (a different report
  * of this region for this version), FA_ERR_INVAL (num_examples 0, a loss or
  * metric not finite, an accuracy outside [0, 1], too many or bad metric
- * names). */
+ * names), FA_ERR_RANGE (num_examples over the maximum, or values whose
+ * weighted sums would overflow the means: the means stay as they were). */
 int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t *body, size_t len,
                            fa_error *err);
 

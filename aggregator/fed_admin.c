@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aggregator/fed_gov.h"
 #include "common/fa_hex.h"
 #include "common/fa_time.h"
 
@@ -294,6 +295,12 @@ int fa_fed_admin_json(fa_fed *f, const char *what, uint64_t now_ms, char **out, 
         json_object_set_new(o, "rounds", rounds_json(f));
         json_object_set_new(o, "versions", versions_json(f));
         json_object_set_new(o, "audit", audit_head_json(f, err));
+        {
+            char *g = NULL; /* the gate and the channels (fed_gov.h) */
+            if (fa_fed_governance_json(f, &g, NULL) == 0)
+                json_object_set_new(o, "governance", json_loads(g, 0, NULL));
+            free(g);
+        }
     } else if (!strcmp(what, "regions")) {
         o = json_object();
         if (o)

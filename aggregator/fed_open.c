@@ -175,6 +175,7 @@ static void restore_round_extras(fa_fed *f, const Fedagg__RoundState *st)
     }
     if (st->ranges_sha256.len == 32)
         memcpy(f->round_ranges_sha, st->ranges_sha256.data, 32);
+    fa_fed_gov_restore_data(f, st);
     fa_privacy_ledger_begin(f->privacy, st->round, st->attempt);
     for (size_t i = 0; i < st->n_privacy; i++) {
         fa_error e;
@@ -219,8 +220,10 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
         if (f->cur.version != audited)
             return fa_errorf(err, FA_ERR_CORRUPT,
                              "model store is at version %" PRIu64 " but the audit log ends at "
-                             "version %" PRIu64 " and there is no round state to repair it from",
-                             f->cur.version, audited);
+                             "version %" PRIu64 " and there is no round state to repair it from "
+                             "(`fedagg audit repair LOG --pubkey KEY --store %s` takes the store "
+                             "back to the log's version, docs/operations.md)",
+                             f->cur.version, audited, f->storage_dir);
         fa_fed_open_gated(f, (f->cur.round > f->last_round ? f->cur.round : f->last_round) + 1, 0,
                           now_ms);
         return 0;
@@ -300,8 +303,11 @@ static int restore_round(fa_fed *f, uint64_t now_ms, fa_error *err)
     if (f->cur.version != audited || st->base_version != f->cur.version) {
         rc = fa_errorf(err, FA_ERR_CORRUPT,
                        "model store at version %" PRIu64 ", audit log at version %" PRIu64
-                       ", round state based on version %" PRIu64 ": they do not fit together",
-                       f->cur.version, audited, st->base_version);
+                       ", round state based on version %" PRIu64
+                       ": they do not fit together (a log repaired back to an earlier "
+                       "checkpoint? `fedagg audit repair LOG --pubkey KEY --store %s` takes "
+                       "the store back to the log's version, docs/operations.md)",
+                       f->cur.version, audited, st->base_version, f->storage_dir);
         fedagg__round_state__free_unpacked(st, NULL);
         return rc;
     }
@@ -573,11 +579,16 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
             if (need.initial > need.total)
                 need.total = need.initial;
         }
+        /* this federation's share, beside the others' */
+        f->memory_need = need.total;
+        /* the transport's budget of request bodies held while received:
+         * the process's, counted once */
+        fa_memory_add_requests(&need, cfg->quic ? cfg->quic->max_buffered_request_bytes
+                                                : o->memory_requests);
         rc = fa_memory_limit(cfg->memory_limit_bytes, &limit, &source, err);
         if (rc == 0)
             rc =
                 fa_memory_check_beside(&need, o->memory_used, o->memory_others, limit, source, err);
-        f->memory_need = need.total;
         if (rc == 0)
             rc = fa_upload_journal_new(&f->journal, f->storage_dir, in_flight,
                                        fa_secagg_masked_bytes(vector_len, ring_bits),
@@ -591,13 +602,15 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
     /* The config digest that every record names: the configuration's
      * binary encoding followed by the tensor table's digest, so that the
      * model's tensors (not only the file naming them) are bound too.  The
-     * service's parts (its block, its operators) are the process's, not
+     * service's parts (its block, its operators and teams) are the process's, not
      * the federation's: a config without them digests as it always did. */
     {
         Fedagg__AggregatorConfig own = *cfg;
         own.service = NULL;
         own.n_operators = 0;
         own.operators = NULL;
+        own.n_teams = 0;
+        own.teams = NULL;
         enc_len = fedagg__aggregator_config__get_packed_size(&own);
         enc = malloc(enc_len + 32);
         if (!enc) {
@@ -625,7 +638,8 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
             fm[i].id = f->regions[i].id;
             memcpy(fm[i].pk, f->regions[i].pk, 32);
         }
-        rc = fa_eval_reports_new(&f->feval, f->federation_id, fm, f->n_regions, err);
+        rc = fa_eval_reports_new(&f->feval, f->federation_id, fm, f->n_regions,
+                                 cfg->evaluation ? cfg->evaluation->max_region_examples : 0, err);
         if (rc == 0)
             rc = fa_privacy_ledger_new(&f->privacy, f->federation_id, fm, f->n_regions, err);
         free(fm);
@@ -660,6 +674,12 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
     rc = fa_audit_log_open(&f->audit, path, f->signer, origin, 0, &report, err);
     if (rc != 0) {
         fa_error_prefix(err, rc, "audit log %s", path);
+        if (rc == FA_ERR_CORRUPT || rc == FA_ERR_VERIFY)
+            fa_errorf(err, rc,
+                      "%s; to recover to its last signed checkpoint (the damaged files are "
+                      "kept): fedagg audit repair %s --pubkey <the aggregator's key> --store %s "
+                      "(docs/operations.md)",
+                      err->msg, path, cfg->storage->dir);
         goto fail;
     }
     if (report.torn_log_bytes || report.torn_checkpoint_bytes || report.unsigned_records ||
@@ -694,6 +714,9 @@ int fa_fed_open_ex(fa_fed **out, const Fedagg__AggregatorConfig *cfg, const fa_f
         goto fail;
     }
     fa_fed_define_metrics(f);
+    rc = fa_fed_gov_open(f, cfg, err); /* fed_gov.c */
+    if (rc != 0)
+        goto fail;
     rc = restore_round(f, now_ms, err);
     if (rc != 0)
         goto fail;
@@ -720,6 +743,7 @@ void fa_fed_close(fa_fed *f)
     if (!f)
         return;
     fa_secagg_server_del(f->sa);
+    fa_fed_gov_close(f);
     fa_audit_log_close(f->audit);
     fa_note_signer_del(f->signer);
     fa_model_store_del(f->store);

@@ -21,6 +21,12 @@ static const char *clip_name(int mode)
                                                       : "l2";
 }
 
+static int share_fault_cmp(const void *a, const void *b)
+{
+    return strcmp((*(Fedagg__ShareFault *const *)a)->region,
+                  (*(Fedagg__ShareFault *const *)b)->region);
+}
+
 /* Builds the audit record of the completed attempt in f->sa. */
 static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha[32],
                         uint64_t new_version, const uint8_t new_sha[32], uint64_t commit_ms,
@@ -48,10 +54,15 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     Fedagg__SignedPrivacy *pvs = calloc(np ? np : 1, sizeof(*pvs));
     Fedagg__SignedPrivacy **pvp = calloc(np ? np : 1, sizeof(*pvp));
     Fedagg__DdpParams ddp_params;
+    Fedagg__SignedDataStatement *dss = NULL, **dsp = NULL;
+    size_t nf = fa_secagg_server_share_fault_count(f->sa);
+    Fedagg__ShareFault *sfs = calloc(nf ? nf : 1, sizeof(*sfs));
+    Fedagg__ShareFault **sfp = calloc(nf ? nf : 1, sizeof(*sfp));
     int rc = 0;
 
     assert(ns + nd <= f->n_regions); /* survivors and dropouts are regions of U1 */
-    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp) {
+    if (!cm || !cmp || !parts || !drops || !shas || !sigs || !evs || !evp || !pvs || !pvp || !sfs ||
+        !sfp) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "audit record: out of memory");
         goto out;
     }
@@ -151,6 +162,26 @@ static int build_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sha
     }
     rec.n_privacy = npr;
     rec.privacy = pvp;
+    /* The participants' data statements (fed_gov.c). */
+    rec.n_data_statements =
+        fa_fed_gov_data_statements(f, prev_version, prev_sha, parts, ns, &dss, &dsp);
+    rec.data_statements = dsp;
+    /* Regions whose revealed share was found bad (the round went on
+     * without it), sorted by region as the record rules want. */
+    for (size_t i = 0; i < nf; i++) {
+        const char *region, *owner;
+        int kind;
+        fedagg__share_fault__init(&sfs[i]);
+        if ((rc = fa_secagg_server_share_fault(f->sa, i, &region, &owner, &kind)) != 0)
+            goto out;
+        sfs[i].region = (char *)region;
+        sfs[i].owner = (char *)owner;
+        sfs[i].secret = kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key";
+        sfp[i] = &sfs[i];
+    }
+    qsort(sfp, nf, sizeof(*sfp), share_fault_cmp);
+    rec.n_share_faults = nf;
+    rec.share_faults = sfp;
     if (f->ddp_on) {
         if ((rc = fa_fed_ddp_round(f, ddp, &ddp_params, err)) != 0)
             goto out;
@@ -175,6 +206,10 @@ out:
     free(evp);
     free(pvs);
     free(pvp);
+    free(dss);
+    free(dsp);
+    free(sfs);
+    free(sfp);
     return rc;
 }
 

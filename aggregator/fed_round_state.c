@@ -307,6 +307,10 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
     }
     st.n_privacy = np;
     st.privacy = pvp;
+    Fedagg__SignedDataStatement *dss = NULL, **dsp = NULL;
+    st.n_data_statements =
+        fa_fed_gov_data_statements(f, f->cur.version, f->cur.model_sha256, NULL, 0, &dss, &dsp);
+    st.data_statements = dsp;
     st.ranges_sha256.data = f->round_ranges_sha;
     st.ranges_sha256.len = 32;
     if (f->central.valid && f->central.version == f->cur.version) {
@@ -328,6 +332,8 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
             free(evp);
             free(pvs);
             free(pvp);
+            free(dss);
+            free(dsp);
             return rc;
         }
         if (gen != 0 && !(f->have_sum && f->sum_round == f->round && f->sum_attempt == f->attempt &&
@@ -348,6 +354,8 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
                 free(evp);
                 free(pvs);
                 free(pvp);
+                free(dss);
+                free(dsp);
                 return rc;
             }
         }
@@ -375,6 +383,8 @@ int fa_fed_save_state(fa_fed *f, fa_error *err)
     free(evp);
     free(pvs);
     free(pvp);
+    free(dss);
+    free(dsp);
     if (rc == 0) {
         remove_stale_sums(f, st.sum_generation);
         fa_log(FA_LOG_DEBUG, "round state saved",

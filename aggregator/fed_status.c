@@ -274,6 +274,13 @@ int fa_fed_status_json(fa_fed *f, uint64_t now_ms, char **out, fa_error *err)
 
 int fa_fed_ready(const fa_fed *f, uint64_t now_ms, char *why, size_t n)
 {
+    if (f->audit_damaged) {
+        snprintf(why, n,
+                 "the audit log is damaged (%s): no round opens; stop the aggregator and run "
+                 "fedagg audit repair (docs/operations.md)",
+                 f->audit_damage);
+        return 0;
+    }
     if (f->fatal) {
         snprintf(why, n,
                  "a committed round could not be recorded in the audit log: restart to "

@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
+#include <stddef.h>
 #include <sodium.h>
 #include <pthread.h>
 #include <signal.h>
@@ -52,6 +53,7 @@
 #define SNAPSHOT_MS 1000
 
 struct app {
+    const Fedagg__AggregatorConfig *cfg;
     fa_h3_server *srv;
     fa_service *svc;
     fa_api *api;
@@ -63,6 +65,7 @@ struct app {
     uint64_t quiet_since;    /* the last change of the final version's reports */
     size_t reports;          /* how many there were then */
     int drained;
+    fa_h3_server_stats last; /* the transport's counters last exported */
     /* What /readyz answers, set by the server loop (the federation's
      * thread) and read by the metrics server's. */
     pthread_mutex_t lock;
@@ -158,14 +161,107 @@ static void snapshot(struct app *a, uint64_t now)
     free(json);
 }
 
+/* The transport's defences as metrics (transport/h3.h, "Slots" and the
+ * budget of buffered requests; aggregator/metrics.h, the metrics port's
+ * own): what hostile peers cost, for the dashboards and alerts.  Counters
+ * grow by the change since the last export. */
+static void export_transport(struct app *a)
+{
+    static const struct {
+        const char *metric, *label, *value;
+        size_t off;
+    } counters[] = {
+#define C(m, l, v, f) {m, l, v, offsetof(fa_h3_server_stats, f)}
+        C("fedagg_quic_refused_total", "reason", "address", refused_address),
+        C("fedagg_quic_refused_total", "reason", "identity", refused_identity),
+        C("fedagg_quic_refused_total", "reason", "revoked", refused_revoked),
+        C("fedagg_quic_refused_total", "reason", "not_member", refused_admit),
+        C("fedagg_quic_refused_total", "reason", "full", connections_refused),
+        C("fedagg_quic_handshakes_failed_total", NULL, NULL, handshakes_failed),
+        C("fedagg_quic_handshakes_dropped_total", "reason", "timeout", handshakes_timed_out),
+        C("fedagg_quic_handshakes_dropped_total", "reason", "room", handshakes_evicted),
+        C("fedagg_quic_connections_closed_total", "reason", "identity_room", evicted_identity),
+        C("fedagg_quic_connections_closed_total", "reason", "revoked", closed_revoked),
+        C("fedagg_quic_retries_total", NULL, NULL, retries_sent),
+        C("fedagg_request_buffer_refused_total", "share", "region", buffer_refused_identity),
+        C("fedagg_request_buffer_refused_total", "share", "aggregator", buffer_refused_server),
+#undef C
+    };
+    fa_h3_server_stats st;
+    fa_metrics_server_stats ms;
+
+    fa_h3_server_get_stats(a->srv, &st);
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+        uint64_t now = *(const uint64_t *)((const char *)&st + counters[i].off);
+        uint64_t was = *(const uint64_t *)((const char *)&a->last + counters[i].off);
+        char labels[64] = "";
+        if (counters[i].label)
+            fa_metrics_label(labels, sizeof(labels), counters[i].label, counters[i].value);
+        if (now > was)
+            fa_metrics_add(a->metrics, counters[i].metric, labels[0] ? labels : NULL,
+                           (double)(now - was));
+    }
+    a->last = st;
+    fa_metrics_set(a->metrics, "fedagg_quic_connections", NULL, (double)st.current_connections);
+    fa_metrics_set(a->metrics, "fedagg_quic_handshakes", NULL, (double)st.current_handshakes);
+    fa_metrics_set(a->metrics, "fedagg_request_buffer_bytes", NULL, (double)st.buffered_bytes);
+    if (a->msrv) {
+        fa_metrics_server_get_stats(a->msrv, &ms);
+        fa_metrics_set(a->metrics, "fedagg_metrics_port_connections", NULL, (double)ms.connections);
+        fa_metrics_set(a->metrics, "fedagg_metrics_port_dropped", NULL, (double)ms.evicted);
+    }
+}
+
+static void define_transport_metrics(fa_metrics *m)
+{
+    static const struct {
+        const char *name, *help;
+        int type;
+    } defs[] = {
+        {"fedagg_quic_connections", "QUIC connections open, handshakes included.", FA_METRIC_GAUGE},
+        {"fedagg_quic_handshakes", "QUIC handshakes in progress.", FA_METRIC_GAUGE},
+        {"fedagg_quic_refused_total",
+         "Connections refused: address (its address holds its share), identity (its region or "
+         "operator holds its share, all busy), revoked (CRL), not_member (not in regions or "
+         "operators), full (draining, or max_connections).",
+         FA_METRIC_COUNTER},
+        {"fedagg_quic_handshakes_failed_total",
+         "Handshakes that failed (certificates refused, peers that gave up).", FA_METRIC_COUNTER},
+        {"fedagg_quic_handshakes_dropped_total",
+         "Handshakes dropped unfinished: at quic.handshake_timeout_ms, or to make room for a "
+         "newer one.",
+         FA_METRIC_COUNTER},
+        {"fedagg_quic_connections_closed_total",
+         "Live connections closed by the aggregator: an identity's idle one for its new one, "
+         "or one a new CRL revoked.",
+         FA_METRIC_COUNTER},
+        {"fedagg_quic_retries_total", "Retry packets sent (address validation).",
+         FA_METRIC_COUNTER},
+        {"fedagg_request_buffer_bytes", "Request bytes held in memory while received.",
+         FA_METRIC_GAUGE},
+        {"fedagg_request_buffer_refused_total",
+         "Requests refused for the budget of buffered request bytes: the region's share (429) "
+         "or the aggregator's whole budget (503).",
+         FA_METRIC_COUNTER},
+        {"fedagg_metrics_port_connections", "Connections open on the metrics port.",
+         FA_METRIC_GAUGE},
+        {"fedagg_metrics_port_dropped",
+         "Idle connections of the metrics port shut to make room, since start.", FA_METRIC_GAUGE},
+    };
+    for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++)
+        fa_metrics_define(m, defs[i].name, defs[i].type, defs[i].help, NULL, 0, NULL);
+}
+
 static void on_tick(fa_h3_server *srv, void *arg)
 {
     struct app *a = arg;
     uint64_t now = fa_time_mono_ns() / 1000000u;
 
     fa_api_tick(a->api);
-    if (now - a->snapshot_at >= SNAPSHOT_MS)
+    if (now - a->snapshot_at >= SNAPSHOT_MS) {
         snapshot(a, now);
+        export_transport(a);
+    }
     {
         char why[512] = "";
         int ok = fa_service_ready(a->svc, now, why, sizeof(why));
@@ -192,6 +288,33 @@ static void on_tick(fa_h3_server *srv, void *arg)
             a->drained = 1; /* once */
         }
     }
+}
+
+/* Membership at the TLS handshake (transport/h3.h, admit): a region
+ * invited to any federation of the service (each federation's routes then
+ * answer only its own regions), or an operator the config lists; anyone
+ * else holding a certificate of the CA is refused before any request. */
+static int admit(void *arg, int role, const char *name, char *why, size_t whycap)
+{
+    struct app *a = arg;
+    if (role == FA_H3_ROLE_REGION) {
+        if (fa_service_is_member(a->svc, name))
+            return 1;
+        snprintf(why, whycap,
+                 "names region '%s', which is not a member of any federation of this service",
+                 name);
+        return 0;
+    }
+    if (role == FA_H3_ROLE_OPERATOR) {
+        for (size_t i = 0; i < a->cfg->n_operators; i++)
+            if (!strcmp(a->cfg->operators[i], name))
+                return 1;
+        snprintf(why, whycap,
+                 "names operator '%s', who is not in the aggregator config's `operators`", name);
+        return 0;
+    }
+    snprintf(why, whycap, "names no region and no operator");
+    return 0;
 }
 
 static int ready(void *ctx, char *why, size_t n)
@@ -323,6 +446,7 @@ int main(int argc, char **argv)
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP); /* the server loop reads the CRL again on it */
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
     }
@@ -347,21 +471,17 @@ int main(int argc, char **argv)
                       "1 while the region's latest decision refuses the federation's offer (it is "
                       "not expected in its rounds), else 0.",
                       NULL, 0, NULL);
+    define_transport_metrics(metrics);
     app.metrics = metrics;
     rc = fa_service_open(&app.svc, cfg, metrics, fa_time_mono_ns() / 1000000u, &err);
     if (rc != 0)
         goto fail;
 
-    fa_h3_server_config_default(&sc);
+    fa_netconfig_server_config(&sc, cfg->quic, cfg->tls);
     sc.listen = cfg->listen;
-    sc.cert_file = cfg->tls->cert_file;
-    sc.key_file = cfg->tls->key_file;
-    sc.ca_file = cfg->tls->ca_file;
-    fa_netconfig_quic_opts(&sc.quic, cfg->quic);
-    sc.max_connections = cfg->quic->max_connections;
-    sc.max_body_bytes = cfg->quic->max_body_bytes;
-    sc.retry = (int)cfg->quic->retry;
-    sc.retry_load_threshold = cfg->quic->retry_load_threshold;
+    sc.admit = admit;
+    sc.admit_arg = &app;
+    app.cfg = cfg;
     if (cfg->quic->static_secret_file && cfg->quic->static_secret_file[0]) {
         rc = fa_h3_load_static_secret(cfg->quic->static_secret_file, 1, sc.static_secret, &err);
         if (rc != 0)
@@ -392,9 +512,16 @@ int main(int argc, char **argv)
             rc = fa_metrics_server_dashboard(msrv, dc ? dc->username : NULL, pw, &err);
             if (pw)
                 sodium_free(pw);
+            if (rc == 0 && dc && dc->protect_metrics)
+                rc = fa_metrics_server_protect_metrics(msrv, 1, &err);
             if (rc != 0)
                 goto fail;
             app.dashboard = 1;
+        } else if (cfg->dashboard->protect_metrics) {
+            rc = fa_errorf(&err, FA_ERR_INVAL,
+                           "dashboard.protect_metrics uses the dashboard's password: it needs "
+                           "dashboard.enabled");
+            goto fail;
         }
     }
     snapshot(&app, fa_time_mono_ns() / 1000000u);

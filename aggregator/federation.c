@@ -231,11 +231,16 @@ static uint64_t storage_need(const fa_fed *f)
  * where the spares decide.  Never set in production. */
 static int storage_short(uint64_t *bytes)
 {
+#ifdef FA_TEST_HOOKS
     char v[32];
     if (!fa_failpoint_value("fed-storage-short", v, sizeof(v)))
         return 0;
     *bytes = strtoull(v, NULL, 10);
     return 1;
+#else
+    (void)bytes;
+    return 0;
+#endif
 }
 
 /* Whether the storage can take a round now (free space for one). */
@@ -274,8 +279,12 @@ static int storage_check(fa_fed *f, fa_error *err)
  * production (FEDAGG_FAILPOINTS, common/fa_failpoint.h). */
 static int storage_gate_off(void)
 {
+#ifdef FA_TEST_HOOKS
     char v[8];
     return fa_failpoint_value("fed-storage-gate-off", v, sizeof(v)) != NULL;
+#else
+    return 0;
+#endif
 }
 
 /* The storage failed (why): close the gate, logging once per back-off. */
@@ -303,6 +312,14 @@ void fa_fed_open_gated(fa_fed *f, uint64_t round, uint32_t attempt, uint64_t now
 
     f->round = round;
     f->attempt = attempt;
+    if (f->audit_damaged) {
+        /* No round can be recorded: none is opened. */
+        f->phase = FEDAGG__PHASE__PHASE_IDLE;
+        fa_secagg_server_del(f->sa);
+        f->sa = NULL;
+        fa_fed_update_gauges(f);
+        return;
+    }
     if (f->paused) {
         /* fa_fed_admin_resume opens it. */
         f->phase = FEDAGG__PHASE__PHASE_IDLE;
@@ -466,9 +483,11 @@ void fa_fed_evaluate(fa_fed *f)
  * .u32.bits), to be compared bit for bit with the regions' quantised inputs.
  * The sum is what the aggregator learns anyway.  "{federation}" in the
  * directory stands for the federation's id (a service's federations each
- * dump into their own). */
+ * dump into their own).  A test hook (common/fa_failpoint.h): not in a
+ * release build. */
 static void debug_dump_sum(fa_fed *f)
 {
+#ifdef FA_TEST_HOOKS
     const char *env = getenv("FEDAGG_DEBUG_DUMP_DIR"), *at;
     size_t n = (size_t)f->sa_cfg.vector_len;
     char path[4096], bits[16], dir[2048];
@@ -492,6 +511,9 @@ static void debug_dump_sum(fa_fed *f)
         fa_file_write_atomic(path, q, n * sizeof(uint32_t), 0644, NULL);
     }
     free(q);
+#else
+    (void)f;
+#endif
 }
 
 /* The mean delta of the round, chunk by chunk, decoded from the unmasked
@@ -683,6 +705,39 @@ static int phase_due(fa_fed *f, uint64_t now_ms)
     return st.expected == 0 && st.in_flight == 0;
 }
 
+/* The audit log's files, checked about once a second against what this
+ * process wrote (a file cut short or overwritten while it runs): once
+ * damaged, the attempt in flight is abandoned before it commits a model
+ * that could not be recorded, and no other opens. */
+static void audit_damage_found(fa_fed *f, uint64_t now_ms, const char *why)
+{
+    f->audit_damaged = 1;
+    snprintf(f->audit_damage, sizeof(f->audit_damage), "%s", why);
+    fa_log(FA_LOG_ERROR,
+           "the audit log is damaged: no round opens until it is repaired (stop the "
+           "aggregator, run fedagg audit repair, docs/operations.md)",
+           "error=\"%s\"", f->audit_damage);
+    if (f->phase >= FEDAGG__PHASE__PHASE_ADVERTISE && f->phase <= FEDAGG__PHASE__PHASE_UNMASK)
+        fa_fed_abort_attempt(f, now_ms, "the audit log is damaged");
+    fa_fed_update_gauges(f);
+}
+
+static int check_audit(fa_fed *f, uint64_t now_ms, int now)
+{
+    fa_error err;
+    int rc;
+
+    if (f->audit_damaged || (!now && now_ms - f->audit_checked_ms < 1000))
+        return 0;
+    f->audit_checked_ms = now_ms;
+    fa_error_clear(&err);
+    rc = fa_audit_log_check(f->audit, &err);
+    if (rc != FA_ERR_CORRUPT)
+        return 0; /* an fstat failure is not damage: checked again next time */
+    audit_damage_found(f, now_ms, fa_error_msg(&err, rc));
+    return 1;
+}
+
 static int close_phase(fa_fed *f, uint64_t now_ms)
 {
     fa_secagg_server_status st;
@@ -694,6 +749,10 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
      * is in the same phase (or failed: its close then says so) */
     assert(closing >= FEDAGG__PHASE__PHASE_ADVERTISE && closing <= FEDAGG__PHASE__PHASE_UNMASK);
     fa_error_clear(&err);
+    /* The gate decides the candidate once the regions that trained from it
+     * have evaluated it (fed_gov.c); a rejection may abandon the attempt. */
+    if (closing == FEDAGG__PHASE__PHASE_ADVERTISE && fa_fed_gov_decide(f, 0, now_ms))
+        return 1;
     fa_secagg_server_status_get(f->sa, &st);
     assert(st.phase == closing - FEDAGG__PHASE__PHASE_ADVERTISE || st.phase == FA_SECAGG_FAILED);
     if (closing == FEDAGG__PHASE__PHASE_ADVERTISE) {
@@ -711,6 +770,10 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             return 1;
         }
     }
+    /* The round commits a model at this close: only with a log that can
+     * record it. */
+    if (closing == FEDAGG__PHASE__PHASE_UNMASK && check_audit(f, now_ms, 1))
+        return 1;
     if (closing == FEDAGG__PHASE__PHASE_MASKED)
         for (size_t i = 0; i < f->n_regions; i++)
             if (f->regions[i].uploading) {
@@ -736,6 +799,20 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
     fa_log(FA_LOG_INFO, "phase closed", "round=%" PRIu64 " attempt=%u phase=%s seconds=%.3f",
            f->round, f->attempt, fa_secagg_phase_names[closing - 1], secs);
     if (st.phase == FA_SECAGG_DONE) {
+        for (size_t i = 0; i < fa_secagg_server_share_fault_count(f->sa); i++) {
+            const char *region, *owner;
+            int kind;
+            if (fa_secagg_server_share_fault(f->sa, i, &region, &owner, &kind) == 0)
+                fa_log(FA_LOG_WARN,
+                       "a region revealed a bad share; the round goes on without its shares "
+                       "(recorded in the audit log)",
+                       "region=%s owner=%s secret=%s round=%" PRIu64 " attempt=%u", region, owner,
+                       kind == FA_SECAGG_SHARE_SELF_MASK ? "self_mask" : "mask_key", f->round,
+                       f->attempt);
+        }
+        /* the last word on the candidate before the next version */
+        if (fa_fed_gov_decide(f, 1, now_ms))
+            return 1;
         f->phase = FEDAGG__PHASE__PHASE_DONE;
         /* Saved before the model commit: a crash in between is repaired from
          * this state on restart (fa_fed_open). */
@@ -751,11 +828,20 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
             storage_failed(f, now_ms, why); /* no new attempt before a back-off */
             fa_fed_abort_attempt(f, now_ms, why);
         } else if (rc != 0) {
+            char why[512];
             fa_log(FA_LOG_ERROR,
                    "round committed but not recorded; restart the aggregator to "
                    "repair the audit log",
                    "round=%" PRIu64 " error=\"%s\"", f->round, fa_error_msg(&err, rc));
-            f->fatal = 1;
+            /* Damaged between the check at this close and the append: the
+             * log cannot be repaired by a restart, only by an operator;
+             * the aggregator stays up and says so (/readyz). */
+            if (fa_audit_log_damaged(f->audit, why, sizeof(why))) {
+                audit_damage_found(f, now_ms, why);
+                fa_fed_open_gated(f, f->round, f->attempt, now_ms); /* idle: damaged */
+            } else {
+                f->fatal = 1;
+            }
         }
         return 1;
     }
@@ -781,7 +867,7 @@ static int close_phase(fa_fed *f, uint64_t now_ms)
 
 int fa_fed_tick(fa_fed *f, uint64_t now_ms)
 {
-    int changed = 0;
+    int changed = check_audit(f, now_ms, 0);
     /* A phase that closes may make the next one due at once (everybody
      * already answered is impossible, but a zero deadline is not). */
     for (int i = 0; i < 6 && phase_due(f, now_ms); i++)
@@ -789,7 +875,7 @@ int fa_fed_tick(fa_fed *f, uint64_t now_ms)
     for (size_t i = 0; i < f->n_regions; i++)
         if (f->regions[i].last_seen_ms && !fa_fed_region_connected(&f->regions[i], now_ms))
             fa_fed_metric_region(f, "fedagg_region_connected", f->regions[i].id, 0, 1);
-    if (f->phase == FEDAGG__PHASE__PHASE_IDLE &&
+    if (f->phase == FEDAGG__PHASE__PHASE_IDLE && !f->audit_damaged &&
         (fa_storage_gate_due(&f->gate, now_ms) || (!f->paused && storage_gate_off()))) {
         fa_fed_open_gated(f, f->round, f->attempt, now_ms);
         changed = 1;
@@ -885,6 +971,10 @@ static int check_sender(fa_fed *f, int kind, const char *region, const uint8_t *
 static int other_model(fa_fed *f, const char *region, uint64_t version, char *path, size_t n,
                        uint8_t sha256[32], fa_error *err)
 {
+#ifndef FA_TEST_HOOKS
+    (void)f, (void)region, (void)version, (void)path, (void)n, (void)sha256, (void)err;
+    return 0;
+#else
     char spec[128], src[4096], *at;
     uint64_t from = 0;
     uint8_t *data = NULL;
@@ -920,6 +1010,7 @@ static int other_model(fa_fed *f, const char *region, uint64_t version, char *pa
         fa_log(FA_LOG_WARN, "TEST SWITCH: serving a region another model (fed-serve-other-model)",
                "region=%s version=%" PRIu64, region, version);
     return rc == 0 ? 1 : rc;
+#endif
 }
 
 /* The model an advertisement was signed for (secagg.h model_sha256) must be

@@ -104,6 +104,11 @@ typedef struct fa_fed_open_opts {
      * are: this federation's round must fit beside them. */
     uint64_t memory_used;
     size_t memory_others;
+    /* The process's budget of request bodies held while received
+     * (quic.max_buffered_request_bytes), counted once beside every
+     * federation's round; used when cfg has no quic block (a federation
+     * created at run time: the transport is the service's). */
+    uint64_t memory_requests;
 } fa_fed_open_opts;
 
 /* fa_fed_open with options (o may be NULL: fa_fed_open's).  A federation

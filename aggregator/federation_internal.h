@@ -144,6 +144,11 @@ struct fa_fed {
     char mlabels[160];    /* federation="<id>" on every series (a service's), or "" */
     uint64_t memory_need; /* a round's peak, bytes (memory_budget.h) */
     int fatal; /* a committed round could not be recorded: restart to repair */
+    /* The audit log's files were damaged while running (audit_log.h
+     * fa_audit_log_check): no attempt opens, /readyz says why. */
+    int audit_damaged;
+    char audit_damage[512];
+    uint64_t audit_checked_ms;
     /* Closed while the storage cannot take a round (storage_gate.h): no
      * attempt opens, /readyz says why. */
     fa_storage_gate gate;
@@ -155,6 +160,8 @@ struct fa_fed {
     fa_round_history hist;
     fa_round_history_attempt cur_att; /* the attempt in flight: start, phase durations */
     uint64_t next_upload_id;
+    /* Governance of released models (fed_gov.c, fed_gov.h). */
+    struct fa_fed_gov *gov;
 };
 
 /* federation.c */
@@ -224,5 +231,23 @@ int fa_fed_region_sits_out(const struct fa_fed_region *r);
 /* fed_metrics.c: labels for a series of f: its own (f->mlabels) and
  * key="value" when key is not NULL. */
 void fa_fed_labels(const fa_fed *f, char *buf, size_t n, const char *key, const char *value);
+/* fed_gov.c: governance of released models (aggregator/fed_gov.h).
+ * gov_open: after the audit log opened and before the round is restored
+ * (it completes a rollback the store committed and the log did not
+ * record); gov_close frees.  gov_decide: the gate at the advertise close
+ * (final 0) and the unmask close (final 1) of a round; 1 when it abandoned
+ * the attempt (a rollback or a pause: the caller stops closing the phase).
+ * gov_data_statements: the data statements of the attempt in flight,
+ * trained from version/sha, of the regions in only[] (all when NULL), as
+ * malloc'ed arrays for a record or the round state (free both);
+ * gov_restore_data: those a round state saved. */
+int fa_fed_gov_open(fa_fed *f, const Fedagg__AggregatorConfig *cfg, fa_error *err);
+void fa_fed_gov_close(fa_fed *f);
+int fa_fed_gov_decide(fa_fed *f, int final, uint64_t now_ms);
+size_t fa_fed_gov_data_statements(fa_fed *f, uint64_t version, const uint8_t sha[32],
+                                  char *const *only, size_t n_only,
+                                  Fedagg__SignedDataStatement **items,
+                                  Fedagg__SignedDataStatement ***ptrs);
+void fa_fed_gov_restore_data(fa_fed *f, const Fedagg__RoundState *st);
 
 #endif

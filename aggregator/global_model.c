@@ -516,6 +516,19 @@ fail:
     return rc;
 }
 
+int fa_global_model_reload(fa_global_model *g, fa_model_store *store, fa_error *err)
+{
+    fa_tensors *old = g->table;
+    int rc = open_stored(g, store, old, err); /* the same tensors, their ranges anew */
+
+    if (rc != 0) {
+        g->table = old;
+        return rc;
+    }
+    fa_tensors_del(old);
+    return 0;
+}
+
 void fa_global_model_del(fa_global_model *g)
 {
     if (!g)

@@ -77,6 +77,12 @@ int fa_global_model_open(fa_global_model **out, const Fedagg__AggregatorConfig *
                          fa_error *err);
 void fa_global_model_del(fa_global_model *g);
 
+/* Takes the table (ranges, metadata) of the store's current version again,
+ * after a version was committed beside fa_global_model_step (a rollback:
+ * fa_model_store_restore), checking that it is the same model.  Returns 0
+ * or open's errors; on failure the object is unchanged. */
+int fa_global_model_reload(fa_global_model *g, fa_model_store *store, fa_error *err);
+
 /* The table of the current version (federated flags and the ranges of the
  * round that trains from it). */
 const fa_tensors *fa_global_model_table(const fa_global_model *g);

@@ -16,10 +16,19 @@ void fa_memory_round_need(uint64_t d, size_t n_state, uint32_t in_flight, uint64
     out->sum = 4 * (d + 1);
     out->step = (3 + 2 * (uint64_t)n_state) * mib; /* delta, weights, raw; state in and out */
     out->uploads = fa_upload_journal_memory_need(in_flight, masked_bytes, journal_memory);
+    out->requests = 0;
     out->initial = 4 * d;
     out->total = out->sum + out->step + out->uploads;
     if (out->initial > out->total)
         out->total = out->initial;
+}
+
+void fa_memory_add_requests(fa_memory_need *n, uint64_t bytes)
+{
+    n->requests += bytes;
+    n->total = n->sum + n->step + n->uploads + n->requests;
+    if (n->initial > n->total)
+        n->total = n->initial;
 }
 
 /* A number in a one-line file; 0 when absent, unreadable or "max". */
@@ -79,20 +88,24 @@ int fa_memory_check_beside(const fa_memory_need *n, uint64_t used, size_t others
         return fa_errorf(err, FA_ERR_NOSPACE,
                          "a round needs about %.1f MiB at the aggregator (secure-aggregation sum "
                          "%.1f, streamed optimizer step %.1f, journals of the uploads in flight "
-                         "%.1f; the initial model, once at start, %.1f) but the service may use "
-                         "%.1f MiB (%s), of which the %zu other federation%s that can run a round "
-                         "hold %.1f: %.1f MiB are left.  Raise the limit, finish or archive a "
-                         "federation, or federate fewer tensors (model.federated)",
+                         "%.1f, request bodies being received %.1f (quic.max_buffered_request_"
+                         "bytes, the service's, once); the initial model, once at start, %.1f) but "
+                         "the service may use %.1f MiB (%s), of which the %zu other federation%s "
+                         "that can run a round hold %.1f: %.1f MiB are left.  Raise the limit, "
+                         "finish or archive a federation, or federate fewer tensors "
+                         "(model.federated)",
                          (double)n->total / mib, (double)n->sum / mib, (double)n->step / mib,
-                         (double)n->uploads / mib, (double)n->initial / mib, (double)limit / mib,
-                         source, others, others == 1 ? "" : "s", (double)used / mib,
+                         (double)n->uploads / mib, (double)n->requests / mib,
+                         (double)n->initial / mib, (double)limit / mib, source, others,
+                         others == 1 ? "" : "s", (double)used / mib,
                          used < limit ? (double)(limit - used) / mib : 0.0);
     return fa_errorf(err, FA_ERR_NOSPACE,
                      "a round needs about %.1f MiB at the aggregator (secure-aggregation sum "
-                     "%.1f, streamed optimizer step %.1f, journals of the uploads in flight %.1f; "
+                     "%.1f, streamed optimizer step %.1f, journals of the uploads in flight %.1f, "
+                     "request bodies being received %.1f (quic.max_buffered_request_bytes); "
                      "the initial model, once at start, %.1f) but it may use %.1f MiB (%s): "
                      "raise the limit, or federate fewer tensors (model.federated)",
                      (double)n->total / mib, (double)n->sum / mib, (double)n->step / mib,
-                     (double)n->uploads / mib, (double)n->initial / mib, (double)limit / mib,
-                     source);
+                     (double)n->uploads / mib, (double)n->requests / mib, (double)n->initial / mib,
+                     (double)limit / mib, source);
 }

@@ -7,12 +7,15 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "aggregator/dashboard.h"
+#include "common/fa_log.h"
 #include "common/fa_time.h"
 
 struct series {
@@ -299,7 +302,7 @@ static void fmt_value(char *buf, size_t n, double v)
     else if (isnan(v))
         snprintf(buf, n, "NaN");
     else if (v == floor(v) && fabs(v) < 9007199254740992.0) /* integers as integers: 1867444260, */
-        snprintf(buf, n, "%.0f", v);                             /* not 1.86744426e+09 */
+        snprintf(buf, n, "%.0f", v);                        /* not 1.86744426e+09 */
     else
         for (int prec = 6; prec <= 17; prec++) { /* shortest form that reads back exactly */
             snprintf(buf, n, "%.*g", prec, v);
@@ -365,15 +368,42 @@ int fa_metrics_render(fa_metrics *m, char **out, size_t *len)
 
 /* ------------------------------------------------------------------------- */
 
+/* Connection slots of the HTTP/1.1 port.  Probes (kubelet's /healthz and
+ * /readyz) and Prometheus connect, ask, and are answered in a
+ * millisecond; a client that holds a connection without finishing a
+ * request holds a slot.  So: an epoll loop (no FD_SETSIZE cliff), at most
+ * PER_ADDRESS connections from one address, an idle connection closed
+ * after IDLE_TIMEOUT_S, and past SOFT_LIMIT connections the one idle the
+ * longest is shut to make room for each newcomer, so that a flood from
+ * many addresses delays a probe by a few connections, it does not lock
+ * it out.  HARD_LIMIT leaves room for the shut ones still being closed. */
+#define SLOTS_SOFT_LIMIT 128
+#define SLOTS_HARD_LIMIT 256
+#define SLOTS_PER_ADDRESS 16
+#define SLOTS_IDLE_TIMEOUT_S 10
+
+/* One connection of the port, in least-recently-active order. */
+struct slot {
+    struct slot *prev, *next; /* prev: older activity */
+    int fd;
+    int shut; /* shut down to make room; being closed */
+};
+
 struct fa_metrics_server {
     struct MHD_Daemon *daemon;
     fa_metrics *m;
     fa_metrics_ready_fn ready;
     void *ready_ctx;
     uint16_t port;
+    /* Slots: touched by the daemon's one thread only. */
+    struct slot *oldest, *newest;
+    unsigned nslots;
+    atomic_ullong evicted;       /* connections shut to make room */
+    atomic_ullong refused_total; /* MHD refusals (limits), for the metric */
     /* The dashboard: set by the server loop, read by the daemon's thread. */
     pthread_mutex_t lock;
     int dashboard;                                /* served at all */
+    int protect_metrics;                          /* /metrics needs the dashboard's password */
     int auth;                                     /* basic auth required */
     uint8_t credential[crypto_generichash_BYTES]; /* BLAKE2b(user, 0, password) */
     char *status;                                 /* the latest status document */
@@ -432,6 +462,118 @@ static int authorised(fa_metrics_server *s, struct MHD_Connection *c)
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
                              char *body, size_t len, enum MHD_ResponseMemoryMode mode);
 
+/* 401 with the dashboard's realm (RFC 7617). */
+static enum MHD_Result ask_credentials(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen("authentication required\n"), "authentication required\n", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret;
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain");
+    MHD_add_response_header(r, "WWW-Authenticate", DASHBOARD_REALM);
+    ret = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- slots */
+
+/* A connection begins or ends (MHD_OPTION_NOTIFY_CONNECTION). */
+static void slot_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe)
+{
+    fa_metrics_server *s = cls;
+    struct slot *sl = *socket_context;
+
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        sl = calloc(1, sizeof(*sl));
+        if (!sl)
+            return; /* not tracked: never evicted, still bounded by the hard limit */
+        sl->fd = ci ? ci->connect_fd : -1;
+        sl->prev = s->newest;
+        if (s->newest)
+            s->newest->next = sl;
+        else
+            s->oldest = sl;
+        s->newest = sl;
+        s->nslots++;
+        *socket_context = sl;
+        return;
+    }
+    if (!sl)
+        return;
+    if (sl->prev)
+        sl->prev->next = sl->next;
+    else
+        s->oldest = sl->next;
+    if (sl->next)
+        sl->next->prev = sl->prev;
+    else
+        s->newest = sl->prev;
+    s->nslots--;
+    free(sl);
+    *socket_context = NULL;
+}
+
+/* A request arrived on c: it becomes the most recently active. */
+static void slot_touch(fa_metrics_server *s, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct slot *sl = ci ? ci->socket_context : NULL;
+    if (!sl || sl == s->newest)
+        return;
+    if (sl->prev)
+        sl->prev->next = sl->next;
+    else
+        s->oldest = sl->next;
+    sl->next->prev = sl->prev;
+    sl->prev = s->newest;
+    sl->next = NULL;
+    s->newest->next = sl;
+    s->newest = sl;
+}
+
+/* A new connection (MHD's accept policy, after its own limits): past the
+ * soft limit, the connection idle the longest is shut down (MHD then
+ * closes it on its side) to make room.  Always admits. */
+static enum MHD_Result slot_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    fa_metrics_server *s = cls;
+    (void)addr;
+    (void)addrlen;
+    if (s->nslots >= SLOTS_SOFT_LIMIT) {
+        for (struct slot *sl = s->oldest; sl; sl = sl->next) {
+            if (sl->shut || sl->fd < 0)
+                continue;
+            shutdown(sl->fd, SHUT_RDWR);
+            sl->shut = 1;
+            atomic_fetch_add(&s->evicted, 1);
+            break;
+        }
+    }
+    return MHD_YES;
+}
+
+/* libmicrohttpd's own messages (a limit reached, a client gone): through
+ * fa_log at debug level, and counted; a flood must not flood the log. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    fa_metrics_server *s = cls;
+    char msg[256];
+    size_t n;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '.'))
+        msg[--n] = '\0';
+    if (strstr(msg, "limit"))
+        atomic_fetch_add(&s->refused_total, 1);
+    fa_log(FA_LOG_DEBUG, "metrics server", "detail=\"%s\"", msg);
+}
+
 static enum MHD_Result dashboard_page(fa_metrics_server *s, struct MHD_Connection *c)
 {
     struct MHD_Response *r;
@@ -444,15 +586,7 @@ static enum MHD_Result dashboard_page(fa_metrics_server *s, struct MHD_Connectio
     pthread_mutex_lock(&s->lock);
     if (s->auth && !authorised(s, c)) {
         pthread_mutex_unlock(&s->lock);
-        r = MHD_create_response_from_buffer(strlen("authentication required\n"),
-                                            "authentication required\n", MHD_RESPMEM_PERSISTENT);
-        if (!r)
-            return MHD_NO;
-        MHD_add_response_header(r, "Content-Type", "text/plain");
-        MHD_add_response_header(r, "WWW-Authenticate", DASHBOARD_REALM);
-        ret = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
-        MHD_destroy_response(r);
-        return ret;
+        return ask_credentials(c);
     }
     if (s->status && (doc = malloc(s->status_len + 1))) {
         memcpy(doc, s->status, s->status_len + 1);
@@ -509,6 +643,29 @@ int fa_metrics_server_dashboard(fa_metrics_server *s, const char *username, cons
     return 0;
 }
 
+int fa_metrics_server_protect_metrics(fa_metrics_server *s, int on, fa_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    if (on && !s->auth)
+        rc = fa_errorf(err, FA_ERR_INVAL,
+                       "metrics: /metrics behind the dashboard's password needs one "
+                       "(dashboard.username and dashboard.password_file)");
+    else
+        s->protect_metrics = on;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+void fa_metrics_server_get_stats(const fa_metrics_server *s, fa_metrics_server_stats *st)
+{
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    st->connections = di ? di->num_connections : 0;
+    st->refused = atomic_load(&((fa_metrics_server *)s)->refused_total);
+    st->evicted = atomic_load(&((fa_metrics_server *)s)->evicted);
+}
+
 int fa_metrics_server_set_status(fa_metrics_server *s, const char *json, size_t len)
 {
     char *copy = malloc(len + 1);
@@ -543,12 +700,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 {
     fa_metrics_server *s = cls;
 
+    slot_touch(s, c);
     if (strcmp(method, "GET") && strcmp(method, "HEAD"))
         return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n", 19,
                      MHD_RESPMEM_PERSISTENT);
     if (!strcmp(url, "/metrics")) {
         char *body;
         size_t len;
+        int ok;
+        pthread_mutex_lock(&s->lock);
+        ok = !(s->protect_metrics && s->auth) || authorised(s, c);
+        pthread_mutex_unlock(&s->lock);
+        if (!ok)
+            return ask_credentials(c);
         if (fa_metrics_render(s->m, &body, &len) != 0)
             return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14,
                          MHD_RESPMEM_PERSISTENT);
@@ -622,7 +786,7 @@ int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *
     fa_metrics_server *s;
     struct sockaddr_storage ss;
     const union MHD_DaemonInfo *info;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     int rc;
 
     *out = NULL;
@@ -638,8 +802,12 @@ int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *
     pthread_mutex_init(&s->lock, NULL);
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, &ss,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(flags, 0, slot_accept, s, handle, s, MHD_OPTION_SOCK_ADDR, &ss,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SLOTS_IDLE_TIMEOUT_S,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)SLOTS_HARD_LIMIT,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)SLOTS_PER_ADDRESS,
+                                 MHD_OPTION_NOTIFY_CONNECTION, slot_notify, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->daemon) {
         pthread_mutex_destroy(&s->lock);
         free(s);

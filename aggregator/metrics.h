@@ -52,7 +52,15 @@ typedef struct fa_metrics_server fa_metrics_server;
 
 /* Serves GET /metrics, /healthz, /readyz on listen ("host:port"; port 0 picks
  * a free one, see fa_metrics_server_port).  ready may be NULL (always ready).
- * Returns 0, FA_ERR_INVAL (bad address) or FA_ERR_IO (cannot listen). */
+ * HEAD is answered as GET without the body.
+ *
+ * Clients that hold connections cannot starve the probes: one epoll
+ * thread; at most 16 connections from one address; a connection idle for
+ * 10 s is closed; past 128 connections the one idle the longest is shut to
+ * make room for each new one (256 at most while those close).  A probe
+ * from its own address therefore gets in whatever a flood from others
+ * holds.  Returns 0, FA_ERR_INVAL (bad address) or FA_ERR_IO (cannot
+ * listen). */
 int fa_metrics_server_start(fa_metrics_server **out, fa_metrics *m, const char *listen,
                             fa_metrics_ready_fn ready, void *ready_ctx, fa_error *err);
 uint16_t fa_metrics_server_port(const fa_metrics_server *s);
@@ -68,6 +76,20 @@ void fa_metrics_server_stop(fa_metrics_server *s);
  * or the reverse) or FA_ERR_CRYPTO (libsodium failed to start). */
 int fa_metrics_server_dashboard(fa_metrics_server *s, const char *username, const char *password,
                                 fa_error *err);
+
+/* Thread-safe: puts /metrics behind the dashboard's user name and password
+ * too (on), or not (off, the default: Prometheus scrapes without them).
+ * Call after fa_metrics_server_dashboard.  Returns 0, or FA_ERR_INVAL (on
+ * without a dashboard password). */
+int fa_metrics_server_protect_metrics(fa_metrics_server *s, int on, fa_error *err);
+
+/* Connections open now; connections MHD refused at its limits (per
+ * address, overall); connections shut to make room. */
+typedef struct fa_metrics_server_stats {
+    unsigned connections;
+    uint64_t refused, evicted;
+} fa_metrics_server_stats;
+void fa_metrics_server_get_stats(const fa_metrics_server *s, fa_metrics_server_stats *st);
 
 /* Thread-safe: replaces the status document (fa_fed_admin_json "status")
  * the dashboard shows; a copy is kept.  Until the first call the page says

@@ -28,6 +28,8 @@ struct fa_model_store {
     unsigned keep;
     struct entry *entries; /* retained versions, ascending; the last is current */
     size_t n;
+    uint64_t *pins; /* versions kept beyond the window (fa_model_store_pin) */
+    size_t npins, cappins;
 };
 
 char *fa_model_store_model_path(const fa_model_store *s, uint64_t version, char *buf, size_t n)
@@ -368,10 +370,104 @@ int fa_model_store_open(fa_model_store **out, const char *dir, unsigned keep, fa
     return 0;
 }
 
+/* Whether a store file name is a versioned file of a version after
+ * `after`: model-, state-, master- or delta-<v>.safetensors. */
+static int newer_file(const char *name, uint64_t after)
+{
+    static const char *const kinds[] = {
+        "model-%" SCNu64 ".safetensors%n", "state-%" SCNu64 ".safetensors%n",
+        "master-%" SCNu64 ".safetensors%n", "delta-%" SCNu64 ".safetensors%n"};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        uint64_t v;
+        int end = 0;
+        if (sscanf(name, kinds[i], &v, &end) == 1 && name[end] == '\0')
+            return v > after;
+    }
+    return 0;
+}
+
+int fa_model_store_rollback(const char *dir, uint64_t version, const char *aside, int dry_run,
+                            uint64_t *was, fa_error *err)
+{
+    fa_model_store *s = calloc(1, sizeof(*s));
+    char path[4096], to[4200];
+    uint8_t *text = NULL;
+    size_t len = 0, idx = SIZE_MAX;
+    DIR *d = NULL;
+    struct dirent *de;
+    int rc;
+
+    if (!s || !(s->dir = strdup(dir))) {
+        free(s);
+        return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    }
+    s->keep = MAX_KEEP;
+    snprintf(path, sizeof(path), "%s/MANIFEST", dir);
+    rc = fa_file_read_all(path, &text, &len, 1 << 20, err);
+    if (rc == 0 && memchr(text, '\0', len))
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: binary data in manifest", path);
+    else if (rc == 0)
+        rc = parse_manifest(s, path, (char *)text, err);
+    free(text);
+    if (rc != 0)
+        goto out;
+    *was = s->n ? s->entries[s->n - 1].v.version : 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->entries[i].v.version == version)
+            idx = i;
+    if (idx == SIZE_MAX) {
+        char have[256] = "";
+        size_t o = 0;
+        for (size_t i = 0; i < s->n && o < sizeof(have); i++)
+            o += (size_t)snprintf(have + o, sizeof(have) - o, "%s%" PRIu64, i ? ", " : "",
+                                  s->entries[i].v.version);
+        rc = fa_errorf(err, FA_ERR_NOTFOUND,
+                       "%s: version %" PRIu64 " is not retained (the store keeps %s): it cannot "
+                       "go back to it",
+                       dir, version, have);
+        goto out;
+    }
+    if (idx == s->n - 1)
+        goto out; /* already current */
+    s->n = idx + 1;
+    if ((rc = verify_current(s, err)) != 0 || dry_run)
+        goto out;
+    if (mkdir(aside, 0755) != 0 && errno != EEXIST) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: %s", aside, strerror(errno));
+        goto out;
+    }
+    snprintf(to, sizeof(to), "%s/MANIFEST", aside);
+    if (link(path, to) != 0) {
+        rc = fa_errorf(err, FA_ERR_IO, "cannot keep %s as %s: %s", path, to, strerror(errno));
+        goto out;
+    }
+    if (!(d = opendir(dir))) {
+        rc = fa_errorf(err, FA_ERR_IO, "%s: %s", dir, strerror(errno));
+        goto out;
+    }
+    while ((de = readdir(d))) {
+        if (!newer_file(de->d_name, version))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        snprintf(to, sizeof(to), "%s/%s", aside, de->d_name);
+        if (rename(path, to) != 0) {
+            rc = fa_errorf(err, FA_ERR_IO, "cannot move %s to %s: %s", path, to, strerror(errno));
+            goto out;
+        }
+    }
+    rc = write_manifest(s, s->entries, s->n, err);
+out:
+    if (d)
+        closedir(d);
+    fa_model_store_del(s);
+    return rc;
+}
+
 void fa_model_store_del(fa_model_store *s)
 {
     if (!s)
         return;
+    free(s->pins);
     free(s->entries);
     free(s->dir);
     free(s);
@@ -411,6 +507,66 @@ int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], 
             return 0;
         }
     return fa_errorf(err, FA_ERR_NOTFOUND, "model version %" PRIu64 " is not retained", version);
+}
+
+static int pinned(const fa_model_store *s, uint64_t version)
+{
+    for (size_t i = 0; i < s->npins; i++)
+        if (s->pins[i] == version)
+            return 1;
+    return 0;
+}
+
+/* Lists e after the retained versions in a new MANIFEST (the commit point),
+ * then retires the versions that fell out of the window of `keep` and are
+ * not pinned: their files are removed, the first retired state file kept
+ * as state.spare for the next commit to write over. */
+static int append_entry(fa_model_store *s, const struct entry *e, fa_error *err)
+{
+    size_t total = s->n + 1, first = total > s->keep ? total - s->keep : 0, nk = 0;
+    struct entry *all = malloc(total * sizeof(*all)), *kept = malloc(total * sizeof(*kept));
+    char sparepath[4096];
+    int spared = 0, rc;
+
+    if (!all || !kept) {
+        free(all);
+        free(kept);
+        return fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    }
+    if (s->n > 0)
+        memcpy(all, s->entries, s->n * sizeof(*all));
+    all[s->n] = *e;
+    for (size_t i = 0; i < total; i++)
+        if (i >= first || pinned(s, all[i].v.version))
+            kept[nk++] = all[i];
+    rc = write_manifest(s, kept, nk, err);
+    if (rc != 0) {
+        free(all);
+        free(kept);
+        return rc;
+    }
+    /* Committed.  Retire versions that fell out of the window. */
+    fa_model_store_spare_state_path(s, sparepath, sizeof(sparepath));
+    for (size_t i = 0; i < first; i++) {
+        char p[4096];
+        if (pinned(s, all[i].v.version))
+            continue;
+        unlink(fa_model_store_model_path(s, all[i].v.version, p, sizeof(p)));
+        fa_model_store_state_path(s, all[i].v.version, p, sizeof(p));
+        if (!spared && rename(p, sparepath) == 0)
+            spared = 1; /* the next commit writes its state over it */
+        else
+            unlink(p);
+        if (all[i].v.has_master)
+            unlink(fa_model_store_master_path(s, all[i].v.version, p, sizeof(p)));
+        if (all[i].v.has_delta)
+            unlink(fa_model_store_delta_path(s, all[i].v.version, p, sizeof(p)));
+    }
+    free(all);
+    free(s->entries);
+    s->entries = kept;
+    s->n = nk;
+    return 0;
 }
 
 /* A commit in progress: the new version's files open, each hashed as it is
@@ -511,11 +667,9 @@ int fa_model_commit_put(fa_model_commit *c, int file, size_t view, uint64_t off,
 int fa_model_store_finish(fa_model_commit *c, fa_error *err)
 {
     fa_model_store *s = c->s;
-    struct entry *all, e = c->e;
-    char sparepath[4096];
+    struct entry e = c->e;
     uint64_t state_size;
-    int spared = 0, rc = 0;
-    size_t first;
+    int rc = 0;
     struct {
         uint8_t *sha;
         uint64_t *size;
@@ -543,40 +697,9 @@ int fa_model_store_finish(fa_model_commit *c, fa_error *err)
     if (rc != 0)
         goto fail;
 
-    /* The new MANIFEST lists the last `keep` versions including this one. */
-    all = malloc((s->n + 1) * sizeof(*all));
-    if (!all) {
-        rc = fa_errorf(err, FA_ERR_NOMEM, "model store: out of memory");
+    rc = append_entry(s, &e, err);
+    if (rc != 0)
         goto fail;
-    }
-    if (s->n > 0)
-        memcpy(all, s->entries, s->n * sizeof(*all));
-    all[s->n] = e;
-    first = s->n + 1 > s->keep ? s->n + 1 - s->keep : 0;
-    rc = write_manifest(s, all + first, s->n + 1 - first, err);
-    if (rc != 0) {
-        free(all);
-        goto fail;
-    }
-    /* Committed.  Retire versions that fell out of the window. */
-    fa_model_store_spare_state_path(s, sparepath, sizeof(sparepath));
-    for (size_t i = 0; i < first; i++) {
-        char p[4096];
-        unlink(fa_model_store_model_path(s, all[i].v.version, p, sizeof(p)));
-        fa_model_store_state_path(s, all[i].v.version, p, sizeof(p));
-        if (!spared && rename(p, sparepath) == 0)
-            spared = 1; /* the next commit writes its state over it */
-        else
-            unlink(p);
-        if (all[i].v.has_master)
-            unlink(fa_model_store_master_path(s, all[i].v.version, p, sizeof(p)));
-        if (all[i].v.has_delta)
-            unlink(fa_model_store_delta_path(s, all[i].v.version, p, sizeof(p)));
-    }
-    memmove(all, all + first, (s->n + 1 - first) * sizeof(*all));
-    free(s->entries);
-    s->entries = all;
-    s->n = s->n + 1 - first;
     fa_model_commit_abort(c); /* every file is committed: frees what is left */
     return 0;
 fail:
@@ -605,5 +728,124 @@ int fa_model_store_commit(fa_model_store *s, uint64_t version, uint64_t round,
     if (rc == 0)
         return fa_model_store_finish(c, err);
     fa_model_commit_abort(c);
+    return rc;
+}
+
+int fa_model_store_pin(fa_model_store *s, uint64_t version, int pin)
+{
+    for (size_t i = 0; i < s->npins; i++)
+        if (s->pins[i] == version) {
+            if (!pin)
+                s->pins[i] = s->pins[--s->npins];
+            return 0;
+        }
+    if (!pin)
+        return 0;
+    if (s->npins == s->cappins) {
+        size_t cap = s->cappins ? 2 * s->cappins : 8;
+        uint64_t *n = realloc(s->pins, cap * sizeof(*n));
+        if (!n)
+            return FA_ERR_NOMEM;
+        s->pins = n;
+        s->cappins = cap;
+    }
+    s->pins[s->npins++] = version;
+    return 0;
+}
+
+/* Copies the file src to dst atomically (temporary file, fsync, rename),
+ * checking on the way that src still has the digest the MANIFEST gives it:
+ * its SHA-256 (sha) or its CRC-32C (crc).  Returns 0, FA_ERR_CORRUPT (src
+ * changed), FA_ERR_IO... */
+static int copy_checked(const char *src, const char *dst, const uint8_t *sha, const uint32_t *crc,
+                        fa_error *err)
+{
+    fa_sha256_ctx st = {0};
+    fa_atomic_file *out = NULL;
+    uint8_t buf[1 << 16], got[32];
+    uint32_t c = 0;
+    FILE *in = fopen(src, "rb");
+    size_t r;
+    int rc;
+
+    if (!in)
+        return fa_errorf(err, FA_ERR_IO, "%s: %s", src, strerror(errno));
+    if (sha && fa_sha256_init(&st) != 0) {
+        fclose(in);
+        fa_sha256_free(&st);
+        return fa_errorf(err, FA_ERR_CRYPTO, "SHA-256 unavailable");
+    }
+    rc = fa_atomic_file_open(&out, dst, 0644, err);
+    while (rc == 0 && (r = fread(buf, 1, sizeof(buf), in)) > 0) {
+        if (sha)
+            (void)fa_sha256_update(&st, buf, r);
+        else
+            c = fa_crc32c(c, buf, r);
+        rc = fa_atomic_file_write(out, buf, r, err);
+    }
+    if (rc == 0 && ferror(in))
+        rc = fa_errorf(err, FA_ERR_IO, "%s: read error", src);
+    if (rc == 0 && sha && fa_sha256_final(&st, got) != 0)
+        rc = fa_errorf(err, FA_ERR_CRYPTO, "%s: SHA-256 failed", src);
+    if (rc == 0 && (sha ? sodium_memcmp(got, sha, 32) != 0 : c != *crc))
+        rc = fa_errorf(err, FA_ERR_CORRUPT,
+                       "%s does not match its MANIFEST digest: it is damaged; not restored", src);
+    if (rc == 0)
+        rc = fa_atomic_file_commit(out, err);
+    else if (out)
+        fa_atomic_file_abort(out);
+    fa_sha256_free(&st);
+    fclose(in);
+    return rc;
+}
+
+int fa_model_store_restore(fa_model_store *s, uint64_t version, uint64_t round, uint64_t from,
+                           fa_error *err)
+{
+    struct entry e;
+    char src[4096], dst[4096];
+    int rc = 0, f;
+
+    if (s->n > 0 && version <= s->entries[s->n - 1].v.version)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "model store: version %" PRIu64 " is not after the current %" PRIu64,
+                         version, s->entries[s->n - 1].v.version);
+    if (fa_model_store_version(s, from, &e.v) != 0)
+        return fa_errorf(err, FA_ERR_NOTFOUND,
+                         "model store: version %" PRIu64 " is not retained; it cannot be restored",
+                         from);
+    if (!e.v.state_crc)
+        return fa_errorf(err, FA_ERR_INVAL,
+                         "model store: version %" PRIu64 " was committed by an older aggregator "
+                         "(its optimizer state has a SHA-256, not a CRC-32C); it cannot be "
+                         "restored",
+                         from);
+    e.v.version = version;
+    e.v.round = round;
+    e.v.has_delta = 0; /* a delta is against the version before: none */
+    /* In the order a commit writes them; the MANIFEST last is the commit
+     * point, so a failure leaves the store as it was. */
+    for (f = 0; rc == 0 && f < 3; f++) {
+        if (f == 0) {
+            fa_model_store_model_path(s, from, src, sizeof(src));
+            fa_model_store_model_path(s, version, dst, sizeof(dst));
+            rc = copy_checked(src, dst, e.v.model_sha256, NULL, err);
+        } else if (f == 1 && e.v.has_master) {
+            fa_model_store_master_path(s, from, src, sizeof(src));
+            fa_model_store_master_path(s, version, dst, sizeof(dst));
+            rc = copy_checked(src, dst, e.v.master_sha256, NULL, err);
+        } else if (f == 2) {
+            fa_model_store_state_path(s, from, src, sizeof(src));
+            fa_model_store_state_path(s, version, dst, sizeof(dst));
+            rc = copy_checked(src, dst, NULL, &e.v.state_crc32c, err);
+        }
+    }
+    if (rc == 0)
+        rc = append_entry(s, &e, err);
+    if (rc != 0) {
+        unlink(fa_model_store_model_path(s, version, dst, sizeof(dst)));
+        unlink(fa_model_store_master_path(s, version, dst, sizeof(dst)));
+        unlink(fa_model_store_state_path(s, version, dst, sizeof(dst)));
+    }
     return rc;
 }

@@ -161,4 +161,37 @@ int fa_model_store_has(const fa_model_store *s, uint64_t version);
  * hashing it).  Returns 0, FA_ERR_NOTFOUND or FA_ERR_IO. */
 int fa_model_store_sha256(fa_model_store *s, uint64_t version, uint8_t out[32], fa_error *err);
 
+/* Keeps a version beyond the window of `keep` (pin 1) or lets it retire
+ * again at the next commit (pin 0): what the governance of released models
+ * holds on to (aggregator/fed_gov.c: the last promoted version, which a
+ * rollback restores with its optimizer state; every version a release
+ * channel points at; rejected versions, kept for forensics).  In memory
+ * only: the owner pins again after a restart, before the next commit.
+ * Returns 0 or FA_ERR_NOMEM. */
+int fa_model_store_pin(fa_model_store *s, uint64_t version, int pin);
+
+/* Commits `version` (made in `round`) as a copy of the retained version
+ * `from`: its model, master weights and optimizer state byte for byte (so
+ * the same digests), no delta file.  Each source file is checked against
+ * its MANIFEST digest while it is copied.  A rollback.  Returns 0,
+ * FA_ERR_INVAL (version not increasing; a version older aggregators
+ * committed), FA_ERR_NOTFOUND (from not retained), FA_ERR_CORRUPT (a source
+ * file damaged), FA_ERR_IO; on failure the store is unchanged. */
+int fa_model_store_restore(fa_model_store *s, uint64_t version, uint64_t round, uint64_t from,
+                           fa_error *err);
+
+/* Makes a retained version current again, for a store ahead of its audit
+ * log after `fedagg audit repair` (a version whose record was lost must not
+ * be served): the files of every newer version are moved into the
+ * directory `aside` (created), with the old MANIFEST, never deleted, and
+ * MANIFEST lists the retained versions up to `version`, whose files are
+ * verified first.  *was receives the version that was current.  With
+ * dry_run only the checks are made.  Not while an aggregator has the store
+ * open.  Returns 0 (also when version is already current), FA_ERR_NOTFOUND
+ * (version not retained: the message lists those that are),
+ * FA_ERR_CORRUPT (MANIFEST malformed, or the version's files damaged),
+ * FA_ERR_IO, FA_ERR_NOMEM. */
+int fa_model_store_rollback(const char *dir, uint64_t version, const char *aside, int dry_run,
+                            uint64_t *was, fa_error *err);
+
 #endif

@@ -201,6 +201,8 @@ int fa_svc_entry_from_file(fa_service *s, Fedagg__FederationConfig *fc, const ch
     ev.every = fc->evaluation->every;
     ev.has_timeout_s = 1;
     ev.timeout_s = ne ? ne->timeout_s : fc->evaluation->timeout_s;
+    ev.has_max_region_examples = 1;
+    ev.max_region_examples = fc->evaluation->max_region_examples;
     if (ne) {
         for (size_t i = 0; i < ne->n_command; i++)
             ev.command[i] = ne->command[i];
@@ -218,6 +220,7 @@ int fa_svc_entry_from_file(fa_service *s, Fedagg__FederationConfig *fc, const ch
     a.quantization = fc->quantization;
     a.model_delta = fc->model_delta;
     a.distributed_dp = fc->distributed_dp;
+    a.promotion = fc->promotion;
     a.storage = &e->storage;
     a.audit = &e->audit;
     a.evaluation = &e->eval;
@@ -286,6 +289,7 @@ int fa_svc_open_fed(fa_service *s, struct svc_fed *e, uint64_t now_ms, fa_error 
 
     o.metrics = s->metrics;
     o.metrics_label = s->many;
+    o.memory_requests = s->cfg->quic ? s->cfg->quic->max_buffered_request_bytes : 0;
     for (size_t i = 0; i < s->n; i++)
         if (s->feds[i] != e && fa_svc_can_run(s->feds[i])) {
             o.memory_used += fa_fed_memory_need(s->feds[i]->fed);

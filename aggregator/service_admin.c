@@ -20,53 +20,56 @@
 /* Teams                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static const Fedagg__Operator *operator_of(const fa_service *s, const char *op)
+static int listed(const fa_service *s, const char *op)
 {
     for (size_t i = 0; op && i < s->cfg->n_operators; i++)
-        if (s->cfg->operators[i]->name && !strcmp(s->cfg->operators[i]->name, op))
-            return s->cfg->operators[i];
-    return NULL;
-}
-
-static int in_team(const Fedagg__Operator *o, const char *team)
-{
-    for (size_t i = 0; team && i < o->n_teams; i++)
-        if (!strcmp(o->teams[i], team))
+        if (s->cfg->operators[i] && !strcmp(s->cfg->operators[i], op))
             return 1;
     return 0;
 }
 
-static void teams_text(const Fedagg__Operator *o, char *buf, size_t n)
+static int in_team(const Fedagg__Team *t, const char *op)
+{
+    for (size_t i = 0; op && i < t->n_operators; i++)
+        if (t->operators[i] && !strcmp(t->operators[i], op))
+            return 1;
+    return 0;
+}
+
+/* The teams op is in, for a refusal's words. */
+static void teams_text(const fa_service *s, const char *op, char *buf, size_t n)
 {
     size_t k = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < o->n_teams && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", o->teams[i]);
-    if (!o->n_teams)
+    for (size_t i = 0; i < s->cfg->n_teams && k < n; i++)
+        if (in_team(s->cfg->teams[i], op))
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", s->cfg->teams[i]->name);
+    if (!buf[0])
         snprintf(buf, n, "none");
 }
 
-/* Whether op may act for team (without an operators list: anyone). */
+/* Whether op may act for team.  Without teams every operator the config
+ * lists acts on every federation (the handshake admits listed operators
+ * only); with teams only the team's operators. */
 static int authorize_team(const fa_service *s, const char *op, const char *team, const char *what,
                           fa_error *err)
 {
-    const Fedagg__Operator *o;
     char teams[256];
 
-    if (s->cfg->n_operators == 0)
-        return 0;
-    o = operator_of(s, op);
-    if (!o)
+    if (!listed(s, op))
         return fa_errorf(err, FA_ERR_AUTH,
                          "operator %s is not in this service's operators; ask its administrator "
-                         "to list you with your teams",
+                         "to list you",
                          op ? op : "(none)");
-    if (!in_team(o, team)) {
-        teams_text(o, teams, sizeof(teams));
-        return fa_errorf(err, FA_ERR_AUTH, "operator %s (teams: %s) may not %s of team \"%s\"", op,
-                         teams, what, team ? team : "");
-    }
-    return 0;
+    if (s->cfg->n_teams == 0)
+        return 0;
+    for (size_t i = 0; team && i < s->cfg->n_teams; i++)
+        if (s->cfg->teams[i]->name && !strcmp(s->cfg->teams[i]->name, team) &&
+            in_team(s->cfg->teams[i], op))
+            return 0;
+    teams_text(s, op, teams, sizeof(teams));
+    return fa_errorf(err, FA_ERR_AUTH, "operator %s (teams: %s) may not %s of team \"%s\"", op,
+                     teams, what, team ? team : "");
 }
 
 int fa_service_authorize(const fa_service *s, const char *op, const char *id, fa_error *err)

@@ -94,6 +94,17 @@ int fa_audit_read_all_at(int fd, void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+int fa_audit_read_failed(fa_error *err, const char *path)
+{
+    if (errno == 0) /* fa_audit_read_all_at: the file ended early */
+        return fa_errorf(err, FA_ERR_CORRUPT,
+                         "%s: the file ends before what was written to it (cut short while the "
+                         "aggregator ran?): the audit log is damaged; see `fedagg audit repair` "
+                         "in docs/operations.md",
+                         path);
+    return fa_errorf(err, FA_ERR_IO, "%s: read: %s", path, strerror(errno));
+}
+
 int fa_audit_file_size(int fd, uint64_t *size)
 {
     struct stat st;

@@ -27,6 +27,10 @@ struct fa_audit_log {
     char *path, *ckpt_path, *tree_path;
     int fd, ckpt_fd, tree_fd;
     int readonly, nosync, broken;
+    /* The files are not what this process wrote (fa_audit_log_check, or a
+     * read that found a file cut short): appends are refused from then on. */
+    int damaged;
+    char damage[512];
     const fa_note_signer *signer;
     char origin[FA_NOTE_NAME_MAX + 1];
 
@@ -79,7 +83,12 @@ uint32_t fa_audit_frame_crc(const uint8_t *len_be, const uint8_t *payload, uint3
 void fa_audit_frame_encode(uint8_t *out, const uint8_t *payload, uint32_t len);
 char *fa_audit_path_with(const char *path, const char *suffix);
 int fa_audit_write_all_at(int fd, const void *buf, size_t len, uint64_t off);
+/* 0, or -1 with errno set (0: the file ended before len bytes). */
 int fa_audit_read_all_at(int fd, void *buf, size_t len, uint64_t off);
+/* The error of a failed fa_audit_read_all_at of path: FA_ERR_CORRUPT for a
+ * file that ends early (cut short: never a "read: Success"), else FA_ERR_IO
+ * with errno's text.  Returns the code. */
+int fa_audit_read_failed(fa_error *err, const char *path);
 int fa_audit_file_size(int fd, uint64_t *size);
 int fa_audit_sync_fd(int fd);
 void fa_audit_make_header(uint8_t hdr[FA_AUDIT_HDR_LEN], const char magic[12]);

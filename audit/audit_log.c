@@ -34,8 +34,18 @@ int fa_audit_node_get(void *ctx, unsigned level, uint64_t index, uint8_t out[FA_
         return 0;
     }
     if (fa_audit_read_all_at(log->tree_fd, out, FA_AUDIT_HLEN,
-                             FA_AUDIT_HDR_LEN + pos * FA_AUDIT_HLEN) != 0)
-        return FA_ERR_IO;
+                             FA_AUDIT_HDR_LEN + pos * FA_AUDIT_HLEN) != 0) {
+        if (errno != 0)
+            return FA_ERR_IO;
+        if (!log->damaged) {
+            log->damaged = 1;
+            snprintf(log->damage, sizeof(log->damage),
+                     "%s: the file ends before what was written to it (cut short while the "
+                     "aggregator ran?)",
+                     log->tree_path);
+        }
+        return FA_ERR_CORRUPT;
+    }
     return 0;
 }
 
@@ -161,7 +171,7 @@ static int scan_checkpoints(fa_audit_log *log, const fa_note_verifier *v, fa_aud
         if (st == FRAME_EOF)
             break;
         if (st == FRAME_IOERR) {
-            rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->ckpt_path, strerror(errno));
+            rc = fa_audit_read_failed(err, log->ckpt_path);
             goto out;
         }
         if (st == FRAME_TORN || (st == FRAME_BADCRC && r.off == size)) {
@@ -199,7 +209,7 @@ static int scan_checkpoints(fa_audit_log *log, const fa_note_verifier *v, fa_aud
         goto out;
     }
     if (fa_audit_read_all_at(log->ckpt_fd, log->latest, last_len, last_off + 4) != 0) {
-        rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->ckpt_path, strerror(errno));
+        rc = fa_audit_read_failed(err, log->ckpt_path);
         goto out;
     }
     log->latest[last_len] = 0;
@@ -330,7 +340,7 @@ static int scan_log(fa_audit_log *log, fa_audit_open_report *rep, fa_error *err)
         if (st == FRAME_EOF)
             break;
         if (st == FRAME_IOERR) {
-            rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->path, strerror(errno));
+            rc = fa_audit_read_failed(err, log->path);
             goto out;
         }
         if (st != FRAME_OK) {
@@ -425,7 +435,7 @@ static int scan_log(fa_audit_log *log, fa_audit_open_report *rep, fa_error *err)
             goto out;
         }
         if (fa_audit_read_all_at(log->fd, last, last_len, log->off[log->n - 1] + 4) != 0) {
-            rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->path, strerror(errno));
+            rc = fa_audit_read_failed(err, log->path);
             goto out;
         }
         rec = fedagg__audit_record__unpack(NULL, last_len, last);
@@ -668,6 +678,64 @@ void fa_audit_append_result_free(fa_audit_append_result *res)
     }
 }
 
+/* fa_audit_log_check under the lock. */
+static int check_locked(fa_audit_log *log, fa_error *err)
+{
+    static const char *const what[2] = {"records", "checkpoints"};
+    const int fds[2] = {log->fd, log->ckpt_fd};
+    const char *const paths[2] = {log->path, log->ckpt_path};
+    const char *const magics[2] = {fa_audit_log_magic, fa_audit_ckpt_magic};
+    const uint64_t ends[2] = {log->log_end, log->ckpt_end};
+
+    if (log->damaged)
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s", log->damage);
+    for (int i = 0; i < 2; i++) {
+        uint8_t hdr[FA_AUDIT_HDR_LEN];
+        uint64_t size;
+        if (fa_audit_file_size(fds[i], &size) != 0)
+            return fa_errorf(err, FA_ERR_IO, "%s: fstat: %s", paths[i], strerror(errno));
+        if (size != ends[i])
+            snprintf(log->damage, sizeof(log->damage),
+                     "%s has %" PRIu64 " bytes, but its %s written by this aggregator end at "
+                     "byte %" PRIu64 " (%s while it ran)",
+                     paths[i], size, what[i], ends[i],
+                     size < ends[i] ? "cut short" : "written to by something else");
+        else if (fa_audit_read_all_at(fds[i], hdr, sizeof(hdr), 0) != 0)
+            return fa_audit_read_failed(err, paths[i]);
+        else if (!fa_audit_header_ok(hdr, magics[i]))
+            snprintf(log->damage, sizeof(log->damage),
+                     "%s: its header was overwritten while the aggregator ran", paths[i]);
+        else
+            continue;
+        log->damaged = 1;
+        return fa_errorf(err, FA_ERR_CORRUPT, "%s", log->damage);
+    }
+    return 0;
+}
+
+int fa_audit_log_check(fa_audit_log *log, fa_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&log->mu);
+    if (!log->readonly)
+        rc = check_locked(log, err);
+    else if (log->damaged)
+        rc = fa_errorf(err, FA_ERR_CORRUPT, "%s", log->damage);
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
+int fa_audit_log_damaged(fa_audit_log *log, char *why, size_t n)
+{
+    int d;
+    pthread_mutex_lock(&log->mu);
+    d = log->damaged;
+    if (d && why && n)
+        snprintf(why, n, "%s", log->damage);
+    pthread_mutex_unlock(&log->mu);
+    return d;
+}
+
 static int append_locked(fa_audit_log *log, const uint8_t *const *recs, const size_t *lens,
                          size_t n, fa_audit_append_result *res, fa_error *err)
 {
@@ -689,6 +757,10 @@ static int append_locked(fa_audit_log *log, const uint8_t *const *recs, const si
         return fa_errorf(err, FA_ERR_STATE,
                          "%s: an earlier failed append could not be undone; reopen the log",
                          log->path);
+    /* Never write after files that changed under us: an append to a log
+     * cut short would leave a hole of zeros before its record. */
+    if ((rc = check_locked(log, err)) != 0)
+        return rc;
     if (n == 0)
         return fa_errorf(err, FA_ERR_INVAL, "no record to append");
     memcpy(model, log->last_new_model, FA_AUDIT_HLEN);

@@ -110,7 +110,8 @@ void fa_audit_append_result_free(fa_audit_append_result *res);
  * NULL) receives the result, which the caller frees.  On failure nothing is
  * left on disk.  Returns 0, FA_ERR_INVAL (a record rule broken: the message
  * says which), FA_ERR_TOOBIG, FA_ERR_STATE (read-only log, or a previous
- * failure could not be undone), FA_ERR_IO or FA_ERR_NOMEM. */
+ * failure could not be undone), FA_ERR_CORRUPT (the files were damaged
+ * while open: fa_audit_log_check), FA_ERR_IO or FA_ERR_NOMEM. */
 int fa_audit_log_append(fa_audit_log *log, const Fedagg__AuditRecord *rec,
                         fa_audit_append_result *res, fa_error *err);
 
@@ -122,6 +123,49 @@ int fa_audit_log_append(fa_audit_log *log, const Fedagg__AuditRecord *rec,
  * describes the last one. */
 int fa_audit_log_append_encoded(fa_audit_log *log, const uint8_t *const *recs, const size_t *lens,
                                 size_t n, fa_audit_append_result *res, fa_error *err);
+
+/* Damage while the log is open: the files cut short, overwritten or
+ * appended to by something else.  fa_audit_log_check compares, cheaply
+ * (two fstat and two 16-byte reads), each file's size and header with what
+ * this process wrote; every append runs it first, and a read that finds a
+ * file ending early or a checksum wrong counts too (FA_ERR_CORRUPT, never
+ * "read: Success").  Once damaged, the log refuses every append with
+ * FA_ERR_CORRUPT: the aggregator stops opening rounds, and an operator
+ * recovers with `fedagg audit repair` (fa_audit_log_repair).
+ * fa_audit_log_check returns 0, FA_ERR_CORRUPT or FA_ERR_IO (fstat);
+ * fa_audit_log_damaged says whether damage was found, and why (the first
+ * finding, into why[0..n)). */
+int fa_audit_log_check(fa_audit_log *log, fa_error *err);
+int fa_audit_log_damaged(fa_audit_log *log, char *why, size_t n);
+
+/* What fa_audit_log_repair found and did. */
+typedef struct fa_audit_repair_report {
+    int intact;                 /* the log opens as it is: nothing was done */
+    char damage[512];           /* why it did not open */
+    uint64_t records_found;     /* whole records with good checksums, from the start */
+    uint64_t checkpoints_found; /* whole checkpoint frames, from the start */
+    uint64_t records_kept;      /* the records the kept checkpoint signs */
+    uint64_t records_signed;    /* (the same: every kept record is signed) */
+    uint64_t checkpoints_kept;
+    char suffix[32]; /* ".damaged-<unix time>": where the old files are */
+    int moved;       /* how many of the three files were kept so */
+} fa_audit_repair_report;
+
+/* Recovers a log that no longer opens (a file cut short, a damaged frame,
+ * checkpoints removed) to its last signed checkpoint that the records left
+ * still match: the records it signs and the checkpoints up to it are kept,
+ * byte for byte; what follows is not.  Nothing is deleted: LOG,
+ * LOG.checkpoints and LOG.tree stay, as they were, under the names
+ * LOG<suffix> (".damaged-<unix time>"), and the repaired files take the
+ * original names atomically (a crash leaves the old or the new file under
+ * each name).  Only checkpoints that v verifies are kept.  A log that opens
+ * is left alone (rep->intact).  With dry_run nothing is written: rep says
+ * what would be kept.  Not while an aggregator has the log open.  Returns
+ * 0, FA_ERR_INVAL (v NULL), FA_ERR_NOTFOUND (no log), FA_ERR_CORRUPT
+ * (nothing can be kept: no checkpoint by v matches the records), FA_ERR_IO,
+ * FA_ERR_NOMEM, or an error of opening the log other than damage. */
+int fa_audit_log_repair(const char *path, const fa_note_verifier *v, int dry_run,
+                        fa_audit_repair_report *rep, fa_error *err);
 
 /* Records in the log, and how many of them the latest checkpoint covers. */
 uint64_t fa_audit_log_size(fa_audit_log *log);
@@ -191,8 +235,9 @@ int fa_audit_log_prove_consistency(fa_audit_log *log, uint64_t old_size, uint64_
 int fa_audit_record_check(const Fedagg__AuditRecord *rec, char *why, size_t why_len);
 
 /* 1 when the record is an action between aggregations rather than one: an
- * operator's (admin), a region's decision, or a service log's lifecycle
- * record.  Such records change no model, carry no participants and may
+ * operator's (admin), a region's decision, a service log's lifecycle
+ * record, or a governance record (audit/audit_gov.h: a promotion decision,
+ * a rollback, a channel move).  Such records carry no participants and may
  * share the (round, attempt) of the record before them. */
 int fa_audit_record_is_action(const Fedagg__AuditRecord *rec);
 
@@ -251,6 +296,8 @@ typedef struct fa_audit_verify_result {
     uint64_t region_signatures; /* region commitment signatures verified */
     uint64_t eval_signatures;   /* federated-evaluation statements verified */
     uint64_t privacy_signatures; /* privacy statements verified */
+    uint64_t data_signatures;    /* data statements verified (audit/audit_gov.h) */
+    uint64_t decisions;          /* promotion decisions recomputed */
     uint64_t region_unknown;    /* commitments of regions with no key given */
     uint64_t problems;
     int64_t first_bad; /* lowest record index at fault; -1 for the file

@@ -47,6 +47,16 @@ int fa_audit_log_checkpoint(fa_audit_log *log, char **note, size_t *len, fa_erro
     return rc;
 }
 
+/* A read that found the files damaged marks the log so (rc is returned). */
+static int damaged(fa_audit_log *log, int rc, const fa_error *err)
+{
+    if (rc == FA_ERR_CORRUPT && !log->damaged) {
+        log->damaged = 1;
+        snprintf(log->damage, sizeof(log->damage), "%s", err ? err->msg : "a record is damaged");
+    }
+    return rc;
+}
+
 static int read_locked(fa_audit_log *log, uint64_t index, uint8_t **rec, size_t *len, fa_error *err)
 {
     uint8_t head[4], tail[4];
@@ -60,11 +70,13 @@ static int read_locked(fa_audit_log *log, uint64_t index, uint8_t **rec, size_t 
                          log->n);
     off = log->off[index];
     if (fa_audit_read_all_at(log->fd, head, 4, off) != 0)
-        return fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->path, strerror(errno));
+        return damaged(log, fa_audit_read_failed(err, log->path), err);
     n = fa_audit_get_be32(head);
     if (n == 0 || n > FA_AUDIT_MAX_RECORD)
-        return fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": invalid length", log->path,
-                         index);
+        return damaged(log,
+                       fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": invalid length",
+                                 log->path, index),
+                       err);
     *rec = malloc(n);
     if (!*rec)
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
@@ -72,13 +84,15 @@ static int read_locked(fa_audit_log *log, uint64_t index, uint8_t **rec, size_t 
         fa_audit_read_all_at(log->fd, tail, 4, off + 4 + n)) {
         free(*rec);
         *rec = NULL;
-        return fa_errorf(err, FA_ERR_IO, "%s: read: %s", log->path, strerror(errno));
+        return damaged(log, fa_audit_read_failed(err, log->path), err);
     }
     if (fa_audit_get_be32(tail) != fa_audit_frame_crc(head, *rec, n)) {
         free(*rec);
         *rec = NULL;
-        return fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": checksum mismatch",
-                         log->path, index);
+        return damaged(log,
+                       fa_errorf(err, FA_ERR_CORRUPT, "%s: record %" PRIu64 ": checksum mismatch",
+                                 log->path, index),
+                       err);
     }
     *len = n;
     return 0;

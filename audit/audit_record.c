@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "audit/audit_gov.h"
 #include "common/fa_sha256.h"
 #include "crypto/secagg.h"
 
@@ -51,9 +52,11 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         BAD("record version %u is not 1", r->version);
     if (!r->federation_id || !r->federation_id[0] || strlen(r->federation_id) > 255)
         BAD("federation_id is empty or longer than 255 bytes");
-    if ((r->admin != NULL) + (r->decision != NULL) + (r->lifecycle != NULL) > 1)
-        BAD("a record is one of an operator's action, a region's decision and a lifecycle "
-            "action, not several");
+    if ((r->admin != NULL) + (r->decision != NULL) + (r->lifecycle != NULL) +
+            (fa_audit_gov_kind(r) != FA_GOV_NONE) >
+        1)
+        BAD("a record is one of an operator's action, a region's decision, a lifecycle "
+            "action and a governance record, not several");
     if (r->decision || r->lifecycle) {
         /* Neither changes a model: both digests are the current model's
          * (a service log's, which has none: 32 zero bytes). */
@@ -93,6 +96,8 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
         }
         return 0;
     }
+    if (fa_audit_gov_kind(r) != FA_GOV_NONE)
+        return fa_audit_gov_check(r, why, why_len); /* audit_gov.c */
     if (r->admin) {
         static const char *const actions[] = {"pause", "resume", "abort", "drain", "admit"};
         const Fedagg__AdminAction *a = r->admin;
@@ -159,17 +164,34 @@ int fa_audit_record_check(const Fedagg__AuditRecord *r, char *why, size_t why_le
     if (r->quantization && r->quantization->ranges_sha256.len != 0 &&
         r->quantization->ranges_sha256.len != 32)
         BAD("quantization.ranges_sha256 has %zu bytes, not 32", r->quantization->ranges_sha256.len);
+    for (size_t i = 0; i < r->n_share_faults; i++) {
+        const Fedagg__ShareFault *sf = r->share_faults[i];
+        int self = sf->secret && !strcmp(sf->secret, "self_mask");
+        if (!sf->region || !fa_audit_in_sorted(r->participants, r->n_participants, sf->region))
+            BAD("share fault %zu names region %s, not a participant", i,
+                sf->region && sf->region[0] ? sf->region : "(none)");
+        if (i > 0 && strcmp(r->share_faults[i - 1]->region, sf->region) >= 0)
+            BAD("share faults are not sorted by region and unique (%s)", sf->region);
+        if (!self && !(sf->secret && !strcmp(sf->secret, "mask_key")))
+            BAD("share fault of %s: secret '%s' is not self_mask or mask_key", sf->region,
+                sf->secret ? sf->secret : "");
+        if (!sf->owner || !(self ? fa_audit_in_sorted(r->participants, r->n_participants, sf->owner)
+                                 : fa_audit_in_sorted(r->dropped, r->n_dropped, sf->owner)))
+            BAD("share fault of %s: owner %s is not a %s", sf->region,
+                sf->owner && sf->owner[0] ? sf->owner : "(none)",
+                self ? "participant" : "dropped region");
+    }
     for (size_t i = 0; i < r->n_evaluations; i++)
         if (r->evaluations[i]->signature.len != FA_ED25519_SIG_LEN)
             BAD("evaluation %zu: signature has %zu bytes, not 64", i,
                 r->evaluations[i]->signature.len);
-    return 0;
+    return fa_audit_gov_check(r, why, why_len); /* its data statements */
 #undef BAD
 }
 
 int fa_audit_record_is_action(const Fedagg__AuditRecord *r)
 {
-    return r->admin || r->decision || r->lifecycle;
+    return r->admin || r->decision || r->lifecycle || fa_audit_gov_kind(r) != FA_GOV_NONE;
 }
 
 /* The rules between consecutive records.  prev == NULL-state when have == 0.

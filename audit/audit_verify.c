@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "audit/audit_gov.h"
 #include "audit/privacy_audit.h"
 
 /* ---------------------------------------------------------------------------
@@ -23,6 +24,7 @@ struct vstate {
     fa_error *err;
     const char *path;
     fa_privacy_audit *privacy; /* the regions' privacy ledger, added up */
+    fa_audit_gov *gov;         /* decisions, rollbacks, channels, data statements */
 };
 
 static void vreport(struct vstate *v, int sev, int64_t index, const char *fmt, ...)
@@ -290,6 +292,8 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
     verify_ddp(v, at, r, prev);
     if (v->privacy)
         fa_privacy_audit_record(v->privacy, at, r);
+    if (v->gov && fa_audit_gov_record(v->gov, i, r) != 0)
+        vreport(v, FA_AUDIT_PROBLEM, at, "out of memory replaying the governance records");
     for (size_t k = 0; k < r->n_commitments; k++) {
         const Fedagg__RegionCommitment *c = r->commitments[k];
         const uint8_t *pk = region_key(v->o, c->region);
@@ -323,7 +327,8 @@ static void verify_record(struct vstate *v, uint64_t i, const Fedagg__AuditRecor
     memcpy(prev->new_model, r->new_model_sha256.data, FA_AUDIT_HLEN);
 }
 
-/* The privacy ledger's findings are the verification's. */
+/* The privacy ledger's and the governance replay's findings are the
+ * verification's. */
 static void privacy_finding(void *ctx, int severity, int64_t index, const char *msg)
 {
     vreport(ctx, severity, index, "%s", msg);
@@ -332,7 +337,7 @@ static void privacy_finding(void *ctx, int severity, int64_t index, const char *
 int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit_verify_result *res,
                     fa_error *err)
 {
-    struct vstate v = {opts, res, err, path, NULL};
+    struct vstate v = {opts, res, err, path, NULL, NULL};
     struct ckcur c;
     struct fa_audit_rd r, tr;
     struct vprev prev;
@@ -356,6 +361,11 @@ int fa_audit_verify(const char *path, const fa_audit_verify_opts *opts, fa_audit
     if (fa_privacy_audit_new(&v.privacy, opts->region_keys, opts->nregion_keys, privacy_finding, &v,
                              err) != 0)
         return FA_ERR_NOMEM;
+    if (fa_audit_gov_new(&v.gov, opts->region_keys, opts->nregion_keys, privacy_finding, &v, err) !=
+        0) {
+        fa_privacy_audit_del(v.privacy);
+        return FA_ERR_NOMEM;
+    }
     fa_merkle_frontier_init(&fr);
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -525,6 +535,13 @@ out:
         for (size_t i = 0; i < fa_privacy_audit_count(v.privacy); i++)
             res->privacy_signatures += fa_privacy_audit_at(v.privacy, i)->verified;
     fa_privacy_audit_del(v.privacy);
+    if (v.gov) {
+        fa_gov_counts gc;
+        fa_audit_gov_counts(v.gov, &gc);
+        res->data_signatures = gc.data_signatures;
+        res->decisions = gc.promotions + gc.rejections + gc.expirations;
+    }
+    fa_audit_gov_del(v.gov);
     fa_audit_rd_free(&r);
     fa_audit_rd_free(&tr);
     fa_audit_rd_free(&c.r);

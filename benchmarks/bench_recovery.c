@@ -34,7 +34,8 @@
  *                     fed-storage-gate-off: attempts open whatever the free
  *                     space and a failed save aborts and reopens at once, as
  *                     before the gate).  ratio = ours / anchor.  Needs root
- *                     (mount); otherwise a "skipped" line.
+ *                     (mount) and a build with test hooks (the switch);
+ *                     otherwise a "skipped" line.
  *
  * The federation: 3 regions on loopback as the multi-process tests run
  * them (benchmarks/bench-recovery-setup.sh: the built-in trainer, 5 local
@@ -62,6 +63,7 @@
 
 #include "benchmarks/measure.h"
 #include "benchmarks/round_bench.h"
+#include "common/fa_failpoint.h"
 #include "common/fa_file.h"
 #include "common/fa_time.h"
 
@@ -635,6 +637,11 @@ int fa_bench_recovery(int argc, char **argv)
     if (do_disk && geteuid() != 0) {
         printf("{\"bench\":\"recovery\",\"what\":\"disk_full\",\"skipped\":\"mounting a "
                "tmpfs needs root\"}\n");
+        fflush(stdout);
+    } else if (do_disk && !FA_TEST_HOOKS_COMPILED) {
+        printf("{\"bench\":\"recovery\",\"what\":\"disk_full\",\"skipped\":\"the anchor "
+               "needs the test switch fed-storage-gate-off: build with "
+               "-DFEDAGG_TEST_HOOKS=ON\"}\n");
         fflush(stdout);
     } else if (do_disk) {
         struct disk_sample d_ours, d_anchor;

@@ -17,6 +17,12 @@
  *                       (every message of a real round, d = 10^6) for
  *                       b in {8, 12, 16} and n in {3, 16}, next to 4 bytes
  *                       of float32
+ *   what=share_decode   rebuilding one secret from m shares of which e =
+ *                       (m - t) / 2 are bad (t = m/2 + 1, every byte of
+ *                       them wrong), as the unmask close does when a region
+ *                       reveals bad shares (Berlekamp-Welch decoding), next
+ *                       to combining t good shares (the usual case), for
+ *                       m in {16, 64, 255}
  * Times are CPU seconds of the process, all its threads together (the
  * machine may be shared; the round runs on one thread but for the unmask
  * close, which uses one per core: server_unmask also gives its wall time),
@@ -32,11 +38,12 @@
 #include "common/fa_time.h"
 #include "crypto/ring_internal.h"
 #include "crypto/secagg.h"
+#include "crypto/shamir_internal.h"
 #include "tests/unit/test_crypto_harness.h"
 
 const char fa_bench_secagg_help[] =
     "secure aggregation: in-process round n=16 d=1e7 (0%, 25% dropout) vs plain sum; server sum "
-    "and unmask vs memcpy; wire bytes per parameter";
+    "and unmask vs memcpy; share decoding vs combining; wire bytes per parameter";
 
 static double cpu_now(void)
 {
@@ -381,11 +388,65 @@ static int bench_wire(uint64_t d)
     return 0;
 }
 
+/* what=share_decode: the slow path of a secret with bad shares against
+ * the usual one, CPU seconds per secret, best of reps. */
+static int bench_decode(int reps)
+{
+    static const size_t ms[] = {16, 64, 255};
+    for (size_t c = 0; c < sizeof(ms) / sizeof(ms[0]); c++) {
+        size_t m = ms[c], t = m / 2 + 1, e = (m - t) / 2;
+        uint8_t secret[32], got[32], xs[255], wrong[255], *shares = malloc(m * 32);
+        double best = 1e30, anchor = 1e30;
+        int iters = m > 100 ? 1 : 20;
+        th_rng r;
+        fa_secagg_rng rng = {th_rng_fill, &r};
+        if (!shares)
+            return 1;
+        th_rng_init(&r, 4242 + m);
+        th_rng_fill(&r, secret, 32);
+        for (size_t i = 0; i < m; i++)
+            xs[i] = (uint8_t)(i + 1);
+        if (fa_shamir_split(secret, (unsigned)t, xs, m, shares, &rng) != 0) {
+            free(shares);
+            return 1;
+        }
+        for (size_t i = 0; i < e; i++) /* the first e holders lie in every byte */
+            for (int b = 0; b < 32; b++)
+                shares[32 * i + b] ^= (uint8_t)(b + 1);
+        for (int rep = 0; rep < reps; rep++) {
+            double t0 = cpu_now(), t1;
+            for (int k = 0; k < iters; k++)
+                if (fa_shamir_decode(got, xs, shares, m, t, wrong) != 0 ||
+                    memcmp(got, secret, 32) != 0) {
+                    fprintf(stderr, "fedagg-bench secagg: share_decode m=%zu failed\n", m);
+                    free(shares);
+                    return 1;
+                }
+            t1 = cpu_now();
+            if ((t1 - t0) / iters < best)
+                best = (t1 - t0) / iters;
+            t0 = cpu_now();
+            for (int k = 0; k < iters * 20; k++)
+                fa_shamir_combine(got, xs + e, shares + 32 * e, t);
+            t1 = cpu_now();
+            if ((t1 - t0) / (iters * 20) < anchor)
+                anchor = (t1 - t0) / (iters * 20);
+        }
+        printf("{\"bench\":\"secagg\",\"what\":\"share_decode\",\"m\":%zu,\"t\":%zu,"
+               "\"bad\":%zu,\"seconds\":%.6f,\"ref\":\"shamir_combine_t\",\"ref_seconds\":%.6f,"
+               "\"ratio\":%.1f}\n",
+               m, t, e, best, anchor, anchor > 0 ? best / anchor : 0.0);
+        fflush(stdout);
+        free(shares);
+    }
+    return 0;
+}
+
 int fa_bench_secagg(int argc, char **argv)
 {
     uint64_t d = 10000000, wire_d = 1000000;
     size_t n = 16;
-    int reps = 2, only_wire = 0;
+    int reps = 2, only_wire = 0, only_decode = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--d") && i + 1 < argc)
             d = strtoull(argv[++i], NULL, 0);
@@ -395,16 +456,23 @@ int fa_bench_secagg(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--wire-only"))
             only_wire = 1;
+        else if (!strcmp(argv[i], "--decode-only"))
+            only_decode = 1;
         else {
             fprintf(stderr,
-                    "usage: fedagg-bench secagg [--d N] [--n N] [--reps R] [--wire-only]\n%s\n",
+                    "usage: fedagg-bench secagg [--d N] [--n N] [--reps R] [--wire-only] "
+                    "[--decode-only]\n%s\n",
                     fa_bench_secagg_help);
             return !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
     if (n < 2 || n > FA_SECAGG_MAX_CLIENTS || d < 8 || reps < 1)
         return 2;
+    if (only_decode)
+        return bench_decode(reps);
     if (!only_wire && bench_rounds(n, d, reps) != 0)
+        return 1;
+    if (bench_decode(reps) != 0)
         return 1;
     return bench_wire(wire_d);
 }

@@ -78,6 +78,7 @@ static int write_service_config(const char *path, const char *dir, int port, int
              "ca_file: \"pki/ca.crt\" }\n"
              "audit { signing_key_file: \"keys/aggregator.key\" }\n"
              "service { dir: \"%s\" max_federations: 1024 }\n"
+             "operators: [\"bench\"]\n"
              "quic { idle_timeout_ms: 900000 }\n"
              "dashboard { enabled: false }\n",
              port, mport, dir);

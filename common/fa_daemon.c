@@ -1,7 +1,10 @@
 #include "common/fa_daemon.h"
+#include "common/fa_version.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "common/fa_failpoint.h"
 
 int fa_daemon_args(int argc, char **argv, const char *prog, const char *usage, const char **config,
                    const char **level)
@@ -17,7 +20,8 @@ int fa_daemon_args(int argc, char **argv, const char *prog, const char *usage, c
             fputs(usage, stdout);
             return 0;
         } else if (!strcmp(argv[i], "--version")) {
-            printf("%s %s\n", prog, FA_VERSION);
+            printf("%s %s%s\n", prog, fa_version,
+                   FA_TEST_HOOKS_COMPILED ? " (test hooks compiled in: not for production)" : "");
             return 0;
         } else {
             fprintf(stderr, "%s: unknown or incomplete option '%s'\n\n%s", prog, argv[i], usage);
@@ -28,5 +32,6 @@ int fa_daemon_args(int argc, char **argv, const char *prog, const char *usage, c
         fprintf(stderr, "%s: --config FILE is required\n\n%s", prog, usage);
         return 2;
     }
+    fa_test_hooks_warn_env(prog);
     return -1;
 }

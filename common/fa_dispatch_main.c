@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/fa_dispatch.h"
+#include "common/fa_version.h"
 
 static void usage(FILE *out)
 {
@@ -27,7 +28,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("%s %s\n", fa_dispatch_program, FA_VERSION);
+        printf("%s %s\n", fa_dispatch_program, fa_version);
         return 0;
     }
     for (e = fa_dispatch_table; e->name; e++)

@@ -198,6 +198,106 @@ const uint8_t *fa_st_data(const fa_safetensors *st, const fa_st_tensor *t)
     return st->buf ? st->buf + st->data_offset + t->begin : NULL;
 }
 
+/* The code point of the UTF-8 sequence at s (*len its bytes), or -1 when
+ * it is not well-formed (overlong, surrogate, beyond U+10FFFF, cut off). */
+static long utf8_next(const unsigned char *s, size_t *len)
+{
+    unsigned char c = s[0];
+    long cp, min;
+    size_t n;
+
+    if (c < 0x80) {
+        *len = 1;
+        return c;
+    }
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return -1;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return -1;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return -1;
+    *len = n;
+    return cp;
+}
+
+/* Whether a terminal shows code point cp as itself: not a control (C0,
+ * DEL, C1) and not one of the invisible characters that reorder or break
+ * the text around it (bidirectional controls, line and paragraph
+ * separators, zero-width marks). */
+static int printable_cp(long cp)
+{
+    return !(cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x200b && cp <= 0x200f) ||
+             (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff);
+}
+
+int fa_st_name_check(const char *name, size_t *bad_at)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    size_t i = 0, n = strlen(name);
+
+    *bad_at = 0;
+    if (n == 0 || n > FA_ST_MAX_NAME)
+        return FA_ERR_RANGE;
+    while (i < n) {
+        size_t len;
+        long cp = utf8_next(s + i, &len);
+        if (cp < 0 || !printable_cp(cp)) {
+            *bad_at = i;
+            return FA_ERR_PARSE;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+char *fa_st_escape(char *out, size_t cap, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+
+    if (cap == 0)
+        return out;
+    while (*p) {
+        size_t len = 1;
+        long cp = utf8_next(p, &len);
+        char esc[8];
+        size_t k;
+        if (cp >= 0 && printable_cp(cp) && cp != '\\') {
+            if (o + len >= cap)
+                break;
+            memcpy(out + o, p, len);
+            o += len;
+            p += len;
+            continue;
+        }
+        if (cp < 0)
+            len = 1; /* one byte at a time through a malformed sequence */
+        for (size_t b = 0; b < len; b++) {
+            if (cp == '\\')
+                k = (size_t)snprintf(esc, sizeof(esc), "\\\\");
+            else
+                k = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", p[b]);
+            if (o + k >= cap)
+                goto done;
+            memcpy(out + o, esc, k);
+            o += k;
+        }
+        p += len;
+    }
+done:
+    out[o] = '\0';
+    return out;
+}
+
 /* Reads a non-negative JSON integer. */
 static int json_u64(const json_t *v, uint64_t *out)
 {
@@ -229,6 +329,13 @@ static int parse_tensor(fa_safetensors *st, const char *name, json_t *v, fa_st_t
     if (strlen(name) == 0 || strlen(name) > FA_ST_MAX_NAME)
         return fa_errorf(err, FA_ERR_PARSE, "%s: tensor name of %zu bytes (must be 1..%u)", w,
                          strlen(name), FA_ST_MAX_NAME);
+    if (fa_st_name_check(name, &i) != 0) {
+        char shown[200];
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s: tensor name '%s' has a control or invisible character at byte %zu "
+                         "(a name must be printable UTF-8)",
+                         w, fa_st_escape(shown, sizeof(shown), name), i);
+    }
     if (!json_is_object(v))
         return fa_errorf(err, FA_ERR_PARSE, "%s: tensor '%s': entry is not a JSON object", w, name);
     json_object_foreach(v, key, x) {
@@ -430,10 +537,43 @@ int fa_st_parse_header(fa_safetensors **out, const uint8_t *hdr, size_t hdr_len,
     return 0;
 }
 
-/* Checks the 8-byte prefix against the total size; returns N. */
-static int check_prefix(const uint8_t p[8], uint64_t total, const char *what, uint64_t *n,
-                        fa_error *err)
+const char *fa_st_foreign_format(const uint8_t *p, size_t n)
 {
+    /* A safetensors header is a JSON object right after its 8-byte
+     * length: with a '{' there the length bytes are one, whatever they
+     * look like. */
+    if (n >= 9 && p[8] == '{')
+        return NULL;
+    if (n >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5)
+        return "a Python pickle (torch.save's legacy format, or pickle.dump)";
+    if (n >= 4 && p[0] == 'P' && p[1] == 'K' &&
+        ((p[2] == 3 && p[3] == 4) || (p[2] == 5 && p[3] == 6)))
+        return "a zip archive (torch.save's format since PyTorch 1.6 is a zip holding a pickle; "
+               "also TorchScript and .npz)";
+    if (n >= 6 && !memcmp(p, "\x93NUMPY", 6))
+        return "a NumPy .npy array";
+    if (n >= 8 && !memcmp(p, "\x89HDF\r\n\x1a\n", 8))
+        return "an HDF5 file (a Keras model?)";
+    if (n >= 4 && !memcmp(p, "GGUF", 4))
+        return "a GGUF file";
+    if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+        return "a gzip stream (decompress it first)";
+    return NULL;
+}
+
+/* Checks the 8-byte prefix (of the avail >= 8 first bytes at p) against
+ * the total size; returns N. */
+static int check_prefix(const uint8_t *p, size_t avail, uint64_t total, const char *what,
+                        uint64_t *n, fa_error *err)
+{
+    const char *foreign = fa_st_foreign_format(p, avail);
+
+    if (foreign)
+        return fa_errorf(err, FA_ERR_PARSE,
+                         "%s is %s, not safetensors: fedagg reads model files as safetensors "
+                         "only (loading a pickle can run code); save the state_dict with "
+                         "safetensors.torch.save_file (python/fedagg does)",
+                         what, foreign);
     *n = fa_le_get_u64(p);
     if (*n > FA_ST_MAX_HEADER)
         return fa_errorf(err, FA_ERR_TOOBIG,
@@ -447,6 +587,52 @@ static int check_prefix(const uint8_t p[8], uint64_t total, const char *what, ui
     return 0;
 }
 
+static int pread_full(int fd, void *dst, size_t len, uint64_t off);
+
+/* The first byte of BOOL tensor t other than 0 and 1 in p[0..n) (p holds
+ * t's bytes from offset off), as an error naming it. */
+static int bool_bytes(const fa_safetensors *st, const fa_st_tensor *t, const uint8_t *p, size_t n,
+                      uint64_t off, fa_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] > 1)
+            return fa_errorf(err, FA_ERR_PARSE,
+                             "%s: tensor '%s' is BOOL but its element %llu is %u (only 0 and 1 "
+                             "are booleans)",
+                             st->what, t->name, (unsigned long long)(off + i), p[i]);
+    return 0;
+}
+
+/* Every BOOL tensor's bytes are 0 or 1 (read from the file in pieces when
+ * st is not in memory). */
+static int check_bools(const fa_safetensors *st, fa_error *err)
+{
+    uint8_t buf[1 << 16];
+    int rc = 0;
+
+    for (size_t i = 0; i < st->n && rc == 0; i++) {
+        const fa_st_tensor *t = &st->tensors[i];
+        if (t->dtype != FA_ST_BOOL)
+            continue;
+        if (st->buf) {
+            rc = bool_bytes(st, t, st->buf + st->data_offset + t->begin,
+                            (size_t)(t->end - t->begin), 0, err);
+            continue;
+        }
+        for (uint64_t off = 0; off < t->end - t->begin && rc == 0; off += sizeof(buf)) {
+            size_t k = t->end - t->begin - off < sizeof(buf) ? (size_t)(t->end - t->begin - off)
+                                                             : sizeof(buf);
+            int e = pread_full(st->fd, buf, k, st->data_offset + t->begin + off);
+            if (e != 0)
+                rc = fa_errorf(err, FA_ERR_IO, "%s: tensor '%s': read: %s", st->what, t->name,
+                               strerror(-e));
+            else
+                rc = bool_bytes(st, t, buf, k, off, err);
+        }
+    }
+    return rc;
+}
+
 int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char *what,
                 fa_error *err)
 {
@@ -458,11 +644,15 @@ int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char
     if (len < 8)
         return fa_errorf(err, FA_ERR_PARSE, "%s: %zu bytes, too short for a safetensors file",
                          what, len);
-    if ((rc = check_prefix(buf, len, what, &n, err)) != 0)
+    if ((rc = check_prefix(buf, len < 9 ? len : 9, len, what, &n, err)) != 0)
         return rc;
     rc = fa_st_parse_header(out, buf + 8, (size_t)n, len - 8 - n, what, err);
     if (rc == 0)
         (*out)->buf = buf;
+    if (rc == 0 && (rc = check_bools(*out, err)) != 0) {
+        fa_st_del(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
@@ -484,7 +674,7 @@ static int pread_full(int fd, void *dst, size_t len, uint64_t off)
 
 int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
 {
-    uint8_t prefix[8], *hdr = NULL;
+    uint8_t prefix[9], *hdr = NULL;
     struct stat sb;
     uint64_t n;
     int fd, rc, e;
@@ -505,11 +695,12 @@ int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
                        path, (long long)sb.st_size);
         goto fail;
     }
-    if ((e = pread_full(fd, prefix, 8, 0)) != 0) {
+    if ((e = pread_full(fd, prefix, sb.st_size > 8 ? 9 : 8, 0)) != 0) {
         rc = fa_errorf(err, FA_ERR_IO, "%s: read: %s", path, strerror(-e));
         goto fail;
     }
-    if ((rc = check_prefix(prefix, (uint64_t)sb.st_size, path, &n, err)) != 0)
+    if ((rc = check_prefix(prefix, sb.st_size > 8 ? 9 : 8, (uint64_t)sb.st_size, path, &n, err)) !=
+        0)
         goto fail;
     hdr = malloc(n ? n : 1);
     if (!hdr) {
@@ -526,7 +717,11 @@ int fa_st_open(fa_safetensors **out, const char *path, fa_error *err)
         goto fail;
     (*out)->fd = fd;
     free(hdr);
-    return 0;
+    if ((rc = check_bools(*out, err)) != 0) {
+        fa_st_del(*out); /* closes fd */
+        *out = NULL;
+    }
+    return rc;
 fail:
     free(hdr);
     close(fd);
@@ -687,17 +882,19 @@ int fa_st_writer_add(fa_st_writer *w, const char *name, fa_st_dtype dtype, unsig
 {
     struct wtensor *t;
     uint64_t numel = 1;
-    size_t esize = fa_st_dtype_size(dtype);
+    size_t esize = fa_st_dtype_size(dtype), bad;
 
     if (w->state != W_ADDING)
         return fa_errorf(err, FA_ERR_STATE, "safetensors writer: tensor '%s' added after the header",
                          name);
-    if (!name || !*name || strlen(name) > FA_ST_MAX_NAME || strcmp(name, "__metadata__") == 0)
-        return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: invalid tensor name '%s'",
-                         name ? name : "(null)");
-    if (!fa_json_utf8_valid(name))
+    if (!name || fa_st_name_check(name, &bad) != 0 || strcmp(name, "__metadata__") == 0) {
+        char shown[200];
         return fa_errorf(err, FA_ERR_INVAL,
-                         "safetensors writer: tensor name '%s' is not valid UTF-8", name);
+                         "safetensors writer: invalid tensor name '%s' (1..%u bytes of printable "
+                         "UTF-8)",
+                         name ? fa_st_escape(shown, sizeof(shown), name) : "(null)",
+                         FA_ST_MAX_NAME);
+    }
     if (esize == 0)
         return fa_errorf(err, FA_ERR_INVAL, "safetensors writer: tensor '%s': unknown dtype %d",
                          name, (int)dtype);

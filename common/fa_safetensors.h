@@ -13,7 +13,8 @@
  *
  * Validation is strict, as the reference implementation's: N is bounded
  * (FA_ST_MAX_HEADER) and inside the file; the header is valid JSON (jansson)
- * with no duplicate names; every dtype is known; shape x dtype size equals
+ * with no duplicate names, every name printable (fa_st_name_check); every
+ * dtype is known; BOOL bytes are 0 or 1; shape x dtype size equals
  * end - begin without overflow; the tensors, sorted by offset, tile the data
  * section exactly (first begins at 0, each begins where the previous ended,
  * the last ends at the end of the file): no gap, no overlap, nothing outside.
@@ -33,6 +34,26 @@
 #include <stdint.h>
 
 #include "common/fa_err.h"
+
+/* Tensor names are shown to people (fedagg model inspect, every error that
+ * names a tensor) and come from files anyone may make: a name must be 1 ..
+ * FA_ST_MAX_NAME bytes of well-formed UTF-8 without control characters (C0,
+ * DEL, C1) or invisible ones that reorder or hide text (bidirectional
+ * controls, zero-width marks, line and paragraph separators), so that no
+ * name can rewrite a terminal or forge a line.  The reader refuses a file
+ * with another name (FA_ERR_PARSE), the writer refuses to write one.  So
+ * is a BOOL tensor whose bytes are not all 0 or 1. */
+
+/* Whether name may name a tensor: 0, FA_ERR_RANGE (its length), or
+ * FA_ERR_PARSE with *bad_at the byte offset of the first offending
+ * character. */
+int fa_st_name_check(const char *name, size_t *bad_at);
+
+/* s as it may be shown: printable UTF-8 as is, a backslash doubled, every
+ * other byte as \xNN.  Writes at most cap bytes (terminated, truncated at
+ * a whole character); returns out.  For names refused by fa_st_name_check
+ * and for metadata, which may hold anything. */
+char *fa_st_escape(char *out, size_t cap, const char *s);
 
 /* Largest header accepted (the reference implementation's limit). */
 #define FA_ST_MAX_HEADER (100u * 1000u * 1000u)
@@ -78,6 +99,17 @@ typedef struct fa_st_tensor {
 /* A parsed safetensors file (header, and a data source).  Opaque. */
 typedef struct fa_safetensors fa_safetensors;
 
+/* What a model file in another format is, from its first n bytes (9 tell
+ * it from a safetensors file whose length bytes happen to look the same: a
+ * safetensors header opens with '{' at byte 8): a Python pickle
+ * (torch.save's legacy format, pickle.dump), a zip archive (torch.save's
+ * format since PyTorch 1.6, a TorchScript archive, a .npz), a NumPy array,
+ * an HDF5 file (Keras), a GGUF file, a gzip stream; NULL when it starts as
+ * none of them.  fedagg reads models as safetensors only: loading a pickle
+ * can run code.  fa_st_parse and fa_st_open refuse such a file with
+ * FA_ERR_PARSE and this description. */
+const char *fa_st_foreign_format(const uint8_t *p, size_t n);
+
 /* Parses a whole file held in memory (len bytes at buf).  The buffer is
  * borrowed: it must outlive *out.  Returns 0, FA_ERR_PARSE (malformed
  * header: message names the tensor and what is wrong), FA_ERR_UNSUPPORTED
@@ -88,7 +120,8 @@ int fa_st_parse(fa_safetensors **out, const uint8_t *buf, size_t len, const char
                 fa_error *err);
 
 /* Opens a file and reads its header only; tensor data is read later with
- * fa_st_read.  The file size bounds the offsets.  Returns 0, FA_ERR_NOTFOUND,
+ * fa_st_read (but for the BOOL tensors', checked now).  The file size
+ * bounds the offsets.  Returns 0, FA_ERR_NOTFOUND,
  * FA_ERR_IO, or the errors of fa_st_parse. */
 int fa_st_open(fa_safetensors **out, const char *path, fa_error *err);
 

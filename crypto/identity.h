@@ -71,6 +71,9 @@ int fa_identity_verify(const uint8_t pk[FA_IDENTITY_PK_BYTES], const uint8_t *ms
 /* A region's accept or refuse of a federation's offer (fedagg.proto
  * SignedDecision, docs/service.md). */
 #define FA_IDENTITY_DOMAIN_DECISION "fedagg-decision-v1"
+/* A region's data statement of a round attempt (fedagg.proto
+ * SignedDataStatement: its dataset and trainer by digest). */
+#define FA_IDENTITY_DOMAIN_DATA "fedagg-data-v1"
 
 /* Signs domain || 0x00 || msg.  Returns 0, FA_ERR_NOMEM or FA_ERR_CRYPTO. */
 int fa_identity_sign_statement(const uint8_t seed[FA_IDENTITY_SEED_BYTES], const char *domain,

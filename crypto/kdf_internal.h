@@ -1,9 +1,9 @@
 /* kdf_internal.h - key derivation with domain separation (internal to crypto/).
  *
- * HKDF-SHA256 (RFC 5869) over libsodium's HMAC-SHA256, and the one way every
- * secure-aggregation key is derived from a secret: the HKDF info names the
- * purpose, the federation, the round, the attempt and the one or two client
- * ids in canonical (bytewise sorted) order, so that no key is ever valid for
+ * The one way every secure-aggregation key is derived from a secret, with
+ * HKDF-SHA256 (common/fa_hkdf.h): the HKDF info names the purpose, the
+ * federation, the round, the attempt and the one or two client ids in
+ * canonical (bytewise sorted) order, so that no key is ever valid for
  * another purpose, federation, round, attempt or pair of clients.
  */
 #ifndef FA_CRYPTO_KDF_INTERNAL_H
@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/fa_err.h"
+#include "common/fa_hkdf.h" /* fa_hkdf_sha256 */
 
 /* Purposes (they are part of every derived key's HKDF info). */
 #define FA_KDF_PAIR_MASK "pair-mask"         /* s_uv -> AES-128 key of the pairwise mask */
@@ -22,18 +22,11 @@
 #define FA_KDF_CLIENT_STATE "client-state"   /* identity seed -> saved-state key */
 #define FA_KDF_INPUT_BINDING "input-binding" /* rounding seed -> Poly1305 key of the input */
 
-/* RFC 5869: HKDF-Extract(salt, ikm) then HKDF-Expand(prk, info, out_len)
- * (salt NULL or empty: 32 zero bytes).  Returns 0, FA_ERR_INVAL (out_len
- * above 255 * 32) or FA_ERR_CRYPTO (HMAC-SHA256 failed); out is then all
- * zero, never a partial key. */
-int fa_kdf_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
-                       const uint8_t *ikm, size_t ikm_len, const uint8_t *info, size_t info_len);
-
 /* HKDF-SHA256 with salt "fedagg/secagg/v1" and info
  *   "fedagg/secagg/v1" || lp(purpose) || lp(federation) || u64 round ||
  *   u32 attempt || lp(min(id_a, id_b)) || lp(max(id_a, id_b))
  * (lp = u32 little-endian length prefix; id_b may be NULL for a key of one
- * client).  Returns 0, or fa_kdf_hkdf_sha256's errors, or FA_ERR_NOMEM (the
+ * client).  Returns 0, or fa_hkdf_sha256's errors, or FA_ERR_NOMEM (the
  * info string could not be built); out is then all zero. */
 int fa_kdf_derive(uint8_t *out, size_t out_len, const uint8_t *ikm, size_t ikm_len,
                   const char *purpose, const char *federation, uint64_t round, uint32_t attempt,

@@ -484,7 +484,8 @@ int fa_secagg_server_unmask(fa_secagg_server *s, const char *auth_id, const uint
  * checks them against their commitments and public keys, removes the masks
  * from the sum).  FA_ERR_THRESHOLD (unchanged) when fewer than t clients
  * answered or a secret has fewer than t shares; FA_ERR_VERIFY when a
- * reconstructed secret does not match (a client sent a bad share). */
+ * secret cannot be rebuilt to match its commitment (too many bad shares:
+ * one bad share is found and left out, fa_secagg_server_share_fault). */
 int fa_secagg_server_close(fa_secagg_server *s, uint64_t now_ms, fa_error *err);
 
 /* Messages the server sends (after the phase that makes them closed):
@@ -534,6 +535,24 @@ size_t fa_secagg_server_survivor_count(const fa_secagg_server *s);
 const char *fa_secagg_server_survivor(const fa_secagg_server *s, size_t i);
 size_t fa_secagg_server_dropout_count(const fa_secagg_server *s);
 const char *fa_secagg_server_dropout(const fa_secagg_server *s, size_t i);
+
+/* The clients whose revealed share (round 4) was found bad when the unmask
+ * phase closed, in the order found (phase DONE; none before).  The round
+ * completes without them: each secret is rebuilt from the shares that agree
+ * with one another and with its commitment (b_u) or public key (s_sk_v),
+ * and no share of a client found bad is used after.  Found so where at most
+ * (m - t) / 2 of the m shares of one secret are bad, or one of t + 1; more
+ * bad shares than that fail the close with FA_ERR_VERIFY as before, naming
+ * no one.  A client found bad is a survivor (only U4 reveals shares): its
+ * own input stays in the sum.  fa_secagg_server_share_fault gives the i-th:
+ * the client, the client whose secret the share was of (owner: the first
+ * one found; it may also be the owner who dealt inconsistent shares, which
+ * the server cannot tell from one bad share), and which secret.  Returns 0
+ * or FA_ERR_NOTFOUND; the pointers are into s. */
+enum { FA_SECAGG_SHARE_SELF_MASK = 0, FA_SECAGG_SHARE_MASK_KEY = 1 };
+size_t fa_secagg_server_share_fault_count(const fa_secagg_server *s);
+int fa_secagg_server_share_fault(const fa_secagg_server *s, size_t i, const char **region,
+                                 const char **owner, int *kind);
 
 /* Upload commitment of survivor i (same order as fa_secagg_server_survivor):
  * the digest of the bytes the server received and its hash (*alg:

@@ -50,6 +50,13 @@ struct upload_slot {
     uint8_t *journal;   /* in-memory journal: masked_bytes, allocated on first use, reused */
 };
 
+/* A revealed share found bad at unmasking (secagg_server_unmask.c). */
+struct srv_share_fault {
+    int sender; /* U1 index of the client that revealed it */
+    int owner;  /* U1 index of the client whose secret it is a share of */
+    int kind;   /* REV_B or REV_S */
+};
+
 struct fa_secagg_server {
     fa_secagg_cfg cfg;
     fa_secagg_roster roster;
@@ -75,6 +82,12 @@ struct fa_secagg_server {
     /* U3 and the dropouts (U1 \ U3) as roster indices, from CONSISTENCY on */
     size_t n3, ndrop;
     int surv[FA_SECAGG_MAX_CLIENTS], drop[FA_SECAGG_MAX_CLIENTS];
+    /* Senders whose revealed share was found bad when the unmask phase
+     * closed, in the order found; none of their shares was used for the
+     * secrets after (faulty, by U1 index).  Found again by every close. */
+    size_t nfault;
+    struct srv_share_fault fault[FA_SECAGG_MAX_CLIENTS];
+    uint8_t faulty[FA_SECAGG_MAX_CLIENTS];
 };
 
 static inline int u1_member(const fa_secagg_server *s, int r)
@@ -122,5 +135,10 @@ int fa_secagg_server_check_phase(const fa_secagg_server *s, int phase, const cha
 /* Round 4's close (secagg_server_unmask.c): b_u and s_sk_v reconstructed
  * and the masks removed from the sum.  Returns 0 or an FA_ERR_*. */
 int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err);
+
+/* The same reconstruction without touching the sum, for the bad shares of
+ * a state restored after unmasking (its sum is already the result).
+ * Returns 0 or an FA_ERR_*. */
+int fa_secagg_server_find_share_faults(fa_secagg_server *s, fa_error *err);
 
 #endif

@@ -338,6 +338,14 @@ static int restore_impl(fa_secagg_server **out, const uint8_t *blob, size_t len,
         }
         s->phase = FA_SECAGG_DONE;
         s->sum_gen = gen;
+    } else if (s->phase == FA_SECAGG_DONE) {
+        /* the result itself was saved: find the bad shares again (the
+         * same shares, the same ones) for the caller's record */
+        fa_secagg_server_build_survivors(s);
+        if ((rc = fa_secagg_server_find_share_faults(s, err)) != 0) {
+            fa_error_prefix(err, rc, "secagg restore");
+            goto fail;
+        }
     }
     if (s->phase > FA_SECAGG_MASKED)
         fa_secagg_server_build_survivors(s);

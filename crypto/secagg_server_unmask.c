@@ -111,26 +111,160 @@ out:
     return rc;
 }
 
-/* Combines the first shamir_t shares of `kind` revealed for owner j by U5;
- * shares is secure scratch of FA_SECAGG_MAX_CLIENTS * 32 bytes. */
-static int reconstruct(const fa_secagg_server *s, size_t j, int kind, uint8_t secret[32],
-                       uint8_t *shares, size_t *have)
+/* ---- rebuilding a secret from shares some of which may be bad ------------- */
+
+/* Whether secret is owner j's secret of `kind`: the commitment of its self
+ * mask seed (REV_B) or the public key of its mask key (REV_S).  1, 0, or a
+ * negative FA_ERR_* code. */
+static int secret_matches(const fa_secagg_server *s, size_t j, int kind, const uint8_t secret[32])
 {
-    uint8_t xs[FA_SECAGG_MAX_CLIENTS];
-    size_t n = 0, t = s->graph.shamir_t;
+    const fa_secagg_peer *pj = &s->cl[s->u1[j]].adv;
+    uint8_t v[32];
     int rc;
 
-    for (size_t i = 0; i < s->n1 && n < t; i++) {
-        if (!(s->cl[s->u1[i]].flags & CF_UNMASKED) || s->rev_kind[i * s->n1 + j] != kind)
+    if (kind == REV_B) {
+        if ((rc = fa_secagg_b_commit(&s->cfg, pj->id, secret, v)) != 0)
+            return rc;
+        return sodium_memcmp(v, pj->b_commit, 32) == 0;
+    }
+    return crypto_scalarmult_base(v, secret) == 0 && sodium_memcmp(v, pj->s_pk, 32) == 0;
+}
+
+static void add_fault(fa_secagg_server *s, size_t sender, size_t owner, int kind)
+{
+    if (s->faulty[sender])
+        return;
+    s->faulty[sender] = 1;
+    s->fault[s->nfault++] = (struct srv_share_fault){(int)sender, (int)owner, kind};
+}
+
+/* The shares of `kind` revealed for owner j by U5, without those of a
+ * sender already found faulty: holders' x coordinates into xs, values into
+ * shares (secure scratch of FA_SECAGG_MAX_CLIENTS * 32 bytes), senders'
+ * U1 indices into who.  Returns their number. */
+static size_t gather(const fa_secagg_server *s, size_t j, int kind, uint8_t *xs, uint8_t *shares,
+                     size_t *who)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n1; i++) {
+        if (!(s->cl[s->u1[i]].flags & CF_UNMASKED) || s->rev_kind[i * s->n1 + j] != kind ||
+            s->faulty[i])
             continue;
         xs[n] = (uint8_t)(i + 1);
         memcpy(shares + n * 32, s->rev + (i * s->n1 + j) * 32, 32);
+        who[n++] = i;
+    }
+    return n;
+}
+
+/* Leave one out: the first t shares without share `skip`, in xs2/sh2. */
+static void without(const uint8_t *xs, const uint8_t *shares, size_t m, size_t t, size_t skip,
+                    uint8_t *xs2, uint8_t *sh2)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m && n < t; i++) {
+        if (i == skip)
+            continue;
+        xs2[n] = xs[i];
+        memcpy(sh2 + n * 32, shares + i * 32, 32);
         n++;
     }
-    *have = n;
-    rc = n < t ? FA_ERR_THRESHOLD : fa_shamir_combine(secret, xs, shares, t);
-    sodium_memzero(shares, n * 32);
-    return rc;
+}
+
+/* Rebuilds owner j's secret of `kind` from the shares U5 revealed, and
+ * names the senders of bad ones (Bonawitz et al. assume honest shares; a
+ * region that reveals a bad one must not be able to stall every attempt):
+ *
+ *   1. the first t shares, checked against the commitment (the usual case);
+ *   2. when that fails, all m shares decoded as a Reed-Solomon code word
+ *      (fa_shamir_decode, Berlekamp-Welch): with at most (m - t) / 2 bad
+ *      shares it finds the dealer's polynomial, and the shares off it are
+ *      bad; the secret is checked against the commitment again;
+ *   3. when that fails too (m - t is 1, or the decoding gave up), each share
+ *      left out in turn from the first t + 1, each such t-subset checked
+ *      against the commitment: one bad share among them is found so, as
+ *      the commitment refuses any subset that holds it.
+ *
+ * Step 2 costs O(m^3) per byte, step 3 O(t^3); both only run where a share
+ * is bad, and a sender found bad is left out of every later secret of the
+ * attempt (`faulty`), so each bad sender is looked for once.  A sender is
+ * named only where the evidence is certain for at most (m - t) / 2 bad
+ * shares (step 2; one, step 3): then it cannot be an honest region that
+ * several colluding ones point at.  Returns 0 (secret written), or
+ * FA_ERR_THRESHOLD (fewer than t shares; *have says how many), FA_ERR_VERIFY
+ * (no consistent set of shares matches the commitment), another FA_ERR_*. */
+static int reconstruct(fa_secagg_server *s, size_t j, int kind, uint8_t secret[32], uint8_t *shares,
+                       uint8_t *scratch, size_t *have)
+{
+    uint8_t xs[FA_SECAGG_MAX_CLIENTS] = {0}, xs2[FA_SECAGG_MAX_CLIENTS] = {0};
+    uint8_t wrong[FA_SECAGG_MAX_CLIENTS];
+    size_t who[FA_SECAGG_MAX_CLIENTS];
+    const size_t t = s->graph.shamir_t;
+    size_t m = gather(s, j, kind, xs, shares, who), found = SIZE_MAX, nfound = 0;
+    int rc;
+
+    *have = m;
+    if (m < t) {
+        rc = FA_ERR_THRESHOLD;
+        goto out;
+    }
+    /* 1. the first t */
+    if ((rc = fa_shamir_combine(secret, xs, shares, t)) != 0 ||
+        (rc = secret_matches(s, j, kind, secret)) != 0)
+        goto out; /* an error, or 1: it matches */
+    /* 2. all m decoded */
+    rc = fa_shamir_decode(secret, xs, shares, m, t, wrong);
+    if (rc == FA_ERR_NOMEM || rc == FA_ERR_INVAL)
+        goto out;
+    if (rc == 0 && (rc = secret_matches(s, j, kind, secret)) == 1) {
+        for (size_t i = 0; i < m; i++)
+            if (wrong[i])
+                add_fault(s, who[i], j, kind);
+        goto out;
+    }
+    if (rc < 0 && rc != FA_ERR_VERIFY)
+        goto out;
+    /* 3. one left out of the first t + 1 */
+    if (m < t + 1) {
+        rc = FA_ERR_VERIFY;
+        goto out;
+    }
+    for (size_t skip = 0; skip < t + 1; skip++) {
+        int ok;
+        without(xs, shares, m, t, skip, xs2, scratch);
+        if ((rc = fa_shamir_combine(secret, xs2, scratch, t)) != 0)
+            goto out;
+        if ((ok = secret_matches(s, j, kind, secret)) < 0) {
+            rc = ok;
+            goto out;
+        }
+        if (ok) {
+            nfound++;
+            found = found == SIZE_MAX ? skip : found;
+        }
+    }
+    if (nfound == 0) {
+        rc = FA_ERR_VERIFY;
+        goto out;
+    }
+    without(xs, shares, m, t, found, xs2, scratch);
+    if ((rc = fa_shamir_combine(secret, xs2, scratch, t)) != 0)
+        goto out;
+    if (nfound == 1) {
+        /* the left-out share is bad if it is off the polynomial of the
+         * others (a share that is on it was never the trouble) */
+        uint8_t v[32];
+        if ((rc = fa_shamir_eval(v, xs[found], xs2, scratch, t)) != 0)
+            goto out;
+        if (sodium_memcmp(v, shares + found * 32, 32) != 0)
+            add_fault(s, who[found], j, kind);
+        sodium_memzero(v, sizeof(v));
+    }
+    rc = 1;
+out:
+    sodium_memzero(shares, (m ? m : 1) * 32);
+    sodium_memzero(scratch, (t ? t : 1) * 32);
+    return rc == 1 ? 0 : rc;
 }
 
 struct mask_key {
@@ -235,15 +369,44 @@ static int remove_masks(fa_secagg_server *s, const struct mask_key *keys, size_t
     return rc;
 }
 
-/* Round 4, server side: reconstruct b_u for u in U3 and s_sk_v for v in
- * U2 \ U3, then z = sum y_u - sum PRG(b_u) + the uncancelled pairwise masks. */
-int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
+/* The message of a secret that could not be rebuilt (rc from reconstruct). */
+static int rebuild_error(const fa_secagg_server *s, int rc, size_t j, int kind, size_t have,
+                         fa_error *err)
+{
+    const char *id = s->cl[s->u1[j]].adv.id;
+    const char *what = kind == REV_B ? "survivor" : "dropout";
+    const char *secret = kind == REV_B ? "self-mask seed" : "mask key";
+
+    if (rc == FA_ERR_THRESHOLD)
+        return fa_errorf(err, rc, "unmask: only %zu usable shares of %s '%s''s %s, %u needed", have,
+                         what, id, secret, s->graph.shamir_t);
+    if (rc == FA_ERR_VERIFY)
+        return fa_errorf(err, rc,
+                         "unmask: the %s of %s '%s' cannot be rebuilt from its %zu shares: no "
+                         "%u of them match its %s (several regions revealed bad shares, or "
+                         "'%s' dealt inconsistent ones)",
+                         secret, what, id, have, s->graph.shamir_t,
+                         kind == REV_B ? "commitment" : "public key", id);
+    /* out of memory, or an X25519/KDF failure */
+    return fa_errorf(err, rc, "unmask: %s while rebuilding the secret of '%s'", fa_strerror(rc),
+                     id);
+}
+
+/* Rebuilds b_u for u in U3 and s_sk_v for v in U2 \ U3 (finding the bad
+ * shares on the way) into the mask keys to remove, *keys (sodium_malloc'ed,
+ * *nkeys of them; the caller frees them with sodium_free). */
+static int rebuild_secrets(fa_secagg_server *s, struct mask_key **keys_out, size_t *nkeys_out,
+                           fa_error *err)
 {
     struct mask_key *keys = NULL;
-    uint8_t *secret = NULL, *scratch = NULL;
-    size_t nkeys = 0, cap = 0, have;
+    uint8_t *secret = NULL, *shares = NULL, *scratch = NULL;
+    size_t nkeys = 0, cap = 0, have = 0;
     int rc = 0;
 
+    /* found afresh at every close (a close refused for too few shares may
+     * be tried again with more) */
+    s->nfault = 0;
+    memset(s->faulty, 0, sizeof(s->faulty));
     for (size_t j = 0; j < s->n1; j++) {
         int rj = s->u1[j];
         if (u3_member(s, rj))
@@ -254,8 +417,9 @@ int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
     }
     keys = sodium_malloc((cap ? cap : 1) * sizeof(*keys));
     secret = sodium_malloc(32);
+    shares = sodium_malloc(FA_SECAGG_MAX_CLIENTS * 32);
     scratch = sodium_malloc(FA_SECAGG_MAX_CLIENTS * 32);
-    if (!keys || !secret || !scratch) {
+    if (!keys || !secret || !shares || !scratch) {
         rc = fa_errorf(err, FA_ERR_NOMEM, "unmask: out of memory");
         goto out;
     }
@@ -263,50 +427,22 @@ int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
         int rj = s->u1[j];
         const fa_secagg_peer *pj = &s->cl[rj].adv;
         if (u3_member(s, rj)) {
-            uint8_t commit[32];
-            rc = reconstruct(s, j, REV_B, secret, scratch, &have);
-            if (rc == FA_ERR_THRESHOLD) {
-                rc = fa_errorf(err, rc,
-                               "unmask: only %zu shares of survivor '%s''s self-mask seed, %u "
-                               "needed",
-                               have, pj->id, s->graph.shamir_t);
-                break;
-            }
-            if (rc == 0)
-                rc = fa_secagg_b_commit(&s->cfg, pj->id, secret, commit);
-            if (rc == 0 && sodium_memcmp(commit, pj->b_commit, 32) != 0) {
-                rc = fa_errorf(err, FA_ERR_VERIFY,
-                               "unmask: the self-mask seed of '%s' rebuilt from its shares does "
-                               "not match its commitment (a client revealed a bad share)",
-                               pj->id);
-                break;
-            }
+            rc = reconstruct(s, j, REV_B, secret, shares, scratch, &have);
             if (rc == 0)
                 rc = fa_secagg_self_mask_key(keys[nkeys].key, &s->cfg, pj->id, secret);
             if (rc == 0)
                 keys[nkeys++].sign = -1;
+            else
+                rebuild_error(s, rc, j, REV_B, have, err);
         } else if (u2_member(s, rj)) {
-            uint8_t pk[32];
             int needed = 0;
             for (size_t u = 0; u < s->n1; u++)
                 needed |= u3_member(s, s->u1[u]) && fa_secagg_graph_adjacent(&s->graph, j, u);
             if (!needed)
                 continue;
-            rc = reconstruct(s, j, REV_S, secret, scratch, &have);
-            if (rc == FA_ERR_THRESHOLD) {
-                rc = fa_errorf(err, rc,
-                               "unmask: only %zu shares of dropout '%s''s mask key, %u needed",
-                               have, pj->id, s->graph.shamir_t);
-                break;
-            }
-            if (rc == 0 &&
-                (crypto_scalarmult_base(pk, secret) != 0 || sodium_memcmp(pk, pj->s_pk, 32) != 0)) {
-                rc = fa_errorf(err, FA_ERR_VERIFY,
-                               "unmask: the mask key of dropout '%s' rebuilt from its shares does "
-                               "not match its public key (a client revealed a bad share)",
-                               pj->id);
-                break;
-            }
+            rc = reconstruct(s, j, REV_S, secret, shares, scratch, &have);
+            if (rc != 0)
+                rebuild_error(s, rc, j, REV_S, have, err);
             for (size_t u = 0; u < s->n1 && rc == 0; u++) {
                 const fa_secagg_peer *pu = &s->cl[s->u1[u]].adv;
                 if (!u3_member(s, s->u1[u]) || !fa_secagg_graph_adjacent(&s->graph, j, u))
@@ -315,14 +451,41 @@ int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
                                      pj->s_pk, pj->id, pu->s_pk, pu->id);
                 /* u added sign(u, v) * PRG(s_uv); take it out again */
                 keys[nkeys++].sign = -fa_secagg_pair_sign(pu->id, pj->id);
+                if (rc != 0)
+                    rebuild_error(s, rc, j, REV_S, have, err);
             }
         }
-        if (rc != 0) /* out of memory, or an X25519/KDF failure */
-            fa_errorf(err, rc, "unmask: %s while rebuilding the secret of '%s'", fa_strerror(rc),
-                      pj->id);
     }
+out:
+    if (rc != 0) {
+        s->nfault = 0;
+        memset(s->faulty, 0, sizeof(s->faulty));
+        if (keys)
+            sodium_free(keys);
+        keys = NULL;
+        nkeys = 0;
+    }
+    *keys_out = keys;
+    *nkeys_out = nkeys;
+    if (secret)
+        sodium_free(secret);
+    if (shares)
+        sodium_free(shares);
+    if (scratch)
+        sodium_free(scratch);
+    return rc;
+}
+
+/* Round 4, server side: reconstruct b_u for u in U3 and s_sk_v for v in
+ * U2 \ U3, then z = sum y_u - sum PRG(b_u) + the uncancelled pairwise masks. */
+int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
+{
+    struct mask_key *keys = NULL;
+    size_t nkeys = 0;
+    int rc = rebuild_secrets(s, &keys, &nkeys, err);
+
     if (rc != 0)
-        goto out;
+        return rc;
     /* From here on the sum changes: only an internal failure can stop it. */
     s->sum_gen++;
     rc = remove_masks(s, keys, nkeys);
@@ -330,12 +493,36 @@ int fa_secagg_server_close_unmask(fa_secagg_server *s, fa_error *err)
         s->phase = FA_SECAGG_FAILED;
         fa_errorf(err, rc, "unmask: %s while removing the masks; the sum is lost", fa_strerror(rc));
     }
-out:
+    sodium_free(keys);
+    return rc;
+}
+
+int fa_secagg_server_find_share_faults(fa_secagg_server *s, fa_error *err)
+{
+    struct mask_key *keys = NULL;
+    size_t nkeys = 0;
+    int rc = rebuild_secrets(s, &keys, &nkeys, err);
+
     if (keys)
         sodium_free(keys);
-    if (secret)
-        sodium_free(secret);
-    if (scratch)
-        sodium_free(scratch);
     return rc;
+}
+
+size_t fa_secagg_server_share_fault_count(const fa_secagg_server *s)
+{
+    return s->phase == FA_SECAGG_DONE ? s->nfault : 0;
+}
+
+int fa_secagg_server_share_fault(const fa_secagg_server *s, size_t i, const char **region,
+                                 const char **owner, int *kind)
+{
+    const struct srv_share_fault *f;
+
+    if (i >= fa_secagg_server_share_fault_count(s))
+        return FA_ERR_NOTFOUND;
+    f = &s->fault[i];
+    *region = s->cl[s->u1[f->sender]].adv.id;
+    *owner = s->cl[s->u1[f->owner]].adv.id;
+    *kind = f->kind == REV_B ? FA_SECAGG_SHARE_SELF_MASK : FA_SECAGG_SHARE_MASK_KEY;
+    return 0;
 }

@@ -29,4 +29,25 @@ int fa_shamir_split(const uint8_t secret[FA_SHAMIR_BYTES], unsigned t, const uin
 int fa_shamir_combine(uint8_t secret[FA_SHAMIR_BYTES], const uint8_t *xs, const uint8_t *shares,
                       size_t t);
 
+/* The value at x of the polynomial through exactly t shares (holders
+ * xs[0..t), distinct and nonzero): fa_shamir_combine is x = 0.  For
+ * checking a further share against t others.  Returns 0 or FA_ERR_INVAL. */
+int fa_shamir_eval(uint8_t out[FA_SHAMIR_BYTES], uint8_t x, const uint8_t *xs,
+                   const uint8_t *shares, size_t t);
+
+/* Decodes m >= t shares (holders xs[0..m), distinct and nonzero) some of
+ * which may be wrong, as the Reed-Solomon code words they are: for each
+ * byte, Berlekamp-Welch finds the polynomial of degree < t that all but at
+ * most e = floor((m - t) / 2) of the shares lie on, in O(m^3).  When at most
+ * e shares are wrong in any byte, that is the dealer's polynomial: writes
+ * the secret and wrong[i] = 1 for exactly the shares off it (0 for the
+ * others), and returns 0.  Returns FA_ERR_VERIFY when no such polynomial
+ * exists (more shares are wrong than m - t allows to correct; the caller
+ * may still try subsets), FA_ERR_INVAL, FA_ERR_NOMEM.  More than e wrong
+ * shares may also decode to another polynomial: check the secret against
+ * its commitment.  Not constant time (table look-ups on share values): for
+ * shares already revealed to the caller. */
+int fa_shamir_decode(uint8_t secret[FA_SHAMIR_BYTES], const uint8_t *xs, const uint8_t *shares,
+                     size_t m, size_t t, uint8_t *wrong);
+
 #endif

@@ -143,28 +143,25 @@ void fa_tensors_del(fa_tensors *t)
     free(t);
 }
 
-/* Whether jansson (and so the safetensors writer) takes name as a string:
- * valid UTF-8. */
-static int is_utf8(const char *name)
-{
-    json_t *s = json_string(name);
-    json_decref(s);
-    return s != NULL;
-}
-
 int fa_tensors_add(fa_tensors *t, const char *name, fa_st_dtype dtype, unsigned ndim,
                    const uint64_t *shape, fa_error *err)
 {
     size_t len = name ? strlen(name) : 0, esize = fa_st_dtype_size(dtype);
     uint64_t numel = 1, h;
     struct entry *e;
+    size_t bad;
 
     if (len == 0 || len > FA_ST_MAX_NAME)
         return fa_errorf(err, FA_ERR_INVAL, "tensor name of %zu bytes (must be 1..%u)", len,
                          FA_ST_MAX_NAME);
-    if (strcmp(name, "__metadata__") == 0 || !is_utf8(name))
+    /* the names a safetensors file may hold (common/fa_safetensors.h) */
+    if (strcmp(name, "__metadata__") == 0 || fa_st_name_check(name, &bad) != 0) {
+        char shown[200];
         return fa_errorf(err, FA_ERR_INVAL,
-                         "tensor '%s': invalid name (\"__metadata__\" or not UTF-8)", name);
+                         "tensor '%s': invalid name (\"__metadata__\", or a control or "
+                         "invisible character at byte %zu: a name must be printable UTF-8)",
+                         fa_st_escape(shown, sizeof(shown), name), bad);
+    }
     if (esize == 0)
         return fa_errorf(err, FA_ERR_INVAL, "tensor '%s': unknown dtype %d", name, (int)dtype);
     if (ndim > FA_ST_MAX_DIMS)

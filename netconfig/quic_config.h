@@ -15,4 +15,12 @@
  * all); q NULL leaves the defaults. */
 void fa_netconfig_quic_opts(fa_h3_quic_opts *o, const Fedagg__QuicConfig *q);
 
+/* fa_h3_server_config_default, then the server's part of q (the QUIC
+ * options above, connection and handshake limits, body limit, Retry, the
+ * slots) and of tls (certificate, key, CA, CRL).  The static secret, the
+ * listen address and the callbacks are the caller's.  Strings point into
+ * q and tls. */
+void fa_netconfig_server_config(fa_h3_server_config *sc, const Fedagg__QuicConfig *q,
+                                const Fedagg__TlsConfig *tls);
+
 #endif

@@ -261,6 +261,8 @@ static void check_tls(struct ck *c, const Fedagg__TlsConfig *t, const char *who)
     snprintf(what, sizeof(what), "tls.ca_file");
     need_string(c, t, "ca_file", t->ca_file, what, "the federation CA certificate (PEM)");
     need_file(c, t, "ca_file", 0, t->ca_file, what);
+    if (!empty(t->crl_file))
+        need_file(c, t, "crl_file", 0, t->crl_file, "tls.crl_file");
 }
 
 static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
@@ -294,6 +296,34 @@ static void check_quic(struct ck *c, const Fedagg__QuicConfig *q, int server)
         access(q->static_secret_file, F_OK) == 0)
         need_key_file(c, q, "static_secret_file", q->static_secret_file, "quic.static_secret_file");
     maybe_dir(c, q, "qlog_dir", q->qlog_dir, "quic.qlog_dir");
+    if (!server)
+        return;
+    if (q->max_connections_per_address == 0)
+        problem(c, q, "max_connections_per_address", 0,
+                "`quic.max_connections_per_address` must be positive");
+    if (q->max_handshakes == 0)
+        problem(c, q, "max_handshakes", 0, "`quic.max_handshakes` must be positive");
+    if (q->max_handshakes_per_address == 0)
+        problem(c, q, "max_handshakes_per_address", 0,
+                "`quic.max_handshakes_per_address` must be positive");
+    if (q->handshake_timeout_ms < 100)
+        problem(c, q, "handshake_timeout_ms", 0,
+                "`quic.handshake_timeout_ms` (%u) must be at least 100", q->handshake_timeout_ms);
+    if (q->max_connections_per_identity == 0)
+        problem(c, q, "max_connections_per_identity", 0,
+                "`quic.max_connections_per_identity` must be positive");
+    if (q->max_buffered_request_bytes == 0)
+        problem(c, q, "max_buffered_request_bytes", 0,
+                "`quic.max_buffered_request_bytes` must be positive");
+    if (q->max_buffered_request_bytes_per_identity == 0)
+        problem(c, q, "max_buffered_request_bytes_per_identity", 0,
+                "`quic.max_buffered_request_bytes_per_identity` must be positive");
+    else if (q->max_buffered_request_bytes_per_identity > q->max_buffered_request_bytes)
+        problem(c, q, "max_buffered_request_bytes_per_identity", 0,
+                "`quic.max_buffered_request_bytes_per_identity` (%llu) exceeds "
+                "`quic.max_buffered_request_bytes` (%llu)",
+                (unsigned long long)q->max_buffered_request_bytes_per_identity,
+                (unsigned long long)q->max_buffered_request_bytes);
 }
 
 /* The federation's regions (the aggregator's list, or the worker's copy of
@@ -494,6 +524,46 @@ static void check_model_delta(struct ck *c, const Fedagg__ModelDelta *d)
                 "`model_delta.block` (%u) must be a power of two from 16 to 65536", d->block);
 }
 
+/* The promotion policy (docs/governance.md); audit/promotion.h applies it. */
+static void check_promotion(struct ck *c, const Fedagg__PromotionPolicy *p, size_t n_regions,
+                            int have_evaluator)
+{
+    size_t n;
+    if (!p || !p->enabled)
+        return;
+    n = p->metric ? strlen(p->metric) : 0;
+    if (n == 0 || n > 63 ||
+        strspn(p->metric, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                          "0123456789_.-") != n)
+        problem(c, p, "metric", 0,
+                "`promotion.metric` '%s' must be a metric name of [A-Za-z0-9_.-], 1 to 63 bytes "
+                "(accuracy, loss, or a named metric the evaluations report)",
+                p->metric ? p->metric : "");
+    if (!isfinite(p->tolerance) || p->tolerance < 0)
+        problem(c, p, "tolerance", 0, "`promotion.tolerance` (%g) must be finite and >= 0",
+                p->tolerance);
+    if (p->source == FEDAGG__PROMOTION_SOURCE__SOURCE_FEDERATED &&
+        (p->min_regions == 0 || p->min_regions > n_regions))
+        problem(c, p, "min_regions", 0, "`promotion.min_regions` (%u) must be 1 to the %zu regions",
+                p->min_regions, n_regions);
+    if (p->source == FEDAGG__PROMOTION_SOURCE__SOURCE_CENTRAL && !have_evaluator)
+        problem(c, p, "source", 0,
+                "`promotion.source` SOURCE_CENTRAL judges by the evaluator command: set "
+                "`evaluation.command` (in a federation file, `evaluator`)");
+    for (size_t i = 0; i < p->n_channels; i++) {
+        const char *ch = p->channels[i];
+        n = ch ? strlen(ch) : 0;
+        if (n == 0 || n > 63 || strspn(ch, "abcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+            problem(c, p, "channels", i,
+                    "`promotion.channels[%zu]` '%s' must be a channel name of [a-z0-9._-], 1 "
+                    "to 63 bytes",
+                    i, ch ? ch : "");
+        for (size_t k = 0; k < i; k++)
+            if (ch && p->channels[k] && !strcmp(ch, p->channels[k]))
+                problem(c, p, "channels", i, "`promotion.channels` names '%s' twice", ch);
+    }
+}
+
 static void check_pair(struct ck *c, const void *msg, const char *prefix, const char *f1,
                        const char *v1, const char *f2, const char *v2)
 {
@@ -547,6 +617,9 @@ static void check_evaluation(struct ck *c, const Fedagg__Evaluation *ev, int com
                 "command: [\"python3\", \"evaluate.py\", \"{input}\", \"{output}\"]");
     if (ev->timeout_s == 0)
         problem(c, ev, "timeout_s", 0, "`evaluation.timeout_s` must be positive");
+    if (ev->max_region_examples == 0 || ev->max_region_examples > ((uint64_t)1 << 44))
+        problem(c, ev, "max_region_examples", 0,
+                "`evaluation.max_region_examples` must be 1 .. 2^44 (17592186044416)");
 }
 
 /* The service block and the operators (docs/service.md). */
@@ -582,23 +655,38 @@ static void check_service(struct ck *c, const Fedagg__AggregatorConfig *cfg)
             problem(c, e, "timeout_s", 0, "`service.evaluators[%zu].timeout_s` must be positive",
                     i);
     }
-    for (size_t i = 0; i < cfg->n_operators; i++) {
-        const Fedagg__Operator *o = cfg->operators[i];
+    for (size_t i = 0; i < cfg->n_teams; i++) {
+        const Fedagg__Team *t = cfg->teams[i];
         char what[64];
-        snprintf(what, sizeof(what), "operators[%zu].name", i);
-        check_service_name(c, o, "name", 0, what, o->name);
-        for (size_t j = 0; j < i && !empty(o->name); j++)
-            if (!empty(cfg->operators[j]->name) && !strcmp(cfg->operators[j]->name, o->name)) {
-                problem(c, o, "name", 0, "`%s`: operator \"%s\" is listed twice", what, o->name);
+        snprintf(what, sizeof(what), "teams[%zu].name", i);
+        check_service_name(c, t, "name", 0, what, t->name);
+        for (size_t j = 0; j < i && !empty(t->name); j++)
+            if (!empty(cfg->teams[j]->name) && !strcmp(cfg->teams[j]->name, t->name)) {
+                problem(c, t, "name", 0, "`%s`: team \"%s\" is defined twice", what, t->name);
                 break;
             }
-        for (size_t k = 0; k < o->n_teams; k++) {
-            snprintf(what, sizeof(what), "operators[%zu].teams[%zu]", i, k);
-            check_service_name(c, o, "teams", k, what, o->teams[k]);
+        for (size_t k = 0; k < t->n_operators; k++) {
+            int listed = 0;
+            for (size_t j = 0; j < cfg->n_operators; j++)
+                listed |= t->operators[k] && cfg->operators[j] &&
+                          !strcmp(t->operators[k], cfg->operators[j]);
+            if (!listed)
+                problem(c, t, "operators", k,
+                        "`teams[%zu].operators[%zu]` \"%s\" is not one of `operators` (the "
+                        "operators whose certificates may connect)",
+                        i, k, t->operators[k] ? t->operators[k] : "");
         }
     }
-    if (!empty(cfg->team))
+    if (!empty(cfg->team)) {
+        int defined = 0;
         check_service_name(c, cfg, "team", 0, "team", cfg->team);
+        for (size_t i = 0; i < cfg->n_teams; i++)
+            defined |= !empty(cfg->teams[i]->name) && !strcmp(cfg->teams[i]->name, cfg->team);
+        if (!defined)
+            problem(c, cfg, "team", 0, "`team` \"%s\" is not one of `teams`", cfg->team);
+    } else if (cfg->n_teams && cfg->n_regions)
+        problem(c, cfg, NULL, 0,
+                "with `teams`, the federation of this config needs its `team` (one of `teams`)");
 }
 
 static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
@@ -616,11 +704,27 @@ static void check_aggregator(struct ck *c, const Fedagg__AggregatorConfig *cfg)
         check_regions(c, cfg, cfg->regions, cfg->n_regions);
         check_round(c, cfg->round, cfg->n_regions);
     }
+    for (size_t i = 0; i < cfg->n_operators; i++) {
+        check_region_id(c, cfg, "operators", i, "operators", cfg->operators[i]);
+        for (size_t j = 0; j < i; j++)
+            if (cfg->operators[i] && cfg->operators[j] &&
+                !strcmp(cfg->operators[i], cfg->operators[j]))
+                problem(c, cfg, "operators", i, "`operators` names \"%s\" twice",
+                        cfg->operators[i]);
+    }
     check_model(c, cfg->model);
     check_optimizer(c, cfg->optimizer);
     check_quantization(c, cfg->quantization);
     check_model_delta(c, cfg->model_delta);
     check_distributed_dp(c, cfg->distributed_dp, cfg->n_regions);
+    if (fed)
+        check_promotion(c, cfg->promotion, cfg->n_regions, cfg->evaluation->n_command > 0);
+    if (cfg->dashboard && cfg->dashboard->protect_metrics &&
+        (empty(cfg->dashboard->username) || empty(cfg->dashboard->password_file) ||
+         !cfg->dashboard->enabled))
+        problem(c, cfg->dashboard, "protect_metrics", 0,
+                "`dashboard.protect_metrics` puts /metrics behind the dashboard's password: it "
+                "needs `dashboard.username`, `dashboard.password_file` and the dashboard enabled");
     if (fed)
         need_string(c, cfg->storage, "dir", cfg->storage->dir, "storage.dir",
                     "the directory of model versions and round state");
@@ -658,6 +762,7 @@ static void check_federation(struct ck *c, const Fedagg__FederationConfig *cfg)
     check_evaluation(c, cfg->evaluation, 0);
     if (!empty(cfg->evaluator))
         check_service_name(c, cfg, "evaluator", 0, "evaluator", cfg->evaluator);
+    check_promotion(c, cfg->promotion, cfg->n_regions, !empty(cfg->evaluator));
     if (cfg->keep_versions == 0)
         problem(c, cfg, "keep_versions", 0, "`keep_versions` must be at least 1");
     if (cfg->description && strchr(cfg->description, '\n'))

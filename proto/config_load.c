@@ -229,6 +229,7 @@ static const char *const path_fields[] = {
     "fedagg.TlsConfig.cert_file",
     "fedagg.TlsConfig.key_file",
     "fedagg.TlsConfig.ca_file",
+    "fedagg.TlsConfig.crl_file",
     "fedagg.QuicConfig.static_secret_file",
     "fedagg.QuicConfig.qlog_dir",
     "fedagg.Region.identity_public_key_file",

@@ -2,6 +2,7 @@
 #include "tools/audit_cli.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -103,6 +104,20 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         json_array_append_new(cs, cj);
     }
     json_object_set_new(o, "commitments", cs);
+    if (r->n_share_faults) {
+        json_t *fs = json_array();
+        for (size_t i = 0; fs && i < r->n_share_faults; i++) {
+            const Fedagg__ShareFault *sf = r->share_faults[i];
+            json_t *fj = json_object();
+            if (!fj)
+                break;
+            json_object_set_new(fj, "region", json_string(sf->region ? sf->region : ""));
+            json_object_set_new(fj, "owner", json_string(sf->owner ? sf->owner : ""));
+            json_object_set_new(fj, "secret", json_string(sf->secret ? sf->secret : ""));
+            json_array_append_new(fs, fj);
+        }
+        json_object_set_new(o, "share_faults", fs);
+    }
     json_object_set_new(o, "prev_version", json_integer((json_int_t)r->prev_version));
     json_object_set_new(o, "new_version", json_integer((json_int_t)r->new_version));
     json_object_set_new(o, "prev_model_sha256",
@@ -240,6 +255,44 @@ json_t *fa_audit_cli_record_json(const Fedagg__AuditRecord *r, uint64_t index,
         json_object_set_new(lj, "unix_ms", json_integer((json_int_t)l->unix_ms));
         json_object_set_new(o, "lifecycle", lj);
     }
+    /* Governance of released models (audit/audit_gov.h). */
+    if (r->promotion) {
+        const Fedagg__PromotionDecision *d = r->promotion;
+        json_t *pj = json_object();
+        json_object_set_new(pj, "outcome", json_string(d->outcome ? d->outcome : ""));
+        json_object_set_new(pj, "metric",
+                            json_string(d->rule && d->rule->metric ? d->rule->metric : ""));
+        json_object_set_new(pj, "value", isfinite(d->value) ? json_real(d->value) : json_null());
+        json_object_set_new(pj, "regions", json_integer(d->regions));
+        json_object_set_new(pj, "baseline", d->has_baseline ? json_real(d->baseline) : json_null());
+        if (d->has_baseline)
+            json_object_set_new(pj, "baseline_version",
+                                json_integer((json_int_t)d->baseline_version));
+        json_object_set_new(pj, "action", json_string(d->action ? d->action : ""));
+        json_object_set_new(pj, "reason", json_string(d->reason ? d->reason : ""));
+        json_object_set_new(o, "promotion", pj);
+    }
+    if (r->rollback) {
+        json_t *bj = json_object();
+        json_object_set_new(bj, "to_version", json_integer((json_int_t)r->rollback->to_version));
+        json_object_set_new(bj, "rejected_version",
+                            json_integer((json_int_t)r->rollback->rejected_version));
+        json_object_set_new(bj, "operator",
+                            json_string(r->rollback->operator_ ? r->rollback->operator_ : ""));
+        json_object_set_new(bj, "reason",
+                            json_string(r->rollback->reason ? r->rollback->reason : ""));
+        json_object_set_new(o, "rollback", bj);
+    }
+    if (r->channel) {
+        json_t *cj = json_object();
+        json_object_set_new(cj, "channel",
+                            json_string(r->channel->channel ? r->channel->channel : ""));
+        json_object_set_new(cj, "version", json_integer((json_int_t)r->channel->version));
+        json_object_set_new(cj, "operator",
+                            json_string(r->channel->operator_ ? r->channel->operator_ : ""));
+        json_object_set_new(o, "channel", cj);
+    }
+    json_object_set_new(o, "data_statements", json_integer((json_int_t)r->n_data_statements));
     if (r->central_eval) {
         json_t *ce = json_object();
         json_object_set_new(ce, "model_version",
@@ -292,7 +345,20 @@ void fa_audit_cli_table_row(FILE *out, const Fedagg__AuditRecord *r, uint64_t in
                                           : "refuses");
         if (d)
             fedagg__region_decision__free_unpacked(d, NULL);
-    }
+    } else if (r->promotion) /* the gate's decision on the current model */
+        n += (size_t)snprintf(regions, sizeof(regions), "gate: %s v%" PRIu64 " (%s)",
+                              r->promotion->outcome ? r->promotion->outcome : "?", r->new_version,
+                              r->promotion->action ? r->promotion->action : "?");
+    else if (r->rollback)
+        n += (size_t)snprintf(
+            regions, sizeof(regions), "rollback to v%" PRIu64 " by %s", r->rollback->to_version,
+            r->rollback->operator_ && r->rollback->operator_[0] ? r->rollback->operator_
+                                                                : "the gate");
+    else if (r->channel)
+        n += (size_t)snprintf(
+            regions, sizeof(regions), "channel %s -> v%" PRIu64 " by %s",
+            r->channel->channel ? r->channel->channel : "?", r->channel->version,
+            r->channel->operator_ && r->channel->operator_[0] ? r->channel->operator_ : "the gate");
     for (size_t i = 0; i < r->n_participants && n < sizeof(regions); i++)
         n += (size_t)snprintf(regions + n, sizeof(regions) - n, "%s%s", i ? "," : "",
                               r->participants[i]);

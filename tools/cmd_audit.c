@@ -3,16 +3,21 @@
  *
  * Exit status: 0 success (everything verified), 1 failure (something did not
  * verify, or a file could not be read), 2 usage. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <jansson.h>
 #include <sodium.h>
 
+#include "aggregator/model_store.h"
 #include "audit/audit_log.h"
+#include "audit/lineage.h"
 #include "common/fa_file.h"
 #include "common/fa_hex.h"
 #include "common/fa_log.h"
@@ -20,9 +25,11 @@
 #include "crypto/merkle.h"
 #include "audit/privacy_audit.h"
 #include "tools/audit_cli.h"
+#include "tools/card_render.h"
 
 const char fa_cmd_audit_help[] =
-    "verify, show and prove the signed audit log (verify, show, prove, check-proof, consistency)";
+    "verify, show, prove and repair the signed audit log (verify, show, prove, check-proof, "
+    "consistency, repair, lineage)";
 
 static const char usage_text[] =
     "usage: fedagg audit verify LOG --pubkey KEY [--config AGGREGATOR.textproto]\n"
@@ -36,6 +43,9 @@ static const char usage_text[] =
     "       fedagg audit key SIGNING_KEY --origin ORIGIN\n"
     "       fedagg audit privacy LOG [--region ID] [--config AGGREGATOR.textproto]\n"
     "                    [--region-key REGION=KEY]... [--pubkey KEY] [--json]\n"
+    "       fedagg audit repair LOG --pubkey KEY [--store DIR] [--dry-run]\n"
+    "       fedagg audit lineage VERSION --log LOG --pubkey KEY [--config AGGREGATOR.textproto]\n"
+    "                    [--region-key REGION=KEY]... [--json]\n"
     "\n"
     "LOG is the aggregator's audit log (audit.log_file; default <storage.dir>/audit.log),\n"
     "with LOG.checkpoints and LOG.tree beside it.  KEY is the aggregator's Ed25519\n"
@@ -58,6 +68,18 @@ static const char usage_text[] =
     "             cumulative epsilon at delta against the budget it declared, the\n"
     "             mechanism; checks every statement's signature (keys from --config or\n"
     "             --region-key) and that the accounting adds up.\n"
+    "repair       recovers a damaged log (one the aggregator refuses to open) to its\n"
+    "             last checkpoint signed by KEY that the records left still match;\n"
+    "             the damaged files are kept as LOG*.damaged-<time>, never deleted.\n"
+    "             With --store (the aggregator's storage.dir) a model store ahead of\n"
+    "             the repaired log goes back to the log's last version: the newer\n"
+    "             versions and the round in flight move into DIR/damaged-<time>/.\n"
+    "             Stop the aggregator first; --dry-run says what would be done.\n"
+    "lineage      recomputes the model card of VERSION from the log alone (what\n"
+    "             `fedagg model card` shows): its parent, round, regions and their\n"
+    "             signed data statements, settings, privacy, evaluations, promotion\n"
+    "             decision, channels and ancestry; after every check of verify.  Fails\n"
+    "             naming the record when anything does not follow.\n"
     "\n"
     "Exit status: 0 verified, 1 not verified or an error, 2 usage.\n";
 
@@ -95,8 +117,8 @@ static int parse_u64(const char *s, uint64_t *out)
 struct opts {
     const char *pos[2];
     int npos;
-    const char *pubkey, *config, *out, *region, *upload_digest, *origin;
-    int json, have_round;
+    const char *pubkey, *config, *out, *region, *upload_digest, *origin, *store, *log;
+    int json, have_round, dry_run;
     uint64_t round, from, count, max_problems;
     fa_audit_region_key *keys;
     size_t nkeys;
@@ -113,6 +135,11 @@ static int parse_opts(int argc, char **argv, struct opts *o, fa_error *err)
         if (!strcmp(a, "--json")) {
             o->json = 1;
             takes = 0;
+        } else if (!strcmp(a, "--dry-run")) {
+            o->dry_run = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--store") && v) {
+            o->store = v;
         } else if (!strcmp(a, "--pubkey") && v) {
             o->pubkey = v;
         } else if (!strcmp(a, "--config") && v) {
@@ -125,6 +152,8 @@ static int parse_opts(int argc, char **argv, struct opts *o, fa_error *err)
             o->upload_digest = v; /* --upload-sha256: its name before BLAKE3 */
         } else if (!strcmp(a, "--origin") && v) {
             o->origin = v;
+        } else if (!strcmp(a, "--log") && v) {
+            o->log = v;
         } else if (!strcmp(a, "--round") && v) {
             if (parse_u64(v, &o->round) != 0)
                 return usage_error("--round %s: expected a round number", v);
@@ -250,6 +279,9 @@ static int cmd_verify(struct opts *o)
                             json_integer((json_int_t)res.eval_signatures));
         json_object_set_new(j, "privacy_signatures",
                             json_integer((json_int_t)res.privacy_signatures));
+        json_object_set_new(j, "data_statement_signatures",
+                            json_integer((json_int_t)res.data_signatures));
+        json_object_set_new(j, "decisions_recomputed", json_integer((json_int_t)res.decisions));
         json_object_set_new(j, "region_signatures_unchecked",
                             json_integer((json_int_t)res.region_unknown));
         json_object_set_new(j, "problems", json_integer((json_int_t)res.problems));
@@ -274,6 +306,10 @@ static int cmd_verify(struct opts *o)
             printf(", %" PRIu64 " evaluation reports verified", res.eval_signatures);
         if (res.privacy_signatures)
             printf(", %" PRIu64 " privacy statements verified", res.privacy_signatures);
+        if (res.data_signatures)
+            printf(", %" PRIu64 " data statements verified", res.data_signatures);
+        if (res.decisions)
+            printf(", %" PRIu64 " promotion decisions recomputed", res.decisions);
         if (res.region_unknown)
             printf(", %" PRIu64 " not checked (no key given)", res.region_unknown);
         printf("\n");
@@ -404,6 +440,54 @@ static int cmd_prove(struct opts *o)
     if (o->out)
         fprintf(stderr, PROG ": wrote the proof of record %" PRIu64 " to %s\n", index, o->out);
     return 0;
+}
+
+/* fedagg audit lineage: `verify` first (every frame, signature and rule,
+ * the governance records recomputed), then the card from the records. */
+static int cmd_lineage(struct opts *o)
+{
+    fa_note_verifier key;
+    fa_audit_verify_opts vo;
+    fa_audit_verify_result res;
+    fa_audit_log *log = NULL;
+    uint64_t version;
+    char *json = NULL;
+    fa_error err;
+    int rc;
+
+    if (need_pos(o, 1, "one VERSION"))
+        return 2;
+    if (parse_u64(o->pos[0], &version) != 0)
+        return usage_error("'%s' is not a model version", o->pos[0]);
+    if (!o->log || !o->pubkey)
+        return usage_error("%s needs --log LOG and --pubkey KEY", "lineage");
+    fa_error_clear(&err);
+    if ((rc = fa_audit_cli_pubkey(o->pubkey, &key, &err)) != 0)
+        return fail(&err, rc);
+    memset(&vo, 0, sizeof(vo));
+    vo.key = &key;
+    vo.region_keys = o->keys;
+    vo.nregion_keys = o->nkeys;
+    rc = fa_audit_verify(o->log, &vo, &res, &err);
+    if (rc == FA_ERR_VERIFY) {
+        fprintf(stderr, PROG ": %s does not verify, so no card follows from it: %s\n", o->log,
+                err.msg);
+        return 1;
+    }
+    if (rc != 0)
+        return fail(&err, rc);
+    rc = fa_audit_log_open_readonly(&log, o->log, &key, NULL, &err);
+    if (rc == 0)
+        rc = fa_lineage_card_json(log, version, o->keys, o->nkeys, &json, &err);
+    fa_audit_log_close(log);
+    if (rc != 0)
+        return fail(&err, rc);
+    if (o->json)
+        printf("%s\n", json);
+    else
+        rc = fa_card_render_markdown(stdout, json);
+    free(json);
+    return rc;
 }
 
 static int cmd_checkpoint(struct opts *o)
@@ -764,6 +848,144 @@ static int cmd_privacy(struct opts *o)
     return rc == 0 ? 0 : fail(&err, rc);
 }
 
+/* ---------------------------------------------------------------------------
+ * repair
+ * ------------------------------------------------------------------------- */
+
+/* The model version the log ends at: the new version of its last record (an
+ * operator's action keeps the version it names), 0 for an empty log. */
+static int log_version(const char *path, const fa_note_verifier *v, uint64_t *version,
+                       fa_error *err)
+{
+    fa_audit_log *log = NULL;
+    uint8_t *rec = NULL;
+    size_t len = 0;
+    Fedagg__AuditRecord *r;
+    int rc = fa_audit_log_open_readonly(&log, path, v, NULL, err);
+
+    *version = 0;
+    if (rc == 0 && fa_audit_log_size(log) > 0)
+        rc = fa_audit_log_read(log, fa_audit_log_size(log) - 1, &rec, &len, err);
+    if (rc == 0 && rec) {
+        r = fedagg__audit_record__unpack(NULL, len, rec);
+        if (!r)
+            rc = fa_errorf(err, FA_ERR_CORRUPT, "%s: its last record does not decode", path);
+        else
+            *version = r->new_version;
+        if (r)
+            fedagg__audit_record__free_unpacked(r, NULL);
+    }
+    free(rec);
+    fa_audit_log_close(log);
+    return rc;
+}
+
+/* The round in flight belongs to a version the store no longer has: its
+ * state goes with that version's files. */
+static int move_round_state(const char *store, const char *aside, fa_error *err)
+{
+    DIR *d = opendir(store);
+    struct dirent *de;
+    int rc = 0;
+
+    if (!d)
+        return fa_errorf(err, FA_ERR_IO, "%s: %s", store, strerror(errno));
+    while (rc == 0 && (de = readdir(d))) {
+        char from[4200], to[4200];
+        if (strcmp(de->d_name, "round.state") != 0 && strncmp(de->d_name, "round.sum", 9) != 0)
+            continue;
+        snprintf(from, sizeof(from), "%s/%s", store, de->d_name);
+        snprintf(to, sizeof(to), "%s/%s", aside, de->d_name);
+        if (rename(from, to) != 0)
+            rc = fa_errorf(err, FA_ERR_IO, "cannot move %s to %s: %s", from, to, strerror(errno));
+        else
+            printf("  moved %s to %s\n", from, to);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmd_repair(struct opts *o)
+{
+    fa_note_verifier v;
+    fa_audit_repair_report rep;
+    fa_error err;
+    uint64_t version = 0, was = 0;
+    const char *path;
+    int rc;
+
+    if (need_pos(o, 1, "LOG") != 0)
+        return 2;
+    if (!o->pubkey)
+        return usage_error("%s needs --pubkey KEY (the aggregator's: only checkpoints it "
+                           "signed are kept)",
+                           "repair");
+    path = o->pos[0];
+    fa_error_clear(&err);
+    if ((rc = fa_audit_cli_pubkey(o->pubkey, &v, &err)) != 0)
+        return fail(&err, rc);
+    rc = fa_audit_log_repair(path, &v, o->dry_run, &rep, &err);
+    if (rc != 0)
+        return fail(&err, rc);
+    if (rep.intact) {
+        printf("%s: opens as it is (%" PRIu64 " records, %" PRIu64 " signed): nothing to repair\n",
+               path, rep.records_found, rep.records_signed);
+    } else {
+        printf("%s: damaged: %s\n", path, rep.damage);
+        printf("  found %" PRIu64 " whole records and %" PRIu64 " checkpoints\n", rep.records_found,
+               rep.checkpoints_found);
+        printf("  %s %" PRIu64 " records and %" PRIu64
+               " checkpoints (up to the last signed checkpoint they match); %" PRIu64
+               " records after it are not in the repaired log\n",
+               o->dry_run ? "would keep" : "kept", rep.records_kept, rep.checkpoints_kept,
+               rep.records_found - rep.records_kept);
+        if (!o->dry_run)
+            printf("  the damaged files are kept as %s*%s\n", path, rep.suffix);
+    }
+    if (o->store) {
+        char aside[4200];
+        if (o->dry_run && !rep.intact) {
+            printf("  (--store: the version to go back to is known once the log is repaired)\n");
+            return 0;
+        }
+        if ((rc = log_version(path, &v, &version, &err)) != 0)
+            return fail(&err, rc);
+        for (unsigned k = 0;; k++) { /* a directory of its own */
+            struct stat st;
+            if (k == 0)
+                snprintf(aside, sizeof(aside), "%s/damaged-%lld", o->store, (long long)time(NULL));
+            else
+                snprintf(aside, sizeof(aside), "%s/damaged-%lld.%u", o->store,
+                         (long long)time(NULL), k);
+            if (lstat(aside, &st) != 0)
+                break;
+        }
+        rc = fa_model_store_rollback(o->store, version, aside, o->dry_run, &was, &err);
+        if (rc != 0)
+            return fail(&err, rc);
+        if (was == version) {
+            printf("%s: at version %" PRIu64 ", the log's: nothing to do\n", o->store, version);
+        } else if (o->dry_run) {
+            printf("%s: at version %" PRIu64 ", the log at %" PRIu64 ": would go back to %" PRIu64
+                   " (files of later versions into %s)\n",
+                   o->store, was, version, version, aside);
+        } else {
+            printf("%s: went back from version %" PRIu64 " to %" PRIu64
+                   ", the log's; the later versions' files are in %s\n",
+                   o->store, was, version, aside);
+            if ((rc = move_round_state(o->store, aside, &err)) != 0)
+                return fail(&err, rc);
+        }
+    }
+    if (!rep.intact && !o->dry_run)
+        printf("next: start the aggregator.  Regions that verified a later checkpoint will "
+               "raise an ALARM (the log does not extend it): the records from index %" PRIu64
+               " on are lost (restore them from a backup of storage.dir if there is one; "
+               "docs/operations.md says how regions rejoin).\n",
+               rep.records_kept);
+    return 0;
+}
+
 int fa_cmd_audit(int argc, char **argv)
 {
     struct opts o;
@@ -811,6 +1033,10 @@ int fa_cmd_audit(int argc, char **argv)
         rc = cmd_key(&o);
     else if (!strcmp(cmd, "privacy"))
         rc = cmd_privacy(&o);
+    else if (!strcmp(cmd, "repair"))
+        rc = cmd_repair(&o);
+    else if (!strcmp(cmd, "lineage"))
+        rc = cmd_lineage(&o);
     else
         rc = usage_error("unknown command '%s'", cmd);
     fa_audit_cli_free_keys(o.keys, o.nkeys);

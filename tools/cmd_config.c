@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/fa_file.h"
+#include "common/fa_version.h"
 #include "proto/config_check.h"
 #include "proto/textformat.h"
 #include "tools/admin_client.h"
@@ -492,7 +493,7 @@ int fa_cmd_config(int argc, char **argv)
         return 0;
     }
     if (!strcmp(sub, "--version")) {
-        printf("fedagg %s\n", FA_VERSION);
+        printf("fedagg %s\n", fa_version);
         return 0;
     }
     if (!strcmp(sub, "check"))

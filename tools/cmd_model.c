@@ -5,6 +5,7 @@
  *   fedagg model convert IN OUT --dtype bf16|f16|f32 [--all]
  *   fedagg model init --out FILE [--arch 784-256-128-10] [--seed S]
  *   fedagg model init --out FILE --config AGGREGATOR.textproto
+ *   fedagg model card|fetch|verify ...   released models (tools/model_release.c)
  *
  * Exit status: 0 success; 1 an invalid file or config (inspect, convert,
  * init) or, for diff, files whose tables differ; 2 usage (and, for diff,
@@ -31,9 +32,14 @@
 #include "model/tensors.h"
 #include "proto/config_check.h"
 
+/* tools/model_release.c */
+int fa_model_card_main(int argc, char **argv);
+int fa_model_fetch_main(int argc, char **argv);
+int fa_model_verify_main(int argc, char **argv);
+
 const char fa_cmd_model_help[] =
     "inspect, diff and convert safetensors models (tensor table, federated tensors); make an "
-    "initial one";
+    "initial one; model cards; fetch and verify released models";
 
 /* Elements compared or converted per step. */
 #define STEP_ELEMS ((size_t)1 << 16)
@@ -46,6 +52,9 @@ static void usage(FILE *f)
             "       fedagg model convert IN OUT --dtype bf16|f16|f32 [--all]\n"
             "       fedagg model init --out FILE [--arch 784-256-128-10] [--seed S]\n"
             "       fedagg model init --out FILE --config AGGREGATOR.textproto\n"
+            "       fedagg model card VERSION [--json] (operator connection)\n"
+            "       fedagg model fetch --channel NAME --config WORKER.textproto --out FILE\n"
+            "       fedagg model verify FILE --proof PROOF --pubkey KEY [--channel NAME]\n"
             "\n"
             "inspect  validates any safetensors file and lists its metadata and tensor table:\n"
             "         name, dtype, shape, bytes, whether the tensor is federated, SHA-256 of\n"
@@ -307,14 +316,19 @@ static int cmd_inspect(int argc, char **argv)
                (unsigned long long)fa_st_data_len(st), (unsigned long long)fa_st_data_offset(st),
                file_sha);
         printf("metadata:%s\n", fa_st_metadata_count(st) ? "" : " (none)");
+        /* metadata may hold anything (a newline, a terminal's escape
+         * sequence): shown escaped (tensor names are printable already:
+         * the reader refuses others) */
         for (size_t i = 0; i < fa_st_metadata_count(st); i++) {
             const char *k, *v;
+            char ek[FA_ST_MAX_NAME * 4 + 1], ev[META_PRINT_MAX * 4 + 1];
             fa_st_metadata_at(st, i, &k, &v);
+            fa_st_escape(ek, sizeof(ek), k);
             if (strlen(v) <= META_PRINT_MAX)
-                printf("  %s: %s\n", k, v);
+                printf("  %s: %s\n", ek, fa_st_escape(ev, sizeof(ev), v));
             else
-                printf("  %s: %.*s... (%zu bytes; --json prints it whole)\n", k, META_PRINT_MAX, v,
-                       strlen(v));
+                printf("  %s: %s... (%zu bytes; --json prints it whole)\n", ek,
+                       fa_st_escape(ev, META_PRINT_MAX + 1, v), strlen(v));
         }
         printf("tensors: %zu\n", fa_st_count(st));
         printf("  %-24s %-5s %-16s %12s  %-15s  %-64s  %s\n", "name", "dtype", "shape", "bytes",
@@ -927,6 +941,12 @@ int fa_cmd_model(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "card") == 0)
+        return fa_model_card_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "fetch") == 0)
+        return fa_model_fetch_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "verify") == 0)
+        return fa_model_verify_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "inspect") == 0)
         return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(argv[1], "diff") == 0)

@@ -1,4 +1,4 @@
-#include "transport/cid_map.h"
+#include "transport/cid_map_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

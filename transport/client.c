@@ -459,6 +459,8 @@ int fa_h3_client_new(fa_h3_client **out, const fa_h3_client_config *cfg, fa_erro
     }
     c->backoff_ms = c->cfg.reconnect_initial_ms;
     rv = fa_tls_ctx_init(&c->tls, 0, c->cert, c->key, c->ca, err);
+    if (rv == 0)
+        rv = fa_tls_crl_set(&c->tls, cfg->crl_file, err);
     if (rv != 0)
         goto fail;
     *out = c;
@@ -691,6 +693,14 @@ static int connect_once(fa_h3_client *c, uint64_t deadline, fa_error *err)
 
     conn_teardown(c);
     c->st.retry_seen = 0;
+    {
+        /* a CRL that changed since the last connection is read now; a bad
+         * new version leaves the previous one in force */
+        fa_error e;
+        if (fa_tls_crl_poll(&c->tls, 0, &e) < 0)
+            fa_log(FA_LOG_WARN, "CRL not reloaded; the previous one stays in force", "error=\"%s\"",
+                   e.msg);
+    }
     memset(&any, 0, sizeof(any));
     any.ss_family = c->addr.ss_family;
     rv = fa_udp_open(&c->udp, (struct sockaddr *)&any,

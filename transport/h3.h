@@ -33,15 +33,19 @@
  *
  * Identity.  The server requires a client certificate chaining to the
  * configured CA and verifies it during the handshake (expiry, signature,
- * key usage).  The certificate carries a role: an operator's names it with
- * SAN URI `fedagg://operator/<name>`; any other names a region (SAN URI
- * `fedagg://region/<id>`, else the subject CN); one naming both is refused.
- * The region reaches every handler through fa_h3_request_peer() (empty for
- * an operator), the role through fa_h3_request_peer_role() and the name of
- * either through fa_h3_request_peer_name().  Handshakes that fail verification are refused with a
- * TLS alert and one log line saying why.  The client verifies the server's
- * certificate against its CA and the expected server name.  0-RTT is never
- * offered nor accepted, so no request can be replayed by the network.
+ * key usage, the CRL when there is one).  The certificate names one role:
+ * SAN URI `fedagg://operator/<name>` an operator, `fedagg://region/<id>` a
+ * region, and without any fedagg URI a single CN that is a region id names
+ * that region; anything ambiguous is refused (fa_tls_peer_identity in
+ * h3_internal.h has the rules).  The server's admit callback then decides
+ * membership, still in the handshake.  The region reaches every handler
+ * through fa_h3_request_peer() (empty for an operator), the role through
+ * fa_h3_request_peer_role() and the name of either through
+ * fa_h3_request_peer_name().  Handshakes that fail are refused with a TLS
+ * alert and one log line saying why.  The client verifies the server's
+ * certificate against its CA, its CRL and the expected server name.  0-RTT
+ * is never offered nor accepted, so no request can be replayed by the
+ * network.
  *
  * Errors: every function returning int returns 0 or a negative FA_ERR_* code
  * (common/fa_err.h) and fills the fa_error when one is given.
@@ -128,9 +132,11 @@ typedef ssize_t (*fa_h3_read_fn)(void *arg, uint8_t *buf, size_t cap);
 
 /* Reads (or creates, with 32 random bytes, mode 0600) the static secret from
  * which the server derives stateless-reset and Retry/NEW_TOKEN keys, so that
- * they survive a restart.  The file holds 64 hex digits or 32 raw bytes and
- * must not be readable by group or others.  Returns 0, FA_ERR_IO,
- * FA_ERR_AUTH (mode), FA_ERR_PARSE. */
+ * they survive a restart.  The file holds exactly 32 raw bytes, or 64 hex
+ * digits (either case) followed by at most one line end ("\n" or "\r\n");
+ * nothing else (no sign, no space), and it must not be readable by group
+ * or others.  Returns 0, FA_ERR_IO, FA_ERR_NOTFOUND (create 0), FA_ERR_AUTH
+ * (mode), FA_ERR_PARSE; secret is untouched on error. */
 int fa_h3_load_static_secret(const char *path, int create, uint8_t secret[32], fa_error *err);
 
 /* ------------------------------------------------------------------------ */
@@ -150,6 +156,31 @@ typedef struct fa_h3_server_config {
     uint64_t max_body_bytes;       /* larger request bodies get 413 (64 GiB) */
     int retry;                     /* enum fa_h3_retry (RETRY_ABOVE_LOAD) */
     uint32_t retry_load_threshold; /* connections above which Retry is sent (64) */
+    /* Connection slots against peers that hold them (see "Slots" below).
+     * An address is an IPv4 address or an IPv6 /64. */
+    uint32_t max_connections_per_address;  /* live connections from one address (64) */
+    uint32_t max_handshakes;               /* handshakes in progress, all addresses (256) */
+    uint32_t max_handshakes_per_address;   /* ... from one address (8) */
+    uint32_t handshake_timeout_ms;         /* a handshake not done by then is dropped (3000) */
+    uint32_t max_connections_per_identity; /* connections of one certificate's region or
+                                               operator (8) */
+    /* The budget of request bytes the handlers hold buffered
+     * (fa_h3_request_reserve): all requests together (256 MiB), and those
+     * of one identity (64 MiB). */
+    uint64_t max_buffered_bytes;
+    uint64_t max_buffered_bytes_per_identity;
+    /* Membership at the handshake: called (loop thread) once a client's
+     * certificate has verified and its identity is read; returns 1 to
+     * admit role/name, or 0 and a reason in why, and the handshake is
+     * refused with a TLS alert.  NULL admits every certificate of the CA. */
+    int (*admit)(void *arg, int role, const char *name, char *why, size_t whycap);
+    void *admit_arg;
+    /* Revocation: a CRL file (PEM or DER, signed by a CA of ca_file);
+     * certificates it lists are refused during the handshake, and live
+     * connections of one are closed when a new version lists it.  Read
+     * again when it changes (checked every second) and on SIGHUP (with
+     * drain_on_signal) or fa_h3_server_reload.  NULL = no revocation. */
+    const char *crl_file;
     /* Static secret for stateless reset and address-validation tokens; when
      * has_static_secret is 0 a random one is drawn (tokens then die with the
      * process). */
@@ -158,9 +189,10 @@ typedef struct fa_h3_server_config {
     /* How long a graceful drain waits for in-flight requests before closing
      * the remaining connections, ms (30000). */
     uint32_t drain_timeout_ms;
-    /* When nonzero, fa_h3_server_run() blocks SIGTERM and SIGINT in the
-     * calling thread and drains gracefully when one arrives (signalfd).  Block
-     * them in every other thread of the process too. */
+    /* When nonzero, fa_h3_server_run() blocks SIGTERM, SIGINT and SIGHUP in
+     * the calling thread and drains gracefully when one of the first two
+     * arrives, reads crl_file again on SIGHUP (signalfd).  Block them in
+     * every other thread of the process too. */
     int drain_on_signal;
     /* Periodic tick for the application's deadlines: on_tick runs on the
      * loop every tick_ms (0 = never). */
@@ -169,7 +201,24 @@ typedef struct fa_h3_server_config {
     void *tick_arg;
 } fa_h3_server_config;
 
-/* Fills c with defaults (listen, files and callbacks NULL). */
+/* Fills c with defaults (listen, files and callbacks NULL).
+ *
+ * Slots.  A peer must not be able to hold the connections others need.
+ * A new connection from an address that has max_connections_per_address
+ * is refused.  A handshake in progress holds a slot for at most
+ * handshake_timeout_ms, and at most max_handshakes_per_address of them
+ * come from one address: beyond, the address must answer a Retry (so a
+ * spoofed address cannot use up a real one's share), and once it has,
+ * its own oldest handshake makes room.  At max_handshakes (or
+ * max_connections) a new client must answer a Retry too, and then the
+ * oldest handshake of all makes room: a flood that answers Retry from
+ * many addresses delays fresh clients by one round trip, it does not lock
+ * them out.  A certificate's region or operator may hold
+ * max_connections_per_identity connections: its oldest connection without
+ * a request in flight makes room for a new one (a region that restarted),
+ * and when all are busy the new one is refused with CONNECTION_REFUSED
+ * after its handshake (the client retries later; this is no certificate
+ * error). */
 void fa_h3_server_config_default(fa_h3_server_config *c);
 
 /* What on_body returns to keep the credit of a chunk (see top of file). */
@@ -196,7 +245,8 @@ typedef struct fa_h3_handler {
 
 /* Creates a server bound to cfg->listen (the socket is open on return, so
  * fa_h3_server_port() is known).  Loads and checks the certificate, key and
- * CA.  Returns 0, FA_ERR_INVAL, FA_ERR_IO, FA_ERR_TLS, FA_ERR_NOMEM. */
+ * CA.  Returns 0, FA_ERR_INVAL, FA_ERR_IO, FA_ERR_TLS, FA_ERR_NOMEM,
+ * FA_ERR_CRYPTO (the keys could not be derived from the static secret). */
 int fa_h3_server_new(fa_h3_server **out, const fa_h3_server_config *cfg, fa_error *err);
 
 /* Frees the server, closing every connection without ceremony.  NULL is a
@@ -209,6 +259,10 @@ int fa_h3_server_port(const fa_h3_server *srv);
 /* Registers h for requests whose method equals `method` ("*" = any) and whose
  * path starts with `prefix`; the longest matching prefix wins.  A path that
  * matches no prefix gets 404; one that matches only under other methods 405.
+ * HEAD is served by the route GET would take (RFC 9110 9.3.2): the handler
+ * responds as to GET, and every response to a HEAD request, errors
+ * included, goes without its body (a streamed body is never read; its done
+ * and a borrowed body's release still run).
  * Call before fa_h3_server_run().  Returns 0, FA_ERR_INVAL, FA_ERR_NOMEM. */
 int fa_h3_server_route(fa_h3_server *srv, const char *method, const char *prefix,
                        const fa_h3_handler *h, void *arg);
@@ -226,6 +280,10 @@ void fa_h3_server_drain(fa_h3_server *srv);
 /* Thread-safe and async-signal-safe: makes fa_h3_server_run() return soon,
  * closing every connection. */
 void fa_h3_server_stop(fa_h3_server *srv);
+
+/* Thread-safe and async-signal-safe: reads crl_file again soon, whether or
+ * not it changed (as SIGHUP does). */
+void fa_h3_server_reload(fa_h3_server *srv);
 
 /* Thread-safe: runs fn(srv, arg) on the loop thread soon (an eventfd wakes
  * the loop).  Returns 0 or FA_ERR_NOMEM. */
@@ -250,6 +308,19 @@ typedef struct fa_h3_server_stats {
      * made one shrink them for good (see max_udp_payload). */
     uint64_t largest_datagram_sent, largest_datagram_received;
     uint64_t datagram_fallbacks, datagram_shrinks;
+    /* Slots: handshakes in progress now; handshakes dropped at
+     * handshake_timeout_ms, or to make room for another; connections
+     * refused for their address's count, for their identity's count;
+     * connections closed to make room for their identity's new one;
+     * certificates refused as revoked or by admit (not members); live
+     * connections closed when a new CRL revoked them; CRL versions
+     * loaded. */
+    uint64_t current_handshakes, handshakes_timed_out, handshakes_evicted;
+    uint64_t refused_address, refused_identity, evicted_identity;
+    uint64_t refused_revoked, refused_admit, closed_revoked, crl_loads;
+    /* The budget of buffered request bytes: held now, the most ever held,
+     * reservations refused for the identity's share, for the server's. */
+    uint64_t buffered_bytes, buffered_peak, buffer_refused_identity, buffer_refused_server;
 } fa_h3_server_stats;
 void fa_h3_server_get_stats(const fa_h3_server *srv, fa_h3_server_stats *st);
 
@@ -260,8 +331,6 @@ const char *fa_h3_request_path(const fa_h3_request *req);  /* without the query 
 const char *fa_h3_request_query(const fa_h3_request *req); /* after '?', or "" */
 /* Value of the first field named `name` (case-insensitive), or NULL. */
 const char *fa_h3_request_header(const fa_h3_request *req, const char *name);
-/* All fields except the pseudo-headers; *n receives the count. */
-const fa_h3_header *fa_h3_request_headers(const fa_h3_request *req, size_t *n);
 /* content-length of the request, or -1 when absent. */
 int64_t fa_h3_request_content_length(const fa_h3_request *req);
 /* Body bytes received so far. */
@@ -294,6 +363,25 @@ void fa_h3_request_set_max_body(fa_h3_request *req, uint64_t max);
 
 /* Returns n bytes of credit held by FA_H3_HOLD (see top of file). */
 void fa_h3_request_consume(fa_h3_request *req, size_t n);
+
+/* The budget of buffered request bytes.  A handler that keeps request
+ * bytes in memory (a message it parses once whole) reserves them first,
+ * so that no peer, and no set of peers, can make the server hold more
+ * than max_buffered_bytes_per_identity and max_buffered_bytes.  The first
+ * FA_H3_RESERVE_FLOOR bytes of each request count against the server's
+ * budget only: an identity whose big requests hold its share still gets
+ * its small ones through (a region's protocol messages are a few KiB),
+ * and what a peer holds that way is bounded by its connections and
+ * streams (8 x 64 x 64 KiB = 32 MiB with the defaults).  Returns 0
+ * (reserved), FA_ERR_NOSPACE (the request's identity holds its share:
+ * answer 429 and retry later) or FA_ERR_AGAIN (the server holds its
+ * budget: answer 503); nothing is reserved then.  What a request holds
+ * is released when it closes (after on_close), or earlier with
+ * fa_h3_request_release (n beyond what it holds counts as all; the
+ * bytes beyond the floor are released first). */
+#define FA_H3_RESERVE_FLOOR (64u << 10)
+int fa_h3_request_reserve(fa_h3_request *req, uint64_t n);
+void fa_h3_request_release(fa_h3_request *req, uint64_t n);
 
 /* Responds with a body copied from a buffer (may be NULL/0).  `headers` are
  * copied.  Returns 0, FA_ERR_STATE (already responded or closed),
@@ -336,6 +424,10 @@ typedef struct fa_h3_client_config {
     const char *ca_file;     /* PEM CA that the server certificate must chain to */
     const char *cert_file;   /* PEM chain of this client (region certificate) */
     const char *key_file;    /* its private key */
+    /* A CRL file of the CA (PEM or DER): a server certificate it lists is
+     * refused.  Read at fa_h3_client_new and again before a connection
+     * when it changed.  NULL = no revocation. */
+    const char *crl_file;
     fa_h3_quic_opts quic;
     uint32_t connect_timeout_ms;   /* one handshake attempt (10000) */
     uint32_t reconnect_initial_ms; /* first back-off after a failed connect (500) */

@@ -10,8 +10,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <nghttp3/nghttp3.h>
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
@@ -107,12 +110,57 @@ typedef struct fa_tls_ctx {
     gnutls_certificate_credentials_t cred;
     gnutls_priority_t prio;
     int server;
+    /* the CA certificates, to check the signature of a CRL */
+    gnutls_x509_crt_t *cas;
+    unsigned ncas;
+    /* revocation: the CRLs of crl_file, reloaded by fa_tls_crl_poll */
+    gnutls_x509_crl_t *crls;
+    unsigned ncrls;
+    char *crl_file;
+    struct timespec crl_mtime; /* of the version last read, good or bad */
+    off_t crl_size;
+    ino_t crl_ino;
+    uint64_t crl_loads; /* good versions loaded */
 } fa_tls_ctx;
 
 /* Loads cert/key/CA (all PEM).  Returns 0, FA_ERR_INVAL, FA_ERR_TLS. */
 int fa_tls_ctx_init(fa_tls_ctx *t, int server, const char *cert_file, const char *key_file,
                     const char *ca_file, fa_error *err);
 void fa_tls_ctx_free(fa_tls_ctx *t);
+
+/* Revocation (RFC 5280 5): the peer's certificate is refused during the
+ * handshake when a CRL of crl_file lists it.  The file holds one CRL or
+ * more (PEM) or one (DER), each signed by a CA of ca_file.
+ * fa_tls_crl_set loads it at start: returns 0 (file NULL or empty: no
+ * revocation), FA_ERR_IO, FA_ERR_PARSE, FA_ERR_VERIFY (not signed by the
+ * CA), FA_ERR_NOMEM.  fa_tls_crl_poll reads it again when its mtime, size
+ * or inode changed (or force): returns 1 (a new list is in force), 0
+ * (unchanged, or no file), or the error of the new version, in which case
+ * the previous list stays and that version is not read again. */
+int fa_tls_crl_set(fa_tls_ctx *t, const char *file, fa_error *err);
+int fa_tls_crl_poll(fa_tls_ctx *t, int force, fa_error *err);
+
+/* 1 when a CRL of t lists crt (or it cannot be checked), with why; else 0. */
+int fa_tls_crt_revoked(const fa_tls_ctx *t, gnutls_x509_crt_t crt, char *why, size_t cap);
+/* The same for the peer certificate of an established session. */
+int fa_tls_session_revoked(const fa_tls_ctx *t, gnutls_session_t s, char *why, size_t cap);
+
+/* Longest region id or operator name, and the longest subject alternative
+ * name read (a longer one refuses the certificate). */
+#define FA_TLS_NAME_MAX 63
+#define FA_TLS_SAN_MAX 65536
+
+/* The identity a client certificate gives (docs/security.md): exactly one
+ * SAN URI of the fedagg scheme, fedagg://region/<id> or
+ * fedagg://operator/<name> (a name: 1 to 63 of a-z, 0-9, '-'); or, without
+ * any, the subject's CN as a region id, when there is exactly one CN and it
+ * is a valid id.  Every SAN is read whole whatever its length (up to
+ * FA_TLS_SAN_MAX).  Refused, with why: a second fedagg URI (of either
+ * kind, even the same), a fedagg URI of another form or with a bad name,
+ * a SAN that cannot be read, several CNs, a CN that is no region id.
+ * Returns 0 (name in out, *role) or -1. */
+int fa_tls_peer_identity(gnutls_x509_crt_t crt, char *out, size_t cap, int *role, char *why,
+                         size_t whycap);
 
 struct fa_qconn;
 
@@ -264,7 +312,20 @@ typedef struct fa_qconn_ops {
     /* the peer reset a stream (RESET_STREAM); called before nghttp3 hears of it */
     void (*stream_reset)(struct fa_qconn *qc, int64_t stream_id, uint64_t app_error_code,
                          void *stream_user_data);
+    /* server: the client's certificate verified and its identity read
+     * (qc->peer_id, peer_role); return 1 to admit it, or 0 with why (it is
+     * then refused in the handshake) */
+    int (*peer_admit)(struct fa_qconn *qc, char *why, size_t cap);
 } fa_qconn_ops;
+
+/* What refused a peer during the handshake (for the server's counters). */
+enum fa_qconn_refusal {
+    FA_REFUSED_NONE = 0,
+    FA_REFUSED_CERT,     /* chain, validity, key purpose, name, identity */
+    FA_REFUSED_REVOKED,  /* listed by a CRL */
+    FA_REFUSED_ADMIT,    /* the server's admit hook (not a member) */
+    FA_REFUSED_IDENTITY, /* its identity holds every connection it may */
+};
 
 /* A stream to reset in both directions once it is safe to call ngtcp2. */
 typedef struct fa_qconn_shut {
@@ -288,9 +349,11 @@ typedef struct fa_qconn {
     /* TLS verdict */
     char peer_id[128];        /* region id (or CN), or operator name, of the verified peer */
     int peer_role;            /* enum fa_h3_role of the verified peer */
-    char verify_fail[256];    /* why the peer certificate was refused */
+    char verify_fail[512];    /* why the peer (its certificate, or its identity) was refused */
+    int refusal;              /* enum fa_qconn_refusal: what refused it */
     const char *server_name;  /* client: the name the server certificate must carry */
     const uint8_t *reset_key; /* server: 32-byte key of stateless-reset tokens */
+    const fa_tls_ctx *tlsctx; /* the credentials and CRLs of the session */
     int verified;
     /* key updates */
     uint64_t since_key_update;
@@ -380,12 +443,12 @@ void fa_qconn_free(fa_qconn *qc);
 /* A short phrase for why a connection ended, for logs. */
 void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap);
 
-/* server.c: processes one datagram as if it had arrived on the socket
+/* server_address.c: processes one datagram as if it had arrived on the socket
  * (fuzzing and tests). */
 void fa_h3_server_feed(fa_h3_server *s, uint8_t *data, size_t len, const struct sockaddr *from,
                        socklen_t fromlen);
 
-/* server.c: frees every connection without a word to the peers (fuzzing:
+/* server_address.c: frees every connection without a word to the peers (fuzzing:
  * keeps inputs independent and memory bounded). */
 void fa_h3_server_forget_all(fa_h3_server *s);
 

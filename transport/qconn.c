@@ -146,6 +146,20 @@ static int cb_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t stream
     qc->since_key_update += datalen;
     n = nghttp3_conn_read_stream(qc->h3, stream_id, data, datalen,
                                  (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0);
+    if (n == NGHTTP3_ERR_MALFORMED_HTTP_MESSAGING || n == NGHTTP3_ERR_MALFORMED_HTTP_HEADER) {
+        /* A malformed request or response (a body after a HEAD, more
+         * bytes than its content-length, a bad field) is an error of its
+         * stream, not of the connection (RFC 9114 4.1.2): reset that
+         * stream with H3_MESSAGE_ERROR, drop what else arrives on it,
+         * keep the others. */
+        fa_log(FA_LOG_DEBUG, "malformed HTTP message: stream reset", "stream=%lld error=\"%s\"",
+               (long long)stream_id, nghttp3_strerror((int)n));
+        (void)nghttp3_conn_shutdown_stream_read(qc->h3, stream_id);
+        if (fa_qconn_defer_reset(qc, stream_id, FA_H3_MESSAGE_ERROR) != 0)
+            return NGTCP2_ERR_CALLBACK_FAILURE;
+        fa_qconn_consume(qc, stream_id, datalen);
+        return 0;
+    }
     if (n < 0) {
         ngtcp2_connection_close_error_set_application_error(
             &qc->last_error, nghttp3_err_infer_quic_app_error_code((int)n), NULL, 0);
@@ -933,7 +947,9 @@ void fa_qconn_describe_error(fa_qconn *qc, int liberr, char *buf, size_t cap)
     }
     if (qc->conn) {
         ngtcp2_conn_get_connection_close_error(qc->conn, &peer);
-        if (peer.error_code) {
+        /* the reason is the peer's text: fa_log escapes it, and the
+         * buffer bounds it */
+        if (peer.error_code || peer.reasonlen) {
             if (peer.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT &&
                 peer.error_code >= 0x100 && peer.error_code < 0x200)
                 snprintf(buf, cap, "peer refused the TLS handshake: alert %s",

@@ -1,4 +1,4 @@
-#include "transport/stateless.h"
+#include "transport/stateless_internal.h"
 
 #include <ngtcp2/ngtcp2_crypto.h>
 

@@ -1,4 +1,4 @@
-#include "transport/timer_heap.h"
+#include "transport/timer_heap_internal.h"
 
 #include <stdlib.h>
 

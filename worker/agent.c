@@ -297,6 +297,7 @@ static int write_worker_config(agent *a, int f, const char *dir, char *path, siz
     link.socket = a->sock_path;
     link.service = sv->name;
     link.dataset = pd->name;
+    link.trainer = pt->name;
     link.device = (char *)fa_agent_core_device_name(a->core, fa_agent_core_fed_device(a->core, f));
     c.agent = &link;
     if ((rc = fa_textformat_print(&c.base, &text, &len, err)) != 0)

@@ -57,6 +57,7 @@
 #include "worker/comm.h"
 #include "worker/compress.h"
 #include "worker/data.h"
+#include "worker/data_statement.h"
 #include "worker/builtin_model.h"
 #include "worker/external_trainer.h"
 #include "worker/local_checkpoint.h"
@@ -220,6 +221,11 @@ struct worker {
     fa_train_dp dpo;          /* built-in: DP-SGD's parameters; rank 0 draws the key per round */
     fa_round_privacy *priv;   /* rank 0: the region's budget */
     fa_trainer_privacy xpriv; /* external: what its last round reported */
+
+    /* What the region states it trains on (worker/data_statement.h);
+     * data_src_state 0 not read yet, 1 read, -1 unavailable. */
+    fa_data_source data_src;
+    int data_src_state;
 
     /* Started by a region agent (cfg->agent->socket): rank 0's link to it. */
     fa_agent_link *link;
@@ -494,8 +500,10 @@ static int evaluate_builtin(struct worker *w, uint64_t version)
     return 0;
 }
 
-/* Tests of preemption: FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a
- * SIGTERM when the local round reaches step k (k steps done), once. */
+#ifdef FA_TEST_HOOKS
+/* Tests of preemption (a test hook, common/fa_failpoint.h):
+ * FEDAGG_TEST_SIGTERM_AT_STEP=k sends this process a SIGTERM when the local
+ * round reaches step k (k steps done), once. */
 static void sigterm_at_step(void *user, uint64_t step)
 {
     struct worker *w = user;
@@ -504,14 +512,16 @@ static void sigterm_at_step(void *user, uint64_t step)
         kill(getpid(), SIGTERM);
     }
 }
+#endif
 
-/* Tests: with FEDAGG_DEBUG_DUMP_DIR set, rank 0 writes the federated delta
- * of each local round as trained, before clipping and quantisation
- * (delta-<region>-v<version>.f32, little-endian floats), so that a test can
- * compare a preempted and resumed round with an uninterrupted one.  Never
- * set this in production. */
+/* Tests (a test hook, common/fa_failpoint.h): with FEDAGG_DEBUG_DUMP_DIR
+ * set, rank 0 writes the federated delta of each local round as trained,
+ * before clipping and quantisation (delta-<region>-v<version>.f32,
+ * little-endian floats), so that a test can compare a preempted and resumed
+ * round with an uninterrupted one.  Not in a release build. */
 static void debug_dump_delta(const struct worker *w)
 {
+#ifdef FA_TEST_HOOKS
     const char *dir = getenv("FEDAGG_DEBUG_DUMP_DIR");
     char path[4096];
     fa_error e;
@@ -523,6 +533,9 @@ static void debug_dump_delta(const struct worker *w)
     if (fa_file_write_atomic(path, w->delta, w->d * sizeof(float), 0600, &e) == 0)
         fa_log(FA_LOG_WARN, "debug dump of the trained delta written (FEDAGG_DEBUG_DUMP_DIR)",
                "file=%s", path);
+#else
+    (void)w;
+#endif
 }
 
 /* Collective: one local round; rank 0 gets the federated delta.  Returns
@@ -563,10 +576,12 @@ static int train(struct worker *w, uint64_t round, uint32_t attempt, fa_error *e
     ck.version = w->have_version;
     memcpy(ck.model_sha256, w->global_sha, 32);
     ck.shard_digest = w->shard_digest;
+#ifdef FA_TEST_HOOKS
     if (w->test_sigterm_step != UINT64_MAX) {
         ck.on_boundary = sigterm_at_step;
         ck.on_boundary_user = w;
     }
+#endif
     if (w->dp && !w->ddg_budget) {
         /* A fresh secret for every run, resumed ones included: the Poisson
          * samples and the noise are its streams (rank 0's reaches the
@@ -878,6 +893,29 @@ static fa_leader_outcome step_charge(struct worker *w, const Fedagg__FederationI
     return v == FA_PRIV_GO ? post_statement(w, &st) : from_verdict(v);
 }
 
+/* Rank 0, before the masked upload of an attempt: the signed statement of
+ * what its update was trained on.  Best effort: the round goes on without
+ * it (its model card then shows none). */
+static void send_data_statement(struct worker *w, const Fedagg__FederationInfo *info)
+{
+    fa_error e;
+    int rc;
+
+    fa_error_clear(&e);
+    if (w->data_src_state == 0) {
+        rc = fa_data_source_from_config(&w->data_src, w->cfg, &e);
+        w->data_src_state = rc == 0 ? 1 : -1;
+        if (rc != 0)
+            log_warn("no data statements: the data manifest cannot be made", rc, &e);
+    }
+    if (w->data_src_state < 0)
+        return;
+    NETWORK_WAIT(fa_data_statement_post(w->rc, &w->data_src, info->round, info->attempt,
+                                        w->delta_version, w->global_sha, w->n_examples, &e));
+    if (rc != 0)
+        log_warn("data statement not accepted; the round goes on without it", rc, &e);
+}
+
 /* Room in the state directory for an attempt's saved state (the update, 4
  * bytes a coordinate unless it is in the update buffer, and the sealed
  * client) before joining one: a worker that cannot save it before its
@@ -1051,10 +1089,12 @@ static fa_leader_outcome step_upload(struct worker *w, const Fedagg__FederationI
     int rc;
 
     memset(&out, 0, sizeof(out));
-    if (saved)
+    if (saved) {
         NETWORK_WAIT(fa_round_client_run(w->rc, info, NULL, 0, 0.0, &out, err));
-    else
+    } else {
+        send_data_statement(w, info);
         NETWORK_WAIT(fa_round_client_run(w->rc, info, w->delta, w->d, weight, &out, err));
+    }
     return ran(w, rc, &out, info, err);
 }
 
@@ -1287,16 +1327,18 @@ int main(int argc, char **argv)
              "round, or trains it afresh)\" proc=worker region=%.64s rank=%d\n",
              cfg->preempt_grace_s, cfg->region_id ? cfg->region_id : "", w.rank);
     grace_msg_len = strlen(grace_msg);
+    w.test_sigterm_step = UINT64_MAX;
+#ifdef FA_TEST_HOOKS
     {
         const char *k = getenv("FEDAGG_TEST_SIGTERM_AT_STEP");
         char *end = NULL;
-        w.test_sigterm_step = UINT64_MAX;
         if (k && *k) {
             unsigned long long v = strtoull(k, &end, 10);
             if (end && !*end)
                 w.test_sigterm_step = v;
         }
     }
+#endif
     if (rc != 0) {
         log_err("cannot start", rc, &err);
         goto out;

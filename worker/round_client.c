@@ -168,6 +168,8 @@ int fa_round_client_new(fa_round_client **out, const Fedagg__WorkerConfig *cfg, 
     hc.ca_file = cfg->tls ? cfg->tls->ca_file : NULL;
     hc.cert_file = cfg->tls ? cfg->tls->cert_file : NULL;
     hc.key_file = cfg->tls ? cfg->tls->key_file : NULL;
+    hc.crl_file =
+        cfg->tls && cfg->tls->crl_file && cfg->tls->crl_file[0] ? cfg->tls->crl_file : NULL;
     fa_netconfig_quic_opts(&hc.quic, cfg->quic);
     if (cfg->quic) {
         hc.reconnect_initial_ms = cfg->quic->reconnect_initial_ms;
@@ -407,10 +409,12 @@ static int post_phase(fa_round_client *rc, const Fedagg__FederationInfo *info, i
  * unmasked sum bit for bit; "{federation}" in it stands for the
  * federation's id, as in the aggregator's (a region agent's federations
  * each dump into their own).  It is the region's own update, written on
- * the region's machine; never set this in production. */
+ * the region's machine: a test hook (common/fa_failpoint.h), not in a
+ * release build. */
 static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
                              const Fedagg__FederationInfo *info)
 {
+#ifdef FA_TEST_HOOKS
     const char *env = getenv("FEDAGG_DEBUG_DUMP_DIR"), *at;
     size_t n = (size_t)fa_ddp_vector_len(info);
     uint32_t *q;
@@ -436,6 +440,9 @@ static void debug_dump_input(fa_round_client *rc, const fa_secagg_client *c,
         fa_log(FA_LOG_WARN, "debug dump of the quantised update written (FEDAGG_DEBUG_DUMP_DIR)",
                "file=%s", path);
     free(q);
+#else
+    (void)rc, (void)c, (void)info;
+#endif
 }
 
 /* The update as the attempt's input: through the float codec, or with the

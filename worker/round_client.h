@@ -173,6 +173,20 @@ int fa_round_client_update_buffer(fa_round_client *rc, size_t d, float **out, fa
 int fa_round_client_post_privacy(fa_round_client *rc, Fedagg__PrivacyStatement *st,
                                  fa_error *err);
 
+/* POSTs a statement (the packed protobuf bytes; its federation and region
+ * are the caller's, see below) signed with the region's identity key under
+ * `domain` (crypto/identity.h), as {statement, signature}, to path (a
+ * "/v1/<rest>" path is the federation's route: under its prefix with
+ * WorkerConfig.service_routes); `what` names it in messages.  Retried as fa_round_client_post_privacy; returns
+ * its codes.  The data statements (worker/data_statement.h) go this way. */
+int fa_round_client_post_signed(fa_round_client *rc, const char *path, const char *domain,
+                                const uint8_t *statement, size_t len, const char *what,
+                                fa_error *err);
+
+/* The federation and the region this client speaks for. */
+const char *fa_round_client_federation(const fa_round_client *rc);
+const char *fa_round_client_region(const fa_round_client *rc);
+
 /* Whether a saved, resumable state exists for round/attempt. */
 int fa_round_client_has_saved(fa_round_client *rc, uint64_t round, uint32_t attempt);
 

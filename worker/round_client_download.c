@@ -65,6 +65,7 @@ static int held_version(const fa_round_client *rc, const char *path, uint64_t *v
  * back to the full file. */
 static void damage_held(fa_round_client *rc, const char *path, uint64_t version)
 {
+#ifdef FA_TEST_HOOKS
     char spec[32];
     FILE *f;
     int c;
@@ -80,6 +81,9 @@ static void damage_held(fa_round_client *rc, const char *path, uint64_t version)
     fclose(f);
     fa_log(FA_LOG_WARN, "TEST SWITCH: damaged the held model (worker-damage-held-model)",
            "version=%" PRIu64 " file=%s", version, path);
+#else
+    (void)rc, (void)path, (void)version;
+#endif
 }
 
 /* One GET of the current model into path (atomically).  With base (the
@@ -194,8 +198,8 @@ static int fetch_model_once(fa_round_client *rc, const char *path, uint32_t time
         rc->dl.last_delta = 0;
         fa_hex_encode(q, sizeof(q), got, 32);
         fa_log(FA_LOG_INFO, "global model downloaded",
-               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s%s", *version,
-               resp.body_received, q, base ? " delta_asked=1" : "");
+               "version=%" PRIu64 " encoding=full bytes=%" PRIu64 " sha256=%s delta_asked=%d",
+               *version, resp.body_received, q, base ? 1 : 0);
     }
     memcpy(sha256, got, 32);
     goto out;

@@ -458,8 +458,8 @@ int fa_round_client_audit_model(fa_round_client *rc, uint64_t version, const uin
     if (tofu && (r = pin_key(rc, &key, err)) != 0)
         goto out;
     fa_log(FA_LOG_INFO, "model proven in the signed audit log",
-           "version=%" PRIu64 " tree_size=%" PRIu64 " from_tree_size=%" PRIu64 "%s", version,
-           next.size, have ? trusted.size : 0, have ? "" : " first_use=1");
+           "version=%" PRIu64 " tree_size=%" PRIu64 " from_tree_size=%" PRIu64 " first_use=%d",
+           version, next.size, have ? trusted.size : 0, !have);
 out:
     free(tnote);
     free(rec);

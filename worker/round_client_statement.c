@@ -1,5 +1,5 @@
 /* round_client_statement.c - the region's signed statements: federated
- * evaluation reports and privacy statements, posted best effort (see
+ * evaluation reports, privacy and data statements, posted best effort (see
  * round_client.h). */
 #include "worker/round_client_internal.h"
 
@@ -146,4 +146,46 @@ int fa_round_client_post_privacy(fa_round_client *rc, Fedagg__PrivacyStatement *
     free(body);
     free(stb);
     return r;
+}
+
+int fa_round_client_post_signed(fa_round_client *rc, const char *path, const char *domain,
+                                const uint8_t *statement, size_t len, const char *what,
+                                fa_error *err)
+{
+    /* Every signed statement is {bytes statement = 1; bytes signature = 2}
+     * on the wire: SignedEval's layout stands for them all. */
+    Fedagg__SignedEval se = FEDAGG__SIGNED_EVAL__INIT;
+    uint8_t *body, sig[64];
+    char route[512];
+    size_t blen;
+    int r = fa_identity_sign_statement(rc->seed, domain, statement, len, sig);
+
+    if (r != 0)
+        return fa_errorf(err, r, "%s: signing failed", what);
+    /* "/v1/<rest>" is the federation's route: under its prefix on a service */
+    if (!strncmp(path, "/v1/", 4)) {
+        snprintf(route, sizeof(route), "%s/%s", rc->base, path + 4);
+        path = route;
+    }
+    se.statement.data = (uint8_t *)statement;
+    se.statement.len = len;
+    se.signature.data = sig;
+    se.signature.len = sizeof(sig);
+    blen = fedagg__signed_eval__get_packed_size(&se);
+    if (!(body = malloc(blen ? blen : 1)))
+        return fa_errorf(err, FA_ERR_NOMEM, "%s: out of memory", what);
+    fedagg__signed_eval__pack(&se, body);
+    r = post_statement(rc, path, body, blen, what, err);
+    free(body);
+    return r;
+}
+
+const char *fa_round_client_federation(const fa_round_client *rc)
+{
+    return rc->federation_id;
+}
+
+const char *fa_round_client_region(const fa_round_client *rc)
+{
+    return rc->region_id;
 }

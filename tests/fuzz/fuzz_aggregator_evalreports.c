@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ready = 1;
     }
     memset(sha, 0xab, sizeof(sha));
-    if (fa_eval_reports_new(&e, "fuzz", &m, 1, &err) != 0)
+    if (fa_eval_reports_new(&e, "fuzz", &m, 1, 0, &err) != 0)
         return 0;
     fa_eval_reports_begin(e, 3, sha);
     if (fa_eval_reports_submit(e, "eu-west", data, size, &err) == 0) {

@@ -5,7 +5,8 @@
  * JSON header and validates every tensor against the data section.  When it
  * accepts, every tensor is read back (as bytes, and as floats for the float
  * dtypes) and the header is re-serialised by the writer and parsed again:
- * both must agree on names, dtypes and shapes. */
+ * both must agree on names, dtypes and shapes.  An accepted file has only
+ * printable names (fa_st_name_check) and BOOL bytes of 0 or 1. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const fa_st_tensor *t = fa_st_at(st, i);
         size_t len = (size_t)(t->end - t->begin);
         uint8_t *buf = malloc(len ? len : 1);
+        size_t bad;
         if (!buf || fa_st_read(st, t, buf, len, &err) != 0 ||
-            memcmp(buf, fa_st_data(st, t), len) != 0)
+            memcmp(buf, fa_st_data(st, t), len) != 0 || fa_st_name_check(t->name, &bad) != 0)
             abort();
+        for (size_t k = 0; t->dtype == FA_ST_BOOL && k < len; k++)
+            if (buf[k] > 1)
+                abort();
         if (t->dtype == FA_ST_F16 || t->dtype == FA_ST_BF16 || t->dtype == FA_ST_F32) {
             float *f = malloc(t->numel ? t->numel * sizeof(float) : 1);
             if (!f || fa_st_read_f32(st, t, f, (size_t)t->numel, &err) != 0)

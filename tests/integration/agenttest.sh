@@ -42,7 +42,9 @@ metrics_listen: "127.0.0.1:$mport"
 tls { cert_file: "pki/server.crt" key_file: "pki/server.key" ca_file: "pki/ca.crt" }
 audit { signing_key_file: "keys/aggregator.key" }
 service { dir: "svc-$name" }
-operators { name: "alice" teams: ["vision", "finance"] }
+operators: ["alice"]
+teams { name: "vision" operators: ["alice"] }
+teams { name: "finance" operators: ["alice"] }
 EOF
 }
 

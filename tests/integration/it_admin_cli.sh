@@ -13,6 +13,8 @@
 source "$FA_SRC/tests/integration/fedtest.sh"
 
 F="$FA_BIN/fedagg"
+# alice may operate; bob holds a certificate of the same CA but is not listed
+export FED_AGG_EXTRA='operators: ["alice"]'
 fed_test_config 100000 # far more rounds than the test lasts: it never finishes by itself
 
 # --- operator certificates ---------------------------------------------------
@@ -130,6 +132,15 @@ grep -q 'msg="admin request" proc=aggregator operator=eu-west role=region method
     "$D/logs/aggregator.log" || fail "the refused admin request is not logged with its peer"
 grep -q 'msg="admin request" proc=aggregator operator=alice role=operator method=GET path=/v1/admin/status status=200' \
     "$D/logs/aggregator.log" || fail "admin requests are not logged with the operator's name"
+# an operator certificate of the CA whose name the config does not list is
+# refused in the TLS handshake, before any request
+rc=0
+"$F" pause --aggregator "127.0.0.1:$PORT" --name localhost --ca "$D/pki/ca.crt" \
+    --cert "$D/pki/operator-bob.crt" --key "$D/pki/operator-bob.key" >/dev/null 2>"$D/bob.err" || rc=$?
+[ "$rc" = 1 ] || fail "an unlisted operator: exit $rc: $(cat "$D/bob.err")"
+grep -q "names operator 'bob', who is not in the aggregator config's .operators." "$D/logs/aggregator.log" ||
+    fail "the refusal of bob is not logged with its reason"
+grep -q 'operator=bob' "$D/logs/aggregator.log" && fail "bob reached the admin API"
 
 # --- pause, resume, abort ----------------------------------------------------------------
 j() { "$F" status "${OPC[@]}" --json | python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }

@@ -8,7 +8,8 @@
 # federation.  Checks: both federations complete their rounds with all
 # three regions; each audit log verifies; in each federation the unmasked
 # sum equals the plain sum of the regions' quantised updates bit for bit
-# (FEDAGG_DEBUG_DUMP_DIR with "{federation}", on both sides).
+# (FEDAGG_DEBUG_DUMP_DIR with "{federation}", on both sides); each
+# region's data statement names the policy's dataset and trainer.
 source "$FA_SRC/deploy/fedlib.sh"
 TPY=$(fed_torch_python) || { echo "SKIP: no python3 with torch and numpy here"; exit 77; }
 source "$FA_SRC/tests/integration/fedtest.sh"
@@ -91,6 +92,21 @@ for r in "${REGIONS[@]}"; do
         grep -q "msg=\"federation worker started\".*federation=$f" "$D/logs/agent-$r.log" ||
             fail "$r ran no worker for $f"
     done
+done
+# Each region's data statement names the policy's dataset and trainer.
+for f in fed-mlp:mlp fed-cnn:torch-cnn; do
+    "$FA_BIN/fedagg" model card 1 --federation "${f%%:*}" --json \
+        --config "$D/operator-central.textproto" >"$D/card-${f%%:*}.json" 2>&1 ||
+        fail "model card of ${f%%:*}: $(cat "$D/card-${f%%:*}.json")"
+    python3 - "$D/card-${f%%:*}.json" "${f##*:}" <<'PY' || fail "${f%%:*}: the data statements"
+import json, sys
+c = json.load(open(sys.argv[1]))
+regions = {r["region"]: r["data"] for r in c["regions"]}
+assert sorted(regions) == ["ap-south", "eu-west", "us-east"], regions
+for name, d in regions.items():
+    assert d and d["dataset"] == "fmnist" and d["trainer"] == sys.argv[2], (name, d)
+    assert d["signature"] == "verified" and len(d["manifest_sha256"]) == 64, (name, d)
+PY
 done
 grep -q 'FEDAGG_DATA_TRAIN_IMAGES=.*data/eu-west/train-images' \
     "$D/agent-eu-west/federations/central/fed-cnn/worker.textproto" ||

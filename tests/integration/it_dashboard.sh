@@ -21,7 +21,8 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 F="$FA_BIN/fedagg"
 PASSWORD="dash-$(openssl rand -hex 8)"
 (umask 077 && printf '%s\n' "$PASSWORD" >"$D/dashboard.password")
-export FED_AGG_EXTRA='dashboard { username: "ops" password_file: "dashboard.password" }'
+export FED_AGG_EXTRA='dashboard { username: "ops" password_file: "dashboard.password" }
+operators: ["alice"]'
 fed_test_config 100000
 # federated evaluation: each region evaluates every new model on held-out data
 for r in "${REGIONS[@]}"; do

@@ -6,6 +6,7 @@
 # round resumes or completes, model versions stay contiguous, and the audit
 # log verifies with no gap or duplicate.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 # Short QUIC idle timeouts: a worker's connection to the killed aggregator is
 # found dead within seconds (a keep-alive PING reaches the new process, which

@@ -18,6 +18,7 @@
 # three regions: the epsilons are large (region-level DP needs many regions,
 # docs/privacy.md); the test checks the mechanism and its accounting.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 ROUNDS=4
 export FED_OPTIMIZER="kind: FEDAVG learning_rate: 1.0"

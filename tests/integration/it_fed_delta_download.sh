@@ -22,6 +22,7 @@
 #     with deltas; the metrics files count both;
 #   - the audit log verifies.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 ROUNDS=20
 # the width the delta files must say: the config's default unless named

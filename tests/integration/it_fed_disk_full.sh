@@ -40,7 +40,10 @@ code=$(curl -s -o "$D/readyz.txt" -w '%{http_code}' "http://127.0.0.1:$MPORT/rea
 [ "$code" = 503 ] || fail "/readyz answered $code on a full disk"
 grep -q 'storage' "$D/readyz.txt" || fail "/readyz does not say why: $(cat "$D/readyz.txt")"
 echo "readyz: $(cat "$D/readyz.txt")"
-curl -sf "http://127.0.0.1:$MPORT/metrics" | grep -q '^fedagg_storage_blocked 1' ||
+# (read whole, then searched: grep -q leaving a pipe early kills curl with
+# SIGPIPE, which pipefail reports as a failure)
+metrics=$(curl -sf "http://127.0.0.1:$MPORT/metrics") || fail "GET /metrics"
+grep -q '^fedagg_storage_blocked 1' <<<"$metrics" ||
     fail "fedagg_storage_blocked is not 1"
 ! ls "$D/state" | grep -q '\.tmp\.' || fail "a partial file was left: $(ls "$D/state")"
 kill -0 "$FED_AGG_PID" || fail "the aggregator died on a full disk"
@@ -53,7 +56,8 @@ echo "resumed: 2 more rounds $((SECONDS - t0)) s after the space returned"
 grep -q 'msg="storage usable again; attempts resume"' "$agg" || fail "no resume line"
 curl -s "http://127.0.0.1:$MPORT/readyz" >"$D/readyz.txt" || true
 grep -q '^ready' "$D/readyz.txt" || fail "not ready after recovery: $(cat "$D/readyz.txt")"
-curl -sf "http://127.0.0.1:$MPORT/metrics" | grep -q '^fedagg_storage_blocked 0' ||
+metrics=$(curl -sf "http://127.0.0.1:$MPORT/metrics") || fail "GET /metrics"
+grep -q '^fedagg_storage_blocked 0' <<<"$metrics" ||
     fail "fedagg_storage_blocked is not back to 0"
 
 # A region's state directory fills up: it joins no attempt until it has

@@ -18,6 +18,7 @@
 #     two others go on, and the audit log verifies.
 FED_PHASE_MS=4000 # a refused attempt aborts at the shares deadline
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 fed_test_config 3
 agg="$D/logs/aggregator.log"

@@ -16,6 +16,7 @@
 # The quantised inputs themselves differ between two runs (stochastic
 # rounding draws a fresh seed per attempt), so the float updates are compared.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 export FED_TRAINER="local_steps: 40 batch_size: 32 learning_rate: 0.05 momentum: 0.9"
 # the victim is waited for: all three must advertise for the phase to close early

@@ -18,6 +18,7 @@
 source "$FA_SRC/deploy/fedlib.sh"
 TPY=$(fed_torch_python) || { echo "SKIP: no python3 with torch and numpy here"; exit 77; }
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 export PYTHONPATH="$FA_SRC/python"
 export OMP_NUM_THREADS=1
 ROUNDS=2

@@ -7,6 +7,7 @@
 # the aggregator on what this CPU runs best (VAES where it has it): the
 # masks must cancel across the two, bit for bit.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 fed_test_config 3
 export FEDAGG_DEBUG_DUMP_DIR="$D/dump"

@@ -9,6 +9,7 @@
 #    threshold and is aborted; once they are back the next attempt succeeds.
 # The audit log verifies afterwards and model versions are contiguous.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 fed_test_config 20
 fed_start_aggregator "$D"

@@ -8,6 +8,7 @@
 # the round went on without it.
 FED_ADVERTISE_MS=60000 # the phase stays open while we restart the worker
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 fed_test_config 2
 # at debug level, the aggregator logs each message it accepts

@@ -11,6 +11,7 @@
 #    the one it bound before the kill (FEDAGG_DEBUG_DUMP_DIR);
 #  - the round completes with 3 participants; audit and versions check out.
 source "$FA_SRC/tests/integration/fedtest.sh"
+fed_need_test_hooks
 
 FED_PHASE_MS=30000 fed_test_config 3
 fed_start_aggregator "$D"

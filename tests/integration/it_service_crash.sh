@@ -6,6 +6,7 @@
 # still equals the plain sum of its inputs bit for bit, and each audit log
 # verifies with contiguous versions: nothing lost, nothing applied twice.
 source "$FA_SRC/tests/integration/servicetest.sh"
+fed_need_test_hooks # the sums and inputs dumped (FEDAGG_DEBUG_DUMP_DIR)
 
 quic="quic { idle_timeout_ms: 6000 }"
 SVC_AGG_EXTRA="$quic" svc_config 0

@@ -10,7 +10,7 @@ set -euo pipefail
 : "${FA_BIN:?FA_BIN (build/bin) must be set}" "${FA_SRC:?FA_SRC must be set}"
 H3="$FA_BIN/fedagg-h3"
 for tool in gtlsclient gtlsserver; do
-    command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed (apt-get install ngtcp2-client ngtcp2-server)"; exit 0; }
+    command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed (apt-get install ngtcp2-client ngtcp2-server)"; exit 77; }
 done
 
 tmp=$(mktemp -d /tmp/fa_it_transport_interop.XXXXXX)

@@ -11,8 +11,9 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 # the aggregator config).
 svc_config() {
     FED_AGG_EXTRA="service { dir: \"svc\" ${SVC_BLOCK:-} }
-operators { name: \"alice\" teams: [\"vision\"] }
-operators { name: \"bob\" teams: [\"nlp\"] }
+operators: [\"alice\", \"bob\"]
+teams { name: \"vision\" operators: [\"alice\"] }
+teams { name: \"nlp\" operators: [\"bob\"] }
 team: \"vision\"
 ${SVC_AGG_EXTRA:-}" fed_test_config "$1"
     "$FA_SRC/deploy/pki.sh" "$D/pki" --operators alice,bob >"$D/logs/pki-ops.log" 2>&1 ||

@@ -222,6 +222,29 @@ static void test_distributed_dp(void **state)
     free(html);
 }
 
+/* Released models: the last promoted version and the channels, a run of
+ * rejections; no card without a gate or a channel. */
+static void test_released_model(void **state)
+{
+    char *html = render("{\"governance\":{\"policy\":{\"metric\":\"accuracy\"},"
+                        "\"last_promoted\":7,\"channels\":[{\"channel\":\"production\","
+                        "\"version\":5},{\"channel\":\"staging\",\"version\":7}],"
+                        "\"rejections_in_a_row\":2,\"promotions\":6,\"rejections\":3}}");
+    (void)state;
+    assert_non_null(strstr(html, "id=\"released\">v7</div>"));
+    assert_non_null(strstr(html, "production v5, staging v7; 2 rejected in a row"));
+    free(html);
+    html = render("{\"governance\":{\"policy\":{\"metric\":\"loss\"},\"last_promoted\":null,"
+                  "\"channels\":[],\"rejections_in_a_row\":0,\"promotions\":0,"
+                  "\"rejections\":0}}");
+    assert_non_null(strstr(html, "id=\"released\">none yet</div>"));
+    assert_non_null(strstr(html, "0 promoted, 0 rejected"));
+    free(html);
+    html = render("{\"governance\":{\"policy\":null,\"channels\":[]}}");
+    assert_null(strstr(html, "id=\"released\""));
+    free(html);
+}
+
 /* A long federation: 200 attempts, the chart draws the last 60, the table 20. */
 static void test_long_history(void **state)
 {
@@ -405,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_missing_parts_are_shown_as_such),
         cmocka_unit_test(test_accuracy_from_attempts),
         cmocka_unit_test(test_distributed_dp),
+        cmocka_unit_test(test_released_model),
         cmocka_unit_test(test_long_history),
         cmocka_unit_test(test_service_page),
         cmocka_unit_test(test_bad_documents_refused),

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "aggregator/api.h"
+#include "aggregator/fed_gov.h"
 #include "audit/audit_log.h"
 #include "aggregator/federation.h"
 #include "aggregator/metrics.h"
@@ -682,6 +683,18 @@ static void test_advertised_model(void **state)
                      0);
     assert_string_equal(opath, path);
     assert_memory_equal(osha, sha, 32);
+#ifndef FA_TEST_HOOKS
+    /* A build without test hooks ignores the switch: eu-west gets the
+     * model itself all the same. */
+    setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west", 1);
+    assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
+                     0);
+    assert_string_equal(opath, path);
+    assert_memory_equal(osha, sha, 32);
+    unsetenv("FEDAGG_FAILPOINTS");
+    sim_del(s);
+    return;
+#endif
     /* from version 1 on: not yet */
     setenv("FEDAGG_FAILPOINTS", "fed-serve-other-model=eu-west@1", 1);
     assert_int_equal(fa_fed_model_for(s->f, ids[1], UINT64_MAX, 0, opath, sizeof(opath), &ov, osha),
@@ -1009,6 +1022,16 @@ static int unset_failpoints(void **state)
  * (a second name), nor with a byte less; then it opens again by itself. */
 static void test_storage_gate_counts_spares(void **state)
 {
+#ifndef FA_TEST_HOOKS
+    /* A build without test hooks ignores the switch: with the free space
+     * said to be short by far more than the disk has, an attempt opens. */
+    struct sim *s0 = sim_new(1000);
+    (void)state;
+    setenv("FEDAGG_FAILPOINTS", "fed-storage-short=18446744073709551615", 1);
+    assert_int_equal(abort_and_reopen(s0), FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s0);
+    return;
+#endif
     struct sim *s = sim_new(1000);
     const int all[] = {0, 1, 2};
     char sum_spare[800], state_spare[800], away[800], sv[64];
@@ -1654,6 +1677,205 @@ static void test_federated_evaluation(void **state)
     sim_del(s);
 }
 
+/* Checks the sim's audit log with the aggregator's key and the regions'
+ * keys (the aggregator closed). */
+static void verify_sim_log(struct sim *s, fa_audit_verify_result *res)
+{
+    fa_audit_region_key keys[NR];
+    fa_audit_verify_opts o;
+    fa_note_verifier nv;
+    char kp[600], path[600];
+    uint8_t *kd, aseed[32];
+    size_t kl;
+    fa_error err;
+
+    snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+    must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+    free(kd);
+    memset(&nv, 0, sizeof(nv));
+    snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+    must(fa_identity_public_key(aseed, nv.pk), NULL);
+    for (int i = 0; i < NR; i++) {
+        keys[i].region = ids[i];
+        memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+    }
+    memset(&o, 0, sizeof(o));
+    o.key = &nv;
+    o.region_keys = keys;
+    o.nregion_keys = NR;
+    memset(res, 0, sizeof(*res));
+    must(fa_audit_verify(path, &o, res, &err), &err);
+}
+
+/* A region that reveals bad shares in the unmasking cannot stall the
+ * round: with all three unmasking and t = 2, the secrets are rebuilt
+ * without its shares, the round commits, and its audit record names it
+ * (share_faults), which audit verify takes. */
+static void test_bad_shares_do_not_stall(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    uint8_t *m, *a, *rec;
+    size_t len, alen, rlen;
+    uint64_t version;
+    fa_error err;
+    fa_audit_verify_result res;
+    (void)state;
+
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload_all_and_close(s);
+    for (int k = 0; k < NR; k++) {
+        a = poll_ok(s, FA_FED_MASKED, k, 1, 0, &alen);
+        must(fa_secagg_client_survivors(s->c[k], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        assert_int_equal(submit(s, FA_FED_CONSISTENCY, k, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    for (int k = 0; k < NR; k++) {
+        a = poll_ok(s, FA_FED_CONSISTENCY, k, 1, 0, &alen);
+        must(fa_secagg_client_signatures(s->c[k], a, alen, 0, &m, &len, &err), &err);
+        free(a);
+        if (k == 0) { /* ap-south lies in every share it reveals */
+            Fedagg__UnmaskShares *u = fedagg__unmask_shares__unpack(NULL, len, m);
+            assert_non_null(u);
+            for (size_t x = 0; x < u->n_self_mask_shares; x++)
+                for (size_t b = 0; b < u->self_mask_shares[x]->share.len; b++)
+                    u->self_mask_shares[x]->share.data[b] ^= (uint8_t)(0x11 + b);
+            free(m);
+            len = fedagg__unmask_shares__get_packed_size(u);
+            m = malloc(len);
+            fedagg__unmask_shares__pack(u, m);
+            fedagg__unmask_shares__free_unpacked(u, NULL);
+        }
+        assert_int_equal(submit(s, FA_FED_UNMASK, k, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    assert_int_equal(fa_fed_tick(s->f, s->now), 1);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 1);
+    {
+        fa_audit_log *log;
+        Fedagg__AuditRecord *r;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        fa_fed_close(s->f);
+        s->f = NULL;
+        must(fa_audit_log_open_readonly(&log, path, NULL, NULL, &err), &err);
+        must(fa_audit_log_read(log, 0, &rec, &rlen, &err), &err);
+        fa_audit_log_close(log);
+        r = fedagg__audit_record__unpack(NULL, rlen, rec);
+        assert_non_null(r);
+        assert_int_equal(r->n_participants, 3); /* its own update is in the sum */
+        assert_int_equal(r->n_share_faults, 1);
+        assert_string_equal(r->share_faults[0]->region, "ap-south");
+        assert_string_equal(r->share_faults[0]->secret, "self_mask");
+        fedagg__audit_record__free_unpacked(r, NULL);
+        free(rec);
+    }
+    verify_sim_log(s, &res);
+    assert_int_equal(res.records, 1);
+    assert_int_equal(res.problems, 0);
+    assert_int_equal(res.region_signatures, 3);
+    sim_open(s);
+    sim_del(s);
+}
+
+/* The audit log cut short under a running federation: within a second
+ * the damage is found, the attempt in flight is abandoned (no model it
+ * could not record is committed), /readyz says why, and no attempt opens
+ * however long it waits. */
+static void test_audit_damage_stops_rounds(void **state)
+{
+    struct sim *s = sim_new(1000);
+    const int all[] = {0, 1, 2};
+    char path[600], why[512];
+    uint64_t version;
+    int phase;
+    struct stat st;
+    (void)state;
+
+    finish_round_1_all(s);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size - 3), 0);
+    assert_int_equal(fa_fed_ready(s->f, s->now, why, sizeof(why)), 1);
+    s->now += 1000;
+    fa_fed_tick(s->f, s->now);
+    position(s, NULL, NULL, &phase, &version);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    assert_int_equal(version, 1);
+    assert_int_equal(fa_fed_ready(s->f, s->now, why, sizeof(why)), 0);
+    assert_non_null(strstr(why, "the audit log is damaged"));
+    assert_non_null(strstr(why, "fedagg audit repair"));
+    for (int i = 0; i < 3; i++) {
+        s->now += 120000;
+        fa_fed_tick(s->f, s->now);
+        position(s, NULL, NULL, &phase, NULL);
+        assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    }
+    sim_del(s);
+}
+
+/* A region cannot steer the federated means by the weight of its count: a
+ * report claiming 1.8 x 10^19 examples (it made the accuracy 1, the loss
+ * +Inf and the count negative in the status) is refused with 400, and so
+ * is one whose loss, over a count within the bound, would make the mean
+ * overflow; the honest reports make the means as before, and that region's
+ * honest report is taken afterwards. */
+static void test_evaluation_cannot_be_steered(void **state)
+{
+    struct sim *s = sim_new(1000);
+    uint8_t *b;
+    size_t len;
+    int status;
+    char *json;
+    fa_fed_reply r = {0};
+    fa_error err;
+    (void)state;
+
+    len = eval_report(s, 0, ids[0], 0, 100, 0.5, 0.8, 0, &b);
+    assert_int_equal(submit_eval(s, 0, b, len, &status), 0);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 18000000000000000000u, 0.5, 1.0, 0, &b);
+    assert_int_equal(fa_fed_submit_eval(s->f, ids[1], b, len, &r), FA_ERR_RANGE);
+    assert_int_equal(fa_api_http_status(r.code, r.internal), 400);
+    assert_non_null(strstr(r.msg, "num_examples 18000000000000000000 is more than a region may "
+                                  "claim (1000000000"));
+    fa_fed_reply_free(&r);
+    free(b);
+    /* at the bound the count is taken, not a loss that overflows the sum */
+    len = eval_report(s, 1, ids[1], 0, 1000000000u, 1e300, 1.0, 0, &b);
+    assert_int_equal(fa_fed_submit_eval(s->f, ids[1], b, len, &r), FA_ERR_RANGE);
+    assert_non_null(strstr(r.msg, "its loss over 1000000000 examples would make the federated "
+                                  "mean overflow"));
+    fa_fed_reply_free(&r);
+    free(b);
+    len = eval_report(s, 1, ids[1], 0, 1000000001u, 0.5, 1.0, 0, &b); /* one over */
+    assert_int_equal(submit_eval(s, 1, b, len, &status), FA_ERR_RANGE);
+    free(b);
+    /* Nothing of the refused reports counts. */
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"num_examples\":100,") ? json : NULL);
+    assert_null(strstr(json, "\"num_examples\":-"));
+    free(json);
+    len = eval_report(s, 1, ids[1], 0, 300, 1.0, 0.6, 0, &b);
+    assert_int_equal(submit_eval(s, 1, b, len, &status), 0);
+    free(b);
+    must(fa_fed_status_json(s->f, s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"num_examples\":400,"));
+    assert_non_null(strstr(json, "\"accuracy\": 0.65") ? json : strstr(json, "\"accuracy\":0.65"));
+    free(json);
+    sim_del(s);
+}
+
 static void make_evaluator(const char *dir)
 {
     char path[512];
@@ -1728,11 +1950,15 @@ static void test_memory_budget(void **state)
     assert_non_null(strstr(err.msg, "MiB at the aggregator"));
     assert_non_null(strstr(err.msg, "secure-aggregation sum"));
     assert_non_null(strstr(err.msg, "memory_limit_bytes"));
+    /* the transport's budget of buffered requests is one of the parts */
+    assert_non_null(strstr(err.msg, "request bodies being received 256.0"));
     /* With room for it, it starts. */
     protobuf_c_message_free_unpacked(&s->cfg->base, NULL);
     s->model_txt = "model { input_dim: 784 hidden: [256] output_dim: 10 }\n"
                    "optimizer { kind: FEDADAM }\n"
-                   "memory_limit_bytes: 100000000\n";
+                   "memory_limit_bytes: 100000000\n"
+                   "quic { max_buffered_request_bytes: 33554432 "
+                   "max_buffered_request_bytes_per_identity: 16777216 }\n";
     write_config(s, 1000);
     sim_open(s);
     sim_del(s);
@@ -1759,7 +1985,9 @@ static void test_open_beside_others(void **state)
     }
     s->model_txt = "model { input_dim: 784 hidden: [256] output_dim: 10 }\n"
                    "optimizer { kind: FEDADAM }\n"
-                   "memory_limit_bytes: 100000000\n";
+                   "memory_limit_bytes: 100000000\n"
+                   "quic { max_buffered_request_bytes: 4000000 "
+                   "max_buffered_request_bytes_per_identity: 1000000 }\n";
     write_config(s, 1000);
     must(fa_metrics_new(&m, &err), &err);
     o.metrics = m;
@@ -2325,6 +2553,279 @@ static void test_ddp_rounds(void **state)
     sim_del(s);
 }
 
+/* ---- The promotion gate in the round (aggregator/fed_gov.c) ---- */
+
+static const char gate_model[] =
+    "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
+    "optimizer { kind: FEDAVGM learning_rate: 1.0 momentum: 0.5 }\n"
+    "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 "
+    "range: RANGE_FIXED }\n"
+    "promotion { enabled: true metric: \"accuracy\" tolerance: 0.05 min_regions: 2 "
+    "channels: [\"staging\"] }\n";
+
+/* Regions 0..n-1 state accuracy acc of the current version. */
+static void gate_evals(struct sim *s, uint64_t version, double acc, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint8_t *b;
+        int status;
+        size_t len = eval_report(s, i, ids[i], version, 100, 1.0 - acc, acc, 0, &b);
+        assert_int_equal(submit_eval(s, i, b, len, &status), 0);
+        free(b);
+    }
+}
+
+/* Region i's signed data statement of the attempt in flight. */
+static int gate_data(struct sim *s, int i, uint32_t attempt_delta, int *status)
+{
+    Fedagg__DataStatement st = FEDAGG__DATA_STATEMENT__INIT;
+    Fedagg__SignedDataStatement sd = FEDAGG__SIGNED_DATA_STATEMENT__INIT;
+    uint8_t sha[32], man[32], tr[32], sig[64], *stb, *body;
+    char path[4096];
+    uint64_t round, v;
+    uint32_t attempt;
+    size_t len, blen;
+    fa_fed_reply r = {0};
+    int rc;
+
+    position(s, &round, &attempt, NULL, NULL);
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &v, sha), 0);
+    memset(man, 0x20 + i, 32);
+    memset(tr, 0x44, 32);
+    st.federation_id = "unit";
+    st.region = (char *)ids[i];
+    st.round = round;
+    st.attempt = attempt + attempt_delta;
+    st.model_version = v;
+    st.model_sha256.data = sha;
+    st.model_sha256.len = 32;
+    st.dataset = "default";
+    st.manifest_sha256.data = man;
+    st.manifest_sha256.len = 32;
+    st.num_examples = 100;
+    st.trainer = "builtin";
+    st.trainer_kind = "builtin";
+    st.trainer_sha256.data = tr;
+    st.trainer_sha256.len = 32;
+    len = fedagg__data_statement__get_packed_size(&st);
+    stb = malloc(len);
+    fedagg__data_statement__pack(&st, stb);
+    must(fa_identity_sign_statement(s->seed[i], FA_IDENTITY_DOMAIN_DATA, stb, len, sig), NULL);
+    sd.statement.data = stb;
+    sd.statement.len = len;
+    sd.signature.data = sig;
+    sd.signature.len = 64;
+    blen = fedagg__signed_data_statement__get_packed_size(&sd);
+    body = malloc(blen);
+    fedagg__signed_data_statement__pack(&sd, body);
+    rc = fa_fed_submit_data(s->f, ids[i], body, blen, &r);
+    *status = rc ? fa_api_http_status(r.code, r.internal) : 200;
+    fa_fed_reply_free(&r);
+    free(body);
+    free(stb);
+    return rc;
+}
+
+static char *gate_json(struct sim *s)
+{
+    char *json;
+    fa_error err;
+    must(fa_fed_governance_json(s->f, &json, &err), &err);
+    return json;
+}
+
+/* Candidates decided at the advertise close with their statements in the
+ * record; the first promoted moves the gate's channel; a regression rolls
+ * back to the last promoted version, byte for byte, abandoning the round
+ * trained from the rejected one; releases of a rejected version refused,
+ * of a promoted one served with their proof; a candidate with too few
+ * statements expires at the unmask close; the participants' data
+ * statements in the round's record; the whole log verifies with every
+ * decision recomputed, and a restart keeps it all. */
+static void test_promotion_gate(void **state)
+{
+    struct sim *s = sim_new_model(1000, gate_model, NULL);
+    const int all[] = {0, 1, 2};
+    uint8_t sha0[32], sha2[32], *m;
+    uint64_t round, version, v;
+    uint32_t attempt;
+    char path[4096], *json, *proof = NULL;
+    size_t len, plen;
+    int phase, status;
+    fa_error err;
+    (void)state;
+
+    /* Round 1: version 0's statements, then the advertisements. */
+    assert_int_equal(fa_fed_model(s->f, 0, 0, path, sizeof(path), &v, sha0), 0);
+    gate_evals(s, 0, 0.50, 2);
+    clients_new(s);
+    assert_int_equal(gate_data(s, 0, 1, &status), FA_ERR_REPLAY); /* another attempt */
+    assert_int_equal(status, 409);
+    for (int i = 0; i < NR; i++)
+        assert_int_equal(gate_data(s, i, 0, &status), 0);
+    run_to_masked(s, all, NR);
+    json = gate_json(s);
+    assert_non_null(strstr(json, "\"last_promoted\":0"));
+    assert_non_null(strstr(json, "{\"channel\":\"staging\",\"version\":0"));
+    free(json);
+    finish_round_1(s, 0);
+
+    /* Round 2: version 1 falls to 0.30 < 0.50 - 0.05: rejected, rolled back. */
+    gate_evals(s, 1, 0.30, 3);
+    clients_new(s);
+    for (int i = 0; i < NR; i++) {
+        must(fa_secagg_client_advertise(s->c[i], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_ADVERTISE, i, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    fa_fed_tick(s->f, s->now);
+    position(s, &round, &attempt, &phase, &version);
+    assert_int_equal(round, 2);
+    assert_int_equal(attempt, 1); /* the attempt trained from version 1 abandoned */
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    assert_int_equal(version, 2);
+    assert_int_equal(fa_fed_model(s->f, UINT64_MAX, 0, path, sizeof(path), &v, sha2), 0);
+    assert_memory_equal(sha2, sha0, 32); /* version 0 again, byte for byte */
+    json = gate_json(s);
+    assert_non_null(strstr(json, "\"rejections\":1"));
+    assert_non_null(strstr(json, "\"rollbacks\":1"));
+    assert_non_null(strstr(json, "\"rejections_in_a_row\":1"));
+    free(json);
+    assert_int_equal(fa_fed_admin_release(s->f, "alice", 1, "production", s->now, &err),
+                     FA_ERR_STATE);
+    assert_non_null(strstr(err.msg, "the gate rejected it"));
+    assert_int_equal(fa_fed_admin_release(s->f, "alice", 0, "Prod", s->now, &err), FA_ERR_INVAL);
+    must(fa_fed_admin_release(s->f, "alice", 0, "production", s->now, &err), &err);
+    must(fa_fed_channel(s->f, "production", &v, sha2, path, sizeof(path), &proof, &plen, &err),
+         &err);
+    assert_int_equal(v, 0);
+    assert_memory_equal(sha2, sha0, 32);
+    assert_non_null(strstr(proof, "fedagg-audit-proof v1"));
+    free(proof);
+    assert_int_equal(fa_fed_channel(s->f, "canary", &v, sha2, NULL, 0, &proof, &plen, &err),
+                     FA_ERR_NOTFOUND);
+    must(fa_fed_model_card(s->f, 2, &json, &err), &err);
+    assert_non_null(strstr(json, "\"by\":\"rollback\""));
+    assert_non_null(strstr(json, "\"restores\":0"));
+    free(json);
+    must(fa_fed_model_card(s->f, 1, &json, &err), &err);
+    assert_non_null(strstr(json, "\"status\":\"rejected\""));
+    assert_non_null(strstr(json, "\"signature\":\"verified\"")); /* its round's data statements */
+    free(json);
+
+    /* The restored version is promoted again; round 2 completes from it. */
+    gate_evals(s, 2, 0.50, 2);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload_all_and_close(s);
+    run_to_end(s, all, NR, 2, 1);
+    position(s, &round, NULL, NULL, &version);
+    assert_int_equal(version, 3);
+    /* One statement of the two needed: version 3 expires when round 3's sum is in. */
+    gate_evals(s, 3, 0.99, 1);
+    clients_new(s);
+    run_to_masked(s, all, NR);
+    upload_all_and_close(s);
+    run_to_end(s, all, NR, 3, 0);
+    json = gate_json(s);
+    assert_non_null(strstr(json, "{\"version\":3,\"made\":\"round\",\"outcome\":\"expired\""));
+    assert_non_null(strstr(json, "\"last_promoted\":2"));
+    free(json);
+
+    /* The log verifies, every decision recomputed; a restart keeps it. */
+    fa_fed_close(s->f);
+    s->f = NULL;
+    {
+        fa_audit_region_key keys[NR];
+        fa_audit_verify_opts o;
+        fa_audit_verify_result res;
+        fa_note_verifier nv;
+        struct findings fd = {0, ""};
+        char kp[600];
+        uint8_t *kd, aseed[32];
+        size_t kl;
+        snprintf(path, sizeof(path), "%s/store/audit.log", s->dir);
+        snprintf(kp, sizeof(kp), "%s/audit.key", s->dir);
+        must(fa_file_read_all(kp, &kd, &kl, 4096, &err), &err);
+        must(fa_identity_parse_secret(kd, kl, aseed, &err), &err);
+        free(kd);
+        memset(&nv, 0, sizeof(nv));
+        snprintf(nv.name, sizeof(nv.name), "unit.test/log");
+        must(fa_identity_public_key(aseed, nv.pk), NULL);
+        for (int i = 0; i < NR; i++) {
+            keys[i].region = ids[i];
+            memcpy(keys[i].pk, s->members[i].identity_pk, 32);
+        }
+        memset(&o, 0, sizeof(o));
+        o.key = &nv;
+        o.region_keys = keys;
+        o.nregion_keys = NR;
+        o.report = collect;
+        o.report_ctx = &fd;
+        if (fa_audit_verify(path, &o, &res, &err) != 0)
+            fail_msg("verify: %s", fd.text);
+        assert_int_equal(res.decisions, 4); /* v0, v1, v2 decided; v3 expired */
+        assert_int_equal(res.data_signatures, 3);
+    }
+    sim_open(s);
+    json = gate_json(s);
+    assert_non_null(strstr(json, "\"last_promoted\":2"));
+    assert_non_null(strstr(json, "{\"channel\":\"production\",\"version\":0"));
+    free(json);
+    sim_del(s);
+}
+
+/* PAUSE: a rejection abandons the attempt and pauses the federation until
+ * an operator resumes it (training then goes on from the rejected version). */
+static void test_promotion_gate_pause(void **state)
+{
+    static const char model[] =
+        "model { input_dim: 6 hidden: [5] output_dim: 3 init_seed: 9 }\n"
+        "quantization { bits: 16 clip: CLIP_COORDINATE clip_value: 0.5 max_examples: 100 "
+        "range: RANGE_FIXED }\n"
+        "promotion { enabled: true tolerance: 0 min_regions: 1 "
+        "on_regression: REGRESSION_PAUSE }\n";
+    struct sim *s = sim_new_model(1000, model, NULL);
+    uint64_t round, version;
+    uint32_t attempt;
+    int phase;
+    char *json;
+    fa_error err;
+    (void)state;
+
+    gate_evals(s, 0, 0.5, 1);
+    finish_round_1_all(s);
+    gate_evals(s, 1, 0.4, 1);
+    clients_new(s);
+    for (int i = 0; i < NR; i++) {
+        uint8_t *m;
+        size_t len;
+        must(fa_secagg_client_advertise(s->c[i], &m, &len, &err), &err);
+        assert_int_equal(submit(s, FA_FED_ADVERTISE, i, m, len, NULL), 0);
+        free(m);
+    }
+    s->now += 1;
+    fa_fed_tick(s->f, s->now); /* the advertise close decides */
+    position(s, &round, &attempt, &phase, &version);
+    assert_int_equal(round, 2);
+    assert_int_equal(attempt, 1);
+    assert_int_equal(version, 1);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_IDLE);
+    must(fa_fed_admin_json(s->f, "status", s->now, &json, &err), &err);
+    assert_non_null(strstr(json, "\"paused_by\":\"the promotion gate\""));
+    assert_non_null(strstr(json, "\"paused_by_gate\":true"));
+    free(json);
+    assert_int_equal(fa_fed_admin_rollback(s->f, "", s->now, &err), FA_ERR_AUTH);
+    must(fa_fed_admin_rollback(s->f, "alice", s->now, &err), &err);
+    position(s, NULL, NULL, NULL, &version);
+    assert_int_equal(version, 2);
+    must(fa_fed_admin_resume(s->f, "alice", s->now, &err), &err);
+    position(s, NULL, NULL, &phase, NULL);
+    assert_int_equal(phase, FEDAGG__PHASE__PHASE_ADVERTISE);
+    sim_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2343,6 +2844,9 @@ int main(void)
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits8),
         cmocka_unit_test_prestate(test_delta_across_chunks, (void *)&delta_bits4),
         cmocka_unit_test(test_federated_evaluation),
+        cmocka_unit_test(test_evaluation_cannot_be_steered),
+        cmocka_unit_test(test_bad_shares_do_not_stall),
+        cmocka_unit_test(test_audit_damage_stops_rounds),
         cmocka_unit_test(test_evaluator_command),
         cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_privacy_ledger),
@@ -2350,6 +2854,8 @@ int main(void)
         cmocka_unit_test(test_open_beside_others),
         cmocka_unit_test(test_decisions),
         cmocka_unit_test(test_ddp_rounds),
+        cmocka_unit_test(test_promotion_gate),
+        cmocka_unit_test(test_promotion_gate_pause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

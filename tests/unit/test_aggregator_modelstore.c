@@ -111,6 +111,60 @@ static void test_commit_retain_reopen(void **state)
     fa_model_store_del(s);
 }
 
+/* Going back to a retained version (fedagg audit repair --store): the newer
+ * versions' files and the old MANIFEST move aside, nothing is deleted, the
+ * store opens at that version and commits the next one over again; a
+ * version no longer retained, or damaged, is refused with nothing moved. */
+static void test_rollback(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version cur;
+    char sub[300], aside[400], p[600];
+    uint64_t was = 0;
+    struct stat st;
+    fa_error err;
+    (void)state;
+
+    snprintf(sub, sizeof(sub), "%s/rollback", dir);
+    snprintf(aside, sizeof(aside), "%s/aside", sub);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), 0);
+    for (uint64_t v = 0; v < 5; v++)
+        assert_int_equal(commit(s, v, &err), 0);
+    fa_model_store_del(s);
+    /* retained: 2, 3, 4 */
+    assert_int_equal(fa_model_store_rollback(sub, 1, aside, 0, &was, &err), FA_ERR_NOTFOUND);
+    assert_non_null(strstr(err.msg, "the store keeps 2, 3, 4"));
+    assert_int_equal(stat(aside, &st), -1);
+    assert_int_equal(fa_model_store_rollback(sub, 4, aside, 0, &was, &err), 0); /* current */
+    assert_int_equal(was, 4);
+    assert_int_equal(stat(aside, &st), -1);
+    assert_int_equal(fa_model_store_rollback(sub, 2, aside, 1, &was, &err), 0); /* dry run */
+    assert_int_equal(stat(aside, &st), -1);
+    assert_int_equal(fa_model_store_rollback(sub, 2, aside, 0, &was, &err), 0);
+    assert_int_equal(was, 4);
+    for (uint64_t v = 3; v <= 4; v++) {
+        snprintf(p, sizeof(p), "%s/model-%08llu.safetensors", aside, (unsigned long long)v);
+        assert_int_equal(stat(p, &st), 0);
+        snprintf(p, sizeof(p), "%s/state-%08llu.safetensors", aside, (unsigned long long)v);
+        assert_int_equal(stat(p, &st), 0);
+        snprintf(p, sizeof(p), "%s/model-%08llu.safetensors", sub, (unsigned long long)v);
+        assert_int_equal(stat(p, &st), -1);
+    }
+    snprintf(p, sizeof(p), "%s/MANIFEST", aside);
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(fa_model_store_open(&s, sub, 3, &err), 0);
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 2);
+    assert_int_equal(commit(s, 3, &err), 0);
+    fa_model_store_del(s);
+    /* a damaged version is not gone back to */
+    snprintf(p, sizeof(p), "%s/model-%08llu.safetensors", sub, 2ull);
+    flip_last_bit(p);
+    snprintf(aside, sizeof(aside), "%s/aside2", sub);
+    assert_int_equal(fa_model_store_rollback(sub, 2, aside, 0, &was, &err), FA_ERR_CORRUPT);
+    assert_int_equal(stat(aside, &st), -1);
+}
+
 static void test_interrupted_commit_is_cleaned(void **state)
 {
     fa_model_store *s;
@@ -670,6 +724,75 @@ static void test_staged_commit(void **state)
     fa_model_store_del(s);
 }
 
+/* Pinned versions outlive the window; a restore commits a pinned old
+ * version again, byte for byte (digests, state), as the next version; a
+ * damaged source is not restored and leaves the store as it was. */
+static void test_pin_and_restore(void **state)
+{
+    fa_model_store *s;
+    struct fa_model_version v1, v4, cur;
+    char a[512], b[512];
+    uint8_t *x, *y;
+    size_t nx, ny;
+    fa_error err;
+    char sub[300];
+
+    (void)state;
+    snprintf(sub, sizeof(sub), "%s/pin", dir);
+    assert_int_equal(fa_model_store_open(&s, sub, 2, &err), 0);
+    for (uint64_t v = 0; v < 2; v++)
+        assert_int_equal(commit(s, v, &err), 0);
+    assert_int_equal(fa_model_store_pin(s, 1, 1), 0);
+    assert_int_equal(fa_model_store_pin(s, 1, 1), 0); /* twice: once */
+    for (uint64_t v = 2; v < 4; v++)
+        assert_int_equal(commit(s, v, &err), 0);
+    /* the window holds 2 and 3; 1 stays, pinned; 0 went */
+    assert_true(fa_model_store_has(s, 1));
+    assert_false(fa_model_store_has(s, 0));
+    assert_true(exists("pin/state-00000001.safetensors"));
+    assert_int_equal(fa_model_store_version(s, 1, &v1), 0);
+    /* version 4 = version 1 again */
+    assert_int_equal(fa_model_store_restore(s, 4, 9, 1, &err), 0);
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 4);
+    assert_int_equal(cur.round, 9);
+    assert_memory_equal(cur.model_sha256, v1.model_sha256, 32);
+    assert_int_equal(cur.state_crc32c, v1.state_crc32c);
+    assert_int_equal(cur.has_delta, 0);
+    fa_model_store_state_path(s, 1, a, sizeof(a));
+    fa_model_store_state_path(s, 4, b, sizeof(b));
+    assert_int_equal(fa_file_read_all(a, &x, &nx, 1 << 20, NULL), 0);
+    assert_int_equal(fa_file_read_all(b, &y, &ny, 1 << 20, NULL), 0);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, nx);
+    free(x);
+    free(y);
+    assert_int_equal(fa_model_store_restore(s, 4, 9, 1, &err), FA_ERR_INVAL); /* not after 4 */
+    assert_int_equal(fa_model_store_restore(s, 5, 9, 0, &err), FA_ERR_NOTFOUND);
+    assert_non_null(strstr(err.msg, "version 0 is not retained"));
+    /* unpinned, 1 retires with the next commit */
+    assert_int_equal(fa_model_store_pin(s, 1, 0), 0);
+    assert_int_equal(commit(s, 5, &err), 0);
+    assert_false(fa_model_store_has(s, 1));
+    assert_false(exists("pin/model-00000001.safetensors"));
+    fa_model_store_del(s);
+
+    /* reopened: the MANIFEST lists what was kept */
+    assert_int_equal(fa_model_store_open(&s, sub, 2, &err), 0);
+    assert_int_equal(fa_model_store_version(s, 4, &v4), 0);
+    assert_memory_equal(v4.model_sha256, v1.model_sha256, 32);
+    /* a damaged source is refused and nothing changes */
+    fa_model_store_model_path(s, 4, a, sizeof(a));
+    flip_last_bit(a);
+    assert_int_equal(fa_model_store_restore(s, 6, 10, 4, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "damaged"));
+    assert_int_equal(fa_model_store_current(s, &cur), 0);
+    assert_int_equal(cur.version, 5);
+    assert_false(exists("pin/model-00000006.safetensors"));
+    assert_false(exists("pin/state-00000006.safetensors"));
+    fa_model_store_del(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -682,6 +805,8 @@ int main(void)
         cmocka_unit_test(test_delta_files),
         cmocka_unit_test(test_state_written_over_spare),
         cmocka_unit_test(test_staged_commit),
+        cmocka_unit_test(test_rollback),
+        cmocka_unit_test(test_pin_and_restore),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

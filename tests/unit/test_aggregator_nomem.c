@@ -52,7 +52,7 @@ static int submit(struct input *in, fa_error *err)
     fa_eval_reports *e = NULL;
     fa_eval_summary s;
     uint8_t sha[32];
-    int rc = fa_eval_reports_new(&e, "fuzz", &in->m, 1, err);
+    int rc = fa_eval_reports_new(&e, "fuzz", &in->m, 1, 0, err);
 
     memset(sha, 0xab, sizeof(sha));
     if (rc == 0) {

@@ -69,8 +69,11 @@ static void load_config(struct fix *f, int no_default, const char *extra)
                           "audit { signing_key_file: \"%s/audit.key\" }\n"
                           "service { dir: \"%s/svc\" evaluators { name: \"true\" command: "
                           "[\"/bin/true\"] } }\n"
-                          "operators { name: \"alice\" teams: [\"vision\"] }\n"
-                          "operators { name: \"bob\" teams: [\"nlp\"] }\n"
+                          "quic { max_buffered_request_bytes: 1000000 "
+                          "max_buffered_request_bytes_per_identity: 100000 }\n"
+                          "operators: [\"alice\", \"bob\"]\n"
+                          "teams { name: \"vision\" operators: [\"alice\"] }\n"
+                          "teams { name: \"nlp\" operators: [\"bob\"] }\n"
                           "%s",
                           f->dir, f->dir, extra ? extra : "");
     if (!no_default) {
@@ -474,7 +477,7 @@ static void test_single_federation(void **state)
                           "federation_id: \"solo\" listen: \"127.0.0.1:4433\"\n"
                           "tls { cert_file: \"x.crt\" key_file: \"x.key\" ca_file: \"ca.crt\" }\n"
                           "audit { signing_key_file: \"%s/audit.key\" }\n%s"
-                          "storage { dir: \"%s/solo\" }\n",
+                          "storage { dir: \"%s/solo\" }\noperators: [\"alice\"]\n",
                           f->dir, MODEL, f->dir);
     for (int i = 0; i < NR; i++)
         n += (size_t)snprintf(text + n, sizeof(text) - n,
@@ -487,10 +490,12 @@ static void test_single_federation(void **state)
     assert_false(fa_service_hosts_many(f->s));
     assert_int_equal(create(f, "alice", "beta", "vision", NULL, NULL, &err), FA_ERR_STATE);
     assert_true(has(err.msg, "add service { dir"));
-    must(fa_service_authorize(f->s, "anyone", NULL, &err), &err); /* no operators list */
-    must(fa_service_act(f->s, "anyone", NULL, "pause", NULL, f->now, msg, sizeof(msg), &err), &err);
+    /* no teams: every listed operator acts; no one else */
+    must(fa_service_authorize(f->s, "alice", NULL, &err), &err);
+    assert_int_equal(fa_service_authorize(f->s, "anyone", NULL, &err), FA_ERR_AUTH);
+    must(fa_service_act(f->s, "alice", NULL, "pause", NULL, f->now, msg, sizeof(msg), &err), &err);
     assert_int_equal(
-        fa_service_act(f->s, "anyone", NULL, "abort", NULL, f->now, msg, sizeof(msg), &err),
+        fa_service_act(f->s, "alice", NULL, "abort", NULL, f->now, msg, sizeof(msg), &err),
         FA_ERR_STATE);
     /* no service log was made */
     {

@@ -534,6 +534,50 @@ static void test_record_rules(void **state)
     b.r.version = 2;
     assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_INVAL);
     *f = saved;
+    /* share faults: a participant, sorted, a known secret, an owner of the
+     * right set */
+    {
+        static const struct {
+            const char *region, *owner, *secret, *why;
+        } bad[] = {
+            {"nobody", NULL, "self_mask", "not a participant"},
+            {NULL, NULL, "key", "is not self_mask or mask_key"},
+            {NULL, "nobody", "self_mask", "is not a participant"},
+            {NULL, NULL, "mask_key", "is not a dropped region"},
+        };
+        Fedagg__ShareFault sf = FEDAGG__SHARE_FAULT__INIT, sf2 = FEDAGG__SHARE_FAULT__INIT;
+        Fedagg__ShareFault *sfp[2] = {&sf, &sf2};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            rec_fill(f, &b, 0, 2, 1);
+            sf.region = (char *)(bad[i].region ? bad[i].region : b.parts[1]);
+            sf.owner = (char *)(bad[i].owner ? bad[i].owner : b.parts[0]);
+            sf.secret = (char *)bad[i].secret;
+            b.r.n_share_faults = 1;
+            b.r.share_faults = sfp;
+            assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_INVAL);
+            assert_non_null(strstr(err.msg, bad[i].why));
+            *f = saved;
+        }
+        rec_fill(f, &b, 0, 2, 1); /* not sorted */
+        sf.region = b.parts[1];
+        sf2.region = b.parts[0];
+        sf.owner = sf2.owner = b.parts[0];
+        sf.secret = sf2.secret = "self_mask";
+        b.r.n_share_faults = 2;
+        b.r.share_faults = sfp;
+        assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_INVAL);
+        assert_non_null(strstr(err.msg, "not sorted"));
+        *f = saved;
+        rec_fill(f, &b, 0, 2, 1); /* and a good one is taken */
+        sf.region = b.parts[0];
+        sf.owner = b.dropped[0];
+        sf.secret = "mask_key";
+        b.r.n_share_faults = 1;
+        b.r.share_faults = sfp;
+        assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), 0);
+        chain_advance(f, &b);
+        saved = *f;
+    }
     /* a batch with one bad record writes nothing */
     {
         struct rec_buf b1, b2;
@@ -556,11 +600,11 @@ static void test_record_rules(void **state)
         free(e[1]);
     }
     *f = saved;
-    assert_int_equal(fa_audit_log_size(log), 2);
+    assert_int_equal(fa_audit_log_size(log), 3);
     /* and the log still takes a good one */
     append_n(f, log, 1, 3);
     fa_audit_log_close(log);
-    assert_verifies(f, 3);
+    assert_verifies(f, 4);
 }
 
 /* A region's decision between aggregations, and a service log of lifecycle
@@ -1134,6 +1178,161 @@ static void test_crash_recovery(void **state)
     snap_free(&after);
 }
 
+/* Damage while open: the log cut short under a writer.  A read of the cut
+ * record is FA_ERR_CORRUPT (it was FA_ERR_IO "read: Success"), the check
+ * finds it, every append is refused from then on, and the damage is
+ * remembered; a header overwritten is found the same way. */
+static void test_damage_while_open(void **state)
+{
+    struct fix *f = *state;
+    fa_audit_log *log = open_w(f, NULL);
+    struct rec_buf b;
+    uint8_t *rec = NULL;
+    size_t len, sz;
+    char why[512];
+    fa_error err;
+    uint8_t *raw;
+
+    append_n(f, log, 3, 2);
+    assert_int_equal(fa_audit_log_check(log, &err), 0);
+    assert_int_equal(fa_audit_log_damaged(log, why, sizeof(why)), 0);
+    raw = slurp(f->path, &sz);
+    assert_int_equal(truncate(f->path, (off_t)(sz - 5)), 0);
+    assert_int_equal(fa_audit_log_read(log, 2, &rec, &len, &err), FA_ERR_CORRUPT);
+    assert_null(rec);
+    assert_null(strstr(err.msg, "Success"));
+    assert_non_null(strstr(err.msg, "the file ends before what was written to it"));
+    assert_int_equal(fa_audit_log_damaged(log, why, sizeof(why)), 1);
+    assert_int_equal(fa_audit_log_check(log, &err), FA_ERR_CORRUPT);
+    /* the record before it still reads */
+    assert_int_equal(fa_audit_log_read(log, 1, &rec, &len, &err), 0);
+    free(rec);
+    rec_fill(f, &b, 0, 2, 0);
+    assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_CORRUPT);
+    fa_audit_log_close(log);
+    spit(f->path, raw, sz); /* as it was */
+
+    /* found by the check alone, before any read: cut, then overwritten */
+    log = open_w(f, NULL);
+    assert_int_equal(truncate(f->path, (off_t)(sz - 1)), 0);
+    assert_int_equal(fa_audit_log_check(log, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "cut short"));
+    fa_audit_log_close(log);
+    spit(f->path, raw, sz);
+    log = open_w(f, NULL);
+    {
+        FILE *fp = fopen(f->path, "r+b");
+        assert_non_null(fp);
+        fputc('X', fp);
+        fclose(fp);
+    }
+    assert_int_equal(fa_audit_log_check(log, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "header was overwritten"));
+    rec_fill(f, &b, 0, 2, 0);
+    assert_int_equal(fa_audit_log_append(log, &b.r, NULL, &err), FA_ERR_CORRUPT);
+    fa_audit_log_close(log);
+    free(raw);
+}
+
+/* fedagg audit repair: a log cut inside its last record goes back to the
+ * checkpoint before it; a record damaged in the middle, to the last
+ * checkpoint before that; the damaged files are kept byte for byte under
+ * .damaged names; the repaired log opens for writing, takes appends and
+ * verifies; an intact log is left alone; a wrong key keeps nothing. */
+static void test_repair(void **state)
+{
+    struct fix *f = *state;
+    fa_audit_log *log = open_w(f, NULL);
+    fa_audit_repair_report rep;
+    fa_audit_open_report orep;
+    fa_note_verifier wrong;
+    struct snap s;
+    size_t off[16], klen;
+    char kept[700], cmd[1400];
+    uint8_t *k;
+    fa_error err;
+
+    append_n(f, log, 5, 2);
+    fa_audit_log_close(log);
+    assert_int_equal(fa_audit_log_repair(f->path, &f->v, 0, &rep, &err), 0);
+    assert_int_equal(rep.intact, 1);
+    assert_int_equal(rep.records_kept, 5);
+    assert_int_equal(fa_audit_log_repair(f->path, NULL, 0, &rep, &err), FA_ERR_INVAL);
+
+    snap_take(f, &s);
+    frames(s.log, s.log_len, off, 15);
+    /* cut inside record 4: records 0..3 and their checkpoints stay */
+    spit(f->path, s.log, off[4] + 6);
+    assert_int_equal(fa_audit_log_open(&log, f->path, f->signer, NULL, 0, &orep, &err),
+                     FA_ERR_CORRUPT);
+    /* a dry run writes nothing */
+    assert_int_equal(fa_audit_log_repair(f->path, &f->v, 1, &rep, &err), 0);
+    assert_int_equal(rep.intact, 0);
+    assert_int_equal(rep.records_found, 4);
+    assert_int_equal(rep.records_kept, 4);
+    assert_int_equal(rep.checkpoints_found, 6); /* the empty tree's, then one a record */
+    assert_int_equal(rep.checkpoints_kept, 5);
+    assert_int_equal(rep.moved, 0);
+    /* a key that signed nothing here: nothing can be kept */
+    memset(&wrong, 0, sizeof(wrong));
+    wrong = f->v;
+    wrong.pk[0] ^= 1;
+    assert_int_equal(fa_audit_log_repair(f->path, &wrong, 0, &rep, &err), FA_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "no checkpoint signed by this key"));
+    assert_int_equal(fa_audit_log_repair(f->path, &f->v, 0, &rep, &err), 0);
+    assert_int_equal(rep.records_kept, 4);
+    assert_int_equal(rep.moved, 3);
+    snprintf(kept, sizeof(kept), "%s%s", f->path, rep.suffix);
+    k = slurp(kept, &klen);
+    assert_int_equal(klen, off[4] + 6);
+    assert_memory_equal(k, s.log, klen); /* the evidence, as it was */
+    free(k);
+    snprintf(kept, sizeof(kept), "%s.checkpoints%s", f->path, rep.suffix);
+    k = slurp(kept, &klen);
+    assert_int_equal(klen, s.ckpt_len);
+    assert_memory_equal(k, s.ckpt, klen);
+    free(k);
+    /* the repaired log: 4 records, verifies, takes the next one */
+    f->version = 4;
+    {
+        /* the model chain of record 3 */
+        uint8_t *rec;
+        size_t len;
+        Fedagg__AuditRecord *r;
+        assert_int_equal(fa_audit_log_open_readonly(&log, f->path, &f->v, NULL, &err), 0);
+        assert_int_equal(fa_audit_log_size(log), 4);
+        assert_int_equal(fa_audit_log_read(log, 3, &rec, &len, &err), 0);
+        r = fedagg__audit_record__unpack(NULL, len, rec);
+        assert_non_null(r);
+        f->version = r->new_version;
+        memcpy(f->model, r->new_model_sha256.data, 32);
+        fedagg__audit_record__free_unpacked(r, NULL);
+        free(rec);
+        fa_audit_log_close(log);
+    }
+    assert_verifies(f, 4);
+    log = open_w(f, NULL);
+    append_n(f, log, 1, 2);
+    fa_audit_log_close(log);
+    assert_verifies(f, 5);
+
+    /* record 1 damaged in the middle: back to the checkpoint of 1 record */
+    snap_free(&s);
+    snap_take(f, &s);
+    frames(s.log, s.log_len, off, 15);
+    s.log[off[1] + 9] ^= 0x10;
+    spit(f->path, s.log, s.log_len);
+    assert_int_equal(fa_audit_log_repair(f->path, &f->v, 0, &rep, &err), 0);
+    assert_int_equal(rep.records_found, 1);
+    assert_int_equal(rep.records_kept, 1);
+    assert_int_equal(fa_audit_log_open_readonly(&log, f->path, &f->v, NULL, &err), 0);
+    assert_int_equal(fa_audit_log_size(log), 1);
+    fa_audit_log_close(log);
+    snprintf(cmd, sizeof(cmd), "ls %s*.damaged-* | wc -l | grep -qx 6", f->path);
+    assert_int_equal(system(cmd), 0); /* two repairs, three files each, none lost */
+    snap_free(&s);
+}
+
 static void test_open_refuses(void **state)
 {
     struct fix *f = *state;
@@ -1316,6 +1515,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forged_checkpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_refuses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damage_while_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tree_rebuild, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_and_attempts, setup, teardown),
     };

@@ -571,6 +571,80 @@ static void test_validation_errors(void **state)
                  4, FA_ERR_PARSE, "not valid JSON");
 }
 
+/* Names a terminal would not show as they are, from a file anyone may
+ * make: refused, and named escaped in the message; printable names of any
+ * script are names.  BOOL bytes other than 0 and 1 are refused by both
+ * readers. */
+static void test_names_and_bools(void **state)
+{
+    static const struct {
+        const char *json_name, *shown;
+    } bad[] = {
+        {"w\\u001b[2J", "'w\\x1b[2J'"},             /* clears a terminal */
+        {"a\\nlevel=error", "'a\\x0alevel=error'"}, /* forges a log line */
+        {"del\\u007f", "'del\\x7f'"},
+        {"c1\\u009b31m", "'c1\\xc2\\x9b31m'"},            /* C1 CSI */
+        {"x\\u202egpj.exe", "'x\\xe2\\x80\\xaegpj.exe'"}, /* right-to-left override */
+        {"zw\\u200bsp", "'zw\\xe2\\x80\\x8bsp'"},         /* zero width space */
+    };
+    char json[300], path[300], out[64];
+    size_t len, at;
+    uint8_t *b;
+    fa_safetensors *st = NULL;
+    fa_st_writer *w = NULL;
+    fa_error err;
+    uint64_t shape[1] = {3};
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(json, sizeof(json),
+                 "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                 bad[i].json_name);
+        expect_parse(json, 4, FA_ERR_PARSE, bad[i].shown);
+        expect_parse(json, 4, FA_ERR_PARSE, "a name must be printable UTF-8");
+    }
+    expect_parse("{\"caf\\u00e9 \\u6743\\u91cd.w\":{\"dtype\":\"F32\",\"shape\":[1],"
+                 "\"data_offsets\":[0,4]}}",
+                 4, 0, NULL);
+    assert_int_equal(fa_st_name_check("ok.name-1", &at), 0);
+    assert_int_equal(fa_st_name_check("", &at), FA_ERR_RANGE);
+    assert_int_equal(fa_st_name_check("ab\xc3", &at), FA_ERR_PARSE); /* cut off */
+    assert_int_equal(at, 2);
+    assert_int_equal(fa_st_name_check("\xc0\x80", &at), FA_ERR_PARSE);     /* overlong NUL */
+    assert_int_equal(fa_st_name_check("\xed\xa0\x80", &at), FA_ERR_PARSE); /* a surrogate */
+    assert_string_equal(fa_st_escape(out, sizeof(out), "a\\b\x1b\xff\xc3\xa9"),
+                        "a\\\\b\\x1b\\xff\xc3\xa9");
+    assert_string_equal(fa_st_escape(out, 6,
+                                     "ab\x1b"
+                                     "cd"),
+                        "ab"); /* whole escapes only */
+    /* the writer refuses them too */
+    assert_int_equal(fa_st_writer_new(&w, &err), 0);
+    assert_int_equal(fa_st_writer_add(w, "x\ny", FA_ST_F32, 1, shape, &err), FA_ERR_INVAL);
+    assert_non_null(strstr(err.msg, "'x\\x0ay'"));
+    fa_st_writer_del(w);
+
+    /* BOOL: 0 and 1 only, in memory and from a file */
+    snprintf(json, sizeof(json),
+             "{\"mask\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}");
+    b = make_raw(json, 3, &len); /* data bytes 0, 1, 2 */
+    assert_int_equal(fa_st_parse(&st, b, len, "m.safetensors", &err), FA_ERR_PARSE);
+    assert_null(st);
+    assert_non_null(strstr(err.msg, "tensor 'mask' is BOOL but its element 2 is 2"));
+    snprintf(path, sizeof(path), "%s/bool.safetensors", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, b, len, 0644, &err), 0);
+    assert_int_equal(fa_st_open(&st, path, &err), FA_ERR_PARSE);
+    assert_null(st);
+    assert_non_null(strstr(err.msg, "element 2 is 2"));
+    b[len - 1] = 1;
+    assert_int_equal(fa_st_parse(&st, b, len, "m.safetensors", &err), 0);
+    fa_st_del(st);
+    assert_int_equal(fa_file_write_atomic(path, b, len, 0644, &err), 0);
+    assert_int_equal(fa_st_open(&st, path, &err), 0);
+    fa_st_del(st);
+    free(b);
+}
+
 static void test_prefix_errors(void **state)
 {
     uint8_t b[16] = {0};
@@ -610,6 +684,51 @@ static void test_prefix_errors(void **state)
     assert_int_equal(fa_st_read(st, fa_st_at(st, 0), d, sizeof(d), &err), FA_ERR_IO);
     assert_non_null(strstr(err.msg, "tensor 'w'"));
     fa_st_del(st);
+}
+
+/* Model files of other formats are named, not parsed: a pickle (what
+ * torch.save wrote before PyTorch 1.6; protocol 4 as pickle.dump writes
+ * it), a zip (torch.save since 1.6); and a safetensors file whose length
+ * bytes look like a pickle's opening is still safetensors. */
+static void test_foreign_formats(void **state)
+{
+    static const uint8_t legacy[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20};
+    static const uint8_t proto4[] = {0x80, 0x04, 0x95, 0x2a, 0, 0, 0, 0, 0, 0, 0, 0x7d};
+    static const uint8_t zip[] = {'P', 'K', 3, 4, 0x14, 0, 0, 8, 0, 0, 0, 0};
+    fa_safetensors *st;
+    fa_error err;
+    char path[300];
+    uint8_t *buf;
+    size_t n;
+
+    (void)state;
+    assert_int_equal(fa_st_parse(&st, legacy, sizeof(legacy), "m.pt", &err), FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "m.pt is a Python pickle"));
+    assert_non_null(strstr(err.msg, "safetensors only"));
+    assert_int_equal(fa_st_parse(&st, proto4, sizeof(proto4), "m.pkl", &err), FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "pickle"));
+    snprintf(path, sizeof(path), "%s/model.pt", tmpdir);
+    assert_int_equal(fa_file_write_atomic(path, zip, sizeof(zip), 0644, &err), 0);
+    assert_int_equal(fa_st_open(&st, path, &err), FA_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "model.pt is a zip archive (torch.save"));
+    assert_non_null(fa_st_foreign_format((const uint8_t *)"\x93NUMPY\x01\x00v\x00", 10));
+    assert_non_null(fa_st_foreign_format((const uint8_t *)"\x89HDF\r\n\x1a\n\x00", 9));
+    assert_null(fa_st_foreign_format((const uint8_t *)"\x10\x00\x00\x00\x00\x00\x00\x00{", 9));
+
+    /* A header padded to 0x280 bytes: its length opens with 80 02, as a
+     * protocol-2 pickle does, and it is read as the safetensors it is. */
+    n = 8 + 0x280;
+    buf = malloc(n);
+    assert_non_null(buf);
+    memset(buf, ' ', n);
+    memset(buf, 0, 8);
+    buf[0] = 0x80;
+    buf[1] = 0x02;
+    memcpy(buf + 8, "{}", 2);
+    assert_int_equal(fa_st_parse(&st, buf, n, "padded", &err), 0);
+    assert_int_equal(fa_st_count(st), 0);
+    fa_st_del(st);
+    free(buf);
 }
 
 static void test_half_conversions(void **state)
@@ -658,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_validation_errors),     cmocka_unit_test(test_prefix_errors),
         cmocka_unit_test(test_half_conversions),      cmocka_unit_test(test_read_range),
         cmocka_unit_test(test_writer_put_any_order),  cmocka_unit_test(test_writer_put_errors),
+        cmocka_unit_test(test_names_and_bools),       cmocka_unit_test(test_foreign_formats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -15,6 +15,7 @@
 
 #include "crypto/identity.h"
 #include "crypto/secagg.h"
+#include "secagg.pb-c.h"
 
 /* ---- a seeded random source (ChaCha20 keystream) ---------------------------- */
 
@@ -117,6 +118,11 @@ enum {
  * midway, or is still in flight when the phase closes. */
 enum { TH_UPLOAD_NONE = 0, TH_UPLOAD_ABORT = 1, TH_UPLOAD_HANG = 2 };
 
+/* How a client lies in its UnmaskShares (round 4): not at all, one byte of
+ * its first revealed share flipped, or every share it reveals replaced by
+ * other bytes. */
+enum { TH_HONEST = 0, TH_BAD_ONE_SHARE = 1, TH_BAD_ALL_SHARES = 2 };
+
 typedef struct th_run {
     /* in */
     const uint32_t *const *ring; /* per client: vector_len ring elements, or NULL */
@@ -128,6 +134,7 @@ typedef struct th_run {
     size_t max_chunk;            /* largest chunk of the masked stream, 0 = 4096 */
     uint32_t *const *ring_out;   /* per client: receives its quantised input, or NULL */
     const fa_secagg_journal *journal; /* the server's upload journals, NULL = in memory */
+    const int *lie;                   /* per client TH_HONEST / TH_BAD_*, NULL = all honest */
     uint64_t seed;
     /* out */
     int rc;         /* 0 or the first error */
@@ -180,6 +187,37 @@ static __attribute__((unused)) int th_stream(th_run *run, th_rng *r, fa_secagg_c
             return rc;
         sent += n;
     }
+}
+
+/* A client's UnmaskShares as a lying client sends it (TH_BAD_*): packed
+ * again into *msg (malloc'ed, the old one freed).  0 or FA_ERR_*. */
+static __attribute__((unused)) int th_lie(int how, uint8_t **msg, size_t *len)
+{
+    Fedagg__UnmaskShares *m = fedagg__unmask_shares__unpack(NULL, *len, *msg);
+    int done = 0;
+    if (!m)
+        return FA_ERR_PARSE;
+    for (int kind = 0; kind < 2; kind++) {
+        size_t n = kind == 0 ? m->n_self_mask_shares : m->n_key_shares;
+        Fedagg__RevealedShare **list = kind == 0 ? m->self_mask_shares : m->key_shares;
+        for (size_t x = 0; x < n; x++) {
+            if (how == TH_BAD_ONE_SHARE && done)
+                break;
+            if (how == TH_BAD_ONE_SHARE)
+                list[x]->share.data[x % 32] ^= 0x01;
+            else
+                for (size_t b = 0; b < list[x]->share.len; b++)
+                    list[x]->share.data[b] = (uint8_t)(list[x]->share.data[b] * 7 + 11);
+            done = 1;
+        }
+    }
+    free(*msg);
+    *len = fedagg__unmask_shares__get_packed_size(m);
+    *msg = malloc(*len ? *len : 1);
+    if (*msg)
+        fedagg__unmask_shares__pack(m, *msg);
+    fedagg__unmask_shares__free_unpacked(m, NULL);
+    return *msg ? 0 : FA_ERR_NOMEM;
 }
 
 /* Runs the round; returns run->rc.  A close that fails is recorded in
@@ -315,6 +353,8 @@ static __attribute__((unused)) int th_round(const th_fed *f, const fa_secagg_con
         if (th_dropped_by(run, i, TH_DROP_UNMASK))
             continue;
         TH_CHECK(fa_secagg_client_signatures(cl[i], reply, rlen, 1014, &msg, &len, &run->err));
+        if (run->lie && run->lie[i] != TH_HONEST)
+            TH_CHECK(th_lie(run->lie[i], &msg, &len));
         TH_CHECK(fa_secagg_server_unmask(run->server, f->ids[i], msg, len, 1015, &run->err));
         free(msg);
         msg = NULL;

@@ -662,6 +662,161 @@ static void test_secagg_plus(void **state)
     }
 }
 
+/* A region that reveals bad shares in round 4 (Bonawitz et al. assume it
+ * does not).  Each case: n regions, threshold t, SecAgg+ degree k, who
+ * drops out before the masked upload (their mask keys must be rebuilt too),
+ * who lies and how; the round must complete with the exact sum of every
+ * survivor's input (the liars' included: they uploaded honestly), and name
+ * exactly the liars, each once.  m unmaskers, e = (m - t) / 2: with m = t
+ * + 1 the bad share is found by leaving one out; with more, by decoding;
+ * with m = t one bad share cannot be told from the others (below). */
+static void test_bad_shares(void **state)
+{
+    static const struct {
+        size_t n;
+        uint32_t t, k;
+        int dropper; /* drops before its masked upload, or -1 */
+        int liar[3]; /* -1 ends */
+        int how;
+        size_t named; /* liars named: those whose shares were needed */
+    } cases[] = {
+        {5, 3, 0, -1, {2, -1}, TH_BAD_ONE_SHARE, 1},     /* m = 5, e = 1 */
+        {5, 3, 0, -1, {1, -1}, TH_BAD_ALL_SHARES, 1},    /* every share of one */
+        {4, 3, 0, -1, {0, -1}, TH_BAD_ONE_SHARE, 1},     /* m = t + 1 */
+        {4, 3, 0, -1, {2, -1}, TH_BAD_ALL_SHARES, 1},    /* m = t + 1 */
+        {6, 3, 0, 1, {2, -1}, TH_BAD_ALL_SHARES, 1},     /* a dropout's key: m = 5 */
+        {7, 3, 0, -1, {1, 2, -1}, TH_BAD_ALL_SHARES, 2}, /* two liars, m = 7, e = 2 */
+        {10, 4, 6, 7, {3, -1}, TH_BAD_ALL_SHARES, 1},    /* SecAgg+ neighbourhoods */
+        /* the first t shares of every secret are the others': the liar's
+         * are never needed, never looked at, and it is not named */
+        {5, 3, 0, -1, {4, -1}, TH_BAD_ALL_SHARES, 0},
+    };
+    (void)state;
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        th_fed f;
+        struct inputs in;
+        th_run run;
+        size_t n = cases[c].n, nliars = 0;
+        int drop[FA_SECAGG_MAX_CLIENTS] = {0}, lie[FA_SECAGG_MAX_CLIENTS] = {0};
+        fa_secagg_config cfg = th_cfg(cases[c].t, 25, VLEN, cases[c].k);
+        uint32_t got[VLEN], mask = (1u << 25) - 1;
+
+        th_fed_init(&f, n, 700 + c);
+        inputs_make(&in, n, VLEN, 701 + c);
+        if (cases[c].dropper >= 0)
+            drop[cases[c].dropper] = TH_DROP_MASKED;
+        for (; cases[c].liar[nliars] >= 0; nliars++)
+            lie[cases[c].liar[nliars]] = cases[c].how;
+        memset(&run, 0, sizeof(run));
+        run.ring = in.ptr;
+        run.drop = drop;
+        run.lie = lie;
+        run.seed = 7100 + c;
+        th_round(&f, &cfg, &run);
+        if (run.rc != 0)
+            fail_msg("case %zu: the round failed at phase %d: %s", c, run.fail_phase, run.err.msg);
+        assert_int_equal(fa_secagg_server_result_ring(run.server, got, VLEN, NULL), 0);
+        for (size_t j = 0; j < VLEN; j++) {
+            uint32_t want = 0;
+            for (size_t i = 0; i < n; i++)
+                if (th_survives(&run, i))
+                    want += in.data[i][j];
+            assert_int_equal(got[j], want & mask);
+        }
+        if (fa_secagg_server_share_fault_count(run.server) != cases[c].named)
+            fail_msg("case %zu: %zu regions found to lie, not %zu", c,
+                     fa_secagg_server_share_fault_count(run.server), cases[c].named);
+        for (size_t x = 0; x < cases[c].named; x++) {
+            const char *region, *owner;
+            int kind, named = 0;
+            assert_int_equal(fa_secagg_server_share_fault(run.server, x, &region, &owner, &kind),
+                             0);
+            for (size_t y = 0; y < nliars; y++)
+                named |= !strcmp(region, f.ids[cases[c].liar[y]]);
+            if (!named)
+                fail_msg("case %zu: '%s' named, not a liar", c, region);
+            assert_true(kind == FA_SECAGG_SHARE_SELF_MASK || kind == FA_SECAGG_SHARE_MASK_KEY);
+            assert_non_null(owner);
+        }
+        {
+            const char *a, *b;
+            int k;
+            assert_int_equal(fa_secagg_server_share_fault(run.server, cases[c].named, &a, &b, &k),
+                             FA_ERR_NOTFOUND);
+        }
+        /* a restart from the state saved after unmasking finds the same
+         * ones (a state saved without its sum unmasks again, by the same
+         * code as the close) */
+        {
+            fa_secagg_server *r2 = NULL;
+            uint8_t *blob = NULL;
+            size_t blen = 0;
+            fa_error err;
+            assert_int_equal(fa_secagg_server_save(run.server, &blob, &blen, &err), 0);
+            assert_int_equal(fa_secagg_server_restore(&r2, blob, blen, &cfg, f.members, n, &err),
+                             0);
+            assert_int_equal(fa_secagg_server_share_fault_count(r2), cases[c].named);
+            for (size_t x = 0; x < cases[c].named; x++) {
+                const char *a1, *b1, *a2, *b2;
+                int k1, k2;
+                assert_int_equal(fa_secagg_server_share_fault(run.server, x, &a1, &b1, &k1), 0);
+                assert_int_equal(fa_secagg_server_share_fault(r2, x, &a2, &b2, &k2), 0);
+                assert_string_equal(a1, a2);
+                assert_string_equal(b1, b2);
+                assert_int_equal(k1, k2);
+            }
+            fa_secagg_server_del(r2);
+            free(blob);
+        }
+        th_run_free(&run);
+        inputs_free(&in, n);
+    }
+}
+
+/* Where no share can be told bad: m = t (no share to spare), or more bad
+ * shares than the unmaskers can outvote.  The close refuses as before,
+ * naming the secret and no region, and the sum is not touched. */
+static void test_bad_shares_beyond_repair(void **state)
+{
+    static const struct {
+        size_t n;
+        uint32_t t;
+        int liar[3];
+    } cases[] = {
+        {3, 3, {1, -1}},    /* m = t */
+        {4, 3, {0, 2, -1}}, /* two of t + 1 */
+    };
+    (void)state;
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        th_fed f;
+        struct inputs in;
+        th_run run;
+        size_t n = cases[c].n;
+        int lie[FA_SECAGG_MAX_CLIENTS] = {0};
+        fa_secagg_config cfg = th_cfg(cases[c].t, 25, VLEN, 0);
+        uint32_t got[VLEN];
+
+        th_fed_init(&f, n, 800 + c);
+        inputs_make(&in, n, VLEN, 801 + c);
+        for (size_t x = 0; cases[c].liar[x] >= 0; x++)
+            lie[cases[c].liar[x]] = TH_BAD_ALL_SHARES;
+        memset(&run, 0, sizeof(run));
+        run.ring = in.ptr;
+        run.lie = lie;
+        run.seed = 8100 + c;
+        th_round(&f, &cfg, &run);
+        assert_int_equal(run.rc, FA_ERR_VERIFY);
+        assert_int_equal(run.fail_phase, FA_SECAGG_UNMASK);
+        assert_non_null(strstr(run.err.msg, "cannot be rebuilt from its"));
+        assert_int_equal(fa_secagg_server_share_fault_count(run.server), 0);
+        assert_int_equal(fa_secagg_server_result_ring(run.server, got, VLEN, NULL), FA_ERR_STATE);
+        th_run_free(&run);
+        inputs_free(&in, n);
+    }
+}
+
 /* Float inputs through the codec, weighted: the decoded average is within
  * the quantisation error of the exact weighted average of the survivors. */
 static void test_float_weighted_average(void **state)
@@ -771,6 +926,8 @@ int main(void)
         cmocka_unit_test(test_uploads_caller_journal),
         cmocka_unit_test(test_uploads_journal_failures),
         cmocka_unit_test(test_secagg_plus),
+        cmocka_unit_test(test_bad_shares),
+        cmocka_unit_test(test_bad_shares_beyond_repair),
         cmocka_unit_test(test_float_weighted_average),
         cmocka_unit_test(test_lengths_and_ring_sizes),
     };

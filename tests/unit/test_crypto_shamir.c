@@ -109,6 +109,112 @@ static void test_single_share_uniform(void **state)
     assert_true(distinct > 240);
 }
 
+/* The polynomial through t shares, evaluated at the other holders' x,
+ * gives their shares. */
+static void test_eval_at_other_holders(void **state)
+{
+    th_rng r;
+    fa_secagg_rng rng = {th_rng_fill, &r};
+    uint8_t secret[32], xs[9], shares[9 * 32], v[32];
+    (void)state;
+
+    th_rng_init(&r, 77);
+    th_rng_fill(&r, secret, 32);
+    for (int i = 0; i < 9; i++)
+        xs[i] = (uint8_t)(1 + 29 * i);
+    assert_int_equal(fa_shamir_split(secret, 4, xs, 9, shares, &rng), 0);
+    for (int i = 4; i < 9; i++) {
+        assert_int_equal(fa_shamir_eval(v, xs[i], xs, shares, 4), 0);
+        assert_memory_equal(v, shares + 32 * i, 32);
+    }
+    assert_int_equal(fa_shamir_eval(v, 0, xs, shares, 4), 0);
+    assert_memory_equal(v, secret, 32);
+}
+
+/* Decoding: m shares of threshold t with up to e = (m - t) / 2 of them
+ * wrong (in one byte, or in all) give the secret and exactly the wrong
+ * ones; with none wrong, none is named. */
+static void decode_case(unsigned t, size_t m, size_t nbad, int all_bytes, uint64_t seed)
+{
+    th_rng r;
+    fa_secagg_rng rng = {th_rng_fill, &r};
+    uint8_t secret[32], got[32], xs[255], bad[255] = {0}, wrong[255];
+    uint8_t *shares = malloc(m * 32);
+
+    th_rng_init(&r, seed);
+    th_rng_fill(&r, secret, 32);
+    for (size_t i = 0; i < m; i++)
+        xs[i] = (uint8_t)(m == 255 ? i + 1 : 3 + i);
+    assert_int_equal(fa_shamir_split(secret, t, xs, m, shares, &rng), 0);
+    for (size_t k = 0; k < nbad;) {
+        size_t i = th_below(&r, (uint32_t)m);
+        if (bad[i])
+            continue;
+        bad[i] = 1;
+        k++;
+        if (all_bytes) {
+            for (int b = 0; b < 32; b++)
+                shares[32 * i + b] ^= (uint8_t)(1 + th_below(&r, 255));
+        } else {
+            shares[32 * i + th_below(&r, 32)] ^= (uint8_t)(1 + th_below(&r, 255));
+        }
+    }
+    memset(wrong, 0x5a, sizeof(wrong));
+    assert_int_equal(fa_shamir_decode(got, xs, shares, m, t, wrong), 0);
+    assert_memory_equal(got, secret, 32);
+    assert_memory_equal(wrong, bad, m);
+    free(shares);
+}
+
+static void test_decode_corrects(void **state)
+{
+    static const struct {
+        unsigned t;
+        size_t m;
+    } cases[] = {{1, 1}, {1, 3}, {3, 3}, {3, 5}, {3, 6}, {4, 7}, {5, 12}, {10, 31}, {128, 255}};
+    (void)state;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t e = (cases[c].m - cases[c].t) / 2, counts[4] = {0, 1, e / 2, e};
+        for (int k = 0; k < 4; k++) {
+            if (counts[k] > e || (k > 0 && counts[k] <= counts[k - 1]))
+                continue;
+            for (int all = 0; all < 2; all++)
+                decode_case(cases[c].t, cases[c].m, counts[k], all, 1000 * c + 10 * k + all);
+        }
+    }
+}
+
+/* More wrong shares than m - t allows: the decoder says so, or gives
+ * another secret (which the caller's commitment refuses); never the
+ * secret with the wrong ones named otherwise.  With one share to spare no
+ * wrong share can be corrected at all. */
+static void test_decode_beyond_radius(void **state)
+{
+    th_rng r;
+    fa_secagg_rng rng = {th_rng_fill, &r};
+    uint8_t secret[32], got[32], xs[8], shares[8 * 32], wrong[8];
+    (void)state;
+
+    th_rng_init(&r, 5150);
+    th_rng_fill(&r, secret, 32);
+    for (int i = 0; i < 8; i++)
+        xs[i] = (uint8_t)(10 + i);
+    assert_int_equal(fa_shamir_split(secret, 4, xs, 5, shares, &rng), 0);
+    shares[32 * 1 + 7] ^= 0x80; /* m = t + 1: e = 0 */
+    assert_int_equal(fa_shamir_decode(got, xs, shares, 5, 4, wrong), FA_ERR_VERIFY);
+    assert_int_equal(fa_shamir_split(secret, 4, xs, 8, shares, &rng), 0);
+    for (int i = 0; i < 3; i++) /* e = 2, three wrong */
+        for (int b = 0; b < 32; b++)
+            shares[32 * (2 * i) + b] ^= (uint8_t)(b + 1);
+    {
+        int rc = fa_shamir_decode(got, xs, shares, 8, 4, wrong);
+        assert_true(rc == FA_ERR_VERIFY || (rc == 0 && memcmp(got, secret, 32) != 0));
+    }
+    assert_int_equal(fa_shamir_decode(got, xs, shares, 3, 4, wrong), FA_ERR_INVAL);
+    xs[1] = xs[0];
+    assert_int_equal(fa_shamir_decode(got, xs, shares, 8, 4, wrong), FA_ERR_INVAL);
+}
+
 static void test_refusals(void **state)
 {
     uint8_t secret[32] = {1}, shares[3 * 32], got[32];
@@ -130,6 +236,9 @@ int main(void)
         cmocka_unit_test(test_every_t_subset),
         cmocka_unit_test(test_max_clients),
         cmocka_unit_test(test_single_share_uniform),
+        cmocka_unit_test(test_eval_at_other_holders),
+        cmocka_unit_test(test_decode_corrects),
+        cmocka_unit_test(test_decode_beyond_radius),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -177,6 +177,59 @@ static void test_inspect_other_files_and_errors(void **state)
     free(out);
 }
 
+/* A file whose names or metadata carry a terminal's escape sequences and
+ * newlines: a tensor name so made is refused (exit 1, the name shown
+ * escaped), metadata is shown escaped; nothing of either reaches the
+ * terminal raw. */
+static void write_raw(const char *path, const char *hdr, const uint8_t *data, size_t dlen)
+{
+    size_t n = strlen(hdr);
+    uint8_t len8[8];
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    fwrite(len8, 1, 8, f);
+    fwrite(hdr, 1, n, f);
+    fwrite(data, 1, dlen, f);
+    fclose(f);
+}
+
+static void test_inspect_hostile_names(void **state)
+{
+    char path[512], *out;
+    const uint8_t zeros[4] = {0}, bools[2] = {1, 7};
+    if (access(fedagg, X_OK) != 0)
+        skip();
+
+    snprintf(path, sizeof(path), "%s/esc.safetensors", tmpdir);
+    write_raw(path,
+              "{\"w\\u001b[2J\\u001b]0;owned\\u0007\\nfake\":{\"dtype\":\"F32\",\"shape\":[1],"
+              "\"data_offsets\":[0,4]}}",
+              zeros, 4);
+    assert_int_equal(run(&out, "model inspect %s", path), 1);
+    assert_non_null(strstr(out, "tensor name 'w\\x1b[2J\\x1b]0;owned\\x07\\x0afake'"));
+    assert_null(strchr(out, '\x1b'));
+    assert_null(strchr(out, '\a'));
+    free(out);
+
+    write_raw(path,
+              "{\"__metadata__\":{\"k\\u001b[31m\":\"line1\\nlevel=error\\u009b\"},"
+              "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+              zeros, 4);
+    assert_int_equal(run(&out, "model inspect %s", path), 0);
+    assert_non_null(strstr(out, "  k\\x1b[31m: line1\\x0alevel=error\\xc2\\x9b\n"));
+    assert_null(strchr(out, '\x1b'));
+    assert_null(strstr(out, "\nlevel=error"));
+    free(out);
+
+    /* a BOOL of 7: refused (init_file and the workers read with the same reader) */
+    write_raw(path, "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", bools, 2);
+    assert_int_equal(run(&out, "model inspect %s", path), 1);
+    assert_non_null(strstr(out, "tensor 'm' is BOOL but its element 1 is 7"));
+    free(out);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The tensor table: inspect with a config, diff, convert                   */
 /* ---------------------------------------------------------------------- */
@@ -612,6 +665,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_and_inspect),
         cmocka_unit_test(test_inspect_other_files_and_errors),
+        cmocka_unit_test(test_inspect_hostile_names),
         cmocka_unit_test(test_inspect_table_and_config),
         cmocka_unit_test(test_inspect_federated_metadata),
         cmocka_unit_test(test_diff),

@@ -248,7 +248,21 @@ static void test_add_errors_and_clone(void **state)
                "duplicate tensor 'a'");
     ASSERT_ERR(fa_tensors_add(t, "__metadata__", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
                "tensor '__metadata__': invalid name");
-    ASSERT_ERR(fa_tensors_add(t, "bad\xff", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL, "not UTF-8");
+    ASSERT_ERR(fa_tensors_add(t, "bad\xff", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
+               "tensor 'bad\\xff': invalid name");
+    /* names a terminal would not show as they are: refused, and shown
+     * escaped in the message */
+    ASSERT_ERR(fa_tensors_add(t, "w\x1b[2Jx", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
+               "tensor 'w\\x1b[2Jx': invalid name");
+    ASSERT_ERR(fa_tensors_add(t, "a\nlevel=error", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
+               "character at byte 1: a name must be printable UTF-8");
+    ASSERT_ERR(fa_tensors_add(t,
+                              "rtl\xe2\x80\xae"
+                              "evil",
+                              FA_ST_F32, 0, NULL, &err),
+               FA_ERR_INVAL, "character at byte 3");
+    ASSERT_ERR(fa_tensors_add(t, "c1\xc2\x9b", FA_ST_F32, 0, NULL, &err), FA_ERR_INVAL,
+               "character at byte 2");
     ASSERT_ERR(fa_tensors_add(t, "deep", FA_ST_F32, 9, s9, &err), FA_ERR_INVAL,
                "tensor 'deep': 9 dimensions (at most 8)");
     ASSERT_ERR(fa_tensors_add(t, "odd", (fa_st_dtype)FA_ST_NDTYPES, 0, NULL, &err), FA_ERR_INVAL,
@@ -276,6 +290,12 @@ static void test_add_errors_and_clone(void **state)
     assert_int_equal(fa_tensors_find(c, "caf\xc3\xa9")->dtype, FA_ST_BOOL);
     fa_tensors_del(c);
     fa_tensors_del(NULL);
+    /* printable UTF-8 of any script, and spaces, make names */
+    assert_int_equal(fa_tensors_new(&t, &err), 0);
+    assert_int_equal(
+        fa_tensors_add(t, "caf\xc3\xa9.weight \xe6\x9d\x83\xe9\x87\x8d", FA_ST_F32, 0, NULL, &err),
+        0);
+    fa_tensors_del(t);
 }
 
 /* ---------------------------------------------------------------------- */

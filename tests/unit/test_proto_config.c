@@ -99,6 +99,53 @@ static void test_model_delta_widths(void **state)
     }
 }
 
+/* The promotion policy: a good one loads with its defaults filled, each
+ * mistake is named at its field. */
+static void test_promotion_policy(void **state)
+{
+    Fedagg__AggregatorConfig *c = NULL;
+    fa_diags *d = NULL;
+    char text[2048];
+    (void)state;
+
+    snprintf(text, sizeof(text), "%spromotion { enabled: true channels: [\"production\"] }\n",
+             agg_text);
+    assert_int_equal(
+        load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_int_equal(fa_diags_count(d), 0);
+    assert_string_equal(c->promotion->metric, "accuracy");
+    assert_true(c->promotion->tolerance == 0.01);
+    assert_int_equal(c->promotion->on_regression, FEDAGG__REGRESSION_ACTION__REGRESSION_ROLLBACK);
+    protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+
+    snprintf(text, sizeof(text),
+             "%spromotion {\n  enabled: true\n  metric: \"top 1\"\n  tolerance: -0.5\n"
+             "  min_regions: 4\n  channels: [\"Prod\"]\n}\n",
+             agg_text);
+    c = NULL;
+    assert_int_not_equal(
+        load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_true(has_diag(d, "c.textproto:9:3: `promotion.metric` 'top 1'"));
+    assert_true(has_diag(d, "c.textproto:10:3: `promotion.tolerance` (-0.5)"));
+    assert_true(has_diag(d, "`promotion.min_regions` (4) must be 1 to the 3 regions"));
+    assert_true(has_diag(d, "`promotion.channels[0]` 'Prod'"));
+    if (c)
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+
+    /* judged by the evaluator: it must exist */
+    snprintf(text, sizeof(text), "%spromotion { enabled: true source: SOURCE_CENTRAL }\n",
+             agg_text);
+    c = NULL;
+    assert_int_not_equal(
+        load_text(FA_CONFIG_AGGREGATOR, text, FA_CONFIG_NO_FILES, (ProtobufCMessage **)&c, &d), 0);
+    assert_true(has_diag(d, "set `evaluation.command`"));
+    if (c)
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+    fa_diags_del(d);
+}
+
 static void test_worker_defaults(void **state)
 {
     static const char text[] =
@@ -476,13 +523,15 @@ static void test_federation_file(void **state)
         "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n"
         "regions { id: \"us-east\" identity_public_key_file: \"keys/us.pub\" }\n"
         "model { init_file: \"models/m.safetensors\" }\n"
-        "evaluator: \"fmnist-test\" trainer: \"cnn\" dataset: \"fmnist\"\n";
+        "evaluator: \"fmnist-test\" trainer: \"cnn\" dataset: \"fmnist\"\n"
+        "promotion { enabled: true source: SOURCE_CENTRAL channels: \"staging\" }\n";
     static const char bad[] =
         "federation_id: \"../x\"\n"                                        /* 1 */
         "regions { id: \"eu-west\" identity_public_key: \"" KEY_A "\" }\n" /* 2 */
         "round { threshold: 3 }\n"                                         /* 3 */
         "evaluation { command: [\"rm\", \"-rf\", \"/\"] }\n"               /* 4 */
-        "keep_versions: 0\n";                                              /* 5 */
+        "keep_versions: 0\n"                                               /* 5 */
+        "promotion { enabled: true source: SOURCE_CENTRAL }\n";            /* 6 */
     Fedagg__FederationConfig *f = NULL;
     ProtobufCMessage *m = NULL;
     fa_diags *d = NULL;
@@ -497,6 +546,7 @@ static void test_federation_file(void **state)
     assert_int_equal(f->round->threshold, 2); /* the same defaults as an aggregator's */
     assert_int_equal(f->model->n_hidden, 2);
     assert_int_equal(f->keep_versions, 10);
+    assert_true(f->promotion->enabled); /* its own gate, judged by its evaluator */
     protobuf_c_message_free_unpacked(&f->base, NULL);
     fa_diags_del(d);
 
@@ -509,6 +559,7 @@ static void test_federation_file(void **state)
     assert_true(has_diag(d, "c.textproto:4:14: `evaluation.command`: a federation file cannot "
                             "carry a command"));
     assert_true(has_diag(d, "c.textproto:5:1: `keep_versions` must be at least 1"));
+    assert_true(has_diag(d, "`promotion.source` SOURCE_CENTRAL judges by the evaluator command"));
     fa_diags_del(d);
     /* An aggregator config is not a federation file. */
     assert_int_equal(fa_config_guess_kind(agg_text, strlen(agg_text)), FA_CONFIG_AGGREGATOR);
@@ -522,13 +573,17 @@ static void test_service_config(void **state)
         "tls { cert_file: \"c.crt\" key_file: \"c.key\" ca_file: \"ca.crt\" }\n"
         "audit { signing_key_file: \"audit.key\" }\n"
         "service { dir: \"svc\" evaluators { name: \"e\" command: \"./eval\" } }\n"
-        "operators { name: \"alice\" teams: [\"vision\"] }\n";
+        "operators: [\"alice\"]\n"
+        "teams { name: \"vision\" operators: [\"alice\"] }\n";
     static const char bad[] =
         "tls { cert_file: \"c.crt\" key_file: \"c.key\" ca_file: \"ca.crt\" }\n"
         "audit { signing_key_file: \"audit.key\" }\n"
-        "service { dir: \"svc\" evaluators { name: \"e\" } }\n" /* 3 */
-        "operators { name: \"alice\" teams: [\"a b\"] }\n"      /* 4 */
-        "operators { name: \"alice\" }\n";                      /* 5 */
+        "service { dir: \"svc\" evaluators { name: \"e\" } }\n"     /* 3 */
+        "operators: [\"alice\"]\n"                                  /* 4 */
+        "teams { name: \"a b\" operators: [\"alice\"] }\n"          /* 5 */
+        "teams { name: \"v\" operators: [\"alice\", \"carol\"] }\n" /* 6 */
+        "teams { name: \"v\" }\n"                                   /* 7 */
+        "team: \"nlp\"\n";                                          /* 8 */
     Fedagg__AggregatorConfig *c = NULL;
     ProtobufCMessage *m = NULL;
     fa_diags *d = NULL;
@@ -541,16 +596,18 @@ static void test_service_config(void **state)
     assert_string_equal(c->service->origin, "fedagg-service");
     /* the process's own files go into the service's directory */
     assert_string_equal(c->quic->static_secret_file, "/etc/fedagg/svc/quic.secret");
-    assert_string_equal(c->operators[0]->teams[0], "vision");
+    assert_string_equal(c->teams[0]->operators[0], "alice");
     protobuf_c_message_free_unpacked(&c->base, NULL);
     fa_diags_del(d);
 
     assert_int_equal(load_text(FA_CONFIG_AGGREGATOR, bad, FA_CONFIG_NO_FILES, &m, &d),
                      FA_ERR_INVAL);
     assert_true(has_diag(d, "c.textproto:3:22: `service.evaluators[0].command`: give"));
-    assert_true(has_diag(d, "c.textproto:4:27: `operators[0].teams[0]` \"a b\""));
-    assert_true(has_diag(d, "c.textproto:5:13: `operators[1].name`: operator \"alice\" is "
-                            "listed twice"));
+    assert_true(has_diag(d, "c.textproto:5:9: `teams[0].name` \"a b\""));
+    assert_true(has_diag(d, "c.textproto:6:19: `teams[1].operators[1]` \"carol\" is not one "
+                            "of `operators`"));
+    assert_true(has_diag(d, "c.textproto:7:9: `teams[2].name`: team \"v\" is defined twice"));
+    assert_true(has_diag(d, "c.textproto:8:1: `team` \"nlp\" is not one of `teams`"));
     fa_diags_del(d);
     /* Without a service, regions stay required. */
     assert_int_equal(load_text(FA_CONFIG_AGGREGATOR,
@@ -570,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_defaults_and_paths),
         cmocka_unit_test(test_model_delta_widths),
         cmocka_unit_test(test_worker_defaults),
+        cmocka_unit_test(test_promotion_policy),
         cmocka_unit_test(test_worker_privacy),
         cmocka_unit_test(test_agent_config),
         cmocka_unit_test(test_meaning_errors_with_positions),

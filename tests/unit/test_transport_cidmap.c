@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/fa_err.h"
-#include "transport/cid_map.h"
+#include "transport/cid_map_internal.h"
 
 static void cid_of(uint8_t out[18], uint32_t i)
 {

@@ -160,11 +160,6 @@ static void test_route_mtu(void **state)
     in6.sin6_port = htons(9);
     in6.sin6_addr = in6addr_loopback;
     assert_int_equal(fa_udp_header_len((struct sockaddr *)&in6), 48);
-    mtu = fa_udp_route_mtu((struct sockaddr *)&in6, sizeof(in6));
-    if (mtu == 0)
-        fprintf(stderr, "test: no IPv6 loopback route here; skipping its MTU\n");
-    else
-        assert_true(mtu >= FA_QCONN_BIG_MTU);
     /* an IPv4-mapped peer has IPv4 headers */
     inet_pton(AF_INET6, "::ffff:127.0.0.1", &in6.sin6_addr);
     assert_int_equal(fa_udp_header_len((struct sockaddr *)&in6), 28);
@@ -173,6 +168,25 @@ static void test_route_mtu(void **state)
     memset(&un, 0, sizeof(un));
     un.ss_family = AF_UNIX;
     assert_int_equal(fa_udp_route_mtu((struct sockaddr *)&un, sizeof(un)), 0);
+}
+
+/* The IPv6 loopback's MTU: a machine (or container) without an IPv6
+ * loopback route cannot tell, and the test shows as skipped there. */
+static void test_route_mtu_ipv6(void **state)
+{
+    struct sockaddr_in6 in6;
+    unsigned mtu;
+
+    memset(&in6, 0, sizeof(in6));
+    in6.sin6_family = AF_INET6;
+    in6.sin6_port = htons(9);
+    in6.sin6_addr = in6addr_loopback;
+    mtu = fa_udp_route_mtu((struct sockaddr *)&in6, sizeof(in6));
+    if (mtu == 0) {
+        fprintf(stderr, "test: no IPv6 loopback route here\n");
+        skip();
+    }
+    assert_true(mtu >= FA_QCONN_BIG_MTU);
 }
 
 /* ---------------------------------------------------------- on the wire */
@@ -433,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_plan_auto),
         cmocka_unit_test(test_plan_explicit),
         cmocka_unit_test(test_route_mtu),
+        cmocka_unit_test(test_route_mtu_ipv6),
         cmocka_unit_test(test_loopback_path_sized_both_ways),
         cmocka_unit_test(test_stalled_peer_is_no_black_hole),
         cmocka_unit_test(test_pinned_internet_sized),

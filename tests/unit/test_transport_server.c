@@ -108,6 +108,71 @@ static void test_routes_status_query_headers(void **state)
     fa_h3_client_del(c);
 }
 
+/* HEAD is GET without the body (RFC 9110 9.3.2): the GET route answers,
+ * with the headers (Content-Length included) GET would send and no body;
+ * errors too come without one; and the connection carries on. */
+static void test_head_answers_headers_only(void **state)
+{
+    fa_h3_client *c = client_for(&srv, NULL);
+    fa_h3_response resp;
+    fa_error err = {0};
+    fa_h3_client_stats st;
+    int released = atomic_load(&tp_ref_released);
+
+    assert_int_equal(do_req(c, "HEAD", "/gen/100000", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    assert_int_equal(resp.status, 200);
+    assert_string_equal(fa_h3_response_header(&resp, "content-length"), "100000");
+    assert_int_equal(resp.body_received, 0);
+    fa_h3_response_free(&resp);
+    assert_int_equal(do_req(c, "HEAD", "/ref/5000", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    assert_int_equal(resp.status, 200);
+    assert_string_equal(fa_h3_response_header(&resp, "content-length"), "5000");
+    assert_int_equal(resp.body_received, 0);
+    fa_h3_response_free(&resp);
+    /* refusals: a POST-only path, no path at all */
+    assert_int_equal(do_req(c, "HEAD", "/upload", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    assert_int_equal(resp.status, 405);
+    assert_int_equal(resp.body_received, 0);
+    fa_h3_response_free(&resp);
+    assert_int_equal(do_req(c, "HEAD", "/nothing", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    assert_int_equal(resp.status, 404);
+    assert_int_equal(resp.body_received, 0);
+    fa_h3_response_free(&resp);
+    /* the same connection serves the GET after them */
+    tp_download(c, 1000);
+    /* the handler's buffer of the HEAD was released all the same (once the
+     * client acknowledged the stream's end, which it does while it waits
+     * for a later response) */
+    for (int i = 0; i < 500 && atomic_load(&tp_ref_released) == released; i++)
+        usleep(2000);
+    assert_int_equal(atomic_load(&tp_ref_released), released + 1);
+    fa_h3_client_get_stats(c, &st);
+    assert_int_equal(st.connects, 1);
+    fa_h3_client_del(c);
+}
+
+/* A malformed message (here a request body longer than its
+ * content-length) is an error of its stream (RFC 9114 4.1.2): that
+ * request fails, the connection carries the next one.  The same rule
+ * keeps a client's connection when a server sends a body after HEAD. */
+static void test_malformed_message_resets_only_its_stream(void **state)
+{
+    fa_h3_client *c = client_for(&srv, NULL);
+    fa_h3_response resp;
+    fa_error err = {0};
+    fa_h3_client_stats st;
+    tp_gen g = {0, 10, 0};
+    int rv;
+
+    rv = do_req(c, "POST", "/upload", NULL, 0, &g, 5, 5000, &resp, &err);
+    assert_int_not_equal(rv, 0);
+    assert_int_not_equal(rv, FA_ERR_TIMEOUT);
+    tp_upload(c, 1000);
+    fa_h3_client_get_stats(c, &st);
+    assert_int_equal(st.connects, 1);
+    fa_h3_client_del(c);
+}
+
 static void test_413_keeps_connection_usable(void **state)
 {
     fa_h3_client *c = client_for(&srv, NULL);
@@ -662,6 +727,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes_status_query_headers),
+        cmocka_unit_test(test_head_answers_headers_only),
+        cmocka_unit_test(test_malformed_message_resets_only_its_stream),
         cmocka_unit_test(test_413_keeps_connection_usable),
         cmocka_unit_test(test_backpressure_holds_sender_to_window),
         cmocka_unit_test(test_long_poll_outlives_idle_timeout),

@@ -14,7 +14,7 @@
 
 #include <ngtcp2/ngtcp2_crypto.h>
 
-#include "transport/stateless.h"
+#include "transport/stateless_internal.h"
 
 static uint8_t next_byte;
 static void fixed_rand(uint8_t *p, size_t n)

@@ -9,7 +9,7 @@
 
 #include <stdlib.h>
 
-#include "transport/timer_heap.h"
+#include "transport/timer_heap_internal.h"
 
 #define N 500
 

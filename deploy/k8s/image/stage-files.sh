@@ -31,8 +31,9 @@ dest=$1
 shift
 [ -d "$dest" ] || die "destination $dest is not a directory (mount the emptyDir there)"
 [ -w "$dest" ] || die "destination $dest is not writable by uid $(id -u)"
-seen=$(mktemp) || die "mktemp failed"
-trap 'rm -f "$seen"' EXIT
+# The files staged so far, '|'-separated: kept in memory, since the container's root
+# filesystem, /tmp included, is read-only.
+seen="|"
 
 for spec in "$@"; do
     kind=${spec%%:*}
@@ -60,10 +61,10 @@ for spec in "$@"; do
         if [ ! -f "$f" ]; then
             die "$f is not a regular file (a ConfigMap or Secret key with items.path in a subdirectory?)"
         fi
-        if grep -qxF "$out/$name" "$seen"; then
-            die "$out/$name comes from two sources; the second is $f"
-        fi
-        echo "$out/$name" >>"$seen"
+        case $seen in
+        *"|$out/$name|"*) die "$out/$name comes from two sources; the second is $f" ;;
+        esac
+        seen="$seen$out/$name|"
         rm -f "$out/$name"
         # install(1): new file, this user's, the mode set before any byte is readable.
         install -m "$mode" "$f" "$out/$name" || die "cannot copy $f to $out/$name"

@@ -28,6 +28,7 @@
 
 #include "common/fa_file.h"
 #include "common/fa_log.h"
+#include "common/fa_version.h"
 #include "common/fa_time.h"
 
 #ifndef UDP_GRO
@@ -474,17 +475,38 @@ static void flush_due(edge *e, uint64_t now)
 
 /* --- housekeeping -------------------------------------------------------- */
 
+/* The counters of one direction as fa_log arguments (14, in DIR_KV's
+ * order), and the format of their keys. */
+#define DIR_KV(d)                                                                                  \
+    d "_in=%llu " d "_out=%llu " d "_dropped=%llu " d "_corrupted=%llu " d "_duplicated=%llu " d   \
+      "_reordered=%llu " d "_bytes_in=%llu " d "_bytes_out=%llu " d "_dropped_loss=%llu " d        \
+      "_dropped_burst=%llu " d "_dropped_blackhole=%llu " d "_dropped_queue=%llu " d               \
+      "_dropped_buffer=%llu " d "_dropped_edge=%llu"
+#define DIR_ARGS(s)                                                                                \
+    (unsigned long long)(s)->in, (unsigned long long)(s)->out,                                     \
+        (unsigned long long)((s)->dropped_loss + (s)->dropped_burst + (s)->dropped_blackhole +     \
+                             (s)->dropped_queue + (s)->dropped_buffer + (s)->dropped_edge),        \
+        (unsigned long long)(s)->corrupted, (unsigned long long)(s)->duplicated,                   \
+        (unsigned long long)(s)->reordered, (unsigned long long)(s)->bytes_in,                     \
+        (unsigned long long)(s)->bytes_out, (unsigned long long)(s)->dropped_loss,                 \
+        (unsigned long long)(s)->dropped_burst, (unsigned long long)(s)->dropped_blackhole,        \
+        (unsigned long long)(s)->dropped_queue, (unsigned long long)(s)->dropped_buffer,           \
+        (unsigned long long)(s)->dropped_edge
+
+/* The counters, one key=value each through fa_log's format (which
+ * escapes a pre-built list of pairs as one value). */
 static void log_stats(edge *e, const char *msg)
 {
-    char buf[2048];
-    fa_relay_stats_format(e->core, buf, sizeof(buf));
+    const fa_relay_dir_stats *c = fa_relay_stats(e->core, FA_RELAY_C2S);
+    const fa_relay_dir_stats *s = fa_relay_stats(e->core, FA_RELAY_S2C);
     fa_log(FA_LOG_INFO, msg,
-           "%s queued=%zu clients=%u clients_total=%llu clients_refused=%llu "
-           "clients_expired=%llu gro_split=%llu truncated=%llu late_max_us=%llu",
-           buf, fa_relay_queued(e->core), e->nsessions, (unsigned long long)e->clients_total,
-           (unsigned long long)e->clients_refused, (unsigned long long)e->clients_expired,
-           (unsigned long long)e->gro_split, (unsigned long long)e->truncated,
-           (unsigned long long)(e->late_max_ns / 1000));
+           DIR_KV("c2s") " " DIR_KV("s2c") " queued=%zu clients=%u clients_total=%llu "
+                                           "clients_refused=%llu clients_expired=%llu "
+                                           "gro_split=%llu truncated=%llu late_max_us=%llu",
+           DIR_ARGS(c), DIR_ARGS(s), fa_relay_queued(e->core), e->nsessions,
+           (unsigned long long)e->clients_total, (unsigned long long)e->clients_refused,
+           (unsigned long long)e->clients_expired, (unsigned long long)e->gro_split,
+           (unsigned long long)e->truncated, (unsigned long long)(e->late_max_ns / 1000));
 }
 
 static void housekeeping(edge *e, uint64_t now)
@@ -823,7 +845,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (!strcmp(argv[i], "--version")) {
-            printf("fedagg-relay %s\n", FA_VERSION);
+            printf("fedagg-relay %s\n", fa_version);
             return 0;
         }
     }

@@ -1,4 +1,4 @@
-/* cid_map.h - connection IDs to connections (internal to transport/).
+/* cid_map_internal.h - connection IDs to connections (internal to transport/).
  *
  * The server routes each datagram by its Destination Connection ID (RFC
  * 9000 5.2): every CID a connection has issued, and the client's first
@@ -7,8 +7,8 @@
  * of its hands), doubled when it holds two entries per bucket; as ngtcp2
  * keeps its own in ngtcp2_map.c.
  */
-#ifndef FA_TRANSPORT_CID_MAP_H
-#define FA_TRANSPORT_CID_MAP_H
+#ifndef FA_TRANSPORT_CID_MAP_INTERNAL_H
+#define FA_TRANSPORT_CID_MAP_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

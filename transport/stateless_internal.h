@@ -1,4 +1,4 @@
-/* stateless.h - the server's replies that need no connection (internal to
+/* stateless_internal.h - the server's replies that need no connection (internal to
  * transport/): Version Negotiation, Retry, a refusing CONNECTION_CLOSE and
  * Stateless Reset.
  *
@@ -7,8 +7,8 @@
  * length; the server sends it.  Tests drive them with a fixed random source
  * and check the packets with ngtcp2's own parsers and verifiers.
  */
-#ifndef FA_TRANSPORT_STATELESS_H
-#define FA_TRANSPORT_STATELESS_H
+#ifndef FA_TRANSPORT_STATELESS_INTERNAL_H
+#define FA_TRANSPORT_STATELESS_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

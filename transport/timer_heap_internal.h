@@ -1,4 +1,4 @@
-/* timer_heap.h - a binary min-heap of deadlines (internal to transport/).
+/* timer_heap_internal.h - a binary min-heap of deadlines (internal to transport/).
  *
  * The server keeps each connection's next ngtcp2 expiry and the
  * application's timers in one heap and sleeps until its top, as ngtcp2
@@ -7,8 +7,8 @@
  * one is O(log n) without a search.  Equal deadlines come out in no
  * particular order.
  */
-#ifndef FA_TRANSPORT_TIMER_HEAP_H
-#define FA_TRANSPORT_TIMER_HEAP_H
+#ifndef FA_TRANSPORT_TIMER_HEAP_INTERNAL_H
+#define FA_TRANSPORT_TIMER_HEAP_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
