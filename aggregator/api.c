@@ -237,10 +237,31 @@ static void flush(fa_api *a)
     }
 }
 
+/* A draining server (SIGTERM, a finished federation) waits for the
+ * requests in flight; a long-poll may wait for a phase deadline, minutes
+ * away.  Each is answered 503 at once instead: its region retries, against
+ * this aggregator's successor, and a resumed round answers it there. */
+static void answer_for_drain(fa_api *a)
+{
+    size_t n = 0;
+    while (a->pending) {
+        struct req_ctx *c = a->pending;
+        pending_remove(a, c);
+        respond_error(c, c->req, 503, "the aggregator is stopping: retry");
+        n++;
+    }
+    if (n)
+        fa_log(FA_LOG_INFO, "draining: held long-polls answered", "requests=%zu", n);
+}
+
 static void hold(struct req_ctx *c)
 {
     fa_api *a = c->api;
     fa_fed_reply r = {0};
+    if (fa_h3_server_draining(a->srv)) {
+        respond_error(c, c->req, 503, "the aggregator is stopping: retry");
+        return;
+    }
     if (fa_fed_poll(c->fed, c->kind, c->region, c->round, c->attempt, &r)) {
         respond_reply(c, &r);
         fa_fed_reply_free(&r);
@@ -256,6 +277,8 @@ void fa_api_tick(fa_api *a)
 {
     fa_service_tick(a->svc, fa_time_mono_ms());
     flush(a);
+    if (a->pending && a->srv && fa_h3_server_draining(a->srv))
+        answer_for_drain(a);
     fa_log_set_scope(NULL);
     if (fa_service_fatal(a->svc)) {
         fa_log(FA_LOG_ERROR, "stopping: a committed round could not be recorded", NULL);

@@ -277,6 +277,11 @@ int fa_h3_server_run(fa_h3_server *srv, fa_error *err);
  * requests, requests in flight finish, then fa_h3_server_run() returns. */
 void fa_h3_server_drain(fa_h3_server *srv);
 
+/* Loop thread: 1 once a drain has started (the application answers the
+ * requests it holds open for an event, such as long-polls, rather than
+ * keep the drain waiting for them), else 0. */
+int fa_h3_server_draining(const fa_h3_server *srv);
+
 /* Thread-safe and async-signal-safe: makes fa_h3_server_run() return soon,
  * closing every connection. */
 void fa_h3_server_stop(fa_h3_server *srv);

@@ -217,6 +217,11 @@ void fa_h3_server_drain(fa_h3_server *s)
     wake(s);
 }
 
+int fa_h3_server_draining(const fa_h3_server *s)
+{
+    return s->draining;
+}
+
 void fa_h3_server_stop(fa_h3_server *s)
 {
     atomic_store(&s->stop_req, 1);

@@ -4,7 +4,8 @@
 # a masked upload, after the unmasked sum was saved, and between the model
 # commit and its audit record.  The workers keep running and retry; every
 # round resumes or completes, model versions stay contiguous, and the audit
-# log verifies with no gap or duplicate.
+# log verifies with no gap or duplicate.  Last, SIGTERM while regions hold
+# long-polls: the drain answers them at once and the aggregator exits 0.
 source "$FA_SRC/tests/integration/fedtest.sh"
 fed_need_test_hooks
 
@@ -48,6 +49,21 @@ grep -q 'msg="repairing the audit log' "$agg" || fail "the commit/append crash w
 grep -q 'msg="completing the round whose result was saved' "$agg" ||
     fail "the saved result was not completed"
 grep -q 'msg="resuming the round in flight"' "$agg" || fail "no round was resumed"
+
+# SIGTERM while regions wait on a phase: ap-south stopped, the other two
+# hold long-polls on it (each phase's deadline is 20 s or more).  The drain
+# answers them at once and exits 0, rather than waiting for them to time
+# out.
+kill -STOP "$(fed_worker_pid ap-south)"
+sleep 3
+kill -TERM "$FED_AGG_PID"
+st=0
+wait "$FED_AGG_PID" || st=$?
+kill -CONT "$(fed_worker_pid ap-south)"
+[ "$st" = 0 ] || fail "the aggregator exited $st on SIGTERM"
+grep -q 'msg="draining: held long-polls answered"' "$agg" ||
+    fail "the drain did not answer the held long-polls: $(grep -i drain "$agg" | tail -3)"
+! grep -q 'msg="drain timeout' "$agg" || fail "the drain waited for its timeout"
 fed_stop_all
 check_audit_and_versions
 echo "PASS: $(fed_rounds_completed "$D") rounds across 7 aggregator crashes"

@@ -141,10 +141,10 @@ tail_s=$((SECONDS - t_last))
 check_alive
 
 # --- a clean stop: every process exits 0 on SIGTERM -------------------------
-# The aggregator first: its drain lets the long-polls in flight finish (at
-# the latest at their phase deadline) while the workers still read them;
-# workers stopped first would leave their requests open on the aggregator
-# until its drain timeout (30 s).
+# The aggregator first: its drain answers the long-polls it holds (503:
+# retry) and lets the uploads in flight finish while the workers still read
+# them; workers stopped first would leave their requests open on the
+# aggregator until its drain timeout (30 s).
 stop_clean() {
     local name=$1 pid=$2 st=0
     kill -TERM "$pid" 2>/dev/null || true
