@@ -298,8 +298,10 @@ static int admit(void *arg, int role, const char *name, char *why, size_t whycap
 {
     struct app *a = arg;
     if (role == FA_H3_ROLE_REGION) {
-        if (fa_service_is_member(a->svc, name))
-            return 1;
+        /* a region agent runs one worker, one connection, per federation */
+        size_t n = fa_service_invitations(a->svc, name);
+        if (n)
+            return n < 1024 ? (int)n : 1024;
         snprintf(why, whycap,
                  "names region '%s', which is not a member of any federation of this service",
                  name);

@@ -613,12 +613,12 @@ int fa_service_fed_ended(const fa_service *s, const fa_fed *fed)
     return 0;
 }
 
-int fa_service_is_member(const fa_service *s, const char *region)
+size_t fa_service_invitations(const fa_service *s, const char *region)
 {
+    size_t n = 0;
     for (size_t i = 0; i < s->n; i++)
-        if (invites(s->feds[i], region))
-            return 1;
-    return 0;
+        n += (size_t)invites(s->feds[i], region);
+    return n;
 }
 
 /* The size of the current model file, 0 when unknown. */

@@ -116,9 +116,10 @@ int fa_service_fed_for_region(fa_service *s, const char *id, const char *region,
  * rounds. */
 int fa_service_fed_ended(const fa_service *s, const fa_fed *fed);
 
-/* 1 when region is invited to some federation of the service (the
- * membership a handshake checks). */
-int fa_service_is_member(const fa_service *s, const char *region);
+/* How many federations of the service invite region: 0 when it is no
+ * member (the membership a handshake checks); a region's share of
+ * connections grows with it, one worker a federation. */
+size_t fa_service_invitations(const fa_service *s, const char *region);
 
 /* GET /v1/federations: the FederationList (packed, malloc'ed) of the
  * federations inviting region, archived ones left out.  Returns 0 or

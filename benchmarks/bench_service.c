@@ -79,7 +79,11 @@ static int write_service_config(const char *path, const char *dir, int port, int
              "audit { signing_key_file: \"keys/aggregator.key\" }\n"
              "service { dir: \"%s\" max_federations: 1024 }\n"
              "operators: [\"bench\"]\n"
-             "quic { idle_timeout_ms: 900000 }\n"
+             /* every region client of the bench comes from 127.0.0.1, where
+              * a real service sees one address a region: the per-address
+              * caps raised above the 2 x 50 clients of service_many */
+             "quic { idle_timeout_ms: 900000 max_connections_per_address: 1024 "
+             "max_handshakes_per_address: 256 }\n"
              "dashboard { enabled: false }\n",
              port, mport, dir);
     return fa_rbench_write_text(path, text);

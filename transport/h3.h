@@ -170,9 +170,11 @@ typedef struct fa_h3_server_config {
     uint64_t max_buffered_bytes;
     uint64_t max_buffered_bytes_per_identity;
     /* Membership at the handshake: called (loop thread) once a client's
-     * certificate has verified and its identity is read; returns 1 to
-     * admit role/name, or 0 and a reason in why, and the handshake is
-     * refused with a TLS alert.  NULL admits every certificate of the CA. */
+     * certificate has verified and its identity is read; returns n > 0 to
+     * admit role/name with a share of n (it may hold n times
+     * max_connections_per_identity connections: a region in n
+     * federations), or 0 and a reason in why, and the handshake is refused
+     * with a TLS alert.  NULL admits every certificate of the CA, share 1. */
     int (*admit)(void *arg, int role, const char *name, char *why, size_t whycap);
     void *admit_arg;
     /* Revocation: a CRL file (PEM or DER, signed by a CA of ca_file);
@@ -214,7 +216,8 @@ typedef struct fa_h3_server_config {
  * oldest handshake of all makes room: a flood that answers Retry from
  * many addresses delays fresh clients by one round trip, it does not lock
  * them out.  A certificate's region or operator may hold
- * max_connections_per_identity connections: its oldest connection without
+ * max_connections_per_identity connections (times its share, see admit
+ * above): its oldest connection without
  * a request in flight makes room for a new one (a region that restarted),
  * and when all are busy the new one is refused with CONNECTION_REFUSED
  * after its handshake (the client retries later; this is no certificate

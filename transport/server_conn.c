@@ -75,17 +75,17 @@ static int qc_handshake_done(fa_qconn *qc)
     if (!qc->verified) /* cannot happen with GNUTLS_CERT_REQUIRE; belt and braces */
         return -1;
     fa_srv_slot_handshake_done(s, c);
-    /* one identity holds at most max_connections_per_identity: its oldest
-     * idle connection gives way (a region that restarted left it behind),
-     * else the new one is refused, as a full server refuses, so that the
-     * client tries again later */
-    if (identity_connections(c, &idle) >= s->cfg.max_connections_per_identity) {
+    /* one identity holds at most max_connections_per_identity times its
+     * share: its oldest idle connection gives way (a region that restarted
+     * left it behind), else the new one is refused, as a full server
+     * refuses, so that the client tries again later */
+    if (identity_connections(c, &idle) >= (size_t)s->cfg.max_connections_per_identity * c->share) {
         if (!idle) {
             s->st.refused_identity++;
             qc->refusal = FA_REFUSED_IDENTITY;
             snprintf(qc->verify_fail, sizeof(qc->verify_fail),
-                     "%s %s holds max_connections_per_identity (%u) connections, all busy", role,
-                     qc->peer_id, s->cfg.max_connections_per_identity);
+                     "%s %s holds max_connections_per_identity (%u) x %u connections, all busy",
+                     role, qc->peer_id, s->cfg.max_connections_per_identity, c->share);
             ngtcp2_connection_close_error_set_transport_error(
                 &qc->last_error, NGTCP2_CONNECTION_REFUSED, (const uint8_t *)"too many connections",
                 strlen("too many connections"));
@@ -115,8 +115,10 @@ static int qc_peer_admit(fa_qconn *qc, char *why, size_t cap)
 {
     srv_conn *c = (srv_conn *)qc;
     const fa_h3_server_config *cfg = &c->srv->cfg;
-    if (cfg->admit && !cfg->admit(cfg->admit_arg, qc->peer_role, qc->peer_id, why, cap))
+    int share = cfg->admit ? cfg->admit(cfg->admit_arg, qc->peer_role, qc->peer_id, why, cap) : 1;
+    if (share <= 0)
         return 0;
+    c->share = (uint32_t)share;
     return 1;
 }
 
@@ -165,6 +167,7 @@ srv_conn *fa_srv_conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
 
     if (!c)
         return NULL;
+    c->share = 1;
     fa_timer_item_init(&c->h.t);
     c->h.kind = HI_CONN;
     c->srv = s;

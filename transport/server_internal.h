@@ -75,6 +75,7 @@ typedef struct srv_conn {
     unsigned close_rx; /* packets received while closing (resend on powers of 2) */
     int established;   /* handshake completed */
     int goaway_sent;
+    uint32_t share;    /* of max_connections_per_identity: the admit hook's (1 without) */
     fa_h3_request *reqs; /* open requests */
     size_t nreqs;
     char addr[64];

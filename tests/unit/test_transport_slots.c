@@ -277,6 +277,53 @@ static void test_connections_per_identity(void **state)
     tp_server_stop(&srv);
 }
 
+/* The admit hook's share: a region in two federations (two workers) may
+ * hold twice max_connections_per_identity, busy; a third is refused. */
+static int admit_share_two(void *arg, int role, const char *name, char *why, size_t cap)
+{
+    (void)arg, (void)role, (void)why, (void)cap;
+    return !strcmp(name, "eu-west") ? 2 : 1;
+}
+
+static void test_identity_share(void **state)
+{
+    fa_h3_server_config cfg;
+    tp_server srv;
+    fa_h3_client *a, *b, *c;
+    struct poll_arg pa, pb;
+    pthread_t ta, tb;
+    fa_error err = {0};
+    fa_h3_server_stats st;
+
+    (void)state;
+    tp_server_config(&cfg);
+    cfg.max_connections_per_identity = 1;
+    cfg.admit = admit_share_two;
+    assert_int_equal(tp_server_start(&srv, &cfg), 0);
+    a = client_as(&srv, "eu-west", 3000);
+    b = client_as(&srv, "eu-west", 3000);
+    c = client_as(&srv, "eu-west", 3000);
+    pa.c = a;
+    pb.c = b;
+    assert_int_equal(pthread_create(&ta, NULL, long_poll, &pa), 0);
+    usleep(300 * 1000);
+    assert_int_equal(pthread_create(&tb, NULL, long_poll, &pb), 0);
+    usleep(500 * 1000);
+    assert_int_equal(fa_h3_client_connect(c, 3000, &err), FA_ERR_QUIC);
+    assert_non_null(strstr(err.msg, "0x2")); /* CONNECTION_REFUSED */
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(pa.status, 200); /* both held at once: the share of two */
+    assert_int_equal(pb.status, 200);
+    st = tp_server_stats(srv.srv);
+    assert_int_equal(st.refused_identity, 1);
+    assert_int_equal(st.evicted_identity, 0);
+    fa_h3_client_del(a);
+    fa_h3_client_del(b);
+    fa_h3_client_del(c);
+    tp_server_stop(&srv);
+}
+
 /* ---------------------------------------------------- membership */
 
 static int admit_eu_west_only(void *arg, int role, const char *name, char *why, size_t cap)
@@ -666,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_halfopen_times_out),
         cmocka_unit_test(test_connections_per_address),
         cmocka_unit_test(test_connections_per_identity),
+        cmocka_unit_test(test_identity_share),
         cmocka_unit_test(test_non_member_refused_at_handshake),
         cmocka_unit_test(test_crl_refuses_and_reloads),
         cmocka_unit_test(test_bad_crl_at_start),
