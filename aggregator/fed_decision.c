@@ -37,24 +37,7 @@ static int append(fa_fed *f, const Fedagg__SignedDecision *sd, fa_error *err)
     Fedagg__AuditRecord rec = FEDAGG__AUDIT_RECORD__INIT;
     uint64_t now = fa_time_unix_ms();
 
-    rec.version = 1;
-    rec.federation_id = f->federation_id;
-    rec.round = f->round;
-    rec.attempt = f->attempt;
-    rec.start_unix_ms = now;
-    rec.commit_unix_ms = now;
-    rec.config_digest.data = f->config_digest;
-    rec.config_digest.len = 32;
-    rec.prev_model_sha256.data = f->cur.model_sha256;
-    rec.prev_model_sha256.len = 32;
-    rec.new_model_sha256.data = f->cur.model_sha256;
-    rec.new_model_sha256.len = 32;
-    rec.prev_version = f->cur.version;
-    rec.new_version = f->cur.version;
-    rec.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
-    rec.tensor_table_digest.len = 32;
-    rec.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
-    rec.software_version = FA_VERSION;
+    fa_fed_action_record_init(f, &rec, now);
     rec.decision = (Fedagg__SignedDecision *)sd;
     return fa_audit_log_append(f->audit, &rec, NULL, err);
 }

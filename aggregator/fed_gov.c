@@ -206,30 +206,12 @@ static void refresh(fa_fed *f)
 /* Records                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* The fields every governance record has: the round in flight, the
- * current model as both previous and new. */
+/* The fields every governance record has: an action's (the round in
+ * flight, the current model as both previous and new), and the size. */
 static void record_init(fa_fed *f, Fedagg__AuditRecord *rec, uint64_t now)
 {
-    fedagg__audit_record__init(rec);
-    rec->version = 1;
-    rec->federation_id = f->federation_id;
-    rec->round = f->round;
-    rec->attempt = f->attempt;
-    rec->start_unix_ms = now;
-    rec->commit_unix_ms = now;
-    rec->config_digest.data = f->config_digest;
-    rec->config_digest.len = 32;
-    rec->prev_model_sha256.data = f->cur.model_sha256;
-    rec->prev_model_sha256.len = 32;
-    rec->new_model_sha256.data = f->cur.model_sha256;
-    rec->new_model_sha256.len = 32;
-    rec->prev_version = f->cur.version;
-    rec->new_version = f->cur.version;
-    rec->tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
-    rec->tensor_table_digest.len = 32;
-    rec->num_tensors = fa_tensors_count(fa_global_model_table(f->model));
+    fa_fed_action_record_init(f, rec, now);
     rec->num_params = f->d;
-    rec->software_version = FA_VERSION;
 }
 
 static int append(fa_fed *f, const Fedagg__AuditRecord *rec, const char *what, fa_error *err)

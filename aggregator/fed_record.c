@@ -280,6 +280,29 @@ int fa_fed_append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sh
     return 0;
 }
 
+void fa_fed_action_record_init(fa_fed *f, Fedagg__AuditRecord *rec, uint64_t now)
+{
+    fedagg__audit_record__init(rec);
+    rec->version = 1;
+    rec->federation_id = f->federation_id;
+    rec->round = f->round;
+    rec->attempt = f->attempt;
+    rec->start_unix_ms = now;
+    rec->commit_unix_ms = now;
+    rec->config_digest.data = f->config_digest;
+    rec->config_digest.len = 32;
+    rec->prev_model_sha256.data = f->cur.model_sha256;
+    rec->prev_model_sha256.len = 32;
+    rec->new_model_sha256.data = f->cur.model_sha256;
+    rec->new_model_sha256.len = 32;
+    rec->prev_version = f->cur.version;
+    rec->new_version = f->cur.version;
+    rec->tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
+    rec->tensor_table_digest.len = 32;
+    rec->num_tensors = fa_tensors_count(fa_global_model_table(f->model));
+    rec->software_version = FA_VERSION;
+}
+
 /* Appends the signed record of an operator's action. */
 int fa_fed_append_admin_record(fa_fed *f, const char *op, const char *action, const char *region,
                                const char *reason, fa_error *err)
@@ -296,24 +319,7 @@ int fa_fed_append_admin_record(fa_fed *f, const char *op, const char *action, co
     a.region = (char *)(region ? region : "");
     a.reason = (char *)reason;
     a.unix_ms = now;
-    rec.version = 1;
-    rec.federation_id = f->federation_id;
-    rec.round = f->round;
-    rec.attempt = f->attempt;
-    rec.start_unix_ms = now;
-    rec.commit_unix_ms = now;
-    rec.config_digest.data = f->config_digest;
-    rec.config_digest.len = 32;
-    rec.prev_model_sha256.data = f->cur.model_sha256;
-    rec.prev_model_sha256.len = 32;
-    rec.new_model_sha256.data = f->cur.model_sha256;
-    rec.new_model_sha256.len = 32;
-    rec.prev_version = f->cur.version;
-    rec.new_version = f->cur.version;
-    rec.tensor_table_digest.data = (uint8_t *)fa_global_model_digest(f->model);
-    rec.tensor_table_digest.len = 32;
-    rec.num_tensors = fa_tensors_count(fa_global_model_table(f->model));
-    rec.software_version = FA_VERSION;
+    fa_fed_action_record_init(f, &rec, now);
     rec.admin = &a;
     rc = fa_audit_log_append(f->audit, &rec, &ar, err);
     if (rc != 0)

@@ -215,6 +215,11 @@ int fa_fed_append_record(fa_fed *f, uint64_t prev_version, const uint8_t prev_sh
                          uint64_t commit_ms, fa_error *err);
 int fa_fed_append_admin_record(fa_fed *f, const char *op, const char *action, const char *region,
                                const char *reason, fa_error *err);
+/* The fields of a record of an action that changes no model (an
+ * operator's, a region's decision, governance): the round in flight, the
+ * current model as both previous and new, the config and software; rec is
+ * initialised first.  The pointers are f's. */
+void fa_fed_action_record_init(fa_fed *f, Fedagg__AuditRecord *rec, uint64_t now);
 
 /* fed_status.c */
 const char *fa_fed_phase_name(int phase);
