@@ -32,6 +32,18 @@ agent_pki() {
         fail "pki.sh --operators: $(cat "$D/logs/pki-ops.log")"
 }
 
+# agent_service_setup: the data, PKI and keys of $REGIONS, and the config
+# of a service "central" on free ports $PORT (UDP) and $MPORT (metrics),
+# with its operator's.
+agent_service_setup() {
+    FED_ALPHA=0.5 FED_SEED=3 fed_setup "$D" "${REGIONS[@]}"
+    agent_pki
+    PORT=$(fed_free_port udp)
+    MPORT=$(fed_free_port tcp)
+    service_config central "$PORT" "$MPORT"
+    operator_config central "$PORT"
+}
+
 service_config() {
     local name=$1 port=$2 mport=$3
     mkdir -p "$D/svc-$name"

@@ -26,12 +26,7 @@ AGENT_ROUND='min_regions: 2
   consistency_deadline_ms: 20000
   unmask_deadline_ms: 20000'
 
-FED_ALPHA=0.5 FED_SEED=3 fed_setup "$D" "${REGIONS[@]}"
-agent_pki
-PORT=$(fed_free_port udp)
-MPORT=$(fed_free_port tcp)
-service_config central "$PORT" "$MPORT"
-operator_config central "$PORT"
+agent_service_setup
 agent_config eu-west "$(dataset_block fmnist eu-west \
     'privacy { target_epsilon: 5.2 noise_multiplier: 1.2 clip: 1.0 sampling_rate: 0.2 }')
   trainers { name: \"mlp\" builtin { $FED_TRAINER } }

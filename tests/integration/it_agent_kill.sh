@@ -21,12 +21,7 @@ AGENT_ROUND='min_regions: 3
   consistency_deadline_ms: 30000
   unmask_deadline_ms: 30000'
 
-FED_ALPHA=0.5 FED_SEED=3 fed_setup "$D" "${REGIONS[@]}"
-agent_pki
-PORT=$(fed_free_port udp)
-MPORT=$(fed_free_port tcp)
-service_config central "$PORT" "$MPORT"
-operator_config central "$PORT"
+agent_service_setup
 for r in "${REGIONS[@]}"; do
     agent_config "$r" "$(dataset_block fmnist "$r")
   trainers { name: \"mlp\" builtin { $FED_TRAINER } }

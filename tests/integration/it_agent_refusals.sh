@@ -16,12 +16,7 @@ source "$FA_SRC/tests/integration/fedtest.sh"
 source "$FA_SRC/tests/integration/agenttest.sh"
 ROUNDS=2
 
-FED_ALPHA=0.5 FED_SEED=3 fed_setup "$D" "${REGIONS[@]}"
-agent_pki
-PORT=$(fed_free_port udp)
-MPORT=$(fed_free_port tcp)
-service_config central "$PORT" "$MPORT"
-operator_config central "$PORT"
+agent_service_setup
 
 both="$(dataset_block fmnist @R@)
   trainers { name: \"mlp\" builtin { $FED_TRAINER } }

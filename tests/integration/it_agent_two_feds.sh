@@ -28,14 +28,9 @@ AGENT_ROUND='min_regions: 2
   consistency_deadline_ms: 20000
   unmask_deadline_ms: 20000'
 
-FED_ALPHA=0.5 FED_SEED=3 fed_setup "$D" "${REGIONS[@]}"
-agent_pki
+agent_service_setup
 "$TPY" "$FA_SRC/examples/pytorch-cnn/make_init.py" --out "$D/cnn-init.safetensors" \
     >"$D/logs/make_init.log" 2>&1 || fail "make_init.py: $(cat "$D/logs/make_init.log")"
-PORT=$(fed_free_port udp)
-MPORT=$(fed_free_port tcp)
-service_config central "$PORT" "$MPORT"
-operator_config central "$PORT"
 for r in "${REGIONS[@]}"; do
     mode=TRAINER_ONE_SHOT
     [ "$r" = us-east ] && mode=TRAINER_LONG_LIVED
