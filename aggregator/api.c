@@ -23,7 +23,12 @@
 #include "crypto/secagg.h"
 #include "fedagg.pb-c.h"
 
-#define MAX_MESSAGE (16u << 20) /* largest protocol message body (not the masked upload) */
+/* The largest protocol message body a region sends (not the masked upload,
+ * which streams): its shares for 254 other regions are at most some 60 KB, a
+ * statement or an evaluation a few KB.  A body beyond gets 413 as soon as
+ * it passes this; every MiB more a peer could push into a buffer was CPU
+ * spent on garbage (fedagg-bench hostile's streams part). */
+#define MAX_MESSAGE (1u << 20)
 
 struct req_ctx {
     fa_api *api;

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # A federation under attack goes on (tests/tools/hostile, fedagg-hostile):
 # while eu-west and us-east run rounds, ap-south's certificate opens 48
-# round-message streams of 16 MiB that never end, 300 handshakes that
-# answer Retry and fall silent come from 31 addresses, 1,000 idle
-# connections sit on the metrics port, and a CONNECTION_CLOSE without any
-# certificate carries a forged log line.  Two more rounds complete; the
+# round-message streams of 1 MiB (the most a message may have) that never
+# end, 300 handshakes that answer Retry and fall silent come from 31
+# addresses, 1,000 idle connections sit on the metrics port, and a
+# CONNECTION_CLOSE without any certificate carries a forged log line.  Two more rounds complete; the
 # aggregator's memory grows by at most its per-region budget of buffered
-# requests (before it, by 48 x 16 MiB); ap-south gets 429 with a log line;
-# /healthz answers every probe; the forged line stays inside its own.
+# requests (16 MiB here; before it, by 48 x 16 MiB); ap-south gets 429
+# with a log line once its streams hold that; /healthz answers every probe;
+# the forged line stays inside its own.
 source "$FA_SRC/tests/integration/fedtest.sh"
 
 H="$FA_BIN/fedagg-hostile"
-fed_test_config 100000
+FED_AGG_EXTRA="quic { max_buffered_request_bytes_per_identity: 16777216 }" fed_test_config 100000
 fed_start_aggregator "$D"
 for r in eu-west us-east; do fed_start_worker "$D" "$r"; done
 fed_wait_rounds "$D" 1 240 || fail "the first round did not complete"
@@ -23,7 +24,7 @@ rounds0=$(fed_rounds_completed "$D")
 attackers=()
 "$H" streams "127.0.0.1:$PORT" --ca "$D/pki/ca.crt" --cert "$D/pki/client-ap-south.crt" \
     --key "$D/pki/client-ap-south.key" --path /v1/rounds/1/0/advertise --count 48 \
-    --bytes 16777215 --seconds 25 >"$D/streams.json" 2>"$D/logs/streams.err" &
+    --bytes 1048575 --seconds 25 >"$D/streams.json" 2>"$D/logs/streams.err" &
 attackers+=($!)
 binds=127.0.0.2
 for i in $(seq 1 30); do binds+=",127.0.1.$i"; done
@@ -55,14 +56,14 @@ r=$(rss_kib)
 [ "$r" -gt "$peak" ] && peak=$r
 
 echo "rss base ${base} KiB, peak ${peak} KiB, probes $probes; $(cat "$D/streams.json")"
-# 64 MiB is ap-south's share of buffered requests; the rest is slack for the
-# transport's own buffers and the round itself.  Without the budget the
-# streams alone held 768 MiB.
+# 16 MiB is ap-south's share of buffered requests; the rest is slack for the
+# transport's own buffers and the round itself.  Without the budget and the
+# cap on a message the streams alone held 768 MiB.
 [ $((peak - base)) -lt $((160 * 1024)) ] || fail "memory grew by $(((peak - base) / 1024)) MiB"
 python3 - "$D/streams.json" "$D/halfopen.json" "$D/idle.json" <<'PY' || fail "the attacks did not run"
 import json, sys
 s, h, i = (json.load(open(p)) for p in sys.argv[1:])
-assert s["opened"] == 48 and s["status_429"] > 0 and s["status_2xx"] == 0, s
+assert s["opened"] >= 48 and s["status_429"] > 0 and s["status_2xx"] == 0, s
 assert h["retries"] > 0 and h["answered"] > 0, h
 assert i["opened"] > 16, i
 PY
