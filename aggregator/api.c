@@ -42,7 +42,7 @@ struct req_ctx {
     const char *path;       /* the path as the unprefixed route has it: /v1/... */
     char path_buf[256];     /* its storage for a prefixed request */
     const fa_h3_handler *h; /* a prefixed request: the route's handlers */
-    int kind; /* enum fa_fed_kind; -1 for other requests */
+    int kind;               /* enum fa_fed_kind; -1 for other requests */
     char region[64];
     uint64_t round;
     uint32_t attempt;

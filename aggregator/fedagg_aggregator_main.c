@@ -252,11 +252,40 @@ static void define_transport_metrics(fa_metrics *m)
         fa_metrics_define(m, defs[i].name, defs[i].type, defs[i].help, NULL, 0, NULL);
 }
 
+/* The drain signals.  main blocks them before it starts a thread, and the
+ * server loop reads them from a signalfd; but OpenBLAS starts its threads
+ * when the library loads, before main runs, and a signal the kernel hands
+ * to one of those would end the process undrained (or, as PID 1 in a
+ * container, be dropped).  This handler catches it in whatever thread it
+ * lands: it drains as the signalfd would (both calls are
+ * async-signal-safe), or, before the server exists, leaves it for main. */
+static fa_h3_server *volatile signal_srv;
+static volatile sig_atomic_t caught_signal;
+
+static void on_signal(int sig)
+{
+    fa_h3_server *s = signal_srv;
+    caught_signal = sig;
+    if (!s)
+        return;
+    if (sig == SIGHUP)
+        fa_h3_server_reload(s);
+    else
+        fa_h3_server_drain(s);
+}
+
 static void on_tick(fa_h3_server *srv, void *arg)
 {
     struct app *a = arg;
     uint64_t now = fa_time_mono_ns() / 1000000u;
+    int sig = caught_signal;
 
+    if (sig) { /* said here, where logging is allowed */
+        caught_signal = 0;
+        fa_log(FA_LOG_INFO,
+               sig == SIGHUP ? "signal received, reloading the CRL" : "signal received, draining",
+               "signal=%d thread=other", sig);
+    }
     fa_api_tick(a->api);
     if (now - a->snapshot_at >= SNAPSHOT_MS) {
         snapshot(a, now);
@@ -451,6 +480,13 @@ int main(int argc, char **argv)
         sigaddset(&set, SIGHUP); /* the server loop reads the CRL again on it */
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_signal;
+        sa.sa_mask = set;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
     }
 
     if (fa_metrics_new(&metrics, &err) != 0)
@@ -497,6 +533,9 @@ int main(int argc, char **argv)
     rc = fa_h3_server_new(&app.srv, &sc, &err);
     if (rc != 0)
         goto fail;
+    signal_srv = app.srv;
+    if (caught_signal == SIGTERM || caught_signal == SIGINT)
+        fa_h3_server_drain(app.srv); /* caught while starting */
     rc = fa_api_new(&app.api, app.srv, app.svc, &err);
     if (rc != 0)
         goto fail;
@@ -559,6 +598,11 @@ fail:
 out:
     fa_metrics_server_stop(msrv);
     fa_api_del(app.api);
+    /* stopping anyway: a late signal is ignored, never sent to a freed server */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal_srv = NULL;
     fa_h3_server_del(app.srv);
     fa_service_close(app.svc);
     fa_metrics_del(metrics);
