@@ -65,6 +65,8 @@ fail() {
 for c in podman runc debootstrap kubectl node npm python3 git curl; do
     command -v "$c" >/dev/null || fail "$c is missing: run deploy/install-deps.sh deploy (make check-deploy does)"
 done
+# shellcheck source=tests/deploy/kubectl.sh
+source "$here/kubectl.sh"
 python3 -c 'import yaml' 2>/dev/null || fail "python3 without the yaml module (python3-yaml)"
 for b in fedagg fedagg-aggregator fedagg-worker fedagg-relay; do
     [ -x "$bin/$b" ] || fail "$bin/$b is missing (make build)"
@@ -72,6 +74,8 @@ done
 
 tmp=$(mktemp -d /var/tmp/fedagg-check-deploy.XXXXXX)
 chmod 0755 "$tmp"
+# Step 6 renders the overlays: a kubectl that cannot is found now, not after the builds.
+why=$(kubectl_renders "$tmp") || fail "$why"
 export CONTAINERS_CONF=$tmp/containers.conf
 # runc: crun cannot run on this kernel's hybrid cgroups; the limits: podman's defaults
 # are above what a process here may set (no CAP_SYS_RESOURCE).
