@@ -24,10 +24,12 @@
 #      same relay profile on loopback): seconds per round, containers against host
 #   6. the Kubernetes manifests: every overlay rendered (kubectl kustomize), every object
 #      validated against the Kubernetes API's OpenAPI schema (tests/deploy/k8s-schema);
-#      the aggregator StatefulSet's and two regions' Job pod templates converted into
-#      Pods (tests/deploy/kube_pods.py) and run with `podman kube play`: rounds complete
-#   7. the systemd units: started for real where a systemd can run; SKIP with the reason
-#      where it cannot
+#      the aggregator StatefulSet's and two regions' agent Deployments' pod templates
+#      converted into Pods (tests/deploy/kube_pods.py) and run with `podman kube play`:
+#      an operator creates a federation on the aggregation service, the agents join it
+#      and the default one, rounds of both complete (tests/deploy/k8s-pods.sh)
+#   7. the systemd units: started for real where a systemd can run, one-federation
+#      workers and then region agents; SKIP with the reason where it cannot
 #
 # Podman's quirks of this machine (runc instead of crun, limits it may not raise) are
 # in the containers.conf this script writes, never in the Dockerfile.  Names of
@@ -47,6 +49,8 @@ ROUNDS=${DEPLOY_ROUNDS:-6}
 BASE_TAG=${DEPLOY_BASE_TAG:-localhost/fedagg-check-base:bookworm-minbase}
 REGIONS=(eu-west us-east ap-south)
 AGG_NAME=fedagg.example.org # the name in the aggregator's certificate, what regions dial
+# The operator of deploy/examples/operator.textproto (its certificate's name).
+OPERATOR=$(sed -n 's#^  cert_file: ".*/operator-\([a-z0-9-]*\)\.crt"$#\1#p' "$src/deploy/examples/operator.textproto")
 RELAY_PROFILE=(--delay 75ms --loss 0.1%)
 AGG_GRACE=90 # TimeoutStopSec of the aggregator's unit, the StatefulSet's grace period
 WRK_GRACE=60 # the same for a worker
@@ -240,7 +244,7 @@ case $v in "10001 fedagg fedagg-aggregator fedagg-stage-files "*) ;; *) fail "ag
 say "3. PKI, keys, configurations (deploy/examples), data; networks and volumes"
 pki=$tmp/pki
 keys=$tmp/keys
-"$src/deploy/pki.sh" "$pki" --regions "$(IFS=,; echo "${REGIONS[*]}")" --aggregator-name "$AGG_NAME" \
+"$src/deploy/pki.sh" "$pki" --regions "$(IFS=,; echo "${REGIONS[*]}")" --operators "$OPERATOR" --aggregator-name "$AGG_NAME" \
     >"$tmp/pki.log" 2>&1 || fail "deploy/pki.sh: $(tail -3 "$tmp/pki.log")"
 mkdir -p "$keys"
 for k in audit "${REGIONS[@]}"; do
@@ -255,13 +259,15 @@ chmod -R a+rX "$tmp/data"
 # federation: shorter phase deadlines and no advertise grace (regions train for
 # seconds here, not minutes), a few local steps instead of an epoch.
 "$bin/fedagg" config check --no-files --type aggregator "$src/deploy/examples/aggregator.textproto" >/dev/null
-sed -e 's/^  advertise_deadline_ms: .*/  advertise_deadline_ms: 10000/' \
-    -e 's/^  shares_deadline_ms: .*/  shares_deadline_ms: 10000/' \
-    -e 's/^  masked_deadline_ms: .*/  masked_deadline_ms: 20000/' \
-    -e 's/^  consistency_deadline_ms: .*/  consistency_deadline_ms: 10000/' \
-    -e 's/^  unmask_deadline_ms: .*/  unmask_deadline_ms: 10000/' \
-    -e 's/^  advertise_grace_ms: .*/  advertise_grace_ms: 0/' \
-    "$src/deploy/examples/aggregator.textproto" >"$tmp/aggregator.textproto"
+ROUND_EDITS=(-e 's/^  advertise_deadline_ms: .*/  advertise_deadline_ms: 10000/'
+    -e 's/^  shares_deadline_ms: .*/  shares_deadline_ms: 10000/'
+    -e 's/^  masked_deadline_ms: .*/  masked_deadline_ms: 20000/'
+    -e 's/^  consistency_deadline_ms: .*/  consistency_deadline_ms: 10000/'
+    -e 's/^  unmask_deadline_ms: .*/  unmask_deadline_ms: 10000/'
+    -e 's/^  advertise_grace_ms: .*/  advertise_grace_ms: 0/')
+sed "${ROUND_EDITS[@]}" "$src/deploy/examples/aggregator.textproto" >"$tmp/aggregator.textproto"
+grep -q "^operators: \[\"$OPERATOR\"\]$" "$tmp/aggregator.textproto" ||
+    fail "the aggregator example does not list the operator example's '$OPERATOR' in its operators"
 worker_config() { # REGION -> stdout
     # The example is eu-west's: another region changes its own names, not the list.
     sed -e "/^regions {/,/^}/!s/eu-west/$1/g" -e 's/^    local_epochs: 1$/    local_steps: 20/' \
