@@ -96,7 +96,8 @@ cleanup() {
     set +e
     if [ "$rc" -ne 0 ] && [ -n "$tmp" ]; then
         echo "---- check-deploy failed (exit $rc); last lines of each container's log ----" >&2
-        for c in $(podman ps -a --filter "label=fedagg.check-deploy=$RUN" --format '{{.Names}}' 2>/dev/null); do
+        # (by name: the pods' containers, made by podman kube play, carry no label of ours)
+        for c in $(podman ps -a --filter "name=^$RUN-" --format '{{.Names}}' 2>/dev/null | grep -v -- '-infra$'); do
             echo "== $c" >&2
             podman logs --tail 12 "$c" 2>&1 | sed 's/^/   /' >&2
         done
@@ -343,6 +344,15 @@ stop_within() {
     [ $((SECONDS - t)) -lt "$2" ] || fail "$1 took $((SECONDS - t)) s to stop (grace $2 s)"
     echo $((SECONDS - t))
 }
+# drained CONTAINER: the aggregator in it stopped by its drain, as its log says, and was
+# not ended by the signal itself (an exit status podman may not tell apart).
+drained() {
+    local log
+    log=$(podman logs "$1" 2>&1)
+    case $log in *'msg="signal received, draining"'*'msg="aggregator stopped"'*) ;;
+    *) fail "$1 did not drain on SIGTERM: $(echo "$log" | tail -3)" ;;
+    esac
+}
 
 podman volume create "${LABEL[@]}" "$RUN-aggregator-state" >/dev/null
 for r in "${REGIONS[@]}"; do podman volume create "${LABEL[@]}" "$RUN-worker-$r-state" >/dev/null; done
@@ -415,6 +425,7 @@ run_images+=("$AGG_IMAGE2")
 before=$(log_count "$AGG" 'msg="round completed"')
 last_version=$(podman logs "$AGG" 2>&1 | grep 'msg="round completed"' | tail -1 | sed -n 's/.* version=\([0-9]*\).*/\1/p')
 stop_s=$(stop_within "$AGG" "$AGG_GRACE")
+drained "$AGG"
 podman rm "$AGG" >/dev/null
 t=$SECONDS
 agg_start "$AGG_IMAGE2" "$AGG"
@@ -431,7 +442,8 @@ for r in "${REGIONS[@]}"; do
     say "   podman stop $r worker: exit 0 in $s s (grace $WRK_GRACE s)"
 done
 s=$(stop_within "$AGG" "$AGG_GRACE")
-say "   podman stop aggregator: exit 0 in $s s (grace $AGG_GRACE s)"
+drained "$AGG"
+say "   podman stop aggregator: exit 0 in $s s (grace $AGG_GRACE s), drained"
 
 # The audit log on the aggregator's volume, checked from outside the containers with the
 # host's fedagg: every record and checkpoint; model versions without a gap.

@@ -255,5 +255,6 @@ EOF
         say "   podman stop of $r's agent container: exit 0 in $s s (its pod's grace $grace s), its federation workers stopped first"
     done
     s=$(stop_within "$apod-aggregator" 90)
-    say "   podman stop of the aggregator container: exit 0 in $s s"
+    drained "$apod-aggregator"
+    say "   podman stop of the aggregator container: exit 0 in $s s, drained"
 }

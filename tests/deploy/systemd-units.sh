@@ -110,5 +110,8 @@ systemd_checks() {
     unit_stop fedagg-agent@eu-west
     unit_stop fedagg-agent@ap-south
     unit_stop fedagg-aggregator
+    # (systemd counts an end by SIGTERM itself as success too: the log says it drained)
+    [ "$(podman exec "$c" journalctl -u fedagg-aggregator --no-pager -o cat | grep -c -e 'msg="signal received, draining"' -e 'msg="aggregator stopped"')" -ge 2 ] ||
+        fail "fedagg-aggregator did not drain on systemctl stop: $(podman exec "$c" journalctl -u fedagg-aggregator --no-pager -n 3)"
     podman rm -f -t 5 "$c" >/dev/null
 }
