@@ -18,9 +18,10 @@
 #            kubectl (kustomize), npm (the manifests' schema validator)
 #
 # An entry PACKAGE=COMMAND is present when COMMAND is on PATH, whatever
-# installed it, and is installed as PACKAGE otherwise (kubectl: Debian 12's
-# own kubernetes-client 1.20 is too old to render the overlays; the package
-# `kubectl` comes from the Kubernetes project's apt repository).
+# installed it, and is installed as PACKAGE otherwise.  kubectl counts only
+# when it renders a kustomization with `labels:` (1.21 or later): Debian 12's
+# own kubernetes-client 1.20 cannot render the overlays; the package
+# `kubectl` comes from the Kubernetes project's apt repository.
 #
 # --check: only report, exit 1 if something is missing.
 # --list:  print the packages of the sets, one a line, and exit.
@@ -97,8 +98,21 @@ if [ "$list_only" = 1 ]; then
     exit 0
 fi
 
+# kubectl renders deploy/k8s's overlays (tests/deploy/kubectl.sh does the same).
+kubectl_renders() {
+    command -v kubectl >/dev/null 2>&1 || return 1
+    d=$(mktemp -d) || return 1
+    printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\n' >"$d/cm.yaml"
+    printf 'resources:\n- cm.yaml\nlabels:\n- pairs:\n    fedagg-probe: rendered\n' >"$d/kustomization.yaml"
+    ok=1
+    if kubectl kustomize "$d" 2>/dev/null | grep -q 'fedagg-probe: rendered'; then ok=0; fi
+    rm -rf "$d"
+    return $ok
+}
+
 present() { # ENTRY
     case $1 in
+    kubectl=*) kubectl_renders ;;
     *=*) command -v "${1#*=}" >/dev/null 2>&1 ;;
     *) dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$' ;;
     esac
@@ -117,6 +131,13 @@ if [ -z "$missing" ]; then
 fi
 
 echo "install-deps: missing ($sets):$missing"
+case " $missing " in
+*" kubectl "*)
+    if command -v kubectl >/dev/null 2>&1; then
+        echo "install-deps: $(command -v kubectl) cannot render kustomize's 'labels:' (kubectl 1.21 or later needed; Debian 12's kubernetes-client is 1.20)" >&2
+    fi
+    ;;
+esac
 if [ "$check_only" = 1 ]; then
     exit 1
 fi

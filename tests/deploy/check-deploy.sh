@@ -24,10 +24,12 @@
 #      same relay profile on loopback): seconds per round, containers against host
 #   6. the Kubernetes manifests: every overlay rendered (kubectl kustomize), every object
 #      validated against the Kubernetes API's OpenAPI schema (tests/deploy/k8s-schema);
-#      the aggregator StatefulSet's and two regions' Job pod templates converted into
-#      Pods (tests/deploy/kube_pods.py) and run with `podman kube play`: rounds complete
-#   7. the systemd units: started for real where a systemd can run; SKIP with the reason
-#      where it cannot
+#      the aggregator StatefulSet's and two regions' agent Deployments' pod templates
+#      converted into Pods (tests/deploy/kube_pods.py) and run with `podman kube play`:
+#      an operator creates a federation on the aggregation service, the agents join it
+#      and the default one, rounds of both complete (tests/deploy/k8s-pods.sh)
+#   7. the systemd units: started for real where a systemd can run, one-federation
+#      workers and then region agents; SKIP with the reason where it cannot
 #
 # Podman's quirks of this machine (runc instead of crun, limits it may not raise) are
 # in the containers.conf this script writes, never in the Dockerfile.  Names of
@@ -47,6 +49,8 @@ ROUNDS=${DEPLOY_ROUNDS:-6}
 BASE_TAG=${DEPLOY_BASE_TAG:-localhost/fedagg-check-base:bookworm-minbase}
 REGIONS=(eu-west us-east ap-south)
 AGG_NAME=fedagg.example.org # the name in the aggregator's certificate, what regions dial
+# The operator of deploy/examples/operator.textproto (its certificate's name).
+OPERATOR=$(sed -n 's#^  cert_file: ".*/operator-\([a-z0-9-]*\)\.crt"$#\1#p' "$src/deploy/examples/operator.textproto")
 RELAY_PROFILE=(--delay 75ms --loss 0.1%)
 AGG_GRACE=90 # TimeoutStopSec of the aggregator's unit, the StatefulSet's grace period
 WRK_GRACE=60 # the same for a worker
@@ -65,6 +69,8 @@ fail() {
 for c in podman runc debootstrap kubectl node npm python3 git curl; do
     command -v "$c" >/dev/null || fail "$c is missing: run deploy/install-deps.sh deploy (make check-deploy does)"
 done
+# shellcheck source=tests/deploy/kubectl.sh
+source "$here/kubectl.sh"
 python3 -c 'import yaml' 2>/dev/null || fail "python3 without the yaml module (python3-yaml)"
 for b in fedagg fedagg-aggregator fedagg-worker fedagg-relay; do
     [ -x "$bin/$b" ] || fail "$bin/$b is missing (make build)"
@@ -72,6 +78,8 @@ done
 
 tmp=$(mktemp -d /var/tmp/fedagg-check-deploy.XXXXXX)
 chmod 0755 "$tmp"
+# Step 6 renders the overlays: a kubectl that cannot is found now, not after the builds.
+why=$(kubectl_renders "$tmp") || fail "$why"
 export CONTAINERS_CONF=$tmp/containers.conf
 # runc: crun cannot run on this kernel's hybrid cgroups; the limits: podman's defaults
 # are above what a process here may set (no CAP_SYS_RESOURCE).
@@ -88,7 +96,8 @@ cleanup() {
     set +e
     if [ "$rc" -ne 0 ] && [ -n "$tmp" ]; then
         echo "---- check-deploy failed (exit $rc); last lines of each container's log ----" >&2
-        for c in $(podman ps -a --filter "label=fedagg.check-deploy=$RUN" --format '{{.Names}}' 2>/dev/null); do
+        # (by name: the pods' containers, made by podman kube play, carry no label of ours)
+        for c in $(podman ps -a --filter "name=^$RUN-" --format '{{.Names}}' 2>/dev/null | grep -v -- '-infra$'); do
             echo "== $c" >&2
             podman logs --tail 12 "$c" 2>&1 | sed 's/^/   /' >&2
         done
@@ -236,7 +245,7 @@ case $v in "10001 fedagg fedagg-aggregator fedagg-stage-files "*) ;; *) fail "ag
 say "3. PKI, keys, configurations (deploy/examples), data; networks and volumes"
 pki=$tmp/pki
 keys=$tmp/keys
-"$src/deploy/pki.sh" "$pki" --regions "$(IFS=,; echo "${REGIONS[*]}")" --aggregator-name "$AGG_NAME" \
+"$src/deploy/pki.sh" "$pki" --regions "$(IFS=,; echo "${REGIONS[*]}")" --operators "$OPERATOR" --aggregator-name "$AGG_NAME" \
     >"$tmp/pki.log" 2>&1 || fail "deploy/pki.sh: $(tail -3 "$tmp/pki.log")"
 mkdir -p "$keys"
 for k in audit "${REGIONS[@]}"; do
@@ -251,13 +260,15 @@ chmod -R a+rX "$tmp/data"
 # federation: shorter phase deadlines and no advertise grace (regions train for
 # seconds here, not minutes), a few local steps instead of an epoch.
 "$bin/fedagg" config check --no-files --type aggregator "$src/deploy/examples/aggregator.textproto" >/dev/null
-sed -e 's/^  advertise_deadline_ms: .*/  advertise_deadline_ms: 10000/' \
-    -e 's/^  shares_deadline_ms: .*/  shares_deadline_ms: 10000/' \
-    -e 's/^  masked_deadline_ms: .*/  masked_deadline_ms: 20000/' \
-    -e 's/^  consistency_deadline_ms: .*/  consistency_deadline_ms: 10000/' \
-    -e 's/^  unmask_deadline_ms: .*/  unmask_deadline_ms: 10000/' \
-    -e 's/^  advertise_grace_ms: .*/  advertise_grace_ms: 0/' \
-    "$src/deploy/examples/aggregator.textproto" >"$tmp/aggregator.textproto"
+ROUND_EDITS=(-e 's/^  advertise_deadline_ms: .*/  advertise_deadline_ms: 10000/'
+    -e 's/^  shares_deadline_ms: .*/  shares_deadline_ms: 10000/'
+    -e 's/^  masked_deadline_ms: .*/  masked_deadline_ms: 20000/'
+    -e 's/^  consistency_deadline_ms: .*/  consistency_deadline_ms: 10000/'
+    -e 's/^  unmask_deadline_ms: .*/  unmask_deadline_ms: 10000/'
+    -e 's/^  advertise_grace_ms: .*/  advertise_grace_ms: 0/')
+sed "${ROUND_EDITS[@]}" "$src/deploy/examples/aggregator.textproto" >"$tmp/aggregator.textproto"
+grep -q "^operators: \[\"$OPERATOR\"\]$" "$tmp/aggregator.textproto" ||
+    fail "the aggregator example does not list the operator example's '$OPERATOR' in its operators"
 worker_config() { # REGION -> stdout
     # The example is eu-west's: another region changes its own names, not the list.
     sed -e "/^regions {/,/^}/!s/eu-west/$1/g" -e 's/^    local_epochs: 1$/    local_steps: 20/' \
@@ -333,6 +344,15 @@ stop_within() {
     [ $((SECONDS - t)) -lt "$2" ] || fail "$1 took $((SECONDS - t)) s to stop (grace $2 s)"
     echo $((SECONDS - t))
 }
+# drained CONTAINER: the aggregator in it stopped by its drain, as its log says, and was
+# not ended by the signal itself (an exit status podman may not tell apart).
+drained() {
+    local log
+    log=$(podman logs "$1" 2>&1)
+    case $log in *'msg="signal received, draining"'*'msg="aggregator stopped"'*) ;;
+    *) fail "$1 did not drain on SIGTERM: $(echo "$log" | tail -3)" ;;
+    esac
+}
 
 podman volume create "${LABEL[@]}" "$RUN-aggregator-state" >/dev/null
 for r in "${REGIONS[@]}"; do podman volume create "${LABEL[@]}" "$RUN-worker-$r-state" >/dev/null; done
@@ -405,6 +425,7 @@ run_images+=("$AGG_IMAGE2")
 before=$(log_count "$AGG" 'msg="round completed"')
 last_version=$(podman logs "$AGG" 2>&1 | grep 'msg="round completed"' | tail -1 | sed -n 's/.* version=\([0-9]*\).*/\1/p')
 stop_s=$(stop_within "$AGG" "$AGG_GRACE")
+drained "$AGG"
 podman rm "$AGG" >/dev/null
 t=$SECONDS
 agg_start "$AGG_IMAGE2" "$AGG"
@@ -421,7 +442,8 @@ for r in "${REGIONS[@]}"; do
     say "   podman stop $r worker: exit 0 in $s s (grace $WRK_GRACE s)"
 done
 s=$(stop_within "$AGG" "$AGG_GRACE")
-say "   podman stop aggregator: exit 0 in $s s (grace $AGG_GRACE s)"
+drained "$AGG"
+say "   podman stop aggregator: exit 0 in $s s (grace $AGG_GRACE s), drained"
 
 # The audit log on the aggregator's volume, checked from outside the containers with the
 # host's fedagg: every record and checkpoint; model versions without a gap.

@@ -2,10 +2,12 @@
 """kube_pods.py - the pod template of a rendered workload as a Pod for `podman kube play`.
 
   kube_pods.py pod RENDERED.yaml PREFIX > play.yaml
-      The first StatefulSet, Job or Deployment of RENDERED.yaml, converted mechanically:
-      its pod template's spec as is (image, command, args, env, volumes, securityContext,
-      probes, init containers), named PREFIX-<workload>[-0 for a StatefulSet]; the
-      ConfigMaps of RENDERED.yaml with it.  What has to change for podman, and only that:
+      The StatefulSet, Job or Deployment of RENDERED.yaml, converted mechanically: its
+      pod template's spec as is (image, command, args, env, volumes, securityContext,
+      probes, init containers), named PREFIX-<workload>[-0 for a StatefulSet] (one pod:
+      the workloads here have one replica, and a Deployment's replicas and strategy mean
+      nothing to podman); the ConfigMaps of RENDERED.yaml with it.  What has to change
+      for podman, and only that:
         - every name that is global on a podman host (pod, ConfigMap, Secret, volume
           claim) gets PREFIX-, so that runs do not collide;
         - a StatefulSet's volumeClaimTemplates become the claims Kubernetes would make
@@ -16,8 +18,9 @@
           emptyDir a named volume under the volume's name, which two pods would share;
         - init containers run with podman's type `always`, not `once`: podman 4.3 races
           removing a `once` init container that just exited and leaves the pod unstarted;
-        - restartPolicy Always (a StatefulSet's) becomes OnFailure: podman 4.3 applies the
-          pod's policy to its init containers too, and restarts them for ever.
+        - restartPolicy Always (a StatefulSet's or a Deployment's) becomes OnFailure:
+          podman 4.3 applies the pod's policy to its init containers too, and restarts
+          them for ever.
   kube_pods.py check PLAY.yaml INSPECT.json
       Compares what podman made (`podman inspect` of the pod's containers) with the
       template: prints one line per field, `honoured` or `NOT honoured` with the reason,
@@ -42,6 +45,8 @@ def to_pod(objs, prefix):
     if len(work) != 1:
         sys.exit(f"kube_pods: expected one of {WORKLOADS}, found {[o['kind'] for o in work]}")
     w = work[0]
+    if w["spec"].get("replicas", 1) != 1:
+        sys.exit(f"kube_pods: {w['kind']} {w['metadata']['name']} has {w['spec']['replicas']} replicas; one pod is played")
     tmpl = w["spec"]["template"]
     spec = json.loads(json.dumps(tmpl["spec"]))
     name = w["metadata"]["name"] + ("-0" if w["kind"] == "StatefulSet" else "")

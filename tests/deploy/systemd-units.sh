@@ -4,8 +4,10 @@
 # PID 1 of a container (this machine's own PID 1 is not systemd, so systemd-run has no
 # manager to talk to).  Installed as deploy/README.md's section 4a says (sysusers,
 # tmpfiles, units, daemon-reload, enable --now); a federation of the aggregator and two
-# regions on one host completes a round; `systemctl stop` of each ends it within its
-# TimeoutStopSec, with the unit's result "success".
+# regions' one-federation workers on one host completes a round; the workers stopped, the
+# same two regions as region agents (fedagg-agent@) join the default federation and
+# complete a round; `systemctl stop` of each unit ends it within its TimeoutStopSec, with
+# the unit's result "success".
 
 systemd_checks() {
     local s=$tmp/systemd img=localhost/fedagg-check-systemd:$tag c=$RUN-systemd r
@@ -39,6 +41,7 @@ systemd_checks() {
     cp "$tmp/k8s/aggregator.textproto" "$etc/aggregator.textproto"
     for r in eu-west ap-south; do
         cp "$tmp/k8s/worker-$r.textproto" "$etc/worker-$r.textproto"
+        cp "$tmp/k8s/agent-$r.textproto" "$etc/agent-$r.textproto"
         cp "$pki/client-$r.crt" "$pki/client-$r.key" "$keys/$r.key" "$etc/private/"
         cp -r "$tmp/data/$r" "$s/data/$r"
     done
@@ -70,12 +73,45 @@ systemd_checks() {
         sleep 1
     done
     say "   units started by systemd (sysusers, tmpfiles, enable --now): a round completed $((SECONDS - t)) s later"
-    for u in fedagg-worker@eu-west fedagg-worker@ap-south fedagg-aggregator; do
-        local t0=$SECONDS res
-        podman exec "$c" systemctl stop "$u"
-        res=$(podman exec "$c" systemctl show -p Result --value "$u")
-        [ "$res" = success ] || fail "$u stopped with result '$res': $(podman exec "$c" journalctl -u "$u" --no-pager -n 5)"
-        say "   systemctl stop $u: result success in $((SECONDS - t0)) s"
+    unit_stop() { # UNIT: systemctl stop, result success within its TimeoutStopSec
+        local t0=$SECONDS res limit
+        limit=$(podman exec "$c" systemctl show -p TimeoutStopUSec --value "$1")
+        podman exec "$c" systemctl stop "$1"
+        res=$(podman exec "$c" systemctl show -p Result --value "$1")
+        [ "$res" = success ] || fail "$1 stopped with result '$res': $(podman exec "$c" journalctl -u "$1" --no-pager -n 5)"
+        say "   systemctl stop $1: result success in $((SECONDS - t0)) s (TimeoutStopSec $limit)"
+    }
+    unit_stop fedagg-worker@eu-west
+    unit_stop fedagg-worker@ap-south
+    # The same regions as region agents, section 4a's agent commands: they accept the
+    # default federation (its team, trainer and dataset are their policy's) and a round
+    # of the two agents' federation workers completes.
+    local n0
+    n0=$(podman exec "$c" journalctl -u fedagg-aggregator --no-pager -o cat | grep -c 'msg="round completed"') || true
+    podman exec "$c" sh -ec '
+        install -m 0644 /tmp/units/fedagg-agent@.service /etc/systemd/system/
+        systemctl daemon-reload
+        systemctl enable --now fedagg-agent@eu-west fedagg-agent@ap-south' >>"$s/install.log" 2>&1 ||
+        fail "installing the agent unit as deploy/README.md says: $(tail -5 "$s/install.log")"
+    t=$SECONDS
+    until [ "$(podman exec "$c" journalctl -u fedagg-aggregator --no-pager -o cat 2>/dev/null |
+        grep 'msg="round completed"' | tail -n +$((n0 + 1)) | grep -c 'participants=2')" -gt 0 ]; do
+        if [ $((SECONDS - t)) -ge 180 ]; then
+            podman exec "$c" sh -c 'systemctl status --no-pager fedagg-agent@eu-west | tail -20; journalctl --no-pager -n 30' >&2 || true
+            fail "no round of the two agents completed under systemd in 180 s"
+        fi
+        sleep 1
     done
+    for r in eu-west ap-south; do
+        [ "$(podman exec "$c" journalctl -u "fedagg-agent@$r" --no-pager -o cat | grep -c 'msg="federation accepted".* federation=example-federation')" -gt 0 ] ||
+            fail "fedagg-agent@$r did not accept the default federation: $(podman exec "$c" journalctl -u "fedagg-agent@$r" --no-pager -n 5)"
+    done
+    say "   fedagg-agent@eu-west and @ap-south (enable --now) accepted the default federation: a round of both completed $((SECONDS - t)) s later"
+    unit_stop fedagg-agent@eu-west
+    unit_stop fedagg-agent@ap-south
+    unit_stop fedagg-aggregator
+    # (systemd counts an end by SIGTERM itself as success too: the log says it drained)
+    [ "$(podman exec "$c" journalctl -u fedagg-aggregator --no-pager -o cat | grep -c -e 'msg="signal received, draining"' -e 'msg="aggregator stopped"')" -ge 2 ] ||
+        fail "fedagg-aggregator did not drain on systemctl stop: $(podman exec "$c" journalctl -u fedagg-aggregator --no-pager -n 3)"
     podman rm -f -t 5 "$c" >/dev/null
 }

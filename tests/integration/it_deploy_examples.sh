@@ -7,7 +7,8 @@
 #
 #  1. deploy/examples/*.textproto and their copies in deploy/k8s pass
 #     `fedagg config check --no-files`; the copies equal the examples; the
-#     configurations agree with each other (federation id, regions, keys).
+#     configurations agree with each other (federation id, regions, keys; the
+#     agents' policies accept the service's federations).
 #  2. The file layout they name is the one deploy/pki.sh, `fedagg keygen` and
 #     `fedagg data split` produce: staged the way the Kubernetes init container
 #     does it (deploy/k8s/image/stage-files.sh, from kubelet-like volumes), every
@@ -16,8 +17,11 @@
 #  3. The aggregator starts on this host from the example configuration, answers
 #     /healthz, /readyz and /metrics where the manifests probe, the example CPU
 #     worker started by the unit's ExecStart (mpirun) connects with the example PKI
-#     names and downloads the model, and SIGTERM drains the aggregator within the
-#     unit's TimeoutStopSec, exit 0.
+#     names and downloads the model; an operator creates the example federation
+#     with the example operator config; ap-south's region agent, started as its
+#     unit starts it, accepts both federations, a second agent on its state
+#     directory is refused, and SIGTERM stops it within its TimeoutStopSec, exit
+#     0; SIGTERM drains the aggregator within the unit's TimeoutStopSec, exit 0.
 #  4. Static: the systemd units pass `systemd-analyze verify` and the offline
 #     security rating, their directives agree with the configurations; sysusers.d
 #     and tmpfiles.d applied to a scratch root (user, key owner and mode).
@@ -72,15 +76,27 @@ check_nofiles() { # TYPE FILE
 check_nofiles aggregator "$D/examples/aggregator.textproto"
 check_nofiles worker "$D/examples/worker.textproto"
 check_nofiles worker "$D/examples/worker-gpu.textproto"
+check_nofiles worker "$D/examples/agent.textproto"
+check_nofiles federation "$D/examples/federation.textproto"
+check_nofiles operator "$D/examples/operator.textproto"
 check_nofiles aggregator "$D/k8s/base/aggregator/aggregator.textproto"
-for r in "${REGIONS[@]}"; do
-    check_nofiles worker "$D/k8s/overlays/$r/worker.textproto"
+check_nofiles worker "$D/k8s/overlays/eu-west-job/worker.textproto"
+check_nofiles worker "$D/k8s/overlays/us-east/worker.textproto"
+for r in eu-west ap-south; do
+    check_nofiles worker "$D/k8s/overlays/$r/agent.textproto"
+    grep -q "^$D/k8s/overlays/$r/agent.textproto: OK (region agent config" "$tmp/check.out" ||
+        fail "deploy/k8s/overlays/$r/agent.textproto is not a region agent's config: $(cat "$tmp/check.out")"
 done
 # kustomize reads no file outside a kustomization's directory: the manifests carry copies.
 cmp -s "$D/examples/aggregator.textproto" "$D/k8s/base/aggregator/aggregator.textproto" ||
     fail "deploy/k8s/base/aggregator/aggregator.textproto differs from deploy/examples/aggregator.textproto"
-cmp -s "$D/examples/worker.textproto" "$D/k8s/overlays/eu-west/worker.textproto" ||
-    fail "deploy/k8s/overlays/eu-west/worker.textproto differs from deploy/examples/worker.textproto"
+cmp -s "$D/examples/worker.textproto" "$D/k8s/overlays/eu-west-job/worker.textproto" ||
+    fail "deploy/k8s/overlays/eu-west-job/worker.textproto differs from deploy/examples/worker.textproto"
+cmp -s "$D/examples/agent.textproto" "$D/k8s/overlays/eu-west/agent.textproto" ||
+    fail "deploy/k8s/overlays/eu-west/agent.textproto differs from deploy/examples/agent.textproto"
+# ap-south's agent is the example with its own names (the regions list stays).
+sed '/^regions {/,/^}/!s/eu-west/ap-south/g' "$D/examples/agent.textproto" | cmp -s - "$D/k8s/overlays/ap-south/agent.textproto" ||
+    fail "deploy/k8s/overlays/ap-south/agent.textproto is not deploy/examples/agent.textproto with eu-west's names made ap-south's"
 cmp -s "$D/examples/worker-gpu.textproto" "$D/k8s/overlays/us-east/worker.textproto" ||
     fail "deploy/k8s/overlays/us-east/worker.textproto differs from deploy/examples/worker-gpu.textproto"
 # A broken file must be refused, or the checks above prove nothing.
@@ -94,7 +110,7 @@ note "2. the /etc/fedagg layout from pki.sh, keygen and data split, staged like 
 root=$tmp/root
 vol=$tmp/volumes
 mkdir -p "$root/etc/fedagg" "$root/var/lib/fedagg" "$root/srv/fedagg" "$vol"
-"$D/pki.sh" "$tmp/pki" --regions eu-west,us-east,ap-south --aggregator-name fedagg.example.org \
+"$D/pki.sh" "$tmp/pki" --regions eu-west,us-east,ap-south --operators ml-ops --aggregator-name fedagg.example.org \
     >"$tmp/pki.log" 2>&1 || fail "deploy/pki.sh failed: $(cat "$tmp/pki.log")"
 mkdir -p "$tmp/keys"
 for k in "${REGIONS[@]}" audit; do
@@ -128,18 +144,22 @@ relocate() { # FILE -> stdout
         -e "s#\"/srv/fedagg/#\"$root/srv/fedagg/#g" \
         -e "s#^listen: \"0.0.0.0:4433\"#listen: \"127.0.0.1:$port\"#" \
         -e "s#^metrics_listen: \"0.0.0.0:9464\"#metrics_listen: \"127.0.0.1:$mport\"#" \
-        -e "s#^aggregator: \"fedagg.example.org:4433\"#aggregator: \"127.0.0.1:$port\"#" "$1"
+        -e "s#^aggregator: \"fedagg.example.org:4433\"#aggregator: \"127.0.0.1:$port\"#" \
+        -e "s#^  address: \"fedagg.example.org:4433\"#  address: \"127.0.0.1:$port\"#" "$1"
 }
 mkdir -p "$tmp/cm"
 relocate "$D/k8s/base/aggregator/aggregator.textproto" >"$tmp/cm/aggregator.textproto"
 grep -q "127.0.0.1:$port" "$tmp/cm/aggregator.textproto" || fail "could not point the example's listen at a test port"
 relocate "$D/examples/worker.textproto" >"$tmp/cm/worker-eu-west.textproto"
 relocate "$D/examples/worker-gpu.textproto" >"$tmp/cm/worker-us-east.textproto"
-relocate "$D/k8s/overlays/ap-south/worker.textproto" >"$tmp/cm/worker-ap-south.textproto"
+relocate "$D/examples/agent.textproto" >"$tmp/cm/agent-eu-west.textproto"
+relocate "$D/k8s/overlays/ap-south/agent.textproto" >"$tmp/cm/agent-ap-south.textproto"
+grep -q "address: \"127.0.0.1:$port\"" "$tmp/cm/agent-ap-south.textproto" || fail "could not point the agent example's service at a test port"
 kubelet_volume config 0644 aggregator.textproto="$tmp/cm/aggregator.textproto" \
     worker-eu-west.textproto="$tmp/cm/worker-eu-west.textproto" \
     worker-us-east.textproto="$tmp/cm/worker-us-east.textproto" \
-    worker-ap-south.textproto="$tmp/cm/worker-ap-south.textproto"
+    agent-eu-west.textproto="$tmp/cm/agent-eu-west.textproto" \
+    agent-ap-south.textproto="$tmp/cm/agent-ap-south.textproto"
 kubelet_volume federation 0644 ca.crt="$tmp/pki/ca.crt" audit.pub="$tmp/keys/audit.pub" \
     eu-west.pub="$tmp/keys/eu-west.pub" us-east.pub="$tmp/keys/us-east.pub" ap-south.pub="$tmp/keys/ap-south.pub"
 # One Secret per host in a real federation; one directory here serves all of them.
@@ -196,6 +216,14 @@ for f in "$root"/etc/fedagg/*.textproto; do
     "$FA_BIN/fedagg" config check --type "$t" "$f" >"$tmp/check.out" 2>&1 ||
         fail "the example $t configuration with its files in place: $(cat "$tmp/check.out")"
 done
+# The federation an operator creates: its paths are read on the service's machine.
+relocate "$D/examples/federation.textproto" >"$tmp/federation.textproto"
+"$FA_BIN/fedagg" config check --type federation "$tmp/federation.textproto" >"$tmp/check.out" 2>&1 ||
+    fail "the example federation with its files in place: $(cat "$tmp/check.out")"
+# The operator's connection: the example's certificate paths are its workstation's.
+relocate "$D/examples/operator.textproto" | sed "s#\"/home/ml-ops/.fedagg/#\"$tmp/pki/#g" >"$tmp/operator.textproto"
+"$FA_BIN/fedagg" config check --type operator "$tmp/operator.textproto" >"$tmp/check.out" 2>&1 ||
+    fail "the example operator config with its files in place: $(cat "$tmp/check.out")"
 
 # --------------------------------------------------------- 3. the daemons run
 note "3. aggregator and worker from the example configurations"
@@ -204,7 +232,8 @@ unit_timeout() { # UNIT -> seconds of TimeoutStopSec
 }
 agg_stop=$(unit_timeout fedagg-aggregator.service)
 wrk_stop=$(unit_timeout fedagg-worker@.service)
-if [ -z "$agg_stop" ] || [ -z "$wrk_stop" ]; then
+agent_stop=$(unit_timeout fedagg-agent@.service)
+if [ -z "$agg_stop" ] || [ -z "$wrk_stop" ] || [ -z "$agent_stop" ]; then
     fail "TimeoutStopSec=Ns not found in the units"
 fi
 secret_before=$(sha256sum <"$root/etc/fedagg/private/quic.secret")
@@ -263,6 +292,57 @@ for _ in $(seq 1 600); do
 done
 [ -n "$got" ] || fail "the example worker did not download the model: $(tail -5 "$tmp/worker.log")"
 
+# The service's other side: an operator creates the example federation.
+fed_id=$(sed -n 's/^federation_id: "\(.*\)"$/\1/p' "$tmp/federation.textproto")
+"$FA_BIN/fedagg" federation create "$tmp/federation.textproto" --config "$tmp/operator.textproto" \
+    >"$tmp/create.out" 2>&1 || fail "fedagg federation create, as the example operator: $(cat "$tmp/create.out")"
+grep -q "federation $fed_id created by ml-ops" "$tmp/create.out" || fail "federation create said: $(cat "$tmp/create.out")"
+[ -f "$root/var/lib/fedagg/service/service.log" ] || fail "service.dir /var/lib/fedagg/service has no service.log"
+
+# ap-south's region agent as fedagg-agent@ap-south.service starts it (its Environment=
+# lines, its ExecStart): it accepts the default federation and the created one (the
+# eu-west worker above stays the default federation's eu-west).
+aunit=$D/systemd/fedagg-agent@.service
+acmd=$(sed -n 's/^ExecStart=//p' "$aunit")
+acmd=${acmd//%i/ap-south}
+acmd=${acmd//\/usr\/local\/bin\//$FA_BIN/}
+acmd=${acmd//\/etc\/fedagg\//$root/etc/fedagg/}
+case $acmd in "$FA_BIN/fedagg-worker --config $root/etc/fedagg/agent-ap-south.textproto") ;;
+*) fail "the agent unit's ExecStart is not fedagg-worker --config /etc/fedagg/agent-%i.textproto: $acmd" ;;
+esac
+agent_run() { # LOG: the unit's command with its environment, in the background
+    local envs=()
+    mapfile -t envs < <(sed -n 's/^Environment=\(.*\)$/\1/p' "$aunit")
+    # shellcheck disable=SC2086 # the unit's command line, split as systemd does
+    env "${envs[@]}" OPENBLAS_NUM_THREADS=1 $acmd >"$1" 2>&1 &
+}
+agent_run "$tmp/agent.log"
+agent=$!
+pids+=("$agent")
+for f in example-federation "$fed_id"; do
+    got=""
+    for _ in $(seq 1 600); do
+        grep -q "msg=\"federation worker started\".* federation=$f " "$tmp/agent.log" && got=1 && break
+        kill -0 "$agent" 2>/dev/null || fail "the agent exited: $(tail -5 "$tmp/agent.log")"
+        sleep 0.1
+    done
+    [ -n "$got" ] || fail "the example agent did not accept and start federation $f: $(grep proc=agent "$tmp/agent.log" | tail -5)"
+done
+# A second agent on the same state directory (what a Deployment's RollingUpdate would
+# start): refused, and the first one goes on.
+agent_run "$tmp/agent2.log"
+agent2=$!
+rc=0
+for _ in $(seq 1 300); do kill -0 "$agent2" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$agent2" 2>/dev/null && fail "a second agent on the same state directory is still running"
+wait "$agent2" || rc=$?
+[ "$rc" != 0 ] || fail "a second agent on the same state directory exited 0"
+agent2_why=$(grep -o 'error="[^"]*"' "$tmp/agent2.log" | tail -1)
+case $agent2_why in *"another region agent runs with this state directory"*) ;; *) false ;; esac ||
+    fail "the second agent's refusal does not say why: $(tail -3 "$tmp/agent2.log")"
+kill -0 "$agent" 2>/dev/null || fail "the first agent exited when a second one started"
+note "   operator created $fed_id; ap-south's agent accepted it and example-federation; a second agent on its state directory exited $rc: $(echo "${agent2_why##*: }" | tr -d '"')"
+
 # stop PID LIMIT_S NAME: SIGTERM, exit 0 within the unit's TimeoutStopSec.
 stop() {
     local pid=$1 limit=$2 name=$3 start=$SECONDS rc=0
@@ -274,6 +354,15 @@ stop() {
     wait "$pid" || rc=$?
     [ "$rc" = 0 ] || fail "$name exited $rc after SIGTERM: $(tail -3 "$tmp/$name.log")"
 }
+# The agent first: it stops its federation workers and exits 0 within its unit's
+# TimeoutStopSec.
+t0=$SECONDS
+stop "$agent" "$agent_stop" agent
+grep -q 'msg="region agent stopped"' "$tmp/agent.log" || fail "the agent did not log a clean stop"
+if pgrep -f "$root/var/lib/fedagg/agent-ap-south/federations/" >/dev/null; then
+    fail "a federation worker of the agent outlived it: $(pgrep -af "$root/var/lib/fedagg/agent-ap-south/federations/")"
+fi
+note "   agent stopped in $((SECONDS - t0)) s after SIGTERM (TimeoutStopSec ${agent_stop} s), its workers with it"
 # The aggregator first, with the worker's advertise long-poll in flight: the drain
 # answers it and exits (an operator's stop; the workers retry until it is back).
 t0=$SECONDS
@@ -299,15 +388,15 @@ grep -q 'msg="aggregator stopped"' "$tmp/aggregator.log" || fail "the aggregator
 note "4. systemd units (static)"
 if command -v systemd-analyze >/dev/null; then
     mkdir -p "$tmp/units"
-    for u in fedagg-aggregator.service fedagg-worker@.service; do
+    for u in fedagg-aggregator.service fedagg-worker@.service fedagg-agent@.service; do
         # The binaries are not installed in /usr/local/bin here: point at the build.
         sed "s#/usr/local/bin/#$FA_BIN/#g" "$D/systemd/$u" >"$tmp/units/$u"
     done
     (cd "$tmp/units" && systemd-analyze verify --man=no ./fedagg-aggregator.service \
-        ./fedagg-worker@eu-west.service) >"$tmp/verify.out" 2>&1 ||
+        ./fedagg-worker@eu-west.service ./fedagg-agent@eu-west.service) >"$tmp/verify.out" 2>&1 ||
         fail "systemd-analyze verify: $(cat "$tmp/verify.out")"
     [ ! -s "$tmp/verify.out" ] || fail "systemd-analyze verify warns: $(cat "$tmp/verify.out")"
-    for u in fedagg-aggregator.service fedagg-worker@eu-west.service; do
+    for u in fedagg-aggregator.service fedagg-worker@eu-west.service fedagg-agent@eu-west.service; do
         if (cd "$tmp/units" && systemd-analyze security --offline=yes "./$u") >"$tmp/sec.out" 2>&1; then
             level=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' "$tmp/sec.out")
             [ -n "$level" ] || fail "systemd-analyze security gave no exposure level for $u"
@@ -344,14 +433,17 @@ fi
 # ------------------------------------------------------ 5. YAML, units (static)
 note "5. Kubernetes manifests and units against the configurations (static)"
 kctl=""
-if command -v kubectl >/dev/null && kubectl kustomize --help >/dev/null 2>&1; then
-    for r in central "${REGIONS[@]}"; do
+# shellcheck disable=SC1091 # (shellcheck runs without -x here; it checks that file on its own)
+source "$FA_SRC/tests/deploy/kubectl.sh"
+if why=$(kubectl_renders "$tmp"); then
+    for r in central eu-west eu-west-job us-east ap-south; do
         kubectl kustomize "$D/k8s/overlays/$r" >"$tmp/rendered-$r.yaml" 2>"$tmp/kustomize.err" ||
             fail "kubectl kustomize deploy/k8s/overlays/$r: $(cat "$tmp/kustomize.err")"
     done
     kctl=$tmp
 else
-    note "   kubectl not installed: overlays checked structurally, not rendered"
+    # make check-deploy renders them (and fails without a kubectl that can).
+    note "   overlays checked structurally, NOT rendered: $why"
 fi
 "$PY" - "$FA_SRC" "$kctl" <<'PYEOF'
 import copy, glob, json, os, re, subprocess, sys
@@ -407,8 +499,18 @@ agg, agg_regions = tp_fields(os.path.join(D, "examples/aggregator.textproto"))
 workers = {
     "eu-west": tp_fields(os.path.join(D, "examples/worker.textproto")),
     "us-east": tp_fields(os.path.join(D, "examples/worker-gpu.textproto")),
-    "ap-south": tp_fields(os.path.join(D, "k8s/overlays/ap-south/worker.textproto")),
 }
+agents = {
+    "eu-west": tp_fields(os.path.join(D, "examples/agent.textproto")),
+    "ap-south": tp_fields(os.path.join(D, "k8s/overlays/ap-south/agent.textproto")),
+}
+fed, fed_regions = tp_fields(os.path.join(D, "examples/federation.textproto"))
+oper, _ = tp_fields(os.path.join(D, "examples/operator.textproto"))
+
+
+def tp_list(v):
+    """The strings of a textproto list value, ["a", "b"]."""
+    return re.findall(r'"([^"]*)"', v or "")
 agg_ids = [r["id"] for r in agg_regions]
 if agg_ids != REGIONS:
     err(f"aggregator example regions {agg_ids} are not {REGIONS}")
@@ -456,9 +558,67 @@ if agg.get("audit.signing_key_file") != "/etc/fedagg/private/audit.key":
     err("aggregator: audit.signing_key_file is not /etc/fedagg/private/audit.key (its .pub is public/audit.pub)")
 if workers["us-east"][0].get("device") != "GPU" or workers["us-east"][0].get("compression.kind") != "POWERSGD":
     err("the GPU example (us-east) must use device GPU and PowerSGD")
-for r in ("eu-west", "ap-south"):
-    if workers[r][0].get("device") != "CPU":
-        err(f"the {r} example must be a CPU region (it runs as a Job)")
+if workers["eu-west"][0].get("device") != "CPU":
+    err("the eu-west worker example must be a CPU region (it runs as a Job)")
+
+# The service: its directory, its operators and teams, and what it offers the agents.
+service_dir = agg.get("service.dir", "")
+if not service_dir.startswith("/var/lib/fedagg/"):
+    err(f"aggregator service.dir {service_dir!r} is not under /var/lib/fedagg/ (the unit's StateDirectory, the volume)")
+operators = tp_list(agg.get("operators"))
+team, team_ops = agg.get("teams.name"), tp_list(agg.get("teams.operators"))
+if agg.get("team") != team:
+    err(f"aggregator: the default federation's team {agg.get('team')!r} is not its team {team!r}")
+m = re.fullmatch(r".*/operator-([a-z0-9-]+)\.crt", oper.get("tls.cert_file", ""))
+op_name = m.group(1) if m else None
+if op_name not in operators or op_name not in team_ops:
+    err(f"operator example: {op_name!r} (its certificate's name) is not among the aggregator's operators and team {team!r}")
+if int(oper.get("aggregator", ":0").rsplit(":", 1)[1]) != listen_port:
+    err("operator example: aggregator port is not the aggregator's listen port")
+if oper.get("tls.server_name") != workers["eu-west"][0].get("tls.server_name"):
+    err("operator example: tls.server_name is not the name the regions dial")
+if fed.get("team") != team:
+    err(f"federation example: team {fed.get('team')!r} is not the service's team {team!r}")
+if fed_regions != agg_regions:
+    err("federation example: its regions list differs from the aggregator's")
+offers = [("the default federation", agg.get("federation_id"), agg.get("team"), agg.get("trainer"), agg.get("dataset")),
+          ("deploy/examples/federation.textproto", fed.get("federation_id"), fed.get("team"), fed.get("trainer"),
+           fed.get("dataset"))]
+# The agents: the layout, the service, and a policy that accepts what the service offers.
+agent_grace = {}
+for region, (a, aregions) in agents.items():
+    name = f"agent config of {region}"
+    if a.get("region_id") != region:
+        err(f"{name}: region_id is {a.get('region_id')}")
+    if aregions != agg_regions:
+        err(f"{name}: its regions list differs from the aggregator's")
+    want = {
+        "tls.cert_file": f"/etc/fedagg/private/client-{region}.crt",
+        "tls.key_file": f"/etc/fedagg/private/client-{region}.key",
+        "tls.ca_file": "/etc/fedagg/public/ca.crt",
+        "identity_key_file": f"/etc/fedagg/private/{region}.key",
+        "services.public_key_file": "/etc/fedagg/public/audit.pub",
+        "services.server_name": workers["eu-west"][0].get("tls.server_name"),
+        "policy.datasets.data.train_images": f"/srv/fedagg/data/{region}/train-images-idx3-ubyte.gz",
+        "policy.datasets.data.train_labels": f"/srv/fedagg/data/{region}/train-labels-idx1-ubyte.gz",
+        "state_dir": f"/var/lib/fedagg/agent-{region}",
+        "device": "CPU",
+    }
+    for k, v in want.items():
+        if a.get(k) != v:
+            err(f"{name}: {k} is {a.get(k)!r}, the layout says {v!r}")
+    if a.get("services.address") != workers["eu-west"][0].get("aggregator"):
+        err(f"{name}: services.address {a.get('services.address')!r} is not the aggregator's address")
+    teams = tp_list(a.get("policy.accept_teams"))
+    for what, fid, fteam, trainer, dataset in offers:
+        if fteam not in teams and "*" not in teams and fid not in tp_list(a.get("policy.accept_federations")):
+            err(f"{name}: its policy does not accept {what} (team {fteam!r})")
+        if trainer != a.get("policy.trainers.name"):
+            err(f"{name}: {what} asks for trainer {trainer!r}, the policy has {a.get('policy.trainers.name')!r}")
+        if dataset != a.get("policy.datasets.name"):
+            err(f"{name}: {what} asks for dataset {dataset!r}, the policy has {a.get('policy.datasets.name')!r}")
+    # SIGTERM: the agent is gone within preempt_grace_s + 5 s (worker/agent.c).
+    agent_grace[region] = int(a.get("preempt_grace_s", "20")) + 5
 
 # The graceful drain the stop timeouts must cover (transport/server.c's default).
 m = re.search(r"drain_timeout_ms\s*=\s*(\d+)", open(os.path.join(src, "transport/server.c")).read())
@@ -495,22 +655,24 @@ def seconds(v):
 sysusers = open(os.path.join(D, "systemd/fedagg.sysusers.conf")).read()
 m = re.search(r"^u\s+(\S+)", sysusers, re.M)
 sys_user = m.group(1) if m else None
-for name, cfgpath, state in [
-    ("fedagg-aggregator.service", "/etc/fedagg/aggregator.textproto", "fedagg/aggregator"),
-    ("fedagg-worker@.service", "/etc/fedagg/worker-%i.textproto", "fedagg/worker-%i"),
+for name, cfgpath, states in [
+    ("fedagg-aggregator.service", "/etc/fedagg/aggregator.textproto", ["fedagg/aggregator", "fedagg/service"]),
+    ("fedagg-worker@.service", "/etc/fedagg/worker-%i.textproto", ["fedagg/worker-%i"]),
+    ("fedagg-agent@.service", "/etc/fedagg/agent-%i.textproto", ["fedagg/agent-%i"]),
 ]:
     u = unit(os.path.join(D, "systemd", name))
     where = f"deploy/systemd/{name}"
     need = {
         "User": sys_user, "Group": sys_user, "NoNewPrivileges": "yes", "ProtectSystem": "strict",
         "PrivateTmp": "yes", "CapabilityBoundingSet": "", "Restart": "on-failure",
-        "KillSignal": "SIGTERM", "StateDirectory": state, "ProtectHome": "yes",
+        "KillSignal": "SIGTERM", "StateDirectory": " ".join(states), "ProtectHome": "yes",
     }
     for k, v in need.items():
         if one(u, k) != v:
             err(f"{where}: {k}={one(u, k)!r}, expected {v!r}")
-    if "/var/lib/" + state not in (one(u, "ReadWritePaths") or "").split():
-        err(f"{where}: ReadWritePaths does not name /var/lib/{state}")
+    for state in states:
+        if "/var/lib/" + state not in (one(u, "ReadWritePaths") or "").split():
+            err(f"{where}: ReadWritePaths does not name /var/lib/{state}")
     stop = seconds(one(u, "TimeoutStopSec"))
     if stop is None or stop < drain_s + 15:
         err(f"{where}: TimeoutStopSec={one(u, 'TimeoutStopSec')} does not cover the {drain_s:.0f} s drain")
@@ -520,8 +682,18 @@ for name, cfgpath, state in [
     if "OPENBLAS_CORETYPE" not in open(os.path.join(D, "systemd", name)).read():
         err(f"{where}: no OPENBLAS_CORETYPE guidance")
 agg_unit = unit(os.path.join(D, "systemd/fedagg-aggregator.service"))
-if "/var/lib/" + one(agg_unit, "StateDirectory") != storage:
-    err(f"aggregator storage.dir {storage} is not the unit's StateDirectory")
+agg_states = ["/var/lib/" + s for s in (one(agg_unit, "StateDirectory") or "").split()]
+if storage not in agg_states:
+    err(f"aggregator storage.dir {storage} is not one of the unit's StateDirectory")
+if service_dir not in agg_states:
+    err(f"aggregator service.dir {service_dir} is not one of the unit's StateDirectory")
+agent_unit = unit(os.path.join(D, "systemd/fedagg-agent@.service"))
+# SIGTERM to the agent alone: it stops its federation workers itself, then exits.
+if one(agent_unit, "KillMode") != "mixed":
+    err("deploy/systemd/fedagg-agent@.service: KillMode must be mixed (the agent stops its own workers)")
+for region, g in agent_grace.items():
+    if (seconds(one(agent_unit, "TimeoutStopSec")) or 0) < g:
+        err(f"deploy/systemd/fedagg-agent@.service: TimeoutStopSec is shorter than {region}'s preempt_grace_s + 5 = {g} s")
 if seconds(one(agg_unit, "TimeoutStopSec")) is None:
     err("aggregator TimeoutStopSec unreadable")
 for region, (w, _) in workers.items():
@@ -772,14 +944,16 @@ else:
             err("base/aggregator: no UDP LoadBalancer Service for the regions")
 
 # base/worker (Job) and base/worker-mpi (MPIJob), through their overlays' configs.
-def check_worker_pod(where, spec, obj, wcfg, region):
-    oob = {"configMap": {"fedagg-worker-config", "fedagg-federation"}, "secret": {"fedagg-worker"}}
-    r = check_fedagg_pod(where, spec, obj, "/etc/fedagg/worker.textproto", wcfg, oob)
+def check_worker_pod(where, spec, obj, wcfg, region, cfg_path="/etc/fedagg/worker.textproto",
+                     config_map="fedagg-worker-config"):
+    oob = {"configMap": {config_map, "fedagg-federation"}, "secret": {"fedagg-worker"}}
+    r = check_fedagg_pod(where, spec, obj, cfg_path, wcfg, oob)
     if not r:
         return None
     main, mm, _ = r
-    if not under(wcfg["data.train_images"], [m for m, vm in mm.items() if vm.get("readOnly")]):
-        err(f"{where}: data {wcfg['data.train_images']} is not on a read-only mount")
+    data = wcfg.get("data.train_images") or wcfg.get("policy.datasets.data.train_images")
+    if not under(data, [m for m, vm in mm.items() if vm.get("readOnly")]):
+        err(f"{where}: data {data} is not on a read-only mount")
     if not under(wcfg["state_dir"], [m for m, vm in mm.items() if not vm.get("readOnly")]):
         err(f"{where}: state_dir {wcfg['state_dir']} is not on a writable mount")
     return main
@@ -799,6 +973,45 @@ else:
         err("base/worker Job: restartPolicy must be OnFailure or Never")
     if spec.get("terminationGracePeriodSeconds", 30) < 30:
         err("base/worker Job: terminationGracePeriodSeconds below 30")
+
+# base/agent: the region agent, long-lived.
+base_agent = load_kustomization(os.path.join(K, "base/agent"))
+deps = [r for r in base_agent if r["kind"] == "Deployment"]
+pvcs = {r["metadata"]["name"]: r for r in base_agent if r["kind"] == "PersistentVolumeClaim"}
+if len(deps) != 1:
+    err("base/agent: expected one Deployment")
+else:
+    dp = deps[0]
+    where = "base/agent Deployment"
+    spec = dp["spec"]["template"]["spec"]
+    if dp["spec"].get("replicas") != 1:
+        err(f"{where}: one agent per state directory: replicas must be 1")
+    if dp["spec"].get("strategy", {}).get("type") != "Recreate":
+        err(f"{where}: strategy must be Recreate (a RollingUpdate starts the new agent while the old one holds the state directory)")
+    labels = dp["spec"]["template"]["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in dp["spec"]["selector"]["matchLabels"].items()):
+        err(f"{where}: selector does not match the pod labels")
+    if spec.get("restartPolicy", "Always") != "Always":
+        err(f"{where}: a Deployment's pods restart Always")
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    for region, g in agent_grace.items():
+        if grace < g:
+            err(f"{where}: terminationGracePeriodSeconds {grace} is shorter than {region}'s preempt_grace_s + 5 = {g} s")
+    main = check_worker_pod(where, spec, dp, agents["eu-west"][0], "eu-west", "/etc/fedagg/agent.textproto",
+                            "fedagg-agent-config")
+    if main:
+        if main["command"] != ["/usr/local/bin/fedagg-worker", "--config", "/etc/fedagg/agent.textproto"]:
+            err(f"{where}: unexpected command {main['command']}")
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        sd = agents["eu-west"][0]["state_dir"]
+        at = [vm for vm in main.get("volumeMounts", []) if under(sd, [vm["mountPath"]]) and not vm.get("readOnly")]
+        claim = vols.get(at[0]["name"], {}).get("persistentVolumeClaim", {}).get("claimName") if at else None
+        if claim not in pvcs:
+            err(f"{where}: state_dir {sd} is not on a volume claim of the base")
+        elif pvcs[claim]["spec"].get("accessModes") != ["ReadWriteOnce"]:
+            err(f"{where}: the state claim {claim} must be ReadWriteOnce (one agent, one node)")
+        elif claim == "fedagg-state":
+            err(f"{where}: the agent's state claim must not be the one-federation worker's fedagg-state")
 
 base_mpi = load_kustomization(os.path.join(K, "base/worker-mpi"))
 mpis = [r for r in base_mpi if r["kind"] == "MPIJob"]
@@ -843,8 +1056,19 @@ else:
         if argv[-3:] != ["/usr/local/bin/fedagg-worker", "--config", "/etc/fedagg/worker.textproto"]:
             err(f"{where}: mpirun must start /usr/local/bin/fedagg-worker --config /etc/fedagg/worker.textproto")
 
-# Overlays.
-for ov in ["central"] + REGIONS:
+# Overlays: the central aggregator, the CPU regions' agents, eu-west's one-federation Job
+# (kept for regions that want it), the GPU region's MPIJob.
+OVERLAYS = {
+    "central": None,
+    "eu-west": ("eu-west", "base/agent", "agent.textproto", "fedagg-agent-config"),
+    "ap-south": ("ap-south", "base/agent", "agent.textproto", "fedagg-agent-config"),
+    "eu-west-job": ("eu-west", "base/worker", "worker.textproto", "fedagg-worker-config"),
+    "us-east": ("us-east", "base/worker-mpi", "worker.textproto", "fedagg-worker-config"),
+}
+have_ov = sorted(os.listdir(os.path.join(K, "overlays")))
+if have_ov != sorted(OVERLAYS):
+    err(f"deploy/k8s/overlays holds {have_ov}; this test checks {sorted(OVERLAYS)}")
+for ov, what in OVERLAYS.items():
     d = os.path.join(K, "overlays", ov)
     k = yaml.safe_load(open(os.path.join(d, "kustomization.yaml")))
     load_kustomization(d)
@@ -852,26 +1076,35 @@ for ov in ["central"] + REGIONS:
         err(f"overlays/{ov}: namespace must be fedagg")
     if not any(i.get("name") == "fedagg" and i.get("newName") for i in k.get("images", [])):
         err(f"overlays/{ov}: no image for fedagg")
-    if ov == "central":
+    if what is None:
         continue
-    if k.get("nameSuffix") != "-" + ov:
-        err(f"overlays/{ov}: nameSuffix must be -{ov}")
-    if workers[ov][0]["region_id"] != ov:
-        err(f"overlays/{ov}: worker.textproto is for region {workers[ov][0]['region_id']}")
+    region, want_base, cfg_name, cm = what
+    if k.get("nameSuffix") != "-" + region:
+        err(f"overlays/{ov}: nameSuffix must be -{region}")
+    ocfg = tp_fields(os.path.join(d, cfg_name))[0]
+    if ocfg.get("region_id") != region:
+        err(f"overlays/{ov}: {cfg_name} is for region {ocfg.get('region_id')}")
+    gens = {g["name"]: g.get("files", []) for g in k.get("configMapGenerator", [])}
+    if gens.get(cm) != [cfg_name]:
+        err(f"overlays/{ov}: ConfigMap {cm} must be generated from {cfg_name}")
     text = open(os.path.join(d, "kustomization.yaml")).read()
-    if f"fedagg-worker-{ov}\n" not in text:
-        err(f"overlays/{ov}: does not name the region's Secret fedagg-worker-{ov}")
+    if f"fedagg-worker-{region}\n" not in text:
+        err(f"overlays/{ov}: does not name the region's Secret fedagg-worker-{region}")
     base = [os.path.normpath(os.path.join(d, r)) for r in k["resources"]]
-    want = os.path.join(K, "base/worker-mpi" if workers[ov][0]["device"] == "GPU" else "base/worker")
-    if base != [want]:
-        err(f"overlays/{ov}: a {workers[ov][0]['device']} region should build on {rel(want)}")
+    if want_base != "base/agent" and ocfg.get("device") == "GPU":
+        want_base = "base/worker-mpi"
+    if base != [os.path.join(K, want_base)]:
+        err(f"overlays/{ov}: should build on {want_base}")
+    if want_base == "base/agent" and not any(
+            lab.get("includeSelectors") and "fedagg.io/region" in lab.get("pairs", {}) for lab in k.get("labels", [])):
+        err(f"overlays/{ov}: the region label must be in the Deployment's selector (two regions' agents in one namespace)")
 
 # Rendered overlays (kubectl kustomize): every reference resolves.
 if rendered_dir:
-    for ov in ["central"] + REGIONS:
+    for ov, what in OVERLAYS.items():
         objs = [x for x in yaml.safe_load_all(open(os.path.join(rendered_dir, f"rendered-{ov}.yaml"))) if x]
         have = {(o["kind"], o["metadata"]["name"]) for o in objs}
-        secret = "fedagg-aggregator" if ov == "central" else f"fedagg-worker-{ov}"
+        secret = "fedagg-aggregator" if what is None else f"fedagg-worker-{what[0]}"
         for o in objs:
             if o["metadata"].get("namespace") != "fedagg":
                 err(f"rendered {ov}: {o['kind']} {o['metadata']['name']} has no namespace fedagg")
@@ -906,7 +1139,8 @@ PYEOF
 
 # ------------------------------------------------------------- optional linters
 if command -v shellcheck >/dev/null; then
-    shellcheck "$stage" "$FA_SRC/tests/integration/it_deploy_examples.sh" >"$tmp/sc.out" 2>&1 ||
+    shellcheck "$stage" "$FA_SRC/tests/integration/it_deploy_examples.sh" "$FA_SRC/tests/deploy/kubectl.sh" \
+        >"$tmp/sc.out" 2>&1 ||
         fail "shellcheck: $(cat "$tmp/sc.out")"
 fi
 if [ -x /usr/sbin/sshd ]; then
