@@ -400,14 +400,18 @@ static int drain_step(fa_h3_server *s)
         n = c->next;
         if (c->state != CS_LIVE)
             continue;
-        if (c->nreqs && !timed_out) {
+        /* a request answered in full is done for the drain: its client,
+         * perhaps stopped before this server, may never acknowledge it */
+        if (fa_srv_conn_busy(c) && !timed_out) {
             busy++;
             continue;
         }
-        if (c->nreqs) {
+        if (c->nreqs && timed_out) {
             fa_log(FA_LOG_WARN, "drain timeout: aborting requests", "peer=%s requests=%zu",
                    c->q.peer_id, c->nreqs);
             fa_srv_conn_fail_requests(c, FA_ERR_TIMEOUT);
+        } else if (c->nreqs) {
+            fa_srv_conn_fail_requests(c, FA_ERR_CANCELLED); /* answered, never acknowledged */
         }
         if (c->established && c->goaway_sent) {
             fa_srv_conn_close_app(c, NGHTTP3_H3_NO_ERROR);

@@ -32,10 +32,7 @@ static void qc_cid_remove(fa_qconn *qc, const ngtcp2_cid *cid)
     fa_cid_map_del(&c->srv->cids, cid->data, cid->datalen, c);
 }
 
-/* Whether c serves a request now: one whose response is not all on the
- * wire (a request answered in full lingers until the client acknowledges
- * the end of its stream, which a client idle since may never do). */
-static int conn_busy(const srv_conn *c)
+int fa_srv_conn_busy(const srv_conn *c)
 {
     for (const fa_h3_request *r = c->reqs; r; r = r->next)
         if (!r->fin_sent && !r->closed)
@@ -56,7 +53,7 @@ static size_t identity_connections(srv_conn *c, srv_conn **idle)
             continue;
         n++;
         /* the list is newest first: the last idle one seen is the oldest */
-        if (o->established && !conn_busy(o))
+        if (o->established && !fa_srv_conn_busy(o))
             *idle = o;
     }
     return n;

@@ -75,7 +75,7 @@ typedef struct srv_conn {
     unsigned close_rx; /* packets received while closing (resend on powers of 2) */
     int established;   /* handshake completed */
     int goaway_sent;
-    uint32_t share;    /* of max_connections_per_identity: the admit hook's (1 without) */
+    uint32_t share;      /* of max_connections_per_identity: the admit hook's (1 without) */
     fa_h3_request *reqs; /* open requests */
     size_t nreqs;
     char addr[64];
@@ -199,6 +199,10 @@ void fa_srv_conn_close_app(srv_conn *c, uint64_t code);
 void fa_srv_conn_free(srv_conn *c);
 /* Ends every open request of c with err. */
 void fa_srv_conn_fail_requests(srv_conn *c, int err);
+/* 1 while c serves a request whose response is not all on the wire (one
+ * answered in full lingers until its client acknowledges the end of its
+ * stream, which a client gone since never does). */
+int fa_srv_conn_busy(const srv_conn *c);
 
 /* ---------------------------------------------------- server_request.c */
 

@@ -4,8 +4,9 @@
 # a masked upload, after the unmasked sum was saved, and between the model
 # commit and its audit record.  The workers keep running and retry; every
 # round resumes or completes, model versions stay contiguous, and the audit
-# log verifies with no gap or duplicate.  Last, SIGTERM while regions hold
-# long-polls: the drain answers them at once and the aggregator exits 0.
+# log verifies with no gap or duplicate.  Last, SIGTERM while stopped
+# regions hold long-polls: the drain answers them at once and the
+# aggregator exits 0, without waiting for its timeout.
 source "$FA_SRC/tests/integration/fedtest.sh"
 fed_need_test_hooks
 
@@ -43,25 +44,39 @@ for fp in aggregator-after-advertise aggregator-after-shares aggregator-mid-mask
     echo "killed the aggregator at $fp (after $(fed_rounds_completed "$D") rounds)"
 done
 done_before=$(fed_rounds_completed "$D")
-# OpenBLAS threads, started before main blocks the drain signals: the
-# SIGTERM below may land in one of them and must still drain.
-OPENBLAS_NUM_THREADS=2 start_agg_fp ""
+start_agg_fp ""
 fed_wait_rounds "$D" $((done_before + 2)) 240 || fail "the federation did not go on"
 grep -q 'msg="repairing the audit log' "$agg" || fail "the commit/append crash was not repaired"
 grep -q 'msg="completing the round whose result was saved' "$agg" ||
     fail "the saved result was not completed"
 grep -q 'msg="resuming the round in flight"' "$agg" || fail "no round was resumed"
 
+# For the drain, connections that outlive it: the 6 s idle timeout (for
+# the crashes) would end a stopped region's connection before 30 s.  The
+# aggregator runs OpenBLAS threads, started before main blocks the drain
+# signals: the SIGTERM below may land in one of them and must still drain.
+for r in "${REGIONS[@]}"; do kill -TERM "$(fed_worker_pid "$r")"; done
+for r in "${REGIONS[@]}"; do wait "$(fed_worker_pid "$r")" || true; done
+kill_agg
+sed -i 's/idle_timeout_ms: 6000/idle_timeout_ms: 120000/' "$D/aggregator.textproto" "$D"/worker-*.textproto
+OPENBLAS_NUM_THREADS=2 start_agg_fp ""
+for r in "${REGIONS[@]}"; do fed_start_worker "$D" "$r"; done
+done_before=$(fed_rounds_completed "$D")
+fed_wait_rounds "$D" $((done_before + 1)) 240 || fail "no round after the restart"
+
 # SIGTERM while regions wait on a phase: ap-south stopped, the other two
-# hold long-polls on it (each phase's deadline is 20 s or more).  The drain
-# answers them at once and exits 0, rather than waiting for them to time
+# hold long-polls on it (each phase's deadline is 20 s or more), then they
+# are stopped too, as when a platform stops the regions before the
+# aggregator: no client will acknowledge an answer.  The drain answers the
+# long-polls at once and exits 0, rather than waiting 30 s for them to time
 # out.
 kill -STOP "$(fed_worker_pid ap-south)"
 sleep 3
+kill -STOP "$(fed_worker_pid eu-west)" "$(fed_worker_pid us-east)"
 kill -TERM "$FED_AGG_PID"
 st=0
 wait "$FED_AGG_PID" || st=$?
-kill -CONT "$(fed_worker_pid ap-south)"
+for r in "${REGIONS[@]}"; do kill -CONT "$(fed_worker_pid "$r")"; done
 [ "$st" = 0 ] || fail "the aggregator exited $st on SIGTERM"
 grep -q 'msg="draining: held long-polls answered"' "$agg" ||
     fail "the drain did not answer the held long-polls: $(grep -i drain "$agg" | tail -3)"
