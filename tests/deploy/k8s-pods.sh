@@ -210,8 +210,8 @@ EOF
         fail "the default federation's last round did not have both regions: $(echo "$default_rounds" | tail -1)"
     say "   podman kube play: the aggregator StatefulSet's pod and the eu-west and ap-south agent Deployments' pods; both agents accepted both federations: $fed_id finished its $fed_rounds rounds ${fed_s} s after the agents' pods were played, the default federation completed $(echo "$default_rounds" | wc -l) rounds, $(echo "$default_rounds" | round_seconds) s a round"
     for r in "${regions[@]}"; do
-        [ "$(podman logs "$RUN-fedagg-agent-$r-agent" 2>&1 | grep -c -e "msg=\"federation worker ended\".* federation=$fed_id .*status 0")" -gt 0 ] ||
-            fail "$r's agent did not see the worker of $fed_id end with status 0: $(podman logs --tail 5 "$RUN-fedagg-agent-$r-agent" 2>&1)"
+        # the worker learns that the federation finished at its next poll
+        wait_log "$RUN-fedagg-agent-$r-agent" "msg=\"federation worker ended\".* federation=$fed_id .*status 0" 1 60
     done
     # What podman made of each template's fields.
     for p in central "${regions[@]}"; do
