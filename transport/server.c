@@ -406,6 +406,11 @@ static int drain_step(fa_h3_server *s)
             busy++;
             continue;
         }
+        if (c->established && !c->goaway_sent && !timed_out) {
+            busy++; /* waiting for its GOAWAY to go out */
+            continue;
+        }
+        /* closed now, so no packet reaches a request freed here */
         if (c->nreqs && timed_out) {
             fa_log(FA_LOG_WARN, "drain timeout: aborting requests", "peer=%s requests=%zu",
                    c->q.peer_id, c->nreqs);
@@ -413,13 +418,7 @@ static int drain_step(fa_h3_server *s)
         } else if (c->nreqs) {
             fa_srv_conn_fail_requests(c, FA_ERR_CANCELLED); /* answered, never acknowledged */
         }
-        if (c->established && c->goaway_sent) {
-            fa_srv_conn_close_app(c, NGHTTP3_H3_NO_ERROR);
-        } else if (!c->established || timed_out) {
-            fa_srv_conn_close_app(c, NGHTTP3_H3_NO_ERROR);
-        } else {
-            busy++; /* waiting for its GOAWAY to go out */
-        }
+        fa_srv_conn_close_app(c, NGHTTP3_H3_NO_ERROR);
     }
     return busy == 0;
 }
