@@ -12,6 +12,7 @@
 #include "transport/server_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +390,8 @@ static void start_drain(fa_h3_server *s)
     (void)fa_srv_timer_add(s, 100 * NGTCP2_MILLISECONDS, 0, drain_goaway, NULL);
 }
 
+#define DRAIN_SILENCE_MS 3000
+
 /* Returns 1 when the drain is complete. */
 static int drain_step(fa_h3_server *s)
 {
@@ -400,9 +403,14 @@ static int drain_step(fa_h3_server *s)
         n = c->next;
         if (c->state != CS_LIVE)
             continue;
-        /* a request answered in full is done for the drain: its client,
-         * perhaps stopped before this server, may never acknowledge it */
-        if (fa_srv_conn_busy(c) && !timed_out) {
+        /* A request answered in full is done for the drain: its client,
+         * perhaps stopped before this server, may never acknowledge it.
+         * One still in flight is waited for while its client is heard
+         * from (a live one sends or acknowledges); after DRAIN_SILENCE_MS
+         * of nothing its client is gone (killed mid-upload, its connection
+         * not yet timed out), and the request with it. */
+        if (fa_srv_conn_busy(c) && !timed_out &&
+            fa_h3_now() - c->last_rx < DRAIN_SILENCE_MS * NGTCP2_MILLISECONDS) {
             busy++;
             continue;
         }
@@ -414,6 +422,11 @@ static int drain_step(fa_h3_server *s)
         if (c->nreqs && timed_out) {
             fa_log(FA_LOG_WARN, "drain timeout: aborting requests", "peer=%s requests=%zu",
                    c->q.peer_id, c->nreqs);
+            fa_srv_conn_fail_requests(c, FA_ERR_TIMEOUT);
+        } else if (fa_srv_conn_busy(c)) {
+            fa_log(FA_LOG_INFO, "drain: the requests of a silent client abandoned",
+                   "peer=%s requests=%zu silent_ms=%" PRIu64, c->q.peer_id, c->nreqs,
+                   (fa_h3_now() - c->last_rx) / NGTCP2_MILLISECONDS);
             fa_srv_conn_fail_requests(c, FA_ERR_TIMEOUT);
         } else if (c->nreqs) {
             fa_srv_conn_fail_requests(c, FA_ERR_CANCELLED); /* answered, never acknowledged */

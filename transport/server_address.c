@@ -365,7 +365,8 @@ void fa_srv_on_datagram(void *arg, uint8_t *data, size_t len, const struct socka
         }
         if (c->state == CS_DRAINING)
             return;
-        rv = fa_qconn_read(&c->q, from, fromlen, ecn, data, len, fa_h3_now());
+        c->last_rx = fa_h3_now();
+        rv = fa_qconn_read(&c->q, from, fromlen, ecn, data, len, c->last_rx);
         if (rv != 0) {
             fa_srv_conn_close(c, rv);
             return;

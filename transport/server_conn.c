@@ -165,6 +165,7 @@ srv_conn *fa_srv_conn_new(fa_h3_server *s, const ngtcp2_pkt_hd *hd, const ngtcp2
     if (!c)
         return NULL;
     c->share = 1;
+    c->last_rx = now;
     fa_timer_item_init(&c->h.t);
     c->h.kind = HI_CONN;
     c->srv = s;

@@ -76,6 +76,7 @@ typedef struct srv_conn {
     int established;   /* handshake completed */
     int goaway_sent;
     uint32_t share;      /* of max_connections_per_identity: the admit hook's (1 without) */
+    uint64_t last_rx;    /* when its last packet arrived (fa_h3_now) */
     fa_h3_request *reqs; /* open requests */
     size_t nreqs;
     char addr[64];
