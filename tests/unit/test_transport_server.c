@@ -723,6 +723,37 @@ static void test_drain_finishes_in_flight_and_refuses_new(void **state)
     fa_h3_server_del(s2.srv);
 }
 
+/* A drain ends a request answered in full that its client has not yet
+ * acknowledged (a client stopped before the server never will) only as
+ * it closes the connection: the client's late acknowledgement must find
+ * the request still there, or the connection closed (run under ASan). */
+static void test_drain_ends_answered_requests_as_it_closes(void **state)
+{
+    fa_h3_server_config cfg;
+    tp_server s2;
+    fa_h3_client *c;
+    fa_h3_response resp;
+    fa_error err = {0};
+
+    (void)state;
+    tp_server_config(&cfg);
+    assert_int_equal(tp_server_start(&s2, &cfg), 0);
+    c = client_for(&s2, NULL);
+    assert_int_equal(do_req(c, "GET", "/gen/100000", NULL, 0, NULL, 0, 0, &resp, &err), 0);
+    assert_int_equal(resp.status, 200);
+    fa_h3_response_free(&resp);
+    /* the client is silent now: the end of that response may be unacknowledged */
+    fa_h3_server_drain(s2.srv);
+    usleep(30 * 1000);
+    /* it speaks again (acknowledgements first), inside the drain */
+    (void)do_req(c, "GET", "/whoami", NULL, 0, NULL, 0, 2000, &resp, &err);
+    fa_h3_response_free(&resp);
+    pthread_join(s2.th, NULL);
+    assert_int_equal(s2.rc, 0);
+    fa_h3_client_del(c);
+    fa_h3_server_del(s2.srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -743,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_periodic_tick_and_qlog),
         cmocka_unit_test(test_reconnect_backoff_until_server_appears),
         cmocka_unit_test(test_drain_finishes_in_flight_and_refuses_new),
+        cmocka_unit_test(test_drain_ends_answered_requests_as_it_closes),
     };
     tp_log_level(FA_LOG_ERROR);
     return cmocka_run_group_tests(tests, setup, teardown);
