@@ -22,9 +22,7 @@ struct statement {
 
 struct fa_data_ledger {
     char *federation_id;
-    fa_eval_reports_member *members;
-    char **ids;
-    size_t n_members;
+    fa_eval_reports_roster roster;
     uint64_t round, version;
     uint32_t attempt;
     uint8_t sha256[32];
@@ -39,21 +37,10 @@ int fa_data_ledger_new(fa_data_ledger **out, const char *federation_id,
 
     *out = NULL;
     if (!l || !(l->federation_id = strdup(federation_id)) ||
-        !(l->members = calloc(n ? n : 1, sizeof(*l->members))) ||
-        !(l->ids = calloc(n ? n : 1, sizeof(char *)))) {
+        fa_eval_reports_roster_copy(&l->roster, members, n, err) != 0) {
         fa_data_ledger_del(l);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!(l->ids[i] = strdup(members[i].id))) {
-            l->n_members = i;
-            fa_data_ledger_del(l);
-            return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        }
-        l->members[i].id = l->ids[i];
-        memcpy(l->members[i].pk, members[i].pk, 32);
-    }
-    l->n_members = n;
     *out = l;
     return 0;
 }
@@ -72,10 +59,7 @@ void fa_data_ledger_del(fa_data_ledger *l)
     if (!l)
         return;
     drop(l);
-    for (size_t i = 0; i < l->n_members; i++)
-        free(l->ids[i]);
-    free(l->ids);
-    free(l->members);
+    fa_eval_reports_roster_free(&l->roster);
     free(l->federation_id);
     free(l);
 }
@@ -91,14 +75,6 @@ void fa_data_ledger_begin(fa_data_ledger *l, uint64_t round, uint32_t attempt, u
     l->attempt = attempt;
     l->version = version;
     memcpy(l->sha256, sha256, 32);
-}
-
-static long member(const fa_data_ledger *l, const char *id)
-{
-    for (size_t i = 0; id && i < l->n_members; i++)
-        if (!strcmp(l->members[i].id, id))
-            return (long)i;
-    return -1;
 }
 
 /* A name for people: 1..MAX_NAME bytes, no control characters. */
@@ -141,7 +117,7 @@ int fa_data_ledger_submit(fa_data_ledger *l, const char *region, const uint8_t *
     Fedagg__SignedDataStatement *sd = NULL;
     Fedagg__DataStatement *s = NULL;
     struct statement st, *grown;
-    long m = member(l, region);
+    long m = fa_eval_reports_roster_find(&l->roster, region);
     int rc = 0;
 
     memset(&st, 0, sizeof(st));
@@ -167,8 +143,9 @@ int fa_data_ledger_submit(fa_data_ledger *l, const char *region, const uint8_t *
                        region);
         goto out;
     }
-    if (fa_identity_verify_statement(l->members[m].pk, FA_IDENTITY_DOMAIN_DATA, sd->statement.data,
-                                     sd->statement.len, sd->signature.data) != 0) {
+    if (fa_identity_verify_statement(l->roster.members[m].pk, FA_IDENTITY_DOMAIN_DATA,
+                                     sd->statement.data, sd->statement.len,
+                                     sd->signature.data) != 0) {
         rc = fa_errorf(err, FA_ERR_VERIFY,
                        "data statement of %s: the signature does not verify with the region's "
                        "identity key",
@@ -225,7 +202,7 @@ out:
 int fa_data_ledger_has(const fa_data_ledger *l, const char *region, const uint8_t *body, size_t len)
 {
     uint8_t sha[32];
-    long m = member(l, region);
+    long m = fa_eval_reports_roster_find(&l->roster, region);
     if (m < 0 || fa_sha256(sha, body, len) != 0)
         return 0;
     for (size_t i = 0; i < l->n_st; i++)
@@ -269,5 +246,5 @@ void fa_data_ledger_at(const fa_data_ledger *l, size_t i, Fedagg__SignedDataStat
     out->signature.data = (uint8_t *)l->st[i].sig;
     out->signature.len = 64;
     if (region)
-        *region = l->members[l->st[i].member].id;
+        *region = l->roster.members[l->st[i].member].id;
 }

@@ -25,9 +25,7 @@ struct report {
 
 struct fa_eval_reports {
     char *federation_id;
-    fa_eval_reports_member *members;
-    char **ids;
-    size_t n_members;
+    fa_eval_reports_roster roster;
     int have_version;
     uint64_t version;
     uint8_t sha256[32];
@@ -70,25 +68,50 @@ int fa_eval_reports_new(fa_eval_reports **out, const char *federation_id,
     if (!(e = calloc(1, sizeof(*e))))
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     e->max_examples = max_examples ? max_examples : FA_EVAL_DEFAULT_MAX_EXAMPLES;
-    e->federation_id = strdup(federation_id);
-    e->members = calloc(n ? n : 1, sizeof(*e->members));
-    e->ids = calloc(n ? n : 1, sizeof(char *));
-    if (!e->federation_id || !e->members || !e->ids) {
+    if (!(e->federation_id = strdup(federation_id)) ||
+        fa_eval_reports_roster_copy(&e->roster, members, n, err) != 0) {
         fa_eval_reports_del(e);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!(e->ids[i] = strdup(members[i].id))) {
-            e->n_members = i;
-            fa_eval_reports_del(e);
-            return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        }
-        e->members[i].id = e->ids[i];
-        memcpy(e->members[i].pk, members[i].pk, 32);
-    }
-    e->n_members = n;
     *out = e;
     return 0;
+}
+
+int fa_eval_reports_roster_copy(fa_eval_reports_roster *r, const fa_eval_reports_member *members,
+                                size_t n, fa_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    if (!(r->members = calloc(n ? n : 1, sizeof(*r->members))) ||
+        !(r->ids = calloc(n ? n : 1, sizeof(char *)))) {
+        fa_eval_reports_roster_free(r);
+        return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+    }
+    for (; r->n < n; r->n++) {
+        if (!(r->ids[r->n] = strdup(members[r->n].id))) {
+            fa_eval_reports_roster_free(r);
+            return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
+        }
+        r->members[r->n].id = r->ids[r->n];
+        memcpy(r->members[r->n].pk, members[r->n].pk, 32);
+    }
+    return 0;
+}
+
+void fa_eval_reports_roster_free(fa_eval_reports_roster *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->ids[i]);
+    free(r->ids);
+    free(r->members);
+    memset(r, 0, sizeof(*r));
+}
+
+long fa_eval_reports_roster_find(const fa_eval_reports_roster *r, const char *id)
+{
+    for (size_t i = 0; id && i < r->n; i++)
+        if (!strcmp(r->members[i].id, id))
+            return (long)i;
+    return -1;
 }
 
 static void drop_reports(fa_eval_reports *e)
@@ -107,10 +130,7 @@ void fa_eval_reports_del(fa_eval_reports *e)
     if (!e)
         return;
     drop_reports(e);
-    for (size_t i = 0; i < e->n_members; i++)
-        free(e->ids[i]);
-    free(e->ids);
-    free(e->members);
+    fa_eval_reports_roster_free(&e->roster);
     free(e->federation_id);
     free(e);
 }
@@ -125,14 +145,6 @@ void fa_eval_reports_begin(fa_eval_reports *e, uint64_t version, const uint8_t s
     e->have_version = 1;
     e->version = version;
     memcpy(e->sha256, sha256, 32);
-}
-
-static long find_member(const fa_eval_reports *e, const char *id)
-{
-    for (size_t i = 0; id && i < e->n_members; i++)
-        if (!strcmp(e->members[i].id, id))
-            return (long)i;
-    return -1;
 }
 
 /* The values of a decoded statement into r, checked. */
@@ -287,7 +299,7 @@ int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t
     Fedagg__SignedEval *se = NULL;
     Fedagg__EvalStatement *s = NULL;
     struct report r, *grown;
-    long m = find_member(e, region);
+    long m = fa_eval_reports_roster_find(&e->roster, region);
     int rc = 0;
 
     memset(&r, 0, sizeof(r));
@@ -315,8 +327,8 @@ int fa_eval_reports_submit(fa_eval_reports *e, const char *region, const uint8_t
                        region);
         goto out;
     }
-    rc = fa_identity_verify_statement(e->members[m].pk, FA_IDENTITY_DOMAIN_EVAL, se->statement.data,
-                                      se->statement.len, se->signature.data);
+    rc = fa_identity_verify_statement(e->roster.members[m].pk, FA_IDENTITY_DOMAIN_EVAL,
+                                      se->statement.data, se->statement.len, se->signature.data);
     if (rc == FA_ERR_NOMEM) {
         rc = fa_errorf(err, rc, "evaluation report of %s: out of memory", region);
         goto out;

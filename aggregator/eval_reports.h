@@ -57,6 +57,22 @@ typedef struct fa_eval_reports_member {
     uint8_t pk[32];
 } fa_eval_reports_member;
 
+/* The members as a ledger of signed statements keeps them (the
+ * evaluations here, data_ledger.h, privacy_ledger.h): its own copy of the
+ * ids. */
+typedef struct fa_eval_reports_roster {
+    fa_eval_reports_member *members;
+    char **ids;
+    size_t n;
+} fa_eval_reports_roster;
+
+/* Copies members[0..n) into r.  Returns 0 or FA_ERR_NOMEM, r then empty. */
+int fa_eval_reports_roster_copy(fa_eval_reports_roster *r, const fa_eval_reports_member *members,
+                                size_t n, fa_error *err);
+void fa_eval_reports_roster_free(fa_eval_reports_roster *r);
+/* The index of member id; -1 for none (id NULL included). */
+long fa_eval_reports_roster_find(const fa_eval_reports_roster *r, const char *id);
+
 /* Copies federation_id and the members; a report may claim at most
  * max_examples examples (0: FA_EVAL_DEFAULT_MAX_EXAMPLES).  Returns 0,
  * FA_ERR_INVAL (max_examples over FA_EVAL_MAX_EXAMPLES) or FA_ERR_NOMEM. */

@@ -25,10 +25,8 @@ struct totals {
 
 struct fa_privacy_ledger {
     char *federation_id;
-    fa_eval_reports_member *members;
-    char **ids;
+    fa_eval_reports_roster roster;
     struct totals *totals;
-    size_t n_members;
     uint64_t round;
     uint32_t attempt;
     struct statement *st;
@@ -42,22 +40,11 @@ int fa_privacy_ledger_new(fa_privacy_ledger **out, const char *federation_id,
 
     *out = NULL;
     if (!l || !(l->federation_id = strdup(federation_id)) ||
-        !(l->members = calloc(n ? n : 1, sizeof(*l->members))) ||
-        !(l->ids = calloc(n ? n : 1, sizeof(char *))) ||
-        !(l->totals = calloc(n ? n : 1, sizeof(*l->totals)))) {
+        !(l->totals = calloc(n ? n : 1, sizeof(*l->totals))) ||
+        fa_eval_reports_roster_copy(&l->roster, members, n, err) != 0) {
         fa_privacy_ledger_del(l);
         return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!(l->ids[i] = strdup(members[i].id))) {
-            l->n_members = i;
-            fa_privacy_ledger_del(l);
-            return fa_errorf(err, FA_ERR_NOMEM, "out of memory");
-        }
-        l->members[i].id = l->ids[i];
-        memcpy(l->members[i].pk, members[i].pk, 32);
-    }
-    l->n_members = n;
     *out = l;
     return 0;
 }
@@ -76,10 +63,7 @@ void fa_privacy_ledger_del(fa_privacy_ledger *l)
     if (!l)
         return;
     drop(l);
-    for (size_t i = 0; i < l->n_members; i++)
-        free(l->ids[i]);
-    free(l->ids);
-    free(l->members);
+    fa_eval_reports_roster_free(&l->roster);
     free(l->totals);
     free(l->federation_id);
     free(l);
@@ -92,14 +76,6 @@ void fa_privacy_ledger_begin(fa_privacy_ledger *l, uint64_t round, uint32_t atte
     drop(l);
     l->round = round;
     l->attempt = attempt;
-}
-
-static long member(const fa_privacy_ledger *l, const char *id)
-{
-    for (size_t i = 0; id && i < l->n_members; i++)
-        if (!strcmp(l->members[i].id, id))
-            return (long)i;
-    return -1;
 }
 
 static int nonneg(double x)
@@ -130,7 +106,7 @@ int fa_privacy_ledger_has(const fa_privacy_ledger *l, const char *region, const 
                           size_t len)
 {
     uint8_t sha[32];
-    long m = member(l, region);
+    long m = fa_eval_reports_roster_find(&l->roster, region);
     if (m < 0 || fa_sha256(sha, body, len) != 0)
         return 0;
     for (size_t i = 0; i < l->n_st; i++)
@@ -145,7 +121,7 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
     Fedagg__SignedPrivacy *sp = NULL;
     Fedagg__PrivacyStatement *s = NULL;
     struct statement n, *grown;
-    long m = member(l, region);
+    long m = fa_eval_reports_roster_find(&l->roster, region);
     int rc = 0;
 
     memset(&n, 0, sizeof(n));
@@ -171,7 +147,7 @@ int fa_privacy_ledger_submit(fa_privacy_ledger *l, const char *region, const uin
                        region);
         goto out;
     }
-    rc = fa_identity_verify_statement(l->members[m].pk, FA_IDENTITY_DOMAIN_PRIVACY,
+    rc = fa_identity_verify_statement(l->roster.members[m].pk, FA_IDENTITY_DOMAIN_PRIVACY,
                                       sp->statement.data, sp->statement.len, sp->signature.data);
     if (rc == FA_ERR_NOMEM) {
         rc = fa_errorf(err, rc, "privacy statement of %s: out of memory", region);
@@ -263,13 +239,13 @@ void fa_privacy_ledger_at(const fa_privacy_ledger *l, size_t i, Fedagg__SignedPr
     out->signature.data = (uint8_t *)l->st[i].sig;
     out->signature.len = 64;
     if (region)
-        *region = l->members[l->st[i].member].id;
+        *region = l->roster.members[l->st[i].member].id;
 }
 
 int fa_privacy_ledger_region(const fa_privacy_ledger *l, const char *region, double *epsilon,
                              double *delta, double *budget_epsilon)
 {
-    long m = member(l, region);
+    long m = fa_eval_reports_roster_find(&l->roster, region);
     if (m < 0 || !l->totals[m].have)
         return 0;
     *epsilon = l->totals[m].epsilon;
